@@ -1,0 +1,135 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+type ackJSON struct {
+	DLQ           bool    `json:"dlq"`
+	Error         *string `json:"error"`
+	Index         int     `json:"index"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	PartitionName *string `json:"partitionName"`
+	QueueName     *string `json:"queueName"`
+	Success       bool    `json:"success"`
+	TransactionID string  `json:"transactionId"`
+}
+
+func ackResultJSON(r queue.AckResult) ackJSON {
+	return ackJSON{DLQ: r.DLQ, Error: nullable(r.Error), Index: r.Index, LeaseReleased: r.LeaseReleased,
+		PartitionName: nullable(r.Partition), QueueName: nullable(r.Queue), Success: r.Success, TransactionID: r.TransactionID}
+}
+
+// parseAck reads one acknowledgement object. single selects the error texts
+// of POST /ack (the batch route words them differently).
+func parseAck(obj map[string]json.RawMessage, single bool) (queue.Ack, error) {
+	var a queue.Ack
+	txid, ok, err := stringField(obj, "transactionId")
+	if err != nil || !ok || txid == "" {
+		if single {
+			return a, badRequestf("transactionId is required")
+		}
+		return a, badRequestf("Each acknowledgment must have a transactionId string")
+	}
+	pid, ok, err := stringField(obj, "partitionId")
+	if err != nil || !ok || pid == "" {
+		if single {
+			return a, badRequestf("partitionId is required to ensure message uniqueness")
+		}
+		return a, badRequestf("Each acknowledgment must have a valid partitionId string to ensure message uniqueness")
+	}
+	a.TransactionID, a.PartitionID = txid, pid
+	if a.LeaseID, _, err = stringField(obj, "leaseId"); err != nil {
+		return a, badRequestf("%v", err)
+	}
+	if a.Group, _, err = stringField(obj, "consumerGroup"); err != nil {
+		return a, badRequestf("%v", err)
+	}
+	if a.Error, _, err = stringField(obj, "error"); err != nil {
+		return a, badRequestf("%v", err)
+	}
+	status, _, err := stringField(obj, "status")
+	if err != nil {
+		return a, badRequestf("%v", err)
+	}
+	if a.Status, err = queue.ParseAckStatus(status); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
+	obj, err := readObject(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	a, err := parseAck(obj, true)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.ack(w, r, []queue.Ack{a})
+}
+
+func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) {
+	obj, err := readObject(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	arr, ok := arrayField(obj, "acknowledgments")
+	if !ok {
+		writeError(w, http.StatusBadRequest, "acknowledgments array is required")
+		return
+	}
+	group, _, err := stringField(obj, "consumerGroup")
+	if err != nil {
+		s.fail(w, badRequestf("%v", err))
+		return
+	}
+	acks := make([]queue.Ack, len(arr))
+	for i, raw := range arr {
+		item, ok := objectOf(raw)
+		if !ok {
+			writeError(w, http.StatusBadRequest, "Each acknowledgment must be an object")
+			return
+		}
+		if acks[i], err = parseAck(item, false); err != nil {
+			s.fail(w, err)
+			return
+		}
+		if group != "" {
+			acks[i].Group = group
+		}
+	}
+	s.ack(w, r, acks)
+}
+
+func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
+	results, err := s.store.Ack(r.Context(), acks)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := make([]ackJSON, len(results))
+	for i, res := range results {
+		out[i] = ackResultJSON(res)
+		if res.Success {
+			s.metrics.acks.WithLabelValues(res.Queue, string(acks[i].Status)).Inc()
+		}
+		if res.DLQ {
+			s.metrics.dlq.WithLabelValues(res.Queue).Inc()
+		}
+	}
+	// A released lease or a failed message makes work available again.
+	for _, res := range results {
+		if res.LeaseReleased && res.Queue != "" {
+			s.wake.notify(res.Queue)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,268 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
+	obj, err := readObject(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	name, ok, err := stringField(obj, "queue")
+	if err != nil || !ok || name == "" {
+		writeError(w, http.StatusBadRequest, "queue is required")
+		return
+	}
+	req := queue.ConfigureRequest{Queue: name, Options: queue.DefaultOptions()}
+	if req.Namespace, _, err = stringField(obj, "namespace"); err != nil {
+		s.fail(w, badRequestf("%v", err))
+		return
+	}
+	if req.Task, _, err = stringField(obj, "task"); err != nil {
+		s.fail(w, badRequestf("%v", err))
+		return
+	}
+	if raw := obj["options"]; !isNull(raw) {
+		// Given options overlay the defaults; unknown keys are ignored.
+		if err := json.Unmarshal(raw, &req.Options); err != nil {
+			s.fail(w, badRequestf("options: %v", err))
+			return
+		}
+	}
+	res, err := s.store.Configure(r.Context(), req)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"configured": true, "queueId": res.QueueID, "partitionId": res.PartitionID, "queue": res.Queue,
+		"namespace": res.Namespace, "task": res.Task, "options": sortedObject(res.Options),
+	})
+}
+
+// sortedObject re-encodes v through a map so its keys come out sorted, as the
+// reference server writes them.
+func sortedObject(v any) map[string]any {
+	b, _ := json.Marshal(v)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m
+}
+
+func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("queue")
+	existed, err := s.store.DeleteQueue(r.Context(), name)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "existed": existed, "queue": name})
+}
+
+type dlqMessageJSON struct {
+	ConsumerGroup string  `json:"consumerGroup"`
+	CreatedAt     string  `json:"createdAt"`
+	Data          rawJSON `json:"data"`
+	ErrorMessage  *string `json:"errorMessage"`
+	FailedAt      string  `json:"failedAt"`
+	ID            string  `json:"id"`
+	Partition     string  `json:"partition"`
+	PartitionID   string  `json:"partitionId"`
+	ProducerSub   *string `json:"producerSub"`
+	Queue         string  `json:"queue"`
+	RetryCount    int     `json:"retryCount"`
+	TraceID       *string `json:"traceId"`
+	TransactionID string  `json:"transactionId"`
+}
+
+func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := intParam(q.Get("limit"), "limit", 1, queue.MaxDLQLimit)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	offset, err := intParam(q.Get("offset"), "offset", 0, 1<<30)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	page, err := s.store.DLQ(r.Context(), queue.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"),
+		Limit: limit, Offset: offset})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	msgs := make([]dlqMessageJSON, len(page.Messages))
+	for i, d := range page.Messages {
+		msgs[i] = dlqMessageJSON{ConsumerGroup: d.Group, CreatedAt: formatMilli(d.CreatedAt), Data: rawJSON(d.Data),
+			ErrorMessage: nullable(d.ErrorMessage), FailedAt: formatMilli(d.FailedAt), ID: d.ID, Partition: d.Partition,
+			PartitionID: d.PartitionID, ProducerSub: nullable(d.ProducerSub), Queue: d.Queue, RetryCount: d.RetryCount,
+			TraceID: nullable(d.TraceID), TransactionID: d.TransactionID}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "total": page.Total,
+		"pagination": map[string]int{"limit": page.Limit, "offset": page.Offset}})
+}
+
+type extendJSON struct {
+	Error     *string `json:"error"`
+	ExpiresAt *string `json:"expiresAt"`
+	Index     int     `json:"index"`
+	LeaseID   string  `json:"leaseId"`
+	Success   bool    `json:"success"`
+}
+
+func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) {
+	seconds := 0
+	// The body is optional: {} and an empty body both mean the queue's lease time.
+	if r.ContentLength != 0 {
+		obj, err := readObject(r)
+		if err != nil {
+			if br, ok := err.(*badRequest); !ok || br.msg != "Empty request body" {
+				s.fail(w, err)
+				return
+			}
+		}
+		if obj != nil {
+			if seconds, _, err = intField(obj, "seconds"); err != nil || seconds < 0 {
+				writeError(w, http.StatusBadRequest, "seconds must be a non-negative integer")
+				return
+			}
+		}
+	}
+	res, err := s.store.ExtendLease(r.Context(), r.PathValue("leaseId"), seconds)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := extendJSON{Error: nullable(res.Error), LeaseID: res.LeaseID, Success: res.Success}
+	if res.Success {
+		t := formatMilli(res.ExpiresAt)
+		out.ExpiresAt = &t
+	}
+	writeJSON(w, http.StatusOK, []extendJSON{out})
+}
+
+func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
+	obj, err := readObject(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	arr, ok := arrayField(obj, "operations")
+	if !ok || len(arr) == 0 {
+		writeError(w, http.StatusBadRequest, "operations array cannot be empty")
+		return
+	}
+	ops := make([]queue.TxOp, len(arr))
+	for i, raw := range arr {
+		op, ok := objectOf(raw)
+		if !ok {
+			writeError(w, http.StatusBadRequest, "Each operation must be an object")
+			return
+		}
+		typ, _, _ := stringField(op, "type")
+		ops[i].Type = typ
+		switch typ {
+		case "push":
+			items, ok := arrayField(op, "items")
+			if !ok {
+				writeError(w, http.StatusBadRequest, "push operation requires an items array")
+				return
+			}
+			if ops[i].Items, err = parsePushItems(items); err != nil {
+				s.fail(w, err)
+				return
+			}
+		case "ack":
+			if ops[i].Ack, err = parseAck(op, true); err != nil {
+				s.fail(w, err)
+				return
+			}
+		default:
+			writeError(w, http.StatusBadRequest, "operation type must be push or ack")
+			return
+		}
+	}
+	var leases []string
+	if raw := obj["requiredLeases"]; !isNull(raw) {
+		if err := json.Unmarshal(raw, &leases); err != nil {
+			writeError(w, http.StatusBadRequest, "requiredLeases must be an array of strings")
+			return
+		}
+	}
+	res, err := s.store.Transaction(r.Context(), ops, leases)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	results := make([]map[string]any, len(res.Results))
+	for i, or := range res.Results {
+		switch {
+		case or.Push != nil:
+			p := or.Push
+			results[i] = map[string]any{"index": or.Index, "type": "push", "success": true, "status": p.Status,
+				"messageId": p.MessageID, "partitionId": p.PartitionID, "queueName": p.Queue, "transactionId": p.TransactionID}
+		case or.Ack != nil:
+			a := or.Ack
+			results[i] = map[string]any{"index": or.Index, "type": "ack", "success": a.Success, "dlq": a.DLQ,
+				"error": nullable(a.Error), "transactionId": a.TransactionID}
+		}
+	}
+	out := map[string]any{"transactionId": res.TransactionID, "success": res.Success, "results": results}
+	if !res.Success {
+		out["error"] = res.Error
+	} else {
+		var pushed []queue.PushResult
+		for _, or := range res.Results {
+			if or.Push != nil {
+				pushed = append(pushed, *or.Push)
+			}
+		}
+		s.afterPush(pushed)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unhealthy", "database": "disconnected",
+			"error": err.Error(), "version": s.cfg.Version})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "healthy", "database": "connected", "server": "Herald",
+		"version": s.cfg.Version})
+}
+
+// handleStats reports the shared state between instances. syncnet is not
+// part of this build yet, so it says so.
+func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "running": false, "peers": []any{}})
+}
+
+func (s *Server) handleIndex(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(indexHTML))
+}
+
+const indexHTML = `<!doctype html>
+<html><head><meta charset="utf-8"><title>Herald</title></head>
+<body>
+<h1>Herald</h1>
+<p>A push gateway over a partitioned message queue in PostgreSQL.</p>
+<ul>
+<li><a href="/health">/health</a></li>
+<li><a href="/metrics">/metrics</a></li>
+<li>API: <code>POST /api/v1/push</code>, <code>GET /api/v1/pop/queue/{queue}</code>, <code>POST /api/v1/ack</code> (see the README)</li>
+</ul>
+</body></html>
+`

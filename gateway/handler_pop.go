@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+var errRequestCanceled = context.Canceled
+
+// messageJSON is one delivered message, in the reference server's key order.
+type messageJSON struct {
+	ConsumerGroup string  `json:"consumerGroup"`
+	CreatedAt     string  `json:"createdAt"`
+	Data          rawJSON `json:"data"`
+	ID            string  `json:"id"`
+	LeaseID       string  `json:"leaseId"`
+	Partition     string  `json:"partition"`
+	PartitionID   string  `json:"partitionId"`
+	ProducerSub   *string `json:"producerSub"`
+	Queue         string  `json:"queue"`
+	RetryCount    int     `json:"retryCount"`
+	TraceID       *string `json:"traceId"`
+	TransactionID string  `json:"transactionId"`
+}
+
+// rawJSON is a stored payload; empty means null.
+type rawJSON []byte
+
+func (r rawJSON) MarshalJSON() ([]byte, error) {
+	if len(r) == 0 {
+		return []byte("null"), nil
+	}
+	return r, nil
+}
+
+func messageOf(m queue.Message) messageJSON {
+	return messageJSON{ConsumerGroup: m.Group, CreatedAt: formatMicro(m.CreatedAt), Data: rawJSON(m.Data), ID: m.ID,
+		LeaseID: m.LeaseID, Partition: m.Partition, PartitionID: m.PartitionID, ProducerSub: nullable(m.ProducerSub),
+		Queue: m.Queue, RetryCount: m.RetryCount, TraceID: nullable(m.TraceID), TransactionID: m.TransactionID}
+}
+
+type popJSON struct {
+	ConsumerGroup     string        `json:"consumerGroup"`
+	LeaseID           string        `json:"leaseId"`
+	Messages          []messageJSON `json:"messages"`
+	Partition         string        `json:"partition"`
+	PartitionID       string        `json:"partitionId"`
+	PartitionsClaimed int           `json:"partitionsClaimed"`
+	Queue             string        `json:"queue"`
+	Success           bool          `json:"success"`
+}
+
+// parsePopRequest reads the pop query parameters shared by every pop route
+// (and, later, by SSE and WebSocket subscriptions).
+func parsePopRequest(r *http.Request) (queue.PopRequest, bool, time.Duration, error) {
+	q := r.URL.Query()
+	req := queue.PopRequest{
+		Queue:            r.PathValue("queue"),
+		Partition:        r.PathValue("partition"),
+		Namespace:        q.Get("namespace"),
+		Task:             q.Get("task"),
+		Group:            q.Get("consumerGroup"),
+		SubscriptionMode: q.Get("subscriptionMode"),
+		SubscriptionFrom: q.Get("subscriptionFrom"),
+	}
+	if req.Queue == "" && req.Namespace == "" {
+		return req, false, 0, badRequestf("namespace is required (or use /api/v1/pop/queue/{queue})")
+	}
+	var err error
+	if req.Batch, err = intParam(q.Get("batch"), "batch", 1, queue.MaxBatch); err != nil {
+		return req, false, 0, err
+	}
+	if req.Partitions, err = intParam(q.Get("partitions"), "partitions", 1, 1000); err != nil {
+		return req, false, 0, err
+	}
+	timeoutMS, err := intParam(q.Get("timeout"), "timeout", 0, int(PopTimeoutMax/time.Millisecond))
+	if err != nil {
+		return req, false, 0, err
+	}
+	timeout := PopTimeoutDefault
+	if q.Get("timeout") != "" {
+		timeout = time.Duration(timeoutMS) * time.Millisecond
+	}
+	wait, err := boolParam(q.Get("wait"), "wait")
+	if err != nil {
+		return req, false, 0, err
+	}
+	if req.AutoAck, err = boolParam(q.Get("autoAck"), "autoAck"); err != nil {
+		return req, false, 0, err
+	}
+	return req, wait, timeout, nil
+}
+
+// intParam parses an optional integer query parameter; "" gives 0.
+func intParam(v, name string, lo, hi int) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, badRequestf("%s must be an integer between %d and %d", name, lo, hi)
+	}
+	return n, nil
+}
+
+func boolParam(v, name string) (bool, error) {
+	switch v {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, badRequestf("%s must be true or false", name)
+}
+
+func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
+	req, wait, timeout, err := parsePopRequest(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	ctx := r.Context()
+	var deadline <-chan time.Time
+	if wait {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		// Take the wake channel before popping, so a push that lands
+		// between the pop and the wait still wakes us.
+		woken := s.wake.wait(req.Queue)
+		res, err := s.store.Pop(ctx, req)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if len(res.Messages) > 0 {
+			s.writePop(w, res)
+			return
+		}
+		if !wait {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		// Until the poller lands, a waiting pop re-checks on a local push and
+		// on a slow tick (pushes through other instances, expiring leases).
+		tick := time.NewTimer(s.cfg.LongPollInterval)
+		select {
+		case <-woken:
+		case <-tick.C:
+		case <-deadline:
+			tick.Stop()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		case <-ctx.Done():
+			tick.Stop()
+			return
+		}
+		tick.Stop()
+	}
+}
+
+func (s *Server) writePop(w http.ResponseWriter, res *queue.PopResult) {
+	out := popJSON{ConsumerGroup: res.Group, LeaseID: res.LeaseID, Messages: make([]messageJSON, len(res.Messages)),
+		Partition: res.Partition, PartitionID: res.PartitionID, PartitionsClaimed: res.PartitionsClaimed,
+		Queue: res.Queue, Success: true}
+	for i, m := range res.Messages {
+		out.Messages[i] = messageOf(m)
+		s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
+	}
+	writeJSON(w, http.StatusOK, out)
+}

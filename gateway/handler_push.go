@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// pushQueued and pushDuplicate are the two shapes of a push result. Fields are
+// in the reference server's (sorted) order; note the snake_case keys.
+type pushQueued struct {
+	Index         int     `json:"index"`
+	MessageID     string  `json:"message_id"`
+	PartitionID   string  `json:"partition_id"`
+	QueueName     string  `json:"queueName"`
+	Status        string  `json:"status"`
+	TraceID       *string `json:"trace_id"`
+	TransactionID string  `json:"transaction_id"`
+}
+
+type pushDuplicate struct {
+	Index         int    `json:"index"`
+	MessageID     string `json:"message_id"`
+	QueueName     string `json:"queueName"`
+	Status        string `json:"status"`
+	TransactionID string `json:"transaction_id"`
+}
+
+func pushResultJSON(r queue.PushResult) any {
+	if r.Status == queue.StatusDuplicate {
+		return pushDuplicate{Index: r.Index, MessageID: r.MessageID, QueueName: r.Queue,
+			Status: string(r.Status), TransactionID: r.TransactionID}
+	}
+	return pushQueued{Index: r.Index, MessageID: r.MessageID, PartitionID: r.PartitionID, QueueName: r.Queue,
+		Status: string(r.Status), TraceID: nullable(r.TraceID), TransactionID: r.TransactionID}
+}
+
+func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
+	obj, err := readObject(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	arr, ok := arrayField(obj, "items")
+	if !ok {
+		writeError(w, http.StatusBadRequest, "items array is required")
+		return
+	}
+	items, err := parsePushItems(arr)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	results, err := s.store.Push(r.Context(), items)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.afterPush(results)
+	out := make([]any, len(results))
+	for i, res := range results {
+		out[i] = pushResultJSON(res)
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// afterPush counts pushed messages and wakes local long-polls.
+func (s *Server) afterPush(results []queue.PushResult) {
+	var woken []string
+	seen := map[string]bool{}
+	for _, res := range results {
+		if res.Status == queue.StatusDuplicate {
+			s.metrics.duplicates.WithLabelValues(res.Queue).Inc()
+			continue
+		}
+		s.metrics.pushed.WithLabelValues(res.Queue).Inc()
+		if !seen[res.Queue] {
+			seen[res.Queue] = true
+			woken = append(woken, res.Queue)
+		}
+	}
+	if len(woken) > 0 {
+		s.wake.notify(woken...)
+	}
+}
+
+// parsePushItems checks each item's field types, answering with the reference
+// server's messages.
+func parsePushItems(arr []json.RawMessage) ([]queue.PushItem, error) {
+	items := make([]queue.PushItem, len(arr))
+	for i, raw := range arr {
+		obj, ok := objectOf(raw)
+		if !ok {
+			return nil, badRequestf("Each item must be an object")
+		}
+		q, present, err := stringField(obj, "queue")
+		if err != nil || !present {
+			return nil, badRequestf("Queue must be a string")
+		}
+		it := queue.PushItem{Queue: q}
+		if it.Partition, _, err = stringField(obj, "partition"); err != nil {
+			return nil, badRequestf("Partition must be a string")
+		}
+		if it.TransactionID, _, err = stringField(obj, "transactionId"); err != nil {
+			return nil, badRequestf("TransactionId must be a string")
+		}
+		if it.TraceID, _, err = stringField(obj, "traceId"); err != nil {
+			return nil, badRequestf("TraceId must be a string")
+		}
+		if raw, ok := obj["payload"]; ok {
+			it.Payload = raw // JSON null stays null; absent stays nil ({})
+		}
+		items[i] = it
+	}
+	return items, nil
+}
+
+// fail answers an error: client mistakes 4xx with their message, anything
+// else 500 with a generic text (the details go to the log).
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	var br *badRequest
+	switch {
+	case errors.As(err, &br):
+		writeError(w, br.status, br.msg)
+	case queue.IsInputError(err):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, errRequestCanceled):
+		// The client went away; nobody reads the answer.
+		w.WriteHeader(499)
+	default:
+		s.log.Error().Err(err).Msg("request failed")
+		writeError(w, http.StatusInternalServerError, "internal error: "+err.Error())
+	}
+}

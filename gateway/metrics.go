@@ -1,0 +1,66 @@
+package gateway
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// metrics are the herald_* series. Labels are routes, queues, groups and
+// statuses, never ids, so cardinality stays bounded by configuration.
+type metrics struct {
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	pushed     *prometheus.CounterVec
+	duplicates *prometheus.CounterVec
+	popped     *prometheus.CounterVec
+	acks       *prometheus.CounterVec
+	dlq        *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_http_requests_total",
+			Help: "HTTP requests by route, method and status code."}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "herald_http_request_duration_seconds",
+			Help: "HTTP request duration by route (long-polls include their wait).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)},
+			[]string{"route"}),
+		pushed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_pushed_total",
+			Help: "Messages stored by push."}, []string{"queue"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_duplicate_total",
+			Help: "Pushed items not stored because their transactionId existed."}, []string{"queue"}),
+		popped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_popped_total",
+			Help: "Messages delivered by pop."}, []string{"queue", "group"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_acks_total",
+			Help: "Successful acknowledgements by status."}, []string{"queue", "status"}),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_dead_lettered_total",
+			Help: "Messages moved to the dead-letter queue by an ack."}, []string{"queue"}),
+	}
+	cs := []prometheus.Collector{m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq}
+	pool := store.Pool()
+	gauge := func(name, help string, f func() float64) {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	gauge("herald_db_pool_total_conns", "Connections in the database pool.", func() float64 { return float64(pool.Stat().TotalConns()) })
+	gauge("herald_db_pool_acquired_conns", "Pool connections in use.", func() float64 { return float64(pool.Stat().AcquiredConns()) })
+	gauge("herald_db_pool_idle_conns", "Idle pool connections.", func() float64 { return float64(pool.Stat().IdleConns()) })
+	gauge("herald_db_pool_max_conns", "Pool size limit.", func() float64 { return float64(pool.Stat().MaxConns()) })
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_acquires_total",
+		Help: "Connections acquired from the pool."}, func() float64 { return float64(pool.Stat().AcquireCount()) }))
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_empty_acquires_total",
+		Help: "Acquires that had to wait for a connection."}, func() float64 { return float64(pool.Stat().EmptyAcquireCount()) }))
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observeRequest(route, method string, status int, d time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}

@@ -1,0 +1,218 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// Defaults of Config fields.
+const (
+	// BodyLimitDefault is the largest request body accepted: 8 MiB lets a
+	// producer push a batch of 1 MiB payloads.
+	BodyLimitDefault = 8 << 20
+	// LongPollIntervalDefault is how often a waiting long-poll re-checks the
+	// database for messages pushed through other instances.
+	LongPollIntervalDefault = time.Second
+	// PopTimeoutDefault is a long-poll's wait when the request names none (ms in the API).
+	PopTimeoutDefault = 30 * time.Second
+	// PopTimeoutMax bounds a long-poll's wait.
+	PopTimeoutMax = 5 * time.Minute
+)
+
+// Config configures a Server.
+type Config struct {
+	// Store runs the queue operations. Required.
+	Store *queue.Store
+	// BodyLimit is the largest request body in bytes; zero means
+	// BodyLimitDefault. Larger bodies are answered 413.
+	BodyLimit int64
+	// LongPollInterval: see LongPollIntervalDefault; zero means the default.
+	LongPollInterval time.Duration
+	// Version is reported by /health.
+	Version string
+	// Registerer receives the herald_* metrics; nil means a new registry,
+	// served by /metrics together with Go runtime metrics.
+	Registry *prometheus.Registry
+	// Logger; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.BodyLimit == 0 {
+		c.BodyLimit = BodyLimitDefault
+	}
+	if c.LongPollInterval == 0 {
+		c.LongPollInterval = LongPollIntervalDefault
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("gateway: Config.Store is required")
+	case c.BodyLimit < 0:
+		return errors.New("gateway: Config.BodyLimit must not be negative")
+	case c.LongPollInterval < 0:
+		return errors.New("gateway: Config.LongPollInterval must not be negative")
+	}
+	return nil
+}
+
+// Server is Herald's HTTP API. It holds no queue state: every request goes to
+// the Store.
+type Server struct {
+	cfg     Config
+	store   *queue.Store
+	log     zerolog.Logger
+	metrics *metrics
+	mux     *http.ServeMux
+	reg     *prometheus.Registry
+	wake    wakeBoard
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	}
+	s := &Server{
+		cfg:   cfg,
+		store: cfg.Store,
+		log:   cfg.Logger.With().Str("component", "gateway").Logger(),
+		mux:   http.NewServeMux(),
+		reg:   reg,
+		wake:  wakeBoard{chans: map[string]chan struct{}{}},
+	}
+	m, err := newMetrics(reg, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	s.handle("POST /api/v1/push", "push", s.handlePush)
+	s.handle("GET /api/v1/pop/queue/{queue}", "pop", s.handlePop)
+	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", s.handlePop)
+	s.handle("GET /api/v1/pop", "pop_namespace", s.handlePop)
+	s.handle("POST /api/v1/ack", "ack", s.handleAck)
+	s.handle("POST /api/v1/ack/batch", "ack_batch", s.handleAckBatch)
+	s.handle("POST /api/v1/lease/{leaseId}/extend", "lease_extend", s.handleLeaseExtend)
+	s.handle("POST /api/v1/transaction", "transaction", s.handleTransaction)
+	s.handle("POST /api/v1/configure", "configure", s.handleConfigure)
+	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", s.handleDeleteQueue)
+	s.handle("GET /api/v1/dlq", "dlq", s.handleDLQ)
+	s.handle("GET /health", "health", s.handleHealth)
+	s.handle("GET /internal/api/shared-state/stats", "stats", s.handleStats)
+	s.handle("GET /metrics", "metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	s.handle("GET /{$}", "index", s.handleIndex)
+	s.handle("OPTIONS /", "options", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s.handle("/", "not_found", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
+	})
+}
+
+// Handler returns the HTTP handler with CORS, body limit, metrics and logs.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// handle registers h under pattern with the per-request middleware; route is
+// the metrics label (fixed strings, never ids).
+func (s *Server) handle(pattern, route string, h http.HandlerFunc) {
+	s.mux.Handle(pattern, s.instrument(route, h))
+}
+
+func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		hdr := w.Header()
+		hdr.Set("Access-Control-Allow-Origin", "*")
+		hdr.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
+		hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+		hdr.Set("Access-Control-Max-Age", "86400")
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.BodyLimit)
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h(sw, r)
+		d := time.Since(start)
+		s.metrics.observeRequest(route, r.Method, sw.status, d)
+		ev := s.log.Debug()
+		if sw.status >= 500 {
+			ev = s.log.Error()
+		}
+		ev.Str("method", r.Method).Str("path", r.URL.Path).Str("route", route).
+			Int("status", sw.status).Dur("duration", d).Msg("request")
+	})
+}
+
+// statusWriter remembers the status code for metrics and logs.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flush, deadlines).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// wakeBoard tells waiting long-polls that a queue got messages on this
+// instance. Each queue has a channel that is closed (and replaced) on push;
+// "" is closed on every push, for namespace pops.
+type wakeBoard struct {
+	mu    sync.Mutex
+	chans map[string]chan struct{}
+}
+
+func (b *wakeBoard) wait(queue string) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch, ok := b.chans[queue]
+	if !ok {
+		ch = make(chan struct{})
+		b.chans[queue] = ch
+	}
+	return ch
+}
+
+func (b *wakeBoard) notify(queues ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, q := range append(queues, "") {
+		if ch, ok := b.chans[q]; ok {
+			close(ch)
+			delete(b.chans, q)
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AckStatus is what a consumer says about a delivered message.
+type AckStatus string
+
+// Ack statuses. StatusSuccess is a synonym of StatusCompleted.
+const (
+	StatusCompleted AckStatus = "completed"
+	StatusSuccess   AckStatus = "success"
+	StatusFailed    AckStatus = "failed"   // counts an attempt; redelivered until the retry limit, then dead-lettered
+	StatusRetry     AckStatus = "retry"    // released for redelivery without counting
+	StatusDLQ       AckStatus = "dlq"      // dead-lettered at once
+)
+
+// ParseAckStatus validates a status; zero means completed.
+func ParseAckStatus(s string) (AckStatus, error) {
+	switch AckStatus(s) {
+	case "":
+		return StatusCompleted, nil
+	case StatusCompleted, StatusSuccess, StatusFailed, StatusRetry, StatusDLQ:
+		return AckStatus(s), nil
+	}
+	return "", inputErrorf("status must be one of completed, success, failed, retry, dlq")
+}
+
+// Ack is one acknowledgement.
+type Ack struct {
+	TransactionID string
+	PartitionID   string
+	LeaseID       string // optional; when set, the ack is refused unless this lease is live
+	Status        AckStatus
+	Group         string // zero means DefaultGroup
+	Error         string // recorded with a dead letter
+}
+
+// Ack errors reported per item (they are results, not Go errors).
+const (
+	ErrTextNotFound     = "Message not found"
+	ErrTextInvalidLease = "Invalid or expired lease"
+	ErrTextNotLeased    = "Message was never delivered to this consumer group"
+)
+
+// AckResult reports one acknowledgement, in request order.
+type AckResult struct {
+	Index         int
+	TransactionID string
+	Success       bool
+	Error         string // "" on success
+	Queue         string
+	Partition     string
+	LeaseReleased bool
+	DLQ           bool
+}
+
+// Ack applies acknowledgements in one transaction. Leases are checked against
+// their state when the request started, so a batch that fails one message and
+// completes the others is applied whole.
+func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
+	var out []AckResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.ackTx(ctx, tx, acks)
+		return err
+	})
+	return out, err
+}
+
+type consumerKey struct{ partitionID, group string }
+
+type lockedConsumer struct {
+	st         cursorState
+	liveLease  string // the lease id when the request started, if unexpired
+	retryLimit int
+}
+
+const ackResolveSQL = `
+SELECT t.ord, coalesce(q.name, ''), coalesce(p.name, ''), m.seq
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(pid, txid, ord)
+LEFT JOIN partitions p ON p.id = t.pid::uuid
+LEFT JOIN queues q ON q.id = p.queue_id
+LEFT JOIN messages m ON m.partition_id = p.id AND m.transaction_id = t.txid
+ORDER BY t.ord`
+
+const ackLockSQL = `
+SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
+       coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
+       c.attempts, c.attempt_seq, q.retry_limit
+FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
+JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
+JOIN partitions p ON p.id = c.partition_id
+JOIN queues q ON q.id = p.queue_id
+ORDER BY c.partition_id, c.consumer_group
+FOR UPDATE OF c`
+
+func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, acks []Ack) ([]AckResult, error) {
+	out := make([]AckResult, len(acks))
+	if len(acks) == 0 {
+		return out, nil
+	}
+	pids := make([]*string, len(acks))
+	txids := make([]string, len(acks))
+	var lockP, lockG []string
+	for i := range acks {
+		a := &acks[i]
+		if a.Group == "" {
+			a.Group = DefaultGroup
+		}
+		if a.Status == "" {
+			a.Status = StatusCompleted
+		}
+		txids[i] = a.TransactionID
+		// A malformed id cannot match; NULL keeps it from becoming a cast error.
+		if ValidUUID(a.PartitionID) {
+			pids[i] = &a.PartitionID
+			lockP = append(lockP, a.PartitionID)
+			lockG = append(lockG, a.Group)
+		}
+		out[i] = AckResult{Index: i, TransactionID: a.TransactionID}
+	}
+	b := &pgx.Batch{}
+	b.Queue(ackResolveSQL, pids, txids)
+	b.Queue(ackLockSQL, lockP, lockG)
+	br := tx.SendBatch(ctx, b)
+	seqs := make([]*int64, len(acks))
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("resolving acked messages: %w", err)
+	}
+	for rows.Next() {
+		var ord int64
+		var seq *int64
+		var qn, pn string
+		if err := rows.Scan(&ord, &qn, &pn, &seq); err != nil {
+			rows.Close()
+			_ = br.Close()
+			return nil, fmt.Errorf("resolving acked messages: %w", err)
+		}
+		out[ord-1].Queue, out[ord-1].Partition = qn, pn
+		seqs[ord-1] = seq
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("resolving acked messages: %w", err)
+	}
+	locked := map[consumerKey]*lockedConsumer{}
+	rows, err = br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("locking consumers: %w", err)
+	}
+	for rows.Next() {
+		var k consumerKey
+		lc := &lockedConsumer{}
+		var live bool
+		if err := rows.Scan(&k.partitionID, &k.group, &lc.st.cursor, &lc.st.done, &lc.st.leaseID, &live,
+			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.retryLimit); err != nil {
+			rows.Close()
+			_ = br.Close()
+			return nil, fmt.Errorf("locking consumers: %w", err)
+		}
+		if live {
+			lc.liveLease = lc.st.leaseID
+		}
+		locked[k] = lc
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("locking consumers: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("locking consumers: %w", err)
+	}
+
+	var dead []deadLetter
+	var order []consumerKey
+	touched := map[consumerKey]bool{}
+	for i, a := range acks {
+		r := &out[i]
+		seq := seqs[i]
+		if seq == nil {
+			r.Error = ErrTextNotFound
+			continue
+		}
+		k := consumerKey{a.PartitionID, a.Group}
+		lc := locked[k]
+		if lc == nil {
+			r.Error = ErrTextNotLeased
+			continue
+		}
+		if a.LeaseID != "" && a.LeaseID != lc.liveLease {
+			r.Error = ErrTextInvalidLease
+			continue
+		}
+		r.Success = true
+		if lc.st.isDone(*seq) {
+			continue // acked before: acks are idempotent
+		}
+		if !touched[k] {
+			touched[k] = true
+			order = append(order, k)
+		}
+		hadLease := lc.st.leaseID != ""
+		switch a.Status {
+		case StatusCompleted, StatusSuccess:
+			lc.st.markDone(*seq)
+		case StatusDLQ:
+			dead = append(dead, deadLetter{partitionID: a.PartitionID, seq: *seq, group: a.Group, err: a.Error, retries: lc.st.retryCount(*seq)})
+			lc.st.markDone(*seq)
+			r.DLQ = true
+		case StatusFailed:
+			if isDead, retries := lc.st.fail(*seq, lc.retryLimit); isDead {
+				dead = append(dead, deadLetter{partitionID: a.PartitionID, seq: *seq, group: a.Group, err: a.Error, retries: retries})
+				lc.st.markDone(*seq)
+				r.DLQ = true
+			} else {
+				lc.st.release()
+			}
+		case StatusRetry:
+			lc.st.release()
+		default:
+			return nil, inputErrorf("unknown ack status %q", a.Status)
+		}
+		if lc.st.leaseComplete() {
+			lc.st.release()
+		}
+		r.LeaseReleased = hadLease && lc.st.leaseID == ""
+	}
+	if err := insertDeadLetters(ctx, tx, dead); err != nil {
+		return nil, err
+	}
+	var u consumerUpdates
+	for _, k := range order {
+		if lc := locked[k]; lc.st.changed {
+			u.add(k.partitionID, k.group, &lc.st, -1, s.cfg.InstanceID)
+		}
+	}
+	if err := u.exec(ctx, tx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// deadLetter is a message to copy into dead_letters.
+type deadLetter struct {
+	partitionID string
+	seq         int64
+	group, err  string
+	retries     int
+}
+
+const deadLetterSQL = `
+INSERT INTO dead_letters (queue_id, partition_id, seq, message_id, transaction_id, trace_id, producer_sub,
+                          payload, created_at, consumer_group, error, retry_count)
+SELECT p.queue_id, m.partition_id, m.seq, m.id, m.transaction_id, m.trace_id, m.producer_sub,
+       m.payload, m.created_at, d.grp, nullif(d.err, ''), d.retries
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::int[]) AS d(pid, seq, grp, err, retries)
+JOIN messages m ON m.partition_id = d.pid::uuid AND m.seq = d.seq
+JOIN partitions p ON p.id = m.partition_id`
+
+func insertDeadLetters(ctx context.Context, q querier, dead []deadLetter) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	pids := make([]string, len(dead))
+	seqs := make([]int64, len(dead))
+	grps := make([]string, len(dead))
+	errs := make([]string, len(dead))
+	retries := make([]int32, len(dead))
+	for i, d := range dead {
+		pids[i], seqs[i], grps[i], errs[i], retries[i] = d.partitionID, d.seq, d.group, d.err, int32(d.retries)
+	}
+	if _, err := q.Exec(ctx, deadLetterSQL, pids, seqs, grps, errs, retries); err != nil {
+		return fmt.Errorf("dead-lettering %d messages: %w", len(dead), err)
+	}
+	return nil
+}

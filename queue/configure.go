@@ -1,0 +1,137 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Options are a queue's settings. The JSON names are the API's.
+type Options struct {
+	LeaseTime                 int  `json:"leaseTime"`         // seconds a pop's lease lasts
+	RetryLimit                int  `json:"retryLimit"`        // failed deliveries retried before the DLQ
+	RetryDelay                int  `json:"retryDelay"`        // milliseconds; stored for clients, not yet applied
+	DelayedProcessing         int  `json:"delayedProcessing"` // seconds before a pushed message is visible
+	WindowBuffer              int  `json:"windowBuffer"`      // seconds a partition must be quiet before delivery
+	MaxSize                   int  `json:"maxSize"`
+	TTL                       int  `json:"ttl"`
+	RetentionSeconds          int  `json:"retentionSeconds"`
+	CompletedRetentionSeconds int  `json:"completedRetentionSeconds"`
+	RetentionEnabled          bool `json:"retentionEnabled"`
+	DeadLetterQueue           bool `json:"deadLetterQueue"`
+	DLQAfterMaxRetries        bool `json:"dlqAfterMaxRetries"`
+	Priority                  int  `json:"priority"`
+	EncryptionEnabled         bool `json:"encryptionEnabled"`
+	MaxWaitTimeSeconds        int  `json:"maxWaitTimeSeconds"`
+}
+
+// DefaultOptions are the settings of a queue created by a push, and the base
+// that configure overlays the given options on (the reference server's).
+func DefaultOptions() Options {
+	return Options{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600}
+}
+
+// Validate rejects negative durations and counts, naming the field.
+func (o Options) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"leaseTime", o.LeaseTime}, {"retryLimit", o.RetryLimit}, {"retryDelay", o.RetryDelay},
+		{"delayedProcessing", o.DelayedProcessing}, {"windowBuffer", o.WindowBuffer}, {"maxSize", o.MaxSize},
+		{"ttl", o.TTL}, {"retentionSeconds", o.RetentionSeconds},
+		{"completedRetentionSeconds", o.CompletedRetentionSeconds}, {"maxWaitTimeSeconds", o.MaxWaitTimeSeconds},
+	} {
+		if f.v < 0 {
+			return inputErrorf("options.%s must not be negative", f.name)
+		}
+	}
+	if o.LeaseTime == 0 {
+		return inputErrorf("options.leaseTime must be at least 1 second")
+	}
+	return nil
+}
+
+// ConfigureRequest creates or replaces a queue's settings.
+type ConfigureRequest struct {
+	Queue     string
+	Namespace string // zero: derived from a dotted queue name
+	Task      string
+	Options   Options
+}
+
+// ConfigureResult is the queue as stored.
+type ConfigureResult struct {
+	QueueID     string
+	PartitionID string // the Default partition
+	Queue       string
+	Namespace   string
+	Task        string
+	Options     Options
+}
+
+const configureSQL = `
+INSERT INTO queues (id, name, namespace, task, lease_time, retry_limit, retry_delay, delayed_processing,
+	window_buffer, max_size, ttl, retention_seconds, completed_retention_seconds, retention_enabled,
+	dead_letter_queue, dlq_after_max_retries, priority, encryption_enabled, max_wait_time_seconds)
+VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+ON CONFLICT (name) DO UPDATE SET namespace = EXCLUDED.namespace, task = EXCLUDED.task,
+	lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit, retry_delay = EXCLUDED.retry_delay,
+	delayed_processing = EXCLUDED.delayed_processing, window_buffer = EXCLUDED.window_buffer,
+	max_size = EXCLUDED.max_size, ttl = EXCLUDED.ttl, retention_seconds = EXCLUDED.retention_seconds,
+	completed_retention_seconds = EXCLUDED.completed_retention_seconds,
+	retention_enabled = EXCLUDED.retention_enabled, dead_letter_queue = EXCLUDED.dead_letter_queue,
+	dlq_after_max_retries = EXCLUDED.dlq_after_max_retries, priority = EXCLUDED.priority,
+	encryption_enabled = EXCLUDED.encryption_enabled, max_wait_time_seconds = EXCLUDED.max_wait_time_seconds,
+	version = queues.version + 1, updated_at = now()
+RETURNING id::text`
+
+// Configure upserts a queue: the given options replace the stored ones (fields
+// the caller left out take their defaults), and the Default partition exists
+// afterwards.
+func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*ConfigureResult, error) {
+	if err := ValidateName("queue", req.Queue); err != nil {
+		return nil, err
+	}
+	if err := req.Options.Validate(); err != nil {
+		return nil, err
+	}
+	if req.Namespace == "" && req.Task == "" {
+		req.Namespace, req.Task = namespaceTask(req.Queue)
+	}
+	o := req.Options
+	res := &ConfigureResult{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Options: o}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, configureSQL, NewID(), req.Queue, req.Namespace, req.Task, o.LeaseTime, o.RetryLimit,
+			o.RetryDelay, o.DelayedProcessing, o.WindowBuffer, o.MaxSize, o.TTL, o.RetentionSeconds,
+			o.CompletedRetentionSeconds, o.RetentionEnabled, o.DeadLetterQueue, o.DLQAfterMaxRetries, o.Priority,
+			o.EncryptionEnabled, o.MaxWaitTimeSeconds).Scan(&res.QueueID); err != nil {
+			return fmt.Errorf("configuring queue %s: %w", req.Queue, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO partitions (id, queue_id, name) VALUES ($1::uuid, $2::uuid, $3)
+			ON CONFLICT (queue_id, name) DO NOTHING`, NewID(), res.QueueID, DefaultPartition); err != nil {
+			return fmt.Errorf("creating default partition of %s: %w", req.Queue, err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT id::text FROM partitions WHERE queue_id = $1::uuid AND name = $2`,
+			res.QueueID, DefaultPartition).Scan(&res.PartitionID); err != nil {
+			return fmt.Errorf("reading default partition of %s: %w", req.Queue, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// DeleteQueue removes a queue with its partitions, messages, consumer state
+// and dead letters. It reports whether the queue existed.
+func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM queues WHERE name = $1`, name)
+	s.forgetQueue(name)
+	if err != nil {
+		return false, fmt.Errorf("deleting queue %s: %w", name, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}

@@ -1,0 +1,35 @@
+// Package queue owns Herald's schema and every SQL statement: push, pop and
+// lease, ack, lease extension, configure, delete, the dead-letter queue and
+// atomic transactions. It knows nothing of HTTP, sockets or wake-ups.
+//
+// # Model
+//
+// A queue has partitions; a partition numbers its messages with dense
+// offsets (1, 2, 3, …) assigned under the partition row lock, so inside a
+// partition commit order equals offset order and a cursor never skips a late
+// commit. Each (partition, consumer group) has one consumers row: a cursor
+// (everything at or below it is done), the offsets done above it, at most one
+// lease over a contiguous range, and the failed-attempt count of the first
+// pending offset. Messages waiting for a group = last_offset − cursor.
+//
+// # Delivery
+//
+//	          pop                      ack completed (whole range)
+//	free ────────────────▶ leased ─────────────────────────────────▶ free
+//	  ▲                      │  ack failed / retry: release now, redeliver
+//	  └──────────────────────┤  lease expires: counted as a failed attempt
+//	                         ▼  at the next pop; past retryLimit → DLQ
+//
+// # Concurrency
+//
+// Store is safe for concurrent use and holds no state but an LRU of
+// partition ids. Pops claim (partition, group) rows with FOR UPDATE SKIP
+// LOCKED, so concurrent pops never lease the same pair; pushes lock their
+// partition rows in id order, so they cannot deadlock each other.
+//
+// # Failures
+//
+// Client mistakes come back as *InputError (IsInputError); everything else is
+// a database fault wrapped with what was being done. Per-item outcomes (a
+// duplicate push, an ack with a stale lease) are results, not errors.
+package queue

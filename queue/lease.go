@@ -1,0 +1,63 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Lease extension errors reported in results.
+const (
+	ErrTextLeaseNotFound = "Lease not found"
+	ErrTextLeaseExpired  = "Lease already expired"
+)
+
+// ExtendResult reports a lease extension.
+type ExtendResult struct {
+	LeaseID   string
+	Success   bool
+	Error     string
+	ExpiresAt time.Time // zero when not extended
+}
+
+// ExtendLease pushes the expiry of every (partition, group) lease held under
+// leaseID to now + seconds; seconds ≤ 0 means each queue's lease time.
+func (s *Store) ExtendLease(ctx context.Context, leaseID string, seconds int) (*ExtendResult, error) {
+	res := &ExtendResult{LeaseID: leaseID}
+	if !ValidUUID(leaseID) {
+		res.Error = ErrTextLeaseNotFound
+		return res, nil
+	}
+	var secs *int32
+	if seconds > 0 {
+		v := int32(seconds)
+		secs = &v
+	}
+	err := s.pool.QueryRow(ctx, `
+		UPDATE consumers c SET lease_expires_at = now() + make_interval(secs => coalesce($2::int, q.lease_time))
+		FROM partitions p JOIN queues q ON q.id = p.queue_id
+		WHERE c.lease_id = $1::uuid AND p.id = c.partition_id AND c.lease_expires_at > now()
+		RETURNING c.lease_expires_at`, leaseID, secs).Scan(&res.ExpiresAt)
+	// Several rows share one lease id after a multi-partition pop; RETURNING
+	// then yields one per row and QueryRow reads the first, which is enough.
+	if err == nil {
+		res.Success = true
+		return res, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("extending lease %s: %w", leaseID, err)
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM consumers WHERE lease_id = $1::uuid)`, leaseID).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("checking lease %s: %w", leaseID, err)
+	}
+	if exists {
+		res.Error = ErrTextLeaseExpired
+	} else {
+		res.Error = ErrTextLeaseNotFound
+	}
+	return res, nil
+}

@@ -1,0 +1,422 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PopRequest selects what to lease. Exactly one of Queue or Namespace is set.
+type PopRequest struct {
+	Queue     string // one queue by name
+	Namespace string // or every queue of a namespace …
+	Task      string // … optionally narrowed to a task
+	Partition string // zero means any partition
+	Group     string // zero means DefaultGroup
+	Batch     int    // messages at most; zero means 1
+	// Partitions is how many partitions a wildcard pop may claim; zero means 1.
+	// Batch still bounds the total.
+	Partitions int
+	AutoAck    bool // advance the cursor at delivery, keep no lease (at-most-once)
+	// SubscriptionMode "new" (or SubscriptionFrom "now") makes a group that
+	// is new to the queue start after the messages already in it; a non-zero
+	// SubscriptionFrom starts it at that instant. Ignored for known groups.
+	SubscriptionMode string
+	SubscriptionFrom string // "", "now" or RFC3339
+}
+
+// Message is one delivered message.
+type Message struct {
+	ID            string
+	TransactionID string
+	TraceID       string
+	Data          json.RawMessage
+	ProducerSub   string
+	CreatedAt     time.Time
+	PartitionID   string
+	Partition     string
+	Queue         string
+	LeaseID       string // "" with autoAck
+	Group         string
+	RetryCount    int
+	Offset        int64
+}
+
+// PopResult is what one pop leased. Messages is empty when nothing was
+// available; the other fields then are zero.
+type PopResult struct {
+	Queue             string
+	Partition         string
+	PartitionID       string
+	LeaseID           string
+	Group             string
+	Messages          []Message
+	PartitionsClaimed int
+	LeaseExpiresAt    time.Time
+}
+
+// MaxBatch bounds one pop's batch, so one request cannot load a whole queue.
+const MaxBatch = 10000
+
+func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
+	if r.Group == "" {
+		r.Group = DefaultGroup
+	}
+	if r.Batch == 0 {
+		r.Batch = 1
+	}
+	if r.Partitions == 0 {
+		r.Partitions = 1
+	}
+	switch {
+	case r.Batch < 0 || r.Batch > MaxBatch:
+		return nil, false, inputErrorf("batch must be between 1 and %d", MaxBatch)
+	case r.Partitions < 0 || r.Partitions > 1000:
+		return nil, false, inputErrorf("partitions must be between 1 and 1000")
+	case r.Queue == "" && r.Namespace == "":
+		return nil, false, inputErrorf("queue or namespace is required")
+	}
+	if err := ValidateName("consumerGroup", r.Group); err != nil {
+		return nil, false, err
+	}
+	switch r.SubscriptionMode {
+	case "", "all":
+	case "new":
+		subNow = true
+	default:
+		return nil, false, inputErrorf("subscriptionMode must be all or new")
+	}
+	switch r.SubscriptionFrom {
+	case "":
+	case "now":
+		subNow = true
+	default:
+		t, perr := time.Parse(time.RFC3339Nano, r.SubscriptionFrom)
+		if perr != nil {
+			return nil, false, inputErrorf("subscriptionFrom must be now or an RFC3339 time")
+		}
+		subFrom = &t
+	}
+	return subFrom, subNow, nil
+}
+
+// paramTypes mentions every selector parameter once, so Postgres can type
+// the ones a filter variant does not use.
+const paramTypes = "$1::text IS NOT NULL AND $2::text IS NOT NULL AND $3::text IS NOT NULL AND $4::text IS NOT NULL"
+
+// popFilter builds the WHERE fragment that selects queues and, when
+// withPartition, partitions. Parameters $1..$4 are queue name, namespace,
+// task, partition name.
+func popFilter(r *PopRequest, withPartition bool) string {
+	f := []string{paramTypes}
+	if r.Queue != "" {
+		f = append(f, "q.name = $1")
+	} else {
+		f = append(f, "q.namespace = $2")
+		if r.Task != "" {
+			f = append(f, "q.task = $3")
+		}
+	}
+	if withPartition && r.Partition != "" {
+		f = append(f, "p.name = $4")
+	}
+	return strings.Join(f, " AND ")
+}
+
+// Parameters of the ensure statement: $1..$4 as popFilter, $5 group,
+// $6 subscribe-now, $7 subscribe-from.
+const popEnsureSQL = `
+WITH qs AS (
+	SELECT q.id FROM queues q WHERE %[1]s
+), g AS (
+	INSERT INTO consumer_groups (queue_id, name, subscribed_from)
+	SELECT id, $5, CASE WHEN $6::bool THEN now() ELSE $7::timestamptz END FROM qs
+	ON CONFLICT DO NOTHING
+	RETURNING queue_id, subscribed_from
+), gs AS (
+	SELECT queue_id, subscribed_from FROM g
+	UNION ALL
+	SELECT cg.queue_id, cg.subscribed_from FROM consumer_groups cg JOIN qs ON qs.id = cg.queue_id WHERE cg.name = $5
+)
+INSERT INTO consumers (partition_id, consumer_group, cursor)
+SELECT p.id, $5, CASE WHEN gs.subscribed_from IS NULL THEN 0 ELSE coalesce((
+	SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < gs.subscribed_from
+	ORDER BY m.seq DESC LIMIT 1), 0) END
+FROM partitions p JOIN queues q ON q.id = p.queue_id JOIN gs ON gs.queue_id = p.queue_id
+WHERE %[2]s AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = p.id AND c.consumer_group = $5)
+ON CONFLICT DO NOTHING`
+
+// popLockSQL claims (partition, group) pairs that have work, no live lease,
+// are past the window buffer and whose next message is past the delay. The
+// least recently leased go first, so busy partitions cannot starve others.
+// $5 group, $6 how many.
+const popLockSQL = `
+SELECT c.partition_id::text, p.name, q.id::text, q.name, c.cursor, c.done, c.lease_id::text,
+       coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq,
+       q.lease_time, q.retry_limit, q.delayed_processing
+FROM consumers c
+JOIN partitions p ON p.id = c.partition_id
+JOIN queues q ON q.id = p.queue_id
+WHERE %[1]s AND c.consumer_group = $5
+  AND p.last_offset > c.cursor
+  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+  AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
+  AND (q.delayed_processing = 0 OR EXISTS (
+	SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
+	AND m.created_at <= now() - make_interval(secs => q.delayed_processing)))
+ORDER BY c.leased_at NULLS FIRST, c.partition_id
+LIMIT $6
+FOR UPDATE OF c SKIP LOCKED`
+
+// popFetchSQL reads up to lim messages after each cursor. visible is false
+// for a message still inside the queue's delay; delivery stops there so order
+// holds.
+const popFetchSQL = `
+SELECT c.ord, m.seq, m.id::text, m.transaction_id, coalesce(m.trace_id::text, ''), coalesce(m.producer_sub, ''),
+       m.payload::text, m.created_at, m.created_at <= now() - make_interval(secs => c.delay) AS visible
+FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[]) WITH ORDINALITY AS c(pid, cur, lim, delay, ord)
+CROSS JOIN LATERAL (
+	SELECT * FROM messages m WHERE m.partition_id = c.pid::uuid AND m.seq > c.cur ORDER BY m.seq LIMIT c.lim
+) m
+ORDER BY c.ord, m.seq`
+
+// consumerUpdateSQL writes changed consumer rows back. A NULL ltime keeps
+// the expiry (and owner) of the lease the row already has.
+const consumerUpdateSQL = `
+UPDATE consumers c SET cursor = u.cur, done = u.done::bigint[], attempts = u.att, attempt_seq = u.aseq,
+	lease_id = u.lease::uuid,
+	lease_owner = CASE WHEN u.lease IS NULL THEN NULL ELSE coalesce(u.owner, c.lease_owner) END,
+	lease_expires_at = CASE WHEN u.lease IS NULL THEN NULL
+		WHEN u.ltime IS NULL THEN c.lease_expires_at ELSE now() + make_interval(secs => u.ltime) END,
+	lease_from = CASE WHEN u.lease IS NULL THEN NULL ELSE u.lfrom END,
+	lease_to = CASE WHEN u.lease IS NULL THEN NULL ELSE u.lto END,
+	leased_at = CASE WHEN u.ltime IS NULL THEN c.leased_at ELSE now() END
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::int[],
+            $8::bigint[], $9::bigint[], $10::text[], $11::text[])
+     AS u(pid, cur, done, att, aseq, lease, ltime, lfrom, lto, grp, owner)
+WHERE c.partition_id = u.pid::uuid AND c.consumer_group = u.grp`
+
+// claimed is one locked consumer row during a pop.
+type claimed struct {
+	partitionID, partition, queueID, queue string
+	st                                     cursorState
+	leaseTime, retryLimit, delay           int
+	msgs                                   []Message
+}
+
+// Pop leases messages per req. It never waits: an empty result means nothing
+// is available now.
+func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
+	subFrom, subNow, err := req.normalize()
+	if err != nil {
+		return nil, err
+	}
+	res := &PopResult{Group: req.Group}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return s.popTx(ctx, tx, &req, subFrom, subNow, res)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, subFrom *time.Time, subNow bool, res *PopResult) error {
+	filter := popFilter(req, true)
+	args := []any{req.Queue, req.Namespace, req.Task, req.Partition}
+	limit := 1
+	if req.Partition == "" {
+		limit = req.Partitions
+	}
+	b := &pgx.Batch{}
+	b.Queue(fmt.Sprintf(popEnsureSQL, popFilter(req, false), filter), append(args, req.Group, subNow, subFrom)...)
+	b.Queue(fmt.Sprintf(popLockSQL, filter), append(args, req.Group, limit)...)
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("registering consumer group: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return fmt.Errorf("claiming partitions: %w", err)
+	}
+	var claims []*claimed
+	for rows.Next() {
+		c := &claimed{}
+		var leaseID *string
+		if err := rows.Scan(&c.partitionID, &c.partition, &c.queueID, &c.queue, &c.st.cursor, &c.st.done, &leaseID,
+			&c.st.leaseFrom, &c.st.leaseTo, &c.st.attempts, &c.st.attemptSeq,
+			&c.leaseTime, &c.retryLimit, &c.delay); err != nil {
+			rows.Close()
+			_ = br.Close()
+			return fmt.Errorf("claiming partitions: %w", err)
+		}
+		if leaseID != nil {
+			c.st.leaseID = *leaseID
+		}
+		claims = append(claims, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("claiming partitions: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("claiming partitions: %w", err)
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+
+	// An expired lease counts as a failed attempt of its first pending offset.
+	var dead []deadLetter
+	for _, c := range claims {
+		if c.st.leaseID == "" {
+			continue
+		}
+		seq := c.st.firstPending()
+		if seq <= c.st.leaseTo {
+			if isDead, retries := c.st.fail(seq, c.retryLimit); isDead {
+				dead = append(dead, deadLetter{partitionID: c.partitionID, seq: seq, group: req.Group,
+					err: "lease expired", retries: retries})
+				c.st.markDone(seq)
+			}
+		}
+		c.st.release()
+	}
+	if err := insertDeadLetters(ctx, tx, dead); err != nil {
+		return err
+	}
+
+	// Fetch enough rows per partition to fill the batch after skipping
+	// offsets already done out of order.
+	pids := make([]string, len(claims))
+	curs := make([]int64, len(claims))
+	lims := make([]int32, len(claims))
+	delays := make([]int32, len(claims))
+	for i, c := range claims {
+		pids[i], curs[i] = c.partitionID, c.st.cursor
+		lims[i] = int32(req.Batch + len(c.st.done))
+		delays[i] = int32(c.delay)
+	}
+	rows, err = tx.Query(ctx, popFetchSQL, pids, curs, lims, delays)
+	if err != nil {
+		return fmt.Errorf("reading messages: %w", err)
+	}
+	leaseID := NewID()
+	if req.AutoAck {
+		leaseID = ""
+	}
+	remaining := req.Batch
+	stopped := make([]bool, len(claims))
+	for rows.Next() {
+		var ord int64
+		var m Message
+		var payload string
+		var visible bool
+		if err := rows.Scan(&ord, &m.Offset, &m.ID, &m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &visible); err != nil {
+			rows.Close()
+			return fmt.Errorf("reading messages: %w", err)
+		}
+		i := int(ord - 1)
+		c := claims[i]
+		if stopped[i] || c.st.isDone(m.Offset) {
+			continue
+		}
+		if !visible || remaining == 0 {
+			stopped[i] = true
+			continue
+		}
+		m.Data = json.RawMessage(payload)
+		m.PartitionID, m.Partition, m.Queue = c.partitionID, c.partition, c.queue
+		m.LeaseID, m.Group = leaseID, req.Group
+		m.RetryCount = c.st.retryCount(m.Offset)
+		c.msgs = append(c.msgs, m)
+		remaining--
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading messages: %w", err)
+	}
+
+	var u consumerUpdates
+	for _, c := range claims {
+		leased := len(c.msgs) > 0
+		if leased {
+			if req.AutoAck {
+				for _, m := range c.msgs {
+					c.st.markDone(m.Offset)
+				}
+			} else {
+				c.st.leaseID = leaseID
+				c.st.leaseFrom = c.msgs[0].Offset
+				c.st.leaseTo = c.msgs[len(c.msgs)-1].Offset
+				c.st.changed = true
+			}
+			if res.PartitionsClaimed == 0 {
+				res.Queue, res.Partition, res.PartitionID = c.queue, c.partition, c.partitionID
+			}
+			res.PartitionsClaimed++
+			res.Messages = append(res.Messages, c.msgs...)
+		}
+		if c.st.changed || leased {
+			lt := -1
+			if leased && !req.AutoAck {
+				lt = c.leaseTime
+			}
+			u.add(c.partitionID, req.Group, &c.st, lt, s.cfg.InstanceID)
+		}
+	}
+	if res.PartitionsClaimed > 0 {
+		res.LeaseID = leaseID
+	}
+	return u.exec(ctx, tx)
+}
+
+// consumerUpdates batches consumer rows to write with consumerUpdateSQL.
+type consumerUpdates struct {
+	pid, done, lease, grp, owner []*string
+	cur, aseq, lfrom, lto        []int64
+	att                          []int32
+	ltime                        []*int32
+}
+
+// add queues a row. leaseTime ≥ 0 starts a new lease of that many seconds;
+// -1 keeps the expiry of an existing lease.
+func (u *consumerUpdates) add(partitionID, group string, st *cursorState, leaseTime int, owner string) {
+	u.pid = append(u.pid, &partitionID)
+	u.grp = append(u.grp, &group)
+	u.cur = append(u.cur, st.cursor)
+	d := st.doneLiteral()
+	u.done = append(u.done, &d)
+	u.att = append(u.att, int32(st.attempts))
+	u.aseq = append(u.aseq, st.attemptSeq)
+	u.lease = append(u.lease, optString(st.leaseID))
+	u.lfrom = append(u.lfrom, st.leaseFrom)
+	u.lto = append(u.lto, st.leaseTo)
+	if leaseTime >= 0 {
+		lt := int32(leaseTime)
+		u.ltime = append(u.ltime, &lt)
+		u.owner = append(u.owner, &owner)
+	} else {
+		u.ltime = append(u.ltime, nil)
+		u.owner = append(u.owner, nil)
+	}
+}
+
+func (u *consumerUpdates) exec(ctx context.Context, q querier) error {
+	if len(u.pid) == 0 {
+		return nil
+	}
+	_, err := q.Exec(ctx, consumerUpdateSQL,
+		u.pid, u.cur, u.done, u.att, u.aseq, u.lease, u.ltime, u.lfrom, u.lto, u.grp, u.owner)
+	if err != nil {
+		return fmt.Errorf("updating consumers: %w", err)
+	}
+	return nil
+}

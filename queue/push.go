@@ -1,0 +1,263 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PushItem is one message to enqueue.
+type PushItem struct {
+	Queue     string
+	Partition string // zero means DefaultPartition
+	// Payload is the message body as raw JSON; nil means {} (absent), while
+	// the JSON literal null is kept as null.
+	Payload       json.RawMessage
+	TransactionID string // zero means a server-made id; duplicates in a partition are not stored twice
+	TraceID       string // optional UUID
+	ProducerSub   string // optional; the authenticated producer
+}
+
+// PushStatus is the outcome of one pushed item.
+type PushStatus string
+
+// Push outcomes.
+const (
+	StatusQueued    PushStatus = "queued"
+	StatusDuplicate PushStatus = "duplicate"
+)
+
+// PushResult reports one item, in item order.
+type PushResult struct {
+	Index         int
+	TransactionID string
+	Status        PushStatus
+	MessageID     string // for a duplicate: the stored message's id
+	PartitionID   string
+	TraceID       string
+	Queue         string
+	Partition     string
+}
+
+// Push enqueues items in one database transaction. Offsets are assigned under
+// each partition's row lock; an item whose (partition, transactionId) exists
+// takes no offset and is reported as a duplicate of the stored message.
+func (s *Store) Push(ctx context.Context, items []PushItem) ([]PushResult, error) {
+	if len(items) == 0 {
+		return []PushResult{}, nil
+	}
+	for attempt := 0; ; attempt++ {
+		plan, err := s.planPush(ctx, items)
+		if err == nil {
+			// A pipelined batch runs as one implicit transaction.
+			br := s.pool.SendBatch(ctx, plan.batch())
+			err = plan.read(br)
+			if cerr := br.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("pushing: %w", cerr)
+			}
+		}
+		if err != nil && attempt == 0 && (errors.Is(err, errRaced) || isForeignKeyViolation(err)) {
+			for _, it := range items {
+				s.forgetQueue(it.Queue)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return plan.results, nil
+	}
+}
+
+// pushTx enqueues items inside an open transaction (the transaction endpoint).
+// Queues and partitions are created outside it, so a rollback leaves them.
+func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, items []PushItem) ([]PushResult, error) {
+	if len(items) == 0 {
+		return []PushResult{}, nil
+	}
+	plan, err := s.planPush(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	br := tx.SendBatch(ctx, plan.batch())
+	err = plan.read(br)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pushing: %w", cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return plan.results, nil
+}
+
+// pushPlan holds one push request's rows, ready for the two statements.
+type pushPlan struct {
+	results    []PushResult
+	partIDs    []string // distinct, sorted: the lock order
+	rowIdx     []int    // index into results of each row sent
+	rowPart    []string
+	rowTx      []string
+	rowID      []string
+	rowPayload []string
+	rowTrace   []*string
+	rowSub     []*string
+	dupOf      map[int]int // item index → earlier item index with the same (partition, txid)
+}
+
+func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, error) {
+	keys := make([]partKey, len(items))
+	for i, it := range items {
+		p := it.Partition
+		if p == "" {
+			p = DefaultPartition
+		}
+		if err := ValidateName("queue", it.Queue); err != nil {
+			return nil, err
+		}
+		if err := ValidateName("partition", p); err != nil {
+			return nil, err
+		}
+		if it.TraceID != "" && !ValidUUID(it.TraceID) {
+			return nil, inputErrorf("traceId must be a UUID")
+		}
+		if len(it.TransactionID) > 1024 {
+			return nil, inputErrorf("transactionId must be at most 1024 bytes")
+		}
+		keys[i] = partKey{it.Queue, p}
+	}
+	refs, err := s.resolvePartitions(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	plan := &pushPlan{results: make([]PushResult, len(items)), dupOf: map[int]int{}}
+	firstByTx := map[[2]string]int{}
+	partSet := map[string]bool{}
+	for i, it := range items {
+		ref := refs[keys[i]]
+		txid := it.TransactionID
+		if txid == "" {
+			txid = NewID()
+		}
+		r := &plan.results[i]
+		*r = PushResult{Index: i, TransactionID: txid, Status: StatusQueued, MessageID: NewID(),
+			PartitionID: ref.partitionID, TraceID: it.TraceID, Queue: it.Queue, Partition: keys[i].partition}
+		k := [2]string{ref.partitionID, txid}
+		if j, ok := firstByTx[k]; ok {
+			plan.dupOf[i] = j
+			continue
+		}
+		firstByTx[k] = i
+		partSet[ref.partitionID] = true
+		payload := string(it.Payload)
+		if it.Payload == nil {
+			payload = "{}"
+		}
+		plan.rowIdx = append(plan.rowIdx, i)
+		plan.rowPart = append(plan.rowPart, ref.partitionID)
+		plan.rowTx = append(plan.rowTx, txid)
+		plan.rowID = append(plan.rowID, r.MessageID)
+		plan.rowPayload = append(plan.rowPayload, payload)
+		plan.rowTrace = append(plan.rowTrace, optString(it.TraceID))
+		plan.rowSub = append(plan.rowSub, optString(it.ProducerSub))
+	}
+	for p := range partSet {
+		plan.partIDs = append(plan.partIDs, p)
+	}
+	sort.Strings(plan.partIDs)
+	return plan, nil
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// pushLockSQL takes the partition row locks in id order (no deadlocks between
+// pushes to overlapping partitions). The statement after it then starts with a
+// snapshot taken after the locks, so it sees every committed duplicate.
+const pushLockSQL = `SELECT id FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+
+// pushInsertSQL finds duplicates, numbers the fresh rows densely per
+// partition from last_offset, bumps last_offset and inserts, in one statement.
+const pushInsertSQL = `
+WITH input AS (
+	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
+	       t.trace::uuid AS trace_id, t.sub AS producer_sub, t.ord
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+	     WITH ORDINALITY AS t(pid, txid, id, payload, trace, sub, ord)
+), dups AS (
+	SELECT i.ord, m.id FROM input i
+	JOIN messages m ON m.partition_id = i.partition_id AND m.transaction_id = i.txid
+), fresh AS (
+	SELECT i.*, row_number() OVER (PARTITION BY i.partition_id ORDER BY i.ord) AS rn
+	FROM input i WHERE NOT EXISTS (SELECT 1 FROM dups d WHERE d.ord = i.ord)
+), counts AS (
+	SELECT partition_id, count(*) AS n FROM fresh GROUP BY partition_id
+), bumped AS (
+	UPDATE partitions p SET last_offset = p.last_offset + c.n, last_push_at = now()
+	FROM counts c WHERE p.id = c.partition_id
+	RETURNING p.id, p.last_offset - c.n AS base
+), inserted AS (
+	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload)
+	SELECT f.partition_id, b.base + f.rn, f.id, f.txid, f.trace_id, f.producer_sub, f.payload
+	FROM fresh f JOIN bumped b ON b.id = f.partition_id
+	RETURNING 1
+)
+SELECT d.ord, d.id::text, (SELECT count(*) FROM inserted) FROM dups d`
+
+func (p *pushPlan) batch() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(pushLockSQL, p.partIDs)
+	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub)
+	return b
+}
+
+func (p *pushPlan) read(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("locking partitions: %w", err)
+	}
+	locked := 0
+	for rows.Next() {
+		locked++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("locking partitions: %w", err)
+	}
+	if locked != len(p.partIDs) {
+		return fmt.Errorf("locking partitions: %w", errRaced)
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return fmt.Errorf("inserting messages: %w", err)
+	}
+	for rows.Next() {
+		var ord int64
+		var id string
+		var n int64
+		if err := rows.Scan(&ord, &id, &n); err != nil {
+			rows.Close()
+			return fmt.Errorf("inserting messages: %w", err)
+		}
+		r := &p.results[p.rowIdx[ord-1]]
+		r.Status = StatusDuplicate
+		r.MessageID = id
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("inserting messages: %w", err)
+	}
+	for i, j := range p.dupOf {
+		r := &p.results[i]
+		r.Status = StatusDuplicate
+		r.MessageID = p.results[j].MessageID
+	}
+	return nil
+}

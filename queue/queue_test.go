@@ -1,0 +1,464 @@
+package queue_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+func TestMigrate_Idempotent(t *testing.T) {
+	s := newStore(t)
+	applied, err := queue.Migrate(ctxT(t), s.Pool())
+	require.NoError(t, err)
+	assert.Empty(t, applied, "second run applies nothing")
+}
+
+func TestPush_Dedup(t *testing.T) {
+	s := newStore(t)
+	items := []queue.PushItem{
+		{Queue: "q", TransactionID: "tx-1", Payload: json.RawMessage(`{"first":true}`)},
+		{Queue: "q", TransactionID: "tx-2"},
+		{Queue: "q", TransactionID: "tx-1", Payload: json.RawMessage(`{"first":false}`)}, // same request
+	}
+	res, err := s.Push(ctxT(t), items)
+	require.NoError(t, err)
+	require.Len(t, res, 3)
+	assert.Equal(t, queue.StatusQueued, res[0].Status)
+	assert.Equal(t, queue.StatusQueued, res[1].Status)
+	assert.Equal(t, queue.StatusDuplicate, res[2].Status)
+	assert.Equal(t, res[0].MessageID, res[2].MessageID)
+	for i, r := range res {
+		assert.Equal(t, i, r.Index)
+	}
+
+	again, err := s.Push(ctxT(t), []queue.PushItem{{Queue: "q", TransactionID: "tx-2"}, {Queue: "q", TransactionID: "tx-3"}})
+	require.NoError(t, err)
+	assert.Equal(t, queue.StatusDuplicate, again[0].Status)
+	assert.Equal(t, res[1].MessageID, again[0].MessageID)
+	assert.Equal(t, queue.StatusQueued, again[1].Status)
+
+	// Duplicates take no offset: offsets stay dense.
+	var last int64
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT last_offset FROM partitions`).Scan(&last))
+	assert.Equal(t, int64(3), last)
+
+	got := pop(t, s, queue.PopRequest{Queue: "q", Batch: 10})
+	require.Len(t, got.Messages, 3)
+	assert.JSONEq(t, `{"first":true}`, string(got.Messages[0].Data))
+	assert.JSONEq(t, `{}`, string(got.Messages[1].Data), "absent payload is {}")
+	for i, m := range got.Messages {
+		assert.Equal(t, int64(i+1), m.Offset)
+	}
+}
+
+func TestPush_NullPayloadAndTrace(t *testing.T) {
+	s := newStore(t)
+	trace := "8f3c1e2a-0000-4000-8000-000000000001"
+	_, err := s.Push(ctxT(t), []queue.PushItem{{Queue: "q", Payload: json.RawMessage(`null`), TraceID: trace}})
+	require.NoError(t, err)
+	got := pop(t, s, queue.PopRequest{Queue: "q"})
+	require.Len(t, got.Messages, 1)
+	assert.Equal(t, "null", string(got.Messages[0].Data))
+	assert.Equal(t, trace, got.Messages[0].TraceID)
+
+	_, err = s.Push(ctxT(t), []queue.PushItem{{Queue: "q", TraceID: "not-a-uuid"}})
+	assert.True(t, queue.IsInputError(err), "bad trace id is the client's fault: %v", err)
+	_, err = s.Push(ctxT(t), []queue.PushItem{{Queue: ""}})
+	assert.True(t, queue.IsInputError(err))
+}
+
+func TestPop_ExactBatch(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 10)...)
+	for _, want := range [][]int{ints(1, 3), ints(4, 6), ints(7, 9), {10}} {
+		res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 3})
+		assert.Equal(t, want, payloads(t, res.Messages))
+		ackAll(t, s, res, queue.StatusCompleted)
+	}
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 3}).Messages)
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "never-created"}).Messages)
+}
+
+func TestPop_OneLeasePerPartitionAndGroup(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 4)...)
+	first := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
+	require.Len(t, first.Messages, 2)
+	// The partition is leased: another consumer of the group gets nothing,
+	// so order holds.
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 2}).Messages)
+	assert.NotEmpty(t, first.LeaseID)
+	assert.Equal(t, first.LeaseID, first.Messages[0].LeaseID)
+}
+
+func TestAck_FullAckReleasesLeaseAtOnce(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 4)...)
+	res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
+	acks := ackAll(t, s, res, queue.StatusCompleted)
+	require.Len(t, acks, 2)
+	assert.True(t, acks[0].Success)
+	assert.False(t, acks[0].LeaseReleased)
+	assert.True(t, acks[1].LeaseReleased, "the last ack of the batch releases the lease")
+	assert.Equal(t, "q", acks[1].Queue)
+	assert.Equal(t, "Default", acks[1].Partition)
+
+	next := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
+	assert.Equal(t, []int{3, 4}, payloads(t, next.Messages))
+}
+
+func TestAck_OutOfOrderAndIdempotent(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 3)...)
+	res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 3})
+	m := res.Messages
+	// Ack the middle one first; then release the rest with retry.
+	out, err := s.Ack(ctxT(t), []queue.Ack{{TransactionID: m[1].TransactionID, PartitionID: m[1].PartitionID, LeaseID: m[1].LeaseID}})
+	require.NoError(t, err)
+	assert.True(t, out[0].Success)
+	out, err = s.Ack(ctxT(t), []queue.Ack{{TransactionID: m[1].TransactionID, PartitionID: m[1].PartitionID}})
+	require.NoError(t, err)
+	assert.True(t, out[0].Success, "acking twice is harmless")
+	out, err = s.Ack(ctxT(t), []queue.Ack{{TransactionID: m[0].TransactionID, PartitionID: m[0].PartitionID, LeaseID: m[0].LeaseID, Status: queue.StatusRetry}})
+	require.NoError(t, err)
+	assert.True(t, out[0].LeaseReleased)
+	// 2 is done; 1 and 3 come back, in order, without a retry counted.
+	again := pop(t, s, queue.PopRequest{Queue: "q", Batch: 5})
+	assert.Equal(t, []int{1, 3}, payloads(t, again.Messages))
+	assert.Equal(t, 0, again.Messages[0].RetryCount)
+}
+
+func TestAck_LeaseValidation(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 1)...)
+	res := pop(t, s, queue.PopRequest{Queue: "q"})
+	m := res.Messages[0]
+	out, err := s.Ack(ctxT(t), []queue.Ack{
+		{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: "00000000-0000-0000-0000-000000000000"},
+		{TransactionID: "does-not-exist", PartitionID: m.PartitionID},
+		{TransactionID: m.TransactionID, PartitionID: "not-a-uuid"},
+		{TransactionID: m.TransactionID, PartitionID: m.PartitionID, Group: "other"},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, queue.ErrTextInvalidLease, out[0].Error)
+	assert.False(t, out[0].Success)
+	assert.Equal(t, queue.ErrTextNotFound, out[1].Error)
+	assert.Equal(t, "q", out[1].Queue)
+	assert.Equal(t, queue.ErrTextNotFound, out[2].Error)
+	assert.Equal(t, queue.ErrTextNotLeased, out[3].Error)
+	// The message is still leased and unacked.
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q"}).Messages)
+}
+
+func TestAck_FailedRedeliversThenDLQ(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.RetryLimit = 2 })})
+	require.NoError(t, err)
+	push(t, s, "q", "", nums(1, 2)...)
+	for attempt := 0; attempt <= 2; attempt++ {
+		res := pop(t, s, queue.PopRequest{Queue: "q"})
+		require.Equal(t, []int{1}, payloads(t, res.Messages), "attempt %d", attempt)
+		assert.Equal(t, attempt, res.Messages[0].RetryCount)
+		m := res.Messages[0]
+		out, err := s.Ack(ctxT(t), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID,
+			Status: queue.StatusFailed, Error: "boom"}})
+		require.NoError(t, err)
+		require.True(t, out[0].Success)
+		assert.Equal(t, attempt == 2, out[0].DLQ, "dead-lettered only after retryLimit retries (attempt %d)", attempt)
+		assert.True(t, out[0].LeaseReleased)
+	}
+	// The neighbour is not charged with the poison message's attempts.
+	res := pop(t, s, queue.PopRequest{Queue: "q"})
+	assert.Equal(t, []int{2}, payloads(t, res.Messages))
+	assert.Equal(t, 0, res.Messages[0].RetryCount)
+
+	page, err := s.DLQ(ctxT(t), queue.DLQQuery{Queue: "q"})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), page.Total)
+	d := page.Messages[0]
+	assert.Equal(t, "boom", d.ErrorMessage)
+	assert.Equal(t, 2, d.RetryCount)
+	assert.JSONEq(t, `{"n":1}`, string(d.Data))
+	assert.Equal(t, queue.DefaultGroup, d.Group)
+}
+
+func TestAck_DLQStatusAndBatchWithFailure(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 3)...)
+	res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 3})
+	m := res.Messages
+	// One request: 1 completed, 2 failed, 3 sent to the DLQ. The failure
+	// releases the lease, but 3's ack still counts: leases are checked as
+	// they were when the request started.
+	out, err := s.Ack(ctxT(t), []queue.Ack{
+		{TransactionID: m[0].TransactionID, PartitionID: m[0].PartitionID, LeaseID: res.LeaseID},
+		{TransactionID: m[1].TransactionID, PartitionID: m[1].PartitionID, LeaseID: res.LeaseID, Status: queue.StatusFailed},
+		{TransactionID: m[2].TransactionID, PartitionID: m[2].PartitionID, LeaseID: res.LeaseID, Status: queue.StatusDLQ, Error: "bad"},
+	})
+	require.NoError(t, err)
+	for _, r := range out {
+		assert.True(t, r.Success, "%+v", r)
+	}
+	assert.True(t, out[1].LeaseReleased)
+	assert.True(t, out[2].DLQ)
+	again := pop(t, s, queue.PopRequest{Queue: "q", Batch: 3})
+	assert.Equal(t, []int{2}, payloads(t, again.Messages))
+	assert.Equal(t, 1, again.Messages[0].RetryCount)
+}
+
+func TestLease_ExpiryRedeliversAndCountsAsAttempt(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.RetryLimit = 1 })})
+	require.NoError(t, err)
+	push(t, s, "q", "", nums(1, 2)...)
+	expire := func() {
+		exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second' WHERE lease_id IS NOT NULL`)
+	}
+
+	first := pop(t, s, queue.PopRequest{Queue: "q"})
+	require.Equal(t, []int{1}, payloads(t, first.Messages))
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q"}).Messages, "leased")
+	expire()
+	second := pop(t, s, queue.PopRequest{Queue: "q"})
+	require.Equal(t, []int{1}, payloads(t, second.Messages), "redelivered after expiry")
+	assert.Equal(t, 1, second.Messages[0].RetryCount, "the expiry counted as a failed attempt")
+	assert.NotEqual(t, first.LeaseID, second.LeaseID)
+
+	// The consumer that lost its lease can no longer ack with it.
+	m := first.Messages[0]
+	out, err := s.Ack(ctxT(t), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: first.LeaseID}})
+	require.NoError(t, err)
+	assert.Equal(t, queue.ErrTextInvalidLease, out[0].Error)
+
+	// A consumer that always crashes: the second expiry exhausts retryLimit=1.
+	expire()
+	third := pop(t, s, queue.PopRequest{Queue: "q"})
+	assert.Equal(t, []int{2}, payloads(t, third.Messages), "poison message went to the DLQ")
+	page, err := s.DLQ(ctxT(t), queue.DLQQuery{Queue: "q"})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), page.Total)
+	assert.Equal(t, "lease expired", page.Messages[0].ErrorMessage)
+}
+
+func TestLease_Extend(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 1)...)
+	res := pop(t, s, queue.PopRequest{Queue: "q"})
+	ext, err := s.ExtendLease(ctxT(t), res.LeaseID, 120)
+	require.NoError(t, err)
+	assert.True(t, ext.Success)
+	assert.WithinDuration(t, time.Now().Add(120*time.Second), ext.ExpiresAt, 10*time.Second)
+
+	ext, err = s.ExtendLease(ctxT(t), "00000000-0000-0000-0000-000000000000", 0)
+	require.NoError(t, err)
+	assert.Equal(t, queue.ErrTextLeaseNotFound, ext.Error)
+
+	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second'`)
+	ext, err = s.ExtendLease(ctxT(t), res.LeaseID, 0)
+	require.NoError(t, err)
+	assert.False(t, ext.Success)
+	assert.Equal(t, queue.ErrTextLeaseExpired, ext.Error)
+}
+
+func TestGroups_FanOutWithIndependentCursors(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 4)...)
+	a := pop(t, s, queue.PopRequest{Queue: "q", Group: "a", Batch: 4})
+	b := pop(t, s, queue.PopRequest{Queue: "q", Group: "b", Batch: 2})
+	assert.Equal(t, ints(1, 4), payloads(t, a.Messages))
+	assert.Equal(t, ints(1, 2), payloads(t, b.Messages))
+	ackAll(t, s, a, queue.StatusCompleted)
+	ackAll(t, s, b, queue.StatusCompleted)
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "a"}).Messages)
+	assert.Equal(t, ints(3, 4), payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "b", Batch: 9}).Messages))
+	assert.Equal(t, ints(1, 4), payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 9}).Messages), "queue mode has its own cursor")
+}
+
+func TestSubscriptionModes(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 2)...)
+	var mid time.Time
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT clock_timestamp()`).Scan(&mid))
+	push(t, s, "q", "", nums(3, 3)...)
+
+	t.Run("All", func(t *testing.T) {
+		res := pop(t, s, queue.PopRequest{Queue: "q", Group: "all", SubscriptionMode: "all", Batch: 9})
+		assert.Equal(t, ints(1, 3), payloads(t, res.Messages))
+	})
+	t.Run("New", func(t *testing.T) {
+		assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "new", SubscriptionMode: "new", Batch: 9}).Messages)
+		push(t, s, "q", "", nums(4, 4)...)
+		res := pop(t, s, queue.PopRequest{Queue: "q", Group: "new", SubscriptionMode: "new", Batch: 9})
+		assert.Equal(t, []int{4}, payloads(t, res.Messages))
+	})
+	t.Run("FromNow", func(t *testing.T) {
+		assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "now", SubscriptionFrom: "now", Batch: 9}).Messages)
+		// A partition created after the group subscribed counts as new too.
+		push(t, s, "q", "later", nums(5, 5)...)
+		res := pop(t, s, queue.PopRequest{Queue: "q", Group: "now", Batch: 9})
+		assert.Equal(t, []int{5}, payloads(t, res.Messages))
+	})
+	t.Run("FromTimestamp", func(t *testing.T) {
+		res := pop(t, s, queue.PopRequest{Queue: "q", Group: "ts", SubscriptionFrom: mid.Format(time.RFC3339Nano), Batch: 9})
+		assert.Equal(t, []int{3, 4}, payloads(t, res.Messages))
+	})
+	t.Run("BadInput", func(t *testing.T) {
+		_, err := s.Pop(ctxT(t), queue.PopRequest{Queue: "q", SubscriptionMode: "sometimes"})
+		assert.True(t, queue.IsInputError(err))
+		_, err = s.Pop(ctxT(t), queue.PopRequest{Queue: "q", SubscriptionFrom: "yesterday"})
+		assert.True(t, queue.IsInputError(err))
+	})
+}
+
+func TestDelayedProcessing(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.DelayedProcessing = 60 })})
+	require.NoError(t, err)
+	push(t, s, "q", "", nums(1, 2)...)
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 9}).Messages, "not visible for 60 s")
+	// Age only the first message: delivery stops at the first invisible one.
+	exec(t, s, `UPDATE messages SET created_at = created_at - interval '61 seconds' WHERE seq = 1`)
+	assert.Equal(t, []int{1}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "g", Batch: 9}).Messages))
+	exec(t, s, `UPDATE messages SET created_at = created_at - interval '61 seconds' WHERE seq = 2`)
+	assert.Equal(t, []int{1, 2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 9}).Messages))
+}
+
+func TestWindowBuffer(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.WindowBuffer = 30 })})
+	require.NoError(t, err)
+	push(t, s, "q", "busy", nums(1, 1)...)
+	push(t, s, "q", "quiet", nums(2, 2)...)
+	exec(t, s, `UPDATE partitions SET last_push_at = now() - interval '31 seconds' WHERE name = 'quiet'`)
+	res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 9, Partitions: 5})
+	assert.Equal(t, []int{2}, payloads(t, res.Messages), "only the partition quiet for 30 s is eligible")
+	assert.Equal(t, "quiet", res.Partition)
+}
+
+func TestAutoAck(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 3)...)
+	res := pop(t, s, queue.PopRequest{Queue: "q", AutoAck: true, Batch: 2})
+	assert.Equal(t, ints(1, 2), payloads(t, res.Messages))
+	assert.Empty(t, res.LeaseID)
+	assert.Empty(t, res.Messages[0].LeaseID)
+	// No lease kept: the next pop goes straight on.
+	assert.Equal(t, []int{3}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 2}).Messages))
+}
+
+func TestPop_SpecificAndMultiplePartitions(t *testing.T) {
+	s := newStore(t)
+	for _, p := range []string{"p1", "p2", "p3"} {
+		push(t, s, "q", p, nums(1, 2)...)
+	}
+	one := pop(t, s, queue.PopRequest{Queue: "q", Partition: "p2", Batch: 9})
+	assert.Equal(t, "p2", one.Partition)
+	assert.Len(t, one.Messages, 2)
+	assert.Equal(t, 1, one.PartitionsClaimed)
+
+	many := pop(t, s, queue.PopRequest{Queue: "q", Partitions: 5, Batch: 3})
+	assert.Len(t, many.Messages, 3, "batch bounds the total across partitions")
+	assert.Equal(t, 2, many.PartitionsClaimed)
+	seen := map[string]bool{}
+	for _, m := range many.Messages {
+		seen[m.Partition] = true
+		assert.Equal(t, many.LeaseID, m.LeaseID)
+	}
+	assert.False(t, seen["p2"])
+	// One lease id covers both partitions: extend and ack work across them.
+	ext, err := s.ExtendLease(ctxT(t), many.LeaseID, 60)
+	require.NoError(t, err)
+	assert.True(t, ext.Success)
+	for _, r := range ackAll(t, s, many, queue.StatusCompleted) {
+		assert.True(t, r.Success)
+	}
+}
+
+func TestPop_ByNamespaceAndTask(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "invoices-eu", Namespace: "billing", Task: "invoices", Options: queue.DefaultOptions()})
+	require.NoError(t, err)
+	push(t, s, "invoices-eu", "", nums(1, 1)...)
+	push(t, s, "billing.refunds", "", nums(2, 2)...) // namespace and task from the dotted name
+	push(t, s, "other", "", nums(3, 3)...)
+
+	res := pop(t, s, queue.PopRequest{Namespace: "billing", Task: "refunds"})
+	assert.Equal(t, []int{2}, payloads(t, res.Messages))
+	assert.Equal(t, "billing.refunds", res.Queue)
+	res = pop(t, s, queue.PopRequest{Namespace: "billing", Batch: 9})
+	assert.Equal(t, []int{1}, payloads(t, res.Messages))
+	assert.Empty(t, pop(t, s, queue.PopRequest{Namespace: "billing"}).Messages)
+}
+
+func TestTransaction(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "src", "", nums(1, 1)...)
+	res := pop(t, s, queue.PopRequest{Queue: "src"})
+	m := res.Messages[0]
+
+	// A failing ack rolls back the push before it.
+	bad, err := s.Transaction(ctxT(t), []queue.TxOp{
+		{Type: "push", Items: []queue.PushItem{{Queue: "dst", Payload: json.RawMessage(`{"n":99}`)}}},
+		{Type: "ack", Ack: queue.Ack{TransactionID: "no-such-tx", PartitionID: m.PartitionID}},
+	}, nil)
+	require.NoError(t, err)
+	assert.False(t, bad.Success)
+	assert.Equal(t, "ACK operation failed: Message not found", bad.Error)
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "dst"}).Messages, "the push was rolled back")
+
+	good, err := s.Transaction(ctxT(t), []queue.TxOp{
+		{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID}},
+		{Type: "push", Items: []queue.PushItem{{Queue: "dst", Payload: json.RawMessage(`{"n":2}`)}}},
+	}, []string{res.LeaseID})
+	require.NoError(t, err)
+	require.True(t, good.Success, good.Error)
+	require.Len(t, good.Results, 2)
+	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "dst"}).Messages))
+
+	stale, err := s.Transaction(ctxT(t), []queue.TxOp{{Type: "push", Items: []queue.PushItem{{Queue: "dst"}}}},
+		[]string{res.LeaseID})
+	require.NoError(t, err)
+	assert.False(t, stale.Success, "the required lease was released by the ack")
+
+	_, err = s.Transaction(ctxT(t), nil, nil)
+	assert.True(t, queue.IsInputError(err))
+}
+
+func TestConfigureAndDelete(t *testing.T) {
+	s := newStore(t)
+	res, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: queue.DefaultOptions()})
+	require.NoError(t, err)
+	assert.NotEmpty(t, res.QueueID)
+	assert.NotEmpty(t, res.PartitionID)
+	assert.Equal(t, 300, res.Options.LeaseTime)
+	again, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.LeaseTime = 10 })})
+	require.NoError(t, err)
+	assert.Equal(t, res.QueueID, again.QueueID)
+	assert.Equal(t, res.PartitionID, again.PartitionID)
+
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.RetryLimit = -1 })})
+	assert.True(t, queue.IsInputError(err))
+
+	push(t, s, "q", "", nums(1, 1)...)
+	existed, err := s.DeleteQueue(ctxT(t), "q")
+	require.NoError(t, err)
+	assert.True(t, existed)
+	existed, err = s.DeleteQueue(ctxT(t), "q")
+	require.NoError(t, err)
+	assert.False(t, existed)
+	// The cached partition id is gone with the queue: a push recreates it.
+	res2 := push(t, s, "q", "", nums(2, 2)...)
+	assert.NotEqual(t, res.PartitionID, res2[0].PartitionID)
+	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q"}).Messages))
+}
+
+func withOpts(f func(*queue.Options)) queue.Options {
+	o := queue.DefaultOptions()
+	f(&o)
+	return o
+}

@@ -1,0 +1,252 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+)
+
+// DefaultGroup is the consumer group of plain queue mode (competing consumers).
+const DefaultGroup = "__QUEUE_MODE__"
+
+// DefaultPartition is the partition a push without one goes to.
+const DefaultPartition = "Default"
+
+// PartitionCacheSizeDefault bounds the (queue, partition) → id cache. Each entry
+// is ~150 bytes, so the default costs about 1.5 MB at most.
+const PartitionCacheSizeDefault = 10000
+
+// Config configures a Store.
+type Config struct {
+	// Pool is the connection pool. Required. Its connections' search_path
+	// decides which schema holds the tables.
+	Pool *pgxpool.Pool
+	// InstanceID is recorded as the owner of leases this instance takes.
+	// Zero means "herald".
+	InstanceID string
+	// PartitionCacheSize bounds the partition id cache; zero means
+	// PartitionCacheSizeDefault.
+	PartitionCacheSize int
+	// Logger; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.InstanceID == "" {
+		c.InstanceID = "herald"
+	}
+	if c.PartitionCacheSize == 0 {
+		c.PartitionCacheSize = PartitionCacheSizeDefault
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.Pool == nil {
+		return errors.New("queue: Config.Pool is required")
+	}
+	if c.PartitionCacheSize < 0 {
+		return errors.New("queue: Config.PartitionCacheSize must not be negative")
+	}
+	return nil
+}
+
+// Store runs every queue operation against PostgreSQL. It is safe for
+// concurrent use; all state lives in the database except an advisory cache of
+// partition ids, which is dropped on delete and re-checked on use.
+type Store struct {
+	pool  *pgxpool.Pool
+	cfg   Config
+	log   zerolog.Logger
+	parts *lru.Cache[partKey, partRef]
+}
+
+type partKey struct{ queue, partition string }
+
+type partRef struct{ queueID, partitionID string }
+
+// New returns a Store. It does not touch the database; call Migrate first.
+func New(cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cache, err := lru.New[partKey, partRef](cfg.PartitionCacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("creating partition cache: %w", err)
+	}
+	return &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache}, nil
+}
+
+// Pool returns the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// querier is what both *pgxpool.Pool and pgx.Tx offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// InputError is a client mistake (bad name, wrong type). Callers answer it
+// with 400; it is never worth a retry.
+type InputError struct{ Msg string }
+
+func (e *InputError) Error() string { return e.Msg }
+
+func inputErrorf(format string, args ...any) error {
+	return &InputError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// IsInputError reports whether err is (or wraps) an InputError.
+func IsInputError(err error) bool {
+	var ie *InputError
+	return errors.As(err, &ie)
+}
+
+// MaxNameLength bounds queue, partition and consumer group names.
+const MaxNameLength = 255
+
+// ValidateName checks a queue, partition or group name: non-empty, at most
+// MaxNameLength bytes, no control characters.
+func ValidateName(kind, name string) error {
+	if name == "" {
+		return inputErrorf("%s must not be empty", kind)
+	}
+	if len(name) > MaxNameLength {
+		return inputErrorf("%s must be at most %d bytes", kind, MaxNameLength)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return inputErrorf("%s must not contain control characters", kind)
+		}
+	}
+	return nil
+}
+
+// namespaceTask derives a queue's namespace and task from a dotted name
+// ("billing.invoices.eu" → "billing", "invoices"), used when a queue is created
+// by a push rather than by configure.
+func namespaceTask(name string) (string, string) {
+	ns, rest, ok := strings.Cut(name, ".")
+	if !ok || ns == "" {
+		return "", ""
+	}
+	task, _, _ := strings.Cut(rest, ".")
+	return ns, task
+}
+
+// resolvePartitions returns the ids of the given (queue, partition) pairs,
+// creating queues and partitions that do not exist yet.
+func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[partKey]partRef, error) {
+	out := make(map[partKey]partRef, len(keys))
+	var missQ, missP []string
+	seen := map[partKey]bool{}
+	for _, k := range keys {
+		if ref, ok := s.parts.Get(k); ok {
+			out[k] = ref
+			continue
+		}
+		if !seen[k] {
+			seen[k] = true
+			missQ = append(missQ, k.queue)
+			missP = append(missP, k.partition)
+		}
+	}
+	if len(missQ) == 0 {
+		return out, nil
+	}
+	qids := make([]string, len(missQ))
+	pids := make([]string, len(missQ))
+	nss := make([]string, len(missQ))
+	tasks := make([]string, len(missQ))
+	for i := range missQ {
+		qids[i] = NewID()
+		pids[i] = NewID()
+		nss[i], tasks[i] = namespaceTask(missQ[i])
+	}
+	// Three statements in one round trip. Each takes its own snapshot, so the
+	// final SELECT sees rows that a concurrent creator committed meanwhile.
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO queues (id, name, namespace, task)
+		SELECT DISTINCT ON (t.name) t.id::uuid, t.name, t.ns, t.task
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t(id, name, ns, task)
+		ORDER BY t.name
+		ON CONFLICT (name) DO NOTHING`, qids, missQ, nss, tasks)
+	b.Queue(`INSERT INTO partitions (id, queue_id, name)
+		SELECT t.id::uuid, q.id, t.partition
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS t(id, queue, partition)
+		JOIN queues q ON q.name = t.queue
+		ORDER BY q.id, t.partition
+		ON CONFLICT (queue_id, name) DO NOTHING`, pids, missQ, missP)
+	b.Queue(`SELECT t.queue, t.partition, q.id::text, p.id::text
+		FROM unnest($1::text[], $2::text[]) AS t(queue, partition)
+		JOIN queues q ON q.name = t.queue
+		JOIN partitions p ON p.queue_id = q.id AND p.name = t.partition`, missQ, missP)
+	br := s.pool.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("creating queues: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("creating partitions: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("resolving partitions: %w", err)
+	}
+	for rows.Next() {
+		var k partKey
+		var ref partRef
+		if err := rows.Scan(&k.queue, &k.partition, &ref.queueID, &ref.partitionID); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("resolving partitions: %w", err)
+		}
+		out[k] = ref
+		s.parts.Add(k, ref)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("resolving partitions: %w", err)
+	}
+	for _, k := range keys {
+		if _, ok := out[k]; !ok {
+			// Deleted between insert and select by a concurrent delete.
+			return nil, fmt.Errorf("resolving partition %s/%s: %w", k.queue, k.partition, errRaced)
+		}
+	}
+	return out, nil
+}
+
+// errRaced marks a conflict with a concurrent delete; the caller retries once.
+var errRaced = errors.New("queue deleted concurrently")
+
+// forgetQueue drops cached partition ids of a queue (after delete, or when a
+// cached id turned out to be stale).
+func (s *Store) forgetQueue(name string) {
+	for _, k := range s.parts.Keys() {
+		if k.queue == name {
+			s.parts.Remove(k)
+		}
+	}
+}
+
+// isForeignKeyViolation reports whether err is a foreign key violation: a
+// cached partition id whose partition was deleted.
+func isForeignKeyViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503"
+}

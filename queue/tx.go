@@ -1,0 +1,97 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TxOp is one operation of an atomic transaction: a push of Items, or an Ack.
+type TxOp struct {
+	Type  string // "push" or "ack"
+	Items []PushItem
+	Ack   Ack
+}
+
+// TxOpResult is the result of one operation. A push yields one per item.
+type TxOpResult struct {
+	Index int // the operation's index
+	Type  string
+	Push  *PushResult
+	Ack   *AckResult
+}
+
+// TxResult reports a transaction. Success false means it was rolled back;
+// Results then end with the operation that failed.
+type TxResult struct {
+	TransactionID string
+	Success       bool
+	Error         string
+	Results       []TxOpResult
+}
+
+// errTxAborted rolls the transaction back after a logical failure.
+var errTxAborted = errors.New("transaction aborted")
+
+// Transaction runs pushes and acks atomically: all commit or none do. Every
+// lease in requiredLeases must be live when it starts.
+func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []string) (*TxResult, error) {
+	if len(ops) == 0 {
+		return nil, inputErrorf("operations array cannot be empty")
+	}
+	for i, op := range ops {
+		if op.Type != "push" && op.Type != "ack" {
+			return nil, inputErrorf("operations[%d].type must be push or ack", i)
+		}
+	}
+	res := &TxResult{TransactionID: NewID(), Results: []TxOpResult{}}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, l := range requiredLeases {
+			var live bool
+			if ValidUUID(l) {
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM consumers WHERE lease_id = $1::uuid AND lease_expires_at > now())`,
+					l).Scan(&live); err != nil {
+					return fmt.Errorf("checking required lease: %w", err)
+				}
+			}
+			if !live {
+				res.Error = "Required lease is not valid: " + l
+				return errTxAborted
+			}
+		}
+		for i, op := range ops {
+			switch op.Type {
+			case "push":
+				prs, err := s.pushTx(ctx, tx, op.Items)
+				if err != nil {
+					return err
+				}
+				for j := range prs {
+					res.Results = append(res.Results, TxOpResult{Index: i, Type: "push", Push: &prs[j]})
+				}
+			case "ack":
+				ars, err := s.ackTx(ctx, tx, []Ack{op.Ack})
+				if err != nil {
+					return err
+				}
+				ar := ars[0]
+				res.Results = append(res.Results, TxOpResult{Index: i, Type: "ack", Ack: &ar})
+				if !ar.Success {
+					res.Error = "ACK operation failed: " + ar.Error
+					return errTxAborted
+				}
+			}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errTxAborted):
+		return res, nil
+	case err != nil:
+		return nil, err
+	}
+	res.Success = true
+	return res, nil
+}

@@ -192,8 +192,14 @@ WITH input AS (
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
 	     WITH ORDINALITY AS t(pid, txid, id, payload, trace, sub, ord)
 ), dups AS (
-	SELECT i.ord, m.id FROM input i
-	JOIN messages m ON m.partition_id = i.partition_id AND m.transaction_id = i.txid
+	-- A scalar subquery cannot be flattened into a join, so this stays one
+	-- index probe per item even when statistics are stale (a hash join
+	-- would scan the whole table on every push).
+	SELECT x.ord, x.id FROM (
+		SELECT i.ord, (SELECT m.id FROM messages m
+		               WHERE m.partition_id = i.partition_id AND m.transaction_id = i.txid) AS id
+		FROM input i
+	) x WHERE x.id IS NOT NULL
 ), fresh AS (
 	SELECT i.*, row_number() OVER (PARTITION BY i.partition_id ORDER BY i.ord) AS rn
 	FROM input i WHERE NOT EXISTS (SELECT 1 FROM dups d WHERE d.ord = i.ord)

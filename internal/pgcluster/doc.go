@@ -1,0 +1,49 @@
+// Package pgcluster runs a private PostgreSQL cluster in a directory.
+//
+// It backs `herald serve` when no database URL is given, and the throwaway
+// databases of package pgtest. Start finds the server binaries (BinDir), runs
+// initdb on first use, and starts a postmaster with pg_ctl that listens on
+// 127.0.0.1 only, trusts every local connection, and has logical replication
+// enabled. Authentication is "trust": any local user can connect as the
+// postgres superuser, which suits development and tests, not shared hosts.
+// Everything lives under Config.Dir:
+//
+//	Dir/pgdata          the cluster (initdb'd once, reused afterwards)
+//	Dir/postgres.log    the server log
+//	Dir/.s.PGSQL.<port> the Unix socket, unless Dir is too long for one
+//	Dir/start.lock      serializes Start calls
+//
+// # Running as root
+//
+// initdb and postgres refuse to run as root. When the process is root, they
+// run as the postgres OS user, Dir is chowned to it, and Start checks up
+// front that postgres can traverse Dir's parents, so that a bad location
+// fails with an error naming the directory instead of a bare EACCES.
+//
+// # Concurrency
+//
+// A *Cluster is immutable apart from Stop, which runs once; all methods are
+// safe for concurrent use. Several Starts on the same Dir, in one process or
+// many, share one postmaster: the first one starts it and owns it (Owned
+// reports true, and only its Stop shuts the server down); later ones reuse
+// it. Starts on one Dir are serialized by a flock on Dir/start.lock, so
+// racing first starts run initdb and pg_ctl once.
+//
+// # Failure handling
+//
+// A postmaster that dies without cleaning up (kill -9, OOM killer, power
+// loss) leaves postmaster.pid behind. Start treats it as stale unless the
+// PID it names is a live process whose working directory is this data
+// directory — the postmaster chdirs there — so a PID recycled by an
+// unrelated process, or a zombie, does not block a restart. Start also waits
+// until the dead postmaster's children have exited, so two generations of
+// processes never share the files; this relies on Linux's /proc. Start
+// retries when a port it picked gets taken before postgres binds it.
+//
+// Errors say what was being done ("starting postgres: ...") and, when
+// pg_ctl fails to start the server, include the tail of postgres.log. Start
+// gives up after two minutes (or when ctx ends) rather than waiting forever
+// on a postmaster that never becomes ready. If ctx is cancelled while pg_ctl
+// is starting the server, the postmaster may come up anyway; the next Start
+// then reuses it.
+package pgcluster

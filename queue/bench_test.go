@@ -1,0 +1,95 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// benchPayload is a typical small event (~100 bytes of JSON).
+var benchPayload = json.RawMessage(`{"orderId":12345,"customer":"c-42","amount":99.5,"currency":"EUR","items":[1,2,3],"note":"benchmark"}`)
+
+// BenchmarkPush pushes requests of `batch` items, request i going to
+// partition i mod partitions. Reports msgs/s.
+func BenchmarkPush(b *testing.B) {
+	for _, parts := range []int{1, 100} {
+		for _, batch := range []int{1, 10, 100} {
+			b.Run(fmt.Sprintf("partitions=%d/batch=%d", parts, batch), func(b *testing.B) {
+				s := newStore(b)
+				ctx := context.Background()
+				items := make([]queue.PushItem, batch)
+				start := time.Now()
+				n := 0
+				for b.Loop() {
+					p := fmt.Sprintf("p%d", n%parts)
+					for j := range items {
+						items[j] = queue.PushItem{Queue: "bench", Partition: p, Payload: benchPayload}
+					}
+					if _, err := s.Push(ctx, items); err != nil {
+						b.Fatal(err)
+					}
+					n++
+				}
+				b.ReportMetric(float64(n*batch)/time.Since(start).Seconds(), "msgs/s")
+			})
+		}
+	}
+}
+
+// BenchmarkPopAck pops a batch of 100 from any partition and acks it in one
+// batch ack per iteration. The queue is refilled (outside the timer) when it
+// runs dry. Reports msgs/s delivered and acknowledged.
+func BenchmarkPopAck(b *testing.B) {
+	for _, parts := range []int{1, 100} {
+		b.Run(fmt.Sprintf("partitions=%d/batch=100", parts), func(b *testing.B) {
+			s := newStore(b)
+			ctx := context.Background()
+			refill := func() {
+				items := make([]queue.PushItem, 0, 1000)
+				for i := 0; i < 20000; i++ {
+					items = append(items, queue.PushItem{Queue: "bench", Partition: fmt.Sprintf("p%d", i%parts), Payload: benchPayload})
+					if len(items) == cap(items) {
+						if _, err := s.Push(ctx, items); err != nil {
+							b.Fatal(err)
+						}
+						items = items[:0]
+					}
+				}
+			}
+			refill()
+			var delivered int
+			var busy time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				res, err := s.Pop(ctx, queue.PopRequest{Queue: "bench", Batch: 100})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(res.Messages) == 0 {
+					b.StopTimer()
+					refill()
+					b.StartTimer()
+					continue
+				}
+				acks := make([]queue.Ack, len(res.Messages))
+				for i, m := range res.Messages {
+					acks[i] = queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID}
+				}
+				out, err := s.Ack(ctx, acks)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !out[len(out)-1].LeaseReleased {
+					b.Fatal("full ack did not release the lease")
+				}
+				delivered += len(res.Messages)
+				busy += time.Since(t0)
+			}
+			b.ReportMetric(float64(delivered)/busy.Seconds(), "msgs/s")
+		})
+	}
+}

@@ -127,11 +127,33 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 
 // DeleteQueue removes a queue with its partitions, messages, consumer state
 // and dead letters. It reports whether the queue existed.
+//
+// It locks the queue's partitions first, as a push does: a push in flight
+// finishes before the delete, and a push that comes after finds the
+// partition gone and recreates the queue.
 func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM queues WHERE name = $1`, name)
+	var existed bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT p.id FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY p.id FOR UPDATE OF p`, name)
+		b.Queue(`DELETE FROM messages WHERE partition_id IN (
+			SELECT p.id FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE q.name = $1)`, name)
+		b.Queue(`DELETE FROM queues WHERE name = $1`, name)
+		br := tx.SendBatch(ctx, b)
+		defer func() { _ = br.Close() }()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		tag, err := br.Exec()
+		existed = tag.RowsAffected() > 0
+		return err
+	})
 	s.forgetQueue(name)
 	if err != nil {
 		return false, fmt.Errorf("deleting queue %s: %w", name, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	return existed, nil
 }

@@ -29,8 +29,10 @@ func TestMain(m *testing.M) {
 // newStore returns a migrated Store in a schema of its own.
 func newStore(t testing.TB) *queue.Store {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	_, err := queue.Migrate(context.Background(), pool)
+	pool, err := queue.NewPool(context.Background(), pgtest.DSN(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = queue.Migrate(context.Background(), pool)
 	require.NoError(t, err)
 	s, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
 	require.NoError(t, err)

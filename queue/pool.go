@@ -1,0 +1,50 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ParsePoolConfig parses a database URL (or key=value DSN) into a pool
+// configuration tuned for the Store:
+//
+//   - plan_cache_mode=force_generic_plan: every hot statement takes its
+//     variable parts as arrays, so one generic plan fits all calls. Left to
+//     itself Postgres re-plans the push statement on every call (its custom
+//     plans look cheaper), which measured 0.9 ms per single-item push against
+//     0.23 ms with the generic plan.
+//   - application_name=herald, unless the DSN sets one, so the
+//     connections are recognisable in pg_stat_activity.
+func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database URL: %w", err)
+	}
+	rp := cfg.ConnConfig.RuntimeParams
+	if _, ok := rp["plan_cache_mode"]; !ok {
+		rp["plan_cache_mode"] = "force_generic_plan"
+	}
+	if _, ok := rp["application_name"]; !ok {
+		rp["application_name"] = "herald"
+	}
+	return cfg, nil
+}
+
+// NewPool opens a pool per ParsePoolConfig and checks that the database answers.
+func NewPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := ParsePoolConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening database pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to database: %w", err)
+	}
+	return pool, nil
+}

@@ -14,9 +14,9 @@ type AckStatus string
 const (
 	StatusCompleted AckStatus = "completed"
 	StatusSuccess   AckStatus = "success"
-	StatusFailed    AckStatus = "failed"   // counts an attempt; redelivered until the retry limit, then dead-lettered
-	StatusRetry     AckStatus = "retry"    // released for redelivery without counting
-	StatusDLQ       AckStatus = "dlq"      // dead-lettered at once
+	StatusFailed    AckStatus = "failed" // counts an attempt; redelivered until the retry limit, then dead-lettered
+	StatusRetry     AckStatus = "retry"  // released for redelivery without counting
+	StatusDLQ       AckStatus = "dlq"    // dead-lettered at once
 )
 
 // ParseAckStatus validates a status; zero means completed.

@@ -118,7 +118,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 	out := make([]ackJSON, len(results))
 	for i, res := range results {
 		out[i] = ackResultJSON(res)
-		if res.Success {
+		if res.Success && i < len(acks) {
 			s.metrics.acks.WithLabelValues(res.Queue, string(acks[i].Status)).Inc()
 		}
 		if res.DLQ {

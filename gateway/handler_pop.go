@@ -157,6 +157,10 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 			tick.Stop()
 			w.WriteHeader(http.StatusNoContent)
 			return
+		case <-s.draining:
+			tick.Stop()
+			w.WriteHeader(http.StatusNoContent)
+			return
 		case <-ctx.Done():
 			tick.Stop()
 			return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
@@ -82,6 +83,9 @@ type Server struct {
 	mux     *http.ServeMux
 	reg     *prometheus.Registry
 	wake    wakeBoard
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain
 }
 
 // New returns a Server.
@@ -93,7 +97,7 @@ func New(cfg Config) (*Server, error) {
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
-		reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	s := &Server{
 		cfg:   cfg,
@@ -102,6 +106,8 @@ func New(cfg Config) (*Server, error) {
 		mux:   http.NewServeMux(),
 		reg:   reg,
 		wake:  wakeBoard{chans: map[string]chan struct{}{}},
+
+		draining: make(chan struct{}),
 	}
 	m, err := newMetrics(reg, cfg.Store)
 	if err != nil {
@@ -132,6 +138,13 @@ func (s *Server) routes() {
 	s.handle("/", "not_found", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
+}
+
+// Drain makes waiting long-polls answer 204 now, so that an http.Server
+// Shutdown does not wait for their timeouts. New requests are still served
+// until the listener closes. Safe to call more than once.
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() { close(s.draining) })
 }
 
 // Handler returns the HTTP handler with CORS, body limit, metrics and logs.

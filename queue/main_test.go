@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 // newStore returns a migrated Store in a schema of its own.
 func newStore(t testing.TB) *queue.Store {
 	t.Helper()
-	pool, err := queue.NewPool(context.Background(), pgtest.DSN(t))
+	pool, err := queue.NewPool(context.Background(), pgtest.DSN(t), 0)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	_, err = queue.Migrate(context.Background(), pool)

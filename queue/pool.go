@@ -32,11 +32,16 @@ func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
-// NewPool opens a pool per ParsePoolConfig and checks that the database answers.
-func NewPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+// NewPool opens a pool per ParsePoolConfig with at most maxConns
+// connections (zero keeps pgx's default, max(4, CPUs)) and checks that the
+// database answers.
+func NewPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := ParsePoolConfig(dsn)
 	if err != nil {
 		return nil, err
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -53,6 +53,9 @@ type Cluster struct {
 	url   string
 	owned bool
 	stop  func() error // nil unless owned
+	srv   *server
+	users *os.File // holds a shared flock on Dir/users.lock while this handle uses the cluster
+	relMu sync.Mutex
 }
 
 // startTimeout bounds Start as a whole, so that waiting on a postmaster that
@@ -90,9 +93,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{url: clusterURL(port, cfg.Database), owned: owned}
+	c := &Cluster{url: clusterURL(port, cfg.Database), owned: owned, srv: s}
 	if owned {
 		c.stop = sync.OnceValue(s.stop)
+	}
+	if c.users, err = shareUsers(s.dir); err != nil {
+		return nil, errors.Join(err, c.Stop())
 	}
 	if err := createDatabase(ctx, port, cfg.Database); err != nil {
 		// Do not leave a postmaster behind that nobody holds a handle to.

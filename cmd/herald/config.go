@@ -1,0 +1,151 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldmq/herald/gateway"
+)
+
+// config is everything `herald serve` and `herald migrate` read from flags
+// and HERALD_* environment variables. A flag given on the command line wins
+// over its environment variable, which wins over the default.
+type config struct {
+	Addr            string
+	DatabaseURL     string
+	DataDir         string
+	LogLevel        string
+	LogFormat       string
+	BodyLimit       int64
+	InstanceID      string
+	DBMaxConns      int
+	PGPort          int
+	ShutdownTimeout time.Duration
+}
+
+// option is one setting: its flag, environment variable, default and help.
+// The same table drives flag parsing, --help and the README's configuration
+// table (a test keeps the README in step).
+type option struct {
+	flag, env, def, help string
+	set                  func(c *config, v string) error
+}
+
+var options = []option{
+	{"addr", "HERALD_ADDR", ":6632", "HTTP listen address",
+		func(c *config, v string) error { c.Addr = v; return nil }},
+	{"database-url", "HERALD_DATABASE_URL", "", "PostgreSQL URL; empty starts a private PostgreSQL under --data-dir",
+		func(c *config, v string) error { c.DatabaseURL = v; return nil }},
+	{"data-dir", "HERALD_DATA_DIR", "./.herald", "directory of the private PostgreSQL (used only without --database-url)",
+		func(c *config, v string) error { c.DataDir = v; return nil }},
+	{"log-level", "HERALD_LOG_LEVEL", "info", "debug, info, warn or error (request logs are debug)",
+		func(c *config, v string) error { c.LogLevel = v; return nil }},
+	{"log-format", "HERALD_LOG_FORMAT", "json", "json, or console for humans",
+		func(c *config, v string) error { c.LogFormat = v; return nil }},
+	{"body-limit", "HERALD_BODY_LIMIT", strconv.Itoa(gateway.BodyLimitDefault), "largest request body in bytes (413 above)",
+		func(c *config, v string) (err error) { c.BodyLimit, err = strconv.ParseInt(v, 10, 64); return err }},
+	{"instance-id", "HERALD_INSTANCE_ID", "", "name of this instance, recorded as lease owner; empty means hostname:port",
+		func(c *config, v string) error { c.InstanceID = v; return nil }},
+	{"db-max-conns", "HERALD_DB_MAX_CONNS", "0", "database pool size; 0 means max(4, CPUs)",
+		func(c *config, v string) (err error) { c.DBMaxConns, err = strconv.Atoi(v); return err }},
+	{"pg-port", "HERALD_PG_PORT", "0", "TCP port of the private PostgreSQL on 127.0.0.1; 0 picks a free one",
+		func(c *config, v string) (err error) { c.PGPort, err = strconv.Atoi(v); return err }},
+	{"shutdown-timeout", "HERALD_SHUTDOWN_TIMEOUT", "10s", "how long shutdown waits for requests in flight",
+		func(c *config, v string) (err error) { c.ShutdownTimeout, err = time.ParseDuration(v); return err }},
+}
+
+// parseConfig reads defaults, then the environment, then args.
+func parseConfig(cmd string, args []string, getenv func(string) string, out io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { usage(out, cmd) }
+	for _, o := range options {
+		v := o.def
+		if e := getenv(o.env); e != "" {
+			v = e
+		}
+		if err := o.set(c, v); err != nil {
+			return nil, fmt.Errorf("%s=%q: %w", o.env, v, err)
+		}
+		fs.Func(o.flag, o.help, func(v string) error { return o.set(c, v) })
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.Addr == "":
+		return errors.New("--addr must not be empty")
+	case c.DatabaseURL == "" && c.DataDir == "":
+		return errors.New("--data-dir must not be empty without --database-url")
+	case c.BodyLimit <= 0:
+		return errors.New("--body-limit must be positive")
+	case c.DBMaxConns < 0:
+		return errors.New("--db-max-conns must not be negative")
+	case c.PGPort < 0 || c.PGPort > 65535:
+		return errors.New("--pg-port must be a TCP port")
+	case c.ShutdownTimeout <= 0:
+		return errors.New("--shutdown-timeout must be positive")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return errors.New("--log-level must be debug, info, warn or error")
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		return errors.New("--log-format must be json or console")
+	}
+	return nil
+}
+
+func usage(w io.Writer, cmd string) {
+	fmt.Fprintf(w, `Herald: a push gateway over a partitioned message queue in PostgreSQL.
+
+Usage:
+  herald [serve] [flags]   run the server (the default command)
+  herald migrate [flags]   apply database migrations and exit
+  herald version           print the version
+
+Flags (each also read from its environment variable):
+`)
+	for _, o := range options {
+		def := o.def
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(w, "  --%-18s %-24s %s (default %s)\n", o.flag, o.env, o.help, def)
+	}
+	_ = cmd
+}
+
+// markdownTable renders the options as the README's configuration table.
+func markdownTable() string {
+	var b strings.Builder
+	b.WriteString("| flag | environment | default | meaning |\n|---|---|---|---|\n")
+	for _, o := range options {
+		def := "`" + o.def + "`"
+		if o.def == "" {
+			def = "(empty)"
+		}
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", o.flag, o.env, def, o.help)
+	}
+	return b.String()
+}
+
+// getenv is os.Getenv, replaceable in tests.
+var getenv = os.Getenv

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseConfig_Precedence(t *testing.T) {
+	env := map[string]string{"HERALD_ADDR": ":7000", "HERALD_LOG_LEVEL": "debug", "HERALD_SHUTDOWN_TIMEOUT": "3s"}
+	var out bytes.Buffer
+	c, err := parseConfig("serve", []string{"--log-level", "warn"}, func(k string) string { return env[k] }, &out)
+	require.NoError(t, err)
+	assert.Equal(t, ":7000", c.Addr, "env over default")
+	assert.Equal(t, "warn", c.LogLevel, "flag over env")
+	assert.Equal(t, 3*time.Second, c.ShutdownTimeout)
+	assert.Equal(t, "./.herald", c.DataDir, "default")
+	assert.Equal(t, int64(8<<20), c.BodyLimit)
+}
+
+func TestParseConfig_Invalid(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: []string{"--log-level", "loud"}, want: "--log-level"},
+		{args: []string{"--body-limit", "-1"}, want: "--body-limit"},
+		{args: []string{"--body-limit", "lots"}, want: "invalid value"},
+		{env: map[string]string{"HERALD_DB_MAX_CONNS": "many"}, want: "HERALD_DB_MAX_CONNS"},
+		{args: []string{"--pg-port", "70000"}, want: "--pg-port"},
+		{args: []string{"extra"}, want: "unexpected argument"},
+		{args: []string{"--no-such-flag"}, want: "not defined"},
+	} {
+		var out bytes.Buffer
+		_, err := parseConfig("serve", tc.args, func(k string) string { return tc.env[k] }, &out)
+		require.Error(t, err, "%v %v", tc.args, tc.env)
+		assert.Contains(t, err.Error()+out.String(), tc.want)
+	}
+}
+
+func TestRun_VersionAndHelp(t *testing.T) {
+	var out, errOut bytes.Buffer
+	assert.Equal(t, 0, run([]string{"version"}, &out, &errOut))
+	assert.True(t, strings.HasPrefix(out.String(), "herald "))
+	out.Reset()
+	assert.Equal(t, 0, run([]string{"--help"}, &out, &errOut))
+	for _, o := range options {
+		assert.Contains(t, errOut.String(), "--"+o.flag)
+		assert.Contains(t, errOut.String(), o.env)
+	}
+	assert.Equal(t, 2, run([]string{"--log-level", "loud"}, &out, &errOut))
+}
+
+// The README's configuration table is generated from the same option table
+// as --help; this fails when one changes without the other.
+func TestREADME_ConfigTable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	assert.Contains(t, string(readme), markdownTable(),
+		"README.md's configuration table is stale; replace it with:\n%s", markdownTable())
+}

@@ -1,0 +1,169 @@
+// Command herald runs the Herald server.
+//
+//	herald [serve]   serve the HTTP API (default)
+//	herald migrate   apply migrations and exit
+//	herald version   print the version
+//
+// Without a database URL it runs a private PostgreSQL under the data
+// directory: initdb on first run, start on a free port, stop on exit.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/pgcluster"
+	"github.com/heraldmq/herald/queue"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate" || args[0] == "version" || args[0] == "help") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "version":
+		fmt.Fprintln(stdout, "herald", buildVersion())
+		return 0
+	case "help":
+		usage(stdout, "serve")
+		return 0
+	}
+	cfg, err := parseConfig(cmd, args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "herald:", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cmd, cfg, log); err != nil {
+		log.Error().Err(err).Msg("herald stopped")
+		return 1
+	}
+	return 0
+}
+
+func newLogger(cfg *config, w io.Writer) zerolog.Logger {
+	lvl, _ := zerolog.ParseLevel(cfg.LogLevel)
+	if cfg.LogFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// serve wires database, store and gateway, and runs until ctx ends.
+func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (err error) {
+	dbURL := cfg.DatabaseURL
+	if dbURL == "" {
+		dir, err := filepath.Abs(filepath.Join(cfg.DataDir, "postgres"))
+		if err != nil {
+			return fmt.Errorf("resolving data dir: %w", err)
+		}
+		log.Info().Str("dir", dir).Msg("no database URL: starting a private PostgreSQL")
+		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Port: cfg.PGPort,
+			Logger: log.With().Str("component", "pgcluster").Logger()})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			// Stop it unless another herald on the same data dir still uses it.
+			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			stopped, rerr := cluster.Release(rctx)
+			if rerr != nil {
+				err = errors.Join(err, fmt.Errorf("stopping private PostgreSQL: %w", rerr))
+				return
+			}
+			log.Info().Bool("stopped", stopped).Msg("private PostgreSQL released")
+		}()
+		dbURL = cluster.URL()
+	}
+
+	pool, err := queue.NewPool(ctx, dbURL, int32(cfg.DBMaxConns))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	applied, err := queue.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	log.Info().Ints("applied", applied).Msg("database migrated")
+	if cmd == "migrate" {
+		return nil
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Addr, err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	instance := cfg.InstanceID
+	if instance == "" {
+		host, _ := os.Hostname()
+		instance = fmt.Sprintf("%s:%d", host, port)
+	}
+	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Logger: log})
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gateway.Config{Store: store, BodyLimit: cfg.BodyLimit, Version: buildVersion(), Logger: log})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info().Str("url", fmt.Sprintf("http://localhost:%d/", port)).Str("instance", instance).
+		Str("version", buildVersion()).Msg("herald is serving")
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving http: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down")
+	gw.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutting down http: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// buildHerald compiles the binary once per test.
+func buildHerald(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "herald")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+// dataDir is a fresh directory the postgres user can reach (t.TempDir's
+// parent is root-only).
+func dataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "herald-serve-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755)) // #nosec G302 -- postgres must traverse it
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan error
+}
+
+// startHerald runs `herald serve` and waits for its "herald is serving" log
+// line, which carries the URL to open.
+func startHerald(t *testing.T, bin, dir string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	p := &proc{cmd: cmd, done: make(chan error, 1)}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var line struct{ Message, URL string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "herald is serving" {
+				urls <- line.URL
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	select {
+	case p.url = <-urls:
+	case err := <-p.done:
+		t.Fatalf("herald exited before serving: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("herald did not start within 2 minutes")
+	}
+	return p
+}
+
+func (p *proc) stop(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("herald did not exit within a minute")
+		return nil
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func pushOne(t *testing.T, base, queue, payload string) {
+	t.Helper()
+	resp, err := http.Post(base+"api/v1/push", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"items":[{"queue":%q,"payload":%s}]}`, queue, payload)))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+}
+
+// postmaster reports the pid of the private cluster's postmaster, 0 if none.
+func postmaster(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "postgres", "pgdata", "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	return pid
+}
+
+// alive reports whether pid runs. A zombie counts as dead: in some sandboxes
+// PID 1 never reaps the daemonised postmaster.
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// The private PostgreSQL: first start runs initdb, SIGTERM stops it, a second
+// start reuses the data, and after herald is killed the next herald adopts
+// the orphaned postmaster and stops it on exit.
+func TestServe_PrivatePostgresLifecycle(t *testing.T) {
+	bin := buildHerald(t)
+	dir := dataDir(t)
+
+	p := startHerald(t, bin, dir)
+	code, body := get(t, p.url+"health")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"database":"connected"`)
+	code, _ = get(t, p.url)
+	assert.Equal(t, http.StatusOK, code, "the page at the logged URL")
+	pushOne(t, p.url, "lifecycle", `{"n":1}`)
+	pm := postmaster(dir)
+	require.True(t, alive(pm))
+	require.NoError(t, p.stop(t, syscall.SIGTERM), "clean exit on SIGTERM")
+	assert.False(t, alive(pm), "SIGTERM stopped the private PostgreSQL")
+
+	// Same data dir: the cluster is reused, the message is still there.
+	p = startHerald(t, bin, dir)
+	code, body = get(t, p.url+"api/v1/pop/queue/lifecycle?wait=false")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"data":{"n":1}`)
+
+	// A crash leaves the postmaster running; the next herald adopts it.
+	pm = postmaster(dir)
+	_ = p.stop(t, syscall.SIGKILL)
+	require.True(t, alive(pm), "postgres outlives a killed herald")
+	p = startHerald(t, bin, dir)
+	code, _ = get(t, p.url+"health")
+	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, p.stop(t, syscall.SIGINT))
+	deadline := time.Now().Add(30 * time.Second)
+	for alive(pm) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // waiting on a foreign process: no channel to wait on
+	}
+	assert.False(t, alive(pm), "the last herald stopped the adopted postmaster")
+}
+
+func TestMigrate_Command(t *testing.T) {
+	bin := buildHerald(t)
+	dir := dataDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := 0; i < 2; i++ {
+		out, err := exec.CommandContext(ctx, bin, "migrate", "--data-dir", dir).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		if i == 0 {
+			assert.Contains(t, string(out), `"applied":[1]`)
+		} else {
+			assert.Contains(t, string(out), `"applied":[]`, "idempotent")
+		}
+	}
+	assert.Equal(t, 0, postmaster(dir), "migrate stops the private PostgreSQL it started")
+}

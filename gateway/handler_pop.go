@@ -133,8 +133,11 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 	for {
 		// Take the wake channel before popping, so a push that lands
 		// between the pop and the wait still wakes us.
-		woken := s.wake.wait(req.Queue)
+		woken, leave := s.wake.wait(req.Queue)
 		res, err := s.store.Pop(ctx, req)
+		if err != nil || len(res.Messages) > 0 || !wait {
+			leave()
+		}
 		if err != nil {
 			s.fail(w, err)
 			return
@@ -150,22 +153,23 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 		// Until the poller lands, a waiting pop re-checks on a local push and
 		// on a slow tick (pushes through other instances, expiring leases).
 		tick := time.NewTimer(s.cfg.LongPollInterval)
+		stop := func() { tick.Stop(); leave() }
 		select {
 		case <-woken:
 		case <-tick.C:
 		case <-deadline:
-			tick.Stop()
+			stop()
 			w.WriteHeader(http.StatusNoContent)
 			return
 		case <-s.draining:
-			tick.Stop()
+			stop()
 			w.WriteHeader(http.StatusNoContent)
 			return
 		case <-ctx.Done():
-			tick.Stop()
+			stop()
 			return
 		}
-		tick.Stop()
+		stop()
 	}
 }
 

@@ -130,7 +130,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		// The client went away; nobody reads the answer.
 		w.WriteHeader(499)
 	default:
+		// The details (SQL, driver errors) go to the log, not to the client.
 		s.log.Error().Err(err).Msg("request failed")
-		writeError(w, http.StatusInternalServerError, "internal error: "+err.Error())
+		writeError(w, http.StatusInternalServerError, "internal server error")
 	}
 }

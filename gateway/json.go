@@ -16,11 +16,18 @@ type errorBody struct {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
+	// No HTML escaping: payloads must come back as pushed, and the reference
+	// server writes <, > and & as they are. Encode adds a newline the
+	// reference does not write.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	body := []byte(`{"error":"encoding response failed"}`)
+	if err := enc.Encode(v); err != nil {
 		// Only a programming error (an unencodable type) gets here.
 		status = http.StatusInternalServerError
-		body = []byte(`{"error":"encoding response failed"}`)
+	} else {
+		body = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

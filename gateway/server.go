@@ -105,7 +105,7 @@ func New(cfg Config) (*Server, error) {
 		log:   cfg.Logger.With().Str("component", "gateway").Logger(),
 		mux:   http.NewServeMux(),
 		reg:   reg,
-		wake:  wakeBoard{chans: map[string]chan struct{}{}},
+		wake:  wakeBoard{chans: map[string]*wakeEntry{}},
 
 		draining: make(chan struct{}),
 	}
@@ -201,30 +201,47 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // wakeBoard tells waiting long-polls that a queue got messages on this
-// instance. Each queue has a channel that is closed (and replaced) on push;
-// "" is closed on every push, for namespace pops.
+// instance. Each queue being waited on has a channel that is closed (and
+// forgotten) on push; "" is closed on every push, for namespace pops. An
+// entry also goes when its last waiter leaves, so long-polls on names that
+// never see a push cannot grow the map.
 type wakeBoard struct {
 	mu    sync.Mutex
-	chans map[string]chan struct{}
+	chans map[string]*wakeEntry
 }
 
-func (b *wakeBoard) wait(queue string) <-chan struct{} {
+type wakeEntry struct {
+	ch      chan struct{}
+	waiters int
+}
+
+// wait returns a channel closed at the next push to queue, and a func the
+// caller must call when it stops waiting on it.
+func (b *wakeBoard) wait(queue string) (<-chan struct{}, func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ch, ok := b.chans[queue]
+	e, ok := b.chans[queue]
 	if !ok {
-		ch = make(chan struct{})
-		b.chans[queue] = ch
+		e = &wakeEntry{ch: make(chan struct{})}
+		b.chans[queue] = e
 	}
-	return ch
+	e.waiters++
+	return e.ch, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		e.waiters--
+		if e.waiters == 0 && b.chans[queue] == e {
+			delete(b.chans, queue)
+		}
+	}
 }
 
 func (b *wakeBoard) notify(queues ...string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, q := range append(queues, "") {
-		if ch, ok := b.chans[q]; ok {
-			close(ch)
+		if e, ok := b.chans[q]; ok {
+			close(e.ch)
 			delete(b.chans, q)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +91,32 @@ func BenchmarkPopAck(b *testing.B) {
 				busy += time.Since(t0)
 			}
 			b.ReportMetric(float64(delivered)/busy.Seconds(), "msgs/s")
+		})
+	}
+}
+
+// BenchmarkPushParallel is many producers pushing one message per request
+// at once (b.SetParallelism(8) → 16 goroutines on 2 cores), the case that
+// micro-batching would help. Reports msgs/s.
+func BenchmarkPushParallel(b *testing.B) {
+	for _, parts := range []int{1, 100} {
+		b.Run(fmt.Sprintf("partitions=%d/batch=1", parts), func(b *testing.B) {
+			s := newStore(b)
+			ctx := context.Background()
+			var n atomic.Int64
+			start := time.Now()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					items := []queue.PushItem{{Queue: "bench", Partition: fmt.Sprintf("p%d", int(i)%parts), Payload: benchPayload}}
+					if _, err := s.Push(ctx, items); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "msgs/s")
 		})
 	}
 }

@@ -25,7 +25,10 @@
 // Store is safe for concurrent use and holds no state but an LRU of
 // partition ids. Pops claim (partition, group) rows with FOR UPDATE SKIP
 // LOCKED, so concurrent pops never lease the same pair; pushes lock their
-// partition rows in id order, so they cannot deadlock each other.
+// partition rows in id order, so they cannot deadlock each other. Pushes
+// that arrive while Config.PushFlushers pushes are in flight wait and are
+// merged into one transaction (pushCoalescer); the callers themselves run the
+// merged push, so there is no background goroutine to start or stop.
 //
 // # Failures
 //

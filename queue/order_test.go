@@ -129,3 +129,35 @@ func TestOrder_ConcurrentConsumersNoDoubleDelivery(t *testing.T) {
 		assert.Equal(t, 1, n, "message %s delivered %d times", id, n)
 	}
 }
+
+// Many producers retrying the same transactionId at once (coalesced or not):
+// exactly one message is stored and every answer names it.
+func TestPush_ConcurrentSameTransactionID(t *testing.T) {
+	s := newStore(t)
+	const n = 16
+	ctx := ctxT(t)
+	results := make([]queue.PushResult, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Push(ctx, []queue.PushItem{{Queue: "q", TransactionID: "same", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}})
+			if assert.NoError(t, err) {
+				results[i] = res[0]
+			}
+		}()
+	}
+	wg.Wait()
+	queued := 0
+	for _, r := range results {
+		if r.Status == queue.StatusQueued {
+			queued++
+		}
+		assert.Equal(t, results[0].MessageID, r.MessageID)
+		assert.Equal(t, 0, r.Index)
+	}
+	assert.Equal(t, 1, queued)
+	res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 10})
+	assert.Len(t, res.Messages, 1)
+}

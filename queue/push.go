@@ -46,10 +46,22 @@ type PushResult struct {
 // Push enqueues items in one database transaction. Offsets are assigned under
 // each partition's row lock; an item whose (partition, transactionId) exists
 // takes no offset and is reported as a duplicate of the stored message.
+//
+// Concurrent calls may share one transaction (see pushCoalescer): the
+// outcome is the same as running them one after another.
 func (s *Store) Push(ctx context.Context, items []PushItem) ([]PushResult, error) {
 	if len(items) == 0 {
 		return []PushResult{}, nil
 	}
+	if err := validatePushItems(items); err != nil {
+		return nil, err
+	}
+	return s.pushes.push(ctx, items)
+}
+
+// pushNow runs one push statement pair, retrying once when a cached
+// partition id turned out to belong to a deleted queue.
+func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, error) {
 	for attempt := 0; ; attempt++ {
 		plan, err := s.planPush(ctx, items)
 		if err == nil {
@@ -108,24 +120,36 @@ type pushPlan struct {
 	dupOf      map[int]int // item index → earlier item index with the same (partition, txid)
 }
 
+// validatePushItems checks names and ids before anything reaches the database.
+func validatePushItems(items []PushItem) error {
+	for _, it := range items {
+		if err := ValidateName("queue", it.Queue); err != nil {
+			return err
+		}
+		if it.Partition != "" {
+			if err := ValidateName("partition", it.Partition); err != nil {
+				return err
+			}
+		}
+		if it.TraceID != "" && !ValidUUID(it.TraceID) {
+			return inputErrorf("traceId must be a UUID")
+		}
+		if len(it.TransactionID) > 1024 {
+			return inputErrorf("transactionId must be at most 1024 bytes")
+		}
+	}
+	return nil
+}
+
 func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, error) {
+	if err := validatePushItems(items); err != nil {
+		return nil, err
+	}
 	keys := make([]partKey, len(items))
 	for i, it := range items {
 		p := it.Partition
 		if p == "" {
 			p = DefaultPartition
-		}
-		if err := ValidateName("queue", it.Queue); err != nil {
-			return nil, err
-		}
-		if err := ValidateName("partition", p); err != nil {
-			return nil, err
-		}
-		if it.TraceID != "" && !ValidUUID(it.TraceID) {
-			return nil, inputErrorf("traceId must be a UUID")
-		}
-		if len(it.TransactionID) > 1024 {
-			return nil, inputErrorf("transactionId must be at most 1024 bytes")
 		}
 		keys[i] = partKey{it.Queue, p}
 	}

@@ -34,9 +34,17 @@ type Config struct {
 	// PartitionCacheSize bounds the partition id cache; zero means
 	// PartitionCacheSizeDefault.
 	PartitionCacheSize int
+	// PushFlushers is how many push transactions run at once; requests that
+	// arrive meanwhile are merged into the next one. Zero means
+	// PushFlushersDefault.
+	PushFlushers int
 	// Logger; the zero value logs nothing.
 	Logger zerolog.Logger
 }
+
+// PushFlushersDefault: two pushes in flight keep the database busy while
+// the next merged batch gathers; see BenchmarkPushParallel.
+const PushFlushersDefault = 2
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -45,6 +53,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PartitionCacheSize == 0 {
 		c.PartitionCacheSize = PartitionCacheSizeDefault
+	}
+	if c.PushFlushers == 0 {
+		c.PushFlushers = PushFlushersDefault
 	}
 	return c
 }
@@ -57,6 +68,9 @@ func (c Config) Validate() error {
 	if c.PartitionCacheSize < 0 {
 		return errors.New("queue: Config.PartitionCacheSize must not be negative")
 	}
+	if c.PushFlushers < 0 {
+		return errors.New("queue: Config.PushFlushers must not be negative")
+	}
 	return nil
 }
 
@@ -64,10 +78,11 @@ func (c Config) Validate() error {
 // concurrent use; all state lives in the database except an advisory cache of
 // partition ids, which is dropped on delete and re-checked on use.
 type Store struct {
-	pool  *pgxpool.Pool
-	cfg   Config
-	log   zerolog.Logger
-	parts *lru.Cache[partKey, partRef]
+	pool   *pgxpool.Pool
+	cfg    Config
+	log    zerolog.Logger
+	parts  *lru.Cache[partKey, partRef]
+	pushes *pushCoalescer
 }
 
 type partKey struct{ queue, partition string }
@@ -84,7 +99,9 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating partition cache: %w", err)
 	}
-	return &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache}, nil
+	s := &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache}
+	s.pushes = newPushCoalescer(cfg.PushFlushers, s.pushNow)
+	return s, nil
 }
 
 // Pool returns the store's connection pool.

@@ -142,6 +142,9 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, err)
 			return
 		}
+		for q, n := range res.DeadLettered {
+			s.metrics.dlq.WithLabelValues(q).Add(float64(n))
+		}
 		if len(res.Messages) > 0 {
 			s.writePop(w, res)
 			return

@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error)
 		acks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_acks_total",
 			Help: "Successful acknowledgements by status."}, []string{"queue", "status"}),
 		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_dead_lettered_total",
-			Help: "Messages moved to the dead-letter queue by an ack."}, []string{"queue"}),
+			Help: "Messages moved to the dead-letter queue (by an ack, or by a pop after too many expired leases)."}, []string{"queue"}),
 	}
 	cs := []prometheus.Collector{m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq}
 	pool := store.Pool()

@@ -56,7 +56,10 @@ type PopResult struct {
 	Group             string
 	Messages          []Message
 	PartitionsClaimed int
-	LeaseExpiresAt    time.Time
+	// DeadLettered counts, per queue, the messages this pop moved to the
+	// dead-letter queue because their lease expired once too often (they
+	// are not in Messages). Nil when there were none.
+	DeadLettered map[string]int
 }
 
 // MaxBatch bounds one pop's batch, so one request cannot load a whole queue.
@@ -284,6 +287,10 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, subFrom *
 			if isDead, retries := c.st.fail(seq, c.retryLimit); isDead {
 				dead = append(dead, deadLetter{partitionID: c.partitionID, seq: seq, group: req.Group,
 					err: "lease expired", retries: retries})
+				if res.DeadLettered == nil {
+					res.DeadLettered = map[string]int{}
+				}
+				res.DeadLettered[c.queue]++
 				c.st.markDone(seq)
 			}
 		}

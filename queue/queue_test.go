@@ -243,6 +243,7 @@ func TestLease_ExpiryRedeliversAndCountsAsAttempt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), page.Total)
 	assert.Equal(t, "lease expired", page.Messages[0].ErrorMessage)
+	assert.Equal(t, map[string]int{"q": 1}, third.DeadLettered)
 }
 
 func TestLease_Extend(t *testing.T) {

@@ -17,6 +17,10 @@ var errNoBinaries = errors.New("PostgreSQL server binaries (initdb, pg_ctl, post
 	"not on PATH, not at `pg_config --bindir`, not in /usr/lib/postgresql/*/bin; " +
 	"install them with `apt-get install -y postgresql` (Debian/Ubuntu) or point PATH at their bin directory")
 
+// debianBinGlob is where Debian keeps server binaries; a variable so the
+// "missing binaries" path can be tested on a machine that has them.
+var debianBinGlob = "/usr/lib/postgresql/*/bin"
+
 // BinDir returns the directory holding initdb, pg_ctl and postgres.
 //
 // It looks on PATH first (so a developer can pick a version explicitly), then
@@ -34,7 +38,7 @@ func BinDir() (string, error) {
 			return dir, nil
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin") // pattern is valid; error impossible
+	dirs, _ := filepath.Glob(debianBinGlob) // pattern is valid; error impossible
 	slices.SortFunc(dirs, func(a, b string) int {
 		return compareVersions(filepath.Base(filepath.Dir(b)), filepath.Base(filepath.Dir(a)))
 	})

@@ -52,3 +52,18 @@ func TestCheckTraversable(t *testing.T) {
 	require.NoError(t, os.Chmod(parent, 0o711))
 	require.NoError(t, stranger.checkTraversable(dir))
 }
+
+// Without server binaries anywhere, BinDir (and so Start and every test
+// database) fails with a message that says what to install.
+func TestBinDir_Missing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	old := debianBinGlob
+	debianBinGlob = filepath.Join(t.TempDir(), "*", "bin")
+	t.Cleanup(func() { debianBinGlob = old })
+	_, err := BinDir()
+	require.ErrorIs(t, err, errNoBinaries)
+	assert.Contains(t, err.Error(), "apt-get install -y postgresql")
+	_, err = Start(t.Context(), Config{Dir: t.TempDir()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "PostgreSQL server binaries")
+}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/internal/pgtest"
 )
 
 // buildHerald compiles the binary once per test.
@@ -48,9 +50,9 @@ type proc struct {
 
 // startHerald runs `herald serve` and waits for its "herald is serving" log
 // line, which carries the URL to open.
-func startHerald(t *testing.T, bin, dir string) *proc {
+func startHerald(t *testing.T, bin, dir string, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir)
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dir}, extra...)...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -189,4 +191,23 @@ func TestMigrate_Command(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 0, postmaster(dir), "migrate stops the private PostgreSQL it started")
+}
+
+// With --database-url, herald uses that database (here a schema of the test
+// cluster) and starts no PostgreSQL of its own.
+func TestServe_ExternalDatabase(t *testing.T) {
+	bin := buildHerald(t)
+	dir := dataDir(t)
+	dsn := pgtest.DSN(t)
+	p := startHerald(t, bin, dir, "--database-url", dsn)
+	pushOne(t, p.url, "external", `{"n":7}`)
+	code, body := get(t, p.url+"api/v1/pop/queue/external?wait=false")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"data":{"n":7}`)
+	code, body = get(t, p.url+"metrics")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `herald_messages_pushed_total{queue="external"} 1`)
+	require.NoError(t, p.stop(t, syscall.SIGTERM))
+	_, err := os.Stat(filepath.Join(dir, "postgres"))
+	assert.True(t, os.IsNotExist(err), "no private PostgreSQL was created")
 }

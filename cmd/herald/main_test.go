@@ -1,0 +1,21 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/heraldmq/herald/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

@@ -134,6 +134,21 @@ func TestErrors_BadNames(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, r.status, "%s", r)
 	r = e.get("/api/v1/pop/queue/q?consumerGroup=%01")
 	assert.Equal(t, http.StatusBadRequest, r.status, "%s", r)
+	// Values Postgres refuses are bad input too, never a 5xx (clients retry those).
+	for _, body := range []string{
+		`{"items":[{"queue":"q","payload":{"a":"\u0000"}}]}`,
+		`{"items":[{"queue":"q","payload":1e999999}]}`,
+		`{"items":[{"queue":"q","transactionId":"a\u0000b"}]}`,
+	} {
+		r = e.post("/api/v1/push", body)
+		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", body, r)
+	}
+	for _, path := range []string{"/api/v1/pop/queue/q/partition/p%00", "/api/v1/pop?namespace=n%00", "/api/v1/dlq?queue=q%00"} {
+		r = e.get(path)
+		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", path, r)
+	}
+	r = e.post("/api/v1/ack", `{"transactionId":"t\u0000","partitionId":"00000000-0000-0000-0000-000000000000"}`)
+	assert.Equal(t, http.StatusBadRequest, r.status, "%s", r)
 }
 
 func TestErrors_BodyLimit(t *testing.T) {

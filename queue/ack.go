@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -111,6 +112,12 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, acks []Ack) ([]AckResult, 
 		a := &acks[i]
 		if a.Group == "" {
 			a.Group = DefaultGroup
+		}
+		if err := ValidateName("consumerGroup", a.Group); err != nil {
+			return nil, err
+		}
+		if err := errors.Join(validText("transactionId", a.TransactionID), validText("error", a.Error)); err != nil {
+			return nil, inputErrorf("%v", err)
 		}
 		if a.Status == "" {
 			a.Status = StatusCompleted

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -97,6 +98,9 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 	if err := req.Options.Validate(); err != nil {
 		return nil, err
 	}
+	if err := errors.Join(validText("namespace", req.Namespace), validText("task", req.Task)); err != nil {
+		return nil, inputErrorf("%v", err)
+	}
 	if req.Namespace == "" && req.Task == "" {
 		req.Namespace, req.Task = namespaceTask(req.Queue)
 	}
@@ -132,6 +136,9 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 // finishes before the delete, and a push that comes after finds the
 // partition gone and recreates the queue.
 func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
+	if err := ValidateName("queue", name); err != nil {
+		return false, err
+	}
 	var existed bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}

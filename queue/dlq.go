@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -56,6 +57,9 @@ func (s *Store) DLQ(ctx context.Context, qry DLQQuery) (*DLQPage, error) {
 	}
 	if qry.Offset < 0 {
 		return nil, inputErrorf("offset must not be negative")
+	}
+	if err := errors.Join(validText("queue", qry.Queue), validText("consumerGroup", qry.Group)); err != nil {
+		return nil, inputErrorf("%v", err)
 	}
 	page := &DLQPage{Messages: []DeadLetter{}, Limit: qry.Limit, Offset: qry.Offset}
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) `+dlqWhere, qry.Queue, qry.Group).Scan(&page.Total); err != nil {

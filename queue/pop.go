@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -85,6 +86,16 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 	}
 	if err := ValidateName("consumerGroup", r.Group); err != nil {
 		return nil, false, err
+	}
+	for _, f := range []struct{ kind, v string }{{"queue", r.Queue}, {"partition", r.Partition}} {
+		if f.v != "" {
+			if err := ValidateName(f.kind, f.v); err != nil {
+				return nil, false, err
+			}
+		}
+	}
+	if err := errors.Join(validText("namespace", r.Namespace), validText("task", r.Task)); err != nil {
+		return nil, false, inputErrorf("%v", err)
 	}
 	switch r.SubscriptionMode {
 	case "", "all":

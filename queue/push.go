@@ -137,6 +137,12 @@ func validatePushItems(items []PushItem) error {
 		if len(it.TransactionID) > 1024 {
 			return inputErrorf("transactionId must be at most 1024 bytes")
 		}
+		if err := validText("transactionId", it.TransactionID); err != nil {
+			return err
+		}
+		if err := validText("producerSub", it.ProducerSub); err != nil {
+			return err
+		}
 	}
 	return nil
 }

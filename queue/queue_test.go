@@ -463,3 +463,30 @@ func withOpts(f func(*queue.Options)) queue.Options {
 	f(&o)
 	return o
 }
+
+// Values Postgres cannot store are the client's fault: an InputError (400),
+// never a server fault, and nothing is stored.
+func TestBadInput_IsInputError(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	for name, items := range map[string][]queue.PushItem{
+		"NulEscapeInPayload": {{Queue: "q", Payload: json.RawMessage(`{"a":"\u0000"}`)}},
+		"NumberOverflow":     {{Queue: "q", Payload: json.RawMessage(`{"a":1e999999}`)}},
+		"NulInTransactionID": {{Queue: "q", TransactionID: "a\x00b"}},
+		"NulInQueue":         {{Queue: "q\x00"}},
+	} {
+		_, err := s.Push(ctx, items)
+		assert.True(t, queue.IsInputError(err), "%s: %v", name, err)
+	}
+	_, err := s.Pop(ctx, queue.PopRequest{Queue: "q", Partition: "p\x00"})
+	assert.True(t, queue.IsInputError(err), "%v", err)
+	_, err = s.Pop(ctx, queue.PopRequest{Namespace: "n\x00"})
+	assert.True(t, queue.IsInputError(err), "%v", err)
+	_, err = s.Ack(ctx, []queue.Ack{{TransactionID: "t\x00", PartitionID: "00000000-0000-0000-0000-000000000000"}})
+	assert.True(t, queue.IsInputError(err), "%v", err)
+	_, err = s.DLQ(ctx, queue.DLQQuery{Queue: "q\x00"})
+	assert.True(t, queue.IsInputError(err), "%v", err)
+	_, err = s.DeleteQueue(ctx, "q\x00")
+	assert.True(t, queue.IsInputError(err), "%v", err)
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 10}).Messages, "nothing was stored")
+}

@@ -128,10 +128,25 @@ func inputErrorf(format string, args ...any) error {
 	return &InputError{Msg: fmt.Sprintf(format, args...)}
 }
 
-// IsInputError reports whether err is (or wraps) an InputError.
+// IsInputError reports whether err is a client's mistake: an InputError, or
+// a Postgres data exception (SQLSTATE class 22: a payload number out of
+// range, a \u0000 escape jsonb refuses), which only a value the client sent
+// can cause once names and ids are validated.
 func IsInputError(err error) bool {
 	var ie *InputError
-	return errors.As(err, &ie)
+	if errors.As(err, &ie) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
+}
+
+// validText rejects text Postgres cannot store (a NUL byte).
+func validText(kind, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return inputErrorf("%s must not contain NUL bytes", kind)
+	}
+	return nil
 }
 
 // MaxNameLength bounds queue, partition and consumer group names.

@@ -2,8 +2,8 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )

@@ -310,12 +310,19 @@ func TestConfigure(t *testing.T) {
 		`"retentionSeconds":7200,"retryDelay":5000,"retryLimit":2,"ttl":86400,"windowBuffer":0}`
 	assert.Equal(t, body("golden-opts", "billing", "invoices", opts7, res), string(r.body))
 
-	// Upsert: same ids; options left out go back to their defaults.
+	// Upsert: same ids; named options change, the others (and namespace
+	// and task) keep their stored values.
 	r2, res2 := configure(`{"queue":"golden-opts","options":{"priority":1,"encryptionEnabled":true}}`)
 	assert.Equal(t, res, res2)
+	merged := strings.Replace(strings.Replace(opts7, `"priority":7`, `"priority":1`, 1),
+		`"encryptionEnabled":false`, `"encryptionEnabled":true`, 1)
+	assert.Equal(t, body("golden-opts", "billing", "invoices", merged, res), string(r2.body))
+
+	// mode "replace": options left out go back to their defaults.
+	r2, _ = configure(`{"queue":"golden-opts","mode":"replace","options":{"priority":1,"encryptionEnabled":true}}`)
 	want := strings.Replace(strings.Replace(optionDefaults, `"priority":0`, `"priority":1`, 1),
 		`"encryptionEnabled":false`, `"encryptionEnabled":true`, 1)
-	assert.Equal(t, body("golden-opts", "", "", want, res), string(r2.body))
+	assert.Equal(t, body("golden-opts", "billing", "invoices", want, res), string(r2.body))
 
 	// A dotted name derives namespace and task.
 	r, res = configure(`{"queue":"shop.orders.eu"}`)

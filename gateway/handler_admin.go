@@ -20,7 +20,7 @@ func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "queue is required")
 		return
 	}
-	req := queue.ConfigureRequest{Queue: name, Options: queue.DefaultOptions()}
+	req := queue.ConfigureRequest{Queue: name}
 	if req.Namespace, _, err = stringField(obj, "namespace"); err != nil {
 		s.fail(w, badRequestf("%v", err))
 		return
@@ -29,12 +29,20 @@ func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, badRequestf("%v", err))
 		return
 	}
+	mode, _, err := stringField(obj, "mode")
+	if err != nil || (mode != "" && mode != "merge" && mode != "replace") {
+		s.fail(w, badRequestf("mode must be merge or replace"))
+		return
+	}
+	req.Replace = mode == "replace"
 	if raw := obj["options"]; !isNull(raw) {
-		// Given options overlay the defaults; unknown keys are ignored.
-		if err := json.Unmarshal(raw, &req.Options); err != nil {
-			s.fail(w, badRequestf("options: %v", err))
+		// Named options change; the others keep their stored values
+		// (defaults for a new queue, or with mode "replace").
+		if _, ok := objectOf(raw); !ok {
+			s.fail(w, badRequestf("options must be an object"))
 			return
 		}
+		req.Options = raw
 	}
 	res, err := s.store.Configure(r.Context(), req)
 	if err != nil {
@@ -94,8 +102,22 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	page, err := s.store.DLQ(r.Context(), queue.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"),
-		Limit: limit, Offset: offset})
+	qry := queue.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
+		Limit: limit, Offset: offset}
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"from", &qry.From}, {"to", &qry.To}} {
+		if v := q.Get(f.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				s.fail(w, badRequestf("%s must be an RFC3339 time", f.name))
+				return
+			}
+			*f.dst = t
+		}
+	}
+	page, err := s.store.DLQ(r.Context(), qry)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -188,6 +210,14 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 		default:
 			writeError(w, http.StatusBadRequest, "operation type must be push or ack")
+			return
+		}
+	}
+	// Newer clients gate a transaction on key-value preconditions or add
+	// timers; committing without them would break the gate, so refuse.
+	for _, key := range []string{"kv", "timers"} {
+		if arr, ok := arrayField(obj, key); ok && len(arr) > 0 {
+			writeError(w, http.StatusBadRequest, key+" operations are not supported by this server")
 			return
 		}
 	}

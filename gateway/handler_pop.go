@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -67,17 +69,23 @@ func parsePopRequest(r *http.Request) (queue.PopRequest, bool, time.Duration, er
 		SubscriptionMode: q.Get("subscriptionMode"),
 		SubscriptionFrom: q.Get("subscriptionFrom"),
 	}
-	if req.Queue == "" && req.Namespace == "" {
-		return req, false, 0, badRequestf("namespace is required (or use /api/v1/pop/queue/{queue})")
+	if req.Queue == "" && req.Namespace == "" && req.Task == "" {
+		return req, false, 0, badRequestf("namespace or task is required (or use /api/v1/pop/queue/{queue})")
 	}
+	// Values above a bound are clamped, not refused: the reference server
+	// takes any number, and clients pass user settings through.
 	var err error
-	if req.Batch, err = intParam(q.Get("batch"), "batch", 1, queue.MaxBatch); err != nil {
+	if req.Batch, err = clampedParam(q.Get("batch"), "batch", 1, queue.MaxBatch); err != nil {
 		return req, false, 0, err
 	}
-	if req.Partitions, err = intParam(q.Get("partitions"), "partitions", 1, 1000); err != nil {
+	if req.Batch == 0 && q.Get("autopilot") == "true" {
+		// Autopilot clients leave the batch to the server.
+		req.Batch = AutopilotBatchDefault
+	}
+	if req.Partitions, err = clampedParam(q.Get("partitions"), "partitions", 1, queue.MaxPartitions); err != nil {
 		return req, false, 0, err
 	}
-	timeoutMS, err := intParam(q.Get("timeout"), "timeout", 0, int(PopTimeoutMax/time.Millisecond))
+	timeoutMS, err := clampedParam(q.Get("timeout"), "timeout", 0, int(PopTimeoutMax/time.Millisecond))
 	if err != nil {
 		return req, false, 0, err
 	}
@@ -105,6 +113,22 @@ func intParam(v, name string, lo, hi int) (int, error) {
 		return 0, badRequestf("%s must be an integer between %d and %d", name, lo, hi)
 	}
 	return n, nil
+}
+
+// clampedParam parses an optional integer query parameter; "" gives 0,
+// values below lo are refused and values above hi become hi.
+func clampedParam(v, name string, lo, hi int) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil && errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
+		return hi, nil
+	}
+	if err != nil || n < lo {
+		return 0, badRequestf("%s must be an integer of at least %d", name, lo)
+	}
+	return min(n, hi), nil
 }
 
 func boolParam(v, name string) (bool, error) {

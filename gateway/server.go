@@ -24,8 +24,11 @@ const (
 	LongPollIntervalDefault = time.Second
 	// PopTimeoutDefault is a long-poll's wait when the request names none (ms in the API).
 	PopTimeoutDefault = 30 * time.Second
-	// PopTimeoutMax bounds a long-poll's wait.
+	// PopTimeoutMax bounds a long-poll's wait; larger timeouts are clamped.
 	PopTimeoutMax = 5 * time.Minute
+	// AutopilotBatchDefault is the batch of a pop that sends autopilot=true
+	// and no batch (newer Queen clients leave the size to the server).
+	AutopilotBatchDefault = 200
 )
 
 // Config configures a Server.

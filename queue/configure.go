@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -54,12 +55,20 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// ConfigureRequest creates or replaces a queue's settings.
+// ConfigureRequest creates a queue or changes its settings.
 type ConfigureRequest struct {
-	Queue     string
-	Namespace string // zero: derived from a dotted queue name
+	Queue string
+	// Namespace and Task: zero keeps the stored value, or for a new queue
+	// derives them from a dotted name ("billing.invoices" → billing, invoices).
+	Namespace string
 	Task      string
-	Options   Options
+	// Options holds the settings to change as a JSON object with the API's
+	// names; nil or {} changes none.
+	Options json.RawMessage
+	// Replace resets every option left out of Options to its default. By
+	// default they keep their stored values (a merge), so configuring one
+	// option cannot silently reset the others.
+	Replace bool
 }
 
 // ConfigureResult is the queue as stored.
@@ -72,10 +81,12 @@ type ConfigureResult struct {
 	Options     Options
 }
 
+const optionColumns = `namespace, task, lease_time, retry_limit, retry_delay, delayed_processing, window_buffer,
+	max_size, ttl, retention_seconds, completed_retention_seconds, retention_enabled, dead_letter_queue,
+	dlq_after_max_retries, priority, encryption_enabled, max_wait_time_seconds`
+
 const configureSQL = `
-INSERT INTO queues (id, name, namespace, task, lease_time, retry_limit, retry_delay, delayed_processing,
-	window_buffer, max_size, ttl, retention_seconds, completed_retention_seconds, retention_enabled,
-	dead_letter_queue, dlq_after_max_retries, priority, encryption_enabled, max_wait_time_seconds)
+INSERT INTO queues (id, name, ` + optionColumns + `)
 VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 ON CONFLICT (name) DO UPDATE SET namespace = EXCLUDED.namespace, task = EXCLUDED.task,
 	lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit, retry_delay = EXCLUDED.retry_delay,
@@ -88,26 +99,46 @@ ON CONFLICT (name) DO UPDATE SET namespace = EXCLUDED.namespace, task = EXCLUDED
 	version = queues.version + 1, updated_at = now()
 RETURNING id::text`
 
-// Configure upserts a queue: the given options replace the stored ones (fields
-// the caller left out take their defaults), and the Default partition exists
-// afterwards.
+// Configure creates or updates a queue (an upsert) and makes sure its Default
+// partition exists. It reads the stored settings under the row lock, so two
+// concurrent merges cannot lose each other's changes.
 func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*ConfigureResult, error) {
 	if err := ValidateName("queue", req.Queue); err != nil {
-		return nil, err
-	}
-	if err := req.Options.Validate(); err != nil {
 		return nil, err
 	}
 	if err := errors.Join(validText("namespace", req.Namespace), validText("task", req.Task)); err != nil {
 		return nil, inputErrorf("%v", err)
 	}
-	if req.Namespace == "" && req.Task == "" {
-		req.Namespace, req.Task = namespaceTask(req.Queue)
-	}
-	o := req.Options
-	res := &ConfigureResult{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Options: o}
+	res := &ConfigureResult{Queue: req.Queue}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, configureSQL, NewID(), req.Queue, req.Namespace, req.Task, o.LeaseTime, o.RetryLimit,
+		o := DefaultOptions()
+		var ns, task string
+		err := tx.QueryRow(ctx, `SELECT `+optionColumns+` FROM queues WHERE name = $1 FOR UPDATE`, req.Queue).Scan(
+			&ns, &task, &o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.DelayedProcessing, &o.WindowBuffer,
+			&o.MaxSize, &o.TTL, &o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.RetentionEnabled,
+			&o.DeadLetterQueue, &o.DLQAfterMaxRetries, &o.Priority, &o.EncryptionEnabled, &o.MaxWaitTimeSeconds)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			o = DefaultOptions()
+			ns, task = namespaceTask(req.Queue)
+		case err != nil:
+			return fmt.Errorf("reading queue %s: %w", req.Queue, err)
+		case req.Replace:
+			o = DefaultOptions()
+		}
+		if len(req.Options) > 0 {
+			if err := json.Unmarshal(req.Options, &o); err != nil {
+				return inputErrorf("options: %v", err)
+			}
+		}
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		if req.Namespace != "" || req.Task != "" {
+			ns, task = req.Namespace, req.Task
+		}
+		res.Namespace, res.Task, res.Options = ns, task, o
+		if err := tx.QueryRow(ctx, configureSQL, NewID(), req.Queue, ns, task, o.LeaseTime, o.RetryLimit,
 			o.RetryDelay, o.DelayedProcessing, o.WindowBuffer, o.MaxSize, o.TTL, o.RetentionSeconds,
 			o.CompletedRetentionSeconds, o.RetentionEnabled, o.DeadLetterQueue, o.DLQAfterMaxRetries, o.Priority,
 			o.EncryptionEnabled, o.MaxWaitTimeSeconds).Scan(&res.QueueID); err != nil {

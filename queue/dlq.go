@@ -10,10 +10,12 @@ import (
 
 // DLQQuery filters the dead-letter listing.
 type DLQQuery struct {
-	Queue  string // zero: all queues
-	Group  string // zero: all groups
-	Limit  int    // zero means 100
-	Offset int
+	Queue     string    // zero: all queues
+	Group     string    // zero: all groups
+	Partition string    // zero: all partitions
+	From, To  time.Time // failed at or after From, before To; zero: unbounded
+	Limit     int       // zero means 100
+	Offset    int
 }
 
 // DeadLetter is one dead-lettered message.
@@ -45,7 +47,8 @@ type DLQPage struct {
 const MaxDLQLimit = 1000
 
 const dlqWhere = `FROM dead_letters d JOIN queues q ON q.id = d.queue_id JOIN partitions p ON p.id = d.partition_id
-WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR d.consumer_group = $2)`
+WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR d.consumer_group = $2) AND ($3 = '' OR p.name = $3)
+  AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at < $5)`
 
 // DLQ lists dead letters.
 func (s *Store) DLQ(ctx context.Context, qry DLQQuery) (*DLQPage, error) {
@@ -58,18 +61,27 @@ func (s *Store) DLQ(ctx context.Context, qry DLQQuery) (*DLQPage, error) {
 	if qry.Offset < 0 {
 		return nil, inputErrorf("offset must not be negative")
 	}
-	if err := errors.Join(validText("queue", qry.Queue), validText("consumerGroup", qry.Group)); err != nil {
+	if err := errors.Join(validText("queue", qry.Queue), validText("consumerGroup", qry.Group),
+		validText("partition", qry.Partition)); err != nil {
 		return nil, inputErrorf("%v", err)
 	}
 	page := &DLQPage{Messages: []DeadLetter{}, Limit: qry.Limit, Offset: qry.Offset}
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) `+dlqWhere, qry.Queue, qry.Group).Scan(&page.Total); err != nil {
+	var from, to *time.Time
+	if !qry.From.IsZero() {
+		from = &qry.From
+	}
+	if !qry.To.IsZero() {
+		to = &qry.To
+	}
+	filter := []any{qry.Queue, qry.Group, qry.Partition, from, to}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) `+dlqWhere, filter...).Scan(&page.Total); err != nil {
 		return nil, fmt.Errorf("counting dead letters: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT d.message_id::text, d.transaction_id, coalesce(d.trace_id::text, ''), d.partition_id::text, q.name, p.name,
 		       d.consumer_group, coalesce(d.error, ''), d.retry_count, d.payload::text, coalesce(d.producer_sub, ''),
 		       d.created_at, d.failed_at
-		`+dlqWhere+` ORDER BY d.id DESC LIMIT $3 OFFSET $4`, qry.Queue, qry.Group, qry.Limit, qry.Offset)
+		`+dlqWhere+` ORDER BY d.id DESC LIMIT $6 OFFSET $7`, append(filter, qry.Limit, qry.Offset)...)
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}

@@ -11,11 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// PopRequest selects what to lease. Exactly one of Queue or Namespace is set.
+// PopRequest selects what to lease: a queue by name, or every queue of a
+// namespace and/or task.
 type PopRequest struct {
-	Queue     string // one queue by name
-	Namespace string // or every queue of a namespace …
-	Task      string // … optionally narrowed to a task
+	Queue     string // one queue by name, or the queues matching
+	Namespace string // a namespace,
+	Task      string // a task, or both
 	Partition string // zero means any partition
 	Group     string // zero means DefaultGroup
 	Batch     int    // messages at most; zero means 1
@@ -66,6 +67,9 @@ type PopResult struct {
 // MaxBatch bounds one pop's batch, so one request cannot load a whole queue.
 const MaxBatch = 10000
 
+// MaxPartitions bounds how many partitions one pop may claim.
+const MaxPartitions = 1000
+
 func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 	if r.Group == "" {
 		r.Group = DefaultGroup
@@ -79,10 +83,10 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 	switch {
 	case r.Batch < 0 || r.Batch > MaxBatch:
 		return nil, false, inputErrorf("batch must be between 1 and %d", MaxBatch)
-	case r.Partitions < 0 || r.Partitions > 1000:
-		return nil, false, inputErrorf("partitions must be between 1 and 1000")
-	case r.Queue == "" && r.Namespace == "":
-		return nil, false, inputErrorf("queue or namespace is required")
+	case r.Partitions < 0 || r.Partitions > MaxPartitions:
+		return nil, false, inputErrorf("partitions must be between 1 and %d", MaxPartitions)
+	case r.Queue == "" && r.Namespace == "" && r.Task == "":
+		return nil, false, inputErrorf("queue, namespace or task is required")
 	}
 	if err := ValidateName("consumerGroup", r.Group); err != nil {
 		return nil, false, err
@@ -99,10 +103,10 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 	}
 	switch r.SubscriptionMode {
 	case "", "all":
-	case "new":
+	case "new", "new-only": // new-only is the Go client's spelling
 		subNow = true
 	default:
-		return nil, false, inputErrorf("subscriptionMode must be all or new")
+		return nil, false, inputErrorf("subscriptionMode must be all, new or new-only")
 	}
 	switch r.SubscriptionFrom {
 	case "":
@@ -130,7 +134,9 @@ func popFilter(r *PopRequest, withPartition bool) string {
 	if r.Queue != "" {
 		f = append(f, "q.name = $1")
 	} else {
-		f = append(f, "q.namespace = $2")
+		if r.Namespace != "" {
+			f = append(f, "q.namespace = $2")
+		}
 		if r.Task != "" {
 			f = append(f, "q.task = $3")
 		}

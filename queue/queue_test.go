@@ -157,7 +157,7 @@ func TestAck_LeaseValidation(t *testing.T) {
 
 func TestAck_FailedRedeliversThenDLQ(t *testing.T) {
 	s := newStore(t)
-	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.RetryLimit = 2 })})
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = 2 })})
 	require.NoError(t, err)
 	push(t, s, "q", "", nums(1, 2)...)
 	for attempt := 0; attempt <= 2; attempt++ {
@@ -213,7 +213,7 @@ func TestAck_DLQStatusAndBatchWithFailure(t *testing.T) {
 
 func TestLease_ExpiryRedeliversAndCountsAsAttempt(t *testing.T) {
 	s := newStore(t)
-	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.RetryLimit = 1 })})
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = 1 })})
 	require.NoError(t, err)
 	push(t, s, "q", "", nums(1, 2)...)
 	expire := func() {
@@ -318,7 +318,7 @@ func TestSubscriptionModes(t *testing.T) {
 
 func TestDelayedProcessing(t *testing.T) {
 	s := newStore(t)
-	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.DelayedProcessing = 60 })})
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.DelayedProcessing = 60 })})
 	require.NoError(t, err)
 	push(t, s, "q", "", nums(1, 2)...)
 	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 9}).Messages, "not visible for 60 s")
@@ -331,7 +331,7 @@ func TestDelayedProcessing(t *testing.T) {
 
 func TestWindowBuffer(t *testing.T) {
 	s := newStore(t)
-	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.WindowBuffer = 30 })})
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.WindowBuffer = 30 })})
 	require.NoError(t, err)
 	push(t, s, "q", "busy", nums(1, 1)...)
 	push(t, s, "q", "quiet", nums(2, 2)...)
@@ -382,7 +382,7 @@ func TestPop_SpecificAndMultiplePartitions(t *testing.T) {
 
 func TestPop_ByNamespaceAndTask(t *testing.T) {
 	s := newStore(t)
-	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "invoices-eu", Namespace: "billing", Task: "invoices", Options: queue.DefaultOptions()})
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "invoices-eu", Namespace: "billing", Task: "invoices"})
 	require.NoError(t, err)
 	push(t, s, "invoices-eu", "", nums(1, 1)...)
 	push(t, s, "billing.refunds", "", nums(2, 2)...) // namespace and task from the dotted name
@@ -432,17 +432,17 @@ func TestTransaction(t *testing.T) {
 
 func TestConfigureAndDelete(t *testing.T) {
 	s := newStore(t)
-	res, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: queue.DefaultOptions()})
+	res, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q"})
 	require.NoError(t, err)
 	assert.NotEmpty(t, res.QueueID)
 	assert.NotEmpty(t, res.PartitionID)
 	assert.Equal(t, 300, res.Options.LeaseTime)
-	again, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.LeaseTime = 10 })})
+	again, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.LeaseTime = 10 })})
 	require.NoError(t, err)
 	assert.Equal(t, res.QueueID, again.QueueID)
 	assert.Equal(t, res.PartitionID, again.PartitionID)
 
-	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: withOpts(func(o *queue.Options) { o.RetryLimit = -1 })})
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = -1 })})
 	assert.True(t, queue.IsInputError(err))
 
 	push(t, s, "q", "", nums(1, 1)...)
@@ -458,10 +458,35 @@ func TestConfigureAndDelete(t *testing.T) {
 	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q"}).Messages))
 }
 
-func withOpts(f func(*queue.Options)) queue.Options {
+// optsJSON is the JSON of the default options changed by f.
+func optsJSON(f func(*queue.Options)) json.RawMessage {
 	o := queue.DefaultOptions()
 	f(&o)
-	return o
+	b, _ := json.Marshal(o)
+	return b
+}
+
+func TestConfigure_MergeAndReplace(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Namespace: "ns", Task: "tk",
+		Options: json.RawMessage(`{"retryLimit":7,"priority":5}`)})
+	require.NoError(t, err)
+	// A merge changes only what it names, and keeps namespace and task.
+	res, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: json.RawMessage(`{"leaseTime":60}`)})
+	require.NoError(t, err)
+	assert.Equal(t, 60, res.Options.LeaseTime)
+	assert.Equal(t, 7, res.Options.RetryLimit)
+	assert.Equal(t, 5, res.Options.Priority)
+	assert.Equal(t, "ns", res.Namespace)
+	assert.Equal(t, "tk", res.Task)
+	// Replace resets what it does not name.
+	res, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Replace: true, Options: json.RawMessage(`{"priority":1}`)})
+	require.NoError(t, err)
+	want := queue.DefaultOptions()
+	want.Priority = 1
+	assert.Equal(t, want, res.Options)
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: json.RawMessage(`{"leaseTime":"long"}`)})
+	assert.True(t, queue.IsInputError(err), "%v", err)
 }
 
 // Values Postgres cannot store are the client's fault: an InputError (400),

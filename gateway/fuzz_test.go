@@ -1,0 +1,49 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+)
+
+// FuzzRequestBodies feeds arbitrary bodies to the request decoders of push,
+// ack and transaction: they must answer an error or a value, never panic,
+// and every accepted push item must name a queue.
+func FuzzRequestBodies(f *testing.F) {
+	for _, seed := range []string{
+		`{"items":[{"queue":"q","payload":{"orderId":1}}]}`,
+		`{"items":[{"queue":"q","partition":"p","transactionId":"t","traceId":"8f3c1e2a-0000-4000-8000-000000000001","payload":null}]}`,
+		`{"items":[]}`, `{"items":{}}`, `{"items":[1]}`, `{}`, `null`, `[]`, ``, `{not json`,
+		`{"transactionId":"t","partitionId":"p","status":"failed","error":"x"}`,
+		`{"acknowledgments":[{"transactionId":"t","partitionId":"p"}],"consumerGroup":"g"}`,
+		`{"operations":[{"type":"push","items":[{"queue":"q"}]},{"type":"ack","transactionId":"t","partitionId":"p"}]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest("POST", "/api/v1/push", bytes.NewReader(body))
+		obj, err := readObject(r)
+		if err != nil {
+			return
+		}
+		if arr, ok := arrayField(obj, "items"); ok {
+			if items, err := parsePushItems(arr); err == nil {
+				for _, it := range items {
+					if it.Queue == "" && !json.Valid(body) {
+						t.Fatalf("accepted an item without a queue from invalid JSON %q", body)
+					}
+				}
+			}
+		}
+		_, _ = parseAck(obj, true)
+		_, _ = parseAck(obj, false)
+		if arr, ok := arrayField(obj, "acknowledgments"); ok {
+			for _, raw := range arr {
+				if item, ok := objectOf(raw); ok {
+					_, _ = parseAck(item, false)
+				}
+			}
+		}
+	})
+}

@@ -13,6 +13,9 @@ import (
 
 var errRequestCanceled = context.Canceled
 
+// longPollMargin is the most a long-poll answers before its timeout.
+const longPollMargin = 250 * time.Millisecond
+
 // messageJSON is one delivered message, in the reference server's key order.
 type messageJSON struct {
 	ConsumerGroup string  `json:"consumerGroup"`
@@ -150,7 +153,10 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var deadline <-chan time.Time
 	if wait {
-		t := time.NewTimer(timeout)
+		// Answer a little before the client's own timeout: Queen's Go client
+		// sets its HTTP timeout equal to the pop timeout and counts a client-
+		// side timeout against the server's health.
+		t := time.NewTimer(timeout - min(timeout/20, longPollMargin))
 		defer t.Stop()
 		deadline = t.C
 	}

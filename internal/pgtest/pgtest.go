@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/heraldmq/herald/internal/pgcluster"
 )
@@ -178,4 +179,20 @@ func withSearchPath(dsn, schema string) string {
 		}
 	}
 	return dsn + " search_path=" + schema
+}
+
+// Main is the whole TestMain of a package that uses the test database: it
+// runs the tests with Run, then fails the binary if goroutines leaked
+// (goleak), and exits. pgxpool's health-check goroutine ends a moment after
+// Close, so it is ignored.
+func Main(m *testing.M, opts ...goleak.Option) {
+	code := Run(m)
+	if code == 0 {
+		opts = append(opts, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

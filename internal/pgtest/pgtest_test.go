@@ -7,19 +7,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// runner lets goleak check for leaks after pgtest.Run has stopped the
-// cluster and closed everything.
-type runner struct{ m *testing.M }
-
-func (r runner) Run() int { return pgtest.Run(r.m) }
-
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(runner{m})
+	pgtest.Main(m)
 }
 
 func schemaExists(t *testing.T, schema string) bool {

@@ -1,0 +1,153 @@
+package queue_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+func availability(t *testing.T, s *queue.Store, targets ...queue.Target) map[string]queue.Availability {
+	t.Helper()
+	av, err := s.Preflight(ctxT(t), targets)
+	require.NoError(t, err)
+	out := map[string]queue.Availability{}
+	for _, a := range av {
+		out[a.Partition+"/"+a.Group] = a
+	}
+	return out
+}
+
+func TestPreflight(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "a", nums(1, 3)...)
+	push(t, s, "q", "b", nums(1, 1)...)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.LeaseTime = 60 })})
+	require.NoError(t, err)
+
+	av := availability(t, s, queue.Target{Queue: "q"})
+	require.Len(t, av, 2)
+	assert.False(t, av["a/"+queue.DefaultGroup].HasConsumer, "no consumer row before the first pop")
+	assert.True(t, av["a/"+queue.DefaultGroup].Eligible)
+
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q"}, {Queue: "q", Group: "late", SubscriptionMode: "new"}}))
+	av = availability(t, s, queue.Target{Queue: "q"}, queue.Target{Queue: "q", Group: "late"})
+	assert.True(t, av["a/"+queue.DefaultGroup].HasConsumer)
+	assert.Equal(t, int64(3), av["a/"+queue.DefaultGroup].Waiting)
+	assert.Equal(t, 0, av["a/"+queue.DefaultGroup].Target)
+	_, ok := av["a/late"]
+	assert.False(t, ok, "a group subscribed from now has nothing waiting")
+
+	// A leased partition is blocked until its lease expires.
+	res := pop(t, s, queue.PopRequest{Queue: "q", Partition: "a"})
+	require.Len(t, res.Messages, 1)
+	av = availability(t, s, queue.Target{Queue: "q", Partition: "a"})
+	a := av["a/"+queue.DefaultGroup]
+	assert.False(t, a.Eligible)
+	assert.WithinDuration(t, time.Now().Add(60*time.Second), a.EligibleAt, 5*time.Second)
+	_, ok = av["b/"+queue.DefaultGroup]
+	assert.False(t, ok, "a specific-partition target sees only its partition")
+
+	// Window buffer and delay give their own eligibility times.
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "w", Options: optsJSON(func(o *queue.Options) { o.WindowBuffer = 30 })})
+	require.NoError(t, err)
+	push(t, s, "w", "", nums(1, 1)...)
+	a = availability(t, s, queue.Target{Queue: "w"})["Default/"+queue.DefaultGroup]
+	assert.False(t, a.Eligible)
+	assert.WithinDuration(t, time.Now().Add(30*time.Second), a.EligibleAt, 5*time.Second)
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "d", Options: optsJSON(func(o *queue.Options) { o.DelayedProcessing = 20 })})
+	require.NoError(t, err)
+	push(t, s, "d", "", nums(1, 1)...)
+	a = availability(t, s, queue.Target{Queue: "d"})["Default/"+queue.DefaultGroup]
+	assert.False(t, a.Eligible)
+	assert.WithinDuration(t, time.Now().Add(20*time.Second), a.EligibleAt, 5*time.Second)
+
+	// Namespace targets match by namespace and task.
+	push(t, s, "ns.task", "", nums(1, 1)...)
+	av = availability(t, s, queue.Target{Namespace: "ns"}, queue.Target{Task: "task"}, queue.Target{Namespace: "other"})
+	require.Len(t, av, 1)
+}
+
+func TestPreflight_DeadOnExpiry(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = 0 })})
+	require.NoError(t, err)
+	push(t, s, "q", "", nums(1, 2)...)
+	pop(t, s, queue.PopRequest{Queue: "q"})
+	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second'`)
+	a := availability(t, s, queue.Target{Queue: "q"})["Default/"+queue.DefaultGroup]
+	assert.True(t, a.DeadOnExpiry)
+	// PopAssigned leaves it alone; Pop dead-letters it and goes on.
+	got, err := s.PopAssigned(ctxT(t), []queue.Assignment{{Intention: 1, PartitionID: a.PartitionID, Limit: 5, Total: 5, LeaseID: queue.NewID()}})
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q"}).Messages))
+}
+
+func TestPopAssigned(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "a", nums(1, 3)...)
+	push(t, s, "q", "b", nums(4, 6)...)
+	push(t, s, "q", "c", nums(7, 9)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q"}}))
+	av := availability(t, s, queue.Target{Queue: "q"})
+	pa, pb, pc := av["a/"+queue.DefaultGroup].PartitionID, av["b/"+queue.DefaultGroup].PartitionID, av["c/"+queue.DefaultGroup].PartitionID
+
+	l1, l2 := queue.NewID(), queue.NewID()
+	got, err := s.PopAssigned(ctxT(t), []queue.Assignment{
+		{Intention: 1, PartitionID: pa, Limit: 2, Total: 2, LeaseID: l1},
+		// Intention 2 claims two partitions with a batch of 4 in all.
+		{Intention: 2, PartitionID: pb, Limit: 4, Total: 4, LeaseID: l2},
+		{Intention: 2, PartitionID: pc, Limit: 4, Total: 4, LeaseID: l2},
+	})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, []int{1, 2}, payloads(t, got[1].Messages))
+	assert.Equal(t, l1, got[1].LeaseID)
+	assert.Equal(t, "a", got[1].Partition)
+	assert.Equal(t, []int{4, 5, 6, 7}, payloads(t, got[2].Messages))
+	assert.Equal(t, 2, got[2].PartitionsClaimed)
+	for _, m := range got[2].Messages {
+		assert.Equal(t, l2, m.LeaseID)
+		assert.Equal(t, "q", m.Queue)
+	}
+
+	// The leases are real: nothing more from a or b, c's rest stays leased too.
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Partitions: 3, Batch: 9}).Messages)
+	acks := ackAll(t, s, got[1], queue.StatusCompleted)
+	assert.True(t, acks[1].LeaseReleased)
+	assert.Equal(t, []int{3}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Partition: "a"}).Messages))
+
+	// Releasing gives c back at once, with no attempt counted.
+	require.NoError(t, s.ReleaseLease(ctxT(t), l2))
+	res := pop(t, s, queue.PopRequest{Queue: "q", Partition: "c", Batch: 9})
+	assert.Equal(t, []int{7, 8, 9}, payloads(t, res.Messages))
+	assert.Equal(t, 0, res.Messages[0].RetryCount)
+}
+
+func TestPopAssigned_ExpiredLeaseAndAutoAck(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 3)...)
+	first := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
+	require.Len(t, first.Messages, 2)
+	// Ack the second out of order, then let the lease expire.
+	m := first.Messages[1]
+	_, err := s.Ack(ctxT(t), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID}})
+	require.NoError(t, err)
+	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second'`)
+
+	pid := first.PartitionID
+	got, err := s.PopAssigned(ctxT(t), []queue.Assignment{{Intention: 7, PartitionID: pid, Limit: 10, Total: 10, AutoAck: true}})
+	require.NoError(t, err)
+	require.Contains(t, got, 7)
+	assert.Equal(t, []int{1, 3}, payloads(t, got[7].Messages), "2 was done; 1 comes back")
+	assert.Equal(t, 1, got[7].Messages[0].RetryCount, "the expiry counted as an attempt")
+	assert.Empty(t, got[7].LeaseID)
+	// autoAck moved the cursor past everything.
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 10}).Messages)
+	push(t, s, "q", "", nums(4, 4)...)
+	assert.Equal(t, []int{4}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 10}).Messages))
+}

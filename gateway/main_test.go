@@ -33,8 +33,10 @@ type env struct {
 // newEnv starts a gateway; cfg may adjust the Config (Store is set already).
 func newEnv(t testing.TB, cfg ...func(*gateway.Config)) *env {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	_, err := queue.Migrate(ctxT(t), pool)
+	pool, err := queue.NewPool(ctxT(t), pgtest.DSN(t), 0)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = queue.Migrate(ctxT(t), pool)
 	require.NoError(t, err)
 	store, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
 	require.NoError(t, err)

@@ -52,6 +52,11 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error)
 		Help: "Connections acquired from the pool."}, func() float64 { return float64(pool.Stat().AcquireCount()) }))
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_empty_acquires_total",
 		Help: "Acquires that had to wait for a connection."}, func() float64 { return float64(pool.Stat().EmptyAcquireCount()) }))
+	if stats := store.QueryStats(); stats != nil {
+		cs = append(cs, queryCollector{stats: stats, desc: prometheus.NewDesc("herald_db_queries_total",
+			"Statements sent to the database, by operation (every query, batch member, begin and commit).",
+			[]string{"op"}, nil)})
+	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -63,4 +68,19 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error)
 func (m *metrics) observeRequest(route, method string, status int, d time.Duration) {
 	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// queryCollector exposes queue.QueryStats, which a pgx tracer keeps, as
+// herald_db_queries_total{op}.
+type queryCollector struct {
+	stats *queue.QueryStats
+	desc  *prometheus.Desc
+}
+
+func (c queryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c queryCollector) Collect(ch chan<- prometheus.Metric) {
+	for op, n := range c.stats.Snapshot() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), op)
+	}
 }

@@ -81,7 +81,7 @@ type lockedConsumer struct {
 	retryLimit int
 }
 
-const ackResolveSQL = `
+const ackResolveSQL = `-- herald:ack_resolve
 SELECT t.ord, coalesce(q.name, ''), coalesce(p.name, ''), m.seq
 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(pid, txid, ord)
 LEFT JOIN partitions p ON p.id = t.pid::uuid
@@ -89,7 +89,7 @@ LEFT JOIN queues q ON q.id = p.queue_id
 LEFT JOIN messages m ON m.partition_id = p.id AND m.transaction_id = t.txid
 ORDER BY t.ord`
 
-const ackLockSQL = `
+const ackLockSQL = `-- herald:ack_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
        c.attempts, c.attempt_seq, q.retry_limit
@@ -265,7 +265,7 @@ type deadLetter struct {
 	retries     int
 }
 
-const deadLetterSQL = `
+const deadLetterSQL = `-- herald:dead_letter
 INSERT INTO dead_letters (queue_id, partition_id, seq, message_id, transaction_id, trace_id, producer_sub,
                           payload, created_at, consumer_group, error, retry_count)
 SELECT p.queue_id, m.partition_id, m.seq, m.id, m.transaction_id, m.trace_id, m.producer_sub,

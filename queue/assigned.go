@@ -33,6 +33,8 @@ type Assignment struct {
 //	        out of order, cut at the first one still inside its delay
 //	picked  at most Total per intention, in assignment order
 //	upd     the new lease (or, with autoAck, the advanced cursor)
+//
+// #nosec G101 -- SQL text; "lease" is not a credential.
 const popAssignedSQL = `-- herald:pop_assigned
 WITH a AS (
 	SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::int[], $5::int[], $6::bool[], $7::text[])

@@ -151,3 +151,23 @@ func TestPopAssigned_ExpiredLeaseAndAutoAck(t *testing.T) {
 	push(t, s, "q", "", nums(4, 4)...)
 	assert.Equal(t, []int{4}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 10}).Messages))
 }
+
+func TestQueryStats_CountsEveryStatement(t *testing.T) {
+	s := newStore(t)
+	stats := s.QueryStats()
+	require.NotNil(t, stats)
+	before := stats.Snapshot()
+	push(t, s, "q", "", nums(1, 1)...) // cache miss: resolve batch (3) + lock + insert
+	pop(t, s, queue.PopRequest{Queue: "q"})
+	after := stats.Snapshot()
+	assert.Equal(t, before["push_insert"]+1, after["push_insert"])
+	assert.Equal(t, before["push_lock"]+1, after["push_lock"])
+	assert.Equal(t, before["pop_lock"]+1, after["pop_lock"])
+	assert.Equal(t, before["begin"]+1, after["begin"], "transactions count their begin")
+	assert.Equal(t, before["commit"]+1, after["commit"])
+	total := stats.Total()
+	_, err := s.Preflight(ctxT(t), []queue.Target{{Queue: "q"}})
+	require.NoError(t, err)
+	assert.Equal(t, total+1, stats.Total())
+	assert.Equal(t, uint64(1), stats.Snapshot()["preflight"])
+}

@@ -85,7 +85,7 @@ const optionColumns = `namespace, task, lease_time, retry_limit, retry_delay, de
 	max_size, ttl, retention_seconds, completed_retention_seconds, retention_enabled, dead_letter_queue,
 	dlq_after_max_retries, priority, encryption_enabled, max_wait_time_seconds`
 
-const configureSQL = `
+const configureSQL = `-- herald:configure
 INSERT INTO queues (id, name, ` + optionColumns + `)
 VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 ON CONFLICT (name) DO UPDATE SET namespace = EXCLUDED.namespace, task = EXCLUDED.task,

@@ -36,7 +36,7 @@ func (s *Store) ExtendLease(ctx context.Context, leaseID string, seconds int) (*
 		v := int32(seconds)
 		secs = &v
 	}
-	err := s.pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `-- herald:extend_lease
 		UPDATE consumers c SET lease_expires_at = now() + make_interval(secs => coalesce($2::int, q.lease_time))
 		FROM partitions p JOIN queues q ON q.id = p.queue_id
 		WHERE c.lease_id = $1::uuid AND p.id = c.partition_id AND c.lease_expires_at > now()

@@ -17,11 +17,13 @@ import (
 //     0.23 ms with the generic plan.
 //   - application_name=herald, unless the DSN sets one, so the
 //     connections are recognisable in pg_stat_activity.
+//   - a tracer counting every statement by operation (Store.QueryStats).
 func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parsing database URL: %w", err)
 	}
+	cfg.ConnConfig.Tracer = queryTracer{stats: &QueryStats{}}
 	rp := cfg.ConnConfig.RuntimeParams
 	if _, ok := rp["plan_cache_mode"]; !ok {
 		rp["plan_cache_mode"] = "force_generic_plan"

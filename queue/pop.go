@@ -149,7 +149,7 @@ func popFilter(r *PopRequest, withPartition bool) string {
 
 // Parameters of the ensure statement: $1..$4 as popFilter, $5 group,
 // $6 subscribe-now, $7 subscribe-from.
-const popEnsureSQL = `
+const popEnsureSQL = `-- herald:pop_ensure
 WITH qs AS (
 	SELECT q.id FROM queues q WHERE %[1]s
 ), g AS (
@@ -174,7 +174,7 @@ ON CONFLICT DO NOTHING`
 // are past the window buffer and whose next message is past the delay. The
 // least recently leased go first, so busy partitions cannot starve others.
 // $5 group, $6 how many.
-const popLockSQL = `
+const popLockSQL = `-- herald:pop_lock
 SELECT c.partition_id::text, p.name, q.id::text, q.name, c.cursor, c.done, c.lease_id::text,
        coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq,
        q.lease_time, q.retry_limit, q.delayed_processing
@@ -195,7 +195,7 @@ FOR UPDATE OF c SKIP LOCKED`
 // popFetchSQL reads up to lim messages after each cursor. visible is false
 // for a message still inside the queue's delay; delivery stops there so order
 // holds.
-const popFetchSQL = `
+const popFetchSQL = `-- herald:pop_fetch
 SELECT c.ord, m.seq, m.id::text, m.transaction_id, coalesce(m.trace_id::text, ''), coalesce(m.producer_sub, ''),
        m.payload::text, m.created_at, m.created_at <= now() - make_interval(secs => c.delay) AS visible
 FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[]) WITH ORDINALITY AS c(pid, cur, lim, delay, ord)
@@ -206,7 +206,7 @@ ORDER BY c.ord, m.seq`
 
 // consumerUpdateSQL writes changed consumer rows back. A NULL ltime keeps
 // the expiry (and owner) of the lease the row already has.
-const consumerUpdateSQL = `
+const consumerUpdateSQL = `-- herald:consumer_update
 UPDATE consumers c SET cursor = u.cur, done = u.done::bigint[], attempts = u.att, attempt_seq = u.aseq,
 	lease_id = u.lease::uuid,
 	lease_owner = CASE WHEN u.lease IS NULL THEN NULL ELSE coalesce(u.owner, c.lease_owner) END,

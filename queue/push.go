@@ -211,11 +211,12 @@ func optString(s string) *string {
 // pushLockSQL takes the partition row locks in id order (no deadlocks between
 // pushes to overlapping partitions). The statement after it then starts with a
 // snapshot taken after the locks, so it sees every committed duplicate.
-const pushLockSQL = `SELECT id FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+const pushLockSQL = `-- herald:push_lock
+SELECT id FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
 
 // pushInsertSQL finds duplicates, numbers the fresh rows densely per
 // partition from last_offset, bumps last_offset and inserts, in one statement.
-const pushInsertSQL = `
+const pushInsertSQL = `-- herald:push_insert
 WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
 	       t.trace::uuid AS trace_id, t.sub AS producer_sub, t.ord

@@ -213,18 +213,21 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	// Three statements in one round trip. Each takes its own snapshot, so the
 	// final SELECT sees rows that a concurrent creator committed meanwhile.
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO queues (id, name, namespace, task)
+	b.Queue(`-- herald:create_queues
+		INSERT INTO queues (id, name, namespace, task)
 		SELECT DISTINCT ON (t.name) t.id::uuid, t.name, t.ns, t.task
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t(id, name, ns, task)
 		ORDER BY t.name
 		ON CONFLICT (name) DO NOTHING`, qids, missQ, nss, tasks)
-	b.Queue(`INSERT INTO partitions (id, queue_id, name)
+	b.Queue(`-- herald:create_partitions
+		INSERT INTO partitions (id, queue_id, name)
 		SELECT t.id::uuid, q.id, t.partition
 		FROM unnest($1::text[], $2::text[], $3::text[]) AS t(id, queue, partition)
 		JOIN queues q ON q.name = t.queue
 		ORDER BY q.id, t.partition
 		ON CONFLICT (queue_id, name) DO NOTHING`, pids, missQ, missP)
-	b.Queue(`SELECT t.queue, t.partition, q.id::text, p.id::text
+	b.Queue(`-- herald:resolve_partitions
+		SELECT t.queue, t.partition, q.id::text, p.id::text
 		FROM unnest($1::text[], $2::text[]) AS t(queue, partition)
 		JOIN queues q ON q.name = t.queue
 		JOIN partitions p ON p.queue_id = q.id AND p.name = t.partition`, missQ, missP)

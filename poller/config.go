@@ -1,0 +1,103 @@
+package poller
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// WakeMode says what wakes the poller besides its own safety sweep.
+type WakeMode string
+
+// Wake modes.
+const (
+	// WakePush: pushes (and later NOTIFY, syncnet) wake the queues they
+	// touch at once; the sweep is only a safety net.
+	WakePush WakeMode = "push"
+	// WakePoll: push wake-ups are ignored and only the adaptive sweep finds
+	// new messages, as the reference server does; a benchmark baseline.
+	WakePoll WakeMode = "poll"
+)
+
+// Defaults of Config fields.
+const (
+	WorkersDefault            = 2
+	SweepMinDefault           = 100 * time.Millisecond
+	SweepMaxDefault           = 5 * time.Second
+	PreflightTimeoutDefault   = 50 * time.Millisecond
+	MaxIntentionsPerPreflight = 200
+	// queryTimeout bounds every statement of a cycle, so a stuck database
+	// cannot stall a worker for good.
+	queryTimeout = 10 * time.Second
+)
+
+// Config configures a Poller.
+type Config struct {
+	// Store runs the pre-flight and the pops. Required.
+	Store *queue.Store
+	// Workers is how many cycles run side by side; a queue always goes to
+	// the same worker. Zero means WorkersDefault.
+	Workers int
+	// Mode: zero means WakePush.
+	Mode WakeMode
+	// SweepMin and SweepMax bound the adaptive safety sweep; zero means
+	// SweepMinDefault and SweepMaxDefault.
+	SweepMin, SweepMax time.Duration
+	// PreflightTimeout: a pre-flight slower than this is logged (it is not
+	// cancelled: an answer late is better than none). Zero means
+	// PreflightTimeoutDefault.
+	PreflightTimeout time.Duration
+	// MaxIntentions caps the intentions one pre-flight covers; more are
+	// split over several. Zero means MaxIntentionsPerPreflight.
+	MaxIntentions int
+	// Registerer receives the poller's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Logger; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Workers == 0 {
+		c.Workers = WorkersDefault
+	}
+	if c.Mode == "" {
+		c.Mode = WakePush
+	}
+	if c.SweepMin == 0 {
+		c.SweepMin = SweepMinDefault
+	}
+	if c.SweepMax == 0 {
+		c.SweepMax = SweepMaxDefault
+	}
+	if c.PreflightTimeout == 0 {
+		c.PreflightTimeout = PreflightTimeoutDefault
+	}
+	if c.MaxIntentions == 0 {
+		c.MaxIntentions = MaxIntentionsPerPreflight
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("poller: Config.Store is required")
+	case c.Workers < 1 || c.Workers > 64:
+		return errors.New("poller: Config.Workers must be between 1 and 64")
+	case c.Mode != WakePush && c.Mode != WakePoll:
+		return errors.New("poller: Config.Mode must be push or poll")
+	case c.SweepMin <= 0 || c.SweepMax < c.SweepMin:
+		return errors.New("poller: Config.SweepMin must be positive and at most Config.SweepMax")
+	case c.PreflightTimeout <= 0:
+		return errors.New("poller: Config.PreflightTimeout must be positive")
+	case c.MaxIntentions < 1:
+		return errors.New("poller: Config.MaxIntentions must be positive")
+	}
+	return nil
+}

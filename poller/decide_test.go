@@ -1,0 +1,131 @@
+package poller
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+func part(target int, id string, waiting int64) queue.Availability {
+	return queue.Availability{Target: target, PartitionID: id, Partition: id, Group: queue.DefaultGroup,
+		Waiting: waiting, HasConsumer: true, Eligible: true}
+}
+
+// assigned renders assignments as "candidate:partition" in output order.
+func assigned(as []assignment) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, fmt.Sprintf("%d:%s", a.candidate, a.avail.PartitionID))
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cands   []candidate
+		avail   []queue.Availability
+		want    []string
+		skipped map[int]string
+	}{
+		{
+			// Seed 000, unit test 2: 5 intentions, 2 available partitions.
+			name:    "LeaseSafety",
+			cands:   []candidate{{id: 0, seq: 1}, {id: 1, seq: 2}, {id: 2, seq: 3}, {id: 3, seq: 4}, {id: 4, seq: 5}},
+			avail:   []queue.Availability{part(0, "p1", 5), part(0, "p2", 3)},
+			want:    []string{"0:p1", "1:p2"},
+			skipped: map[int]string{2: skipTaken, 3: skipTaken, 4: skipTaken},
+		},
+		{
+			// Seed 000, unit test 3: fullest partition first.
+			name:  "FullestFirst",
+			cands: []candidate{{id: 0, seq: 1}, {id: 1, seq: 2}, {id: 2, seq: 3}},
+			avail: []queue.Availability{part(0, "p10", 10), part(0, "p100", 100), part(0, "p50", 50)},
+			want:  []string{"0:p100", "1:p50", "2:p10"},
+		},
+		{
+			// Seed 000, unit test 4: specific-partition requests first, even
+			// when younger than the wildcard ones.
+			name: "SpecificFirst",
+			cands: []candidate{
+				{id: 0, target: 0, seq: 1},
+				{id: 1, target: 1, seq: 2, specific: true},
+			},
+			avail: []queue.Availability{part(0, "p1", 100), part(0, "p2", 1), part(1, "p1", 100)},
+			want:  []string{"1:p1", "0:p2"},
+		},
+		{
+			// Seed 000, unit test 5: a partition in its window buffer (not
+			// eligible) is not assigned; nor one without a consumer row, nor
+			// one whose expiry must dead-letter.
+			name:  "BlockedPartitionsSkipped",
+			cands: []candidate{{id: 0, seq: 1}, {id: 1, seq: 2}, {id: 2, seq: 3}},
+			avail: []queue.Availability{
+				{Target: 0, PartitionID: "window", Group: queue.DefaultGroup, Waiting: 9, HasConsumer: true},
+				{Target: 0, PartitionID: "new", Group: queue.DefaultGroup, Waiting: 8, Eligible: true},
+				{Target: 0, PartitionID: "poison", Group: queue.DefaultGroup, Waiting: 7, Eligible: true, HasConsumer: true, DeadOnExpiry: true},
+				part(0, "ok", 1),
+			},
+			want:    []string{"0:ok"},
+			skipped: map[int]string{1: skipTaken, 2: skipTaken},
+		},
+		{
+			name:    "OldestFirst",
+			cands:   []candidate{{id: 0, seq: 9}, {id: 1, seq: 3}},
+			avail:   []queue.Availability{part(0, "p1", 1)},
+			want:    []string{"1:p1"},
+			skipped: map[int]string{0: skipTaken},
+		},
+		{
+			name:    "NothingAvailable",
+			cands:   []candidate{{id: 0, seq: 1}, {id: 1, seq: 2, target: 1, specific: true}},
+			avail:   nil,
+			skipped: map[int]string{0: skipNoPartition, 1: skipPartitionUnavailable},
+		},
+		{
+			// Groups have their own leases: the same partition may go to two
+			// candidates of different groups.
+			name:  "GroupsIndependent",
+			cands: []candidate{{id: 0, target: 0, seq: 1}, {id: 1, target: 1, seq: 2}},
+			avail: []queue.Availability{part(0, "p1", 1),
+				{Target: 1, PartitionID: "p1", Group: "analytics", Waiting: 1, HasConsumer: true, Eligible: true}},
+			want: []string{"0:p1", "1:p1"},
+		},
+		{
+			// Two targets reaching the same queue and group (by name and by
+			// namespace) still never share a partition.
+			name:    "SameGroupAcrossTargets",
+			cands:   []candidate{{id: 0, target: 0, seq: 1}, {id: 1, target: 1, seq: 2}},
+			avail:   []queue.Availability{part(0, "p1", 1), part(1, "p1", 1)},
+			want:    []string{"0:p1"},
+			skipped: map[int]string{1: skipTaken},
+		},
+		{
+			name:  "MultiPartitionClaim",
+			cands: []candidate{{id: 0, seq: 1, partitions: 2}, {id: 1, seq: 2, partitions: 5}},
+			avail: []queue.Availability{part(0, "a", 4), part(0, "b", 3), part(0, "c", 2)},
+			want:  []string{"0:a", "0:b", "1:c"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, skipped := decide(tc.cands, tc.avail)
+			assert.Equal(t, tc.want, assigned(got))
+			if tc.skipped == nil {
+				tc.skipped = map[int]string{}
+			}
+			assert.Equal(t, tc.skipped, skipped)
+			assert.Zero(t, doubleAssigned(got))
+			// Pure: the same input gives the same output.
+			again, _ := decide(tc.cands, tc.avail)
+			assert.Equal(t, assigned(got), assigned(again))
+		})
+	}
+}
+
+func TestDoubleAssigned(t *testing.T) {
+	as := []assignment{{avail: part(0, "p", 1)}, {avail: part(1, "p", 1)}, {avail: part(0, "q", 1)}}
+	assert.Equal(t, 1, doubleAssigned(as))
+}

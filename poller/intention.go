@@ -1,0 +1,105 @@
+package poller
+
+import (
+	"sync"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// Intention is one waiting consumer: what it wants, how much it may take,
+// until when, and where the messages go. Fields are read-only once
+// registered.
+type Intention struct {
+	Target     queue.Target
+	Batch      int  // messages per delivery; zero means 1
+	Partitions int  // partitions a wildcard intention may claim; zero means 1
+	AutoAck    bool // deliver at-most-once, keeping no lease
+	// Credit is how many messages it may take before AddCredit; zero means
+	// Batch. A long-poll takes one batch; a streaming subscription takes
+	// maxInFlight − unacked.
+	Credit int
+	// Deadline, when set, ends the intention unserved.
+	Deadline time.Time
+	// Standing intentions stay registered after a delivery (subscriptions);
+	// the others end with their first delivery (long-polls).
+	Standing bool
+	// Deliver receives leased messages. A poller worker calls it and it
+	// must not block. It returns false when the consumer is gone; the poller
+	// then releases the lease at once, so nothing waits for it to expire.
+	Deliver func(*queue.PopResult) bool
+
+	// Set at registration, then guarded by the owning worker's mutex.
+	key    string
+	seq    uint64
+	credit int
+	gone   bool
+}
+
+// targetKey groups intentions that are woken together: one queue, or one
+// namespace/task pattern.
+func targetKey(t queue.Target) string {
+	if t.Queue != "" {
+		return "q:" + t.Queue
+	}
+	return "n:" + t.Namespace + "\x00" + t.Task
+}
+
+// Waiter is a one-shot intention whose delivery arrives on a channel: the
+// long-poll's view of the poller.
+type Waiter struct {
+	ch     chan *queue.PopResult
+	cancel func()
+
+	mu    sync.Mutex
+	state int // waiterWaiting, waiterDelivered, waiterCancelled
+}
+
+const (
+	waiterWaiting = iota
+	waiterDelivered
+	waiterCancelled
+)
+
+// Wait registers a one-shot intention and returns its Waiter. in.Deliver
+// and in.Standing are set by Wait.
+func (p *Poller) Wait(in Intention) *Waiter {
+	w := &Waiter{ch: make(chan *queue.PopResult, 1)}
+	in.Deliver = w.deliver
+	in.Standing = false
+	w.cancel = p.Register(&in)
+	return w
+}
+
+func (w *Waiter) deliver(res *queue.PopResult) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != waiterWaiting {
+		return false
+	}
+	w.state = waiterDelivered
+	w.ch <- res // buffered: never blocks
+	return true
+}
+
+// C delivers the leased messages, once.
+func (w *Waiter) C() <-chan *queue.PopResult { return w.ch }
+
+// Cancel withdraws the intention. If messages were delivered but not yet
+// received from C, it returns them: the caller must use them or release
+// their lease, so that a consumer that leaves never swallows a message.
+func (w *Waiter) Cancel() *queue.PopResult {
+	w.cancel()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state == waiterWaiting {
+		w.state = waiterCancelled
+		return nil
+	}
+	select {
+	case res := <-w.ch:
+		return res
+	default:
+		return nil
+	}
+}

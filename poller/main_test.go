@@ -1,0 +1,110 @@
+package poller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type env struct {
+	t     testing.TB
+	store *queue.Store
+	p     *poller.Poller
+}
+
+// newEnv runs a poller on a store in a schema of its own; cfg may adjust
+// the Config. The poller stops (and Run returns) when the test ends.
+func newEnv(t testing.TB, cfg ...func(*poller.Config)) *env {
+	t.Helper()
+	pool, err := queue.NewPool(context.Background(), pgtest.DSN(t), 0)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = queue.Migrate(context.Background(), pool)
+	require.NoError(t, err)
+	store, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
+	require.NoError(t, err)
+	c := poller.Config{Store: store}
+	for _, f := range cfg {
+		f(&c)
+	}
+	p, err := poller.New(c)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = p.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return &env{t: t, store: store, p: p}
+}
+
+// push stores payloads {"n": i} on a partition and wakes the poller, as the
+// gateway does after a push.
+func (e *env) push(q, part string, from, to int) {
+	e.t.Helper()
+	var items []queue.PushItem
+	for i := from; i <= to; i++ {
+		items = append(items, queue.PushItem{Queue: q, Partition: part, Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+	}
+	_, err := e.store.Push(context.Background(), items)
+	require.NoError(e.t, err)
+	e.p.Wake(poller.SourcePush, q, part)
+}
+
+// receive waits for a waiter's delivery, failing after ceiling.
+func receive(t testing.TB, w *poller.Waiter, ceiling time.Duration) *queue.PopResult {
+	t.Helper()
+	select {
+	case res := <-w.C():
+		return res
+	case <-time.After(ceiling):
+		t.Fatalf("no delivery within %v", ceiling)
+		return nil
+	}
+}
+
+// nothing asserts that a waiter gets nothing within d.
+func nothing(t testing.TB, w *poller.Waiter, d time.Duration) {
+	t.Helper()
+	select {
+	case res := <-w.C():
+		t.Fatalf("unexpected delivery: %d messages", len(res.Messages))
+	case <-time.After(d):
+	}
+}
+
+func ns(res *queue.PopResult) []int {
+	var out []int
+	for _, m := range res.Messages {
+		var v struct{ N int }
+		_ = json.Unmarshal(m.Data, &v)
+		out = append(out, v.N)
+	}
+	return out
+}
+
+// eventually polls cond every 5 ms until it holds or ceiling passes.
+func eventually(t testing.TB, ceiling time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(ceiling)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v: %s", ceiling, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

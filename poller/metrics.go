@@ -1,0 +1,41 @@
+package poller
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	cycles     prometheus.Counter
+	preflight  prometheus.Histogram
+	intentions prometheus.Gauge
+	skipped    *prometheus.CounterVec
+	wakeups    *prometheus.CounterVec
+	double     prometheus.Counter
+	delivered  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		cycles: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_poll_cycles_total",
+			Help: "Poll cycles that ran a pre-flight."}),
+		preflight: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "herald_preflight_duration_seconds",
+			Help: "Duration of the pre-flight availability query.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		intentions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_intentions",
+			Help: "Registered intentions (waiting long-polls and subscriptions)."}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_intentions_skipped_total",
+			Help: "Intentions a cycle could not serve, by reason; skipping costs no query."}, []string{"reason"}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_wakeups_total",
+			Help: "Wake-ups received, by source."}, []string{"source"}),
+		double: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_double_assignment_total",
+			Help: "A (partition, group) assigned twice in one cycle. Must stay 0."}),
+		delivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_poll_deliveries_total",
+			Help: "Leased batches handed to waiting consumers."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.cycles, m.preflight, m.intentions, m.skipped, m.wakeups, m.double, m.delivered} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,174 @@
+package poller
+
+import (
+	"context"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// Wake-up sources (herald_wakeups_total{source}).
+const (
+	SourcePush     = "push"     // a push committed by this instance
+	SourceAck      = "ack"      // an ack that released a lease or failed a message
+	SourceRegister = "register" // a new intention
+)
+
+// Poller serves intentions: it owns their registry and the workers that run
+// the poll cycle (DESIGN.md §4). Create it with New, run it with Run.
+type Poller struct {
+	cfg     Config
+	store   *queue.Store
+	log     zerolog.Logger
+	metrics *metrics
+	workers []*worker
+	seq     atomic.Uint64
+	nsKeys  atomic.Int64 // registered intentions with a namespace/task target
+}
+
+// New returns a Poller; nothing runs until Run.
+func New(cfg Config) (*Poller, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	p := &Poller{cfg: cfg, store: cfg.Store, log: cfg.Logger.With().Str("component", "poller").Logger(), metrics: m}
+	for i := range cfg.Workers {
+		p.workers = append(p.workers, newWorker(p, i))
+	}
+	return p, nil
+}
+
+// Run runs the workers until ctx ends and returns when all have stopped.
+// Intentions may be registered before Run; they are served once it starts.
+func (p *Poller) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, w := range p.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Mode reports the wake mode.
+func (p *Poller) Mode() WakeMode { return p.cfg.Mode }
+
+func (p *Poller) workerFor(key string) *worker {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return p.workers[h.Sum32()%uint32(len(p.workers))]
+}
+
+// Register adds an intention and returns the func that withdraws it. The
+// intention's queue is checked at once. Safe for concurrent use.
+func (p *Poller) Register(in *Intention) (cancel func()) {
+	if in.Batch <= 0 {
+		in.Batch = 1
+	}
+	if in.Partitions <= 0 {
+		in.Partitions = 1
+	}
+	in.key = targetKey(in.Target)
+	in.seq = p.seq.Add(1)
+	in.credit = in.Credit
+	if in.credit <= 0 {
+		in.credit = in.Batch
+	}
+	if in.Target.Queue == "" {
+		p.nsKeys.Add(1)
+	}
+	w := p.workerFor(in.key)
+	w.mu.Lock()
+	ks := w.keys[in.key]
+	if ks == nil {
+		ks = &keyState{}
+		w.keys[in.key] = ks
+	}
+	ks.intentions = append(ks.intentions, in)
+	ks.dirty = true
+	w.mu.Unlock()
+	p.metrics.intentions.Inc()
+	p.metrics.wakeups.WithLabelValues(SourceRegister).Inc()
+	w.signal()
+	return func() {
+		w.mu.Lock()
+		w.markGone(in)
+		w.mu.Unlock()
+	}
+}
+
+// AddCredit lets a standing intention take n more messages (its consumer
+// acknowledged some) and checks its queue again.
+func (p *Poller) AddCredit(in *Intention, n int) {
+	w := p.workerFor(in.key)
+	w.mu.Lock()
+	if !in.gone {
+		in.credit += n
+		if ks := w.keys[in.key]; ks != nil {
+			ks.dirty = true
+		}
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+// Wake says that queue may have work (partition is informational: the
+// pre-flight looks at every partition the queue's intentions want). It costs
+// nothing when no intention waits on the queue. In WakePoll mode only
+// SourceRegister is honoured; everything else is left to the sweep.
+func (p *Poller) Wake(source, queueName, partition string) {
+	_ = partition
+	p.metrics.wakeups.WithLabelValues(source).Inc()
+	if p.cfg.Mode == WakePoll && source != SourceRegister {
+		return
+	}
+	key := "q:" + queueName
+	w := p.workerFor(key)
+	w.mu.Lock()
+	ks := w.keys[key]
+	if ks != nil {
+		ks.dirty = true
+	}
+	w.mu.Unlock()
+	if ks != nil {
+		w.signal()
+	}
+	// A namespace/task intention may match any queue: wake those too. They
+	// are rare, and a pre-flight that finds nothing costs one query.
+	if p.nsKeys.Load() > 0 {
+		for _, w := range p.workers {
+			if w.markNamespaceKeysDirty() {
+				w.signal()
+			}
+		}
+	}
+}
+
+// Intentions reports how many intentions are registered.
+func (p *Poller) Intentions() int {
+	n := 0
+	for _, w := range p.workers {
+		w.mu.Lock()
+		for _, ks := range w.keys {
+			for _, in := range ks.intentions {
+				if !in.gone {
+					n++
+				}
+			}
+		}
+		w.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,189 @@
+package poller_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+// slowSweep keeps the safety sweep out of a test, so only wake-ups and
+// eligibility timers can explain a delivery.
+func slowSweep(c *poller.Config) { c.SweepMin, c.SweepMax = time.Minute, time.Minute }
+
+func TestPoller_OnePushOneWaiter(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	waiters := make([]*poller.Waiter, 3)
+	for i := range waiters {
+		waiters[i] = e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10})
+	}
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 3 }, "registered")
+	start := time.Now()
+	e.push("q", "", 1, 1)
+
+	var got []*queue.PopResult
+	deadline := time.After(5 * time.Second)
+	for len(got) == 0 {
+		for _, w := range waiters {
+			select {
+			case res := <-w.C():
+				got = append(got, res)
+			default:
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatal("no waiter got the message")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	t.Logf("push → delivery: %v", time.Since(start))
+	assert.Less(t, time.Since(start), time.Second, "promptly, not at a sweep")
+	require.Len(t, got, 1)
+	assert.Equal(t, []int{1}, ns(got[0]))
+	assert.NotEmpty(t, got[0].LeaseID)
+	// Exactly one: the other two are still waiting.
+	assert.Equal(t, 2, e.p.Intentions())
+	for _, w := range waiters {
+		if res := w.Cancel(); res != nil {
+			assert.Equal(t, got[0], res)
+		}
+	}
+}
+
+func TestPoller_SpecificPartitionBeatsAny(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	anyW := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}}) // older
+	specW := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q", Partition: "p1"}})
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 2 }, "registered")
+	e.push("q", "p1", 1, 1)
+	res := receive(t, specW, 5*time.Second)
+	assert.Equal(t, "p1", res.Partition)
+	nothing(t, anyW, 100*time.Millisecond)
+	assert.Nil(t, anyW.Cancel())
+}
+
+func TestPoller_LeaseExpiryWakesWaiter(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	_, err := e.store.Configure(context.Background(), queue.ConfigureRequest{Queue: "q", Options: []byte(`{"leaseTime":1}`)})
+	require.NoError(t, err)
+	e.push("q", "", 1, 1)
+	first, err := e.store.Pop(context.Background(), queue.PopRequest{Queue: "q"})
+	require.NoError(t, err)
+	require.Len(t, first.Messages, 1)
+	leasedAt := time.Now()
+
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}})
+	res := receive(t, w, 5*time.Second)
+	waited := time.Since(leasedAt)
+	t.Logf("delivered %v after the lease was taken", waited)
+	assert.Equal(t, []int{1}, ns(res))
+	assert.Equal(t, 1, res.Messages[0].RetryCount, "the expired lease counted as an attempt")
+	assert.GreaterOrEqual(t, waited, 900*time.Millisecond, "not before the lease expired")
+	assert.Less(t, waited, 2*time.Second, "at expiry, by the eligibility timer (the sweep is 1 min)")
+}
+
+func TestPoller_DelayedMessageAtVisibility(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	_, err := e.store.Configure(context.Background(), queue.ConfigureRequest{Queue: "q", Options: []byte(`{"delayedProcessing":1}`)})
+	require.NoError(t, err)
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}})
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 1 }, "registered")
+	pushed := time.Now()
+	e.push("q", "", 1, 1)
+	res := receive(t, w, 5*time.Second)
+	waited := time.Since(pushed)
+	t.Logf("delayed message delivered after %v", waited)
+	assert.Equal(t, []int{1}, ns(res))
+	assert.GreaterOrEqual(t, waited, 900*time.Millisecond)
+	assert.Less(t, waited, 2*time.Second)
+}
+
+// A consumer that is gone when its messages arrive gets nothing, and the
+// lease is released at once: the next consumer gets the message now, with
+// no attempt counted.
+func TestPoller_GoneConsumerReleasesLease(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	refused := make(chan struct{}, 1)
+	cancel := e.p.Register(&poller.Intention{Target: queue.Target{Queue: "q"}, Deliver: func(*queue.PopResult) bool {
+		refused <- struct{}{}
+		return false
+	}})
+	defer cancel()
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 1 }, "registered")
+	e.push("q", "", 1, 1)
+	select {
+	case <-refused:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery attempt")
+	}
+	eventually(t, 5*time.Second, func() bool {
+		res, err := e.store.Pop(context.Background(), queue.PopRequest{Queue: "q"})
+		require.NoError(t, err)
+		if len(res.Messages) == 0 {
+			return false
+		}
+		assert.Equal(t, 0, res.Messages[0].RetryCount)
+		return true
+	}, "the lease was released")
+}
+
+// Waiters that cancel while messages arrive never swallow one: every
+// message ends up either delivered or still in the queue.
+func TestPoller_CancelRaceLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	const n = 40
+	var mu sync.Mutex
+	delivered := map[int]bool{}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}})
+			time.Sleep(time.Duration(i%7) * time.Millisecond) // spread the cancels around the pushes
+			res := w.Cancel()
+			if res == nil {
+				select {
+				case res = <-w.C():
+				default:
+				}
+			}
+			if res != nil {
+				mu.Lock()
+				for _, v := range ns(res) {
+					delivered[v] = true
+				}
+				mu.Unlock()
+				_, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: res.Messages[0].TransactionID,
+					PartitionID: res.Messages[0].PartitionID, LeaseID: res.LeaseID}})
+				assert.NoError(t, err)
+			}
+		}()
+		if i%4 == 0 {
+			e.push("q", "", i, i)
+		}
+	}
+	wg.Wait()
+	// What was not delivered is still there, at once (no lease waits to expire).
+	res, err := e.store.Pop(context.Background(), queue.PopRequest{Queue: "q", Batch: 100})
+	require.NoError(t, err)
+	for _, v := range ns(res) {
+		assert.False(t, delivered[v], "message %d both delivered and still queued", v)
+		delivered[v] = true
+	}
+	for i := 0; i < n; i += 4 {
+		assert.True(t, delivered[i], "message %d lost", i)
+	}
+}
+
+func TestPoller_Validate(t *testing.T) {
+	_, err := poller.New(poller.Config{})
+	assert.ErrorContains(t, err, "Store")
+}

@@ -51,8 +51,10 @@ type Config struct {
 	// cancelled: an answer late is better than none). Zero means
 	// PreflightTimeoutDefault.
 	PreflightTimeout time.Duration
-	// MaxIntentions caps the intentions one pre-flight covers; more are
-	// split over several. Zero means MaxIntentionsPerPreflight.
+	// MaxIntentions caps what one pre-flight covers, counted in distinct
+	// targets (queue or pattern, partition, group): intentions waiting on
+	// the same target share its rows. More are split over several
+	// pre-flights. Zero means MaxIntentionsPerPreflight.
 	MaxIntentions int
 	// Registerer receives the poller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer

@@ -129,3 +129,16 @@ func TestDoubleAssigned(t *testing.T) {
 	as := []assignment{{avail: part(0, "p", 1)}, {avail: part(1, "p", 1)}, {avail: part(0, "q", 1)}}
 	assert.Equal(t, 1, doubleAssigned(as))
 }
+
+func TestChunkByTarget(t *testing.T) {
+	mk := func(key, part string) *Intention {
+		return &Intention{key: key, Target: queue.Target{Partition: part}}
+	}
+	work := []*Intention{mk("q:a", ""), mk("q:b", ""), mk("q:a", ""), mk("q:c", ""), mk("q:a", "p"), mk("q:b", "")}
+	chunks := chunkByTarget(work, 2)
+	// Targets: a, b | c, a/p. Same-target intentions stay together.
+	assert.Len(t, chunks, 2)
+	assert.Equal(t, []*Intention{work[0], work[1], work[2], work[5]}, chunks[0])
+	assert.Equal(t, []*Intention{work[3], work[4]}, chunks[1])
+	assert.Len(t, chunkByTarget(work, 200), 1)
+}

@@ -149,16 +149,40 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		return false, due
 	}
 	sort.Slice(work, func(i, j int) bool { return work[i].seq < work[j].seq })
-	for len(work) > 0 {
-		n := min(len(work), w.p.cfg.MaxIntentions)
-		did, d := w.serve(ctx, work[:n])
+	for _, chunk := range chunkByTarget(work, w.p.cfg.MaxIntentions) {
+		did, d := w.serve(ctx, chunk)
 		worked = worked || did
 		if !d.IsZero() && (due.IsZero() || d.Before(due)) {
 			due = d
 		}
-		work = work[n:]
 	}
 	return worked, due
+}
+
+// chunkByTarget splits intentions (in registration order) so that no chunk
+// asks the pre-flight about more than maxTargets distinct targets. Many
+// intentions waiting on one queue, partition and group are one target: they
+// cost the pre-flight nothing extra, so they are never split apart.
+func chunkByTarget(work []*Intention, maxTargets int) [][]*Intention {
+	type tkey struct{ key, partition, group string }
+	chunkOf := map[tkey]int{}
+	var chunks [][]*Intention
+	var counts []int
+	for _, in := range work {
+		k := tkey{in.key, in.Target.Partition, in.Target.Group}
+		c, ok := chunkOf[k]
+		if !ok {
+			if len(chunks) == 0 || counts[len(chunks)-1] == maxTargets {
+				chunks = append(chunks, nil)
+				counts = append(counts, 0)
+			}
+			c = len(chunks) - 1
+			chunkOf[k] = c
+			counts[c]++
+		}
+		chunks[c] = append(chunks[c], in)
+	}
+	return chunks
 }
 
 // serve runs one pre-flight, the decision and one coalesced pop for a chunk

@@ -589,6 +589,6 @@ func TestNew_Validate(t *testing.T) {
 	e := newEnv(t)
 	_, err = gateway.New(gateway.Config{Store: e.store, BodyLimit: -1})
 	assert.ErrorContains(t, err, "Config.BodyLimit must not be negative")
-	_, err = gateway.New(gateway.Config{Store: e.store, LongPollInterval: -1})
-	assert.ErrorContains(t, err, "Config.LongPollInterval must not be negative")
+	_, err = gateway.New(gateway.Config{Store: e.store})
+	assert.ErrorContains(t, err, "Config.Poller is required")
 }

@@ -13,8 +13,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/heraldmq/herald/gateway"
 )
 
 func TestPop_LongPollTimeout(t *testing.T) {
@@ -35,12 +33,13 @@ func TestPop_LongPollTimeout(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
 }
 
-// waitingPop starts a long-poll in a goroutine and returns once ready (an SQL
-// boolean) holds: the long-poll's first pop has run. A push made after that
-// can only reach it through the wake-up.
-func (e *env) waitingPop(path, ready string, args ...any) <-chan resp {
+// waitingPop starts a long-poll in a goroutine and returns once the poller
+// holds its intention. A push made after that can only reach it through a
+// wake-up.
+func (e *env) waitingPop(path string) <-chan resp {
 	e.t.Helper()
 	ctx := ctxT(e.t)
+	before := e.p.Intentions()
 	out := make(chan resp, 1)
 	go func() {
 		defer close(out)
@@ -56,16 +55,9 @@ func (e *env) waitingPop(path, ready string, args ...any) <-chan resp {
 		b, _ := io.ReadAll(res.Body)
 		out <- resp{status: res.StatusCode, header: res.Header, body: b}
 	}()
-	eventually(e.t, func() bool {
-		var ok bool
-		err := e.store.Pool().QueryRow(ctx, ready, args...).Scan(&ok)
-		return err == nil && ok
-	}, "the long-poll never ran its first pop")
+	eventually(e.t, func() bool { return e.p.Intentions() > before }, "the long-poll never registered")
 	return out
 }
-
-// groupExists is true once a pop has registered the consumer group $1.
-const groupExists = `SELECT EXISTS (SELECT 1 FROM consumer_groups WHERE name = $1)`
 
 // receive waits for a long-poll's answer and expects one message.
 func receive(t *testing.T, got <-chan resp, wantID string) {
@@ -90,7 +82,7 @@ func receive(t *testing.T, got <-chan resp, wantID string) {
 // can return it before its 10 s timeout.
 func TestPop_LongPollWakesOnPush(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *gateway.Config) { c.LongPollInterval = time.Hour })
+	e := newEnv(t)
 	for _, body := range []string{`{"queue":"lp"}`, `{"queue":"lp-ns","namespace":"wake"}`, `{"queue":"lp-retry"}`} {
 		r := e.post("/api/v1/configure", body)
 		require.Equal(t, http.StatusOK, r.status, "%s", r)
@@ -98,7 +90,7 @@ func TestPop_LongPollWakesOnPush(t *testing.T) {
 
 	t.Run("Queue", func(t *testing.T) {
 		start := time.Now()
-		got := e.waitingPop("/api/v1/pop/queue/lp?wait=true&timeout=10000&consumerGroup=w1", groupExists, "w1")
+		got := e.waitingPop("/api/v1/pop/queue/lp?wait=true&timeout=10000&consumerGroup=w1")
 		pushed := e.push("lp", `{"wake":1}`)
 		receive(t, got, pushed[0].MessageID)
 		assert.Less(t, time.Since(start), 5*time.Second, "returned at the timeout, not at the push")
@@ -106,22 +98,21 @@ func TestPop_LongPollWakesOnPush(t *testing.T) {
 	t.Run("Partition", func(t *testing.T) {
 		start := time.Now()
 		// "new" mode: the message the Queue case left is not w2's.
-		got := e.waitingPop("/api/v1/pop/queue/lp/partition/Default?wait=true&timeout=10000&consumerGroup=w2&subscriptionMode=new",
-			groupExists, "w2")
+		got := e.waitingPop("/api/v1/pop/queue/lp/partition/Default?wait=true&timeout=10000&consumerGroup=w2&subscriptionMode=new")
 		pushed := e.push("lp", `{"wake":2}`)
 		receive(t, got, pushed[0].MessageID)
 		assert.Less(t, time.Since(start), 5*time.Second)
 	})
 	t.Run("Namespace", func(t *testing.T) {
 		start := time.Now()
-		got := e.waitingPop("/api/v1/pop?namespace=wake&wait=true&timeout=10000&consumerGroup=w3", groupExists, "w3")
+		got := e.waitingPop("/api/v1/pop?namespace=wake&wait=true&timeout=10000&consumerGroup=w3")
 		pushed := e.push("lp-ns", `{"wake":"ns"}`)
 		receive(t, got, pushed[0].MessageID)
 		assert.Less(t, time.Since(start), 5*time.Second)
 	})
 	t.Run("Transaction", func(t *testing.T) {
 		start := time.Now()
-		got := e.waitingPop("/api/v1/pop/queue/lp-ns?wait=true&timeout=10000&consumerGroup=w4&subscriptionMode=new", groupExists, "w4")
+		got := e.waitingPop("/api/v1/pop/queue/lp-ns?wait=true&timeout=10000&consumerGroup=w4&subscriptionMode=new")
 		r := e.post("/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"lp-ns","payload":{"tx":1}}]}]}`)
 		require.Equal(t, http.StatusOK, r.status, "%s", r)
 		var res struct {
@@ -143,9 +134,7 @@ func TestPop_LongPollWakesOnPush(t *testing.T) {
 		first := e.pop("/api/v1/pop/queue/lp-retry/partition/a?consumerGroup=w5&wait=false")
 		require.Len(t, first.Messages, 1)
 		start := time.Now()
-		got := e.waitingPop("/api/v1/pop/queue/lp-retry?wait=true&timeout=10000&consumerGroup=w5", `SELECT EXISTS (
-			SELECT 1 FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues q ON q.id = p.queue_id
-			WHERE q.name = 'lp-retry' AND p.name = 'Default' AND c.consumer_group = 'w5')`)
+		got := e.waitingPop("/api/v1/pop/queue/lp-retry?wait=true&timeout=10000&consumerGroup=w5")
 		a := e.ack(first.Messages[0], "retry", "")
 		require.True(t, a.Success)
 		require.True(t, a.LeaseReleased)
@@ -158,7 +147,7 @@ func TestPop_LongPollWakesOnPush(t *testing.T) {
 // once, so the server can shut down without waiting for its timeout.
 func TestPop_LongPollClientGone(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *gateway.Config) { c.LongPollInterval = time.Hour })
+	e := newEnv(t)
 	r := e.post("/api/v1/configure", `{"queue":"gone"}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 
@@ -177,13 +166,10 @@ func TestPop_LongPollClientGone(t *testing.T) {
 		}
 		done <- err
 	}()
-	eventually(t, func() bool {
-		var ok bool
-		err := e.store.Pool().QueryRow(ctx, groupExists, "gone").Scan(&ok)
-		return err == nil && ok
-	}, "the long-poll never ran its first pop")
+	eventually(t, func() bool { return e.p.Intentions() == 1 }, "the long-poll never registered")
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
+	eventually(t, func() bool { return e.p.Intentions() == 0 }, "the intention outlived its client")
 
 	start := time.Now()
 	e.ts.Close() // waits for outstanding requests
@@ -194,11 +180,11 @@ func TestPop_LongPollClientGone(t *testing.T) {
 // long-polls do not wait; messages are still delivered.
 func TestPop_Drain(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *gateway.Config) { c.LongPollInterval = time.Hour })
+	e := newEnv(t)
 	r := e.post("/api/v1/configure", `{"queue":"drain"}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	start := time.Now()
-	got := e.waitingPop("/api/v1/pop/queue/drain?wait=true&timeout=60000&consumerGroup=d1", groupExists, "d1")
+	got := e.waitingPop("/api/v1/pop/queue/drain?wait=true&timeout=60000&consumerGroup=d1")
 	e.srv.Drain()
 	e.srv.Drain() // twice is fine
 	select {
@@ -223,7 +209,7 @@ func TestPop_Drain(t *testing.T) {
 // partition per consumer; every pushed message is delivered exactly once.
 func TestPop_LongPollConcurrent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *gateway.Config) { c.LongPollInterval = 50 * time.Millisecond })
+	e := newEnv(t)
 	const n = 4
 	var wg sync.WaitGroup
 	results := make(chan resp, n)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -125,10 +126,11 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 			s.metrics.dlq.WithLabelValues(res.Queue).Inc()
 		}
 	}
-	// A released lease or a failed message makes work available again.
+	// A released lease makes the rest of its batch (or a failed message)
+	// available again: wake whoever waits on that partition.
 	for _, res := range results {
 		if res.LeaseReleased && res.Queue != "" {
-			s.wake.notify(res.Queue)
+			s.poller.Wake(poller.SourceAck, res.Queue, res.Partition)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -150,59 +151,75 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	ctx := r.Context()
-	var deadline <-chan time.Time
-	if wait {
-		// Answer a little before the client's own timeout: Queen's Go client
-		// sets its HTTP timeout equal to the pop timeout and counts a client-
-		// side timeout against the server's health.
-		t := time.NewTimer(timeout - min(timeout/20, longPollMargin))
-		defer t.Stop()
-		deadline = t.C
-	}
-	for {
-		// Take the wake channel before popping, so a push that lands
-		// between the pop and the wait still wakes us.
-		woken, leave := s.wake.wait(req.Queue)
-		res, err := s.store.Pop(ctx, req)
-		if err != nil || len(res.Messages) > 0 || !wait {
-			leave()
-		}
+	// While draining nothing new may wait: a long-poll is answered at once.
+	if !wait || s.isDraining() {
+		res, err := s.store.Pop(r.Context(), req)
 		if err != nil {
 			s.fail(w, err)
 			return
 		}
-		for q, n := range res.DeadLettered {
-			s.metrics.dlq.WithLabelValues(q).Add(float64(n))
-		}
-		if len(res.Messages) > 0 {
-			s.writePop(w, res)
-			return
-		}
-		if !wait {
+		s.countDeadLetters(res)
+		if len(res.Messages) == 0 {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		// Until the poller lands, a waiting pop re-checks on a local push and
-		// on a slow tick (pushes through other instances, expiring leases).
-		tick := time.NewTimer(s.cfg.LongPollInterval)
-		stop := func() { tick.Stop(); leave() }
-		select {
-		case <-woken:
-		case <-tick.C:
-		case <-deadline:
-			stop()
+		s.writePop(w, res)
+		return
+	}
+	s.longPoll(w, r, req, timeout)
+}
+
+// longPoll registers the request as an intention and waits for the poller
+// to lease messages for it. It holds no database connection meanwhile; the
+// only goroutine is the request's own.
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopRequest, timeout time.Duration) {
+	if err := req.Validate(); err != nil {
+		s.fail(w, err)
+		return
+	}
+	waiter := s.poller.Wait(poller.Intention{
+		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
+			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
+		Batch: req.Batch, Partitions: req.Partitions, AutoAck: req.AutoAck,
+		Deadline: time.Now().Add(timeout),
+	})
+	// Answer a little before the client's own timeout: Queen's Go client
+	// sets its HTTP timeout equal to the pop timeout and counts a client-side
+	// timeout against the server's health.
+	timer := time.NewTimer(timeout - min(timeout/20, longPollMargin))
+	defer timer.Stop()
+	select {
+	case res := <-waiter.C():
+		s.writePop(w, res)
+		return
+	case <-timer.C:
+	case <-s.draining:
+	case <-r.Context().Done():
+	}
+	res := waiter.Cancel()
+	if res == nil {
+		if r.Context().Err() == nil {
 			w.WriteHeader(http.StatusNoContent)
-			return
-		case <-s.draining:
-			stop()
-			w.WriteHeader(http.StatusNoContent)
-			return
-		case <-ctx.Done():
-			stop()
-			return
 		}
-		stop()
+		return
+	}
+	if r.Context().Err() == nil {
+		s.writePop(w, res) // delivered just as the wait ended: still ours
+		return
+	}
+	// The client left: give the messages back now rather than at lease expiry.
+	if res.LeaseID != "" {
+		if err := s.store.ReleaseLease(context.WithoutCancel(r.Context()), res.LeaseID); err != nil {
+			s.log.Error().Err(err).Msg("releasing the lease of a long-poll whose client left")
+		}
+	}
+}
+
+// countDeadLetters counts messages a pop dead-lettered after their lease
+// expired once too often.
+func (s *Server) countDeadLetters(res *queue.PopResult) {
+	for q, n := range res.DeadLettered {
+		s.metrics.dlq.WithLabelValues(q).Add(float64(n))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -66,23 +67,22 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
-// afterPush counts pushed messages and wakes local long-polls.
+// afterPush counts pushed messages and wakes the poller for every
+// partition that got one.
 func (s *Server) afterPush(results []queue.PushResult) {
-	var woken []string
-	seen := map[string]bool{}
+	type qp struct{ queue, partition string }
+	seen := map[qp]bool{}
 	for _, res := range results {
 		if res.Status == queue.StatusDuplicate {
 			s.metrics.duplicates.WithLabelValues(res.Queue).Inc()
 			continue
 		}
 		s.metrics.pushed.WithLabelValues(res.Queue).Inc()
-		if !seen[res.Queue] {
-			seen[res.Queue] = true
-			woken = append(woken, res.Queue)
+		k := qp{res.Queue, res.Partition}
+		if !seen[k] {
+			seen[k] = true
+			s.poller.Wake(poller.SourcePush, res.Queue, res.Partition)
 		}
-	}
-	if len(woken) > 0 {
-		s.wake.notify(woken...)
 	}
 }
 

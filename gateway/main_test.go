@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -28,6 +29,7 @@ type env struct {
 	store *queue.Store
 	srv   *gateway.Server
 	ts    *httptest.Server
+	p     *poller.Poller
 }
 
 // newEnv starts a gateway; cfg may adjust the Config (Store is set already).
@@ -43,10 +45,23 @@ func newEnv(t testing.TB, cfg ...func(*gateway.Config)) *env {
 	return newEnvOn(t, store, cfg...)
 }
 
-// newEnvOn starts a gateway on the given store.
+// newEnvOn starts a gateway, and the poller behind its long-polls, on the
+// given store. The poller stops when the test ends.
 func newEnvOn(t testing.TB, store *queue.Store, cfg ...func(*gateway.Config)) *env {
 	t.Helper()
-	c := gateway.Config{Store: store}
+	p, err := poller.New(poller.Config{Store: store})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = p.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	c := gateway.Config{Store: store, Poller: p}
 	for _, f := range cfg {
 		f(&c)
 	}
@@ -56,7 +71,7 @@ func newEnvOn(t testing.TB, store *queue.Store, cfg ...func(*gateway.Config)) *e
 	// Registered after pgtest's cleanups, so it runs first: no request is
 	// left using the pool when it closes.
 	t.Cleanup(ts.Close)
-	return &env{t: t, store: store, srv: srv, ts: ts}
+	return &env{t: t, store: store, srv: srv, ts: ts, p: p}
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -19,9 +20,6 @@ const (
 	// BodyLimitDefault is the largest request body accepted: 8 MiB lets a
 	// producer push a batch of 1 MiB payloads.
 	BodyLimitDefault = 8 << 20
-	// LongPollIntervalDefault is how often a waiting long-poll re-checks the
-	// database for messages pushed through other instances.
-	LongPollIntervalDefault = time.Second
 	// PopTimeoutDefault is a long-poll's wait when the request names none (ms in the API).
 	PopTimeoutDefault = 30 * time.Second
 	// PopTimeoutMax bounds a long-poll's wait; larger timeouts are clamped.
@@ -38,12 +36,13 @@ type Config struct {
 	// BodyLimit is the largest request body in bytes; zero means
 	// BodyLimitDefault. Larger bodies are answered 413.
 	BodyLimit int64
-	// LongPollInterval: see LongPollIntervalDefault; zero means the default.
-	LongPollInterval time.Duration
+	// Poller serves waiting long-polls (wait=true) and is woken by pushes
+	// and acks. Required.
+	Poller *poller.Poller
 	// Version is reported by /health.
 	Version string
-	// Registerer receives the herald_* metrics; nil means a new registry,
-	// served by /metrics together with Go runtime metrics.
+	// Registry receives the herald_* metrics and is served by /metrics; nil
+	// means a new registry with the Go runtime and process metrics.
 	Registry *prometheus.Registry
 	// Logger; the zero value logs nothing.
 	Logger zerolog.Logger
@@ -53,9 +52,6 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.BodyLimit == 0 {
 		c.BodyLimit = BodyLimitDefault
-	}
-	if c.LongPollInterval == 0 {
-		c.LongPollInterval = LongPollIntervalDefault
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -70,8 +66,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.Store is required")
 	case c.BodyLimit < 0:
 		return errors.New("gateway: Config.BodyLimit must not be negative")
-	case c.LongPollInterval < 0:
-		return errors.New("gateway: Config.LongPollInterval must not be negative")
+	case c.Poller == nil:
+		return errors.New("gateway: Config.Poller is required")
 	}
 	return nil
 }
@@ -85,7 +81,7 @@ type Server struct {
 	metrics *metrics
 	mux     *http.ServeMux
 	reg     *prometheus.Registry
-	wake    wakeBoard
+	poller  *poller.Poller
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -103,12 +99,12 @@ func New(cfg Config) (*Server, error) {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	s := &Server{
-		cfg:   cfg,
-		store: cfg.Store,
-		log:   cfg.Logger.With().Str("component", "gateway").Logger(),
-		mux:   http.NewServeMux(),
-		reg:   reg,
-		wake:  wakeBoard{chans: map[string]*wakeEntry{}},
+		cfg:    cfg,
+		store:  cfg.Store,
+		log:    cfg.Logger.With().Str("component", "gateway").Logger(),
+		mux:    http.NewServeMux(),
+		reg:    reg,
+		poller: cfg.Poller,
 
 		draining: make(chan struct{}),
 	}
@@ -148,6 +144,15 @@ func (s *Server) routes() {
 // until the listener closes. Safe to call more than once.
 func (s *Server) Drain() {
 	s.drainOnce.Do(func() { close(s.draining) })
+}
+
+func (s *Server) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
 }
 
 // Handler returns the HTTP handler with CORS, body limit, metrics and logs.
@@ -202,50 +207,3 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection (flush, deadlines).
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// wakeBoard tells waiting long-polls that a queue got messages on this
-// instance. Each queue being waited on has a channel that is closed (and
-// forgotten) on push; "" is closed on every push, for namespace pops. An
-// entry also goes when its last waiter leaves, so long-polls on names that
-// never see a push cannot grow the map.
-type wakeBoard struct {
-	mu    sync.Mutex
-	chans map[string]*wakeEntry
-}
-
-type wakeEntry struct {
-	ch      chan struct{}
-	waiters int
-}
-
-// wait returns a channel closed at the next push to queue, and a func the
-// caller must call when it stops waiting on it.
-func (b *wakeBoard) wait(queue string) (<-chan struct{}, func()) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, ok := b.chans[queue]
-	if !ok {
-		e = &wakeEntry{ch: make(chan struct{})}
-		b.chans[queue] = e
-	}
-	e.waiters++
-	return e.ch, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		e.waiters--
-		if e.waiters == 0 && b.chans[queue] == e {
-			delete(b.chans, queue)
-		}
-	}
-}
-
-func (b *wakeBoard) notify(queues ...string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, q := range append(queues, "") {
-		if e, ok := b.chans[q]; ok {
-			close(e.ch)
-			delete(b.chans, q)
-		}
-	}
-}

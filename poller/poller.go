@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -82,6 +83,9 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	}
 	in.key = targetKey(in.Target)
 	in.seq = p.seq.Add(1)
+	if in.Target.Since.IsZero() {
+		in.Target.Since = time.Now() // a "new" subscription starts at arrival
+	}
 	in.credit = in.Credit
 	if in.credit <= 0 {
 		in.credit = in.Batch

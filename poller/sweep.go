@@ -13,7 +13,9 @@ type sweep struct {
 	cur      time.Duration
 }
 
-func newSweep(lo, hi time.Duration) *sweep { return &sweep{min: lo, max: hi, cur: lo} }
+// newSweep starts idle, at the maximum: with nothing known to do there is
+// nothing to poll for (new intentions are checked when they arrive).
+func newSweep(lo, hi time.Duration) *sweep { return &sweep{min: lo, max: hi, cur: hi} }
 
 // next records whether the last cycle found work and returns how long to
 // wait before the next sweep.

@@ -14,6 +14,7 @@ func TestSweep_Adaptive(t *testing.T) {
 		assert.GreaterOrEqual(t, d, want-want/10)
 		assert.LessOrEqual(t, d, want+want/10)
 	}
+	within(s.next(false), 5*time.Second) // starts idle
 	within(s.next(true), 100*time.Millisecond)
 	for _, want := range []time.Duration{200, 400, 800, 1600, 3200, 5000, 5000} {
 		within(s.next(false), want*time.Millisecond)

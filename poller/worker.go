@@ -69,7 +69,7 @@ func (w *worker) markNamespaceKeysDirty() bool {
 // eligibility time of a blocked partition, and on the adaptive sweep.
 func (w *worker) run(ctx context.Context) {
 	sw := newSweep(w.p.cfg.SweepMin, w.p.cfg.SweepMax)
-	nextSweep := time.Now().Add(sw.next(true))
+	nextSweep := time.Now().Add(sw.next(false))
 	worked := false
 	timer := time.NewTimer(time.Until(nextSweep))
 	defer timer.Stop()

@@ -20,6 +20,9 @@ type Target struct {
 	// PopRequest).
 	SubscriptionMode string
 	SubscriptionFrom string
+	// Since is when the consumer asked: "new" and "now" subscriptions start
+	// there, not at the later moment EnsureConsumers runs. Zero means now.
+	Since time.Time
 }
 
 // Availability is one partition that has messages beyond a group's cursor,
@@ -138,8 +141,12 @@ func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
 		if err != nil {
 			return err
 		}
+		ago := 0.0
+		if !t.Since.IsZero() {
+			ago = max(time.Since(t.Since).Seconds(), 0)
+		}
 		b.Queue(fmt.Sprintf(popEnsureSQL, popFilter(&req, false), popFilter(&req, true)),
-			req.Queue, req.Namespace, req.Task, req.Partition, req.Group, subNow, subFrom)
+			req.Queue, req.Namespace, req.Task, req.Partition, req.Group, subNow, subFrom, ago)
 	}
 	if b.Len() == 0 {
 		return nil

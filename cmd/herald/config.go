@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/poller"
 )
 
 // config is everything `herald serve` and `herald migrate` read from flags
@@ -27,6 +28,13 @@ type config struct {
 	DBMaxConns      int
 	PGPort          int
 	ShutdownTimeout time.Duration
+
+	PollWorkers      int
+	Wake             string
+	SweepMin         time.Duration
+	SweepMax         time.Duration
+	PreflightTimeout time.Duration
+	PreflightMax     int
 }
 
 // option is one setting: its flag, environment variable, default and help.
@@ -58,6 +66,18 @@ var options = []option{
 		func(c *config, v string) (err error) { c.PGPort, err = strconv.Atoi(v); return err }},
 	{"shutdown-timeout", "HERALD_SHUTDOWN_TIMEOUT", "10s", "how long shutdown waits for requests in flight",
 		func(c *config, v string) (err error) { c.ShutdownTimeout, err = time.ParseDuration(v); return err }},
+	{"wake", "HERALD_WAKE", "push", "what wakes waiting consumers: push (a push wakes them at once) or poll (only the adaptive sweep, the reference server's way)",
+		func(c *config, v string) error { c.Wake = v; return nil }},
+	{"poll-workers", "HERALD_POLL_WORKERS", strconv.Itoa(poller.WorkersDefault), "poll cycles running side by side; each queue belongs to one",
+		func(c *config, v string) (err error) { c.PollWorkers, err = strconv.Atoi(v); return err }},
+	{"poll-sweep-min", "HERALD_POLL_SWEEP_MIN", poller.SweepMinDefault.String(), "safety sweep interval right after work",
+		func(c *config, v string) (err error) { c.SweepMin, err = time.ParseDuration(v); return err }},
+	{"poll-sweep-max", "HERALD_POLL_SWEEP_MAX", poller.SweepMaxDefault.String(), "safety sweep interval when idle (it doubles up to this)",
+		func(c *config, v string) (err error) { c.SweepMax, err = time.ParseDuration(v); return err }},
+	{"preflight-timeout", "HERALD_PREFLIGHT_TIMEOUT", poller.PreflightTimeoutDefault.String(), "pre-flight queries slower than this are logged",
+		func(c *config, v string) (err error) { c.PreflightTimeout, err = time.ParseDuration(v); return err }},
+	{"preflight-max", "HERALD_PREFLIGHT_MAX", strconv.Itoa(poller.MaxIntentionsPerPreflight), "distinct waiting targets per pre-flight query; more are split",
+		func(c *config, v string) (err error) { c.PreflightMax, err = strconv.Atoi(v); return err }},
 }
 
 // parseConfig reads defaults, then the environment, then args.
@@ -99,6 +119,16 @@ func (c *config) validate() error {
 		return errors.New("--pg-port must be a TCP port")
 	case c.ShutdownTimeout <= 0:
 		return errors.New("--shutdown-timeout must be positive")
+	case c.Wake != string(poller.WakePush) && c.Wake != string(poller.WakePoll):
+		return errors.New("--wake must be push or poll")
+	case c.PollWorkers < 1 || c.PollWorkers > 64:
+		return errors.New("--poll-workers must be between 1 and 64")
+	case c.SweepMin <= 0 || c.SweepMax < c.SweepMin:
+		return errors.New("--poll-sweep-min must be positive and at most --poll-sweep-max")
+	case c.PreflightTimeout <= 0:
+		return errors.New("--preflight-timeout must be positive")
+	case c.PreflightMax < 1:
+		return errors.New("--preflight-max must be positive")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -23,10 +23,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgcluster"
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -142,15 +145,34 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{Store: store, BodyLimit: cfg.BodyLimit, Version: buildVersion(), Logger: log})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pl, err := poller.New(poller.Config{Store: store, Workers: cfg.PollWorkers, Mode: poller.WakeMode(cfg.Wake),
+		SweepMin: cfg.SweepMin, SweepMax: cfg.SweepMax, PreflightTimeout: cfg.PreflightTimeout,
+		MaxIntentions: cfg.PreflightMax, Registerer: reg, Logger: log})
 	if err != nil {
 		return err
 	}
+	gw, err := gateway.New(gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(),
+		Registry: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	pollCtx, stopPoller := context.WithCancel(context.Background())
+	pollDone := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		_ = pl.Run(pollCtx)
+	}()
+	defer func() {
+		stopPoller()
+		<-pollDone
+	}()
 	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info().Str("url", fmt.Sprintf("http://localhost:%d/", port)).Str("instance", instance).
-		Str("version", buildVersion()).Msg("herald is serving")
+		Str("version", buildVersion()).Str("wake", cfg.Wake).Msg("herald is serving")
 
 	select {
 	case err := <-errc:

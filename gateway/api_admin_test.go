@@ -493,7 +493,7 @@ func TestHealth_DatabaseDown(t *testing.T) {
 	checkDown := func(t *testing.T, pool *pgxpool.Pool) {
 		store, err := queue.New(queue.Config{Pool: pool})
 		require.NoError(t, err)
-		e := newEnvOn(t, store)
+		e := newEnvOn(t, store, nil)
 		r := e.get("/health")
 		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
 		assert.Equal(t, "application/json", r.header.Get("Content-Type"))

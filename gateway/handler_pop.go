@@ -190,7 +190,11 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 	defer timer.Stop()
 	select {
 	case res := <-waiter.C():
-		s.writePop(w, res)
+		if r.Context().Err() == nil {
+			s.writePop(w, res)
+			return
+		}
+		s.releaseFor(r, res) // the client left while we were waking up
 		return
 	case <-timer.C:
 	case <-s.draining:
@@ -207,11 +211,17 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		s.writePop(w, res) // delivered just as the wait ended: still ours
 		return
 	}
-	// The client left: give the messages back now rather than at lease expiry.
-	if res.LeaseID != "" {
-		if err := s.store.ReleaseLease(context.WithoutCancel(r.Context()), res.LeaseID); err != nil {
-			s.log.Error().Err(err).Msg("releasing the lease of a long-poll whose client left")
-		}
+	s.releaseFor(r, res)
+}
+
+// releaseFor gives back, at once rather than at lease expiry, messages
+// leased for a long-poll whose client left.
+func (s *Server) releaseFor(r *http.Request, res *queue.PopResult) {
+	if res.LeaseID == "" {
+		return
+	}
+	if err := s.store.ReleaseLease(context.WithoutCancel(r.Context()), res.LeaseID); err != nil {
+		s.log.Error().Err(err).Msg("releasing the lease of a long-poll whose client left")
 	}
 }
 

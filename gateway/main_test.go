@@ -35,6 +35,12 @@ type env struct {
 // newEnv starts a gateway; cfg may adjust the Config (Store is set already).
 func newEnv(t testing.TB, cfg ...func(*gateway.Config)) *env {
 	t.Helper()
+	return newEnvPolling(t, nil, cfg...)
+}
+
+// newEnvPolling is newEnv with a poller configured by pcfg (nil: defaults).
+func newEnvPolling(t testing.TB, pcfg func(*poller.Config), cfg ...func(*gateway.Config)) *env {
+	t.Helper()
 	pool, err := queue.NewPool(ctxT(t), pgtest.DSN(t), 0)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -42,14 +48,18 @@ func newEnv(t testing.TB, cfg ...func(*gateway.Config)) *env {
 	require.NoError(t, err)
 	store, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
 	require.NoError(t, err)
-	return newEnvOn(t, store, cfg...)
+	return newEnvOn(t, store, pcfg, cfg...)
 }
 
 // newEnvOn starts a gateway, and the poller behind its long-polls, on the
 // given store. The poller stops when the test ends.
-func newEnvOn(t testing.TB, store *queue.Store, cfg ...func(*gateway.Config)) *env {
+func newEnvOn(t testing.TB, store *queue.Store, pcfg func(*poller.Config), cfg ...func(*gateway.Config)) *env {
 	t.Helper()
-	p, err := poller.New(poller.Config{Store: store})
+	pc := poller.Config{Store: store}
+	if pcfg != nil {
+		pcfg(&pc)
+	}
+	p, err := poller.New(pc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

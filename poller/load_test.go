@@ -145,12 +145,14 @@ func TestPoller_IdleWaitersCostOnlyTheSweep(t *testing.T) {
 	}()
 	eventually(t, 10*time.Second, func() bool { return e.p.Intentions() == waiters }, "registered")
 	stats := e.store.QueryStats()
-	// Let the registration cycles finish (each is one pre-flight).
-	settle := stats.Total()
-	eventually(t, 5*time.Second, func() bool {
-		n := stats.Total()
-		defer func() { settle = n }()
-		return n == settle && n > 0
+	// Let the registration cycles finish (each is one pre-flight): wait for
+	// 300 ms without a statement.
+	settle, quietSince := stats.Total(), time.Now()
+	eventually(t, 10*time.Second, func() bool {
+		if n := stats.Total(); n != settle {
+			settle, quietSince = n, time.Now()
+		}
+		return settle > 0 && time.Since(quietSince) >= 300*time.Millisecond
 	}, "registration cycles done")
 
 	const window = 10 * time.Second

@@ -1,0 +1,50 @@
+// Package poller serves waiting consumers. Every waiting long-poll (and,
+// later, every WebSocket or SSE subscription) is an Intention in a registry;
+// poll workers serve them in cycles that cost two database round trips
+// whatever the number of waiters (DESIGN.md §4, seeds 000, 002, 003, 004):
+//
+//	wake ──▶ dirty queues ──▶ ONE pre-flight ──▶ decide ──▶ ONE coalesced pop ──▶ Deliver
+//	 ▲        (nothing dirty:     (queue.Preflight:   (pure,       (queue.PopAssigned:
+//	 │         no SQL at all)      waiting counts,     lease-safe)  every lease, every
+//	 │                             eligibility times)               message, one statement)
+//	 └── push / ack in this instance, a new intention, an eligibility timer
+//	     (lease expiry, delay, window buffer), or the adaptive safety sweep
+//
+// # Decisions
+//
+// decide gives each (partition, consumer group) to at most one intention per
+// cycle: intentions naming a partition first, then the oldest; a wildcard
+// intention gets the fullest eligible partitions. The coalesced pop re-checks
+// everything under row locks (FOR UPDATE SKIP LOCKED), so a stale pre-flight
+// or another instance can cost a query, never a double delivery. Rare cases
+// take a slower path: a group's first read of a partition creates its
+// consumer row first (queue.EnsureConsumers, then the queue is re-checked at
+// once), and an expired lease whose attempt dead-letters a message goes
+// through queue.Store.Pop.
+//
+// # Timers instead of polling
+//
+// The pre-flight reports when each blocked partition becomes eligible (lease
+// expiry, end of a delay or window buffer); the earliest per queue arms the
+// worker's timer. The safety sweep (seed 002) is only a net for lost
+// wake-ups: 100 ms after a cycle that found work, doubling while idle up to
+// 5 s, ±10% jitter. In WakePoll mode push wake-ups are ignored and the
+// sweep does everything, as in the reference server (a benchmark baseline).
+//
+// # Concurrency
+//
+// Run owns the worker goroutines (Config.Workers, default 2) and returns when
+// they have stopped. A queue (or namespace pattern) hashes to one worker.
+// Each worker's mutex guards its registry shard and the mutable state of its
+// intentions; it is never held across a query or a Deliver call. Deliver is
+// called on a worker goroutine and must not block. There is no goroutine per
+// intention: a long-poll waits on its own request goroutine (Waiter).
+//
+// # Failures
+//
+// A failed query is logged and retried at the next cycle (soon: the worker
+// arms its timer SweepMin ahead). A consumer that is gone when its messages
+// arrive (Deliver returns false, or Waiter.Cancel hands them back) gets its
+// lease released at once, without counting an attempt, so nothing waits for
+// the lease to expire.
+package poller

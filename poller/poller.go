@@ -81,6 +81,9 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	if in.Partitions <= 0 {
 		in.Partitions = 1
 	}
+	if in.Target.Group == "" {
+		in.Target.Group = queue.DefaultGroup // one spelling, so lease-safety checks compare equal
+	}
 	in.key = targetKey(in.Target)
 	in.seq = p.seq.Add(1)
 	if in.Target.Since.IsZero() {
@@ -128,12 +131,11 @@ func (p *Poller) AddCredit(in *Intention, n int) {
 	w.signal()
 }
 
-// Wake says that queue may have work (partition is informational: the
-// pre-flight looks at every partition the queue's intentions want). It costs
-// nothing when no intention waits on the queue. In WakePoll mode only
+// Wake says that queue may have work; partition, when known, names the one
+// that changed, which lets the poller lease it without a pre-flight. It
+// costs nothing when no intention waits on the queue. In WakePoll mode only
 // SourceRegister is honoured; everything else is left to the sweep.
 func (p *Poller) Wake(source, queueName, partition string) {
-	_ = partition
 	p.metrics.wakeups.WithLabelValues(source).Inc()
 	if p.cfg.Mode == WakePoll && source != SourceRegister {
 		return
@@ -142,8 +144,17 @@ func (p *Poller) Wake(source, queueName, partition string) {
 	w := p.workerFor(key)
 	w.mu.Lock()
 	ks := w.keys[key]
-	if ks != nil {
+	switch {
+	case ks == nil:
+	case partition == "":
 		ks.dirty = true
+	default:
+		// Only this partition changed: it can be served without a
+		// pre-flight (worker.fastServe).
+		if ks.hints == nil {
+			ks.hints = map[string]bool{}
+		}
+		ks.hints[partition] = true
 	}
 	w.mu.Unlock()
 	if ks != nil {

@@ -2,10 +2,13 @@ package poller
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -20,18 +23,28 @@ type worker struct {
 
 	mu   sync.Mutex
 	keys map[string]*keyState
+
+	// partitionIDs maps "queue\x00partition" to the partition id, learned
+	// from pre-flights, so a push hint can be served without one.
+	partitionIDs *lru.Cache[string, string]
 }
 
 // keyState is one queue (or namespace pattern) with waiting intentions.
 type keyState struct {
-	intentions []*Intention // registration order
-	dirty      bool         // check at the next cycle
-	dueAt      time.Time    // a blocked partition becomes eligible then
+	intentions []*Intention    // registration order
+	dirty      bool            // run a pre-flight for it at the next cycle
+	hints      map[string]bool // partitions a push says got messages (fast path)
+	dueAt      time.Time       // a blocked partition becomes eligible then
 }
 
 func newWorker(p *Poller, idx int) *worker {
-	return &worker{p: p, idx: idx, wake: make(chan struct{}, 1), keys: map[string]*keyState{}}
+	ids, _ := lru.New[string, string](partitionIDCacheSize) // size is positive: no error
+	return &worker{p: p, idx: idx, wake: make(chan struct{}, 1), keys: map[string]*keyState{}, partitionIDs: ids}
 }
+
+// partitionIDCacheSize bounds the partition ids a worker remembers for the
+// fast path (about 100 bytes each).
+const partitionIDCacheSize = 10000
 
 func (w *worker) signal() {
 	select {
@@ -108,6 +121,7 @@ func (w *worker) run(ctx context.Context) {
 func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due time.Time) {
 	now := time.Now()
 	var work []*Intention
+	var fast []hinted
 	w.mu.Lock()
 	for k, ks := range w.keys {
 		live := ks.intentions[:0]
@@ -131,13 +145,18 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		if sweeping {
 			ks.dirty = true
 		}
+		if !ks.dirty && len(ks.hints) > 0 {
+			fast = append(fast, hinted{key: k, hints: ks.hints, intentions: slices.Clone(live)})
+			ks.hints = nil
+			continue
+		}
 		if !ks.dirty {
 			if !ks.dueAt.IsZero() && (due.IsZero() || ks.dueAt.Before(due)) {
 				due = ks.dueAt
 			}
 			continue
 		}
-		ks.dirty = false
+		ks.dirty, ks.hints = false, nil
 		for _, in := range live {
 			if in.credit > 0 {
 				work = append(work, in)
@@ -145,8 +164,11 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		}
 	}
 	w.mu.Unlock()
+	if len(fast) > 0 {
+		worked = w.fastServe(ctx, fast)
+	}
 	if len(work) == 0 {
-		return false, due
+		return worked, due
 	}
 	sort.Slice(work, func(i, j int) bool { return work[i].seq < work[j].seq })
 	for _, chunk := range chunkByTarget(work, w.p.cfg.MaxIntentions) {
@@ -232,6 +254,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	var dead []queue.Availability
 	dueAt := map[string]time.Time{}
 	for _, a := range avail {
+		w.partitionIDs.Add(a.Queue+"\x00"+a.Partition, a.PartitionID)
 		switch {
 		case !a.HasConsumer:
 			needRows[a.Target] = true
@@ -367,4 +390,83 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 			w.p.log.Error().Err(err).Msg("releasing the lease of a consumer that left")
 		}
 	}
+}
+
+// hinted is a queue whose only news is a push to known partitions.
+type hinted struct {
+	key        string
+	hints      map[string]bool
+	intentions []*Intention
+}
+
+// fastServe serves push hints without a pre-flight: the pushed partition is
+// assigned straight away, per consumer group, to the oldest intention that
+// wants it (one naming it first), and ONE coalesced pop leases them all; it
+// re-checks everything under its row locks. Whatever this cannot settle (an
+// unknown partition id, an assignment that came back empty: no consumer row
+// yet, a delay, a lease) falls back to a full cycle with a pre-flight.
+func (w *worker) fastServe(ctx context.Context, items []hinted) (worked bool) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	var as []queue.Assignment
+	var owners []*Intention
+	var fallback []string
+	w.mu.Lock()
+	for _, h := range items {
+		queueName := strings.TrimPrefix(h.key, "q:")
+		taken := map[*Intention]bool{}
+		for part := range h.hints {
+			pid, ok := w.partitionIDs.Get(queueName + "\x00" + part)
+			if !ok {
+				fallback = append(fallback, h.key)
+				continue
+			}
+			groups := map[string]bool{}
+			for _, specific := range []bool{true, false} {
+				for _, in := range h.intentions {
+					if in.gone || in.credit <= 0 || taken[in] || groups[in.Target.Group] {
+						continue
+					}
+					if specific != (in.Target.Partition != "") || (specific && in.Target.Partition != part) {
+						continue
+					}
+					taken[in], groups[in.Target.Group] = true, true
+					n := min(in.Batch, in.credit)
+					lease := ""
+					if !in.AutoAck {
+						lease = queue.NewID()
+					}
+					as = append(as, queue.Assignment{Intention: len(owners), PartitionID: pid, Group: in.Target.Group,
+						Limit: n, Total: n, AutoAck: in.AutoAck, LeaseID: lease})
+					owners = append(owners, in)
+				}
+			}
+		}
+	}
+	w.mu.Unlock()
+	if len(as) > 0 {
+		worked = true
+		got, err := w.p.store.PopAssigned(ctx, as)
+		if err != nil {
+			w.p.log.Error().Err(err).Msg("coalesced pop failed")
+		}
+		for i, in := range owners {
+			if res := got[i]; res != nil {
+				w.deliver(ctx, in, res)
+			} else {
+				fallback = append(fallback, in.key)
+			}
+		}
+	}
+	if len(fallback) > 0 {
+		w.mu.Lock()
+		for _, k := range fallback {
+			if ks := w.keys[k]; ks != nil {
+				ks.dirty = true
+			}
+		}
+		w.mu.Unlock()
+		w.signal()
+	}
+	return worked
 }

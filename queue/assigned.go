@@ -112,6 +112,22 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	if len(as) == 0 {
 		return nil, nil
 	}
+	// The same pair twice in one statement would read the same messages
+	// twice: keep the first, whatever the caller promised.
+	type pair struct{ pid, group string }
+	seen := make(map[pair]bool, len(as))
+	uniq := as[:0:0]
+	for _, a := range as {
+		g := a.Group
+		if g == "" {
+			g = DefaultGroup
+		}
+		if k := (pair{a.PartitionID, g}); !seen[k] {
+			seen[k] = true
+			uniq = append(uniq, a)
+		}
+	}
+	as = uniq
 	n := len(as)
 	intention, lim, total := make([]int32, n), make([]int32, n), make([]int32, n)
 	pid, grp, lease := make([]string, n), make([]string, n), make([]string, n)

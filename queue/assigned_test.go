@@ -171,3 +171,17 @@ func TestQueryStats_CountsEveryStatement(t *testing.T) {
 	assert.Equal(t, total+1, stats.Total())
 	assert.Equal(t, uint64(1), stats.Snapshot()["preflight"])
 }
+
+func TestPopAssigned_SamePairTwiceDeliversOnce(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 2)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q"}}))
+	pid := availability(t, s, queue.Target{Queue: "q"})["Default/"+queue.DefaultGroup].PartitionID
+	got, err := s.PopAssigned(ctxT(t), []queue.Assignment{
+		{Intention: 1, PartitionID: pid, Group: "", Limit: 5, Total: 5, LeaseID: queue.NewID()},
+		{Intention: 2, PartitionID: pid, Group: queue.DefaultGroup, Limit: 5, Total: 5, LeaseID: queue.NewID()},
+	})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, []int{1, 2}, payloads(t, got[1].Messages))
+}

@@ -13,6 +13,7 @@ lint:
 
 bench:
 	go test -run '^$$' -bench . -benchtime 3s ./queue
+	go test -run '^$$' -bench LongPoll -benchtime 1x ./gateway
 
 build:
 	go build -o herald ./cmd/herald

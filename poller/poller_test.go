@@ -193,3 +193,36 @@ func TestPoller_Validate(t *testing.T) {
 	_, err := poller.New(poller.Config{})
 	assert.ErrorContains(t, err, "Store")
 }
+
+// Once the poller knows a partition, a push to it is served without a
+// pre-flight: one statement from wake-up to delivery. The fast path keeps
+// the decision rules: a waiter naming the partition beats an older wildcard.
+func TestPoller_PushHintSkipsPreflight(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	// First round: learn the partition id (a normal cycle).
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true})
+	e.push("q", "p1", 1, 1)
+	assert.Equal(t, []int{1}, ns(receive(t, w, 5*time.Second)))
+
+	anyW := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}}) // older
+	specW := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q", Partition: "p1"}})
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 2 }, "registered")
+	stats := e.store.QueryStats()
+	settle, quietSince := stats.Total(), time.Now()
+	eventually(t, 5*time.Second, func() bool {
+		if n := stats.Total(); n != settle {
+			settle, quietSince = n, time.Now()
+		}
+		return time.Since(quietSince) >= 200*time.Millisecond
+	}, "registration cycles done")
+	before := stats.Snapshot()
+
+	e.push("q", "p1", 2, 2)
+	res := receive(t, specW, 5*time.Second)
+	assert.Equal(t, []int{2}, ns(res))
+	after := stats.Snapshot()
+	assert.Equal(t, before["preflight"], after["preflight"], "no pre-flight on the hinted path")
+	assert.Equal(t, before["pop_assigned"]+1, after["pop_assigned"])
+	nothing(t, anyW, 100*time.Millisecond)
+	assert.Nil(t, anyW.Cancel())
+}

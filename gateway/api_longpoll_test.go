@@ -355,3 +355,65 @@ func TestPop_LongPollDisconnectSwallowsNothing(t *testing.T) {
 		}
 	}
 }
+
+// scrape sums a metric family (all label sets) from /metrics.
+func (e *env) scrape(name string) float64 {
+	e.t.Helper()
+	r := e.get("/metrics")
+	require.Equal(e.t, http.StatusOK, r.status)
+	sum := 0.0
+	for _, line := range strings.Split(string(r.body), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		var v float64
+		_, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+		require.NoError(e.t, err, line)
+		sum += v
+	}
+	return sum
+}
+
+// TestPop_IdleLongPollsCostOnlyTheSweep: 1,000 concurrent long-polls on 10
+// empty queues for 10 s cost at most the sweep's statements, counted by
+// herald_db_queries_total (a pgx tracer sees every statement).
+func TestPop_IdleLongPollsCostOnlyTheSweep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const waiters, queues = 1000, 10
+	ctx, cancel := context.WithCancel(context.Background())
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: waiters}}
+	var wg sync.WaitGroup
+	for i := range waiters {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
+				fmt.Sprintf("%s/api/v1/pop/queue/idle-%d?wait=true&timeout=60000", e.ts.URL, i%queues), nil)
+			if res, err := client.Do(req); err == nil {
+				_ = res.Body.Close()
+			}
+		})
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+		client.CloseIdleConnections()
+	}()
+	eventually(t, func() bool { return e.scrape("herald_intentions") == waiters }, "all long-polls registered")
+	// Let the registration cycles end: 300 ms without a statement.
+	settle, quiet := e.scrape("herald_db_queries_total"), time.Now()
+	eventually(t, func() bool {
+		if n := e.scrape("herald_db_queries_total"); n != settle {
+			settle, quiet = n, time.Now()
+		}
+		return time.Since(quiet) >= 300*time.Millisecond
+	}, "registration cycles done")
+
+	before := e.scrape("herald_db_queries_total")
+	time.Sleep(10 * time.Second) // the measured window itself
+	spent := e.scrape("herald_db_queries_total") - before
+	// Idle, each of the 2 workers sweeps every 5 s ±10%: at most 3 times in
+	// 10 s, one pre-flight each (10 queues are far below the split size).
+	t.Logf("%d idle long-polls on %d queues, 10 s: %v statements", waiters, queues, spent)
+	assert.LessOrEqual(t, spent, float64(2*3))
+	assert.Equal(t, float64(waiters), e.scrape("herald_intentions"), "all still waiting")
+}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -55,7 +57,9 @@ func newEnvPolling(t testing.TB, pcfg func(*poller.Config), cfg ...func(*gateway
 // given store. The poller stops when the test ends.
 func newEnvOn(t testing.TB, store *queue.Store, pcfg func(*poller.Config), cfg ...func(*gateway.Config)) *env {
 	t.Helper()
-	pc := poller.Config{Store: store}
+	reg := prometheus.NewRegistry() // shared by gateway and poller, as cmd/herald does
+	reg.MustRegister(collectors.NewGoCollector())
+	pc := poller.Config{Store: store, Registerer: reg}
 	if pcfg != nil {
 		pcfg(&pc)
 	}
@@ -71,7 +75,7 @@ func newEnvOn(t testing.TB, store *queue.Store, pcfg func(*poller.Config), cfg .
 		cancel()
 		<-done
 	})
-	c := gateway.Config{Store: store, Poller: p}
+	c := gateway.Config{Store: store, Poller: p, Registry: reg}
 	for _, f := range cfg {
 		f(&c)
 	}

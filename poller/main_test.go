@@ -108,3 +108,17 @@ func eventually(t testing.TB, ceiling time.Duration, cond func() bool, msg strin
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// settled waits until the store has sent no statement for 200 ms: the
+// cycles that registrations started are over.
+func (e *env) settled() {
+	e.t.Helper()
+	stats := e.store.QueryStats()
+	last, quietSince := stats.Total(), time.Now()
+	eventually(e.t, 10*time.Second, func() bool {
+		if n := stats.Total(); n != last {
+			last, quietSince = n, time.Now()
+		}
+		return time.Since(quietSince) >= 200*time.Millisecond
+	}, "the poller went quiet")
+}

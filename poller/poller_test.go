@@ -207,14 +207,8 @@ func TestPoller_PushHintSkipsPreflight(t *testing.T) {
 	anyW := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}}) // older
 	specW := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q", Partition: "p1"}})
 	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 2 }, "registered")
+	e.settled()
 	stats := e.store.QueryStats()
-	settle, quietSince := stats.Total(), time.Now()
-	eventually(t, 5*time.Second, func() bool {
-		if n := stats.Total(); n != settle {
-			settle, quietSince = n, time.Now()
-		}
-		return time.Since(quietSince) >= 200*time.Millisecond
-	}, "registration cycles done")
 	before := stats.Snapshot()
 
 	e.push("q", "p1", 2, 2)
@@ -225,4 +219,42 @@ func TestPoller_PushHintSkipsPreflight(t *testing.T) {
 	assert.Equal(t, before["pop_assigned"]+1, after["pop_assigned"])
 	nothing(t, anyW, 100*time.Millisecond)
 	assert.Nil(t, anyW.Cancel())
+}
+
+// In WakePoll mode a push wakes nobody: only the sweep finds messages (the
+// reference server's behaviour, kept as the benchmark baseline).
+func TestPoller_PollModeIgnoresPushWakeups(t *testing.T) {
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Mode = poller.WakePoll })
+	assert.Equal(t, poller.WakePoll, e.p.Mode())
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}})
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 1 }, "registered")
+	e.settled()
+	e.push("q", "", 1, 1)
+	nothing(t, w, 300*time.Millisecond)
+	// A new intention is still checked on arrival, and finds the message.
+	assert.Nil(t, w.Cancel())
+	w2 := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}})
+	assert.Equal(t, []int{1}, ns(receive(t, w2, 5*time.Second)))
+}
+
+func TestPoller_StandingIntentionCredit(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	got := make(chan *queue.PopResult, 10)
+	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 2, Credit: 3, Standing: true, AutoAck: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	cancel := e.p.Register(in)
+	defer cancel()
+	e.push("q", "", 1, 5)
+	first := <-got
+	assert.Equal(t, []int{1, 2}, ns(first), "a batch at most")
+	second := <-got
+	assert.Equal(t, []int{3}, ns(second), "then only the credit left")
+	select {
+	case res := <-got:
+		t.Fatalf("delivered beyond its credit: %v", ns(res))
+	case <-time.After(200 * time.Millisecond):
+	}
+	e.p.AddCredit(in, 2)
+	assert.Equal(t, []int{4, 5}, ns(<-got))
+	assert.Equal(t, 1, e.p.Intentions(), "a standing intention stays")
 }

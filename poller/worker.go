@@ -377,12 +377,20 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	if !gone && in.Deliver(res) {
 		w.p.metrics.delivered.Inc()
 		w.mu.Lock()
+		more := false
 		if in.Standing {
 			in.credit -= len(res.Messages)
+			// It may take more, and there may be more: look again now.
+			if ks := w.keys[in.key]; ks != nil && in.credit > 0 {
+				ks.dirty, more = true, true
+			}
 		} else {
 			w.markGone(in)
 		}
 		w.mu.Unlock()
+		if more {
+			w.signal()
+		}
 		return
 	}
 	if res.LeaseID != "" {

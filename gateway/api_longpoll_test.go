@@ -417,3 +417,32 @@ func TestPop_IdleLongPollsCostOnlyTheSweep(t *testing.T) {
 	assert.LessOrEqual(t, spent, float64(2*3))
 	assert.Equal(t, float64(waiters), e.scrape("herald_intentions"), "all still waiting")
 }
+
+// A long-poll with autoAck and partitions=N claims several partitions at
+// once, and leaves no lease behind.
+func TestPop_LongPollAutoAckMultiPartition(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	got := e.waitingPop("/api/v1/pop/queue/lpmulti?wait=true&timeout=10000&autoAck=true&partitions=3&batch=10")
+	e.pushItems(`[{"queue":"lpmulti","partition":"a","payload":1},{"queue":"lpmulti","partition":"b","payload":2},` +
+		`{"queue":"lpmulti","partition":"c","payload":3}]`)
+	var r resp
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("long-poll did not return")
+	}
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var p popResult
+	require.NoError(t, json.Unmarshal(r.body, &p))
+	assert.Empty(t, p.LeaseID)
+	total := len(p.Messages)
+	// A push wakes per partition, so one delivery may hold one or all three;
+	// the rest is available to the next pop at once (autoAck left no lease).
+	for total < 3 {
+		more := e.pop("/api/v1/pop/queue/lpmulti?wait=true&timeout=5000&autoAck=true&partitions=3&batch=10")
+		total += len(more.Messages)
+	}
+	assert.Equal(t, 3, total)
+	e.popEmpty("/api/v1/pop/queue/lpmulti?wait=false&partitions=3&batch=10")
+}

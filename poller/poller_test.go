@@ -258,3 +258,17 @@ func TestPoller_StandingIntentionCredit(t *testing.T) {
 	assert.Equal(t, []int{4, 5}, ns(<-got))
 	assert.Equal(t, 1, e.p.Intentions(), "a standing intention stays")
 }
+
+// With no intention registered nothing is ever dirty: no SQL at all, however
+// often the sweep and wake-ups fire.
+func TestPoller_NothingWaitingNoSQL(t *testing.T) {
+	e := newEnv(t, func(c *poller.Config) { c.SweepMin, c.SweepMax = 10*time.Millisecond, 20*time.Millisecond })
+	stats := e.store.QueryStats()
+	before := stats.Total()
+	for range 50 {
+		e.p.Wake(poller.SourcePush, "q", "p")
+		e.p.Wake(poller.SourceAck, "q", "")
+		time.Sleep(10 * time.Millisecond) // let sweeps and wake-ups run
+	}
+	assert.Equal(t, before, stats.Total())
+}

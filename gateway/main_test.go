@@ -21,6 +21,7 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -43,13 +44,7 @@ func newEnv(t testing.TB, cfg ...func(*gateway.Config)) *env {
 // newEnvPolling is newEnv with a poller configured by pcfg (nil: defaults).
 func newEnvPolling(t testing.TB, pcfg func(*poller.Config), cfg ...func(*gateway.Config)) *env {
 	t.Helper()
-	pool, err := queue.NewPool(ctxT(t), pgtest.DSN(t), 0)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = queue.Migrate(ctxT(t), pool)
-	require.NoError(t, err)
-	store, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
-	require.NoError(t, err)
+	store := queuetest.NewStore(t)
 	return newEnvOn(t, store, pcfg, cfg...)
 }
 
@@ -65,16 +60,7 @@ func newEnvOn(t testing.TB, store *queue.Store, pcfg func(*poller.Config), cfg .
 	}
 	p, err := poller.New(pc)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = p.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	t.Cleanup(p.Start())
 	c := gateway.Config{Store: store, Poller: p, Registry: reg}
 	for _, f := range cfg {
 		f(&c)

@@ -12,6 +12,7 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -26,29 +27,14 @@ type env struct {
 // the Config. The poller stops (and Run returns) when the test ends.
 func newEnv(t testing.TB, cfg ...func(*poller.Config)) *env {
 	t.Helper()
-	pool, err := queue.NewPool(context.Background(), pgtest.DSN(t), 0)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = queue.Migrate(context.Background(), pool)
-	require.NoError(t, err)
-	store, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
-	require.NoError(t, err)
+	store := queuetest.NewStore(t)
 	c := poller.Config{Store: store}
 	for _, f := range cfg {
 		f(&c)
 	}
 	p, err := poller.New(c)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = p.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	t.Cleanup(p.Start())
 	return &env{t: t, store: store, p: p}
 }
 

@@ -187,3 +187,19 @@ func (p *Poller) Intentions() int {
 	}
 	return n
 }
+
+// Start runs the poller in a goroutine until stop is called; stop waits for
+// Run to return. For callers that manage no goroutines of their own (tests,
+// simple wiring).
+func (p *Poller) Start() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = p.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}

@@ -10,22 +10,13 @@ import (
 
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // newStore returns a migrated Store in a schema of its own.
-func newStore(t testing.TB) *queue.Store {
-	t.Helper()
-	pool, err := queue.NewPool(context.Background(), pgtest.DSN(t), 0)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = queue.Migrate(context.Background(), pool)
-	require.NoError(t, err)
-	s, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
-	require.NoError(t, err)
-	return s
-}
+func newStore(t testing.TB) *queue.Store { return queuetest.NewStore(t) }
 
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

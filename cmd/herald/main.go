@@ -158,16 +158,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if err != nil {
 		return err
 	}
-	pollCtx, stopPoller := context.WithCancel(context.Background())
-	pollDone := make(chan struct{})
-	go func() {
-		defer close(pollDone)
-		_ = pl.Run(pollCtx)
-	}()
-	defer func() {
-		stopPoller()
-		<-pollDone
-	}()
+	defer pl.Start()()
 	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

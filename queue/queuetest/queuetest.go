@@ -1,0 +1,32 @@
+// Package queuetest gives tests a migrated queue.Store on the test database
+// of internal/pgtest, in a schema of its own.
+package queuetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/queue"
+)
+
+// NewStore returns a migrated Store on a fresh schema, made as the server
+// makes it (queue.NewPool: generic plans, statement counter). The pool
+// closes when the test ends. The package's TestMain must call pgtest.Main.
+func NewStore(t testing.TB) *queue.Store {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := queue.NewPool(ctx, pgtest.DSN(t), 0)
+	if err != nil {
+		t.Fatalf("queuetest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := queue.Migrate(ctx, pool); err != nil {
+		t.Fatalf("queuetest: %v", err)
+	}
+	s, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
+	if err != nil {
+		t.Fatalf("queuetest: %v", err)
+	}
+	return s
+}

@@ -65,7 +65,10 @@ func latencySamples(b *testing.B, e *env, n, queues int) []time.Duration {
 				}
 			}()
 		}
-		for e.p.Intentions() < before+queues {
+		for deadline := time.Now().Add(10 * time.Second); e.p.Intentions() < before+queues; {
+			if time.Now().After(deadline) {
+				b.Fatalf("round %d: %d of %d long-polls waiting (before: %d)", round, e.p.Intentions()-before, queues, before)
+			}
 			time.Sleep(100 * time.Microsecond) // setup, outside the measured span
 		}
 		pushed := make([]time.Time, queues)
@@ -108,7 +111,10 @@ func idleQueriesPerSecond(b *testing.B, e *env, waiters, queues int, window time
 			}
 		}()
 	}
-	for e.p.Intentions() < before+waiters {
+	for deadline := time.Now().Add(30 * time.Second); e.p.Intentions() < before+waiters; {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d idle long-polls waiting", e.p.Intentions()-before, waiters)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	stats := e.store.QueryStats()

@@ -171,6 +171,24 @@ func (p *Poller) Wake(source, queueName, partition string) {
 	}
 }
 
+// WakeAll marks every queue with waiting intentions: after a wake source
+// (re)connects, anything may have changed while it was away. In WakePoll
+// mode it is ignored like any other wake-up.
+func (p *Poller) WakeAll(source string) {
+	p.metrics.wakeups.WithLabelValues(source).Inc()
+	if p.cfg.Mode == WakePoll {
+		return
+	}
+	for _, w := range p.workers {
+		w.mu.Lock()
+		for _, ks := range w.keys {
+			ks.dirty = true
+		}
+		w.mu.Unlock()
+		w.signal()
+	}
+}
+
 // Intentions reports how many intentions are registered.
 func (p *Poller) Intentions() int {
 	n := 0

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -61,6 +62,24 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	}
 	var applied []int
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// The first schema of search_path holds the tables ("herald" unless
+		// the database URL says otherwise); create it on first start.
+		var schema *string
+		if err := tx.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+			return fmt.Errorf("reading the current schema: %w", err)
+		}
+		if schema == nil {
+			var first string
+			if err := tx.QueryRow(ctx, `SELECT trim(both '"' from trim(split_part(current_setting('search_path'), ',', 1)))`).Scan(&first); err != nil {
+				return fmt.Errorf("reading search_path: %w", err)
+			}
+			if first == "" || first == "$user" {
+				return errors.New("no schema to migrate into: set search_path in the database URL")
+			}
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{first}.Sanitize()); err != nil {
+				return fmt.Errorf("creating schema %s: %w", first, err)
+			}
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('herald_migrate:' || current_schema()))`); err != nil {
 			return fmt.Errorf("taking migration lock: %w", err)
 		}

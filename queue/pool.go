@@ -18,6 +18,8 @@ import (
 //   - application_name=herald, unless the DSN sets one, so the
 //     connections are recognisable in pg_stat_activity.
 //   - a tracer counting every statement by operation (Store.QueryStats).
+//   - search_path=herald, unless the DSN sets one: Herald's tables (and the
+//     herald.push SQL function) live in their own schema.
 func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -28,11 +30,17 @@ func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	if _, ok := rp["plan_cache_mode"]; !ok {
 		rp["plan_cache_mode"] = "force_generic_plan"
 	}
+	if _, ok := rp["search_path"]; !ok {
+		rp["search_path"] = SchemaDefault // Migrate creates it on first start
+	}
 	if _, ok := rp["application_name"]; !ok {
 		rp["application_name"] = "herald"
 	}
 	return cfg, nil
 }
+
+// SchemaDefault is the schema Herald uses when the database URL names none.
+const SchemaDefault = "herald"
 
 // NewPool opens a pool per ParsePoolConfig with at most maxConns
 // connections (zero keeps pgx's default, max(4, CPUs)) and checks that the

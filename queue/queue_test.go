@@ -515,3 +515,30 @@ func TestBadInput_IsInputError(t *testing.T) {
 	assert.True(t, queue.IsInputError(err), "%v", err)
 	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Batch: 10}).Messages, "nothing was stored")
 }
+
+// The push SQL function, for SQL producers, has the HTTP push's semantics.
+func TestPushFunction(t *testing.T) {
+	s := newStore(t)
+	var id1, id2 string
+	var st1, st2 string
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT message_id::text, status FROM push('sql.q', 'p1', '{"n":1}', 'tx-1')`).Scan(&id1, &st1))
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT message_id::text, status FROM push('sql.q', 'p1', '{"n":9}', 'tx-1')`).Scan(&id2, &st2))
+	assert.Equal(t, "queued", st1)
+	assert.Equal(t, "duplicate", st2)
+	assert.Equal(t, id1, id2)
+	_, err := s.Pool().Exec(ctxT(t), `SELECT push('sql.q', NULL, '{"n":2}', NULL)`)
+	require.NoError(t, err)
+	res := pop(t, s, queue.PopRequest{Queue: "sql.q", Partition: "p1", Batch: 10})
+	assert.Equal(t, []int{1}, payloads(t, res.Messages))
+	assert.Equal(t, int64(1), res.Messages[0].Offset)
+	assert.Equal(t, id1, res.Messages[0].ID)
+	// namespace and task from the dotted name; NULL partition is Default.
+	res = pop(t, s, queue.PopRequest{Namespace: "sql", Task: "q", Batch: 10})
+	assert.Equal(t, []int{2}, payloads(t, res.Messages))
+	assert.Equal(t, "Default", res.Messages[0].Partition)
+	// A Go push after the SQL ones continues the dense offsets.
+	push(t, s, "sql.q", "p1", nums(3, 3)...)
+	var last int64
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT last_offset FROM partitions WHERE name = 'p1'`).Scan(&last))
+	assert.Equal(t, int64(2), last)
+}

@@ -185,7 +185,7 @@ func TestMigrate_Command(t *testing.T) {
 		out, err := exec.CommandContext(ctx, bin, "migrate", "--data-dir", dir).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		if i == 0 {
-			assert.Contains(t, string(out), `"applied":[1]`)
+			assert.Regexp(t, `"applied":\[1(,\d+)*\]`, string(out), "every migration applied")
 		} else {
 			assert.Contains(t, string(out), `"applied":[]`, "idempotent")
 		}

@@ -1,0 +1,222 @@
+package pgnotify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Waker is what notifications wake; *poller.Poller is one.
+type Waker interface {
+	// Wake marks one queue (and partition, when known) as possibly having work.
+	Wake(source, queue, partition string)
+	// WakeAll marks every queue with waiting consumers: used after
+	// (re)connecting, since anything may have changed while not listening.
+	WakeAll(source string)
+}
+
+// SourceNotify labels wake-ups from NOTIFY (herald_wakeups_total{source}).
+const SourceNotify = "notify"
+
+// Defaults of ListenerConfig fields.
+const (
+	PingIntervalDefault = 30 * time.Second
+	BackoffMinDefault   = 100 * time.Millisecond
+	BackoffMaxDefault   = 5 * time.Second
+)
+
+// ListenerConfig configures a Listener. Exactly one of Pool and URL is set.
+type ListenerConfig struct {
+	// Pool lends the listener one connection, taken out of the pool for
+	// good (hijacked) while it listens.
+	Pool *pgxpool.Pool
+	// URL, instead of Pool, opens a connection of its own: for setups where
+	// the pool goes through a transaction-mode pooler, which cannot LISTEN.
+	// Its search_path must name the same schema as the pool's.
+	URL string
+	// Waker receives the wake-ups. Required.
+	Waker Waker
+	// PingInterval bounds each wait: a silent connection is pinged then, so
+	// a dead one is noticed. Zero means PingIntervalDefault.
+	PingInterval time.Duration
+	// BackoffMin and BackoffMax bound the reconnect back-off (doubling,
+	// ±10% jitter). Zero means the defaults.
+	BackoffMin, BackoffMax time.Duration
+	// Registerer receives the listener's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Logger; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Listener holds one LISTEN connection and turns notifications into
+// wake-ups. After every (re)connect it wakes everything once (the backlog
+// sweep), because notifications sent while it was not listening are lost.
+type Listener struct {
+	cfg ListenerConfig
+	log zerolog.Logger
+
+	reconnects prometheus.Counter
+	received   prometheus.Counter
+	usage      prometheus.Gauge
+	connected  chan struct{} // closed on the first successful LISTEN
+}
+
+// NewListener returns a Listener; nothing happens until Run.
+func NewListener(cfg ListenerConfig) (*Listener, error) {
+	switch {
+	case cfg.Waker == nil:
+		return nil, errors.New("pgnotify: ListenerConfig.Waker is required")
+	case (cfg.Pool == nil) == (cfg.URL == ""):
+		return nil, errors.New("pgnotify: set exactly one of ListenerConfig.Pool and ListenerConfig.URL")
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = PingIntervalDefault
+	}
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin = BackoffMinDefault
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = BackoffMaxDefault
+	}
+	l := &Listener{cfg: cfg, log: cfg.Logger.With().Str("component", "listener").Logger(), connected: make(chan struct{}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_listen_reconnects_total",
+			Help: "Times the LISTEN connection was re-established after a failure."}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_notifications_received_total",
+			Help: "Herald notifications received on the LISTEN connection."}),
+		usage: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_notification_queue_usage",
+			Help: "pg_notification_queue_usage(): the fraction of the server's NOTIFY queue in use."}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{l.reconnects, l.received, l.usage} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l, nil
+}
+
+// Connected is closed once the listener has listened for the first time.
+func (l *Listener) Connected() <-chan struct{} { return l.connected }
+
+// Run listens until ctx ends, reconnecting with back-off after failures.
+func (l *Listener) Run(ctx context.Context) error {
+	backoff := l.cfg.BackoffMin
+	first := true
+	for ctx.Err() == nil {
+		listened, err := l.session(ctx, &first)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if listened {
+			backoff = l.cfg.BackoffMin // it worked for a while: start over
+		}
+		l.reconnects.Inc()
+		l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("LISTEN connection lost")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(jitter(backoff)):
+		}
+		if !listened {
+			backoff = min(backoff*2, l.cfg.BackoffMax)
+		}
+	}
+	return nil
+}
+
+// session connects, listens, sweeps the backlog and waits for
+// notifications until the connection fails or ctx ends.
+func (l *Listener) session(ctx context.Context, first *bool) (listened bool, err error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var schema string
+	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return false, fmt.Errorf("reading the current schema: %w", err)
+	}
+	if _, err := conn.Exec(ctx, listenSQL(channelPrefix+schema)); err != nil {
+		return false, fmt.Errorf("listening: %w", err)
+	}
+	if *first {
+		*first = false
+		close(l.connected)
+	}
+	// Anything may have changed while we were not listening.
+	l.cfg.Waker.WakeAll(SourceNotify)
+	l.log.Info().Str("channel", channelPrefix+schema).Msg("listening")
+	for {
+		wctx, cancel := context.WithTimeout(ctx, l.cfg.PingInterval)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			queue, parts, ok := parsePayload(n.Payload)
+			if !ok {
+				continue
+			}
+			l.received.Inc()
+			if len(parts) == 0 {
+				l.cfg.Waker.Wake(SourceNotify, queue, "")
+			}
+			for _, p := range parts {
+				l.cfg.Waker.Wake(SourceNotify, queue, p)
+			}
+		case ctx.Err() != nil:
+			return true, nil
+		case errors.Is(err, context.DeadlineExceeded) || pgconnTimeout(err):
+			// Quiet: check the connection, and read the NOTIFY queue usage.
+			var usage float64
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.QueryRow(pctx, `SELECT pg_notification_queue_usage()`).Scan(&usage)
+			cancel()
+			if err != nil {
+				return true, fmt.Errorf("pinging the LISTEN connection: %w", err)
+			}
+			l.usage.Set(usage)
+		default:
+			return true, fmt.Errorf("waiting for notifications: %w", err)
+		}
+	}
+}
+
+func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if l.cfg.URL != "" {
+		conn, err := pgx.Connect(cctx, l.cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("connecting the listener: %w", err)
+		}
+		return conn, nil
+	}
+	c, err := l.cfg.Pool.Acquire(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("taking a connection for the listener: %w", err)
+	}
+	return c.Hijack(), nil
+}
+
+// pgconnTimeout reports a wait that ended by its deadline.
+func pgconnTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+// jitter spreads d by ±10%.
+func jitter(d time.Duration) time.Duration {
+	spread := int64(d) / 10
+	if spread <= 0 {
+		return d
+	}
+	return d + time.Duration(rand.Int64N(2*spread+1)-spread) // #nosec G404 -- jitter, not security
+}

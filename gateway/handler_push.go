@@ -67,8 +67,8 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
-// afterPush counts pushed messages and wakes the poller for every
-// partition that got one.
+// afterPush counts pushed messages, wakes this instance's poller and tells
+// other instances (Notifier) about every partition that got one.
 func (s *Server) afterPush(results []queue.PushResult) {
 	type qp struct{ queue, partition string }
 	seen := map[qp]bool{}
@@ -82,6 +82,7 @@ func (s *Server) afterPush(results []queue.PushResult) {
 		if !seen[k] {
 			seen[k] = true
 			s.poller.Wake(poller.SourcePush, res.Queue, res.Partition)
+			s.notify(res.Queue, res.Partition)
 		}
 	}
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// Poller serves waiting long-polls (wait=true) and is woken by pushes
 	// and acks. Required.
 	Poller *poller.Poller
+	// Notifier, when set, tells other instances about this instance's
+	// pushes (pgnotify.Notifier). It must not block.
+	Notifier interface{ Notify(queue, partition string) }
 	// Version is reported by /health.
 	Version string
 	// Registry receives the herald_* metrics and is served by /metrics; nil
@@ -82,6 +85,7 @@ type Server struct {
 	mux     *http.ServeMux
 	reg     *prometheus.Registry
 	poller  *poller.Poller
+	notify  func(queue, partition string)
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -105,8 +109,12 @@ func New(cfg Config) (*Server, error) {
 		mux:    http.NewServeMux(),
 		reg:    reg,
 		poller: cfg.Poller,
+		notify: func(string, string) {},
 
 		draining: make(chan struct{}),
+	}
+	if cfg.Notifier != nil {
+		s.notify = cfg.Notifier.Notify
 	}
 	m, err := newMetrics(reg, cfg.Store)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 )
 
@@ -29,13 +30,21 @@ type config struct {
 	PGPort          int
 	ShutdownTimeout time.Duration
 
-	PollWorkers      int
-	Wake             string
-	SweepMin         time.Duration
-	SweepMax         time.Duration
-	PreflightTimeout time.Duration
-	PreflightMax     int
+	PollWorkers       int
+	Wake              string
+	ListenDatabaseURL string
+	NotifyWindow      time.Duration
+	SweepMin          time.Duration
+	SweepMax          time.Duration
+	PreflightTimeout  time.Duration
+	PreflightMax      int
 }
+
+// Wake modes of --wake.
+const (
+	WakeNotify = "notify" // in-process wake-ups, and NOTIFY between instances
+	WakePoll   = "poll"   // only the adaptive sweep (the reference server's way)
+)
 
 // option is one setting: its flag, environment variable, default and help.
 // The same table drives flag parsing, --help and the README's configuration
@@ -66,8 +75,12 @@ var options = []option{
 		func(c *config, v string) (err error) { c.PGPort, err = strconv.Atoi(v); return err }},
 	{"shutdown-timeout", "HERALD_SHUTDOWN_TIMEOUT", "10s", "how long shutdown waits for requests in flight",
 		func(c *config, v string) (err error) { c.ShutdownTimeout, err = time.ParseDuration(v); return err }},
-	{"wake", "HERALD_WAKE", "push", "what wakes waiting consumers: push (a push wakes them at once) or poll (only the adaptive sweep, the reference server's way)",
+	{"wake", "HERALD_WAKE", "notify", "what wakes waiting consumers: notify (pushes wake this instance at once and others by NOTIFY) or poll (only the adaptive sweep, the reference server's way)",
 		func(c *config, v string) error { c.Wake = v; return nil }},
+	{"listen-database-url", "HERALD_LISTEN_DATABASE_URL", "", "separate URL for the LISTEN connection (when the pool goes through a transaction-mode pooler); empty takes one from the pool",
+		func(c *config, v string) error { c.ListenDatabaseURL = v; return nil }},
+	{"notify-window", "HERALD_NOTIFY_WINDOW", pgnotify.WindowDefault.String(), "at most one NOTIFY per queue per this window",
+		func(c *config, v string) (err error) { c.NotifyWindow, err = time.ParseDuration(v); return err }},
 	{"poll-workers", "HERALD_POLL_WORKERS", strconv.Itoa(poller.WorkersDefault), "poll cycles running side by side; each queue belongs to one",
 		func(c *config, v string) (err error) { c.PollWorkers, err = strconv.Atoi(v); return err }},
 	{"poll-sweep-min", "HERALD_POLL_SWEEP_MIN", poller.SweepMinDefault.String(), "safety sweep interval right after work",
@@ -119,8 +132,10 @@ func (c *config) validate() error {
 		return errors.New("--pg-port must be a TCP port")
 	case c.ShutdownTimeout <= 0:
 		return errors.New("--shutdown-timeout must be positive")
-	case c.Wake != string(poller.WakePush) && c.Wake != string(poller.WakePoll):
-		return errors.New("--wake must be push or poll")
+	case c.Wake != WakeNotify && c.Wake != WakePoll:
+		return errors.New("--wake must be notify or poll")
+	case c.NotifyWindow <= 0:
+		return errors.New("--notify-window must be positive")
 	case c.PollWorkers < 1 || c.PollWorkers > 64:
 		return errors.New("--poll-workers must be between 1 and 64")
 	case c.SweepMin <= 0 || c.SweepMax < c.SweepMin:

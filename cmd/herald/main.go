@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgcluster"
+	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -147,18 +149,51 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	pl, err := poller.New(poller.Config{Store: store, Workers: cfg.PollWorkers, Mode: poller.WakeMode(cfg.Wake),
+	mode := poller.WakePush
+	if cfg.Wake == WakePoll {
+		mode = poller.WakePoll
+	}
+	pl, err := poller.New(poller.Config{Store: store, Workers: cfg.PollWorkers, Mode: mode,
 		SweepMin: cfg.SweepMin, SweepMax: cfg.SweepMax, PreflightTimeout: cfg.PreflightTimeout,
 		MaxIntentions: cfg.PreflightMax, Registerer: reg, Logger: log})
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(),
-		Registry: reg, Logger: log})
+	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(),
+		Registry: reg, Logger: log}
+	var runners []func(context.Context) error
+	if cfg.Wake == WakeNotify {
+		nt, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Window: cfg.NotifyWindow, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		lcfg := pgnotify.ListenerConfig{Waker: pl, Registerer: reg, Logger: log}
+		if cfg.ListenDatabaseURL != "" {
+			lcfg.URL = cfg.ListenDatabaseURL
+		} else {
+			lcfg.Pool = pool
+		}
+		ls, err := pgnotify.NewListener(lcfg)
+		if err != nil {
+			return err
+		}
+		gwCfg.Notifier = nt
+		runners = append(runners, nt.Run, ls.Run)
+	}
+	gw, err := gateway.New(gwCfg)
 	if err != nil {
 		return err
 	}
 	defer pl.Start()()
+	bgCtx, stopBg := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	for _, run := range runners {
+		bg.Go(func() { _ = run(bgCtx) })
+	}
+	defer func() {
+		stopBg()
+		bg.Wait()
+	}()
 	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,51 @@ func AdminURL(t testing.TB) string {
 	return adminURL
 }
 
+// settings tune the throwaway cluster for speed over durability.
+var settings = map[string]string{
+	"fsync":              "off",
+	"synchronous_commit": "off",
+	"full_page_writes":   "off",
+	"wal_level":          "logical",
+	"max_connections":    "200",
+}
+
+// Restart stops the test cluster, runs down while it is stopped, and starts
+// it again on the same port, so clients can reconnect to the same URL.
+// Every connection breaks: tests that restart must not run in parallel with
+// others of their binary. It fails the test under TEST_DATABASE_URL, whose
+// server pgtest does not own.
+func Restart(t testing.TB, down func()) {
+	t.Helper()
+	AdminURL(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if cluster == nil {
+		t.Fatalf("pgtest: Restart needs the throwaway cluster, not %s", envURL)
+	}
+	u, err := url.Parse(cluster.URL())
+	if err != nil {
+		t.Fatalf("pgtest: parsing cluster URL: %v", err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatalf("pgtest: cluster URL has no port: %v", err)
+	}
+	if err := cluster.Stop(); err != nil {
+		t.Fatalf("pgtest: stopping the cluster: %v", err)
+	}
+	if down != nil {
+		down()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: tmpDir, Port: port, Settings: settings})
+	if err != nil {
+		t.Fatalf("pgtest: restarting the cluster: %v", err)
+	}
+	cluster = c
+}
+
 // start returns TEST_DATABASE_URL or starts a cluster tuned for speed over
 // durability in a fresh temp dir.
 func start() (string, error) {
@@ -94,16 +140,7 @@ func start() (string, error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Config{
-		Dir: dir,
-		Settings: map[string]string{
-			"fsync":              "off",
-			"synchronous_commit": "off",
-			"full_page_writes":   "off",
-			"wal_level":          "logical",
-			"max_connections":    "200",
-		},
-	})
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Settings: settings})
 	if err != nil {
 		return "", fmt.Errorf("starting throwaway PostgreSQL (or set %s): %w", envURL, err)
 	}

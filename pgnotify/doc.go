@@ -1,0 +1,32 @@
+// Package pgnotify turns PostgreSQL notifications into wake-ups between
+// Herald instances (DESIGN.md §5).
+//
+//	instance A                              instance B
+//	push ─▶ Notifier.Notify (no SQL)        Listener: LISTEN "herald.<schema>"
+//	          │ one goroutine, per queue:      │ WaitForNotification (pinged when quiet)
+//	          │ leading edge at once,          ▼
+//	          │ then ≤ 1 per window ──NOTIFY──▶ Waker.Wake(queue, partition)
+//	          ▼                                (after every (re)connect: WakeAll)
+//	   short tx, synchronous_commit off
+//
+// A push never NOTIFYs inside its own transaction (a notifying transaction
+// takes a cluster-wide lock at commit) and never per row. The Notifier
+// coalesces per queue: a quiet queue is announced at once, a busy one gets at
+// most one NOTIFY per window (default 20 ms). A Presence, when known, lets it
+// skip queues nobody listens to. SQL producers use the push SQL function,
+// which notifies itself.
+//
+// # Concurrency
+//
+// Notifier.Run and Listener.Run each own one goroutine and return when their
+// context ends. Notify is safe from any goroutine and never blocks.
+//
+// # Failures
+//
+// NOTIFY is an optimisation: a lost one costs latency, never a message (the
+// poller's sweep finds it). The Listener reconnects with exponential
+// back-off and ±10% jitter, and after every connect wakes every queue once,
+// because notifications sent while it was away are gone. The channel carries
+// the schema, so instances on different schemas of one database ignore each
+// other.
+package pgnotify

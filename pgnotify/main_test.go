@@ -1,0 +1,138 @@
+package pgnotify_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/pgnotify"
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// instance is one Herald: pool, store, poller, notifier, listener and HTTP
+// gateway, on a schema it may share with other instances.
+type instance struct {
+	t        testing.TB
+	store    *queue.Store
+	poller   *poller.Poller
+	notifier *pgnotify.Notifier
+	listener *pgnotify.Listener
+	ts       *httptest.Server
+}
+
+// sharedDSN is one migrated schema for several instances.
+func sharedDSN(t testing.TB) string {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	pool, err := queue.NewPool(context.Background(), dsn, 0)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = queue.Migrate(context.Background(), pool)
+	require.NoError(t, err)
+	return dsn
+}
+
+// newInstance starts an instance. The poller's sweep is a minute, so only
+// wake-ups explain a prompt delivery.
+func newInstance(t testing.TB, dsn string) *instance {
+	t.Helper()
+	pool, err := queue.NewPool(context.Background(), dsn, 0)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := queue.New(queue.Config{Pool: pool})
+	require.NoError(t, err)
+	p, err := poller.New(poller.Config{Store: store, SweepMin: time.Minute, SweepMax: time.Minute})
+	require.NoError(t, err)
+	nt, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	ls, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: p, PingInterval: time.Second,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
+	require.NoError(t, err)
+	gw, err := gateway.New(gateway.Config{Store: store, Poller: p, Notifier: nt})
+	require.NoError(t, err)
+	ts := httptest.NewServer(gw.Handler())
+
+	t.Cleanup(p.Start())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = nt.Run(ctx) })
+	wg.Go(func() { _ = ls.Run(ctx) })
+	t.Cleanup(func() {
+		ts.Close()
+		cancel()
+		wg.Wait()
+	})
+	select {
+	case <-ls.Connected():
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener did not connect")
+	}
+	return &instance{t: t, store: store, poller: p, notifier: nt, listener: ls, ts: ts}
+}
+
+func (in *instance) push(queue, payload string) {
+	in.t.Helper()
+	res, err := http.Post(in.ts.URL+"/api/v1/push", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"items":[{"queue":%q,"payload":%s}]}`, queue, payload)))
+	require.NoError(in.t, err)
+	_ = res.Body.Close()
+	require.Equal(in.t, http.StatusCreated, res.StatusCode)
+}
+
+type answer struct {
+	status int
+	body   string
+	at     time.Time
+}
+
+// longPoll starts a waiting pop on queue and returns once it is registered.
+func (in *instance) longPoll(queue string, timeout time.Duration) <-chan answer {
+	in.t.Helper()
+	before := in.poller.Intentions()
+	out := make(chan answer, 1)
+	go func() {
+		res, err := http.Get(fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=%d&autoAck=true", in.ts.URL, queue, timeout.Milliseconds()))
+		if err != nil {
+			out <- answer{status: -1, body: err.Error(), at: time.Now()}
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		out <- answer{status: res.StatusCode, body: string(b), at: time.Now()}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for in.poller.Intentions() <= before {
+		if time.Now().After(deadline) {
+			in.t.Fatal("long-poll never registered")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return out
+}
+
+func wait(t testing.TB, ch <-chan answer, ceiling time.Duration) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(ceiling):
+		t.Fatalf("no answer within %v", ceiling)
+		return answer{}
+	}
+}
+
+func stringsReader(s string) io.Reader { return strings.NewReader(s) }

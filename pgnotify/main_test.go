@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -116,7 +118,13 @@ func (in *instance) longPoll(queue string, timeout time.Duration) <-chan answer 
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for in.poller.Intentions() <= before {
+		select {
+		case a := <-out:
+			in.t.Fatalf("long-poll answered before it was seen waiting: %d %s", a.status, a.body)
+		default:
+		}
 		if time.Now().After(deadline) {
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 			in.t.Fatal("long-poll never registered")
 		}
 		time.Sleep(time.Millisecond)

@@ -373,23 +373,27 @@ func (w *worker) markDirty(chunk []*Intention, targets map[int]bool, cands []can
 func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult) {
 	w.mu.Lock()
 	gone := in.gone
+	if !gone && !in.Standing {
+		// A one-shot intention ends with this delivery, whatever Deliver
+		// answers: withdraw it first, so it is never counted (or served) as
+		// still waiting once its consumer holds the messages.
+		w.markGone(in)
+	}
 	w.mu.Unlock()
 	if !gone && in.Deliver(res) {
 		w.p.metrics.delivered.Inc()
-		w.mu.Lock()
-		more := false
 		if in.Standing {
+			w.mu.Lock()
 			in.credit -= len(res.Messages)
 			// It may take more, and there may be more: look again now.
-			if ks := w.keys[in.key]; ks != nil && in.credit > 0 {
+			more := false
+			if ks := w.keys[in.key]; ks != nil && in.credit > 0 && !in.gone {
 				ks.dirty, more = true, true
 			}
-		} else {
-			w.markGone(in)
-		}
-		w.mu.Unlock()
-		if more {
-			w.signal()
+			w.mu.Unlock()
+			if more {
+				w.signal()
+			}
 		}
 		return
 	}

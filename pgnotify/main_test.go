@@ -33,6 +33,7 @@ type instance struct {
 	poller   *poller.Poller
 	notifier *pgnotify.Notifier
 	listener *pgnotify.Listener
+	logical  *pgnotify.Logical
 	ts       *httptest.Server
 }
 
@@ -48,9 +49,13 @@ func sharedDSN(t testing.TB) string {
 	return dsn
 }
 
-// newInstance starts an instance. The poller's sweep is a minute, so only
-// wake-ups explain a prompt delivery.
-func newInstance(t testing.TB, dsn string) *instance {
+// newInstance starts an instance in notify mode. The poller's sweep is a
+// minute, so only wake-ups explain a prompt delivery.
+func newInstance(t testing.TB, dsn string) *instance { return newInstanceMode(t, dsn, "notify") }
+
+// newInstanceMode starts an instance whose wake source is "notify"
+// (Notifier + Listener), "logical" (the replication stream) or "none".
+func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	t.Helper()
 	pool, err := queue.NewPool(context.Background(), dsn, 0)
 	require.NoError(t, err)
@@ -59,31 +64,51 @@ func newInstance(t testing.TB, dsn string) *instance {
 	require.NoError(t, err)
 	p, err := poller.New(poller.Config{Store: store, SweepMin: time.Minute, SweepMax: time.Minute})
 	require.NoError(t, err)
-	nt, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Registerer: prometheus.NewRegistry()})
+	in := &instance{t: t, store: store, poller: p}
+	gcfg := gateway.Config{Store: store, Poller: p}
+	var runs []func(context.Context) error
+	var ready <-chan struct{}
+	switch mode {
+	case "notify":
+		in.notifier, err = pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Registerer: prometheus.NewRegistry()})
+		require.NoError(t, err)
+		in.listener, err = pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: p, PingInterval: time.Second,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
+		require.NoError(t, err)
+		gcfg.Notifier = in.notifier
+		runs = append(runs, in.notifier.Run, in.listener.Run)
+		ready = in.listener.Connected()
+	case "logical":
+		in.logical, err = pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: pool, Waker: p,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, in.logical.Check(context.Background()))
+		runs = append(runs, in.logical.Run)
+		ready = in.logical.Ready()
+	}
+	gw, err := gateway.New(gcfg)
 	require.NoError(t, err)
-	ls, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: p, PingInterval: time.Second,
-		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
-	require.NoError(t, err)
-	gw, err := gateway.New(gateway.Config{Store: store, Poller: p, Notifier: nt})
-	require.NoError(t, err)
-	ts := httptest.NewServer(gw.Handler())
+	in.ts = httptest.NewServer(gw.Handler())
 
 	t.Cleanup(p.Start())
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = nt.Run(ctx) })
-	wg.Go(func() { _ = ls.Run(ctx) })
+	for _, run := range runs {
+		wg.Go(func() { _ = run(ctx) })
+	}
 	t.Cleanup(func() {
-		ts.Close()
+		in.ts.Close()
 		cancel()
 		wg.Wait()
 	})
-	select {
-	case <-ls.Connected():
-	case <-time.After(10 * time.Second):
-		t.Fatal("listener did not connect")
+	if ready != nil {
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s wake source did not start", mode)
+		}
 	}
-	return &instance{t: t, store: store, poller: p, notifier: nt, listener: ls, ts: ts}
+	return in
 }
 
 func (in *instance) push(queue, payload string) {

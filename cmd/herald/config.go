@@ -42,8 +42,9 @@ type config struct {
 
 // Wake modes of --wake.
 const (
-	WakeNotify = "notify" // in-process wake-ups, and NOTIFY between instances
-	WakePoll   = "poll"   // only the adaptive sweep (the reference server's way)
+	WakeNotify  = "notify"  // in-process wake-ups, and NOTIFY between instances
+	WakeLogical = "logical" // in-process wake-ups, and the WAL's inserts via logical replication
+	WakePoll    = "poll"    // only the adaptive sweep (the reference server's way)
 )
 
 // option is one setting: its flag, environment variable, default and help.
@@ -75,7 +76,7 @@ var options = []option{
 		func(c *config, v string) (err error) { c.PGPort, err = strconv.Atoi(v); return err }},
 	{"shutdown-timeout", "HERALD_SHUTDOWN_TIMEOUT", "10s", "how long shutdown waits for requests in flight",
 		func(c *config, v string) (err error) { c.ShutdownTimeout, err = time.ParseDuration(v); return err }},
-	{"wake", "HERALD_WAKE", "notify", "what wakes waiting consumers: notify (pushes wake this instance at once and others by NOTIFY) or poll (only the adaptive sweep, the reference server's way)",
+	{"wake", "HERALD_WAKE", "notify", "what wakes waiting consumers: notify (pushes wake this instance at once and others by NOTIFY), logical (every insert, from any producer, read from the WAL; needs wal_level=logical) or poll (only the adaptive sweep, the reference server's way)",
 		func(c *config, v string) error { c.Wake = v; return nil }},
 	{"listen-database-url", "HERALD_LISTEN_DATABASE_URL", "", "separate URL for the LISTEN connection (when the pool goes through a transaction-mode pooler); empty takes one from the pool",
 		func(c *config, v string) error { c.ListenDatabaseURL = v; return nil }},
@@ -132,8 +133,8 @@ func (c *config) validate() error {
 		return errors.New("--pg-port must be a TCP port")
 	case c.ShutdownTimeout <= 0:
 		return errors.New("--shutdown-timeout must be positive")
-	case c.Wake != WakeNotify && c.Wake != WakePoll:
-		return errors.New("--wake must be notify or poll")
+	case c.Wake != WakeNotify && c.Wake != WakeLogical && c.Wake != WakePoll:
+		return errors.New("--wake must be notify, logical or poll")
 	case c.NotifyWindow <= 0:
 		return errors.New("--notify-window must be positive")
 	case c.PollWorkers < 1 || c.PollWorkers > 64:

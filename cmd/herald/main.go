@@ -180,6 +180,16 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		gwCfg.Notifier = nt
 		runners = append(runners, nt.Run, ls.Run)
 	}
+	if cfg.Wake == WakeLogical {
+		lg, err := pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: pool, Waker: pl, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		if err := lg.Check(ctx); err != nil {
+			return err
+		}
+		runners = append(runners, lg.Run)
+	}
 	gw, err := gateway.New(gwCfg)
 	if err != nil {
 		return err

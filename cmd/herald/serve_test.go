@@ -211,3 +211,36 @@ func TestServe_ExternalDatabase(t *testing.T) {
 	_, err := os.Stat(filepath.Join(dir, "postgres"))
 	assert.True(t, os.IsNotExist(err), "no private PostgreSQL was created")
 }
+
+// Each wake mode starts and serves a long-poll.
+func TestServe_WakeModes(t *testing.T) {
+	bin := buildHerald(t)
+	for _, mode := range []string{"notify", "logical", "poll"} {
+		t.Run(mode, func(t *testing.T) {
+			p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--wake", mode)
+			done := make(chan int, 1)
+			go func() {
+				res, err := http.Get(p.url + "api/v1/pop/queue/wm?wait=true&timeout=20000")
+				if err != nil {
+					done <- -1
+					return
+				}
+				_ = res.Body.Close()
+				done <- res.StatusCode
+			}()
+			// Push once the long-poll waits, so the wake-up must reach it.
+			require.Eventually(t, func() bool {
+				_, body := get(t, p.url+"metrics")
+				return strings.Contains(body, "\nherald_intentions 1\n")
+			}, 10*time.Second, 10*time.Millisecond)
+			pushOne(t, p.url, "wm", `{"mode":1}`)
+			select {
+			case code := <-done:
+				assert.Equal(t, http.StatusOK, code)
+			case <-time.After(15 * time.Second):
+				t.Fatal("long-poll did not return")
+			}
+			require.NoError(t, p.stop(t, syscall.SIGTERM))
+		})
+	}
+}

@@ -86,6 +86,10 @@ var settings = map[string]string{
 	"full_page_writes":   "off",
 	"wal_level":          "logical",
 	"max_connections":    "200",
+	// With synchronous_commit off, WAL reaches disk (and so a logical
+	// replication stream) only when the WAL writer wakes: every 10 ms rather
+	// than the default 200 ms, or logical wake-ups would wait for it.
+	"wal_writer_delay": "10ms",
 }
 
 // Restart stops the test cluster, runs down while it is stopped, and starts

@@ -1,0 +1,300 @@
+package pgnotify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// SourceLogical labels wake-ups from logical replication.
+const SourceLogical = "logical"
+
+// StatusIntervalDefault is how often the replication stream reports its
+// position (the server drops a silent walsender after wal_sender_timeout,
+// 60 s by default).
+const StatusIntervalDefault = 10 * time.Second
+
+// LogicalConfig configures a Logical wake source.
+type LogicalConfig struct {
+	// Pool is the instance's pool: it names the schema (search_path), looks
+	// up partitions, and creates the publication. Required.
+	Pool *pgxpool.Pool
+	// Waker receives the wake-ups. Required.
+	Waker Waker
+	// StatusInterval: see StatusIntervalDefault; zero means the default.
+	StatusInterval time.Duration
+	// BackoffMin and BackoffMax bound the reconnect back-off; zero means
+	// BackoffMinDefault and BackoffMaxDefault.
+	BackoffMin, BackoffMax time.Duration
+	// Registerer receives the metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Logger; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Logical wakes queues from the write-ahead log: a temporary pgoutput slot
+// streams the inserts into the messages table through a publication, so
+// every insert, from any producer (HTTP, the push SQL function, plain
+// INSERT), wakes its queue, at no cost to the producer's commit. The slot is
+// temporary: it disappears with the connection, so a stopped instance leaves
+// nothing that holds WAL back.
+type Logical struct {
+	cfg    LogicalConfig
+	log    zerolog.Logger
+	names  *lru.Cache[string, [2]string] // partition id → queue, partition
+	slot   string
+	ready  chan struct{}
+	events prometheus.Counter
+	recons prometheus.Counter
+}
+
+// NewLogical returns a Logical source; nothing happens until Run.
+func NewLogical(cfg LogicalConfig) (*Logical, error) {
+	if cfg.Pool == nil || cfg.Waker == nil {
+		return nil, errors.New("pgnotify: LogicalConfig.Pool and LogicalConfig.Waker are required")
+	}
+	if cfg.StatusInterval == 0 {
+		cfg.StatusInterval = StatusIntervalDefault
+	}
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin = BackoffMinDefault
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = BackoffMaxDefault
+	}
+	names, err := lru.New[string, [2]string](10000)
+	if err != nil {
+		return nil, err
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	l := &Logical{cfg: cfg, log: cfg.Logger.With().Str("component", "logical").Logger(), names: names,
+		slot: "herald_" + hex.EncodeToString(b[:]), ready: make(chan struct{}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_logical_inserts_total",
+			Help: "Message inserts seen on the replication stream."}),
+		recons: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_logical_reconnects_total",
+			Help: "Times the replication stream was re-established after a failure."}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{l.events, l.recons} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l, nil
+}
+
+// Slot is the name of this instance's temporary replication slot.
+func (l *Logical) Slot() string { return l.slot }
+
+// Ready is closed once the stream has started for the first time.
+func (l *Logical) Ready() <-chan struct{} { return l.ready }
+
+// Check fails with a clear message when the server cannot do logical
+// replication. Call it at start, before Run.
+func (l *Logical) Check(ctx context.Context) error {
+	var level string
+	if err := l.cfg.Pool.QueryRow(ctx, `SHOW wal_level`).Scan(&level); err != nil {
+		return fmt.Errorf("reading wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("--wake logical needs wal_level=logical, but the server has wal_level=%s: "+
+			"set it in postgresql.conf (it needs a restart) or use --wake notify", level)
+	}
+	return nil
+}
+
+// Run streams until ctx ends, reconnecting with back-off after failures.
+func (l *Logical) Run(ctx context.Context) error {
+	backoff := l.cfg.BackoffMin
+	first := true
+	for ctx.Err() == nil {
+		started, err := l.session(ctx, &first)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if started {
+			backoff = l.cfg.BackoffMin
+		}
+		l.recons.Inc()
+		l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("replication stream lost")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(jitter(backoff)):
+		}
+		if !started {
+			backoff = min(backoff*2, l.cfg.BackoffMax)
+		}
+	}
+	return nil
+}
+
+func (l *Logical) session(ctx context.Context, first *bool) (started bool, err error) {
+	var schema string
+	if err := l.cfg.Pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return false, fmt.Errorf("reading the current schema: %w", err)
+	}
+	publication := "herald_" + schema
+	if err := l.ensurePublication(ctx, publication, schema); err != nil {
+		return false, err
+	}
+	cfg := l.cfg.Pool.Config().ConnConfig.Config.Copy()
+	cfg.RuntimeParams = map[string]string{"replication": "database", "application_name": "herald-logical"}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, err := pgconn.ConnectConfig(cctx, cfg)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("opening the replication connection: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+
+	slot, err := pglogrepl.CreateReplicationSlot(ctx, conn, l.slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		return false, fmt.Errorf("creating replication slot %s: %w", l.slot, err)
+	}
+	pos, err := pglogrepl.ParseLSN(slot.ConsistentPoint)
+	if err != nil {
+		return false, fmt.Errorf("parsing the slot's start: %w", err)
+	}
+	if err := pglogrepl.StartReplication(ctx, conn, l.slot, pos, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + publication + "'"},
+	}); err != nil {
+		return false, fmt.Errorf("starting replication: %w", err)
+	}
+	if *first {
+		*first = false
+		close(l.ready)
+	}
+	// Inserts while the stream was down are not replayed: look at everything.
+	l.cfg.Waker.WakeAll(SourceLogical)
+	l.log.Info().Str("slot", l.slot).Str("publication", publication).Msg("streaming message inserts")
+
+	relations := map[uint32]bool{} // relation ids of the messages table
+	nextStatus := time.Now().Add(l.cfg.StatusInterval)
+	for {
+		if time.Now().After(nextStatus) {
+			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
+				return true, fmt.Errorf("sending status: %w", err)
+			}
+			nextStatus = time.Now().Add(l.cfg.StatusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		msg, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, nil
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return true, fmt.Errorf("receiving: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return true, fmt.Errorf("parsing keepalive: %w", err)
+				}
+				pos = max(pos, ka.ServerWALEnd)
+				if ka.ReplyRequested {
+					nextStatus = time.Time{} // answer at once
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return true, fmt.Errorf("parsing WAL data: %w", err)
+				}
+				l.handle(ctx, xld.WALData, relations)
+				pos = max(pos, xld.WALStart+pglogrepl.LSN(len(xld.WALData)))
+			}
+		case *pgproto3.ErrorResponse:
+			return true, fmt.Errorf("replication error: %s", msg.Message)
+		}
+	}
+}
+
+// handle wakes the queue of an inserted message.
+func (l *Logical) handle(ctx context.Context, data []byte, relations map[uint32]bool) {
+	m, err := pglogrepl.Parse(data)
+	if err != nil {
+		l.log.Debug().Err(err).Msg("unparsable pgoutput message")
+		return
+	}
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		relations[m.RelationID] = m.RelationName == "messages"
+	case *pglogrepl.InsertMessage:
+		if !relations[m.RelationID] || m.Tuple == nil || len(m.Tuple.Columns) == 0 {
+			return
+		}
+		col := m.Tuple.Columns[0] // partition_id, the table's first column
+		if col.DataType != 't' {
+			return
+		}
+		l.events.Inc()
+		names, err := l.partition(ctx, string(col.Data))
+		if err != nil {
+			l.log.Debug().Err(err).Msg("unknown partition of an inserted message")
+			return
+		}
+		l.cfg.Waker.Wake(SourceLogical, names[0], names[1])
+	}
+}
+
+// partition maps a partition id to its queue and partition names.
+func (l *Logical) partition(ctx context.Context, id string) ([2]string, error) {
+	if n, ok := l.names.Get(id); ok {
+		return n, nil
+	}
+	var n [2]string
+	err := l.cfg.Pool.QueryRow(ctx, `-- herald:logical_partition
+		SELECT q.name, p.name FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE p.id = $1::uuid`, id).Scan(&n[0], &n[1])
+	if err != nil {
+		return n, err
+	}
+	l.names.Add(id, n)
+	return n, nil
+}
+
+// ensurePublication publishes the schema's message inserts.
+func (l *Logical) ensurePublication(ctx context.Context, name, schema string) error {
+	var exists bool
+	if err := l.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("looking up publication %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err := l.cfg.Pool.Exec(ctx, `CREATE PUBLICATION `+pgx.Identifier{name}.Sanitize()+` FOR TABLE `+
+		pgx.Identifier{schema, "messages"}.Sanitize()+` WITH (publish = 'insert')`)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+		return nil // another instance created it meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("creating publication %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package pgnotify_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/pgnotify"
+	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
+)
+
+// In logical mode a long-poll on B gets a message pushed through A, which
+// sends no NOTIFY at all: the insert itself, read from the WAL, wakes B.
+func TestLogical_CrossInstance(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "none"), newInstanceMode(t, dsn, "logical")
+	var lat []time.Duration
+	for i := range 20 {
+		got := b.longPoll("lq", 10*time.Second)
+		start := time.Now()
+		a.push("lq", fmt.Sprintf(`{"i":%d}`, i))
+		ans := wait(t, got, 10*time.Second)
+		require.Equal(t, http.StatusOK, ans.status, ans.body)
+		assert.Contains(t, ans.body, fmt.Sprintf(`"data":{"i":%d}`, i))
+		lat = append(lat, ans.at.Sub(start))
+	}
+	slices.Sort(lat)
+	t.Logf("cross-instance push → delivery (logical): p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
+	assert.LessOrEqual(t, lat[len(lat)/2], 50*time.Millisecond)
+
+	// Any producer: a plain SQL call to the push function wakes B too.
+	got := b.longPoll("lq", 10*time.Second)
+	_, err := a.store.Pool().Exec(context.Background(), `SELECT push('lq', 'p9', '{"sql":1}', NULL)`)
+	require.NoError(t, err)
+	ans := wait(t, got, 10*time.Second)
+	require.Equal(t, http.StatusOK, ans.status, ans.body)
+}
+
+// The temporary slot disappears when the instance stops.
+func TestLogical_SlotGoneAfterStop(t *testing.T) {
+	store := queuetest.NewStore(t)
+	l, err := pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: store.Pool(), Waker: nopWaker{}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx)
+	}()
+	select {
+	case <-l.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream did not start")
+	}
+	slots := func() int {
+		var n int
+		require.NoError(t, store.Pool().QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, l.Slot()).Scan(&n))
+		return n
+	}
+	assert.Equal(t, 1, slots())
+	cancel()
+	<-done
+	require.Eventually(t, func() bool { return slots() == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+type nopWaker struct{}
+
+func (nopWaker) Wake(string, string, string) {}
+func (nopWaker) WakeAll(string)              {}
+
+var _ = queue.DefaultGroup

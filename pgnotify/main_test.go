@@ -54,7 +54,8 @@ func sharedDSN(t testing.TB) string {
 func newInstance(t testing.TB, dsn string) *instance { return newInstanceMode(t, dsn, "notify") }
 
 // newInstanceMode starts an instance whose wake source is "notify"
-// (Notifier + Listener), "logical" (the replication stream) or "none".
+// (Notifier + Listener), "logical" (the replication stream), "poll" (the
+// poller's sweep only) or "none".
 func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	t.Helper()
 	pool, err := queue.NewPool(context.Background(), dsn, 0)
@@ -62,7 +63,11 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	t.Cleanup(pool.Close)
 	store, err := queue.New(queue.Config{Pool: pool})
 	require.NoError(t, err)
-	p, err := poller.New(poller.Config{Store: store, SweepMin: time.Minute, SweepMax: time.Minute})
+	pc := poller.Config{Store: store, SweepMin: time.Minute, SweepMax: time.Minute}
+	if mode == "poll" {
+		pc = poller.Config{Store: store, Mode: poller.WakePoll} // the default adaptive sweep does everything
+	}
+	p, err := poller.New(pc)
 	require.NoError(t, err)
 	in := &instance{t: t, store: store, poller: p}
 	gcfg := gateway.Config{Store: store, Poller: p}

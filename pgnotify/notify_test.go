@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -121,4 +122,66 @@ func TestNotify_DatabaseRestart(t *testing.T) {
 		require.Equal(t, http.StatusOK, ans.status, ans.body)
 		assert.Contains(t, ans.body, fmt.Sprintf(`"after":%d`, i))
 	}
+}
+
+// recordingWaker records wake-ups for tests.
+type recordingWaker struct {
+	mu    sync.Mutex
+	wakes []string
+	all   int
+}
+
+func (r *recordingWaker) Wake(_, q, p string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wakes = append(r.wakes, q+"/"+p)
+}
+
+func (r *recordingWaker) WakeAll(string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.all++
+}
+
+func (r *recordingWaker) seen() ([]string, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.wakes), r.all
+}
+
+// With --listen-database-url the listener opens its own connection; it
+// sweeps once when it connects, decodes queue and partitions, and ignores
+// foreign payloads on the channel.
+func TestListener_OwnURL(t *testing.T) {
+	dsn := sharedDSN(t)
+	w := &recordingWaker{}
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{URL: dsn, Waker: w})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	<-l.Connected()
+	pool, err := queue.NewPool(context.Background(), dsn, 0)
+	require.NoError(t, err)
+	defer pool.Close()
+	channel, err := pgnotify.Channel(context.Background(), pool)
+	require.NoError(t, err)
+	for _, p := range []string{"q1\np1\np2", "", "q2"} {
+		_, err := pool.Exec(context.Background(), `SELECT pg_notify($1, $2)`, channel, p)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { got, _ := w.seen(); return len(got) == 3 }, 5*time.Second, 5*time.Millisecond)
+	got, all := w.seen()
+	assert.Equal(t, []string{"q1/p1", "q1/p2", "q2/"}, got)
+	assert.Equal(t, 1, all, "one backlog sweep on connect")
+
+	_, err = pgnotify.NewListener(pgnotify.ListenerConfig{URL: dsn, Pool: pool, Waker: w})
+	assert.Error(t, err, "exactly one of Pool and URL")
 }

@@ -1,0 +1,120 @@
+package pgnotify_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// BenchmarkCrossInstance measures push (through instance A) → long-poll
+// return (on instance B) per wake mode, side by side: ≥ 1,000 samples, 10
+// queues at a time, over real HTTP.
+//
+//	go test -run '^$' -bench CrossInstance -benchtime 1x ./pgnotify
+func BenchmarkCrossInstance(b *testing.B) {
+	for _, mode := range []string{"notify", "logical", "poll"} {
+		b.Run("wake="+mode, func(b *testing.B) {
+			dsn := sharedDSN(b)
+			producer := "none"
+			if mode == "notify" {
+				producer = "notify"
+			}
+			a, c := newInstanceMode(b, dsn, producer), newInstanceMode(b, dsn, mode)
+			for b.Loop() {
+				lat := crossSamples(b, a, c, 1000, 10)
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)/2])/1e6, "p50-ms")
+				b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
+				b.ReportMetric(float64(lat[len(lat)-1])/1e6, "max-ms")
+			}
+		})
+	}
+}
+
+func crossSamples(b *testing.B, a, c *instance, n, queues int) []time.Duration {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4 * queues}}
+	defer client.CloseIdleConnections()
+	var out []time.Duration
+	for round := 0; len(out) < n; round++ {
+		before := c.poller.Intentions()
+		returned := make([]time.Time, queues)
+		var wg sync.WaitGroup
+		for q := range queues {
+			wg.Go(func() {
+				res, err := client.Get(fmt.Sprintf("%s/api/v1/pop/queue/x-%d?wait=true&timeout=10000&autoAck=true", c.ts.URL, q))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+				returned[q] = time.Now()
+				if res.StatusCode != http.StatusOK {
+					b.Errorf("long-poll answered %d", res.StatusCode)
+				}
+			})
+		}
+		for deadline := time.Now().Add(10 * time.Second); c.poller.Intentions() < before+queues; {
+			if time.Now().After(deadline) {
+				b.Fatalf("round %d: long-polls did not all wait", round)
+			}
+			time.Sleep(100 * time.Microsecond) // setup, outside the measured span
+		}
+		pushed := make([]time.Time, queues)
+		for q := range queues {
+			pushed[q] = time.Now()
+			res, err := client.Post(a.ts.URL+"/api/v1/push", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"items":[{"queue":"x-%d","payload":{"r":%d}}]}`, q, round)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+		}
+		wg.Wait()
+		for q := range queues {
+			out = append(out, returned[q].Sub(pushed[q]))
+		}
+	}
+	return out
+}
+
+// BenchmarkPushWithListeners measures push throughput at batch 10 (as the
+// gateway pushes: store, then Notify) with no other instance, and with 3
+// instances listening on the same database.
+//
+//	go test -run '^$' -bench PushWithListeners -benchtime 5s ./pgnotify
+func BenchmarkPushWithListeners(b *testing.B) {
+	for _, listeners := range []int{0, 3} {
+		b.Run(fmt.Sprintf("listeners=%d", listeners), func(b *testing.B) {
+			dsn := sharedDSN(b)
+			a := newInstanceMode(b, dsn, "notify")
+			for range listeners {
+				newInstanceMode(b, dsn, "notify")
+			}
+			items := make([]queue.PushItem, 10)
+			for i := range items {
+				items[i] = queue.PushItem{Queue: "tp", Payload: []byte(`{"orderId":12345,"amount":99.5}`)}
+			}
+			start := time.Now()
+			n := 0
+			for b.Loop() {
+				if _, err := a.store.Push(context.Background(), items); err != nil {
+					b.Fatal(err)
+				}
+				a.notifier.Notify("tp", "Default")
+				n++
+			}
+			b.ReportMetric(float64(n*len(items))/time.Since(start).Seconds(), "msgs/s")
+			b.ReportMetric(float64(a.notifier.Sent()), "notifies")
+		})
+	}
+}

@@ -108,27 +108,9 @@ func (l *Listener) Connected() <-chan struct{} { return l.connected }
 
 // Run listens until ctx ends, reconnecting with back-off after failures.
 func (l *Listener) Run(ctx context.Context) error {
-	backoff := l.cfg.BackoffMin
 	first := true
-	for ctx.Err() == nil {
-		listened, err := l.session(ctx, &first)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if listened {
-			backoff = l.cfg.BackoffMin // it worked for a while: start over
-		}
-		l.reconnects.Inc()
-		l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("LISTEN connection lost")
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(jitter(backoff)):
-		}
-		if !listened {
-			backoff = min(backoff*2, l.cfg.BackoffMax)
-		}
-	}
+	reconnecting(ctx, l.cfg.BackoffMin, l.cfg.BackoffMax, l.reconnects, l.log,
+		func(ctx context.Context) (bool, error) { return l.session(ctx, &first) })
 	return nil
 }
 

@@ -119,27 +119,9 @@ func (l *Logical) Check(ctx context.Context) error {
 
 // Run streams until ctx ends, reconnecting with back-off after failures.
 func (l *Logical) Run(ctx context.Context) error {
-	backoff := l.cfg.BackoffMin
 	first := true
-	for ctx.Err() == nil {
-		started, err := l.session(ctx, &first)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if started {
-			backoff = l.cfg.BackoffMin
-		}
-		l.recons.Inc()
-		l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("replication stream lost")
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(jitter(backoff)):
-		}
-		if !started {
-			backoff = min(backoff*2, l.cfg.BackoffMax)
-		}
-	}
+	reconnecting(ctx, l.cfg.BackoffMin, l.cfg.BackoffMax, l.recons, l.log,
+		func(ctx context.Context) (bool, error) { return l.session(ctx, &first) })
 	return nil
 }
 

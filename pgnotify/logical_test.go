@@ -2,9 +2,7 @@ package pgnotify_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"slices"
 	"testing"
 	"time"
 
@@ -21,19 +19,7 @@ import (
 func TestLogical_CrossInstance(t *testing.T) {
 	dsn := sharedDSN(t)
 	a, b := newInstanceMode(t, dsn, "none"), newInstanceMode(t, dsn, "logical")
-	var lat []time.Duration
-	for i := range 20 {
-		got := b.longPoll("lq", 10*time.Second)
-		start := time.Now()
-		a.push("lq", fmt.Sprintf(`{"i":%d}`, i))
-		ans := wait(t, got, 10*time.Second)
-		require.Equal(t, http.StatusOK, ans.status, ans.body)
-		assert.Contains(t, ans.body, fmt.Sprintf(`"data":{"i":%d}`, i))
-		lat = append(lat, ans.at.Sub(start))
-	}
-	slices.Sort(lat)
-	t.Logf("cross-instance push → delivery (logical): p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
-	assert.LessOrEqual(t, lat[len(lat)/2], 50*time.Millisecond)
+	assert.LessOrEqual(t, crossLatency(t, a, b, "lq"), 50*time.Millisecond)
 
 	// Any producer: a plain SQL call to the push function wakes B too.
 	got := b.longPoll("lq", 10*time.Second)

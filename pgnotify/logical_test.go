@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/pgnotify"
-	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/queue/queuetest"
 )
 
@@ -61,5 +60,3 @@ type nopWaker struct{}
 
 func (nopWaker) Wake(string, string, string) {}
 func (nopWaker) WakeAll(string)              {}
-
-var _ = queue.DefaultGroup

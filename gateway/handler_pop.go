@@ -223,6 +223,9 @@ func (s *Server) releaseFor(r *http.Request, res *queue.PopResult) {
 	if err := s.store.ReleaseLease(context.WithoutCancel(r.Context()), res.LeaseID); err != nil {
 		s.log.Error().Err(err).Msg("releasing the lease of a long-poll whose client left")
 	}
+	for _, m := range res.Messages {
+		s.poller.Wake(poller.SourceRelease, m.Queue, m.Partition)
+	}
 }
 
 // countDeadLetters counts messages a pop dead-lettered after their lease

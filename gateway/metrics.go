@@ -12,13 +12,14 @@ import (
 // metrics are the herald_* series. Labels are routes, queues, groups and
 // statuses, never ids, so cardinality stays bounded by configuration.
 type metrics struct {
-	requests   *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
-	pushed     *prometheus.CounterVec
-	duplicates *prometheus.CounterVec
-	popped     *prometheus.CounterVec
-	acks       *prometheus.CounterVec
-	dlq        *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	pushed      *prometheus.CounterVec
+	duplicates  *prometheus.CounterVec
+	popped      *prometheus.CounterVec
+	acks        *prometheus.CounterVec
+	dlq         *prometheus.CounterVec
+	wsBadFrames prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error) {
@@ -39,7 +40,9 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error)
 		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_dead_lettered_total",
 			Help: "Messages moved to the dead-letter queue (by an ack, or by a pop after too many expired leases)."}, []string{"queue"}),
 	}
-	cs := []prometheus.Collector{m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq}
+	m.wsBadFrames = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_ws_bad_frames_total",
+		Help: "WebSocket frames that were not the protocol (answered with an error frame)."})
+	cs := []prometheus.Collector{m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq, m.wsBadFrames}
 	pool := store.Pool()
 	gauge := func(name, help string, f func() float64) {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))

@@ -89,6 +89,9 @@ type Server struct {
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
+
+	wsMu    sync.Mutex
+	wsConns map[*wsConn]bool
 }
 
 // New returns a Server.
@@ -112,6 +115,7 @@ func New(cfg Config) (*Server, error) {
 		notify: func(string, string) {},
 
 		draining: make(chan struct{}),
+		wsConns:  map[*wsConn]bool{},
 	}
 	if cfg.Notifier != nil {
 		s.notify = cfg.Notifier.Notify
@@ -137,6 +141,7 @@ func (s *Server) routes() {
 	s.handle("POST /api/v1/configure", "configure", s.handleConfigure)
 	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", s.handleDeleteQueue)
 	s.handle("GET /api/v1/dlq", "dlq", s.handleDLQ)
+	s.mux.HandleFunc("GET /api/v1/ws", s.handleWS) // no request metrics: a socket lives for hours
 	s.handle("GET /health", "health", s.handleHealth)
 	s.handle("GET /internal/api/shared-state/stats", "stats", s.handleStats)
 	s.handle("GET /metrics", "metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
@@ -151,7 +156,17 @@ func (s *Server) routes() {
 // Shutdown does not wait for their timeouts. New requests are still served
 // until the listener closes. Safe to call more than once.
 func (s *Server) Drain() {
-	s.drainOnce.Do(func() { close(s.draining) })
+	s.drainOnce.Do(func() {
+		close(s.draining)
+		// WebSockets are hijacked: http.Server.Shutdown does not see them.
+		// Close them with a code that tells clients to reconnect elsewhere;
+		// each releases its leases as it ends.
+		s.wsMu.Lock()
+		for c := range s.wsConns {
+			go c.closeWith(CloseShuttingDown, "server shutting down")
+		}
+		s.wsMu.Unlock()
+	})
 }
 
 func (s *Server) isDraining() bool {

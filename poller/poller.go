@@ -17,6 +17,7 @@ const (
 	SourcePush     = "push"     // a push committed by this instance
 	SourceAck      = "ack"      // an ack that released a lease or failed a message
 	SourceRegister = "register" // a new intention
+	SourceRelease  = "release"  // a lease given back by a consumer that left
 )
 
 // Poller serves intentions: it owns their registry and the workers that run

@@ -1,0 +1,468 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+// WebSocket close codes: 4000–4499 allow a reconnect, 4500–4999 do not.
+const (
+	CloseShuttingDown  = 4000 // the server is draining: reconnect (elsewhere)
+	CloseSlowConsumer  = 4001 // the client did not read its frames in time: reconnect
+	CloseProtocolError = 4500 // frames that are not the protocol: do not retry as is
+)
+
+// WebSocket limits and timings.
+const (
+	WSSubprotocol           = "herald.v1"
+	WSReadLimitDefault      = 1 << 20 // bytes per frame
+	WSMaxInFlightDefault    = 100     // unacked messages per subscription
+	WSBatchDefault          = 10      // messages per deliver frame
+	WSMaxSubscriptions      = 100     // per connection
+	wsWriteQueue            = 256     // frames waiting for the writer
+	wsWriteTimeout          = 10 * time.Second
+	wsPingInterval          = 30 * time.Second
+	wsReadTimeout           = 2 * wsPingInterval // a silent client is gone
+	wsMalformedFramesToKill = 100                // protocol errors tolerated per connection
+)
+
+var wsUpgrader = websocket.Upgrader{
+	Subprotocols: []string{WSSubprotocol},
+	// Browsers send Origin; an allow-list comes with auth. Until then any.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// wsFrame is every client frame; fields unused by a type stay zero.
+type wsFrame struct {
+	Type string          `json:"type"`
+	ID   json.RawMessage `json:"id,omitempty"`
+
+	// subscribe
+	Queue            string `json:"queue"`
+	Partition        string `json:"partition"`
+	ConsumerGroup    string `json:"consumerGroup"`
+	Batch            int    `json:"batch"`
+	MaxInFlight      int    `json:"maxInFlight"`
+	AutoAck          bool   `json:"autoAck"`
+	SubscriptionMode string `json:"subscriptionMode"`
+	SubscriptionFrom string `json:"subscriptionFrom"`
+	// unsubscribe, deliver
+	Sub string `json:"sub"`
+	// ack, push
+	Items json.RawMessage `json:"items"`
+	// renew
+	LeaseID string `json:"leaseId"`
+	Seconds int    `json:"seconds"`
+}
+
+// wsConn is one WebSocket connection: its subscriptions and the messages
+// delivered to them and not yet acknowledged.
+type wsConn struct {
+	s    *Server
+	ws   *websocket.Conn
+	out  chan any // frames for the writer; never blocked on
+	done chan struct{}
+
+	mu       sync.Mutex
+	subs     map[string]*wsSub
+	inflight map[inflightKey]inflightMsg
+	nextSub  int
+	closed   bool
+}
+
+type wsSub struct {
+	id     string
+	group  string
+	in     *poller.Intention
+	cancel func()
+}
+
+type inflightKey struct{ partitionID, transactionID string }
+
+type inflightMsg struct {
+	sub              *wsSub
+	leaseID          string
+	queue, partition string
+}
+
+func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	ws, err := wsUpgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered
+	}
+	ws.SetReadLimit(WSReadLimitDefault)
+	c := &wsConn{s: s, ws: ws, out: make(chan any, wsWriteQueue), done: make(chan struct{}),
+		subs: map[string]*wsSub{}, inflight: map[inflightKey]inflightMsg{}}
+	if s.isDraining() {
+		c.closeWith(CloseShuttingDown, "server shutting down")
+		return
+	}
+	s.wsMu.Lock()
+	s.wsConns[c] = true
+	s.wsMu.Unlock()
+	defer func() {
+		s.wsMu.Lock()
+		delete(s.wsConns, c)
+		s.wsMu.Unlock()
+	}()
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writer()
+	}()
+	c.reader(r.Context())
+	c.shutdown()
+	<-writerDone
+}
+
+// reader handles frames until the connection fails.
+func (c *wsConn) reader(ctx context.Context) {
+	_ = c.ws.SetReadDeadline(time.Now().Add(wsReadTimeout))
+	c.ws.SetPongHandler(func(string) error { return c.ws.SetReadDeadline(time.Now().Add(wsReadTimeout)) })
+	bad := 0
+	for {
+		kind, data, err := c.ws.ReadMessage()
+		if err != nil {
+			if err == websocket.ErrReadLimit {
+				c.closeWith(websocket.CloseMessageTooBig, "frame larger than "+strconv.Itoa(WSReadLimitDefault)+" bytes")
+			}
+			return
+		}
+		_ = c.ws.SetReadDeadline(time.Now().Add(wsReadTimeout))
+		var f wsFrame
+		if kind != websocket.TextMessage || json.Unmarshal(data, &f) != nil {
+			c.s.metrics.wsBadFrames.Inc()
+			if bad++; bad > wsMalformedFramesToKill {
+				c.closeWith(CloseProtocolError, "too many malformed frames")
+				return
+			}
+			c.send(wsError(nil, "bad_frame", "frames are JSON text objects with a type"))
+			continue
+		}
+		c.handle(ctx, &f)
+	}
+}
+
+func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
+	switch f.Type {
+	case "ping":
+		c.send(map[string]any{"type": "pong", "id": f.ID})
+	case "subscribe":
+		c.subscribe(f)
+	case "unsubscribe":
+		c.unsubscribe(f)
+	case "ack":
+		c.ack(ctx, f)
+	case "renew":
+		res, err := c.s.store.ExtendLease(ctx, f.LeaseID, f.Seconds)
+		if err != nil {
+			c.send(wsError(f.ID, "internal", "extending the lease failed"))
+			return
+		}
+		out := extendJSON{Error: nullable(res.Error), LeaseID: res.LeaseID, Success: res.Success}
+		if res.Success {
+			t := formatMilli(res.ExpiresAt)
+			out.ExpiresAt = &t
+		}
+		c.send(map[string]any{"type": "renew_result", "id": f.ID, "result": out})
+	case "push":
+		c.push(ctx, f)
+	default:
+		c.s.metrics.wsBadFrames.Inc()
+		c.send(wsError(f.ID, "unknown_type", "unknown frame type "+strconv.Quote(f.Type)))
+	}
+}
+
+func wsError(id json.RawMessage, code, msg string) map[string]any {
+	return map[string]any{"type": "error", "id": id, "code": code, "message": msg}
+}
+
+// send queues a frame for the writer. A full queue means the client does not
+// read: it is disconnected with a code that allows a reconnect, and its
+// leases are released, so nothing is lost.
+func (c *wsConn) send(frame any) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	select {
+	case c.out <- frame:
+		return true
+	default:
+		c.closed = true
+		close(c.done)
+		go c.closeWith(CloseSlowConsumer, "client reads too slowly")
+		return false
+	}
+}
+
+func (c *wsConn) closeWith(code int, reason string) {
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+	_ = c.ws.Close()
+}
+
+// writer owns the socket's writes: frames from the queue and pings.
+func (c *wsConn) writer() {
+	ping := time.NewTicker(wsPingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case f := <-c.out:
+			_ = c.ws.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
+			if err := c.ws.WriteJSON(f); err != nil {
+				_ = c.ws.Close()
+				return
+			}
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteTimeout)); err != nil {
+				_ = c.ws.Close()
+				return
+			}
+		}
+	}
+}
+
+func (c *wsConn) subscribe(f *wsFrame) {
+	req := queue.PopRequest{Queue: f.Queue, Partition: f.Partition, Group: f.ConsumerGroup,
+		SubscriptionMode: f.SubscriptionMode, SubscriptionFrom: f.SubscriptionFrom}
+	if err := req.Validate(); err != nil || f.Queue == "" {
+		msg := "queue is required"
+		if err != nil {
+			msg = err.Error()
+		}
+		c.send(wsError(f.ID, "bad_request", msg))
+		return
+	}
+	batch, maxInFlight := f.Batch, f.MaxInFlight
+	if batch <= 0 {
+		batch = WSBatchDefault
+	}
+	if maxInFlight <= 0 {
+		maxInFlight = WSMaxInFlightDefault
+	}
+	batch = min(batch, maxInFlight, queue.MaxBatch)
+	group := f.ConsumerGroup
+	if group == "" {
+		group = queue.DefaultGroup
+	}
+	c.mu.Lock()
+	if len(c.subs) >= WSMaxSubscriptions {
+		c.mu.Unlock()
+		c.send(wsError(f.ID, "too_many_subscriptions", "at most "+strconv.Itoa(WSMaxSubscriptions)+" subscriptions per connection"))
+		return
+	}
+	c.nextSub++
+	sub := &wsSub{id: "s" + strconv.Itoa(c.nextSub), group: group}
+	c.subs[sub.id] = sub
+	c.mu.Unlock()
+	sub.in = &poller.Intention{
+		Target: queue.Target{Queue: f.Queue, Partition: f.Partition, Group: group,
+			SubscriptionMode: f.SubscriptionMode, SubscriptionFrom: f.SubscriptionFrom},
+		Batch: batch, Credit: maxInFlight, AutoAck: f.AutoAck, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { return c.deliver(sub, res) },
+	}
+	// Reply before the first delivery can be queued.
+	c.send(map[string]any{"type": "subscribed", "id": f.ID, "sub": sub.id})
+	sub.cancel = c.s.poller.Register(sub.in)
+}
+
+// deliver runs on a poller worker: it must not block.
+func (c *wsConn) deliver(sub *wsSub, res *queue.PopResult) bool {
+	msgs := make([]messageJSON, len(res.Messages))
+	for i, m := range res.Messages {
+		msgs[i] = messageOf(m)
+	}
+	c.mu.Lock()
+	if c.closed || c.subs[sub.id] != sub {
+		c.mu.Unlock()
+		return false
+	}
+	if !sub.in.AutoAck {
+		for _, m := range res.Messages {
+			c.inflight[inflightKey{m.PartitionID, m.TransactionID}] = inflightMsg{sub: sub, leaseID: m.LeaseID,
+				queue: m.Queue, partition: m.Partition}
+		}
+	}
+	c.mu.Unlock()
+	if !c.send(map[string]any{"type": "deliver", "sub": sub.id, "messages": msgs}) {
+		c.forget(res.Messages)
+		return false
+	}
+	for _, m := range res.Messages {
+		c.s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
+	}
+	if sub.in.AutoAck {
+		c.s.poller.AddCredit(sub.in, len(res.Messages)) // nothing to wait for
+	}
+	return true
+}
+
+func (c *wsConn) forget(msgs []queue.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range msgs {
+		delete(c.inflight, inflightKey{m.PartitionID, m.TransactionID})
+	}
+}
+
+func (c *wsConn) unsubscribe(f *wsFrame) {
+	c.mu.Lock()
+	sub := c.subs[f.Sub]
+	delete(c.subs, f.Sub)
+	leases := c.takeLeases(sub)
+	c.mu.Unlock()
+	if sub == nil {
+		c.send(wsError(f.ID, "unknown_subscription", "no subscription "+strconv.Quote(f.Sub)))
+		return
+	}
+	sub.cancel()
+	c.release(leases)
+	c.send(map[string]any{"type": "unsubscribed", "id": f.ID, "sub": f.Sub})
+}
+
+// takeLeases removes the in-flight messages of sub (all subs when nil and
+// the connection closes) and returns their distinct leases. Called with mu.
+func (c *wsConn) takeLeases(sub *wsSub) []inflightMsg {
+	seen := map[string]bool{}
+	var out []inflightMsg
+	for k, m := range c.inflight {
+		if sub != nil && m.sub != sub {
+			continue
+		}
+		delete(c.inflight, k)
+		if m.leaseID != "" && !seen[m.leaseID+"\x00"+m.queue+"\x00"+m.partition] {
+			seen[m.leaseID+"\x00"+m.queue+"\x00"+m.partition] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// release gives leases back at once and wakes their queues: the unacked
+// messages go to another consumer now, not at lease expiry.
+func (c *wsConn) release(held []inflightMsg) {
+	done := map[string]bool{}
+	for _, m := range held {
+		if !done[m.leaseID] {
+			done[m.leaseID] = true
+			if err := c.s.store.ReleaseLease(context.Background(), m.leaseID); err != nil {
+				c.s.log.Error().Err(err).Msg("releasing the leases of a closed WebSocket")
+			}
+		}
+		c.s.poller.Wake(poller.SourceRelease, m.queue, m.partition)
+	}
+}
+
+func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
+	var items []map[string]json.RawMessage
+	if err := json.Unmarshal(f.Items, &items); err != nil || len(items) == 0 {
+		c.send(wsError(f.ID, "bad_request", "items must be a non-empty array of acknowledgements"))
+		return
+	}
+	acks := make([]queue.Ack, len(items))
+	c.mu.Lock()
+	for i, it := range items {
+		a, err := parseAck(it, false)
+		if err != nil {
+			c.mu.Unlock()
+			c.send(wsError(f.ID, "bad_request", err.Error()))
+			return
+		}
+		if m, ok := c.inflight[inflightKey{a.PartitionID, a.TransactionID}]; ok && a.Group == "" {
+			a.Group = m.sub.group
+		}
+		acks[i] = a
+	}
+	c.mu.Unlock()
+	results, err := c.s.store.Ack(ctx, acks)
+	if err != nil {
+		if queue.IsInputError(err) {
+			c.send(wsError(f.ID, "bad_request", err.Error()))
+		} else {
+			c.send(wsError(f.ID, "internal", "acknowledging failed"))
+		}
+		return
+	}
+	out := make([]ackJSON, len(results))
+	credit := map[*wsSub]int{}
+	c.mu.Lock()
+	for i, res := range results {
+		out[i] = ackResultJSON(res)
+		k := inflightKey{acks[i].PartitionID, acks[i].TransactionID}
+		if m, ok := c.inflight[k]; ok && (res.Success || res.Error == queue.ErrTextInvalidLease) {
+			delete(c.inflight, k)
+			credit[m.sub]++
+		}
+	}
+	c.mu.Unlock()
+	for sub, n := range credit {
+		c.s.poller.AddCredit(sub.in, n)
+	}
+	for _, res := range results {
+		if res.LeaseReleased && res.Queue != "" {
+			c.s.poller.Wake(poller.SourceAck, res.Queue, res.Partition)
+		}
+	}
+	c.send(map[string]any{"type": "ack_result", "id": f.ID, "results": out})
+}
+
+func (c *wsConn) push(ctx context.Context, f *wsFrame) {
+	var arr []json.RawMessage
+	if err := json.Unmarshal(f.Items, &arr); err != nil {
+		c.send(wsError(f.ID, "bad_request", "items array is required"))
+		return
+	}
+	items, err := parsePushItems(arr)
+	if err != nil {
+		c.send(wsError(f.ID, "bad_request", err.Error()))
+		return
+	}
+	results, err := c.s.store.Push(ctx, items)
+	if err != nil {
+		if queue.IsInputError(err) {
+			c.send(wsError(f.ID, "bad_request", err.Error()))
+		} else {
+			c.send(wsError(f.ID, "internal", "pushing failed"))
+		}
+		return
+	}
+	c.s.afterPush(results)
+	out := make([]any, len(results))
+	for i, res := range results {
+		out[i] = pushResultJSON(res)
+	}
+	c.send(map[string]any{"type": "push_result", "id": f.ID, "results": out})
+}
+
+// shutdown ends every subscription and releases every lease the connection
+// holds, so another consumer gets those messages at once.
+func (c *wsConn) shutdown() {
+	c.mu.Lock()
+	subs := c.subs
+	c.subs = map[string]*wsSub{}
+	leases := c.takeLeases(nil)
+	if !c.closed {
+		c.closed = true
+		close(c.done)
+	}
+	c.mu.Unlock()
+	for _, sub := range subs {
+		if sub.cancel != nil {
+			sub.cancel()
+		}
+	}
+	c.release(leases)
+	_ = c.ws.Close()
+}

@@ -1,0 +1,243 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/gateway"
+)
+
+type wsClient struct {
+	t      *testing.T
+	ws     *websocket.Conn
+	frames chan map[string]json.RawMessage
+	closed chan error // the read error that ended the connection
+}
+
+// dialWS connects; one goroutine reads every frame into a channel (a read
+// deadline would break a gorilla connection for good).
+func (e *env) dialWS(t *testing.T) *wsClient {
+	t.Helper()
+	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second}
+	ws, res, err := d.Dial("ws"+strings.TrimPrefix(e.ts.URL, "http")+"/api/v1/ws", nil)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, gateway.WSSubprotocol, ws.Subprotocol())
+	c := &wsClient{t: t, ws: ws, frames: make(chan map[string]json.RawMessage, 100), closed: make(chan error, 1)}
+	go func() {
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				c.closed <- err
+				return
+			}
+			var f map[string]json.RawMessage
+			if json.Unmarshal(data, &f) == nil {
+				c.frames <- f
+			}
+		}
+	}()
+	t.Cleanup(func() { _ = ws.Close() })
+	return c
+}
+
+func (c *wsClient) send(frame string) {
+	c.t.Helper()
+	require.NoError(c.t, c.ws.WriteMessage(websocket.TextMessage, []byte(frame)))
+}
+
+// next returns the next frame of the given type, failing after 5 s; frames
+// of other types are skipped.
+func (c *wsClient) next(typ string) map[string]json.RawMessage {
+	c.t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case f := <-c.frames:
+			if string(f["type"]) == `"`+typ+`"` {
+				return f
+			}
+		case err := <-c.closed:
+			c.t.Fatalf("connection ended waiting for a %s frame: %v", typ, err)
+		case <-deadline:
+			c.t.Fatalf("no %s frame within 5 s", typ)
+		}
+	}
+}
+
+// nothing asserts no frame arrives within d.
+func (c *wsClient) nothing(d time.Duration) {
+	c.t.Helper()
+	select {
+	case f := <-c.frames:
+		c.t.Fatalf("unexpected frame: %v", f)
+	case <-time.After(d):
+	}
+}
+
+// closeCode waits for the connection to end and returns its close error.
+func (c *wsClient) closeErr() error {
+	c.t.Helper()
+	for {
+		select {
+		case <-c.frames:
+		case err := <-c.closed:
+			return err
+		case <-time.After(5 * time.Second):
+			c.t.Fatal("connection did not close")
+			return nil
+		}
+	}
+}
+
+func (c *wsClient) subscribe(frame string) string {
+	c.t.Helper()
+	c.send(frame)
+	var sub string
+	require.NoError(c.t, json.Unmarshal(c.next("subscribed")["sub"], &sub))
+	return sub
+}
+
+func deliveredMessages(t *testing.T, f map[string]json.RawMessage) []message {
+	t.Helper()
+	var ms []message
+	require.NoError(t, json.Unmarshal(f["messages"], &ms))
+	return ms
+}
+
+func ackFrame(ms []message, status string) string {
+	items := make([]string, len(ms))
+	for i, m := range ms {
+		items[i] = fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":%q}`, m.TransactionID, m.PartitionID, m.LeaseID, status)
+	}
+	return `{"type":"ack","id":"a","items":[` + strings.Join(items, ",") + `]}`
+}
+
+func TestWS_SubscribePushDeliverAck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.dialWS(t)
+	sub := c.subscribe(`{"type":"subscribe","id":1,"queue":"wsq","batch":5}`)
+	e.push("wsq", `{"n":1}`, `{"n":2}`)
+	f := c.next("deliver")
+	assert.Equal(t, `"`+sub+`"`, string(f["sub"]))
+	ms := deliveredMessages(t, f)
+	require.Len(t, ms, 2)
+	assert.JSONEq(t, `{"n":1}`, string(ms[0].Data))
+	c.send(ackFrame(ms, "completed"))
+	var results []ackResult
+	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &results))
+	require.Len(t, results, 2)
+	assert.True(t, results[0].Success && results[1].Success)
+	assert.True(t, results[1].LeaseReleased)
+	e.popEmpty("/api/v1/pop/queue/wsq?wait=false")
+
+	// Push over the socket, and ping.
+	c.send(`{"type":"push","id":"p","items":[{"queue":"wsq","payload":{"n":3}}]}`)
+	c.next("push_result")
+	assert.JSONEq(t, `{"n":3}`, string(deliveredMessages(t, c.next("deliver"))[0].Data))
+	c.send(`{"type":"ping","id":7}`)
+	assert.Equal(t, "7", string(c.next("pong")["id"]))
+}
+
+func TestWS_MaxInFlightAndNack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.post("/api/v1/configure", `{"queue":"wsflow","options":{"retryLimit":1}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"wsflow","batch":1,"maxInFlight":2}`)
+	e.pushItems(`[{"queue":"wsflow","partition":"a","payload":1},{"queue":"wsflow","partition":"b","payload":2},` +
+		`{"queue":"wsflow","partition":"c","payload":3}]`)
+	first := deliveredMessages(t, c.next("deliver"))
+	second := deliveredMessages(t, c.next("deliver"))
+	c.nothing(300 * time.Millisecond) // maxInFlight 2: the third waits for an ack
+	c.send(ackFrame(first, "completed"))
+	c.next("ack_result")
+	third := deliveredMessages(t, c.next("deliver"))
+	assert.NotEqual(t, first[0].PartitionID, third[0].PartitionID)
+
+	// A nack redelivers; past the retry limit it is dead-lettered.
+	c.send(ackFrame(second, "failed"))
+	c.next("ack_result")
+	again := deliveredMessages(t, c.next("deliver"))
+	assert.Equal(t, second[0].ID, again[0].ID)
+	assert.Equal(t, 1, again[0].RetryCount)
+	c.send(ackFrame(again, "failed"))
+	var res []ackResult
+	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &res))
+	assert.True(t, res[0].DLQ)
+}
+
+// A connection that dies mid-batch gives its leases back at once: another
+// subscriber gets the unacked messages well before the lease time (300 s).
+func TestWS_KilledConnectionReleasesLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c1 := e.dialWS(t)
+	c1.subscribe(`{"type":"subscribe","queue":"wskill","batch":10}`)
+	e.push("wskill", `{"n":1}`, `{"n":2}`)
+	require.Len(t, deliveredMessages(t, c1.next("deliver")), 2)
+	c2 := e.dialWS(t)
+	c2.subscribe(`{"type":"subscribe","queue":"wskill","batch":10}`)
+	c2.nothing(100 * time.Millisecond) // leased to c1
+	killed := time.Now()
+	_ = c1.ws.UnderlyingConn().Close() // no close frame: the connection just dies
+	ms := deliveredMessages(t, c2.next("deliver"))
+	t.Logf("redelivered %v after the kill", time.Since(killed))
+	assert.Len(t, ms, 2)
+	assert.Less(t, time.Since(killed), time.Second)
+	assert.Equal(t, 0, ms[0].RetryCount, "a release is not a failed attempt")
+}
+
+// Bad frames get an error frame; the connection and its other
+// subscriptions carry on.
+func TestWS_BadFrames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"wsbad"}`)
+	for _, frame := range []string{`{not json`, `[1,2]`, `{"type":"fly"}`, `{"type":"subscribe","id":2}`,
+		`{"type":"ack","items":[{"transactionId":"x"}]}`, `{"type":"push","items":[{"queue":5}]}`,
+		`{"type":"unsubscribe","sub":"nope"}`, `{"type":"subscribe","queue":"q","subscriptionMode":"sometimes"}`} {
+		c.send(frame)
+		f := c.next("error")
+		assert.NotEmpty(t, string(f["code"]), frame)
+		assert.NotEmpty(t, string(f["message"]), frame)
+	}
+	require.NoError(t, c.ws.WriteMessage(websocket.BinaryMessage, []byte{1, 2, 3}))
+	c.next("error")
+	e.push("wsbad", `{"still":"here"}`)
+	assert.JSONEq(t, `{"still":"here"}`, string(deliveredMessages(t, c.next("deliver"))[0].Data))
+
+	// An oversized frame closes with 1009.
+	big := `{"type":"ping","pad":"` + strings.Repeat("x", gateway.WSReadLimitDefault) + `"}`
+	_ = c.ws.WriteMessage(websocket.TextMessage, []byte(big))
+	err := c.closeErr()
+	assert.True(t, websocket.IsCloseError(err, websocket.CloseMessageTooBig), "%v", err)
+}
+
+// Drain closes sockets with a code that says "reconnect", and releases.
+func TestWS_DrainClosesWithReconnectCode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"wsdrain"}`)
+	e.push("wsdrain", `1`)
+	c.next("deliver")
+	e.srv.Drain()
+	err := c.closeErr()
+	assert.True(t, websocket.IsCloseError(err, gateway.CloseShuttingDown), "%v", err)
+	// Its lease is released as the connection ends (the lease time is 300 s).
+	eventually(t, func() bool {
+		return e.get("/api/v1/pop/queue/wsdrain?wait=false").status == http.StatusOK
+	}, "the drained connection's lease was not released")
+}

@@ -18,8 +18,9 @@ import (
 type wsClient struct {
 	t      *testing.T
 	ws     *websocket.Conn
-	frames chan map[string]json.RawMessage
-	closed chan error // the read error that ended the connection
+	frames  chan map[string]json.RawMessage
+	closed  chan error                   // the read error that ended the connection
+	pending []map[string]json.RawMessage // frames read while waiting for another type
 }
 
 // dialWS connects; one goroutine reads every frame into a channel (a read
@@ -54,17 +55,26 @@ func (c *wsClient) send(frame string) {
 	require.NoError(c.t, c.ws.WriteMessage(websocket.TextMessage, []byte(frame)))
 }
 
-// next returns the next frame of the given type, failing after 5 s; frames
-// of other types are skipped.
+// next returns the next frame of the given type, failing after 5 s. Frames
+// of other types are kept, in order, for later calls: the server may send a
+// delivery before the ack_result that made room for it.
 func (c *wsClient) next(typ string) map[string]json.RawMessage {
 	c.t.Helper()
+	want := `"` + typ + `"`
+	for i, f := range c.pending {
+		if string(f["type"]) == want {
+			c.pending = append(c.pending[:i], c.pending[i+1:]...)
+			return f
+		}
+	}
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
 		case f := <-c.frames:
-			if string(f["type"]) == `"`+typ+`"` {
+			if string(f["type"]) == want {
 				return f
 			}
+			c.pending = append(c.pending, f)
 		case err := <-c.closed:
 			c.t.Fatalf("connection ended waiting for a %s frame: %v", typ, err)
 		case <-deadline:
@@ -76,6 +86,7 @@ func (c *wsClient) next(typ string) map[string]json.RawMessage {
 // nothing asserts no frame arrives within d.
 func (c *wsClient) nothing(d time.Duration) {
 	c.t.Helper()
+	require.Empty(c.t, c.pending)
 	select {
 	case f := <-c.frames:
 		c.t.Fatalf("unexpected frame: %v", f)

@@ -16,8 +16,8 @@ import (
 )
 
 type wsClient struct {
-	t      *testing.T
-	ws     *websocket.Conn
+	t       *testing.T
+	ws      *websocket.Conn
 	frames  chan map[string]json.RawMessage
 	closed  chan error                   // the read error that ended the connection
 	pending []map[string]json.RawMessage // frames read while waiting for another type

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,10 +36,13 @@ const (
 	wsMalformedFramesToKill = 100                // protocol errors tolerated per connection
 )
 
-var wsUpgrader = websocket.Upgrader{
-	Subprotocols: []string{WSSubprotocol},
-	// Browsers send Origin; an allow-list comes with auth. Until then any.
-	CheckOrigin: func(*http.Request) bool { return true },
+// checkOrigin applies Config.AllowedOrigins to browser upgrades.
+func (s *Server) checkOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || len(s.cfg.AllowedOrigins) == 0 {
+		return true
+	}
+	return slices.Contains(s.cfg.AllowedOrigins, origin)
 }
 
 // wsFrame is every client frame; fields unused by a type stay zero.
@@ -95,7 +99,20 @@ type inflightMsg struct {
 }
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
-	ws, err := wsUpgrader.Upgrade(w, r, nil)
+	if !s.checkOrigin(r) {
+		writeError(w, http.StatusForbidden, "origin not allowed")
+		return
+	}
+	s.wsMu.Lock()
+	full := len(s.wsConns) >= s.cfg.MaxWSConnections
+	s.wsMu.Unlock()
+	if full {
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "too many WebSocket connections; retry later or elsewhere")
+		return
+	}
+	up := websocket.Upgrader{Subprotocols: []string{WSSubprotocol}, CheckOrigin: func(*http.Request) bool { return true }}
+	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader has answered
 	}

@@ -22,6 +22,8 @@ const (
 	BodyLimitDefault = 8 << 20
 	// PopTimeoutDefault is a long-poll's wait when the request names none (ms in the API).
 	PopTimeoutDefault = 30 * time.Second
+	// MaxWSConnectionsDefault bounds WebSocket connections per instance.
+	MaxWSConnectionsDefault = 10000
 	// PopTimeoutMax bounds a long-poll's wait; larger timeouts are clamped.
 	PopTimeoutMax = 5 * time.Minute
 	// AutopilotBatchDefault is the batch of a pop that sends autopilot=true
@@ -42,6 +44,13 @@ type Config struct {
 	// Notifier, when set, tells other instances about this instance's
 	// pushes (pgnotify.Notifier). It must not block.
 	Notifier interface{ Notify(queue, partition string) }
+	// AllowedOrigins lists the Origin headers a WebSocket upgrade may carry
+	// (scheme://host[:port]); empty allows any. Requests without an Origin
+	// (non-browser clients) are always allowed.
+	AllowedOrigins []string
+	// MaxWSConnections caps open WebSocket connections; zero means
+	// MaxWSConnectionsDefault. Beyond it an upgrade is answered 503.
+	MaxWSConnections int
 	// Version is reported by /health.
 	Version string
 	// Registry receives the herald_* metrics and is served by /metrics; nil
@@ -55,6 +64,9 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.BodyLimit == 0 {
 		c.BodyLimit = BodyLimitDefault
+	}
+	if c.MaxWSConnections == 0 {
+		c.MaxWSConnections = MaxWSConnectionsDefault
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -71,6 +83,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.BodyLimit must not be negative")
 	case c.Poller == nil:
 		return errors.New("gateway: Config.Poller is required")
+	case c.MaxWSConnections < 0:
+		return errors.New("gateway: Config.MaxWSConnections must not be negative")
 	}
 	return nil
 }

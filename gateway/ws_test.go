@@ -252,3 +252,43 @@ func TestWS_DrainClosesWithReconnectCode(t *testing.T) {
 		return e.get("/api/v1/pop/queue/wsdrain?wait=false").status == http.StatusOK
 	}, "the drained connection's lease was not released")
 }
+
+func TestWS_OriginAndConnectionLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *gateway.Config) {
+		c.AllowedOrigins = []string{"https://app.example"}
+		c.MaxWSConnections = 1
+	})
+	url := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/api/v1/ws"
+	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second}
+	_, res, err := d.Dial(url, http.Header{"Origin": {"https://evil.example"}})
+	require.Error(t, err)
+	assert.Equal(t, http.StatusForbidden, res.StatusCode)
+	_ = res.Body.Close()
+
+	ok, res, err := d.Dial(url, http.Header{"Origin": {"https://app.example"}})
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	defer func() { _ = ok.Close() }()
+	eventually(t, func() bool {
+		_, res, err := d.Dial(url, nil)
+		if err == nil {
+			return false
+		}
+		defer func() { _ = res.Body.Close() }()
+		return res.StatusCode == http.StatusServiceUnavailable
+	}, "a second connection over the limit is refused")
+}
+
+func TestWS_SubscriptionLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.dialWS(t)
+	for i := range gateway.WSMaxSubscriptions {
+		c.subscribe(fmt.Sprintf(`{"type":"subscribe","queue":"lim-%d"}`, i))
+	}
+	c.send(`{"type":"subscribe","queue":"one-more"}`)
+	assert.Equal(t, `"too_many_subscriptions"`, string(c.next("error")["code"]))
+	c.send(`{"type":"ping"}`)
+	c.next("pong")
+}

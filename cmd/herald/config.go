@@ -34,6 +34,8 @@ type config struct {
 	Wake              string
 	ListenDatabaseURL string
 	NotifyWindow      time.Duration
+	AllowedOrigins    []string
+	MaxWSConnections  int
 	SweepMin          time.Duration
 	SweepMax          time.Duration
 	PreflightTimeout  time.Duration
@@ -80,6 +82,10 @@ var options = []option{
 		func(c *config, v string) error { c.Wake = v; return nil }},
 	{"listen-database-url", "HERALD_LISTEN_DATABASE_URL", "", "separate URL for the LISTEN connection (when the pool goes through a transaction-mode pooler); empty takes one from the pool",
 		func(c *config, v string) error { c.ListenDatabaseURL = v; return nil }},
+	{"ws-allowed-origins", "HERALD_WS_ALLOWED_ORIGINS", "", "comma-separated Origins a browser WebSocket may come from; empty allows any",
+		func(c *config, v string) error { c.AllowedOrigins = splitList(v); return nil }},
+	{"ws-max-connections", "HERALD_WS_MAX_CONNECTIONS", strconv.Itoa(gateway.MaxWSConnectionsDefault), "WebSocket connections per instance; more are answered 503",
+		func(c *config, v string) (err error) { c.MaxWSConnections, err = strconv.Atoi(v); return err }},
 	{"notify-window", "HERALD_NOTIFY_WINDOW", pgnotify.WindowDefault.String(), "at most one NOTIFY per queue per this window",
 		func(c *config, v string) (err error) { c.NotifyWindow, err = time.ParseDuration(v); return err }},
 	{"poll-workers", "HERALD_POLL_WORKERS", strconv.Itoa(poller.WorkersDefault), "poll cycles running side by side; each queue belongs to one",
@@ -137,6 +143,8 @@ func (c *config) validate() error {
 		return errors.New("--wake must be notify, logical or poll")
 	case c.NotifyWindow <= 0:
 		return errors.New("--notify-window must be positive")
+	case c.MaxWSConnections < 1:
+		return errors.New("--ws-max-connections must be positive")
 	case c.PollWorkers < 1 || c.PollWorkers > 64:
 		return errors.New("--poll-workers must be between 1 and 64")
 	case c.SweepMin <= 0 || c.SweepMax < c.SweepMin:
@@ -195,3 +203,14 @@ func markdownTable() string {
 
 // getenv is os.Getenv, replaceable in tests.
 var getenv = os.Getenv
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -160,7 +160,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		return err
 	}
 	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(),
-		Registry: reg, Logger: log}
+		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, Registry: reg, Logger: log}
 	var runners []func(context.Context) error
 	if cfg.Wake == WakeNotify {
 		nt, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Window: cfg.NotifyWindow, Registerer: reg, Logger: log})

@@ -120,6 +120,13 @@ func postmaster(dir string) int {
 	return pid
 }
 
+// gone waits until process pid has exited (pg_ctl stop returns when the
+// postmaster.pid is removed, a moment before the process is gone).
+func gone(t *testing.T, pid int, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return !alive(pid) }, 30*time.Second, 20*time.Millisecond, msg)
+}
+
 // alive reports whether pid runs. A zombie counts as dead: in some sandboxes
 // PID 1 never reaps the daemonised postmaster.
 func alive(pid int) bool {
@@ -153,7 +160,7 @@ func TestServe_PrivatePostgresLifecycle(t *testing.T) {
 	pm := postmaster(dir)
 	require.True(t, alive(pm))
 	require.NoError(t, p.stop(t, syscall.SIGTERM), "clean exit on SIGTERM")
-	assert.False(t, alive(pm), "SIGTERM stopped the private PostgreSQL")
+	gone(t, pm, "SIGTERM stopped the private PostgreSQL")
 
 	// Same data dir: the cluster is reused, the message is still there.
 	p = startHerald(t, bin, dir)
@@ -169,11 +176,7 @@ func TestServe_PrivatePostgresLifecycle(t *testing.T) {
 	code, _ = get(t, p.url+"health")
 	require.Equal(t, http.StatusOK, code)
 	require.NoError(t, p.stop(t, syscall.SIGINT))
-	deadline := time.Now().Add(30 * time.Second)
-	for alive(pm) && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // waiting on a foreign process: no channel to wait on
-	}
-	assert.False(t, alive(pm), "the last herald stopped the adopted postmaster")
+	gone(t, pm, "the last herald stopped the adopted postmaster")
 }
 
 func TestMigrate_Command(t *testing.T) {

@@ -185,3 +185,16 @@ func TestPopAssigned_SamePairTwiceDeliversOnce(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, []int{1, 2}, payloads(t, got[1].Messages))
 }
+
+// A "new" subscription starts when the consumer arrived (Target.Since), not
+// when its consumer rows are created: a push in between is new to it.
+func TestEnsureConsumers_NewStartsAtArrival(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 1)...) // before the consumer arrived
+	var arrived time.Time
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT clock_timestamp()`).Scan(&arrived))
+	push(t, s, "q", "", nums(2, 2)...) // after it arrived, before its rows exist
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q", Group: "g", SubscriptionMode: "new", Since: arrived}}))
+	res := pop(t, s, queue.PopRequest{Queue: "q", Group: "g", Batch: 10})
+	assert.Equal(t, []int{2}, payloads(t, res.Messages))
+}

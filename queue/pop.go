@@ -155,15 +155,13 @@ func popFilter(r *PopRequest, withPartition bool) string {
 }
 
 // Parameters of the ensure statement: $1..$4 as popFilter, $5 group,
-// $6 subscribe-now, $7 subscribe-from, $8 how many seconds before now "now"
-// was (a waiting consumer subscribed when it arrived, not when its queue is
-// first checked; measured locally, so clock skew between hosts is moot).
+// $6 subscribe-now, $7 subscribe-from.
 const popEnsureSQL = `-- herald:pop_ensure
 WITH qs AS (
 	SELECT q.id FROM queues q WHERE %[1]s
 ), g AS (
 	INSERT INTO consumer_groups (queue_id, name, subscribed_from)
-	SELECT id, $5, CASE WHEN $6::bool THEN now() - make_interval(secs => $8::float8) ELSE $7::timestamptz END FROM qs
+	SELECT id, $5, CASE WHEN $6::bool THEN now() ELSE $7::timestamptz END FROM qs
 	ON CONFLICT DO NOTHING
 	RETURNING queue_id, subscribed_from
 ), gs AS (
@@ -262,7 +260,7 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, subFrom *
 		limit = req.Partitions
 	}
 	b := &pgx.Batch{}
-	b.Queue(fmt.Sprintf(popEnsureSQL, popFilter(req, false), filter), append(args, req.Group, subNow, subFrom, 0.0)...)
+	b.Queue(fmt.Sprintf(popEnsureSQL, popFilter(req, false), filter), append(args, req.Group, subNow, subFrom)...)
 	b.Queue(fmt.Sprintf(popLockSQL, filter), append(args, req.Group, limit)...)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {

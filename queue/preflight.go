@@ -20,8 +20,9 @@ type Target struct {
 	// PopRequest).
 	SubscriptionMode string
 	SubscriptionFrom string
-	// Since is when the consumer asked: "new" and "now" subscriptions start
-	// there, not at the later moment EnsureConsumers runs. Zero means now.
+	// Since is when the consumer asked (this host's clock): "new" and "now"
+	// subscriptions start there, not at the later moment EnsureConsumers
+	// runs. Zero means the database's now.
 	Since time.Time
 }
 
@@ -141,12 +142,15 @@ func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
 		if err != nil {
 			return err
 		}
-		ago := 0.0
-		if !t.Since.IsZero() {
-			ago = max(time.Since(t.Since).Seconds(), 0)
+		if subNow && !t.Since.IsZero() {
+			// "now" is when the consumer arrived, on this host's clock: the
+			// statement may start much later (a busy pool), and a push in
+			// between must count as new. Hosts' clocks agree to NTP accuracy.
+			since := t.Since
+			subNow, subFrom = false, &since
 		}
 		b.Queue(fmt.Sprintf(popEnsureSQL, popFilter(&req, false), popFilter(&req, true)),
-			req.Queue, req.Namespace, req.Task, req.Partition, req.Group, subNow, subFrom, ago)
+			req.Queue, req.Namespace, req.Task, req.Partition, req.Group, subNow, subFrom)
 	}
 	if b.Len() == 0 {
 		return nil

@@ -111,14 +111,18 @@ func idleQueriesPerSecond(b *testing.B, e *env, waiters, queues int, window time
 			}
 		}()
 	}
-	for deadline := time.Now().Add(30 * time.Second); e.p.Intentions() < before+waiters; {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d idle long-polls waiting", e.p.Intentions()-before, waiters)
-		}
-		time.Sleep(time.Millisecond)
+	if !waitFor(30*time.Second, func() bool { return e.p.Intentions() >= before+waiters }) {
+		b.Fatalf("%d of %d idle long-polls waiting", e.p.Intentions()-before, waiters)
 	}
+	// Let the registration cycles end: 300 ms without a statement.
 	stats := e.store.QueryStats()
-	time.Sleep(time.Second) // let the registration cycles end
+	last, quiet := stats.Total(), time.Now()
+	waitFor(10*time.Second, func() bool {
+		if n := stats.Total(); n != last {
+			last, quiet = n, time.Now()
+		}
+		return time.Since(quiet) >= 300*time.Millisecond
+	})
 	start, n0 := time.Now(), stats.Total()
 	time.Sleep(window)
 	q := float64(stats.Total()-n0) / time.Since(start).Seconds()
@@ -129,3 +133,19 @@ func idleQueriesPerSecond(b *testing.B, e *env, waiters, queues int, window time
 
 // benchQueues is how many queues each latency round uses at once.
 var benchQueues = 10
+
+// waitFor checks cond every millisecond until it holds (true) or ceiling
+// passes (false).
+func waitFor(ceiling time.Duration, cond func() bool) bool {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(ceiling)
+	for !cond() {
+		select {
+		case <-deadline:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}

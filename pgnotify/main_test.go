@@ -146,18 +146,18 @@ func (in *instance) longPoll(queue string, timeout time.Duration) <-chan answer 
 		_ = res.Body.Close()
 		out <- answer{status: res.StatusCode, body: string(b), at: time.Now()}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
 	for in.poller.Intentions() <= before {
 		select {
 		case a := <-out:
 			in.t.Fatalf("long-poll answered before it was seen waiting: %d %s", a.status, a.body)
-		default:
-		}
-		if time.Now().After(deadline) {
+		case <-deadline:
 			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 			in.t.Fatal("long-poll never registered")
+		case <-tick.C:
 		}
-		time.Sleep(time.Millisecond)
 	}
 	return out
 }

@@ -78,8 +78,14 @@ func TestNotify_BurstIsBounded(t *testing.T) {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	require.Eventually(t, func() bool { return a.notifier.Sent() > 0 }, 5*time.Second, 5*time.Millisecond)
-	time.Sleep(3 * 20 * time.Millisecond) // the trailing edge
+	// Wait for the trailing edge: no new NOTIFY for three windows.
+	last, quiet := a.notifier.Sent(), time.Now()
+	require.Eventually(t, func() bool {
+		if n := a.notifier.Sent(); n != last {
+			last, quiet = n, time.Now()
+		}
+		return last > 0 && time.Since(quiet) >= 3*20*time.Millisecond
+	}, 5*time.Second, 5*time.Millisecond)
 	bound := uint64(took/(20*time.Millisecond)) + 2
 	t.Logf("10,000 pushes in %v: %d NOTIFYs (bound %d)", took, a.notifier.Sent(), bound)
 	assert.LessOrEqual(t, a.notifier.Sent(), bound)

@@ -83,16 +83,10 @@ func ns(res *queue.PopResult) []int {
 	return out
 }
 
-// eventually polls cond every 5 ms until it holds or ceiling passes.
+// eventually waits, up to ceiling, for cond to hold (checked every 5 ms).
 func eventually(t testing.TB, ceiling time.Duration, cond func() bool, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(ceiling)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: %s", ceiling, msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.Eventually(t, cond, ceiling, 5*time.Millisecond, msg)
 }
 
 // settled waits until the store has sent no statement for 200 ms: the

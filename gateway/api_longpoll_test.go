@@ -419,7 +419,7 @@ func TestPop_IdleLongPollsCostOnlyTheSweep(t *testing.T) {
 	}, "registration cycles done")
 
 	before := e.scrape("herald_db_queries_total")
-	time.Sleep(10 * time.Second) // the measured window itself
+	<-time.After(10 * time.Second) // the measured window itself
 	spent := e.scrape("herald_db_queries_total") - before
 	// Idle, each of the 2 workers sweeps every 5 s ±10%: at most 3 times in
 	// 10 s, one pre-flight each (10 queues are far below the split size).

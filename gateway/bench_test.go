@@ -65,11 +65,8 @@ func latencySamples(b *testing.B, e *env, n, queues int) []time.Duration {
 				}
 			}()
 		}
-		for deadline := time.Now().Add(10 * time.Second); e.p.Intentions() < before+queues; {
-			if time.Now().After(deadline) {
-				b.Fatalf("round %d: %d of %d long-polls waiting (before: %d)", round, e.p.Intentions()-before, queues, before)
-			}
-			time.Sleep(100 * time.Microsecond) // setup, outside the measured span
+		if !waitFor(10*time.Second, func() bool { return e.p.Intentions() >= before+queues }) {
+			b.Fatalf("round %d: %d of %d long-polls waiting (before: %d)", round, e.p.Intentions()-before, queues, before)
 		}
 		pushed := make([]time.Time, queues)
 		for q := range queues {
@@ -124,7 +121,7 @@ func idleQueriesPerSecond(b *testing.B, e *env, waiters, queues int, window time
 		return time.Since(quiet) >= 300*time.Millisecond
 	})
 	start, n0 := time.Now(), stats.Total()
-	time.Sleep(window)
+	<-time.After(window) // the measured span itself
 	q := float64(stats.Total()-n0) / time.Since(start).Seconds()
 	cancel()
 	wg.Wait()

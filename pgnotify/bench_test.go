@@ -62,11 +62,8 @@ func crossSamples(b *testing.B, a, c *instance, n, queues int) []time.Duration {
 				}
 			})
 		}
-		for deadline := time.Now().Add(10 * time.Second); c.poller.Intentions() < before+queues; {
-			if time.Now().After(deadline) {
-				b.Fatalf("round %d: long-polls did not all wait", round)
-			}
-			time.Sleep(100 * time.Microsecond) // setup, outside the measured span
+		if !waitFor(10*time.Second, nil, func() bool { return c.poller.Intentions() >= before+queues }) {
+			b.Fatalf("round %d: long-polls did not all wait", round)
 		}
 		pushed := make([]time.Time, queues)
 		for q := range queues {

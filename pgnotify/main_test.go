@@ -146,18 +146,21 @@ func (in *instance) longPoll(queue string, timeout time.Duration) <-chan answer 
 		_ = res.Body.Close()
 		out <- answer{status: res.StatusCode, body: string(b), at: time.Now()}
 	}()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(10 * time.Second)
-	for in.poller.Intentions() <= before {
+	var early answer
+	ok := waitFor(10*time.Second, func() bool {
 		select {
-		case a := <-out:
-			in.t.Fatalf("long-poll answered before it was seen waiting: %d %s", a.status, a.body)
-		case <-deadline:
-			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
-			in.t.Fatal("long-poll never registered")
-		case <-tick.C:
+		case early = <-out:
+			return true
+		default:
+			return false
 		}
+	}, func() bool { return in.poller.Intentions() > before })
+	switch {
+	case early.at != (time.Time{}):
+		in.t.Fatalf("long-poll answered before it was seen waiting: %d %s", early.status, early.body)
+	case !ok:
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		in.t.Fatal("long-poll never registered")
 	}
 	return out
 }
@@ -174,3 +177,22 @@ func wait(t testing.TB, ch <-chan answer, ceiling time.Duration) answer {
 }
 
 func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+
+// waitFor checks cond every millisecond until it holds (true), stop holds
+// or ceiling passes (false). stop may be nil.
+func waitFor(ceiling time.Duration, stop, cond func() bool) bool {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(ceiling)
+	for !cond() {
+		if stop != nil && stop() {
+			return false
+		}
+		select {
+		case <-deadline:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}

@@ -142,12 +142,18 @@ func TestPoller_CancelRaceLosesNothing(t *testing.T) {
 	var mu sync.Mutex
 	delivered := map[int]bool{}
 	var wg sync.WaitGroup
+	pushed := make([]chan struct{}, n/4)
+	for k := range pushed {
+		pushed[k] = make(chan struct{})
+	}
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}})
-			time.Sleep(time.Duration(i%7) * time.Millisecond) // spread the cancels around the pushes
+			if i%2 == 1 {
+				<-pushed[i/4] // half cancel right after a push, half at once
+			}
 			res := w.Cancel()
 			if res == nil {
 				select {
@@ -168,6 +174,7 @@ func TestPoller_CancelRaceLosesNothing(t *testing.T) {
 		}()
 		if i%4 == 0 {
 			e.push("q", "", i, i)
+			close(pushed[i/4])
 		}
 	}
 	wg.Wait()
@@ -265,10 +272,12 @@ func TestPoller_NothingWaitingNoSQL(t *testing.T) {
 	e := newEnv(t, func(c *poller.Config) { c.SweepMin, c.SweepMax = 10*time.Millisecond, 20*time.Millisecond })
 	stats := e.store.QueryStats()
 	before := stats.Total()
+	tick := time.NewTicker(10 * time.Millisecond) // sweeps run between the ticks
+	defer tick.Stop()
 	for range 50 {
 		e.p.Wake(poller.SourcePush, "q", "p")
 		e.p.Wake(poller.SourceAck, "q", "")
-		time.Sleep(10 * time.Millisecond) // let sweeps and wake-ups run
+		<-tick.C
 	}
 	assert.Equal(t, before, stats.Total())
 }

@@ -217,15 +217,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 // releaseFor gives back, at once rather than at lease expiry, messages
 // leased for a long-poll whose client left.
 func (s *Server) releaseFor(r *http.Request, res *queue.PopResult) {
-	if res.LeaseID == "" {
-		return
-	}
-	if err := s.store.ReleaseLease(context.WithoutCancel(r.Context()), res.LeaseID); err != nil {
-		s.log.Error().Err(err).Msg("releasing the lease of a long-poll whose client left")
-	}
-	for _, m := range res.Messages {
-		s.poller.Wake(poller.SourceRelease, m.Queue, m.Partition)
-	}
+	s.poller.Release(r.Context(), res.LeaseID, res.Messages)
 }
 
 // countDeadLetters counts messages a pop dead-lettered after their lease

@@ -370,15 +370,12 @@ func (c *wsConn) takeLeases(sub *wsSub) []inflightMsg {
 // release gives leases back at once and wakes their queues: the unacked
 // messages go to another consumer now, not at lease expiry.
 func (c *wsConn) release(held []inflightMsg) {
-	done := map[string]bool{}
+	byLease := map[string][]queue.Message{}
 	for _, m := range held {
-		if !done[m.leaseID] {
-			done[m.leaseID] = true
-			if err := c.s.store.ReleaseLease(context.Background(), m.leaseID); err != nil {
-				c.s.log.Error().Err(err).Msg("releasing the leases of a closed WebSocket")
-			}
-		}
-		c.s.poller.Wake(poller.SourceRelease, m.queue, m.partition)
+		byLease[m.leaseID] = append(byLease[m.leaseID], queue.Message{Queue: m.queue, Partition: m.partition})
+	}
+	for lease, msgs := range byLease {
+		c.s.poller.Release(context.Background(), lease, msgs)
 	}
 }
 

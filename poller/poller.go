@@ -222,3 +222,21 @@ func (p *Poller) Start() (stop func()) {
 		<-done
 	}
 }
+
+// Release gives a lease back at once, without counting an attempt, for a
+// consumer that left before it processed msgs (the messages leased under
+// it), and wakes their partitions: another consumer gets them now, not at
+// lease expiry. An empty leaseID (autoAck) does nothing. The one place every
+// transport gives leases back through.
+func (p *Poller) Release(ctx context.Context, leaseID string, msgs []queue.Message) {
+	if leaseID == "" {
+		return
+	}
+	if err := p.store.ReleaseLease(context.WithoutCancel(ctx), leaseID); err != nil {
+		p.log.Error().Err(err).Str("lease", leaseID).Msg("releasing the lease of a consumer that left")
+		return // it expires in time; nothing is lost
+	}
+	for _, m := range msgs {
+		p.Wake(SourceRelease, m.Queue, m.Partition)
+	}
+}

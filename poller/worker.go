@@ -397,14 +397,7 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		}
 		return
 	}
-	if res.LeaseID != "" {
-		if err := w.p.store.ReleaseLease(context.WithoutCancel(ctx), res.LeaseID); err != nil {
-			w.p.log.Error().Err(err).Msg("releasing the lease of a consumer that left")
-		}
-		for _, m := range res.Messages {
-			w.p.Wake(SourceRelease, m.Queue, m.Partition) // someone else may be waiting for them
-		}
-	}
+	w.p.Release(ctx, res.LeaseID, res.Messages)
 }
 
 // hinted is a queue whose only news is a push to known partitions.

@@ -116,6 +116,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 		s.fail(w, err)
 		return
 	}
+	s.ackedLocally(acks, results)
 	out := make([]ackJSON, len(results))
 	for i, res := range results {
 		out[i] = ackResultJSON(res)

@@ -203,6 +203,7 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 				s.fail(w, err)
 				return
 			}
+			stampProducer(r.Context(), ops[i].Items)
 		case "ack":
 			if ops[i].Ack, err = parseAck(op, true); err != nil {
 				s.fail(w, err)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -54,6 +55,7 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	stampProducer(r.Context(), items)
 	results, err := s.store.Push(r.Context(), items)
 	if err != nil {
 		s.fail(w, err)
@@ -65,6 +67,16 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		out[i] = pushResultJSON(res)
 	}
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// stampProducer records the authenticated subject as every item's
+// producerSub; a body cannot claim to be someone else.
+func stampProducer(ctx context.Context, items []queue.PushItem) {
+	if c, ok := claimsOf(ctx); ok {
+		for i := range items {
+			items[i].ProducerSub = c.Subject
+		}
+	}
 }
 
 // afterPush counts pushed messages, wakes this instance's poller and tells

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -20,6 +22,8 @@ const (
 	CloseShuttingDown  = 4000 // the server is draining: reconnect (elsewhere)
 	CloseSlowConsumer  = 4001 // the client did not read its frames in time: reconnect
 	CloseProtocolError = 4500 // frames that are not the protocol: do not retry as is
+	CloseUnauthorized  = 4501 // no valid token (or it expired): get a new token first
+	CloseForbidden     = 4503 // the token's role may not subscribe
 )
 
 // WebSocket limits and timings.
@@ -29,7 +33,13 @@ const (
 	WSMaxInFlightDefault    = 100     // unacked messages per subscription
 	WSBatchDefault          = 10      // messages per deliver frame
 	WSMaxSubscriptions      = 100     // per connection
-	wsWriteQueue            = 256     // frames waiting for the writer
+	// The writer's queue: past wsHoldAt frames the connection's
+	// subscriptions lease nothing more (credit held at 0) until the client
+	// has read it down to wsResumeAt; only a client that also stops reading
+	// its replies reaches wsWriteQueue and is disconnected (4001).
+	wsWriteQueue            = 1024
+	wsHoldAt                = 64
+	wsResumeAt              = 16
 	wsWriteTimeout          = 10 * time.Second
 	wsPingInterval          = 30 * time.Second
 	wsReadTimeout           = 2 * wsPingInterval // a silent client is gone
@@ -76,11 +86,16 @@ type wsConn struct {
 	out  chan any // frames for the writer; never blocked on
 	done chan struct{}
 
+	claims  Claims // when auth is on
+	expires <-chan time.Time
+	held    atomic.Bool // the write queue is past wsHoldAt: lease nothing
+
 	mu       sync.Mutex
 	subs     map[string]*wsSub
 	inflight map[inflightKey]inflightMsg
 	nextSub  int
 	closed   bool
+	draining bool
 }
 
 type wsSub struct {
@@ -111,6 +126,11 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "too many WebSocket connections; retry later or elsewhere")
 		return
 	}
+	var claims Claims
+	var authErr error
+	if s.cfg.Auth != nil {
+		claims, authErr = s.checkToken(r, RoleReadOnly)
+	}
 	up := websocket.Upgrader{Subprotocols: []string{WSSubprotocol}, CheckOrigin: func(*http.Request) bool { return true }}
 	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
@@ -118,18 +138,34 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(WSReadLimitDefault)
 	c := &wsConn{s: s, ws: ws, out: make(chan any, wsWriteQueue), done: make(chan struct{}),
-		subs: map[string]*wsSub{}, inflight: map[inflightKey]inflightMsg{}}
-	if s.isDraining() {
+		subs: map[string]*wsSub{}, inflight: map[inflightKey]inflightMsg{}, claims: claims}
+	switch {
+	case errors.Is(authErr, errForbidden):
+		// A browser cannot read the status of a refused upgrade; it can
+		// read a close code.
+		c.closeWith(CloseForbidden, authErr.Error())
+		return
+	case authErr != nil:
+		c.closeWith(CloseUnauthorized, authErr.Error())
+		return
+	case s.isDraining():
 		c.closeWith(CloseShuttingDown, "server shutting down")
 		return
+	}
+	if !claims.Expires.IsZero() {
+		t := time.NewTimer(time.Until(claims.Expires))
+		defer t.Stop()
+		c.expires = t.C
 	}
 	s.wsMu.Lock()
 	s.wsConns[c] = true
 	s.wsMu.Unlock()
+	s.metrics.wsConns.Inc()
 	defer func() {
 		s.wsMu.Lock()
 		delete(s.wsConns, c)
 		s.wsMu.Unlock()
+		s.metrics.wsConns.Dec()
 	}()
 	writerDone := make(chan struct{})
 	go func() {
@@ -214,6 +250,9 @@ func (c *wsConn) send(frame any) bool {
 	}
 	select {
 	case c.out <- frame:
+		if len(c.out) >= wsHoldAt {
+			c.held.Store(true)
+		}
 		return true
 	default:
 		c.closed = true
@@ -242,6 +281,12 @@ func (c *wsConn) writer() {
 				_ = c.ws.Close()
 				return
 			}
+			if len(c.out) <= wsResumeAt && c.held.CompareAndSwap(true, false) {
+				c.resumeLeasing()
+			}
+		case <-c.expires:
+			c.closeWith(CloseUnauthorized, "token expired")
+			return
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteTimeout)); err != nil {
 				_ = c.ws.Close()
@@ -249,6 +294,46 @@ func (c *wsConn) writer() {
 			}
 		}
 	}
+}
+
+// resumeLeasing lets the subscriptions take messages again once the client
+// has read its backlog.
+func (c *wsConn) resumeLeasing() {
+	c.mu.Lock()
+	subs := make([]*wsSub, 0, len(c.subs))
+	for _, sub := range c.subs {
+		subs = append(subs, sub)
+	}
+	c.mu.Unlock()
+	for _, sub := range subs {
+		c.s.poller.AddCredit(sub.in, 0)
+	}
+}
+
+// drain stops leasing to the connection at once, then closes it after
+// delay with a code that says: reconnect, elsewhere. Closing releases the
+// leases it still holds; until then its client may ack what it processes.
+func (c *wsConn) drain(delay time.Duration) {
+	c.mu.Lock()
+	c.draining = true
+	subs := make([]*wsSub, 0, len(c.subs))
+	for _, sub := range c.subs {
+		subs = append(subs, sub)
+	}
+	c.mu.Unlock()
+	for _, sub := range subs {
+		sub.cancel()
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.done:
+			return
+		}
+	}
+	c.closeWith(CloseShuttingDown, "server shutting down")
 }
 
 func (c *wsConn) subscribe(f *wsFrame) {
@@ -275,6 +360,11 @@ func (c *wsConn) subscribe(f *wsFrame) {
 		group = queue.DefaultGroup
 	}
 	c.mu.Lock()
+	if c.draining {
+		c.mu.Unlock()
+		c.send(wsError(f.ID, "shutting_down", "the server is shutting down: subscribe elsewhere"))
+		return
+	}
 	if len(c.subs) >= WSMaxSubscriptions {
 		c.mu.Unlock()
 		c.send(wsError(f.ID, "too_many_subscriptions", "at most "+strconv.Itoa(WSMaxSubscriptions)+" subscriptions per connection"))
@@ -289,6 +379,7 @@ func (c *wsConn) subscribe(f *wsFrame) {
 			SubscriptionMode: f.SubscriptionMode, SubscriptionFrom: f.SubscriptionFrom},
 		Batch: batch, Credit: maxInFlight, AutoAck: f.AutoAck, Standing: true,
 		Deliver: func(res *queue.PopResult) bool { return c.deliver(sub, res) },
+		Hold:    c.held.Load,
 	}
 	// Reply before the first delivery can be queued.
 	c.send(map[string]any{"type": "subscribed", "id": f.ID, "sub": sub.id})
@@ -409,6 +500,7 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 		}
 		return
 	}
+	c.s.ackedLocally(acks, results)
 	out := make([]ackJSON, len(results))
 	credit := map[*wsSub]int{}
 	c.mu.Lock()
@@ -442,6 +534,16 @@ func (c *wsConn) push(ctx context.Context, f *wsFrame) {
 	if err != nil {
 		c.send(wsError(f.ID, "bad_request", err.Error()))
 		return
+	}
+	if c.s.cfg.Auth != nil {
+		if c.claims.Role < RoleReadWrite {
+			c.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
+			c.send(wsError(f.ID, "forbidden", forbiddenError{have: c.claims.Role, need: RoleReadWrite}.Error()))
+			return
+		}
+		for i := range items {
+			items[i].ProducerSub = c.claims.Subject
+		}
 	}
 	results, err := c.s.store.Push(ctx, items)
 	if err != nil {

@@ -20,6 +20,12 @@ type metrics struct {
 	acks        *prometheus.CounterVec
 	dlq         *prometheus.CounterVec
 	wsBadFrames prometheus.Counter
+
+	wsConns        prometheus.Gauge
+	sseStreams     prometheus.Gauge
+	sseRefused     prometheus.Counter
+	sseResumedAcks prometheus.Counter
+	authFailures   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error) {
@@ -42,7 +48,18 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error)
 	}
 	m.wsBadFrames = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_ws_bad_frames_total",
 		Help: "WebSocket frames that were not the protocol (answered with an error frame)."})
-	cs := []prometheus.Collector{m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq, m.wsBadFrames}
+	m.wsConns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_ws_connections",
+		Help: "Open WebSocket connections."})
+	m.sseStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_sse_streams",
+		Help: "Open SSE (EventSource) streams."})
+	m.sseRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_sse_refused_total",
+		Help: "SSE connections answered with retry: and closed (overloaded or draining)."})
+	m.sseResumedAcks = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_sse_resumed_acks_total",
+		Help: "Messages acknowledged by an SSE reconnect's Last-Event-ID."})
+	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_auth_failures_total",
+		Help: "Requests refused by authentication (401) or by role (403)."}, []string{"reason"})
+	cs := []prometheus.Collector{m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq, m.wsBadFrames,
+		m.wsConns, m.sseStreams, m.sseRefused, m.sseResumedAcks, m.authFailures}
 	pool := store.Pool()
 	gauge := func(name, help string, f func() float64) {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -24,6 +25,8 @@ const (
 	PopTimeoutDefault = 30 * time.Second
 	// MaxWSConnectionsDefault bounds WebSocket connections per instance.
 	MaxWSConnectionsDefault = 10000
+	// MaxSSEConnectionsDefault bounds SSE streams per instance.
+	MaxSSEConnectionsDefault = 10000
 	// PopTimeoutMax bounds a long-poll's wait; larger timeouts are clamped.
 	PopTimeoutMax = 5 * time.Minute
 	// AutopilotBatchDefault is the batch of a pop that sends autopilot=true
@@ -51,6 +54,24 @@ type Config struct {
 	// MaxWSConnections caps open WebSocket connections; zero means
 	// MaxWSConnectionsDefault. Beyond it an upgrade is answered 503.
 	MaxWSConnections int
+	// MaxSSEConnections caps open SSE streams; zero means
+	// MaxSSEConnectionsDefault. Beyond it a stream is answered 200 with a
+	// retry: delay and closed, so the browser tries again later.
+	MaxSSEConnections int
+	// SSEHeartbeat is the interval of SSE heartbeat comments; zero means
+	// SSEHeartbeatDefault.
+	SSEHeartbeat time.Duration
+	// SSEResumeGrace is how long a closed SSE stream's unacknowledged
+	// leases wait for its browser to resume; zero means
+	// SSEResumeGraceDefault.
+	SSEResumeGrace time.Duration
+	// DrainWindow spreads the closing of WebSocket and SSE connections by
+	// Drain over this long, so clients do not reconnect in one storm; zero
+	// closes them all at once.
+	DrainWindow time.Duration
+	// Auth, when set, requires a bearer token on every endpoint but
+	// /health and /metrics.
+	Auth *Auth
 	// Version is reported by /health.
 	Version string
 	// Registry receives the herald_* metrics and is served by /metrics; nil
@@ -68,6 +89,15 @@ func (c Config) WithDefaults() Config {
 	if c.MaxWSConnections == 0 {
 		c.MaxWSConnections = MaxWSConnectionsDefault
 	}
+	if c.MaxSSEConnections == 0 {
+		c.MaxSSEConnections = MaxSSEConnectionsDefault
+	}
+	if c.SSEHeartbeat == 0 {
+		c.SSEHeartbeat = SSEHeartbeatDefault
+	}
+	if c.SSEResumeGrace == 0 {
+		c.SSEResumeGrace = SSEResumeGraceDefault
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -83,8 +113,10 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.BodyLimit must not be negative")
 	case c.Poller == nil:
 		return errors.New("gateway: Config.Poller is required")
-	case c.MaxWSConnections < 0:
-		return errors.New("gateway: Config.MaxWSConnections must not be negative")
+	case c.MaxWSConnections < 0 || c.MaxSSEConnections < 0:
+		return errors.New("gateway: Config.MaxWSConnections and MaxSSEConnections must not be negative")
+	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.DrainWindow < 0:
+		return errors.New("gateway: Config durations must not be negative")
 	}
 	return nil
 }
@@ -106,6 +138,15 @@ type Server struct {
 
 	wsMu    sync.Mutex
 	wsConns map[*wsConn]bool
+
+	sseMu      sync.Mutex
+	sseCount   int
+	sseHolders sync.Map // holderKey → *sseStream, for acks posted here
+
+	graceMu sync.Mutex
+	grace   map[*time.Timer]func() // leases of closed SSE streams, released after the grace period
+	graceWG sync.WaitGroup
+	closed  bool
 }
 
 // New returns a Server.
@@ -130,6 +171,7 @@ func New(cfg Config) (*Server, error) {
 
 		draining: make(chan struct{}),
 		wsConns:  map[*wsConn]bool{},
+		grace:    map[*time.Timer]func(){},
 	}
 	if cfg.Notifier != nil {
 		s.notify = cfg.Notifier.Notify
@@ -144,43 +186,69 @@ func New(cfg Config) (*Server, error) {
 }
 
 func (s *Server) routes() {
-	s.handle("POST /api/v1/push", "push", s.handlePush)
-	s.handle("GET /api/v1/pop/queue/{queue}", "pop", s.handlePop)
-	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", s.handlePop)
-	s.handle("GET /api/v1/pop", "pop_namespace", s.handlePop)
-	s.handle("POST /api/v1/ack", "ack", s.handleAck)
-	s.handle("POST /api/v1/ack/batch", "ack_batch", s.handleAckBatch)
-	s.handle("POST /api/v1/lease/{leaseId}/extend", "lease_extend", s.handleLeaseExtend)
-	s.handle("POST /api/v1/transaction", "transaction", s.handleTransaction)
-	s.handle("POST /api/v1/configure", "configure", s.handleConfigure)
-	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", s.handleDeleteQueue)
-	s.handle("GET /api/v1/dlq", "dlq", s.handleDLQ)
-	s.mux.HandleFunc("GET /api/v1/ws", s.handleWS) // no request metrics: a socket lives for hours
-	s.handle("GET /health", "health", s.handleHealth)
-	s.handle("GET /internal/api/shared-state/stats", "stats", s.handleStats)
-	s.handle("GET /metrics", "metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
-	s.handle("GET /{$}", "index", s.handleIndex)
-	s.handle("OPTIONS /", "options", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	s.handle("/", "not_found", func(w http.ResponseWriter, r *http.Request) {
+	s.handle("POST /api/v1/push", "push", RoleReadWrite, s.handlePush)
+	s.handle("GET /api/v1/pop/queue/{queue}", "pop", RoleReadOnly, s.handlePop)
+	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", RoleReadOnly, s.handlePop)
+	s.handle("GET /api/v1/pop", "pop_namespace", RoleReadOnly, s.handlePop)
+	s.handle("POST /api/v1/ack", "ack", RoleReadOnly, s.handleAck)
+	s.handle("POST /api/v1/ack/batch", "ack_batch", RoleReadOnly, s.handleAckBatch)
+	s.handle("POST /api/v1/lease/{leaseId}/extend", "lease_extend", RoleReadOnly, s.handleLeaseExtend)
+	s.handle("POST /api/v1/transaction", "transaction", RoleReadWrite, s.handleTransaction)
+	s.handle("POST /api/v1/configure", "configure", RoleAdmin, s.handleConfigure)
+	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", RoleAdmin, s.handleDeleteQueue)
+	s.handle("GET /api/v1/dlq", "dlq", RoleReadOnly, s.handleDLQ)
+	// Streams get no request metrics: they live for hours. The WebSocket
+	// checks its token itself, to answer with a close code a browser sees.
+	s.stream("GET /api/v1/ws", RoleNone, s.handleWS)
+	s.stream("GET /api/v1/sse/queue/{queue}", RoleReadOnly, s.handleSSE)
+	s.stream("GET /api/v1/sse/queue/{queue}/partition/{partition}", RoleReadOnly, s.handleSSE)
+	// Probes and scrapes stay open: orchestrators and Prometheus hold no token.
+	s.handle("GET /health", "health", RoleNone, s.handleHealth)
+	s.handle("GET /metrics", "metrics", RoleNone, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	s.handle("GET /internal/api/shared-state/stats", "stats", RoleAdmin, s.handleStats)
+	s.handle("GET /{$}", "index", RoleNone, s.handleIndex)
+	s.handle("OPTIONS /", "options", RoleNone, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s.handle("/", "not_found", RoleNone, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
 }
 
-// Drain makes waiting long-polls answer 204 now, so that an http.Server
-// Shutdown does not wait for their timeouts. New requests are still served
-// until the listener closes. Safe to call more than once.
+// Drain starts a graceful shutdown: nothing new is leased to streams,
+// waiting long-polls answer 204 now (so an http.Server Shutdown does not
+// wait for their timeouts), and WebSocket and SSE connections are closed at
+// random points of Config.DrainWindow with codes that tell their clients to
+// reconnect (elsewhere); each gives its leases back as it closes. Done is
+// closed when every stream has ended. New requests are still served until
+// the listener closes. Safe to call more than once.
 func (s *Server) Drain() {
 	s.drainOnce.Do(func() {
 		close(s.draining)
 		// WebSockets are hijacked: http.Server.Shutdown does not see them.
-		// Close them with a code that tells clients to reconnect elsewhere;
-		// each releases its leases as it ends.
 		s.wsMu.Lock()
 		for c := range s.wsConns {
-			go c.closeWith(CloseShuttingDown, "server shutting down")
+			go c.drain(s.spread())
 		}
 		s.wsMu.Unlock()
 	})
+}
+
+// spread is a random delay within the drain window.
+func (s *Server) spread() time.Duration {
+	if s.cfg.DrainWindow <= 0 {
+		return 0
+	}
+	return rand.N(s.cfg.DrainWindow)
+}
+
+// Streams reports the open WebSocket connections and SSE streams.
+func (s *Server) Streams() int {
+	s.wsMu.Lock()
+	n := len(s.wsConns)
+	s.wsMu.Unlock()
+	s.sseMu.Lock()
+	n += s.sseCount
+	s.sseMu.Unlock()
+	return n
 }
 
 func (s *Server) isDraining() bool {
@@ -196,22 +264,41 @@ func (s *Server) isDraining() bool {
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // handle registers h under pattern with the per-request middleware; route is
-// the metrics label (fixed strings, never ids).
-func (s *Server) handle(pattern, route string, h http.HandlerFunc) {
-	s.mux.Handle(pattern, s.instrument(route, h))
+// the metrics label (fixed strings, never ids) and need the least role a
+// token must carry when auth is on.
+func (s *Server) handle(pattern, route string, need Role, h http.HandlerFunc) {
+	s.mux.Handle(pattern, s.instrument(route, need, h))
 }
 
-func (s *Server) instrument(route string, h http.HandlerFunc) http.Handler {
+// stream registers a long-lived endpoint: CORS and auth, no request metrics.
+func (s *Server) stream(pattern string, need Role, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		setCORS(w.Header())
+		w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID")
+		r, ok := s.authorize(w, r, need)
+		if !ok {
+			return
+		}
+		h(w, r)
+	})
+}
+
+func setCORS(hdr http.Header) {
+	hdr.Set("Access-Control-Allow-Origin", "*")
+	hdr.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
+	hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+	hdr.Set("Access-Control-Max-Age", "86400")
+}
+
+func (s *Server) instrument(route string, need Role, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		hdr := w.Header()
-		hdr.Set("Access-Control-Allow-Origin", "*")
-		hdr.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
-		hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
-		hdr.Set("Access-Control-Max-Age", "86400")
+		setCORS(w.Header())
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.BodyLimit)
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		h(sw, r)
+		if r, ok := s.authorize(sw, r, need); ok {
+			h(sw, r)
+		}
 		d := time.Since(start)
 		s.metrics.observeRequest(route, r.Method, sw.status, d)
 		ev := s.log.Debug()

@@ -28,12 +28,23 @@ type Intention struct {
 	// must not block. It returns false when the consumer is gone; the poller
 	// then releases the lease at once, so nothing waits for it to expire.
 	Deliver func(*queue.PopResult) bool
+	// Hold, when set and true, makes the intention take nothing for now, as
+	// if it had no credit: its consumer cannot take more (a full write
+	// buffer). It must be cheap and must not block. Call AddCredit(in, 0)
+	// once it may take again.
+	Hold func() bool
 
 	// Set at registration, then guarded by the owning worker's mutex.
 	key    string
 	seq    uint64
 	credit int
 	gone   bool
+}
+
+// ready reports whether the intention may take messages now. Called with
+// the owning worker's mutex.
+func (in *Intention) ready() bool {
+	return in.credit > 0 && (in.Hold == nil || !in.Hold())
 }
 
 // targetKey groups intentions that are woken together: one queue, or one

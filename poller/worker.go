@@ -158,7 +158,7 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		}
 		ks.dirty, ks.hints = false, nil
 		for _, in := range live {
-			if in.credit > 0 {
+			if in.ready() {
 				work = append(work, in)
 			}
 		}
@@ -387,7 +387,7 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 			in.credit -= len(res.Messages)
 			// It may take more, and there may be more: look again now.
 			more := false
-			if ks := w.keys[in.key]; ks != nil && in.credit > 0 && !in.gone {
+			if ks := w.keys[in.key]; ks != nil && in.ready() && !in.gone {
 				ks.dirty, more = true, true
 			}
 			w.mu.Unlock()
@@ -432,7 +432,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted) (worked bool) {
 			groups := map[string]bool{}
 			for _, specific := range []bool{true, false} {
 				for _, in := range h.intentions {
-					if in.gone || in.credit <= 0 || taken[in] || groups[in.Target.Group] {
+					if in.gone || !in.ready() || taken[in] || groups[in.Target.Group] {
 						continue
 					}
 					if specific != (in.Target.Partition != "") || (specific && in.Target.Partition != part) {

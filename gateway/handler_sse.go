@@ -1,0 +1,467 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+// SSE timings.
+const (
+	// SSEHeartbeatDefault is the interval of heartbeat comments, well
+	// under the read timeouts of proxies in between.
+	SSEHeartbeatDefault = 15 * time.Second
+	// SSEResumeGraceDefault is how long the leases of a closed stream stay
+	// held for its browser to come back (to any instance) with Last-Event-ID
+	// before they are given to other consumers.
+	SSEResumeGraceDefault = 10 * time.Second
+	// sseRetryMin and sseRetryMax bound the reconnect delay sent in retry:
+	// with jitter, so that a crowd of browsers does not come back at once.
+	sseRetryMin     = 1000 * time.Millisecond
+	sseRetryMax     = 3000 * time.Millisecond
+	sseWriteTimeout = 10 * time.Second
+	// sseLeaseCheck is how often a stream with unacknowledged messages
+	// looks in the database for acks posted to other instances and for
+	// leases that expired, to get its credit back.
+	sseLeaseCheck = 2 * time.Second
+)
+
+// sseStream is one EventSource connection: a standing intention whose
+// deliveries are written as events by the handler's goroutine.
+type sseStream struct {
+	s       *Server
+	group   string
+	autoAck bool
+	in      *poller.Intention
+	cancel  func()
+	ch      chan *queue.PopResult // deliveries, bounded by the intention's credit
+
+	mu       sync.Mutex
+	closed   bool
+	inflight map[inflightKey]sseHeld         // written, not yet acknowledged
+	marks    map[string]*queue.LeaseMark     // partition id → lease and highest offset written
+	order    []string                        // partition ids of marks, oldest first
+	byKey    map[string]map[inflightKey]bool // partition id → its in-flight keys
+}
+
+type sseHeld struct {
+	leaseID          string
+	offset           int64
+	queue, partition string
+}
+
+func retryJitter() time.Duration {
+	return sseRetryMin + rand.N(sseRetryMax-sseRetryMin)
+}
+
+func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
+	req, _, _, err := parsePopRequest(r)
+	if err == nil {
+		err = req.Validate()
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	q := r.URL.Query()
+	maxInFlight, err := clampedParam(q.Get("maxInFlight"), "maxInFlight", 1, queue.MaxBatch*10)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if maxInFlight == 0 {
+		maxInFlight = WSMaxInFlightDefault
+	}
+	batch := req.Batch
+	if batch == 0 {
+		batch = WSBatchDefault
+	}
+	batch = min(batch, maxInFlight)
+	token := r.Header.Get("Last-Event-ID")
+	if token == "" {
+		token = q.Get("lastEventId")
+	}
+	marks, err := decodeToken(token)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "Last-Event-ID is not a resume token of this server")
+		return
+	}
+	if req.Group == "" {
+		req.Group = queue.DefaultGroup
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	rc := http.NewResponseController(w)
+
+	// Overloaded or draining: 200 and a retry: delay, so the browser comes
+	// back later (elsewhere); any other status makes EventSource give up.
+	s.sseMu.Lock()
+	full := s.sseCount >= s.cfg.MaxSSEConnections
+	if !full {
+		s.sseCount++
+	}
+	s.sseMu.Unlock()
+	if full || s.isDraining() {
+		if !full {
+			s.sseDone()
+		}
+		s.metrics.sseRefused.Inc()
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
+		return
+	}
+	defer s.sseDone()
+
+	// Everything up to the token was received: acknowledge it, and give the
+	// rest of those leases back so this stream receives them again first.
+	if len(marks) > 0 && !req.AutoAck {
+		res, err := s.store.ResumeLeases(r.Context(), req.Group, marks)
+		if err != nil {
+			s.log.Error().Err(err).Msg("resuming an SSE stream")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
+			return
+		}
+		for _, m := range res {
+			if m.Matched {
+				s.metrics.sseResumedAcks.Add(float64(m.Acked))
+				s.poller.Wake(poller.SourceRelease, m.Queue, m.Partition)
+			}
+		}
+	}
+
+	st := &sseStream{s: s, group: req.Group, autoAck: req.AutoAck,
+		ch:       make(chan *queue.PopResult, maxInFlight),
+		inflight: map[inflightKey]sseHeld{}, marks: map[string]*queue.LeaseMark{},
+		byKey: map[string]map[inflightKey]bool{}}
+	st.in = &poller.Intention{
+		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
+			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
+		Batch: batch, Partitions: req.Partitions, Credit: maxInFlight, AutoAck: req.AutoAck, Standing: true,
+		Deliver: st.deliver,
+	}
+
+	w.WriteHeader(http.StatusOK)
+	_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+	_, err = w.Write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n: connected\n\n"))
+	if err != nil || rc.Flush() != nil {
+		return
+	}
+	s.metrics.sseStreams.Inc()
+	defer s.metrics.sseStreams.Dec()
+	st.cancel = s.poller.Register(st.in)
+	defer st.close()
+	st.run(r.Context(), w, rc)
+}
+
+func (s *Server) sseDone() {
+	s.sseMu.Lock()
+	s.sseCount--
+	s.sseMu.Unlock()
+}
+
+// deliver runs on a poller worker: it must not block. The channel holds as
+// many deliveries as the credit allows, so it is full only after close.
+func (st *sseStream) deliver(res *queue.PopResult) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return false
+	}
+	select {
+	case st.ch <- res:
+		return true
+	default:
+		return false
+	}
+}
+
+// run writes events until the client leaves, a write fails or the server
+// drains.
+func (st *sseStream) run(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
+	s := st.s
+	hb := time.NewTicker(s.cfg.SSEHeartbeat)
+	defer hb.Stop()
+	check := time.NewTicker(sseLeaseCheck)
+	defer check.Stop()
+	draining := s.draining
+	var closeAt <-chan time.Time
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case res := <-st.ch:
+			if !write(st.events(res)) {
+				return
+			}
+			for _, m := range res.Messages {
+				s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
+			}
+			if st.autoAck {
+				s.poller.AddCredit(st.in, len(res.Messages)) // written: room for more
+			}
+		case <-hb.C:
+			if !write([]byte(": heartbeat\n\n")) {
+				return
+			}
+		case <-check.C:
+			st.checkLeases(ctx)
+		case <-draining:
+			// Stop leasing now; close at a random point of the drain window
+			// so that browsers do not all reconnect at once.
+			draining = nil
+			st.cancel()
+			t := time.NewTimer(s.spread())
+			defer t.Stop()
+			closeAt = t.C
+		case <-closeAt:
+			// Deliveries already queued were leased for this stream: write
+			// them before leaving.
+			for {
+				select {
+				case res := <-st.ch:
+					if !write(st.events(res)) {
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
+			return
+		}
+	}
+}
+
+// events renders a delivery as SSE events and records each message as in
+// flight; the id of each event is the resume token after it.
+func (st *sseStream) events(res *queue.PopResult) []byte {
+	var b bytes.Buffer
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, m := range res.Messages {
+		data, _ := json.Marshal(messageOf(m))
+		if !st.autoAck && m.LeaseID != "" {
+			k := inflightKey{m.PartitionID, m.TransactionID}
+			st.inflight[k] = sseHeld{leaseID: m.LeaseID, offset: m.Offset, queue: m.Queue, partition: m.Partition}
+			if st.byKey[m.PartitionID] == nil {
+				st.byKey[m.PartitionID] = map[inflightKey]bool{}
+			}
+			st.byKey[m.PartitionID][k] = true
+			st.s.sseHolders.Store(holderKey(m.PartitionID, m.TransactionID, st.group), st)
+		}
+		mk := st.marks[m.PartitionID]
+		if mk == nil {
+			mk = &queue.LeaseMark{PartitionID: m.PartitionID}
+			st.marks[m.PartitionID] = mk
+			st.order = append(st.order, m.PartitionID)
+		}
+		mk.LeaseID, mk.Through = m.LeaseID, m.Offset
+		b.WriteString("event: message\nid: ")
+		b.WriteString(st.tokenLocked())
+		b.WriteString("\ndata: ")
+		b.Write(data) // JSON has no raw newlines
+		b.WriteString("\n\n")
+	}
+	if st.autoAck {
+		// Nothing to resume: an autoAck token only keeps its partitions'
+		// positions, and only the newest matter.
+		for len(st.order) > sseMaxTokenEntries/2 {
+			delete(st.marks, st.order[0])
+			st.order = st.order[1:]
+		}
+	}
+	return b.Bytes()
+}
+
+func (st *sseStream) tokenLocked() string {
+	marks := make([]queue.LeaseMark, 0, len(st.order))
+	for _, pid := range st.order {
+		marks = append(marks, *st.marks[pid])
+	}
+	return encodeToken(marks)
+}
+
+// settle forgets in-flight messages that were acknowledged (or whose lease
+// was lost) and gives their credit back. Called with mu.
+func (st *sseStream) settleLocked(k inflightKey) bool {
+	if _, ok := st.inflight[k]; !ok {
+		return false
+	}
+	delete(st.inflight, k)
+	st.s.sseHolders.Delete(holderKey(k.partitionID, k.transactionID, st.group))
+	if ks := st.byKey[k.partitionID]; ks != nil {
+		delete(ks, k)
+		if len(ks) == 0 {
+			// Nothing of that partition is held: the token need not name it.
+			delete(st.byKey, k.partitionID)
+			delete(st.marks, k.partitionID)
+			for i, pid := range st.order {
+				if pid == k.partitionID {
+					st.order = append(st.order[:i:i], st.order[i+1:]...)
+					break
+				}
+			}
+		}
+	}
+	return true
+}
+
+// acked is called by this instance's ack handler for a message this stream
+// holds.
+func (st *sseStream) acked(k inflightKey) {
+	st.mu.Lock()
+	ok := !st.closed && st.settleLocked(k)
+	st.mu.Unlock()
+	if ok {
+		st.s.poller.AddCredit(st.in, 1)
+	}
+}
+
+// checkLeases looks up the stream's leases: acks posted to other instances
+// and expired leases give credit back.
+func (st *sseStream) checkLeases(ctx context.Context) {
+	st.mu.Lock()
+	if len(st.inflight) == 0 {
+		st.mu.Unlock()
+		return
+	}
+	pids := make([]string, 0, len(st.byKey))
+	for pid := range st.byKey {
+		pids = append(pids, pid)
+	}
+	st.mu.Unlock()
+	held, err := st.s.store.HeldLeases(ctx, st.group, pids)
+	if err != nil {
+		return // next tick
+	}
+	n := 0
+	st.mu.Lock()
+	for k, m := range st.inflight {
+		h, ok := held[k.partitionID]
+		if ok && (h.Finished(m.offset) || h.LeaseID != m.leaseID) && st.settleLocked(k) {
+			n++
+		}
+	}
+	st.mu.Unlock()
+	if n > 0 {
+		st.s.poller.AddCredit(st.in, n)
+	}
+}
+
+// close ends the stream. Deliveries not written are released at once. The
+// leases of messages written but not acknowledged stay held for the resume
+// grace period, so a browser that reconnects with Last-Event-ID (here or
+// elsewhere) neither loses them nor receives them twice; after it they go
+// to other consumers.
+func (st *sseStream) close() {
+	st.cancel()
+	st.mu.Lock()
+	st.closed = true
+	held := map[string][]queue.Message{}
+	for k, m := range st.inflight {
+		held[m.leaseID] = append(held[m.leaseID], queue.Message{Queue: m.queue, Partition: m.partition})
+		st.s.sseHolders.Delete(holderKey(k.partitionID, k.transactionID, st.group))
+	}
+	st.inflight = nil
+	st.mu.Unlock()
+	for {
+		select {
+		case res := <-st.ch:
+			st.s.poller.Release(context.Background(), res.LeaseID, res.Messages)
+			continue
+		default:
+		}
+		break
+	}
+	for lease, msgs := range held {
+		st.s.releaseLater(lease, msgs)
+	}
+}
+
+func holderKey(partitionID, transactionID, group string) string {
+	return partitionID + "\x00" + transactionID + "\x00" + group
+}
+
+// ackedLocally tells SSE streams of this instance that messages they hold
+// were acknowledged, so they may take more at once.
+func (s *Server) ackedLocally(acks []queue.Ack, results []queue.AckResult) {
+	for i, res := range results {
+		if i >= len(acks) || !(res.Success || res.Error == queue.ErrTextInvalidLease) {
+			continue
+		}
+		a := acks[i]
+		group := a.Group
+		if group == "" {
+			group = queue.DefaultGroup
+		}
+		if v, ok := s.sseHolders.Load(holderKey(a.PartitionID, a.TransactionID, group)); ok {
+			v.(*sseStream).acked(inflightKey{a.PartitionID, a.TransactionID})
+		}
+	}
+}
+
+// releaseLater gives a closed SSE stream's lease back after the resume
+// grace period. Close runs whatever is still pending.
+func (s *Server) releaseLater(lease string, msgs []queue.Message) {
+	if lease == "" {
+		return
+	}
+	release := func() { s.poller.Release(context.Background(), lease, msgs) }
+	s.graceMu.Lock()
+	defer s.graceMu.Unlock()
+	if s.closed {
+		release()
+		return
+	}
+	s.graceWG.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(s.cfg.SSEResumeGrace, func() {
+		defer s.graceWG.Done()
+		s.graceMu.Lock()
+		_, pending := s.grace[t]
+		delete(s.grace, t)
+		s.graceMu.Unlock()
+		if pending {
+			release()
+		}
+	})
+	s.grace[t] = release
+}
+
+// Close releases at once the leases that closed SSE streams still hold for
+// a resume, and waits for releases under way. Call it after the HTTP server
+// has shut down.
+func (s *Server) Close() {
+	s.graceMu.Lock()
+	s.closed = true
+	pending := s.grace
+	s.grace = map[*time.Timer]func(){}
+	s.graceMu.Unlock()
+	for t, release := range pending {
+		if t.Stop() {
+			s.graceWG.Done() // its func will not run
+		}
+		release()
+	}
+	s.graceWG.Wait()
+}

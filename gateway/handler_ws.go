@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -28,11 +28,11 @@ const (
 
 // WebSocket limits and timings.
 const (
-	WSSubprotocol           = "herald.v1"
-	WSReadLimitDefault      = 1 << 20 // bytes per frame
-	WSMaxInFlightDefault    = 100     // unacked messages per subscription
-	WSBatchDefault          = 10      // messages per deliver frame
-	WSMaxSubscriptions      = 100     // per connection
+	WSSubprotocol        = "herald.v1"
+	WSReadLimitDefault   = 1 << 20 // bytes per frame
+	WSMaxInFlightDefault = 100     // unacked messages per subscription
+	WSBatchDefault       = 10      // messages per deliver frame
+	WSMaxSubscriptions   = 100     // per connection
 	// The writer's queue: past wsHoldAt frames the connection's
 	// subscriptions lease nothing more (credit held at 0) until the client
 	// has read it down to wsResumeAt; only a client that also stops reading

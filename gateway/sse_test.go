@@ -1,0 +1,407 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/gateway"
+)
+
+// sseEvent is one event (or comment, or bare retry:) read from a stream.
+type sseEvent struct {
+	event, id, data, comment string
+	retry                    int
+}
+
+type sseClient struct {
+	t       *testing.T
+	res     *http.Response
+	events  chan sseEvent
+	ended   chan struct{}
+	cancel  context.CancelFunc
+	pending []sseEvent
+}
+
+// openSSE reads a stream with a plain HTTP client, the way EventSource
+// does: text/event-stream parsed line by line.
+func (e *env) openSSE(t *testing.T, path string, header http.Header) *sseClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	res, err := e.ts.Client().Do(req)
+	if err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	c := &sseClient{t: t, res: res, events: make(chan sseEvent, 1000), ended: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(c.ended)
+		sc := bufio.NewScanner(res.Body)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev != (sseEvent{}) {
+					c.events <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, ":"):
+				ev.comment = strings.TrimSpace(line[1:])
+			case strings.HasPrefix(line, "event: "):
+				ev.event = line[len("event: "):]
+			case strings.HasPrefix(line, "id: "):
+				ev.id = line[len("id: "):]
+			case strings.HasPrefix(line, "data: "):
+				ev.data += line[len("data: "):]
+			case strings.HasPrefix(line, "retry: "):
+				ev.retry, _ = strconv.Atoi(line[len("retry: "):])
+			}
+		}
+	}()
+	t.Cleanup(c.close)
+	return c
+}
+
+func (c *sseClient) close() {
+	c.cancel()
+	_ = c.res.Body.Close()
+	<-c.ended
+}
+
+// next returns the next event with event: message, keeping comments aside.
+func (c *sseClient) next() (message, string) {
+	c.t.Helper()
+	for i, ev := range c.pending {
+		if ev.event == "message" {
+			c.pending = append(c.pending[:i], c.pending[i+1:]...)
+			return c.decode(ev), ev.id
+		}
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-c.events:
+			if ev.event == "message" {
+				return c.decode(ev), ev.id
+			}
+			c.pending = append(c.pending, ev)
+		case <-c.ended:
+			c.t.Fatal("stream ended waiting for a message")
+		case <-deadline:
+			c.t.Fatal("no message event within 5 s")
+		}
+	}
+}
+
+func (c *sseClient) decode(ev sseEvent) message {
+	c.t.Helper()
+	var m message
+	require.NoError(c.t, json.Unmarshal([]byte(ev.data), &m), ev.data)
+	require.NotEmpty(c.t, ev.id, "every message event carries a resume token")
+	return m
+}
+
+// nothing asserts that no message event arrives within d.
+func (c *sseClient) nothing(d time.Duration) {
+	c.t.Helper()
+	for _, ev := range c.pending {
+		require.NotEqual(c.t, "message", ev.event, "unexpected event %+v", ev)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case ev := <-c.events:
+			require.NotEqual(c.t, "message", ev.event, "unexpected event %+v", ev)
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// waitEnd reads until the server ends the stream and returns the events
+// that were not messages.
+func (c *sseClient) waitEnd() []sseEvent {
+	c.t.Helper()
+	out := c.pending
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-c.events:
+			out = append(out, ev)
+		case <-c.ended:
+			for {
+				select {
+				case ev := <-c.events:
+					out = append(out, ev)
+				default:
+					return out
+				}
+			}
+		case <-deadline:
+			c.t.Fatal("stream did not end")
+		}
+	}
+}
+
+func payloads(n, from int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = strconv.Itoa(from + i)
+	}
+	return out
+}
+
+func TestSSE_StreamShape(t *testing.T) {
+	e := newEnv(t)
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-shape", nil)
+	require.Equal(t, http.StatusOK, c.res.StatusCode)
+	assert.Equal(t, "text/event-stream", c.res.Header.Get("Content-Type"))
+	assert.Equal(t, "no-cache", c.res.Header.Get("Cache-Control"))
+	assert.Equal(t, "no", c.res.Header.Get("X-Accel-Buffering"))
+	assert.Equal(t, "*", c.res.Header.Get("Access-Control-Allow-Origin"))
+
+	e.push("sse-shape", `{"n":1}`, `"two"`, `3`)
+	var ids []string
+	for i, want := range []string{`{"n":1}`, `"two"`, `3`} {
+		m, id := c.next()
+		assert.JSONEq(t, want, string(m.Data), "message %d", i)
+		assert.Equal(t, "sse-shape", m.Queue)
+		assert.Equal(t, "__QUEUE_MODE__", m.ConsumerGroup)
+		assert.NotEmpty(t, m.LeaseID)
+		assert.NotEmpty(t, m.TransactionID)
+		ids = append(ids, id)
+	}
+	assert.NotEqual(t, ids[0], ids[2], "the token moves with every event")
+	// The first thing written is a retry: with jitter, then a comment.
+	first := c.pending[0]
+	assert.GreaterOrEqual(t, first.retry, 1000)
+	assert.LessOrEqual(t, first.retry, 3000)
+	assert.Equal(t, "connected", first.comment)
+}
+
+func TestSSE_Heartbeat(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.SSEHeartbeat = 50 * time.Millisecond })
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-hb", nil)
+	beats := 0
+	deadline := time.After(5 * time.Second)
+	for beats < 3 {
+		select {
+		case ev := <-c.events:
+			if ev.comment == "heartbeat" {
+				beats++
+			}
+		case <-deadline:
+			t.Fatalf("%d heartbeats within 5 s", beats)
+		}
+	}
+}
+
+// pushTo pushes payloads to one partition of a queue.
+func (e *env) pushTo(q, partition string, payloads ...string) {
+	e.t.Helper()
+	items := make([]string, len(payloads))
+	for i, p := range payloads {
+		items[i] = fmt.Sprintf(`{"queue":%q,"partition":%q,"payload":%s}`, q, partition, p)
+	}
+	e.pushItems("[" + strings.Join(items, ",") + "]")
+}
+
+// maxInFlight holds the stream until acks (posted to this instance, or to
+// another: found by the stream's lease check) give the credit back.
+func TestSSE_MaxInFlightAndAcks(t *testing.T) {
+	e := newEnv(t)
+	other := newEnvOn(t, e.store, nil)
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-credit?maxInFlight=2&batch=1", nil)
+	for i := 1; i <= 5; i++ {
+		e.pushTo("sse-credit", "p"+strconv.Itoa(i), strconv.Itoa(i))
+	}
+	m1, _ := c.next()
+	m2, _ := c.next()
+	c.nothing(300 * time.Millisecond)
+
+	// An ack here gives the credit back at once.
+	require.True(t, e.ack(m1, "completed", "").Success)
+	c.next()
+	c.nothing(100 * time.Millisecond)
+
+	// An ack on another instance: the stream finds it in the database.
+	require.True(t, other.ack(m2, "completed", "").Success)
+	c.next()
+}
+
+// The browser reconnects with Last-Event-ID to a second instance: what it
+// received before the token is acknowledged, the rest comes again, in
+// order per partition, and nothing twice.
+func TestSSE_ResumeOnSecondInstance(t *testing.T) {
+	a := newEnv(t, func(c *gateway.Config) { c.SSEResumeGrace = 200 * time.Millisecond })
+	b := newEnvOn(t, a.store, nil)
+	a.post("/api/v1/configure", `{"queue":"sse-resume","options":{"leaseTime":300}}`)
+	a.pushTo("sse-resume", "a", payloads(6, 1)...)
+	a.pushTo("sse-resume", "b", payloads(6, 101)...)
+
+	seen := map[string]int{}
+	last := map[string]int{}
+	record := func(m message) {
+		n, err := strconv.Atoi(string(m.Data))
+		require.NoError(t, err)
+		seen[string(m.Data)]++
+		require.Greater(t, n, last[m.Partition], "order within partition %s", m.Partition)
+		last[m.Partition] = n
+	}
+	// Two leases of 4 (one per partition) are in flight; the browser
+	// receives 6 events before it loses the connection.
+	c := a.openSSE(t, "/api/v1/sse/queue/sse-resume?batch=4&maxInFlight=10", nil)
+	var token string
+	for range 6 {
+		m, id := c.next()
+		record(m)
+		token = id
+	}
+	c.close()
+
+	c2 := b.openSSE(t, "/api/v1/sse/queue/sse-resume?batch=4&maxInFlight=10", http.Header{"Last-Event-Id": {token}})
+	for len(seen) < 12 {
+		m, _ := c2.next()
+		record(m)
+		require.True(t, b.ack(m, "completed", "").Success)
+	}
+	// A's grace period ends: its release must not repeat anything.
+	c2.nothing(600 * time.Millisecond)
+	for k, n := range seen {
+		assert.Equal(t, 1, n, "message %s delivered %d times", k, n)
+	}
+	b.popEmpty("/api/v1/pop/queue/sse-resume")
+}
+
+// The lastEventId query does the same for a first connect (a page that kept
+// the token itself).
+func TestSSE_ResumeByQuery(t *testing.T) {
+	e := newEnv(t)
+	e.post("/api/v1/configure", `{"queue":"sse-q","options":{"leaseTime":300}}`)
+	e.push("sse-q", payloads(4, 1)...)
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-q?batch=4", nil)
+	var token string
+	for i := 1; i <= 2; i++ {
+		_, token = c.next()
+	}
+	c.close()
+	c2 := e.openSSE(t, "/api/v1/sse/queue/sse-q?batch=4&lastEventId="+token, nil)
+	m, _ := c2.next()
+	assert.JSONEq(t, "3", string(m.Data))
+}
+
+// A stream that closes keeps its leases for the grace period, then gives
+// them back: another consumer gets them long before the lease time.
+func TestSSE_ClosedStreamReleasesAfterGrace(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.SSEResumeGrace = 100 * time.Millisecond })
+	e.post("/api/v1/configure", `{"queue":"sse-grace","options":{"leaseTime":300}}`)
+	e.push("sse-grace", `1`)
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-grace", nil)
+	c.next()
+	c.close()
+	start := time.Now()
+	r := e.get("/api/v1/pop/queue/sse-grace?wait=true&timeout=5000")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.Less(t, time.Since(start), 3*time.Second)
+}
+
+func TestSSE_AutoAck(t *testing.T) {
+	e := newEnv(t)
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-auto?autoAck=true", nil)
+	e.push("sse-auto", payloads(3, 1)...)
+	var token string
+	for i := 1; i <= 3; i++ {
+		m, id := c.next()
+		assert.JSONEq(t, strconv.Itoa(i), string(m.Data))
+		assert.Empty(t, m.LeaseID)
+		token = id
+	}
+	e.popEmpty("/api/v1/pop/queue/sse-auto")
+	c.close()
+	c2 := e.openSSE(t, "/api/v1/sse/queue/sse-auto?autoAck=true", http.Header{"Last-Event-Id": {token}})
+	c2.nothing(200 * time.Millisecond)
+	e.push("sse-auto", `4`)
+	m, _ := c2.next()
+	assert.JSONEq(t, "4", string(m.Data))
+}
+
+// Overloaded or draining: 200 with retry: and close, never a status that
+// makes EventSource give up.
+func TestSSE_OverloadAndDrain(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.MaxSSEConnections = 1 })
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-over", nil)
+	c.nothing(50 * time.Millisecond)
+
+	over := e.openSSE(t, "/api/v1/sse/queue/sse-over", nil)
+	require.Equal(t, http.StatusOK, over.res.StatusCode)
+	evs := over.waitEnd()
+	require.Len(t, evs, 1)
+	assert.GreaterOrEqual(t, evs[0].retry, 1000)
+
+	e.srv.Drain()
+	evs = c.waitEnd()
+	require.NotEmpty(t, evs)
+	assert.Positive(t, evs[len(evs)-1].retry, "the last thing a draining stream writes is retry:")
+
+	late := e.openSSE(t, "/api/v1/sse/queue/sse-over", nil)
+	require.Equal(t, http.StatusOK, late.res.StatusCode)
+	require.Positive(t, late.waitEnd()[0].retry)
+}
+
+func TestSSE_BadRequests(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ path, msg string }{
+		{"/api/v1/sse/queue/sse-bad?lastEventId=nope", "Last-Event-ID is not a resume token of this server"},
+		{"/api/v1/sse/queue/sse-bad?maxInFlight=-1", "maxInFlight must be an integer of at least 1"},
+		{"/api/v1/sse/queue/sse-bad?autoAck=maybe", "autoAck must be true or false"},
+		{"/api/v1/sse/queue/" + strings.Repeat("x", 300), ""},
+	} {
+		r := e.get(tc.path)
+		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", tc.path, r)
+		if tc.msg != "" {
+			assertError(t, r, http.StatusBadRequest, tc.msg)
+		}
+	}
+	// A token for another partition's lease that is not held changes nothing.
+	e.push("sse-bad", `1`)
+	tok := []byte{1}
+	tok = append(tok, bytes.Repeat([]byte{0x11}, 16)...) // a partition
+	tok = append(tok, bytes.Repeat([]byte{0x22}, 16)...) // a lease
+	tok = append(tok, 5)                                 // through offset 5
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-bad?lastEventId="+base64.RawURLEncoding.EncodeToString(tok), nil)
+	m, _ := c.next()
+	assert.JSONEq(t, "1", string(m.Data))
+}
+
+// Two groups on SSE both receive every message.
+func TestSSE_ConsumerGroups(t *testing.T) {
+	e := newEnv(t)
+	g1 := e.openSSE(t, "/api/v1/sse/queue/sse-groups?consumerGroup=g1&autoAck=true", nil)
+	g2 := e.openSSE(t, "/api/v1/sse/queue/sse-groups?consumerGroup=g2&autoAck=true", nil)
+	e.push("sse-groups", payloads(5, 1)...)
+	for _, c := range []*sseClient{g1, g2} {
+		for i := 1; i <= 5; i++ {
+			m, _ := c.next()
+			assert.JSONEq(t, strconv.Itoa(i), string(m.Data))
+		}
+	}
+}

@@ -127,11 +127,12 @@ func (a *Auth) Verify(token string, now time.Time) (Claims, error) {
 	return c, nil
 }
 
-// SignToken makes an HS256 JWT with sub, role and, when ttl > 0, exp. For
+// SignToken makes an HS256 JWT with sub, role and, unless ttl is zero, exp
+// (a negative ttl makes an expired token). For
 // operators' tooling and tests; Herald itself only verifies.
 func SignToken(secret []byte, sub, role string, ttl time.Duration) string {
 	claims := map[string]any{"sub": sub, "role": role, "iat": time.Now().Unix()}
-	if ttl > 0 {
+	if ttl != 0 {
 		claims["exp"] = time.Now().Add(ttl).Unix()
 	}
 	pb, _ := json.Marshal(claims)

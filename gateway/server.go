@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"net/http"
@@ -238,6 +239,20 @@ func (s *Server) spread() time.Duration {
 		return 0
 	}
 	return rand.N(s.cfg.DrainWindow)
+}
+
+// WaitStreams waits until every WebSocket and SSE stream has ended (after
+// Drain) or ctx ends.
+func (s *Server) WaitStreams(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for s.Streams() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Streams reports the open WebSocket connections and SSE streams.

@@ -405,3 +405,21 @@ func TestSSE_ConsumerGroups(t *testing.T) {
 		}
 	}
 }
+
+// Shutdown: Drain ends the stream with retry:, and Close gives back at once
+// the leases it kept for a resume (the grace period is 10 s).
+func TestSSE_ShutdownReleasesLeases(t *testing.T) {
+	e := newEnv(t)
+	e.post("/api/v1/configure", `{"queue":"sse-shut","options":{"leaseTime":300}}`)
+	e.push("sse-shut", `1`)
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-shut", nil)
+	c.next()
+	e.srv.Drain()
+	c.waitEnd()
+	e.popEmpty("/api/v1/pop/queue/sse-shut") // still held for a resume
+	e.srv.WaitStreams(ctxT(t))
+	assert.Zero(t, e.srv.Streams())
+	e.srv.Close()
+	m := e.pop("/api/v1/pop/queue/sse-shut")
+	assert.JSONEq(t, "1", string(m.Messages[0].Data))
+}

@@ -40,6 +40,12 @@ type config struct {
 	SweepMax          time.Duration
 	PreflightTimeout  time.Duration
 	PreflightMax      int
+
+	AuthSecret        string
+	MaxSSEConnections int
+	SSEHeartbeat      time.Duration
+	SSEResumeGrace    time.Duration
+	DrainWindow       time.Duration
 }
 
 // Wake modes of --wake.
@@ -98,6 +104,16 @@ var options = []option{
 		func(c *config, v string) (err error) { c.PreflightTimeout, err = time.ParseDuration(v); return err }},
 	{"preflight-max", "HERALD_PREFLIGHT_MAX", strconv.Itoa(poller.MaxIntentionsPerPreflight), "distinct waiting targets per pre-flight query; more are split",
 		func(c *config, v string) (err error) { c.PreflightMax, err = strconv.Atoi(v); return err }},
+	{"auth-secret", "HERALD_AUTH_SECRET", "", "HS256 secret (at least 32 bytes) of the bearer tokens every endpoint but /health and /metrics then requires; empty turns auth off",
+		func(c *config, v string) error { c.AuthSecret = v; return nil }},
+	{"sse-max-connections", "HERALD_SSE_MAX_CONNECTIONS", strconv.Itoa(gateway.MaxSSEConnectionsDefault), "SSE streams per instance; more are answered 200 with retry: and closed",
+		func(c *config, v string) (err error) { c.MaxSSEConnections, err = strconv.Atoi(v); return err }},
+	{"sse-heartbeat", "HERALD_SSE_HEARTBEAT", gateway.SSEHeartbeatDefault.String(), "interval of SSE heartbeat comments (keep it under proxies' read timeouts)",
+		func(c *config, v string) (err error) { c.SSEHeartbeat, err = time.ParseDuration(v); return err }},
+	{"sse-resume-grace", "HERALD_SSE_RESUME_GRACE", gateway.SSEResumeGraceDefault.String(), "how long a closed SSE stream's unacked leases wait for its browser to resume with Last-Event-ID before other consumers get them",
+		func(c *config, v string) (err error) { c.SSEResumeGrace, err = time.ParseDuration(v); return err }},
+	{"drain-window", "HERALD_DRAIN_WINDOW", "5s", "on shutdown, WebSocket and SSE connections are closed at random points of this window, so clients do not reconnect in one storm",
+		func(c *config, v string) (err error) { c.DrainWindow, err = time.ParseDuration(v); return err }},
 }
 
 // parseConfig reads defaults, then the environment, then args.
@@ -153,6 +169,14 @@ func (c *config) validate() error {
 		return errors.New("--preflight-timeout must be positive")
 	case c.PreflightMax < 1:
 		return errors.New("--preflight-max must be positive")
+	case c.AuthSecret != "" && len(c.AuthSecret) < 32:
+		return errors.New("--auth-secret must be at least 32 bytes")
+	case c.MaxSSEConnections < 1:
+		return errors.New("--sse-max-connections must be positive")
+	case c.SSEHeartbeat <= 0 || c.SSEResumeGrace <= 0:
+		return errors.New("--sse-heartbeat and --sse-resume-grace must be positive")
+	case c.DrainWindow < 0:
+		return errors.New("--drain-window must not be negative")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -160,7 +160,12 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		return err
 	}
 	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(),
-		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, Registry: reg, Logger: log}
+		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, MaxSSEConnections: cfg.MaxSSEConnections,
+		SSEHeartbeat: cfg.SSEHeartbeat, SSEResumeGrace: cfg.SSEResumeGrace, DrainWindow: cfg.DrainWindow,
+		Registry: reg, Logger: log}
+	if cfg.AuthSecret != "" {
+		gwCfg.Auth = &gateway.Auth{Secret: []byte(cfg.AuthSecret), Leeway: 30 * time.Second}
+	}
 	var runners []func(context.Context) error
 	if cfg.Wake == WakeNotify {
 		nt, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Window: cfg.NotifyWindow, Registerer: reg, Logger: log})
@@ -215,11 +220,19 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		return fmt.Errorf("serving http: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info().Msg("shutting down")
+	log.Info().Dur("drain_window", cfg.DrainWindow).Int("streams", gw.Streams()).Msg("shutting down")
+	// Stop leasing, close streams over the drain window (each gives its
+	// leases back), then stop serving and release what SSE streams kept
+	// for a resume.
 	gw.Drain()
+	dctx, cancelDrain := context.WithTimeout(context.Background(), cfg.DrainWindow+cfg.ShutdownTimeout)
+	defer cancelDrain()
+	gw.WaitStreams(dctx)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	err = srv.Shutdown(sctx)
+	gw.Close()
+	if err != nil {
 		_ = srv.Close()
 		return fmt.Errorf("shutting down http: %w", err)
 	}

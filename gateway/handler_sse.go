@@ -59,7 +59,7 @@ type sseHeld struct {
 }
 
 func retryJitter() time.Duration {
-	return sseRetryMin + rand.N(sseRetryMax-sseRetryMin)
+	return sseRetryMin + rand.N(sseRetryMax-sseRetryMin) // #nosec G404 -- jitter, not a secret
 }
 
 func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
@@ -406,7 +406,7 @@ func holderKey(partitionID, transactionID, group string) string {
 // were acknowledged, so they may take more at once.
 func (s *Server) ackedLocally(acks []queue.Ack, results []queue.AckResult) {
 	for i, res := range results {
-		if i >= len(acks) || !(res.Success || res.Error == queue.ErrTextInvalidLease) {
+		if i >= len(acks) || (!res.Success && res.Error != queue.ErrTextInvalidLease) {
 			continue
 		}
 		a := acks[i]

@@ -238,7 +238,7 @@ func (s *Server) spread() time.Duration {
 	if s.cfg.DrainWindow <= 0 {
 		return 0
 	}
-	return rand.N(s.cfg.DrainWindow)
+	return rand.N(s.cfg.DrainWindow) // #nosec G404 -- spreading, not a secret
 }
 
 // WaitStreams waits until every WebSocket and SSE stream has ended (after

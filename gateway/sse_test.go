@@ -45,7 +45,7 @@ func (e *env) openSSE(t *testing.T, path string, header http.Header) *sseClient 
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	res, err := e.ts.Client().Do(req)
+	res, err := e.ts.Client().Do(req) //nolint:bodyclose // closed by sseClient.close
 	if err != nil {
 		cancel()
 		require.NoError(t, err)

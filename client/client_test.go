@@ -1,0 +1,360 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/client"
+	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// server is a real Herald (gateway and poller) on a real socket that can be
+// stopped and started again on the same address.
+type server struct {
+	t     *testing.T
+	store *queue.Store
+	addr  string
+	auth  *gateway.Auth
+
+	http *http.Server
+	gw   *gateway.Server
+	stop func()
+}
+
+func startServer(t *testing.T, store *queue.Store, addr string, auth *gateway.Auth) *server {
+	t.Helper()
+	s := &server{t: t, store: store, addr: addr, auth: auth}
+	s.start()
+	t.Cleanup(s.shutdown)
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	ln, err := net.Listen("tcp", s.addr)
+	require.NoError(s.t, err)
+	s.addr = ln.Addr().String()
+	p, err := poller.New(poller.Config{Store: s.store})
+	require.NoError(s.t, err)
+	s.stop = p.Start()
+	s.gw, err = gateway.New(gateway.Config{Store: s.store, Poller: p, Auth: s.auth})
+	require.NoError(s.t, err)
+	s.http = &http.Server{Handler: s.gw.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.http.Serve(ln) }()
+}
+
+// shutdown stops the server as cmd/herald does.
+func (s *server) shutdown() {
+	if s.http == nil {
+		return
+	}
+	s.gw.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.gw.WaitStreams(ctx)
+	_ = s.http.Shutdown(ctx)
+	s.gw.Close()
+	s.stop()
+	s.http = nil
+}
+
+func (s *server) url() string { return "http://" + s.addr }
+
+func newServer(t *testing.T) *server {
+	return startServer(t, queuetest.NewStore(t), "127.0.0.1:0", nil)
+}
+
+func dial(t *testing.T, s *server, opts client.Options) *client.Client {
+	t.Helper()
+	if opts.MinBackoff == 0 {
+		opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+	}
+	c, err := client.Dial(ctxT(t), s.url(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func push(t *testing.T, c *client.Client, q string, from, n int) {
+	t.Helper()
+	items := make([]client.PushItem, n)
+	for i := range items {
+		items[i] = client.PushItem{Queue: q, Payload: from + i}
+	}
+	res, err := c.Push(ctxT(t), items...)
+	require.NoError(t, err)
+	require.Len(t, res, n)
+}
+
+// cursor is how far the queue-mode consumer has acknowledged.
+func cursor(t *testing.T, s *server) int {
+	var n int
+	require.NoError(t, s.store.Pool().QueryRow(ctxT(t), `SELECT coalesce(max(cursor), 0) FROM consumers`).Scan(&n))
+	return n
+}
+
+// collect subscribes until n messages arrived and returns their payloads.
+func collect(t *testing.T, c *client.Client, opts client.SubscribeOptions, n int, h client.Handler) []int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var mu sync.Mutex
+	var got []int
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.Subscribe(ctx, opts, func(ctx context.Context, m *client.Message) error {
+			v, err := strconv.Atoi(string(m.Data))
+			require.NoError(t, err)
+			var herr error
+			if h != nil {
+				herr = h(ctx, m)
+			}
+			mu.Lock()
+			got = append(got, v)
+			if len(got) == n {
+				cancel()
+			}
+			mu.Unlock()
+			return herr
+		})
+	}()
+	select {
+	case err := <-errc:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("subscription did not receive everything")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return got
+}
+
+func seq(from, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = from + i
+	}
+	return out
+}
+
+func TestSubscribe_AcksOnNil(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	c := dial(t, s, client.Options{})
+	push(t, c, "sdk-ack", 1, 20)
+	got := collect(t, c, client.SubscribeOptions{Queue: "sdk-ack", Batch: 5}, 20, nil)
+	assert.Equal(t, seq(1, 20), got)
+	require.Eventually(t, func() bool { return cursor(t, s) == 20 }, 10*time.Second, 10*time.Millisecond,
+		"every message acknowledged")
+}
+
+func TestSubscribe_ErrorFailsThenDLQ(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	c := dial(t, s, client.Options{})
+	s.post(`/api/v1/configure`, `{"queue":"sdk-fail","options":{"retryLimit":2}}`)
+	push(t, c, "sdk-fail", 1, 2)
+	var retries []int
+	got := collect(t, c, client.SubscribeOptions{Queue: "sdk-fail", Batch: 1}, 4, func(_ context.Context, m *client.Message) error {
+		if string(m.Data) == "1" {
+			retries = append(retries, m.RetryCount)
+			return errors.New("cannot process 1")
+		}
+		return nil
+	})
+	// 1 is tried three times (retry limit 2) and dead-lettered; then 2.
+	assert.Equal(t, []int{1, 1, 1, 2}, got)
+	assert.Equal(t, []int{0, 1, 2}, retries)
+	var dlq struct {
+		Messages []struct {
+			ErrorMessage string `json:"errorMessage"`
+			Data         json.RawMessage
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(s.get("/api/v1/dlq?queue=sdk-fail"), &dlq))
+	require.Len(t, dlq.Messages, 1)
+	assert.Contains(t, fmt.Sprint(dlq), "cannot process 1")
+}
+
+func TestSubscribe_ManualAck(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	c := dial(t, s, client.Options{})
+	push(t, c, "sdk-manual", 1, 2)
+	first := true
+	got := collect(t, c, client.SubscribeOptions{Queue: "sdk-manual", Batch: 1, ManualAck: true}, 3,
+		func(ctx context.Context, m *client.Message) error {
+			if string(m.Data) == "1" && first {
+				first = false
+				return m.Settle(ctx, client.StatusRetry, "") // again, without counting
+			}
+			return m.Ack(ctx)
+		})
+	assert.Equal(t, []int{1, 1, 2}, got)
+	require.Eventually(t, func() bool { return cursor(t, s) == 2 }, 10*time.Second, 10*time.Millisecond)
+}
+
+func TestSubscribe_AutoAckAndGroups(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	c := dial(t, s, client.Options{})
+	push(t, c, "sdk-groups", 1, 5)
+	for _, g := range []string{"a", "b"} {
+		got := collect(t, c, client.SubscribeOptions{Queue: "sdk-groups", ConsumerGroup: g, AutoAck: true}, 5, nil)
+		assert.Equal(t, seq(1, 5), got, "group %s", g)
+	}
+}
+
+// The server restarts: the client reconnects by itself, resubscribes, and
+// receives what was pushed while it was down; nothing is missed, order
+// holds.
+func TestReconnect_ServerRestart(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	var mu sync.Mutex
+	var states []client.StateKind
+	c := dial(t, s, client.Options{OnState: func(st client.State) {
+		mu.Lock()
+		states = append(states, st.Kind)
+		mu.Unlock()
+	}})
+	push(t, c, "sdk-restart", 1, 5)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	got := make(chan int, 100)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.Subscribe(ctx, client.SubscribeOptions{Queue: "sdk-restart", Batch: 2},
+			func(_ context.Context, m *client.Message) error {
+				v, _ := strconv.Atoi(string(m.Data))
+				got <- v
+				return nil
+			})
+	}()
+	seen := map[int]int{}
+	last := 0
+	receive := func(upTo int) {
+		t.Helper()
+		for last < upTo {
+			select {
+			case v := <-got:
+				seen[v]++
+				if seen[v] == 1 {
+					require.Equal(t, last+1, v, "in order")
+					last = v
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("received up to %d of %d", last, upTo)
+			}
+		}
+	}
+	receive(5)
+	s.shutdown()
+	// Pushed while no server runs (another instance would take them).
+	for i := 6; i <= 10; i++ {
+		raw, _ := json.Marshal(i)
+		_, err := s.store.Push(ctx, []queue.PushItem{{Queue: "sdk-restart", Payload: raw}})
+		require.NoError(t, err)
+	}
+	s.start()
+	receive(10)
+	cancel()
+	require.NoError(t, <-errc)
+	mu.Lock()
+	assert.Contains(t, states, client.StateReconnecting)
+	assert.Equal(t, client.StateConnected, states[len(states)-1])
+	mu.Unlock()
+	for v, n := range seen {
+		if n > 1 {
+			t.Logf("message %d delivered %d times (at-least-once)", v, n)
+		}
+	}
+}
+
+func TestAuth_BadTokenIsTerminal(t *testing.T) {
+	t.Parallel()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s := startServer(t, queuetest.NewStore(t), "127.0.0.1:0", &gateway.Auth{Secret: secret})
+	bad := dial(t, s, client.Options{Token: "not-a-token"})
+	err := bad.Subscribe(ctxT(t), client.SubscribeOptions{Queue: "sdk-auth"}, func(context.Context, *client.Message) error { return nil })
+	var ce *client.CloseError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, gateway.CloseUnauthorized, ce.Code)
+	assert.True(t, ce.Terminal())
+
+	good := dial(t, s, client.Options{Token: gateway.SignToken(secret, "sdk", "read-write", time.Hour)})
+	push(t, good, "sdk-auth", 1, 1)
+	reader := dial(t, s, client.Options{Token: gateway.SignToken(secret, "r", "read-only", time.Hour)})
+	_, err = reader.Push(ctxT(t), client.PushItem{Queue: "sdk-auth", Payload: 1})
+	var he *client.HTTPError
+	require.ErrorAs(t, err, &he)
+	assert.Equal(t, http.StatusForbidden, he.Status)
+	var sub *string
+	collect(t, reader, client.SubscribeOptions{Queue: "sdk-auth"}, 1, func(_ context.Context, m *client.Message) error {
+		sub = m.ProducerSub
+		return nil
+	})
+	require.NotNil(t, sub)
+	assert.Equal(t, "sdk", *sub)
+}
+
+func TestPush_Duplicates(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	c := dial(t, s, client.Options{})
+	res, err := c.Push(ctxT(t), client.PushItem{Queue: "sdk-dup", Payload: map[string]int{"n": 1}, TransactionID: "t1"},
+		client.PushItem{Queue: "sdk-dup", Payload: json.RawMessage(`{"n":2}`), TransactionID: "t1"})
+	require.NoError(t, err)
+	assert.Equal(t, "queued", res[0].Status)
+	assert.Equal(t, "duplicate", res[1].Status)
+
+	_, err = c.Push(ctxT(t), client.PushItem{Queue: ""})
+	var he *client.HTTPError
+	require.ErrorAs(t, err, &he)
+	assert.Equal(t, http.StatusBadRequest, he.Status)
+}
+
+func (s *server) post(path, body string) {
+	s.t.Helper()
+	res, err := http.Post(s.url()+path, "application/json", strings.NewReader(body))
+	require.NoError(s.t, err)
+	_ = res.Body.Close()
+	require.Equal(s.t, http.StatusOK, res.StatusCode)
+}
+
+func (s *server) get(path string) []byte {
+	s.t.Helper()
+	res, err := http.Get(s.url() + path)
+	require.NoError(s.t, err)
+	defer func() { _ = res.Body.Close() }()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(s.t, err)
+	require.Equal(s.t, http.StatusOK, res.StatusCode, "%s", b)
+	return b
+}

@@ -148,7 +148,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	st.in = &poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
-		Batch: batch, Partitions: req.Partitions, Credit: maxInFlight, AutoAck: req.AutoAck, Standing: true,
+		Batch: batch, Partitions: max(req.Partitions, streamPartitions(batch, maxInFlight)), Credit: maxInFlight, AutoAck: req.AutoAck, Standing: true,
 		Deliver: st.deliver,
 	}
 
@@ -193,8 +193,12 @@ func (st *sseStream) run(ctx context.Context, w http.ResponseWriter, rc *http.Re
 	s := st.s
 	hb := time.NewTicker(s.cfg.SSEHeartbeat)
 	defer hb.Stop()
-	check := time.NewTicker(sseLeaseCheck)
+	// The lease check runs only while messages are in flight: an idle
+	// stream wakes for nothing but its heartbeat.
+	check := time.NewTimer(sseLeaseCheck)
+	check.Stop()
 	defer check.Stop()
+	checking := false
 	draining := s.draining
 	var closeAt <-chan time.Time
 	write := func(b []byte) bool {
@@ -217,13 +221,18 @@ func (st *sseStream) run(ctx context.Context, w http.ResponseWriter, rc *http.Re
 			}
 			if st.autoAck {
 				s.poller.AddCredit(st.in, len(res.Messages)) // written: room for more
+			} else if !checking {
+				checking = true
+				check.Reset(sseLeaseCheck)
 			}
 		case <-hb.C:
 			if !write([]byte(": heartbeat\n\n")) {
 				return
 			}
 		case <-check.C:
-			st.checkLeases(ctx)
+			if checking = st.checkLeases(ctx); checking {
+				check.Reset(sseLeaseCheck)
+			}
 		case <-draining:
 			// Stop leasing now; close at a random point of the drain window
 			// so that browsers do not all reconnect at once.
@@ -338,12 +347,13 @@ func (st *sseStream) acked(k inflightKey) {
 }
 
 // checkLeases looks up the stream's leases: acks posted to other instances
-// and expired leases give credit back.
-func (st *sseStream) checkLeases(ctx context.Context) {
+// and expired leases give credit back. It reports whether messages are
+// still in flight.
+func (st *sseStream) checkLeases(ctx context.Context) bool {
 	st.mu.Lock()
 	if len(st.inflight) == 0 {
 		st.mu.Unlock()
-		return
+		return false
 	}
 	pids := make([]string, 0, len(st.byKey))
 	for pid := range st.byKey {
@@ -352,7 +362,7 @@ func (st *sseStream) checkLeases(ctx context.Context) {
 	st.mu.Unlock()
 	held, err := st.s.store.HeldLeases(ctx, st.group, pids)
 	if err != nil {
-		return // next tick
+		return true // next tick
 	}
 	n := 0
 	st.mu.Lock()
@@ -362,10 +372,12 @@ func (st *sseStream) checkLeases(ctx context.Context) {
 			n++
 		}
 	}
+	left := len(st.inflight)
 	st.mu.Unlock()
 	if n > 0 {
 		st.s.poller.AddCredit(st.in, n)
 	}
+	return left > 0
 }
 
 // close ends the stream. Deliveries not written are released at once. The

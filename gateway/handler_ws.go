@@ -46,6 +46,9 @@ const (
 	wsMalformedFramesToKill = 100                // protocol errors tolerated per connection
 )
 
+// wsWriteBuffers lends write buffers to connections while they write.
+var wsWriteBuffers sync.Pool
+
 // checkOrigin applies Config.AllowedOrigins to browser upgrades.
 func (s *Server) checkOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
@@ -83,14 +86,16 @@ type wsFrame struct {
 type wsConn struct {
 	s    *Server
 	ws   *websocket.Conn
-	out  chan any // frames for the writer; never blocked on
 	done chan struct{}
 
-	claims  Claims // when auth is on
-	expires <-chan time.Time
+	claims  Claims      // when auth is on
 	held    atomic.Bool // the write queue is past wsHoldAt: lease nothing
+	pinger  *time.Timer
+	writers sync.WaitGroup // the writer, while one runs
 
 	mu       sync.Mutex
+	out      []any // frames for the writer, oldest first; a slice, so an idle connection holds no buffer
+	writing  bool  // a writer goroutine runs
 	subs     map[string]*wsSub
 	inflight map[inflightKey]inflightMsg
 	nextSub  int
@@ -131,13 +136,16 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Auth != nil {
 		claims, authErr = s.checkToken(r, RoleReadOnly)
 	}
-	up := websocket.Upgrader{Subprotocols: []string{WSSubprotocol}, CheckOrigin: func(*http.Request) bool { return true }}
+	// A small read buffer of its own (the HTTP server's 4 KiB one is let go)
+	// and write buffers lent only while writing: idle connections are cheap.
+	up := websocket.Upgrader{Subprotocols: []string{WSSubprotocol}, CheckOrigin: func(*http.Request) bool { return true },
+		ReadBufferSize: 1024, WriteBufferSize: 4096, WriteBufferPool: &wsWriteBuffers}
 	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader has answered
 	}
 	ws.SetReadLimit(WSReadLimitDefault)
-	c := &wsConn{s: s, ws: ws, out: make(chan any, wsWriteQueue), done: make(chan struct{}),
+	c := &wsConn{s: s, ws: ws, done: make(chan struct{}),
 		subs: map[string]*wsSub{}, inflight: map[inflightKey]inflightMsg{}, claims: claims}
 	switch {
 	case errors.Is(authErr, errForbidden):
@@ -153,9 +161,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !claims.Expires.IsZero() {
-		t := time.NewTimer(time.Until(claims.Expires))
+		t := time.AfterFunc(time.Until(claims.Expires), func() { c.closeWith(CloseUnauthorized, "token expired") })
 		defer t.Stop()
-		c.expires = t.C
 	}
 	s.wsMu.Lock()
 	s.wsConns[c] = true
@@ -167,14 +174,13 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.wsMu.Unlock()
 		s.metrics.wsConns.Dec()
 	}()
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writer()
-	}()
+	// No goroutine of its own writes while the connection is idle: pings
+	// come from a timer, frames from a writer started when there are some.
+	c.pinger = time.AfterFunc(wsPingInterval, c.ping)
 	c.reader(r.Context())
+	c.pinger.Stop()
 	c.shutdown()
-	<-writerDone
+	c.writers.Wait()
 }
 
 // reader handles frames until the connection fails.
@@ -248,18 +254,22 @@ func (c *wsConn) send(frame any) bool {
 	if c.closed {
 		return false
 	}
-	select {
-	case c.out <- frame:
-		if len(c.out) >= wsHoldAt {
-			c.held.Store(true)
-		}
-		return true
-	default:
+	if len(c.out) >= wsWriteQueue {
 		c.closed = true
 		close(c.done)
 		go c.closeWith(CloseSlowConsumer, "client reads too slowly")
 		return false
 	}
+	c.out = append(c.out, frame)
+	if len(c.out) >= wsHoldAt {
+		c.held.Store(true)
+	}
+	if !c.writing {
+		c.writing = true
+		c.writers.Add(1)
+		go c.write()
+	}
+	return true
 }
 
 func (c *wsConn) closeWith(code int, reason string) {
@@ -267,33 +277,56 @@ func (c *wsConn) closeWith(code int, reason string) {
 	_ = c.ws.Close()
 }
 
-// writer owns the socket's writes: frames from the queue and pings.
-func (c *wsConn) writer() {
-	ping := time.NewTicker(wsPingInterval)
-	defer ping.Stop()
+// ping sends a WebSocket ping and arms the next; the client's pong extends
+// the read deadline. WriteControl may run alongside the writer.
+func (c *wsConn) ping() {
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteTimeout)); err != nil {
+		_ = c.ws.Close()
+		return
+	}
+	c.mu.Lock()
+	if !c.closed {
+		c.pinger.Reset(wsPingInterval)
+	}
+	c.mu.Unlock()
+}
+
+// write is the connection's one writer while frames are queued: started by
+// send, it ends when the queue is empty.
+func (c *wsConn) write() {
+	defer c.writers.Done()
 	for {
-		select {
-		case <-c.done:
+		c.mu.Lock()
+		if len(c.out) == 0 || c.closed {
+			c.out = nil // an idle connection keeps no queue
+			c.writing = false
+			c.mu.Unlock()
 			return
-		case f := <-c.out:
-			_ = c.ws.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
-			if err := c.ws.WriteJSON(f); err != nil {
-				_ = c.ws.Close()
-				return
-			}
-			if len(c.out) <= wsResumeAt && c.held.CompareAndSwap(true, false) {
-				c.resumeLeasing()
-			}
-		case <-c.expires:
-			c.closeWith(CloseUnauthorized, "token expired")
+		}
+		f := c.out[0]
+		c.out[0] = nil
+		c.out = c.out[1:]
+		left := len(c.out)
+		c.mu.Unlock()
+		_ = c.ws.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
+		if err := c.ws.WriteJSON(f); err != nil {
+			_ = c.ws.Close() // the reader fails and shuts the connection down
+			c.mu.Lock()
+			c.out, c.writing = nil, false
+			c.mu.Unlock()
 			return
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteTimeout)); err != nil {
-				_ = c.ws.Close()
-				return
-			}
+		}
+		if left <= wsResumeAt && c.held.CompareAndSwap(true, false) {
+			c.resumeLeasing()
 		}
 	}
+}
+
+// streamPartitions is how many partitions a subscription may lease in one
+// delivery: enough to fill its credit with batches, so that a stream over
+// many partitions is not served one partition per poll cycle.
+func streamPartitions(batch, maxInFlight int) int {
+	return min(max(maxInFlight/max(batch, 1), 1), queue.MaxPartitions)
 }
 
 // resumeLeasing lets the subscriptions take messages again once the client
@@ -377,7 +410,7 @@ func (c *wsConn) subscribe(f *wsFrame) {
 	sub.in = &poller.Intention{
 		Target: queue.Target{Queue: f.Queue, Partition: f.Partition, Group: group,
 			SubscriptionMode: f.SubscriptionMode, SubscriptionFrom: f.SubscriptionFrom},
-		Batch: batch, Credit: maxInFlight, AutoAck: f.AutoAck, Standing: true,
+		Batch: batch, Partitions: streamPartitions(batch, maxInFlight), Credit: maxInFlight, AutoAck: f.AutoAck, Standing: true,
 		Deliver: func(res *queue.PopResult) bool { return c.deliver(sub, res) },
 		Hold:    c.held.Load,
 	}
@@ -506,6 +539,12 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 	c.mu.Lock()
 	for i, res := range results {
 		out[i] = ackResultJSON(res)
+		if res.Success {
+			c.s.metrics.acks.WithLabelValues(res.Queue, string(acks[i].Status)).Inc()
+		}
+		if res.DLQ {
+			c.s.metrics.dlq.WithLabelValues(res.Queue).Inc()
+		}
 		k := inflightKey{acks[i].PartitionID, acks[i].TransactionID}
 		if m, ok := c.inflight[k]; ok && (res.Success || res.Error == queue.ErrTextInvalidLease) {
 			delete(c.inflight, k)

@@ -26,31 +26,44 @@ func Channel(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 
 // payload encodes a wake-up: the queue, then the partitions that changed,
 // one per line (names cannot hold control characters). No partitions means
-// "any partition of the queue".
-func payload(queue string, partitions []string) string {
+// "any partition of the queue". A last line of senderMark + sender names
+// the instance that sent it, which has woken itself already.
+func payload(queue string, partitions []string, sender string) string {
 	var b strings.Builder
 	b.WriteString(queue)
 	for _, p := range partitions {
 		if b.Len()+1+len(p) > maxPayload {
-			return queue // too many to list: the whole queue is checked
+			b.Reset()
+			b.WriteString(queue) // too many to list: the whole queue is checked
+			break
 		}
 		b.WriteByte('\n')
 		b.WriteString(p)
 	}
+	if sender != "" {
+		b.WriteString("\n" + senderMark + sender)
+	}
 	return b.String()
 }
+
+// senderMark starts the sender line: a control character, which no queue
+// or partition name holds.
+const senderMark = "\x01"
 
 // maxPayload keeps a NOTIFY payload well under Postgres' 8000-byte limit.
 const maxPayload = 7000
 
 // parsePayload decodes payload; ok is false for anything that is not a
 // Herald wake-up (another producer on the channel): it is ignored.
-func parsePayload(s string) (queue string, partitions []string, ok bool) {
+func parsePayload(s string) (queue string, partitions []string, sender string, ok bool) {
 	parts := strings.Split(s, "\n")
 	if parts[0] == "" {
-		return "", nil, false
+		return "", nil, "", false
 	}
-	return parts[0], parts[1:], true
+	if last := parts[len(parts)-1]; len(parts) > 1 && strings.HasPrefix(last, senderMark) {
+		sender, parts = last[len(senderMark):], parts[:len(parts)-1]
+	}
+	return parts[0], parts[1:], sender, true
 }
 
 func listenSQL(channel string) string { return "LISTEN " + pgx.Identifier{channel}.Sanitize() }

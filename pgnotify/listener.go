@@ -43,6 +43,9 @@ type ListenerConfig struct {
 	URL string
 	// Waker receives the wake-ups. Required.
 	Waker Waker
+	// Self, when set, is this instance's NotifierConfig.Sender: its own
+	// notifications are skipped.
+	Self string
 	// PingInterval bounds each wait: a silent connection is pinged then, so
 	// a dead one is noticed. Zero means PingIntervalDefault.
 	PingInterval time.Duration
@@ -142,8 +145,8 @@ func (l *Listener) session(ctx context.Context, first *bool) (listened bool, err
 		cancel()
 		switch {
 		case err == nil:
-			queue, parts, ok := parsePayload(n.Payload)
-			if !ok {
+			queue, parts, sender, ok := parsePayload(n.Payload)
+			if !ok || (sender != "" && sender == l.cfg.Self) {
 				continue
 			}
 			l.received.Inc()

@@ -75,9 +75,10 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	var ready <-chan struct{}
 	switch mode {
 	case "notify":
-		in.notifier, err = pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Registerer: prometheus.NewRegistry()})
+		self := queue.NewID() // as cmd/herald wires it: each instance skips its own NOTIFYs
+		in.notifier, err = pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Sender: self, Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
-		in.listener, err = pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: p, PingInterval: time.Second,
+		in.listener, err = pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: p, Self: self, PingInterval: time.Second,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
 		require.NoError(t, err)
 		gcfg.Notifier = in.notifier

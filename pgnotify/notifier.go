@@ -33,6 +33,10 @@ type NotifierConfig struct {
 	Window time.Duration
 	// Presence, when set, lets the notifier skip queues nobody listens to.
 	Presence Presence
+	// Sender, when set, is written into every NOTIFY so that this
+	// instance's own Listener (with the same ListenerConfig.Self) skips
+	// them: a push wakes its own instance directly.
+	Sender string
 	// Registerer receives the notifier's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	// Logger; the zero value logs nothing.
@@ -163,7 +167,7 @@ func (n *Notifier) flush(ctx context.Context, final bool) (next time.Time) {
 			list = append(list, p)
 		}
 		sort.Strings(list)
-		payloads = append(payloads, payload(q, list))
+		payloads = append(payloads, payload(q, list, n.cfg.Sender))
 		n.last[q] = now
 		delete(n.pending, q)
 	}

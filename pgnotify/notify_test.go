@@ -163,12 +163,12 @@ func (r *recordingWaker) seen() ([]string, int) {
 }
 
 // With --listen-database-url the listener opens its own connection; it
-// sweeps once when it connects, decodes queue and partitions, and ignores
-// foreign payloads on the channel.
+// sweeps once when it connects, decodes queue and partitions, ignores
+// foreign payloads on the channel and its own instance's notifications.
 func TestListener_OwnURL(t *testing.T) {
 	dsn := sharedDSN(t)
 	w := &recordingWaker{}
-	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{URL: dsn, Waker: w})
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{URL: dsn, Waker: w, Self: "me"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -186,7 +186,8 @@ func TestListener_OwnURL(t *testing.T) {
 	defer pool.Close()
 	channel, err := pgnotify.Channel(context.Background(), pool)
 	require.NoError(t, err)
-	for _, p := range []string{"q1\np1\np2", "", "q2"} {
+	// Its own notifications (sender line "me") are skipped; others' are not.
+	for _, p := range []string{"mine\np9\n\x01me", "q1\np1\np2\n\x01other", "", "q2"} {
 		_, err := pool.Exec(context.Background(), `SELECT pg_notify($1, $2)`, channel, p)
 		require.NoError(t, err)
 	}

@@ -422,7 +422,11 @@ func (w *worker) fastServe(ctx context.Context, items []hinted) (worked bool) {
 	w.mu.Lock()
 	for _, h := range items {
 		queueName := strings.TrimPrefix(h.key, "q:")
-		taken := map[*Intention]bool{}
+		// An intention may take up to its Partitions of the hinted
+		// partitions, merged into one delivery under one lease.
+		owner := map[*Intention]int{}
+		claimed := map[*Intention]int{}
+		leases := map[*Intention]string{}
 		for part := range h.hints {
 			pid, ok := w.partitionIDs.Get(queueName + "\x00" + part)
 			if !ok {
@@ -432,21 +436,29 @@ func (w *worker) fastServe(ctx context.Context, items []hinted) (worked bool) {
 			groups := map[string]bool{}
 			for _, specific := range []bool{true, false} {
 				for _, in := range h.intentions {
-					if in.gone || !in.ready() || taken[in] || groups[in.Target.Group] {
+					if in.gone || !in.ready() || groups[in.Target.Group] {
 						continue
 					}
 					if specific != (in.Target.Partition != "") || (specific && in.Target.Partition != part) {
 						continue
 					}
-					taken[in], groups[in.Target.Group] = true, true
-					n := min(in.Batch, in.credit)
-					lease := ""
-					if !in.AutoAck {
-						lease = queue.NewID()
+					idx, seen := owner[in]
+					if !seen {
+						idx = len(owners)
+						owner[in] = idx
+						owners = append(owners, in)
+						if !in.AutoAck {
+							leases[in] = queue.NewID()
+						}
 					}
-					as = append(as, queue.Assignment{Intention: len(owners), PartitionID: pid, Group: in.Target.Group,
-						Limit: n, Total: n, AutoAck: in.AutoAck, LeaseID: lease})
-					owners = append(owners, in)
+					if claimed[in] >= max(in.Partitions, 1) {
+						continue
+					}
+					claimed[in]++
+					groups[in.Target.Group] = true
+					n := min(in.Batch, in.credit)
+					as = append(as, queue.Assignment{Intention: idx, PartitionID: pid, Group: in.Target.Group,
+						Limit: n, Total: n, AutoAck: in.AutoAck, LeaseID: leases[in]})
 				}
 			}
 		}

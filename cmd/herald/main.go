@@ -168,11 +168,14 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	}
 	var runners []func(context.Context) error
 	if cfg.Wake == WakeNotify {
-		nt, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Window: cfg.NotifyWindow, Registerer: reg, Logger: log})
+		// Our pushes wake this instance directly; the NOTIFY is for the others.
+		self := queue.NewID()
+		nt, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Window: cfg.NotifyWindow, Sender: self,
+			Registerer: reg, Logger: log})
 		if err != nil {
 			return err
 		}
-		lcfg := pgnotify.ListenerConfig{Waker: pl, Registerer: reg, Logger: log}
+		lcfg := pgnotify.ListenerConfig{Waker: pl, Self: self, Registerer: reg, Logger: log}
 		if cfg.ListenDatabaseURL != "" {
 			lcfg.URL = cfg.ListenDatabaseURL
 		} else {

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// holderCmd is the hidden subcommand of a connection-holding child.
+const holderCmd = "__hold"
+
+// idleQueues spreads idle subscribers over this many queues.
+const idleQueues = 100
+
+// idleResult is the cost of connections that wait for messages.
+type idleResult struct {
+	WS             int     `json:"ws"`
+	SSE            int     `json:"sse"`
+	ConnectPerSec  float64 `json:"connect_per_s"`
+	RSSBefore      int64   `json:"rss_before_bytes"`
+	RSSAfter       int64   `json:"rss_after_bytes"`
+	BytesPerConn   float64 `json:"bytes_per_conn"`
+	CPUPercent     float64 `json:"idle_cpu_percent"`
+	QueriesPerSec  float64 `json:"db_queries_per_s"`
+	MeasuredFor    float64 `json:"measured_s"`
+	FileLimitNote  string  `json:"note,omitempty"`
+	ServerMeasured bool    `json:"server_measured"`
+}
+
+// openFileLimit reads the soft open-file limit of a process.
+func openFileLimit(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Max open files") {
+			f := strings.Fields(line)
+			n, _ := strconv.Atoi(f[3])
+			return n
+		}
+	}
+	return 0
+}
+
+func runIdle(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) (*idleResult, error) {
+	res := &idleResult{WS: cfg.IdleWS, SSE: cfg.IdleSSE, ServerMeasured: srv.pid != 0}
+	if lim := openFileLimit(srv.pid); lim > 0 && res.WS+res.SSE > lim-300 {
+		// Keep room for the listener, the database pool and the process.
+		scale := float64(lim-300) / float64(res.WS+res.SSE)
+		res.WS, res.SSE = int(float64(res.WS)*scale), int(float64(res.SSE)*scale)
+		res.FileLimitNote = fmt.Sprintf("the server's open-file limit (%d) caps the connections at %d WS + %d SSE", lim, res.WS, res.SSE)
+		progress(log, "idle: %s", res.FileLimitNote)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second) // let the server settle after start-up
+	res.RSSBefore = srv.rss()
+	progress(log, "idle: opening %d WebSocket and %d SSE connections from %d processes", res.WS, res.SSE, cfg.Holders)
+	start := time.Now()
+	var holders []*exec.Cmd
+	var stdins []io.Closer
+	defer func() {
+		for _, in := range stdins {
+			_ = in.Close()
+		}
+		for _, h := range holders {
+			_ = h.Wait()
+		}
+	}()
+	readyc := make(chan error, cfg.Holders)
+	for i := range cfg.Holders {
+		ws := res.WS / cfg.Holders
+		sse := res.SSE / cfg.Holders
+		if i == 0 {
+			ws += res.WS % cfg.Holders
+			sse += res.SSE % cfg.Holders
+		}
+		cmd := exec.CommandContext(ctx, exe, holderCmd, "--url", srv.url, "--ws", strconv.Itoa(ws), "--sse", strconv.Itoa(sse)) // #nosec G204 -- our own binary
+		cmd.Stderr = log
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		holders, stdins = append(holders, cmd), append(stdins, in)
+		go func() {
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err == nil && strings.TrimSpace(line) != "ready" {
+				err = fmt.Errorf("holder: %s", line)
+			}
+			readyc <- err
+		}()
+	}
+	for range cfg.Holders {
+		if err := <-readyc; err != nil {
+			return nil, err
+		}
+	}
+	res.ConnectPerSec = float64(res.WS+res.SSE) / time.Since(start).Seconds()
+	wsN, _ := srv.metric("herald_ws_connections")
+	sseN, _ := srv.metric("herald_sse_streams")
+	progress(log, "idle: server reports %.0f WebSocket and %.0f SSE connections (%.0f connects/s)", wsN, sseN, res.ConnectPerSec)
+	if int(wsN) != res.WS || int(sseN) != res.SSE {
+		return nil, fmt.Errorf("server holds %.0f WS and %.0f SSE connections, want %d and %d", wsN, sseN, res.WS, res.SSE)
+	}
+	time.Sleep(2 * time.Second) // let the first sweep and GC pass
+	res.RSSAfter = srv.rss()
+	res.BytesPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(res.WS+res.SSE)
+	cpu0 := srv.cpu()
+	q0, _ := srv.metric("herald_db_queries_total")
+	t0 := time.Now()
+	select {
+	case <-time.After(cfg.IdleFor):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	el := time.Since(t0)
+	q1, _ := srv.metric("herald_db_queries_total")
+	res.MeasuredFor = el.Seconds()
+	res.CPUPercent = 100 * (srv.cpu() - cpu0).Seconds() / el.Seconds()
+	res.QueriesPerSec = (q1 - q0) / el.Seconds()
+	progress(log, "idle: %.0f bytes of RSS per connection, %.2f%% CPU, %.2f queries/s", res.BytesPerConn, res.CPUPercent, res.QueriesPerSec)
+	return res, nil
+}
+
+// runHolder opens idle connections, says "ready" on stdout and holds them
+// until stdin closes.
+func runHolder(args []string) int {
+	fs := flag.NewFlagSet(holderCmd, flag.ContinueOnError)
+	url := fs.String("url", "", "")
+	nws := fs.Int("ws", 0, "")
+	nsse := fs.Int("sse", 0, "")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wsURL := "ws" + strings.TrimPrefix(*url, "http") + "/api/v1/ws"
+	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 1, DisableCompression: true}
+	hc := &http.Client{Transport: tr}
+	var opened atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64) // connects in flight
+	fail := make(chan error, 1)
+	for i := range *nws + *nsse {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			q := fmt.Sprintf("bench-idle-%d", i%idleQueues)
+			if i < *nws {
+				d := websocket.Dialer{Subprotocols: []string{"herald.v1"}, ReadBufferSize: 512, WriteBufferSize: 512}
+				ws, res, err := d.DialContext(ctx, wsURL, nil)
+				if err != nil {
+					select {
+					case fail <- err:
+					default:
+					}
+					return
+				}
+				_ = res.Body.Close()
+				if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"subscribe","queue":"`+q+`"}`)); err != nil {
+					return
+				}
+				_, _, _ = ws.ReadMessage() // subscribed
+				opened.Add(1)
+				go func() {
+					defer func() { _ = ws.Close() }()
+					for {
+						if _, _, err := ws.ReadMessage(); err != nil {
+							return
+						}
+					}
+				}()
+				return
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, *url+"/api/v1/sse/queue/"+q, nil)
+			res, err := hc.Do(req)
+			if err != nil {
+				select {
+				case fail <- err:
+				default:
+				}
+				return
+			}
+			br := bufio.NewReader(res.Body)
+			if _, err := br.ReadString('\n'); err != nil { // the retry: line: the stream is open
+				return
+			}
+			opened.Add(1)
+			go func() {
+				defer func() { _ = res.Body.Close() }()
+				_, _ = io.Copy(io.Discard, br)
+			}()
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-fail:
+		fmt.Printf("error: %v (%d opened)\n", err, opened.Load())
+		return 1
+	default:
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin) // hold until the parent closes stdin
+	return 0
+}

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heraldmq/herald/client"
+)
+
+// latencyPartitions spreads the pushes: a partition is leased to one
+// consumer at a time, so with one partition every message would wait for
+// the previous one's ack and the figure would measure ack round trips.
+const latencyPartitions = 16
+
+// stamp is the payload of a latency message.
+type stamp struct {
+	T int64 `json:"t"` // push time, unix ns
+	I int   `json:"i"`
+}
+
+// latencyResult is one transport's push → receipt distribution.
+type latencyResult struct {
+	Transport  string  `json:"transport"`
+	Rate       int     `json:"rate"`
+	Pushed     int     `json:"pushed"`
+	Received   int     `json:"received"`
+	Duplicates int     `json:"duplicates"`
+	P50        float64 `json:"p50_ms"`
+	P90        float64 `json:"p90_ms"`
+	P99        float64 `json:"p99_ms"`
+	P999       float64 `json:"p999_ms"`
+	Max        float64 `json:"max_ms"`
+	Ack        string  `json:"ack"`
+}
+
+// recorder collects receipt latencies, once per message.
+type recorder struct {
+	mu      sync.Mutex
+	seen    map[int]bool
+	samples []time.Duration
+	dups    int
+	after   int // messages before this index are warm-up
+}
+
+func (r *recorder) record(data []byte, now time.Time) {
+	var s stamp
+	if json.Unmarshal(data, &s) != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen[s.I] {
+		r.dups++
+		return
+	}
+	r.seen[s.I] = true
+	if s.I >= r.after {
+		r.samples = append(r.samples, now.Sub(time.Unix(0, s.T)))
+	}
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// percentile of sorted samples.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p / 100 * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]latencyResult, error) {
+	var out []latencyResult
+	for _, tr := range []string{"ws", "sse", "longpoll"} {
+		progress(log, "latency: %s consumer, %d msgs/s for %v", tr, cfg.Rate, cfg.Duration)
+		res, err := latencyRun(ctx, srv, cfg, tr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", tr, err)
+		}
+		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received)",
+			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed)
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}, Timeout: time.Minute}
+
+func latencyRun(ctx context.Context, srv *server, cfg benchConfig, transport string) (latencyResult, error) {
+	q := fmt.Sprintf("bench-lat-%s-%d", transport, time.Now().UnixNano())
+	total := int(float64(cfg.Rate) * cfg.Duration.Seconds())
+	warm := cfg.Rate // the first second warms connections and plans
+	rec := &recorder{seen: map[int]bool{}, after: warm}
+	res := latencyResult{Transport: transport, Rate: cfg.Rate}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		switch transport {
+		case "ws":
+			res.Ack = "acks on the socket (SDK, batched)"
+			consumeWS(cctx, srv.url, q, rec, ready)
+		case "sse":
+			res.Ack = "acks posted to /api/v1/ack/batch"
+			consumeSSE(cctx, srv.url, q, rec, ready)
+		case "longpoll":
+			res.Ack = "pop wait=true, then ack batch"
+			ready <- nil
+			consumeLongPoll(cctx, srv.url, q, rec)
+		}
+	})
+	if err := <-ready; err != nil {
+		cancel()
+		wg.Wait()
+		return res, err
+	}
+	pushed, err := pace(ctx, srv.url, q, cfg.Rate, total)
+	res.Pushed = pushed
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return res, err
+	}
+	// Wait for stragglers.
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.count() < pushed && time.Now().Before(deadline) {
+		t := time.NewTimer(20 * time.Millisecond)
+		<-t.C
+	}
+	cancel()
+	wg.Wait()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	s := rec.samples
+	slices.Sort(s)
+	res.Received, res.Duplicates = len(rec.seen), rec.dups
+	res.P50, res.P90, res.P99 = ms(percentile(s, 50)), ms(percentile(s, 90)), ms(percentile(s, 99))
+	res.P999 = ms(percentile(s, 99.9))
+	if len(s) > 0 {
+		res.Max = ms(s[len(s)-1])
+	}
+	return res, nil
+}
+
+// pace pushes total single-message pushes at rate per second, spread over
+// the partitions, from a pool of producers so that one slow push does not
+// delay the schedule.
+func pace(ctx context.Context, url, q string, rate, total int) (int, error) {
+	jobs := make(chan int, 1024)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range jobs {
+				body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":{"t":%d,"i":%d}}]}`,
+					q, i%latencyPartitions, time.Now().UnixNano(), i)
+				if err := post(ctx, url+"/api/v1/push", body, http.StatusCreated); err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	start := time.Now()
+	interval := time.Second / time.Duration(rate)
+	sent := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for sent < total {
+		next := start.Add(time.Duration(sent) * interval)
+		if d := time.Until(next); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				close(jobs)
+				wg.Wait()
+				return sent, ctx.Err()
+			}
+		}
+		jobs <- sent
+		sent++
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return sent, err
+	default:
+		return sent, nil
+	}
+}
+
+func post(ctx context.Context, url, body string, want int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = res.Body.Close() }()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		return fmt.Errorf("POST %s: %d %s", url, res.StatusCode, b)
+	}
+	return nil
+}
+
+func consumeWS(ctx context.Context, url, q string, rec *recorder, ready chan<- error) {
+	c, err := client.Dial(ctx, url, client.Options{})
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer func() { _ = c.Close() }()
+	ready <- nil
+	_ = c.Subscribe(ctx, client.SubscribeOptions{Queue: q, Batch: 100, MaxInFlight: 1000},
+		func(_ context.Context, m *client.Message) error {
+			rec.record(m.Data, time.Now())
+			return nil
+		})
+}
+
+// consumeSSE reads a stream as a browser would and posts acks as they come.
+func consumeSSE(ctx context.Context, url, q string, rec *recorder, ready chan<- error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/v1/sse/queue/"+q+"?batch=100&maxInFlight=1000", nil)
+	if err != nil {
+		ready <- err
+		return
+	}
+	res, err := (&http.Client{}).Do(req)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer func() { _ = res.Body.Close() }()
+	ready <- nil
+	acks := make(chan string, 4096)
+	var wg sync.WaitGroup
+	wg.Go(func() { ackLoop(ctx, url, acks) })
+	defer wg.Wait()
+	defer close(acks)
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("data: ")) {
+			continue
+		}
+		now := time.Now()
+		var m struct {
+			Data          json.RawMessage `json:"data"`
+			TransactionID string          `json:"transactionId"`
+			PartitionID   string          `json:"partitionId"`
+			LeaseID       string          `json:"leaseId"`
+		}
+		if json.Unmarshal(line[len("data: "):], &m) != nil {
+			continue
+		}
+		rec.record(m.Data, now)
+		item, _ := json.Marshal(map[string]string{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID})
+		acks <- string(item)
+	}
+}
+
+// ackLoop posts whatever acks have accumulated, one batch at a time.
+func ackLoop(ctx context.Context, url string, acks <-chan string) {
+	for first := range acks {
+		batch := []string{first}
+	more:
+		for len(batch) < 1000 {
+			select {
+			case a, ok := <-acks:
+				if !ok {
+					break more
+				}
+				batch = append(batch, a)
+			default:
+				break more
+			}
+		}
+		_ = post(context.WithoutCancel(ctx), url+"/api/v1/ack/batch", `{"acknowledgments":[`+strings.Join(batch, ",")+`]}`, http.StatusOK)
+	}
+}
+
+func consumeLongPoll(ctx context.Context, url, q string, rec *recorder) {
+	for ctx.Err() == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/v1/pop/queue/"+q+"?wait=true&timeout=5000&batch=100&partitions=16", nil)
+		if err != nil {
+			return
+		}
+		res, err := httpClient.Do(req)
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		b, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			continue
+		}
+		var pop struct {
+			Messages []struct {
+				Data          json.RawMessage `json:"data"`
+				TransactionID string          `json:"transactionId"`
+				PartitionID   string          `json:"partitionId"`
+				LeaseID       string          `json:"leaseId"`
+			} `json:"messages"`
+		}
+		if json.Unmarshal(b, &pop) != nil {
+			continue
+		}
+		items := make([]string, len(pop.Messages))
+		for i, m := range pop.Messages {
+			rec.record(m.Data, now)
+			item, _ := json.Marshal(map[string]string{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID})
+			items[i] = string(item)
+		}
+		if len(items) > 0 {
+			_ = post(context.WithoutCancel(ctx), url+"/api/v1/ack/batch", `{"acknowledgments":[`+strings.Join(items, ",")+`]}`, http.StatusOK)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+// Command herald-bench measures a Herald server: push → receipt latency per
+// transport, end-to-end throughput, and the cost of idle connections.
+//
+//	herald-bench [flags] [scenario ...]
+//
+// Scenarios: latency, throughput, idle (default: all three). Without --url
+// it starts `herald serve` (the binary next to herald-bench, or --herald)
+// on a private PostgreSQL in a temporary directory, and measures that
+// process; with --url it measures a running server (give --pid for its
+// memory and CPU).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type benchConfig struct {
+	URL      string
+	PID      int
+	Herald   string
+	Wake     string
+	Out      string
+	Rate     int
+	Duration time.Duration
+	IdleWS   int
+	IdleSSE  int
+	IdleFor  time.Duration
+	Holders  int
+	TputRate int
+}
+
+func main() {
+	// A connection holder is a child process of the idle scenario: one
+	// process cannot hold 20,000 sockets under this machine's file limit.
+	if len(os.Args) > 1 && os.Args[1] == holderCmd {
+		os.Exit(runHolder(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var cfg benchConfig
+	fs := flag.NewFlagSet("herald-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.URL, "url", "", "Herald to measure (http://host:port); empty starts one")
+	fs.IntVar(&cfg.PID, "pid", 0, "process id of the --url server, for its memory and CPU")
+	fs.StringVar(&cfg.Herald, "herald", "", "herald binary to start; empty looks next to herald-bench, then in PATH")
+	fs.StringVar(&cfg.Wake, "wake", "notify", "--wake of the server it starts")
+	fs.StringVar(&cfg.Out, "out", "herald-bench.json", "JSON results file; empty writes none")
+	fs.IntVar(&cfg.Rate, "rate", 1000, "latency: messages per second pushed")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "latency and throughput: how long each run measures")
+	fs.IntVar(&cfg.IdleWS, "idle-ws", 10000, "idle: WebSocket connections")
+	fs.IntVar(&cfg.IdleSSE, "idle-sse", 10000, "idle: SSE connections")
+	fs.DurationVar(&cfg.IdleFor, "idle-for", 10*time.Second, "idle: how long CPU and queries are measured")
+	fs.IntVar(&cfg.TputRate, "tput-rate", 10000, "throughput: messages per second pushed while the consumer runs")
+	fs.IntVar(&cfg.Holders, "holders", 4, "idle: child processes that hold the connections")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	scenarios := fs.Args()
+	if len(scenarios) == 0 {
+		scenarios = []string{"idle", "latency", "throughput"} // idle first: its memory baseline is the fresh server
+	}
+	for _, s := range scenarios {
+		if s != "latency" && s != "throughput" && s != "idle" {
+			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
+			return 2
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rep := &report{Machine: machine(), Started: time.Now().UTC(), Settings: cfg}
+	target := &server{url: cfg.URL, pid: cfg.PID}
+	if cfg.URL == "" {
+		srv, err := startServer(ctx, cfg, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "herald-bench:", err)
+			return 1
+		}
+		defer srv.stop()
+		target = srv
+	}
+	progress(stderr, "measuring %s (%s)", target.url, rep.Machine)
+	for _, s := range scenarios {
+		var err error
+		switch s {
+		case "latency":
+			rep.Latency, err = runLatency(ctx, target, cfg, stderr)
+		case "throughput":
+			rep.Throughput, err = runThroughput(ctx, target, cfg, stderr)
+		case "idle":
+			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "herald-bench: %s: %v\n", s, err)
+			return 1
+		}
+	}
+	rep.print(stdout)
+	if cfg.Out != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(cfg.Out, b, 0o600); err != nil {
+			fmt.Fprintln(stderr, "herald-bench:", err)
+			return 1
+		}
+		progress(stderr, "results written to %s", cfg.Out)
+	}
+	return 0
+}
+
+func progress(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "[%s] %s\n", time.Now().Format(time.TimeOnly), fmt.Sprintf(format, args...))
+}
+
+// machine describes where the figures come from.
+func machine() string {
+	mem := "?"
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		for _, line := range strings.Split(string(b), "\n") {
+			if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+				mem = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores, %s, %s/%s, %s", runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// server is the Herald under measurement.
+type server struct {
+	url  string
+	pid  int
+	cmd  *exec.Cmd
+	dir  string
+	done chan error
+}
+
+// findHerald locates the herald binary.
+func findHerald(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "herald")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("herald"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("no herald binary next to herald-bench or in PATH: build one (make bench does) or pass --herald or --url")
+}
+
+// startServer runs `herald serve` on a free loopback port with a private
+// PostgreSQL in a temporary directory.
+func startServer(ctx context.Context, cfg benchConfig, log io.Writer) (*server, error) {
+	bin, err := findHerald(cfg.Herald)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	dir, err := os.MkdirTemp("", "herald-bench-")
+	if err != nil {
+		return nil, err
+	}
+	// The postgres user runs the private cluster when we are root.
+	_ = os.Chmod(dir, 0o777) // #nosec G302 -- a throwaway directory the postgres user must enter
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", dir, "--log-level", "warn", "--wake", cfg.Wake,
+		"--ws-max-connections", strconv.Itoa(cfg.IdleWS+100), "--sse-max-connections", strconv.Itoa(cfg.IdleSSE+100),
+		"--drain-window", "0s")
+	cmd.Stdout, cmd.Stderr = log, log
+	progress(log, "starting %s serve --addr %s --wake %s (private PostgreSQL in %s)", bin, addr, cfg.Wake, dir)
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &server{url: "http://" + addr, pid: cmd.Process.Pid, cmd: cmd, dir: dir, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+	deadline := time.After(2 * time.Minute)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-s.done:
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("herald exited while starting: %v", err)
+		case <-deadline:
+			s.stop()
+			return nil, fmt.Errorf("herald did not become healthy in 2 minutes")
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-tick.C:
+			if res, err := http.Get(s.url + "/health"); err == nil {
+				_ = res.Body.Close()
+				if res.StatusCode == http.StatusOK {
+					return s, nil
+				}
+			}
+		}
+	}
+}
+
+func (s *server) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+// rss is the server's resident memory in bytes (0 when unknown).
+func (s *server) rss() int64 {
+	if s.pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// cpu is the server's user+system CPU time so far.
+func (s *server) cpu() time.Duration {
+	if s.pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// metric sums a Prometheus counter or gauge (all label sets) from /metrics.
+func (s *server) metric(name string) (float64, error) {
+	res, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = res.Body.Close() }()
+	sum := 0.0
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}

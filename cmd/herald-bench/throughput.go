@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldmq/herald/client"
+)
+
+// Throughput shape: pushes of tputBatch messages over tputPartitions
+// partitions; one WebSocket consumer taking batches of tputBatch.
+const (
+	tputBatch      = 100
+	tputPartitions = 10
+	tputProducers  = 2
+)
+
+// throughputResult is one phase of the throughput scenario.
+type throughputResult struct {
+	Phase         string  `json:"phase"` // push only, consume only, both at a fixed rate
+	Batch         int     `json:"batch"`
+	Partitions    int     `json:"partitions"`
+	Seconds       float64 `json:"seconds"`
+	PushedPerSec  float64 `json:"pushed_per_s"`
+	DeliveredPerS float64 `json:"delivered_per_s"`
+	AckedPerSec   float64 `json:"acked_per_s"`
+	Backlog       int64   `json:"backlog"`
+}
+
+func runThroughput(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]throughputResult, error) {
+	q := fmt.Sprintf("bench-tput-%d", time.Now().UnixNano())
+	var out []throughputResult
+
+	// 1. Producers alone, as fast as they go.
+	progress(log, "throughput: %d producers pushing batches of %d to %d partitions for %v",
+		tputProducers, tputBatch, tputPartitions, cfg.Duration)
+	start := time.Now()
+	n, err := produce(ctx, srv.url, q, 0, time.Now().Add(cfg.Duration))
+	if err != nil {
+		return nil, err
+	}
+	el := time.Since(start).Seconds()
+	out = append(out, throughputResult{Phase: "push", Batch: tputBatch, Partitions: tputPartitions, Seconds: el,
+		PushedPerSec: float64(n) / el, Backlog: n})
+	progress(log, "throughput: pushed %.0f msgs/s", float64(n)/el)
+
+	// 2. One WebSocket consumer drains what was pushed.
+	progress(log, "throughput: one WebSocket consumer drains %d messages", n)
+	c, err := client.Dial(ctx, srv.url, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.Close() }()
+	var delivered atomic.Int64
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	acked0, _ := srv.metric("herald_acks_total")
+	start = time.Now()
+	wg.Go(func() {
+		_ = c.Subscribe(cctx, client.SubscribeOptions{Queue: q, Batch: tputBatch, MaxInFlight: 10 * tputBatch},
+			func(context.Context, *client.Message) error {
+				if delivered.Add(1) == n {
+					cancel()
+				}
+				return nil
+			})
+	})
+	select {
+	case <-cctx.Done():
+	case <-time.After(5 * time.Minute):
+		cancel()
+	}
+	wg.Wait()
+	el = time.Since(start).Seconds()
+	acked1, _ := srv.metric("herald_acks_total")
+	out = append(out, throughputResult{Phase: "consume", Batch: tputBatch, Partitions: tputPartitions, Seconds: el,
+		DeliveredPerS: float64(delivered.Load()) / el, AckedPerSec: (acked1 - acked0) / el, Backlog: n - delivered.Load()})
+	progress(log, "throughput: delivered %.0f msgs/s, acked %.0f msgs/s", float64(delivered.Load())/el, (acked1-acked0)/el)
+
+	// 3. Both at once, producers paced at --tput-rate.
+	progress(log, "throughput: producers at %d msgs/s and the consumer together for %v", cfg.TputRate, cfg.Duration)
+	q2 := q + "-e2e"
+	var got atomic.Int64
+	cctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() {
+		_ = c.Subscribe(cctx, client.SubscribeOptions{Queue: q2, Batch: tputBatch, MaxInFlight: 10 * tputBatch},
+			func(context.Context, *client.Message) error {
+				got.Add(1)
+				return nil
+			})
+	})
+	acked0, _ = srv.metric("herald_acks_total")
+	start = time.Now()
+	pushed, err := produce(ctx, srv.url, q2, cfg.TputRate, time.Now().Add(cfg.Duration))
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return nil, err
+	}
+	el = time.Since(start).Seconds()
+	d := got.Load()
+	acked1, _ = srv.metric("herald_acks_total")
+	cancel()
+	wg.Wait()
+	out = append(out, throughputResult{Phase: fmt.Sprintf("both at %d/s", cfg.TputRate), Batch: tputBatch,
+		Partitions: tputPartitions, Seconds: el, PushedPerSec: float64(pushed) / el, DeliveredPerS: float64(d) / el,
+		AckedPerSec: (acked1 - acked0) / el, Backlog: pushed - d})
+	progress(log, "throughput: pushed %.0f/s, delivered %.0f/s, acked %.0f/s, backlog %d at the end",
+		float64(pushed)/el, float64(d)/el, (acked1-acked0)/el, pushed-d)
+	return out, nil
+}
+
+// produce pushes batches until the deadline, at rate messages per second
+// (0: as fast as the producers go), and returns how many were stored.
+func produce(ctx context.Context, url, q string, rate int, until time.Time) (int64, error) {
+	var pushed atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, tputProducers)
+	start := time.Now()
+	for p := range tputProducers {
+		wg.Go(func() {
+			for n := 0; time.Now().Before(until) && ctx.Err() == nil; n++ {
+				if rate > 0 {
+					// Each producer sends every tputProducers-th batch of the schedule.
+					due := start.Add(time.Duration(float64(n*tputProducers+p) * float64(tputBatch) / float64(rate) * float64(time.Second)))
+					if d := time.Until(due); d > 0 {
+						t := time.NewTimer(d)
+						<-t.C
+					}
+				}
+				items := make([]string, tputBatch)
+				for i := range items {
+					items[i] = fmt.Sprintf(`{"queue":%q,"partition":"p%d","payload":{"p":%d,"n":%d,"i":%d}}`,
+						q, (p*7+n)%tputPartitions, p, n, i)
+				}
+				if err := post(ctx, url+"/api/v1/push", `{"items":[`+strings.Join(items, ",")+`]}`, 201); err != nil {
+					errc <- err
+					return
+				}
+				pushed.Add(tputBatch)
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return pushed.Load(), err
+	default:
+		return pushed.Load(), nil
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -121,7 +122,12 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
 		return
 	}
-	defer s.sseDone()
+	handedOff := false // to the stream's own goroutine, which then counts it done
+	defer func() {
+		if !handedOff {
+			s.sseDone()
+		}
+	}()
 
 	// Everything up to the token was received: acknowledge it, and give the
 	// rest of those leases back so this stream receives them again first.
@@ -152,23 +158,94 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		Deliver: st.deliver,
 	}
 
-	w.WriteHeader(http.StatusOK)
-	_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
-	_, err = w.Write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n: connected\n\n"))
-	if err != nil || rc.Flush() != nil {
+	first := []byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n: connected\n\n")
+	if conn, ok := takeOver(w, first); ok {
+		// The stream lives on in a goroutine of its own and the handler
+		// returns: the HTTP server's goroutine and buffers go, and an idle
+		// stream costs two small goroutines (writer, close detector).
+		handedOff = true
+		s.streamWG.Add(1)
+		go func() {
+			defer s.streamWG.Done()
+			defer s.sseDone()
+			sink := &connSink{conn: conn, gone: make(chan struct{})}
+			go sink.detectClose()
+			defer func() { _ = conn.Close() }()
+			s.serveSSE(st, sink.write, sink.gone)
+		}()
 		return
 	}
-	s.metrics.sseStreams.Inc()
-	defer s.metrics.sseStreams.Dec()
-	st.cancel = s.poller.Register(st.in)
-	defer st.close()
-	st.run(r.Context(), w, rc)
+	// Not an HTTP/1 connection (HTTP/2): stream through the ResponseWriter.
+	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if write(first) {
+		s.serveSSE(st, write, r.Context().Done())
+	}
 }
 
-func (s *Server) sseDone() {
-	s.sseMu.Lock()
-	s.sseCount--
-	s.sseMu.Unlock()
+// serveSSE registers the stream's intention and writes events until the
+// client is gone, a write fails or the server drains.
+func (s *Server) serveSSE(st *sseStream, write func([]byte) bool, gone <-chan struct{}) {
+	s.metrics.sseStreams.Inc()
+	defer s.metrics.sseStreams.Dec()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st.cancel = s.poller.Register(st.in)
+	defer st.close()
+	st.run(ctx, write, gone)
+}
+
+// takeOver hijacks an HTTP/1 connection and writes the stream's response
+// head and first bytes itself. The body ends when the connection closes.
+func takeOver(w http.ResponseWriter, first []byte) (net.Conn, bool) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, false
+	}
+	var head bytes.Buffer
+	head.WriteString("HTTP/1.1 200 OK\r\n")
+	hdr := w.Header().Clone()
+	hdr.Set("Connection", "close")
+	_ = hdr.Write(&head)
+	head.WriteString("\r\n")
+	head.Write(first)
+	_ = brw // nothing buffered matters: an EventSource sends nothing more
+	_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+	if _, err := conn.Write(head.Bytes()); err != nil {
+		_ = conn.Close()
+		return nil, true // taken over, and already gone
+	}
+	return conn, true
+}
+
+// connSink writes a taken-over stream to its connection.
+type connSink struct {
+	conn net.Conn
+	gone chan struct{}
+}
+
+func (c *connSink) write(b []byte) bool {
+	_ = c.conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+	_, err := c.conn.Write(b)
+	return err == nil
+}
+
+// detectClose reads until the client closes the connection (an EventSource
+// sends nothing after its request) and then says so.
+func (c *connSink) detectClose() {
+	var b [1]byte
+	for {
+		if _, err := c.conn.Read(b[:]); err != nil {
+			close(c.gone)
+			return
+		}
+	}
 }
 
 // deliver runs on a poller worker: it must not block. The channel holds as
@@ -187,9 +264,9 @@ func (st *sseStream) deliver(res *queue.PopResult) bool {
 	}
 }
 
-// run writes events until the client leaves, a write fails or the server
-// drains.
-func (st *sseStream) run(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
+// run writes events until the client leaves (gone), a write fails or the
+// server drains.
+func (st *sseStream) run(ctx context.Context, write func([]byte) bool, gone <-chan struct{}) {
 	s := st.s
 	hb := time.NewTicker(s.cfg.SSEHeartbeat)
 	defer hb.Stop()
@@ -201,16 +278,9 @@ func (st *sseStream) run(ctx context.Context, w http.ResponseWriter, rc *http.Re
 	checking := false
 	draining := s.draining
 	var closeAt <-chan time.Time
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
 	for {
 		select {
-		case <-ctx.Done():
+		case <-gone:
 			return
 		case res := <-st.ch:
 			if !write(st.events(res)) {
@@ -461,9 +531,10 @@ func (s *Server) releaseLater(lease string, msgs []queue.Message) {
 }
 
 // Close releases at once the leases that closed SSE streams still hold for
-// a resume, and waits for releases under way. Call it after the HTTP server
-// has shut down.
+// a resume, and waits for releases under way and for WebSocket connections
+// to end (Drain closes them). Call it after the HTTP server has shut down.
 func (s *Server) Close() {
+	s.streamWG.Wait()
 	s.graceMu.Lock()
 	s.closed = true
 	pending := s.grace
@@ -476,4 +547,10 @@ func (s *Server) Close() {
 		release()
 	}
 	s.graceWG.Wait()
+}
+
+func (s *Server) sseDone() {
+	s.sseMu.Lock()
+	s.sseCount--
+	s.sseMu.Unlock()
 }

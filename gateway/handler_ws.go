@@ -160,27 +160,33 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		c.closeWith(CloseShuttingDown, "server shutting down")
 		return
 	}
-	if !claims.Expires.IsZero() {
-		t := time.AfterFunc(time.Until(claims.Expires), func() { c.closeWith(CloseUnauthorized, "token expired") })
-		defer t.Stop()
-	}
 	s.wsMu.Lock()
 	s.wsConns[c] = true
 	s.wsMu.Unlock()
 	s.metrics.wsConns.Inc()
-	defer func() {
+	// The connection lives on in a goroutine of its own, and this handler
+	// returns: the HTTP server's goroutine, buffers and request go, and an
+	// idle connection costs one small goroutine. Pings come from a timer,
+	// frames from a writer started when there are some.
+	s.streamWG.Add(1)
+	go func() {
+		defer s.streamWG.Done()
+		if !claims.Expires.IsZero() {
+			t := time.AfterFunc(time.Until(claims.Expires), func() { c.closeWith(CloseUnauthorized, "token expired") })
+			defer t.Stop()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		c.pinger = time.AfterFunc(wsPingInterval, c.ping)
+		c.reader(ctx)
+		cancel()
+		c.pinger.Stop()
+		c.shutdown()
+		c.writers.Wait()
 		s.wsMu.Lock()
 		delete(s.wsConns, c)
 		s.wsMu.Unlock()
 		s.metrics.wsConns.Dec()
 	}()
-	// No goroutine of its own writes while the connection is idle: pings
-	// come from a timer, frames from a writer started when there are some.
-	c.pinger = time.AfterFunc(wsPingInterval, c.ping)
-	c.reader(r.Context())
-	c.pinger.Stop()
-	c.shutdown()
-	c.writers.Wait()
 }
 
 // reader handles frames until the connection fails.

@@ -137,8 +137,9 @@ type Server struct {
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
 
-	wsMu    sync.Mutex
-	wsConns map[*wsConn]bool
+	wsMu     sync.Mutex
+	wsConns  map[*wsConn]bool
+	streamWG sync.WaitGroup // the goroutines of open WebSocket and SSE connections
 
 	sseMu      sync.Mutex
 	sseCount   int

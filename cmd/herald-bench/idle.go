@@ -30,7 +30,8 @@ type idleResult struct {
 	SSE            int     `json:"sse"`
 	ConnectPerSec  float64 `json:"connect_per_s"`
 	RSSBefore      int64   `json:"rss_before_bytes"`
-	RSSAfter       int64   `json:"rss_after_bytes"`
+	RSSAfter       int64   `json:"rss_after_bytes"` // 2 s after the last connect
+	RSSSettled     int64   `json:"rss_settled_bytes"` // at the end of the idle window
 	BytesPerConn   float64 `json:"bytes_per_conn"`
 	CPUPercent     float64 `json:"idle_cpu_percent"`
 	QueriesPerSec  float64 `json:"db_queries_per_s"`
@@ -126,7 +127,6 @@ func runIdle(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) (
 	}
 	time.Sleep(2 * time.Second) // let the first sweep and GC pass
 	res.RSSAfter = srv.rss()
-	res.BytesPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(res.WS+res.SSE)
 	cpu0 := srv.cpu()
 	q0, _ := srv.metric("herald_db_queries_total")
 	t0 := time.Now()
@@ -139,6 +139,10 @@ func runIdle(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) (
 	q1, _ := srv.metric("herald_db_queries_total")
 	res.MeasuredFor = el.Seconds()
 	res.CPUPercent = 100 * (srv.cpu() - cpu0).Seconds() / el.Seconds()
+	// Steady state: the garbage of the connects (request buffers, headers)
+	// has been collected and returned by then.
+	res.RSSSettled = srv.rss()
+	res.BytesPerConn = float64(res.RSSSettled-res.RSSBefore) / float64(res.WS+res.SSE)
 	res.QueriesPerSec = (q1 - q0) / el.Seconds()
 	progress(log, "idle: %.0f bytes of RSS per connection, %.2f%% CPU, %.2f queries/s", res.BytesPerConn, res.CPUPercent, res.QueriesPerSec)
 	return res, nil
@@ -195,7 +199,7 @@ func runHolder(args []string) int {
 				return
 			}
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, *url+"/api/v1/sse/queue/"+q, nil)
-			res, err := hc.Do(req)
+			res, err := hc.Do(req) //nolint:bodyclose // held open on purpose; closed by the reading goroutine
 			if err != nil {
 				select {
 				case fail <- err:

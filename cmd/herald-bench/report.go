@@ -42,9 +42,11 @@ func (r *report) print(w io.Writer) {
 	if i := r.Idle; i != nil {
 		fmt.Fprintln(w, "\nidle connections")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "ws\tsse\tconnects/s\tRSS before MiB\tRSS after MiB\tKB/conn\tidle CPU %\tqueries/s\t")
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t\n", i.WS, i.SSE, i.ConnectPerSec,
-			float64(i.RSSBefore)/(1<<20), float64(i.RSSAfter)/(1<<20), i.BytesPerConn/1024, i.CPUPercent, i.QueriesPerSec)
+		fmt.Fprintln(tw, "ws\tsse\tconnects/s\tRSS before MiB\tafter connect MiB\tsettled MiB\tKB/conn\tidle CPU %\tqueries/s\t")
+		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t\n", i.WS, i.SSE, i.ConnectPerSec,
+			float64(i.RSSBefore)/(1<<20), float64(i.RSSAfter)/(1<<20), float64(i.RSSSettled)/(1<<20),
+			i.BytesPerConn/1024, i.CPUPercent, i.QueriesPerSec)
+		fmt.Fprintln(w, "KB/conn = (settled RSS − RSS before) / connections; settled = at the end of the idle window")
 		_ = tw.Flush()
 		if i.FileLimitNote != "" {
 			fmt.Fprintln(w, "note:", i.FileLimitNote)

@@ -103,10 +103,12 @@ func (s *server) stop() {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.done:
+	case err := <-s.done:
+		_ = err // a signalled exit is expected
 	case <-time.After(30 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-s.done
+		err := <-s.done
+		_ = err
 	}
 	_ = os.RemoveAll(s.dir)
 }

@@ -30,7 +30,7 @@ type idleResult struct {
 	SSE            int     `json:"sse"`
 	ConnectPerSec  float64 `json:"connect_per_s"`
 	RSSBefore      int64   `json:"rss_before_bytes"`
-	RSSAfter       int64   `json:"rss_after_bytes"` // 2 s after the last connect
+	RSSAfter       int64   `json:"rss_after_bytes"`   // 2 s after the last connect
 	RSSSettled     int64   `json:"rss_settled_bytes"` // at the end of the idle window
 	BytesPerConn   float64 `json:"bytes_per_conn"`
 	CPUPercent     float64 `json:"idle_cpu_percent"`

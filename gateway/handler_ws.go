@@ -355,13 +355,15 @@ func (c *wsConn) resumeLeasing() {
 func (c *wsConn) drain(delay time.Duration) {
 	c.mu.Lock()
 	c.draining = true
-	subs := make([]*wsSub, 0, len(c.subs))
+	var cancels []func()
 	for _, sub := range c.subs {
-		subs = append(subs, sub)
+		if sub.cancel != nil {
+			cancels = append(cancels, sub.cancel)
+		}
 	}
 	c.mu.Unlock()
-	for _, sub := range subs {
-		sub.cancel()
+	for _, cancel := range cancels {
+		cancel()
 	}
 	if delay > 0 {
 		t := time.NewTimer(delay)
@@ -422,7 +424,13 @@ func (c *wsConn) subscribe(f *wsFrame) {
 	}
 	// Reply before the first delivery can be queued.
 	c.send(map[string]any{"type": "subscribed", "id": f.ID, "sub": sub.id})
-	sub.cancel = c.s.poller.Register(sub.in)
+	// Registered under mu, so that a drain running meanwhile either sees
+	// its cancel func or stops it from registering at all.
+	c.mu.Lock()
+	if !c.draining && !c.closed {
+		sub.cancel = c.s.poller.Register(sub.in)
+	}
+	c.mu.Unlock()
 }
 
 // deliver runs on a poller worker: it must not block.
@@ -474,7 +482,9 @@ func (c *wsConn) unsubscribe(f *wsFrame) {
 		c.send(wsError(f.ID, "unknown_subscription", "no subscription "+strconv.Quote(f.Sub)))
 		return
 	}
-	sub.cancel()
+	if sub.cancel != nil {
+		sub.cancel()
+	}
 	c.release(leases)
 	c.send(map[string]any{"type": "unsubscribed", "id": f.ID, "sub": f.Sub})
 }

@@ -43,9 +43,10 @@ type sseStream struct {
 	autoAck bool
 	in      *poller.Intention
 	cancel  func()
-	ch      chan *queue.PopResult // deliveries, bounded by the intention's credit
+	ready   chan struct{} // a delivery is queued (capacity 1)
 
 	mu       sync.Mutex
+	queued   []*queue.PopResult // deliveries not yet written, bounded by the credit
 	closed   bool
 	inflight map[inflightKey]sseHeld         // written, not yet acknowledged
 	marks    map[string]*queue.LeaseMark     // partition id → lease and highest offset written
@@ -148,9 +149,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	}
 
 	st := &sseStream{s: s, group: req.Group, autoAck: req.AutoAck,
-		ch:       make(chan *queue.PopResult, maxInFlight),
-		inflight: map[inflightKey]sseHeld{}, marks: map[string]*queue.LeaseMark{},
-		byKey: map[string]map[inflightKey]bool{}}
+		ready: make(chan struct{}, 1)} // its maps are made on first use: idle streams stay small
 	st.in = &poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
@@ -248,20 +247,29 @@ func (c *connSink) detectClose() {
 	}
 }
 
-// deliver runs on a poller worker: it must not block. The channel holds as
-// many deliveries as the credit allows, so it is full only after close.
+// deliver runs on a poller worker: it must not block. The credit bounds
+// the queue.
 func (st *sseStream) deliver(res *queue.PopResult) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed {
 		return false
 	}
+	st.queued = append(st.queued, res)
 	select {
-	case st.ch <- res:
-		return true
+	case st.ready <- struct{}{}:
 	default:
-		return false
 	}
+	return true
+}
+
+// take empties the delivery queue.
+func (st *sseStream) take() []*queue.PopResult {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	q := st.queued
+	st.queued = nil
+	return q
 }
 
 // run writes events until the client leaves (gone), a write fails or the
@@ -282,18 +290,20 @@ func (st *sseStream) run(ctx context.Context, write func([]byte) bool, gone <-ch
 		select {
 		case <-gone:
 			return
-		case res := <-st.ch:
-			if !write(st.events(res)) {
-				return
-			}
-			for _, m := range res.Messages {
-				s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
-			}
-			if st.autoAck {
-				s.poller.AddCredit(st.in, len(res.Messages)) // written: room for more
-			} else if !checking {
-				checking = true
-				check.Reset(sseLeaseCheck)
+		case <-st.ready:
+			for _, res := range st.take() {
+				if !write(st.events(res)) {
+					return
+				}
+				for _, m := range res.Messages {
+					s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
+				}
+				if st.autoAck {
+					s.poller.AddCredit(st.in, len(res.Messages)) // written: room for more
+				} else if !checking {
+					checking = true
+					check.Reset(sseLeaseCheck)
+				}
 			}
 		case <-hb.C:
 			if !write([]byte(": heartbeat\n\n")) {
@@ -314,16 +324,10 @@ func (st *sseStream) run(ctx context.Context, write func([]byte) bool, gone <-ch
 		case <-closeAt:
 			// Deliveries already queued were leased for this stream: write
 			// them before leaving.
-			for {
-				select {
-				case res := <-st.ch:
-					if !write(st.events(res)) {
-						return
-					}
-					continue
-				default:
+			for _, res := range st.take() {
+				if !write(st.events(res)) {
+					return
 				}
-				break
 			}
 			write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
 			return
@@ -339,6 +343,9 @@ func (st *sseStream) events(res *queue.PopResult) []byte {
 	defer st.mu.Unlock()
 	for _, m := range res.Messages {
 		data, _ := json.Marshal(messageOf(m))
+		if st.marks == nil {
+			st.inflight, st.marks, st.byKey = map[inflightKey]sseHeld{}, map[string]*queue.LeaseMark{}, map[string]map[inflightKey]bool{}
+		}
 		if !st.autoAck && m.LeaseID != "" {
 			k := inflightKey{m.PartitionID, m.TransactionID}
 			st.inflight[k] = sseHeld{leaseID: m.LeaseID, offset: m.Offset, queue: m.Queue, partition: m.Partition}
@@ -465,15 +472,11 @@ func (st *sseStream) close() {
 		st.s.sseHolders.Delete(holderKey(k.partitionID, k.transactionID, st.group))
 	}
 	st.inflight = nil
+	unwritten := st.queued
+	st.queued = nil
 	st.mu.Unlock()
-	for {
-		select {
-		case res := <-st.ch:
-			st.s.poller.Release(context.Background(), res.LeaseID, res.Messages)
-			continue
-		default:
-		}
-		break
+	for _, res := range unwritten {
+		st.s.poller.Release(context.Background(), res.LeaseID, res.Messages)
 	}
 	for lease, msgs := range held {
 		st.s.releaseLater(lease, msgs)

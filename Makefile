@@ -1,4 +1,4 @@
-.PHONY: run test lint bench build
+.PHONY: run test lint bench bench-go build
 
 run:
 	go run ./cmd/herald
@@ -11,9 +11,15 @@ lint:
 	go vet ./...
 	go tool golangci-lint run ./...
 
-bench:
+# herald-bench starts the herald next to it on a private PostgreSQL and
+# measures latency per transport, throughput and idle connections.
+bench: build
+	go build -o bin/herald-bench ./cmd/herald-bench
+	./bin/herald-bench --out bin/herald-bench.json
+
+bench-go:
 	go test -run '^$$' -bench . -benchtime 3s ./queue
 	go test -run '^$$' -bench LongPoll -benchtime 1x ./gateway
 
 build:
-	go build -o herald ./cmd/herald
+	go build -o bin/herald ./cmd/herald

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/heraldmq/herald/queue"
 )
 
 // FuzzRequestBodies feeds arbitrary bodies to the request decoders of push,
@@ -45,5 +47,37 @@ func FuzzRequestBodies(f *testing.F) {
 				}
 			}
 		}
+	})
+}
+
+// FuzzWSFrame feeds arbitrary WebSocket text frames to the frame decoders:
+// a frame decodes or is refused, never panics, and every accepted ack names
+// its message.
+func FuzzWSFrame(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"subscribe","id":1,"queue":"q","batch":10,"maxInFlight":100,"autoAck":false}`,
+		`{"type":"ack","id":"a","items":[{"transactionId":"t","partitionId":"p","leaseId":"l","status":"failed","error":"x"}]}`,
+		`{"type":"push","items":[{"queue":"q","payload":{"n":1}}]}`,
+		`{"type":"renew","leaseId":"l","seconds":30}`, `{"type":"ping"}`, `{"type":"unsubscribe","sub":"s1"}`,
+		`{"type":"ack","items":[]}`, `{"type":"ack","items":{}}`, `[1]`, `{`, `null`, `{"type":5}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fr wsFrame
+		if json.Unmarshal(data, &fr) != nil {
+			return
+		}
+		if acks, err := parseWSAcks(fr.Items); err == nil {
+			for _, a := range acks {
+				if a.TransactionID == "" || a.PartitionID == "" {
+					t.Fatalf("accepted an ack without its message: %+v", a)
+				}
+			}
+		}
+		_, _ = parseWSPush(fr.Items)
+		req := queue.PopRequest{Queue: fr.Queue, Partition: fr.Partition, Group: fr.ConsumerGroup,
+			SubscriptionMode: fr.SubscriptionMode, SubscriptionFrom: fr.SubscriptionFrom}
+		_ = req.Validate()
 	})
 }

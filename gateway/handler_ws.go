@@ -519,25 +519,43 @@ func (c *wsConn) release(held []inflightMsg) {
 	}
 }
 
-func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
+// parseWSAcks decodes the items of an ack frame.
+func parseWSAcks(raw json.RawMessage) ([]queue.Ack, error) {
 	var items []map[string]json.RawMessage
-	if err := json.Unmarshal(f.Items, &items); err != nil || len(items) == 0 {
-		c.send(wsError(f.ID, "bad_request", "items must be a non-empty array of acknowledgements"))
-		return
+	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
+		return nil, badRequestf("items must be a non-empty array of acknowledgements")
 	}
 	acks := make([]queue.Ack, len(items))
-	c.mu.Lock()
 	for i, it := range items {
 		a, err := parseAck(it, false)
 		if err != nil {
-			c.mu.Unlock()
-			c.send(wsError(f.ID, "bad_request", err.Error()))
-			return
-		}
-		if m, ok := c.inflight[inflightKey{a.PartitionID, a.TransactionID}]; ok && a.Group == "" {
-			a.Group = m.sub.group
+			return nil, err
 		}
 		acks[i] = a
+	}
+	return acks, nil
+}
+
+// parseWSPush decodes the items of a push frame.
+func parseWSPush(raw json.RawMessage) ([]queue.PushItem, error) {
+	var arr []json.RawMessage
+	if err := json.Unmarshal(raw, &arr); err != nil {
+		return nil, badRequestf("items array is required")
+	}
+	return parsePushItems(arr)
+}
+
+func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
+	acks, err := parseWSAcks(f.Items)
+	if err != nil {
+		c.send(wsError(f.ID, "bad_request", err.Error()))
+		return
+	}
+	c.mu.Lock()
+	for i, a := range acks {
+		if m, ok := c.inflight[inflightKey{a.PartitionID, a.TransactionID}]; ok && a.Group == "" {
+			acks[i].Group = m.sub.group
+		}
 	}
 	c.mu.Unlock()
 	results, err := c.s.store.Ack(ctx, acks)
@@ -580,12 +598,7 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 }
 
 func (c *wsConn) push(ctx context.Context, f *wsFrame) {
-	var arr []json.RawMessage
-	if err := json.Unmarshal(f.Items, &arr); err != nil {
-		c.send(wsError(f.ID, "bad_request", "items array is required"))
-		return
-	}
-	items, err := parsePushItems(arr)
+	items, err := parseWSPush(f.Items)
 	if err != nil {
 		c.send(wsError(f.ID, "bad_request", err.Error()))
 		return

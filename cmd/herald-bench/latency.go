@@ -105,7 +105,7 @@ var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 25
 func latencyRun(ctx context.Context, srv *server, cfg benchConfig, transport string) (latencyResult, error) {
 	q := fmt.Sprintf("bench-lat-%s-%d", transport, time.Now().UnixNano())
 	total := int(float64(cfg.Rate) * cfg.Duration.Seconds())
-	warm := cfg.Rate // the first second warms connections and plans
+	warm := 2 * cfg.Rate // the first two seconds warm connections, caches and plans
 	rec := &recorder{seen: map[int]bool{}, after: warm}
 	res := latencyResult{Transport: transport, Rate: cfg.Rate}
 	cctx, cancel := context.WithCancel(ctx)

@@ -20,7 +20,7 @@ type report struct {
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nherald-bench — %s, wake %s\n", r.Machine, r.Settings.Wake)
 	if len(r.Latency) > 0 {
-		fmt.Fprintf(w, "\npush → receipt latency at %d msgs/s for %v (first second is warm-up)\n", r.Settings.Rate, r.Settings.Duration)
+		fmt.Fprintf(w, "\npush → receipt latency at %d msgs/s for %v (first two seconds are warm-up)\n", r.Settings.Rate, r.Settings.Duration)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "transport\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\treceived\tdups\tacks\t")
 		for _, l := range r.Latency {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -246,4 +247,61 @@ func TestServe_WakeModes(t *testing.T) {
 			require.NoError(t, p.stop(t, syscall.SIGTERM))
 		})
 	}
+}
+
+// Graceful shutdown: SIGTERM stops leasing, closes the WebSocket with 4000
+// and ends the SSE stream with a retry:, within the drain window, gives the
+// leases back and exits. Another herald then gets the unacked messages at
+// once (the lease time is 300 s).
+func TestServe_GracefulShutdownReleasesLeases(t *testing.T) {
+	bin := buildHerald(t)
+	dsn := pgtest.DSN(t)
+	p := startHerald(t, bin, dataDir(t), "--database-url", dsn, "--drain-window", "500ms")
+	wsURL := "ws" + strings.TrimPrefix(p.url, "http") + "api/v1/ws"
+	ws, res, err := (&websocket.Dialer{Subprotocols: []string{"herald.v1"}}).Dial(wsURL, nil)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	defer func() { _ = ws.Close() }()
+	require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"subscribe","id":1,"queue":"bye-ws"}`)))
+	sse, err := http.Get(p.url + "api/v1/sse/queue/bye-sse")
+	require.NoError(t, err)
+	defer func() { _ = sse.Body.Close() }()
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, _, err = ws.ReadMessage() // subscribed
+	require.NoError(t, err)
+	pushOne(t, p.url, "bye-ws", `{"n":1}`)
+	pushOne(t, p.url, "bye-sse", `{"n":2}`)
+	_, frame, err := ws.ReadMessage()
+	require.NoError(t, err)
+	require.Contains(t, string(frame), `"deliver"`)
+	sc := bufio.NewScanner(sse.Body)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "data: ") {
+	}
+	require.Contains(t, sc.Text(), `"n":2`)
+
+	start := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	_, _, err = ws.ReadMessage()
+	assert.True(t, websocket.IsCloseError(err, 4000), "%v", err)
+	lastRetry := ""
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "retry: ") {
+			lastRetry = sc.Text()
+		}
+	}
+	assert.NotEmpty(t, lastRetry, "the SSE stream ends with a retry:")
+	select {
+	case err := <-p.done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("herald did not exit")
+	}
+	assert.Less(t, time.Since(start), 15*time.Second)
+
+	q := startHerald(t, bin, dataDir(t), "--database-url", dsn)
+	for _, queue := range []string{"bye-ws", "bye-sse"} {
+		code, body := get(t, q.url+"api/v1/pop/queue/"+queue+"?wait=false")
+		assert.Equal(t, http.StatusOK, code, "%s: %s", queue, body)
+	}
+	require.NoError(t, q.stop(t, syscall.SIGTERM))
 }

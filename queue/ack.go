@@ -81,12 +81,17 @@ type lockedConsumer struct {
 	retryLimit int
 }
 
+// ackResolveSQL finds each acked message by (partition, transaction id).
+// The lookup is a scalar subquery so that it always probes the unique
+// (partition_id, transaction_id) index: as a join, the generic plan may
+// scan the whole partition by the primary key and filter, which costs
+// O(partition size) per ack.
 const ackResolveSQL = `-- herald:ack_resolve
-SELECT t.ord, coalesce(q.name, ''), coalesce(p.name, ''), m.seq
+SELECT t.ord, coalesce(q.name, ''), coalesce(p.name, ''),
+       (SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.transaction_id = t.txid)
 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(pid, txid, ord)
 LEFT JOIN partitions p ON p.id = t.pid::uuid
 LEFT JOIN queues q ON q.id = p.queue_id
-LEFT JOIN messages m ON m.partition_id = p.id AND m.transaction_id = t.txid
 ORDER BY t.ord`
 
 const ackLockSQL = `-- herald:ack_lock

@@ -1,0 +1,4 @@
+package queue
+
+// AckResolveSQL is exported for the plan test.
+const AckResolveSQL = ackResolveSQL

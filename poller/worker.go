@@ -384,10 +384,16 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		w.p.metrics.delivered.Inc()
 		if in.Standing {
 			w.mu.Lock()
+			limit := min(in.Batch, in.credit)
 			in.credit -= len(res.Messages)
-			// It may take more, and there may be more: look again now.
+			// A full batch, or as many partitions as it may take, means there
+			// may be more: look again now. Less than that drained what it
+			// took, and every other change marks its queue by itself (a push,
+			// an ack, a timer), so a cycle with a pre-flight would find
+			// nothing.
+			full := len(res.Messages) >= limit || res.PartitionsClaimed >= max(in.Partitions, 1)
 			more := false
-			if ks := w.keys[in.key]; ks != nil && in.ready() && !in.gone {
+			if ks := w.keys[in.key]; ks != nil && full && in.ready() && !in.gone {
 				ks.dirty, more = true, true
 			}
 			w.mu.Unlock()

@@ -62,14 +62,19 @@ type AckResult struct {
 
 // Ack applies acknowledgements in one transaction. Leases are checked against
 // their state when the request started, so a batch that fails one message and
-// completes the others is applied whole.
+// completes the others is applied whole. It costs two round trips: BEGIN
+// with the reads, then the writes with COMMIT.
 func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
-	var out []AckResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.ackTx(ctx, tx, acks)
-		return err
-	})
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acknowledging: %w", err)
+	}
+	defer conn.Release()
+	out, err := s.ackTx(ctx, conn, acks, true)
+	if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
+		// Leave the connection clean for the pool (it closes one that is not).
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
 	return out, err
 }
 
@@ -105,7 +110,10 @@ JOIN queues q ON q.id = p.queue_id
 ORDER BY c.partition_id, c.consumer_group
 FOR UPDATE OF c`
 
-func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, acks []Ack) ([]AckResult, error) {
+// ackTx acknowledges on q. standalone opens and commits its own transaction
+// in the same round trips as its reads and writes; otherwise q is a
+// transaction the caller owns.
+func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, standalone bool) ([]AckResult, error) {
 	out := make([]AckResult, len(acks))
 	if len(acks) == 0 {
 		return out, nil
@@ -137,9 +145,18 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, acks []Ack) ([]AckResult, 
 		out[i] = AckResult{Index: i, TransactionID: a.TransactionID}
 	}
 	b := &pgx.Batch{}
+	if standalone {
+		b.Queue("BEGIN")
+	}
 	b.Queue(ackResolveSQL, pids, txids)
 	b.Queue(ackLockSQL, lockP, lockG)
-	br := tx.SendBatch(ctx, b)
+	br := q.SendBatch(ctx, b)
+	if standalone {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("beginning: %w", err)
+		}
+	}
 	seqs := make([]*int64, len(acks))
 	rows, err := br.Query()
 	if err != nil {
@@ -247,17 +264,22 @@ func (s *Store) ackTx(ctx context.Context, tx pgx.Tx, acks []Ack) ([]AckResult, 
 		}
 		r.LeaseReleased = hadLease && lc.st.leaseID == ""
 	}
-	if err := insertDeadLetters(ctx, tx, dead); err != nil {
-		return nil, err
-	}
 	var u consumerUpdates
 	for _, k := range order {
 		if lc := locked[k]; lc.st.changed {
 			u.add(k.partitionID, k.group, &lc.st, -1, s.cfg.InstanceID)
 		}
 	}
-	if err := u.exec(ctx, tx); err != nil {
-		return nil, err
+	w := &pgx.Batch{}
+	queueDeadLetters(w, dead)
+	u.queue(w)
+	if standalone {
+		w.Queue("COMMIT")
+	}
+	if w.Len() > 0 {
+		if err := q.SendBatch(ctx, w).Close(); err != nil {
+			return nil, fmt.Errorf("applying acknowledgements: %w", err)
+		}
 	}
 	return out, nil
 }
@@ -283,6 +305,19 @@ func insertDeadLetters(ctx context.Context, q querier, dead []deadLetter) error 
 	if len(dead) == 0 {
 		return nil
 	}
+	b := &pgx.Batch{}
+	queueDeadLetters(b, dead)
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("dead-lettering %d messages: %w", len(dead), err)
+	}
+	return nil
+}
+
+// queueDeadLetters adds the dead-letter insert for dead to b.
+func queueDeadLetters(b *pgx.Batch, dead []deadLetter) {
+	if len(dead) == 0 {
+		return
+	}
 	pids := make([]string, len(dead))
 	seqs := make([]int64, len(dead))
 	grps := make([]string, len(dead))
@@ -291,8 +326,5 @@ func insertDeadLetters(ctx context.Context, q querier, dead []deadLetter) error 
 	for i, d := range dead {
 		pids[i], seqs[i], grps[i], errs[i], retries[i] = d.partitionID, d.seq, d.group, d.err, int32(d.retries)
 	}
-	if _, err := q.Exec(ctx, deadLetterSQL, pids, seqs, grps, errs, retries); err != nil {
-		return fmt.Errorf("dead-lettering %d messages: %w", len(dead), err)
-	}
-	return nil
+	b.Queue(deadLetterSQL, pids, seqs, grps, errs, retries)
 }

@@ -451,3 +451,11 @@ func (u *consumerUpdates) exec(ctx context.Context, q querier) error {
 	}
 	return nil
 }
+
+// queue adds the update to b instead of running it.
+func (u *consumerUpdates) queue(b *pgx.Batch) {
+	if len(u.pid) == 0 {
+		return
+	}
+	b.Queue(consumerUpdateSQL, u.pid, u.cur, u.done, u.att, u.aseq, u.lease, u.ltime, u.lfrom, u.lto, u.grp, u.owner)
+}

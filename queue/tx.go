@@ -72,7 +72,7 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 					res.Results = append(res.Results, TxOpResult{Index: i, Type: "push", Push: &prs[j]})
 				}
 			case "ack":
-				ars, err := s.ackTx(ctx, tx, []Ack{op.Ack})
+				ars, err := s.ackTx(ctx, tx, []Ack{op.Ack}, false)
 				if err != nil {
 					return err
 				}

@@ -40,6 +40,7 @@ type latencyResult struct {
 	P999       float64 `json:"p999_ms"`
 	Max        float64 `json:"max_ms"`
 	Ack        string  `json:"ack"`
+	ServerCPU  float64 `json:"server_cpu_percent"` // herald's CPU while pushing (100 = one core)
 }
 
 // recorder collects receipt latencies, once per message.
@@ -131,8 +132,10 @@ func latencyRun(ctx context.Context, srv *server, cfg benchConfig, transport str
 		wg.Wait()
 		return res, err
 	}
+	cpu0, t0 := srv.cpu(), time.Now()
 	pushed, err := pace(ctx, srv.url, q, cfg.Rate, total)
 	res.Pushed = pushed
+	res.ServerCPU = 100 * (srv.cpu() - cpu0).Seconds() / time.Since(t0).Seconds()
 	if err != nil {
 		cancel()
 		wg.Wait()

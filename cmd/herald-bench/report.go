@@ -22,10 +22,10 @@ func (r *report) print(w io.Writer) {
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(w, "\npush → receipt latency at %d msgs/s for %v (first two seconds are warm-up)\n", r.Settings.Rate, r.Settings.Duration)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "transport\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\treceived\tdups\tacks\t")
+		fmt.Fprintln(tw, "transport\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\treceived\tdups\therald CPU %\tacks\t")
 		for _, l := range r.Latency {
-			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d/%d\t%d\t%s\t\n",
-				l.Transport, l.P50, l.P90, l.P99, l.P999, l.Max, l.Received, l.Pushed, l.Duplicates, l.Ack)
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d/%d\t%d\t%.0f\t%s\t\n",
+				l.Transport, l.P50, l.P90, l.P99, l.P999, l.Max, l.Received, l.Pushed, l.Duplicates, l.ServerCPU, l.Ack)
 		}
 		_ = tw.Flush()
 	}

@@ -306,6 +306,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 
 	leases := make([]string, len(chunk))
 	var as []queue.Assignment
+	w.mu.Lock() // credit changes under it (AddCredit)
 	for _, a := range assigns {
 		in := chunk[a.candidate]
 		n := min(in.Batch, in.credit)
@@ -315,6 +316,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 		as = append(as, queue.Assignment{Intention: a.candidate, PartitionID: a.avail.PartitionID, Group: a.avail.Group,
 			Limit: n, Total: n, AutoAck: in.AutoAck, LeaseID: leases[a.candidate]})
 	}
+	w.mu.Unlock()
 	if len(as) > 0 {
 		worked = true
 		got, err := p.store.PopAssigned(ctx, as)
@@ -340,8 +342,11 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			}
 			served[i] = true
 			worked = true
+			w.mu.Lock()
+			batch := min(in.Batch, in.credit)
+			w.mu.Unlock()
 			res, err := p.store.Pop(ctx, queue.PopRequest{Queue: a.Queue, Partition: a.Partition, Group: a.Group,
-				Batch: min(in.Batch, in.credit), AutoAck: in.AutoAck})
+				Batch: batch, AutoAck: in.AutoAck})
 			if err != nil {
 				p.log.Error().Err(err).Msg("pop after lease expiry failed")
 			} else if len(res.Messages) > 0 {

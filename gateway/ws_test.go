@@ -427,3 +427,43 @@ func TestWS_DrainWindow(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second)
 	e.pop("/api/v1/pop/queue/wswindow") // still there for another instance
 }
+
+// Renew over the socket extends the lease; acks take every status.
+func TestWS_RenewAndAckStatuses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"wsstat","batch":1,"maxInFlight":1}`)
+	e.push("wsstat", `1`, `2`)
+	m := deliveredMessages(t, c.next("deliver"))[0]
+	c.send(fmt.Sprintf(`{"type":"renew","id":"r","leaseId":%q,"seconds":600}`, m.LeaseID))
+	var renew struct {
+		Success   bool    `json:"success"`
+		ExpiresAt *string `json:"expiresAt"`
+	}
+	require.NoError(t, json.Unmarshal(c.next("renew_result")["result"], &renew))
+	assert.True(t, renew.Success)
+	require.NotNil(t, renew.ExpiresAt)
+	exp, err := time.Parse(time.RFC3339, *renew.ExpiresAt)
+	require.NoError(t, err)
+	assert.Greater(t, time.Until(exp), 500*time.Second)
+
+	// retry: delivered again, no attempt counted.
+	c.send(ackFrame([]message{m}, "retry"))
+	c.next("ack_result")
+	again := deliveredMessages(t, c.next("deliver"))[0]
+	assert.Equal(t, m.ID, again.ID)
+	assert.Equal(t, 0, again.RetryCount)
+	// dlq: dead-lettered at once; the next message follows.
+	c.send(ackFrame([]message{again}, "dlq"))
+	var res []ackResult
+	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &res))
+	assert.True(t, res[0].DLQ)
+	next := deliveredMessages(t, c.next("deliver"))[0]
+	assert.JSONEq(t, "2", string(next.Data))
+	// success is a synonym of completed.
+	c.send(ackFrame([]message{next}, "success"))
+	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &res))
+	assert.True(t, res[0].Success)
+	e.popEmpty("/api/v1/pop/queue/wsstat")
+}

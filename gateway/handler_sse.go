@@ -291,26 +291,35 @@ func (st *sseStream) run(ctx context.Context, write func([]byte) bool, gone <-ch
 		case <-gone:
 			return
 		case <-st.ready:
-			for _, res := range st.take() {
-				if !write(st.events(res)) {
-					return
+			failed := false
+			onStack(func() { // JSON and writes on a stack that goes away with them
+				for _, res := range st.take() {
+					if !write(st.events(res)) {
+						failed = true
+						return
+					}
+					for _, m := range res.Messages {
+						s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
+					}
+					if st.autoAck {
+						s.poller.AddCredit(st.in, len(res.Messages)) // written: room for more
+					}
 				}
-				for _, m := range res.Messages {
-					s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
-				}
-				if st.autoAck {
-					s.poller.AddCredit(st.in, len(res.Messages)) // written: room for more
-				} else if !checking {
-					checking = true
-					check.Reset(sseLeaseCheck)
-				}
+			})
+			if failed {
+				return
+			}
+			if !st.autoAck && !checking {
+				checking = true
+				check.Reset(sseLeaseCheck)
 			}
 		case <-hb.C:
 			if !write([]byte(": heartbeat\n\n")) {
 				return
 			}
 		case <-check.C:
-			if checking = st.checkLeases(ctx); checking {
+			onStack(func() { checking = st.checkLeases(ctx) })
+			if checking {
 				check.Reset(sseLeaseCheck)
 			}
 		case <-draining:

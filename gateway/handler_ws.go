@@ -203,18 +203,35 @@ func (c *wsConn) reader(ctx context.Context) {
 			return
 		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(wsReadTimeout))
-		var f wsFrame
-		if kind != websocket.TextMessage || json.Unmarshal(data, &f) != nil {
+		ok := true
+		onStack(func() {
+			var f wsFrame
+			if ok = kind == websocket.TextMessage && json.Unmarshal(data, &f) == nil; ok {
+				c.handle(ctx, &f)
+			}
+		})
+		if !ok {
 			c.s.metrics.wsBadFrames.Inc()
 			if bad++; bad > wsMalformedFramesToKill {
 				c.closeWith(CloseProtocolError, "too many malformed frames")
 				return
 			}
 			c.send(wsError(nil, "bad_frame", "frames are JSON text objects with a type"))
-			continue
 		}
-		c.handle(ctx, &f)
 	}
+}
+
+// onStack runs f on a short-lived goroutine and waits for it. A connection's
+// long-lived goroutine spends its life parked in a read; the deep calls of
+// handling a frame (JSON, SQL) would grow its stack for good, so they run
+// on a stack that goes away with them.
+func onStack(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 func (c *wsConn) handle(ctx context.Context, f *wsFrame) {

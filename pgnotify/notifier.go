@@ -197,14 +197,23 @@ func (n *Notifier) send(ctx context.Context, payloads []string) error {
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, n.cfg.Pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(`SET LOCAL synchronous_commit = off`)
-		b.Queue(`-- herald:notify
-			SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads)
-		return tx.SendBatch(ctx, b).Close()
-	})
+	// One round trip: the transaction, its setting and the NOTIFYs in one
+	// pipelined batch.
+	conn, err := n.cfg.Pool.Acquire(ctx)
 	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SET LOCAL synchronous_commit = off`)
+	b.Queue(`-- herald:notify
+		SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads)
+	b.Queue(`COMMIT`)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
 		return err
 	}
 	n.batches.Inc()

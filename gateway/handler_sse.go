@@ -215,6 +215,7 @@ func takeOver(w http.ResponseWriter, first []byte) (net.Conn, bool) {
 	head.WriteString("\r\n")
 	head.Write(first)
 	_ = brw // nothing buffered matters: an EventSource sends nothing more
+	_ = conn.SetReadDeadline(time.Time{}) // the HTTP server's request deadlines no longer apply
 	_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 	if _, err := conn.Write(head.Bytes()); err != nil {
 		_ = conn.Close()

@@ -136,10 +136,11 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Auth != nil {
 		claims, authErr = s.checkToken(r, RoleReadOnly)
 	}
-	// A small read buffer of its own (the HTTP server's 4 KiB one is let go)
-	// and write buffers lent only while writing: idle connections are cheap.
+	// A small read buffer of its own (the HTTP server's 4 KiB one is let go;
+	// larger payloads are read past it) and write buffers lent only while
+	// writing: idle connections are cheap.
 	up := websocket.Upgrader{Subprotocols: []string{WSSubprotocol}, CheckOrigin: func(*http.Request) bool { return true },
-		ReadBufferSize: 1024, WriteBufferSize: 4096, WriteBufferPool: &wsWriteBuffers}
+		ReadBufferSize: 512, WriteBufferSize: 4096, WriteBufferPool: &wsWriteBuffers}
 	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader has answered

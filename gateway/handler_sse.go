@@ -214,7 +214,7 @@ func takeOver(w http.ResponseWriter, first []byte) (net.Conn, bool) {
 	_ = hdr.Write(&head)
 	head.WriteString("\r\n")
 	head.Write(first)
-	_ = brw // nothing buffered matters: an EventSource sends nothing more
+	_ = brw                               // nothing buffered matters: an EventSource sends nothing more
 	_ = conn.SetReadDeadline(time.Time{}) // the HTTP server's request deadlines no longer apply
 	_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 	if _, err := conn.Write(head.Bytes()); err != nil {

@@ -36,17 +36,34 @@ const (
 )
 
 // sseStream is one EventSource connection: a standing intention whose
-// deliveries are written as events by the handler's goroutine.
+// deliveries are written as events. It has no goroutine of its own while
+// idle: deliveries start a writer, timers send heartbeats and check leases,
+// and one goroutine waits for the client to close.
 type sseStream struct {
 	s       *Server
 	group   string
 	autoAck bool
 	in      *poller.Intention
-	cancel  func()
-	ready   chan struct{} // a delivery is queued (capacity 1)
+
+	write     func([]byte) bool // one event or comment to the client, with a deadline
+	closeConn func()            // ends a taken-over connection; nil on the ResponseWriter path
+	ctx       context.Context   // for the lease check; ends with the stream
+	stop      context.CancelFunc
+	ended     chan struct{} // closed by end
+	endOnce   sync.Once
+	busy      sync.WaitGroup // writers and timer callbacks under way
+
+	wmu      sync.Mutex // one write at a time
+	finished bool       // under wmu: nothing more is written
 
 	mu       sync.Mutex
+	cancel   func()             // withdraws the intention
 	queued   []*queue.PopResult // deliveries not yet written, bounded by the credit
+	writing  bool               // a writer goroutine runs
+	checking bool               // the lease check is armed
+	draining bool
+	hb       *time.Timer
+	check    *time.Timer
 	closed   bool
 	inflight map[inflightKey]sseHeld         // written, not yet acknowledged
 	marks    map[string]*queue.LeaseMark     // partition id → lease and highest offset written
@@ -149,7 +166,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	}
 
 	st := &sseStream{s: s, group: req.Group, autoAck: req.AutoAck,
-		ready: make(chan struct{}, 1)} // its maps are made on first use: idle streams stay small
+		ended: make(chan struct{})} // its maps are made on first use: idle streams stay small
 	st.in = &poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
@@ -159,45 +176,72 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 
 	first := []byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n: connected\n\n")
 	if conn, ok := takeOver(w, first); ok {
-		// The stream lives on in a goroutine of its own and the handler
-		// returns: the HTTP server's goroutine and buffers go, and an idle
-		// stream costs two small goroutines (writer, close detector).
+		// The handler returns: the HTTP server's goroutine and buffers go.
+		// One goroutine waits for the client to close and tears down.
 		handedOff = true
+		if conn == nil {
+			s.sseDone() // gone before the first byte
+			return
+		}
+		st.write = func(b []byte) bool {
+			_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			_, err := conn.Write(b)
+			return err == nil
+		}
+		st.closeConn = func() { _ = conn.Close() }
 		s.streamWG.Add(1)
+		s.startSSE(st)
 		go func() {
 			defer s.streamWG.Done()
 			defer s.sseDone()
-			sink := &connSink{conn: conn, gone: make(chan struct{})}
-			go sink.detectClose()
-			defer func() { _ = conn.Close() }()
-			s.serveSSE(st, sink.write, sink.gone)
+			var b [1]byte
+			for { // an EventSource sends nothing after its request: this ends with the connection
+				if _, err := conn.Read(b[:]); err != nil {
+					break
+				}
+			}
+			st.end()
+			st.busy.Wait()
 		}()
 		return
 	}
-	// Not an HTTP/1 connection (HTTP/2): stream through the ResponseWriter.
+	// Not an HTTP/1 connection (HTTP/2): stream through the ResponseWriter,
+	// which must not be written after the handler returns.
 	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
+	st.write = func(b []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 		if _, err := w.Write(b); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
 	}
-	if write(first) {
-		s.serveSSE(st, write, r.Context().Done())
+	if !st.write(first) {
+		return
 	}
+	s.startSSE(st)
+	select {
+	case <-st.ended:
+	case <-r.Context().Done():
+	}
+	st.end()
+	st.busy.Wait()
 }
 
-// serveSSE registers the stream's intention and writes events until the
-// client is gone, a write fails or the server drains.
-func (s *Server) serveSSE(st *sseStream, write func([]byte) bool, gone <-chan struct{}) {
+// startSSE registers the stream: its intention, its heartbeat, and its
+// place in the drain.
+func (s *Server) startSSE(st *sseStream) {
+	st.ctx, st.stop = context.WithCancel(context.Background())
 	s.metrics.sseStreams.Inc()
-	defer s.metrics.sseStreams.Dec()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	st.mu.Lock()
 	st.cancel = s.poller.Register(st.in)
-	defer st.close()
-	st.run(ctx, write, gone)
+	st.hb = time.AfterFunc(s.cfg.SSEHeartbeat, st.beat)
+	st.mu.Unlock()
+	s.sseMu.Lock()
+	s.sseStreams[st] = true
+	s.sseMu.Unlock()
+	if s.isDraining() {
+		go st.drain(s.spread()) // the drain began as the stream did
+	}
 }
 
 // takeOver hijacks an HTTP/1 connection and writes the stream's response
@@ -224,30 +268,6 @@ func takeOver(w http.ResponseWriter, first []byte) (net.Conn, bool) {
 	return conn, true
 }
 
-// connSink writes a taken-over stream to its connection.
-type connSink struct {
-	conn net.Conn
-	gone chan struct{}
-}
-
-func (c *connSink) write(b []byte) bool {
-	_ = c.conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
-	_, err := c.conn.Write(b)
-	return err == nil
-}
-
-// detectClose reads until the client closes the connection (an EventSource
-// sends nothing after its request) and then says so.
-func (c *connSink) detectClose() {
-	var b [1]byte
-	for {
-		if _, err := c.conn.Read(b[:]); err != nil {
-			close(c.gone)
-			return
-		}
-	}
-}
-
 // deliver runs on a poller worker: it must not block. The credit bounds
 // the queue.
 func (st *sseStream) deliver(res *queue.PopResult) bool {
@@ -257,100 +277,188 @@ func (st *sseStream) deliver(res *queue.PopResult) bool {
 		return false
 	}
 	st.queued = append(st.queued, res)
-	select {
-	case st.ready <- struct{}{}:
-	default:
+	if !st.writing {
+		st.writing = true
+		st.busy.Add(1)
+		go st.flush()
 	}
 	return true
 }
 
-// take empties the delivery queue.
-func (st *sseStream) take() []*queue.PopResult {
+// enter marks a timer callback under way; false once the stream closed.
+func (st *sseStream) enter() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	q := st.queued
-	st.queued = nil
-	return q
+	if st.closed {
+		return false
+	}
+	st.busy.Add(1)
+	return true
 }
 
-// run writes events until the client leaves (gone), a write fails or the
-// server drains.
-func (st *sseStream) run(ctx context.Context, write func([]byte) bool, gone <-chan struct{}) {
-	s := st.s
-	hb := time.NewTicker(s.cfg.SSEHeartbeat)
-	defer hb.Stop()
-	// The lease check runs only while messages are in flight: an idle
-	// stream wakes for nothing but its heartbeat.
-	check := time.NewTimer(sseLeaseCheck)
-	check.Stop()
-	defer check.Stop()
-	checking := false
-	draining := s.draining
-	var closeAt <-chan time.Time
+// send writes b unless the stream has finished.
+func (st *sseStream) send(b []byte) bool {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	return !st.finished && st.write(b)
+}
+
+// flush is the stream's writer while deliveries are queued.
+func (st *sseStream) flush() {
+	defer st.busy.Done()
 	for {
-		select {
-		case <-gone:
+		st.mu.Lock()
+		q := st.queued
+		st.queued = nil
+		if len(q) == 0 || st.closed {
+			st.writing = false
+			st.mu.Unlock()
 			return
-		case <-st.ready:
-			failed := false
-			onStack(func() { // JSON and writes on a stack that goes away with them
-				for _, res := range st.take() {
-					if !write(st.events(res)) {
-						failed = true
-						return
-					}
-					for _, m := range res.Messages {
-						s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
-					}
-					if st.autoAck {
-						s.poller.AddCredit(st.in, len(res.Messages)) // written: room for more
-					}
-				}
-			})
-			if failed {
-				return
-			}
-			if !st.autoAck && !checking {
-				checking = true
-				check.Reset(sseLeaseCheck)
-			}
-		case <-hb.C:
-			if !write([]byte(": heartbeat\n\n")) {
-				return
-			}
-		case <-check.C:
-			onStack(func() { checking = st.checkLeases(ctx) })
-			if checking {
-				check.Reset(sseLeaseCheck)
-			}
-		case <-draining:
-			// Stop leasing now; close at a random point of the drain window
-			// so that browsers do not all reconnect at once.
-			draining = nil
-			st.cancel()
-			t := time.NewTimer(s.spread())
-			defer t.Stop()
-			closeAt = t.C
-		case <-closeAt:
-			// Deliveries already queued were leased for this stream: write
-			// them before leaving.
-			for _, res := range st.take() {
-				if !write(st.events(res)) {
-					return
-				}
-			}
-			write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
+		}
+		st.mu.Unlock()
+		if !st.writeDeliveries(q) {
+			st.mu.Lock()
+			st.writing = false
+			st.mu.Unlock()
+			st.end()
 			return
 		}
 	}
 }
 
+// writeDeliveries writes deliveries as events; false when a write failed.
+func (st *sseStream) writeDeliveries(q []*queue.PopResult) bool {
+	for _, res := range q {
+		b, ok := st.events(res)
+		if !ok || !st.send(b) {
+			return false
+		}
+		for _, m := range res.Messages {
+			st.s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
+		}
+		if st.autoAck {
+			st.s.poller.AddCredit(st.in, len(res.Messages)) // written: room for more
+		}
+	}
+	if !st.autoAck {
+		st.armCheck()
+	}
+	return true
+}
+
+// beat writes a heartbeat comment and arms the next.
+func (st *sseStream) beat() {
+	if !st.enter() {
+		return
+	}
+	defer st.busy.Done()
+	if !st.send([]byte(": heartbeat\n\n")) {
+		st.end()
+		return
+	}
+	st.mu.Lock()
+	if !st.closed {
+		st.hb.Reset(st.s.cfg.SSEHeartbeat)
+	}
+	st.mu.Unlock()
+}
+
+// armCheck starts the lease check: it runs only while messages are in
+// flight, so an idle stream wakes for nothing but its heartbeat.
+func (st *sseStream) armCheck() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.checking || st.closed {
+		return
+	}
+	st.checking = true
+	if st.check == nil {
+		st.check = time.AfterFunc(sseLeaseCheck, st.checkTick)
+	} else {
+		st.check.Reset(sseLeaseCheck)
+	}
+}
+
+func (st *sseStream) checkTick() {
+	if !st.enter() {
+		return
+	}
+	defer st.busy.Done()
+	more := st.checkLeases(st.ctx)
+	st.mu.Lock()
+	if more && !st.closed {
+		st.check.Reset(sseLeaseCheck)
+	} else {
+		st.checking = false
+	}
+	st.mu.Unlock()
+}
+
+// drain stops leasing to the stream now and closes it after delay (a
+// random point of the drain window, so that browsers do not all reconnect
+// at once), writing first what was already leased for it.
+func (st *sseStream) drain(delay time.Duration) {
+	st.mu.Lock()
+	if st.draining || st.closed {
+		st.mu.Unlock()
+		return
+	}
+	st.draining = true
+	cancel := st.cancel
+	st.mu.Unlock()
+	cancel()
+	time.AfterFunc(delay, func() {
+		if !st.enter() {
+			return
+		}
+		defer st.busy.Done()
+		st.mu.Lock()
+		q := st.queued
+		st.queued = nil
+		st.mu.Unlock()
+		if st.writeDeliveries(q) {
+			st.send([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
+		}
+		st.end()
+	})
+}
+
+// end finishes the stream once: no more writes or leases, timers stopped,
+// leases released (or kept for a resume: close), connection closed.
+func (st *sseStream) end() {
+	st.endOnce.Do(func() {
+		st.wmu.Lock()
+		st.finished = true
+		st.wmu.Unlock()
+		st.mu.Lock()
+		st.hb.Stop()
+		if st.check != nil {
+			st.check.Stop()
+		}
+		st.mu.Unlock()
+		st.stop()
+		st.s.sseMu.Lock()
+		delete(st.s.sseStreams, st)
+		st.s.sseMu.Unlock()
+		st.s.metrics.sseStreams.Dec()
+		st.close()
+		if st.closeConn != nil {
+			st.closeConn()
+		}
+		close(st.ended)
+	})
+}
+
 // events renders a delivery as SSE events and records each message as in
-// flight; the id of each event is the resume token after it.
-func (st *sseStream) events(res *queue.PopResult) []byte {
+// flight; the id of each event is the resume token after it. false once the
+// stream closed.
+func (st *sseStream) events(res *queue.PopResult) ([]byte, bool) {
 	var b bytes.Buffer
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.closed {
+		return nil, false
+	}
 	for _, m := range res.Messages {
 		data, _ := json.Marshal(messageOf(m))
 		if st.marks == nil {
@@ -386,7 +494,7 @@ func (st *sseStream) events(res *queue.PopResult) []byte {
 			st.order = st.order[1:]
 		}
 	}
-	return b.Bytes()
+	return b.Bytes(), true
 }
 
 func (st *sseStream) tokenLocked() string {

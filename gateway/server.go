@@ -143,7 +143,8 @@ type Server struct {
 
 	sseMu      sync.Mutex
 	sseCount   int
-	sseHolders sync.Map // holderKey → *sseStream, for acks posted here
+	sseStreams map[*sseStream]bool // running streams, for Drain
+	sseHolders sync.Map            // holderKey → *sseStream, for acks posted here
 
 	graceMu sync.Mutex
 	grace   map[*time.Timer]func() // leases of closed SSE streams, released after the grace period
@@ -174,6 +175,8 @@ func New(cfg Config) (*Server, error) {
 		draining: make(chan struct{}),
 		wsConns:  map[*wsConn]bool{},
 		grace:    map[*time.Timer]func(){},
+
+		sseStreams: map[*sseStream]bool{},
 	}
 	if cfg.Notifier != nil {
 		s.notify = cfg.Notifier.Notify
@@ -231,6 +234,11 @@ func (s *Server) Drain() {
 			go c.drain(s.spread())
 		}
 		s.wsMu.Unlock()
+		s.sseMu.Lock()
+		for st := range s.sseStreams {
+			go st.drain(s.spread())
+		}
+		s.sseMu.Unlock()
 	})
 }
 

@@ -1,0 +1,25 @@
+// Package syncnet is UDPSYNC, the signed UDP mesh between Herald instances
+// (DESIGN.md §7, seed 001). It only saves work — who has subscribers for
+// which queue, cached queue configs, lease hints, liveness — and is never
+// needed for correctness: PostgreSQL stays the only source of truth.
+//
+// This file set holds the wire format, byte-compatible with the reference
+// server (testdata/reference-server/syncnet-rules.md):
+//
+//	offset size field
+//	0      1    version (1)
+//	1      1    type (1 MESSAGE_AVAILABLE, 3 HEARTBEAT, 10/11 QUEUE_CONFIG_SET/DELETE,
+//	            20/21 CONSUMER_REGISTERED/DEREGISTERED, 25 PARTITION_DELETED,
+//	            30/31 LEASE_HINT_ACQUIRED/RELEASED, 40/41 maintenance modes)
+//	2      2    payload length, big-endian
+//	4      32   HMAC-SHA256 signature: key = the secret's ASCII bytes,
+//	            input = bytes 0–3 ‖ bytes 36..end of datagram
+//	36     32   sender id (hostname:port), NUL-padded, at most 31 bytes
+//	68     16   session id, random per process start: 15 characters and a NUL
+//	84     8    sequence, big-endian, from 1, one counter for every datagram
+//	92     n    MessagePack payload: keys in bytewise order, smallest integers
+//
+// A datagram is at most 1,400 bytes (payload ≤ 1,308), refused at encode
+// time when larger. Signatures are compared in constant time. Replay keeps
+// per sender (session, highest sequence): a new session is a restart.
+package syncnet

@@ -1,0 +1,523 @@
+package syncnet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Waker is what MESSAGE_AVAILABLE wakes; *poller.Poller is one.
+type Waker interface {
+	Wake(source, queue, partition string)
+}
+
+// SourceSync labels wake-ups from syncnet (herald_wakeups_total{source}).
+const SourceSync = "syncnet"
+
+// Defaults of Config fields.
+const (
+	HeartbeatDefault = time.Second
+	DeadAfterDefault = 5 * time.Second
+	AnnounceDefault  = 2 * time.Second
+	ResolveDefault   = 30 * time.Second
+	RecvBufferBytes  = 8 << 20
+)
+
+// Config configures a Node.
+type Config struct {
+	// Bind is the UDP address to listen on, e.g. ":6633".
+	Bind string
+	// Peers are the other instances, host:port; names are re-resolved
+	// every Resolve.
+	Peers []string
+	// Secret keys the HMAC (its ASCII bytes). Required with peers.
+	Secret string
+	// ServerID names this instance in every datagram (hostname:port).
+	ServerID string
+	// Waker receives MESSAGE_AVAILABLE. Required.
+	Waker Waker
+	// Heartbeat, DeadAfter, Announce (presence re-announce, anti-entropy)
+	// and Resolve; zero means the defaults.
+	Heartbeat, DeadAfter, Announce, Resolve time.Duration
+	// Drop, when set, is asked before each send; true drops the datagram
+	// (tests of a lossy network).
+	Drop func() bool
+	// Registerer receives the metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Logger; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Node is one instance on the mesh: it sends and receives datagrams, keeps
+// peers' health and presence, and targets wake-ups at the peers that have
+// subscribers. Everything it knows is advisory.
+type Node struct {
+	cfg     Config
+	key     []byte
+	conn    *net.UDPConn
+	session string // 16 hex characters; the header carries 15
+	seq     atomic.Uint64
+	sent    atomic.Uint64
+	replay  *Replay
+	log     zerolog.Logger
+	m       *nodeMetrics
+
+	mu     sync.Mutex
+	peers  []*peer
+	byID   map[string]*peerState
+	local  map[string]int // queue → local intentions
+	closed bool
+}
+
+type peer struct {
+	name string
+	addr *net.UDPAddr
+	id   string // learned from its datagrams
+}
+
+type peerState struct {
+	session   string
+	since     time.Time // first heartbeat of this session
+	lastBeat  time.Time
+	presence  map[string]time.Time // queue → last announce
+	announced bool                 // a full announce interval has passed since it (re)started
+}
+
+// New binds the socket; nothing is sent until Run.
+func New(cfg Config) (*Node, error) {
+	switch {
+	case cfg.Waker == nil:
+		return nil, errors.New("syncnet: Config.Waker is required")
+	case len(cfg.Peers) > 0 && cfg.Secret == "":
+		return nil, errors.New("syncnet: a secret is required when peers are set")
+	case cfg.ServerID == "":
+		return nil, errors.New("syncnet: Config.ServerID is required")
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = HeartbeatDefault
+	}
+	if cfg.DeadAfter == 0 {
+		cfg.DeadAfter = DeadAfterDefault
+	}
+	if cfg.Announce == 0 {
+		cfg.Announce = AnnounceDefault
+	}
+	if cfg.Resolve == 0 {
+		cfg.Resolve = ResolveDefault
+	}
+	addr, err := net.ResolveUDPAddr("udp", cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("syncnet: bind address %q: %w", cfg.Bind, err)
+	}
+	conn, err := net.ListenUDP("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("syncnet: listening on %s: %w", cfg.Bind, err)
+	}
+	log := cfg.Logger.With().Str("component", "syncnet").Logger()
+	if err := conn.SetReadBuffer(RecvBufferBytes); err != nil {
+		log.Warn().Err(err).Msg("the kernel refused an 8 MB receive buffer")
+	}
+	var sess [8]byte
+	_, _ = rand.Read(sess[:])
+	n := &Node{cfg: cfg, key: []byte(cfg.Secret), conn: conn, session: hex.EncodeToString(sess[:]),
+		replay: NewReplay(), log: log, byID: map[string]*peerState{}, local: map[string]int{}}
+	n.m, err = newNodeMetrics(cfg.Registerer)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	n.resolve()
+	return n, nil
+}
+
+// Addr is the bound address.
+func (n *Node) Addr() *net.UDPAddr { return n.conn.LocalAddr().(*net.UDPAddr) }
+
+// SetPeers replaces the peer list (host:port) and resolves it.
+func (n *Node) SetPeers(peers []string) {
+	n.mu.Lock()
+	n.cfg.Peers = peers
+	n.mu.Unlock()
+	n.resolve()
+}
+
+// resolve looks the peers up again (names move).
+func (n *Node) resolve() {
+	n.mu.Lock()
+	names := append([]string(nil), n.cfg.Peers...)
+	old := map[string]*peer{}
+	for _, p := range n.peers {
+		old[p.name] = p
+	}
+	n.mu.Unlock()
+	var peers []*peer
+	for _, name := range names {
+		addr, err := net.ResolveUDPAddr("udp4", name)
+		if err != nil {
+			n.log.Warn().Err(err).Str("peer", name).Msg("resolving a peer")
+			continue
+		}
+		p := &peer{name: name, addr: addr}
+		if o := old[name]; o != nil && o.addr.String() == addr.String() {
+			p.id = o.id
+		}
+		peers = append(peers, p)
+	}
+	n.mu.Lock()
+	n.peers = peers
+	n.mu.Unlock()
+}
+
+// Run sends heartbeats and presence and receives until ctx ends; then it
+// closes the socket.
+func (n *Node) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(n.receive)
+	beat := time.NewTicker(n.cfg.Heartbeat)
+	announce := time.NewTicker(n.cfg.Announce)
+	resolve := time.NewTicker(n.cfg.Resolve)
+	defer func() {
+		beat.Stop()
+		announce.Stop()
+		resolve.Stop()
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		_ = n.conn.Close()
+		wg.Wait()
+	}()
+	n.heartbeat()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-beat.C:
+			n.heartbeat()
+			n.expire()
+		case <-announce.C:
+			n.announce()
+		case <-resolve.C:
+			n.resolve()
+		}
+	}
+}
+
+func nowMS() uint64 { return uint64(time.Now().UnixMilli()) } // #nosec G115 -- after 1970
+
+// send builds one datagram and sends it to addrs (all peers when nil).
+func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
+	payload, err := Marshal(v)
+	if err != nil {
+		n.log.Error().Err(err).Msg("encoding a payload")
+		return
+	}
+	b, err := Encode(Header{Type: t, SenderID: n.cfg.ServerID, Session: n.session[:maxSession], Sequence: n.seq.Add(1)}, payload, n.key)
+	if err != nil {
+		n.m.dropped.WithLabelValues("encode").Inc()
+		return
+	}
+	if addrs == nil {
+		n.mu.Lock()
+		for _, p := range n.peers {
+			addrs = append(addrs, p.addr)
+		}
+		n.mu.Unlock()
+	}
+	for _, a := range addrs {
+		if n.cfg.Drop != nil && n.cfg.Drop() {
+			continue
+		}
+		if _, err := n.conn.WriteToUDP(b, a); err == nil {
+			n.sent.Add(1)
+			n.m.sent.WithLabelValues(t.String()).Inc()
+		}
+	}
+}
+
+func (n *Node) heartbeat() {
+	n.send(Heartbeat, HeartbeatPayload{Sequence: n.sent.Load(), SessionID: n.session, TS: nowMS()}, nil)
+}
+
+// presencePayload is CONSUMER_REGISTERED and CONSUMER_DEREGISTERED.
+type presencePayload struct {
+	Queue string `msgpack:"queue"`
+	TS    uint64 `msgpack:"ts"`
+}
+
+// announce re-sends every local presence: a lost packet heals.
+func (n *Node) announce() {
+	n.mu.Lock()
+	queues := make([]string, 0, len(n.local))
+	for q := range n.local {
+		queues = append(queues, q)
+	}
+	n.mu.Unlock()
+	for _, q := range queues {
+		n.send(ConsumerRegistered, presencePayload{Queue: q, TS: nowMS()}, nil)
+	}
+}
+
+// SetLocal records that this instance gained (present) or lost a waiting
+// consumer on queue: the first announces CONSUMER_REGISTERED, the last
+// CONSUMER_DEREGISTERED.
+func (n *Node) SetLocal(queue string, present bool) {
+	n.mu.Lock()
+	c := n.local[queue]
+	if present {
+		n.local[queue] = c + 1
+	} else if c <= 1 {
+		delete(n.local, queue)
+	} else {
+		n.local[queue] = c - 1
+	}
+	first, last := present && c == 0, !present && c == 1
+	n.mu.Unlock()
+	switch {
+	case first:
+		n.send(ConsumerRegistered, presencePayload{Queue: queue, TS: nowMS()}, nil)
+	case last:
+		n.send(ConsumerDeregistered, presencePayload{Queue: queue, TS: nowMS()}, nil)
+	}
+}
+
+// Notify tells the peers that may have subscribers for queue that it has a
+// new message: the peers whose presence says so, and those whose presence
+// is not known yet. Dead peers get nothing.
+func (n *Node) Notify(queue, partition string) {
+	now := time.Now()
+	var targets []*net.UDPAddr
+	n.mu.Lock()
+	all := len(n.peers)
+	for _, p := range n.peers {
+		st := n.byID[p.id]
+		switch {
+		case p.id == "" || st == nil || !st.announced:
+			targets = append(targets, p.addr) // not known yet: it gets it
+			n.m.targeted.WithLabelValues("unknown").Inc()
+		case now.Sub(st.lastBeat) > n.cfg.DeadAfter:
+			n.m.targeted.WithLabelValues("dead").Inc()
+		case !st.presence[queue].IsZero():
+			targets = append(targets, p.addr)
+			n.m.targeted.WithLabelValues("present").Inc()
+		default:
+			n.m.targeted.WithLabelValues("absent").Inc()
+		}
+	}
+	n.mu.Unlock()
+	if len(targets) == 0 {
+		return
+	}
+	if len(targets) == all {
+		n.m.broadcast.Inc()
+	}
+	n.send(MessageAvailable, MessageAvailablePayload{Partition: partition, Queue: queue, TS: nowMS()}, targets)
+}
+
+// HasSubscribers reports whether any live peer has subscribers for queue;
+// known is false while some live peer's presence is not known yet.
+func (n *Node) HasSubscribers(queue string) (has, known bool) {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.local[queue] > 0 {
+		return true, true
+	}
+	known = true
+	for _, p := range n.peers {
+		st := n.byID[p.id]
+		if p.id == "" || st == nil || !st.announced {
+			known = false
+			continue
+		}
+		if now.Sub(st.lastBeat) <= n.cfg.DeadAfter && !st.presence[queue].IsZero() {
+			return true, true
+		}
+	}
+	return false, known
+}
+
+// expire marks presence complete for peers that have announced for a full
+// interval, and forgets what dead peers and stale announcements said.
+func (n *Node) expire() {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	alive := 0
+	for _, st := range n.byID {
+		if now.Sub(st.lastBeat) > n.cfg.DeadAfter {
+			st.presence = map[string]time.Time{}
+			st.announced = false
+			continue
+		}
+		alive++
+		if !st.announced && now.Sub(st.since) >= n.cfg.Announce+n.cfg.Heartbeat {
+			st.announced = true
+		}
+		for q, at := range st.presence {
+			if now.Sub(at) > 3*n.cfg.Announce {
+				delete(st.presence, q)
+			}
+		}
+	}
+	n.m.alive.Set(float64(alive))
+}
+
+// receive reads datagrams until the socket closes.
+func (n *Node) receive() {
+	buf := make([]byte, MaxDatagram+1)
+	for {
+		k, from, err := n.conn.ReadFromUDP(buf)
+		if err != nil {
+			n.mu.Lock()
+			closed := n.closed
+			n.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		n.handle(buf[:k], from)
+	}
+}
+
+// handle verifies and applies one datagram; malformed ones are counted and
+// dropped.
+func (n *Node) handle(b []byte, from *net.UDPAddr) {
+	p, err := Decode(b, n.key)
+	if err != nil {
+		n.m.dropped.WithLabelValues(Reason(err)).Inc()
+		return
+	}
+	if p.SenderID == n.cfg.ServerID {
+		n.m.dropped.WithLabelValues("self").Inc()
+		return
+	}
+	if !n.replay.Accept(p.SenderID, p.Session, p.Sequence) {
+		n.m.dropped.WithLabelValues("replay").Inc()
+		return
+	}
+	n.m.received.WithLabelValues(p.Type.String()).Inc()
+	now := time.Now()
+	n.mu.Lock()
+	for _, pr := range n.peers {
+		if pr.addr.IP.Equal(from.IP) && pr.addr.Port == from.Port {
+			pr.id = p.SenderID // learned: datagrams from a configured peer's address
+		}
+	}
+	st := n.byID[p.SenderID]
+	if st == nil || st.session != p.Session {
+		// New, or restarted: what it said before no longer holds.
+		st = &peerState{session: p.Session, since: now, lastBeat: now, presence: map[string]time.Time{}}
+		n.byID[p.SenderID] = st
+	}
+	n.mu.Unlock()
+	switch p.Type {
+	case Heartbeat:
+		n.mu.Lock()
+		st.lastBeat = now
+		n.mu.Unlock()
+	case MessageAvailable:
+		var m MessageAvailablePayload
+		if Unmarshal(p.Payload, &m) == nil && m.Queue != "" {
+			n.cfg.Waker.Wake(SourceSync, m.Queue, m.Partition)
+		}
+	case ConsumerRegistered, ConsumerDeregistered:
+		var m presencePayload
+		if Unmarshal(p.Payload, &m) != nil || m.Queue == "" {
+			n.m.dropped.WithLabelValues("payload").Inc()
+			return
+		}
+		n.mu.Lock()
+		if p.Type == ConsumerRegistered {
+			st.presence[m.Queue] = now
+		} else {
+			delete(st.presence, m.Queue)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// Stats is what /internal/api/shared-state/stats shows of syncnet.
+type Stats struct {
+	ServerID string         `json:"serverId"`
+	Session  string         `json:"session"`
+	Peers    []PeerStats    `json:"peers"`
+	Local    map[string]int `json:"localConsumers"`
+	Sent     uint64         `json:"datagramsSent"`
+}
+
+// PeerStats is one peer's view.
+type PeerStats struct {
+	Name     string   `json:"name"`
+	Address  string   `json:"address"`
+	ID       string   `json:"id"`
+	Alive    bool     `json:"alive"`
+	LastBeat string   `json:"lastHeartbeat,omitempty"`
+	Known    bool     `json:"presenceKnown"`
+	Queues   []string `json:"queuesWithSubscribers"`
+}
+
+// Stats reports the node's state.
+func (n *Node) Stats() Stats {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := Stats{ServerID: n.cfg.ServerID, Session: n.session, Local: map[string]int{}, Sent: n.sent.Load()}
+	for q, c := range n.local {
+		s.Local[q] = c
+	}
+	for _, p := range n.peers {
+		ps := PeerStats{Name: p.name, Address: p.addr.String(), ID: p.id}
+		if st := n.byID[p.id]; p.id != "" && st != nil {
+			ps.Alive = now.Sub(st.lastBeat) <= n.cfg.DeadAfter
+			ps.LastBeat = st.lastBeat.UTC().Format(time.RFC3339Nano)
+			ps.Known = st.announced
+			for q := range st.presence {
+				ps.Queues = append(ps.Queues, q)
+			}
+		}
+		s.Peers = append(s.Peers, ps)
+	}
+	return s
+}
+
+type nodeMetrics struct {
+	sent, received, dropped *prometheus.CounterVec
+	targeted                *prometheus.CounterVec
+	broadcast               prometheus.Counter
+	alive                   prometheus.Gauge
+}
+
+func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
+	m := &nodeMetrics{
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_sent_total",
+			Help: "Datagrams sent, by type (one per peer)."}, []string{"type"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_received_total",
+			Help: "Datagrams accepted, by type."}, []string{"type"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_dropped_total",
+			Help: "Datagrams dropped, by reason (too_short, too_long, version, length, signature, replay, self, payload, encode)."}, []string{"reason"}),
+		targeted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_notify_decisions_total",
+			Help: "Per peer and push: sent because present or not yet known, skipped because absent or dead."}, []string{"decision"}),
+		broadcast: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_syncnet_broadcasts_total",
+			Help: "MESSAGE_AVAILABLE sent to every peer."}),
+		alive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_syncnet_peers_alive",
+			Help: "Peers heard from within the dead threshold."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.sent, m.received, m.dropped, m.targeted, m.broadcast, m.alive} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

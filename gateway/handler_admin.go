@@ -277,7 +277,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 // handleStats reports the shared state between instances. syncnet is not
 // part of this build yet, so it says so.
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "running": false, "peers": []any{}})
+	if s.cfg.SharedState == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "running": false, "peers": []any{}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"enabled": true, "running": true, "syncnet": s.cfg.SharedState()})
 }
 
 func (s *Server) handleIndex(w http.ResponseWriter, _ *http.Request) {

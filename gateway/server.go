@@ -70,6 +70,9 @@ type Config struct {
 	// Drain over this long, so clients do not reconnect in one storm; zero
 	// closes them all at once.
 	DrainWindow time.Duration
+	// SharedState, when set, is shown by /internal/api/shared-state/stats
+	// (syncnet's peers, presence and counters).
+	SharedState func() any
 	// Auth, when set, requires a bearer token on every endpoint but
 	// /health and /metrics.
 	Auth *Auth

@@ -56,6 +56,11 @@ type Config struct {
 	// the same target share its rows. More are split over several
 	// pre-flights. Zero means MaxIntentionsPerPreflight.
 	MaxIntentions int
+	// OnPresence, when set, is told of every intention registered (true)
+	// and withdrawn (false), by queue ("" for a namespace/task intention,
+	// which may match any queue): syncnet announces which instances have
+	// consumers. It is called with a worker's lock held and must not block.
+	OnPresence func(queue string, present bool)
 	// Registerer receives the poller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	// Logger; the zero value logs nothing.

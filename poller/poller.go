@@ -106,6 +106,9 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	}
 	ks.intentions = append(ks.intentions, in)
 	ks.dirty = true
+	if f := p.cfg.OnPresence; f != nil {
+		f(in.Target.Queue, true)
+	}
 	w.mu.Unlock()
 	p.metrics.intentions.Inc()
 	p.metrics.wakeups.WithLabelValues(SourceRegister).Inc()

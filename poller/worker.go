@@ -60,6 +60,9 @@ func (w *worker) markGone(in *Intention) {
 	}
 	in.gone = true
 	w.p.metrics.intentions.Dec()
+	if f := w.p.cfg.OnPresence; f != nil {
+		f(in.Target.Queue, false)
+	}
 	if in.Target.Queue == "" {
 		w.p.nsKeys.Add(-1)
 	}

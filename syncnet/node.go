@@ -266,10 +266,18 @@ func (n *Node) announce() {
 	}
 }
 
+// AnyQueue stands for consumers that may take from any queue (namespace
+// and task subscriptions).
+const AnyQueue = "*"
+
 // SetLocal records that this instance gained (present) or lost a waiting
-// consumer on queue: the first announces CONSUMER_REGISTERED, the last
-// CONSUMER_DEREGISTERED.
+// consumer on queue ("" or AnyQueue: any queue): the first announces
+// CONSUMER_REGISTERED, the last CONSUMER_DEREGISTERED. poller.Config's
+// OnPresence.
 func (n *Node) SetLocal(queue string, present bool) {
+	if queue == "" {
+		queue = AnyQueue
+	}
 	n.mu.Lock()
 	c := n.local[queue]
 	if present {
@@ -305,7 +313,7 @@ func (n *Node) Notify(queue, partition string) {
 			n.m.targeted.WithLabelValues("unknown").Inc()
 		case now.Sub(st.lastBeat) > n.cfg.DeadAfter:
 			n.m.targeted.WithLabelValues("dead").Inc()
-		case !st.presence[queue].IsZero():
+		case !st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero():
 			targets = append(targets, p.addr)
 			n.m.targeted.WithLabelValues("present").Inc()
 		default:
@@ -328,7 +336,7 @@ func (n *Node) HasSubscribers(queue string) (has, known bool) {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.local[queue] > 0 {
+	if n.local[queue] > 0 || n.local[AnyQueue] > 0 {
 		return true, true
 	}
 	known = true
@@ -338,7 +346,7 @@ func (n *Node) HasSubscribers(queue string) (has, known bool) {
 			known = false
 			continue
 		}
-		if now.Sub(st.lastBeat) <= n.cfg.DeadAfter && !st.presence[queue].IsZero() {
+		if now.Sub(st.lastBeat) <= n.cfg.DeadAfter && (!st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero()) {
 			return true, true
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +47,11 @@ type config struct {
 	SSEHeartbeat      time.Duration
 	SSEResumeGrace    time.Duration
 	DrainWindow       time.Duration
+
+	SyncPeers  []string
+	SyncBind   string
+	SyncSecret string
+	ServerID   string
 }
 
 // Wake modes of --wake.
@@ -112,6 +118,14 @@ var options = []option{
 		func(c *config, v string) (err error) { c.SSEHeartbeat, err = time.ParseDuration(v); return err }},
 	{"sse-resume-grace", "HERALD_SSE_RESUME_GRACE", gateway.SSEResumeGraceDefault.String(), "how long a closed SSE stream's unacked leases wait for its browser to resume with Last-Event-ID before other consumers get them",
 		func(c *config, v string) (err error) { c.SSEResumeGrace, err = time.ParseDuration(v); return err }},
+	{"sync-peers", "HERALD_SYNC_PEERS", "", "comma-separated host:port of the other instances' syncnet sockets (names re-resolved every 30 s); empty turns syncnet off",
+		func(c *config, v string) error { c.SyncPeers = splitList(v); return nil }},
+	{"sync-bind", "HERALD_SYNC_BIND", ":6633", "UDP address syncnet listens on",
+		func(c *config, v string) error { c.SyncBind = v; return nil }},
+	{"sync-secret", "HERALD_SYNC_SECRET", "", "64 hex characters signing syncnet datagrams (HMAC-SHA256 over the ASCII bytes, as the reference server); required with --sync-peers",
+		func(c *config, v string) error { c.SyncSecret = v; return nil }},
+	{"server-id", "HERALD_SERVER_ID", "", "this instance's name on syncnet; empty means hostname:port of --sync-bind",
+		func(c *config, v string) error { c.ServerID = v; return nil }},
 	{"drain-window", "HERALD_DRAIN_WINDOW", "5s", "on shutdown, WebSocket and SSE connections are closed at random points of this window, so clients do not reconnect in one storm",
 		func(c *config, v string) (err error) { c.DrainWindow, err = time.ParseDuration(v); return err }},
 }
@@ -177,6 +191,8 @@ func (c *config) validate() error {
 		return errors.New("--sse-heartbeat and --sse-resume-grace must be positive")
 	case c.DrainWindow < 0:
 		return errors.New("--drain-window must not be negative")
+	case len(c.SyncPeers) > 0 && !validSecret(c.SyncSecret):
+		return errors.New("--sync-secret must be 64 hex characters when --sync-peers is set")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -189,6 +205,14 @@ func (c *config) validate() error {
 		return errors.New("--log-format must be json or console")
 	}
 	return nil
+}
+
+func validSecret(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
 }
 
 func usage(w io.Writer, cmd string) {

@@ -33,6 +33,7 @@ import (
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/syncnet"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -89,6 +90,17 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "dev"
+}
+
+// notifiers tells several wake-up channels about a push.
+type notifiers []interface{ Notify(queue, partition string) }
+
+func (ns notifiers) Notify(queue, partition string) {
+	for _, n := range ns {
+		if n != nil {
+			n.Notify(queue, partition)
+		}
+	}
 }
 
 // serve wires database, store and gateway, and runs until ctx ends.
@@ -153,16 +165,39 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if cfg.Wake == WakePoll {
 		mode = poller.WakePoll
 	}
-	pl, err := poller.New(poller.Config{Store: store, Workers: cfg.PollWorkers, Mode: mode,
+	// syncnet and the poller know each other: the poller reports its
+	// consumers' presence to the node, the node wakes the poller.
+	var node *syncnet.Node
+	pcfg := poller.Config{Store: store, Workers: cfg.PollWorkers, Mode: mode,
 		SweepMin: cfg.SweepMin, SweepMax: cfg.SweepMax, PreflightTimeout: cfg.PreflightTimeout,
-		MaxIntentions: cfg.PreflightMax, Registerer: reg, Logger: log})
+		MaxIntentions: cfg.PreflightMax, Registerer: reg, Logger: log}
+	if len(cfg.SyncPeers) > 0 {
+		pcfg.OnPresence = func(queue string, present bool) { node.SetLocal(queue, present) }
+	}
+	pl, err := poller.New(pcfg)
 	if err != nil {
 		return err
+	}
+	if len(cfg.SyncPeers) > 0 {
+		serverID := cfg.ServerID
+		if serverID == "" {
+			host, _ := os.Hostname()
+			_, syncPort, _ := net.SplitHostPort(cfg.SyncBind)
+			serverID = host + ":" + syncPort
+		}
+		node, err = syncnet.New(syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret,
+			ServerID: serverID, Waker: pl, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
 	}
 	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(),
 		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, MaxSSEConnections: cfg.MaxSSEConnections,
 		SSEHeartbeat: cfg.SSEHeartbeat, SSEResumeGrace: cfg.SSEResumeGrace, DrainWindow: cfg.DrainWindow,
 		Registry: reg, Logger: log}
+	if node != nil {
+		gwCfg.SharedState = func() any { return node.Stats() }
+	}
 	if cfg.AuthSecret != "" {
 		gwCfg.Auth = &gateway.Auth{Secret: []byte(cfg.AuthSecret), Leeway: 30 * time.Second}
 	}
@@ -170,8 +205,11 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if cfg.Wake == WakeNotify {
 		// Our pushes wake this instance directly; the NOTIFY is for the others.
 		self := queue.NewID()
-		nt, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Window: cfg.NotifyWindow, Sender: self,
-			Registerer: reg, Logger: log})
+		ncfg := pgnotify.NotifierConfig{Pool: pool, Window: cfg.NotifyWindow, Sender: self, Registerer: reg, Logger: log}
+		if node != nil {
+			ncfg.Presence = node // no NOTIFY for a queue nobody subscribes to, once that is known
+		}
+		nt, err := pgnotify.NewNotifier(ncfg)
 		if err != nil {
 			return err
 		}
@@ -197,6 +235,12 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 			return err
 		}
 		runners = append(runners, lg.Run)
+	}
+	if node != nil {
+		// Pushes announce themselves over syncnet too, to the peers with
+		// subscribers.
+		gwCfg.Notifier = notifiers{gwCfg.Notifier, node}
+		runners = append(runners, node.Run)
 	}
 	gw, err := gateway.New(gwCfg)
 	if err != nil {

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -304,4 +306,102 @@ func TestServe_GracefulShutdownReleasesLeases(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code, "%s: %s", queue, body)
 	}
 	require.NoError(t, q.stop(t, syscall.SIGTERM))
+}
+
+// freeUDP returns a loopback UDP address nobody listens on.
+func freeUDP(t *testing.T) string {
+	t.Helper()
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := c.LocalAddr().String()
+	require.NoError(t, c.Close())
+	return addr
+}
+
+// metricValue reads one sample from a /metrics page ("" labels: the bare name).
+func metricValue(t *testing.T, base, series string) float64 {
+	t.Helper()
+	_, body := get(t, base+"metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			v, err := strconv.ParseFloat(strings.TrimPrefix(line, series+" "), 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return 0
+}
+
+// Three instances with syncnet on loopback, a consumer on C only: a push
+// through A sends MESSAGE_AVAILABLE to C and nothing to B, and C delivers.
+func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
+	bin := buildHerald(t)
+	dsn := pgtest.DSN(t)
+	secret := strings.Repeat("ab", 32)
+	addrs := []string{freeUDP(t), freeUDP(t), freeUDP(t)}
+	var ps []*proc
+	for i, name := range []string{"a", "b", "c"} {
+		var peers []string
+		for j, a := range addrs {
+			if j != i {
+				peers = append(peers, a)
+			}
+		}
+		ps = append(ps, startHerald(t, bin, dataDir(t), "--database-url", dsn, "--sync-bind", addrs[i],
+			"--sync-peers", strings.Join(peers, ","), "--sync-secret", secret, "--server-id", name))
+	}
+	a, b, c := ps[0], ps[1], ps[2]
+	done := make(chan int, 1)
+	go func() {
+		res, err := http.Get(c.url + "api/v1/pop/queue/sq?wait=true&timeout=20000")
+		if err != nil {
+			done <- -1
+			return
+		}
+		_ = res.Body.Close()
+		done <- res.StatusCode
+	}()
+	// A learns that C has a consumer for sq, and B's presence.
+	require.Eventually(t, func() bool {
+		_, body := get(t, a.url+"internal/api/shared-state/stats")
+		var st struct {
+			Syncnet struct {
+				Peers []struct {
+					ID     string   `json:"id"`
+					Known  bool     `json:"presenceKnown"`
+					Alive  bool     `json:"alive"`
+					Queues []string `json:"queuesWithSubscribers"`
+				} `json:"peers"`
+			} `json:"syncnet"`
+		}
+		if json.Unmarshal([]byte(body), &st) != nil || len(st.Syncnet.Peers) != 2 {
+			return false
+		}
+		ok := true
+		for _, p := range st.Syncnet.Peers {
+			ok = ok && p.Known && p.Alive && (p.ID != "c" || slices.Contains(p.Queues, "sq"))
+		}
+		return ok
+	}, 20*time.Second, 50*time.Millisecond, "A's view of the mesh")
+
+	pushOne(t, a.url, "sq", `{"n":1}`)
+	select {
+	case code := <-done:
+		assert.Equal(t, http.StatusOK, code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("C's long-poll did not return")
+	}
+	const avail = `herald_syncnet_received_total{type="message_available"}`
+	assert.Equal(t, 1.0, metricValue(t, a.url, `herald_syncnet_sent_total{type="message_available"}`), "one datagram, to C")
+	assert.Equal(t, 1.0, metricValue(t, c.url, avail))
+	assert.Zero(t, metricValue(t, b.url, avail), "B has no consumer: nothing sent to it")
+	for _, p := range ps {
+		require.NoError(t, p.stop(t, syscall.SIGTERM))
+	}
+}
+
+// Peers without a valid secret: refused at start.
+func TestServe_SyncnetNeedsASecret(t *testing.T) {
+	_, err := parseConfig("serve", []string{"--sync-peers", "127.0.0.1:7000", "--sync-secret", "short"}, func(string) string { return "" }, io.Discard)
+	assert.ErrorContains(t, err, "--sync-secret")
 }

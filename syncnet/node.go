@@ -308,11 +308,11 @@ func (n *Node) Notify(queue, partition string) {
 	for _, p := range n.peers {
 		st := n.byID[p.id]
 		switch {
+		case p.id != "" && st != nil && now.Sub(st.lastBeat) > n.cfg.DeadAfter:
+			n.m.targeted.WithLabelValues("dead").Inc()
 		case p.id == "" || st == nil || !st.announced:
 			targets = append(targets, p.addr) // not known yet: it gets it
 			n.m.targeted.WithLabelValues("unknown").Inc()
-		case now.Sub(st.lastBeat) > n.cfg.DeadAfter:
-			n.m.targeted.WithLabelValues("dead").Inc()
 		case !st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero():
 			targets = append(targets, p.addr)
 			n.m.targeted.WithLabelValues("present").Inc()
@@ -342,11 +342,14 @@ func (n *Node) HasSubscribers(queue string) (has, known bool) {
 	known = true
 	for _, p := range n.peers {
 		st := n.byID[p.id]
+		if p.id != "" && st != nil && now.Sub(st.lastBeat) > n.cfg.DeadAfter {
+			continue // dead: it has no consumers that matter
+		}
 		if p.id == "" || st == nil || !st.announced {
 			known = false
 			continue
 		}
-		if now.Sub(st.lastBeat) <= n.cfg.DeadAfter && (!st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero()) {
+		if !st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero() {
 			return true, true
 		}
 	}

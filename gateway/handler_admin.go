@@ -71,6 +71,9 @@ func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if f := s.cfg.OnQueueDeleted; f != nil {
+		f(name) // other instances drop what they cached of it
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "existed": existed, "queue": name})
 }
 

@@ -70,6 +70,9 @@ type Config struct {
 	// Drain over this long, so clients do not reconnect in one storm; zero
 	// closes them all at once.
 	DrainWindow time.Duration
+	// OnQueueDeleted, when set, is told after a queue is deleted (syncnet
+	// tells the other instances). It must not block.
+	OnQueueDeleted func(queue string)
 	// SharedState, when set, is shown by /internal/api/shared-state/stats
 	// (syncnet's peers, presence and counters).
 	SharedState func() any

@@ -41,3 +41,27 @@ func TestPlan_AckResolveUsesTheUniqueIndex(t *testing.T) {
 	assert.Contains(t, text, "messages_partition_id_transaction_id_key", text)
 	assert.NotContains(t, text, "Join Filter: (m.transaction_id", text)
 }
+
+// A warm push costs its own statements only: no queue, partition or config
+// lookup (the partition id cache answers).
+func TestWarmPushIssuesNoLookup(t *testing.T) {
+	ctx := context.Background()
+	s := queuetest.NewStore(t)
+	stats := s.QueryStats()
+	require.NotNil(t, stats)
+	_, err := s.Push(ctx, []queue.PushItem{{Queue: "warm", Partition: "p", Payload: json.RawMessage(`1`)}})
+	require.NoError(t, err)
+	before := stats.Snapshot()
+	for i := range 20 {
+		_, err := s.Push(ctx, []queue.PushItem{{Queue: "warm", Partition: "p", Payload: json.RawMessage(fmt.Sprint(i))}})
+		require.NoError(t, err)
+	}
+	after := stats.Snapshot()
+	ops := map[string]uint64{}
+	for op, n := range after {
+		if d := n - before[op]; d > 0 {
+			ops[op] = d
+		}
+	}
+	assert.Equal(t, map[string]uint64{"push_lock": 20, "push_insert": 20}, ops)
+}

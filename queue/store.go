@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,11 @@ const DefaultPartition = "Default"
 // PartitionCacheSizeDefault bounds the (queue, partition) → id cache. Each entry
 // is ~150 bytes, so the default costs about 1.5 MB at most.
 const PartitionCacheSizeDefault = 10000
+
+// PartitionCacheTTL is how long a cached partition id is trusted: a
+// partition deleted elsewhere whose notice was lost is looked up again by
+// then (a push with a stale id also fails its foreign key and retries once).
+const PartitionCacheTTL = 5 * time.Minute
 
 // Config configures a Store.
 type Config struct {
@@ -87,7 +93,10 @@ type Store struct {
 
 type partKey struct{ queue, partition string }
 
-type partRef struct{ queueID, partitionID string }
+type partRef struct {
+	queueID, partitionID string
+	cached               time.Time // when it was looked up: trusted for PartitionCacheTTL
+}
 
 // New returns a Store. It does not touch the database; call Migrate first.
 func New(cfg Config) (*Store, error) {
@@ -189,8 +198,11 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	seen := map[partKey]bool{}
 	for _, k := range keys {
 		if ref, ok := s.parts.Get(k); ok {
-			out[k] = ref
-			continue
+			if time.Since(ref.cached) < PartitionCacheTTL {
+				out[k] = ref
+				continue
+			}
+			s.parts.Remove(k) // aged out: look it up again
 		}
 		if !seen[k] {
 			seen[k] = true
@@ -250,6 +262,7 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 			rows.Close()
 			return nil, fmt.Errorf("resolving partitions: %w", err)
 		}
+		ref.cached = time.Now()
 		out[k] = ref
 		s.parts.Add(k, ref)
 	}
@@ -268,6 +281,10 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 
 // errRaced marks a conflict with a concurrent delete; the caller retries once.
 var errRaced = errors.New("queue deleted concurrently")
+
+// ForgetQueue drops the cached partition ids of a queue: another instance
+// deleted it (syncnet's QUEUE_CONFIG_DELETE or PARTITION_DELETED).
+func (s *Store) ForgetQueue(name string) { s.forgetQueue(name) }
 
 // forgetQueue drops cached partition ids of a queue (after delete, or when a
 // cached id turned out to be stale).

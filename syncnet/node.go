@@ -48,6 +48,9 @@ type Config struct {
 	// Heartbeat, DeadAfter, Announce (presence re-announce, anti-entropy)
 	// and Resolve; zero means the defaults.
 	Heartbeat, DeadAfter, Announce, Resolve time.Duration
+	// OnQueueDeleted, when set, is told that another instance deleted a
+	// queue (QUEUE_CONFIG_DELETE): drop what is cached of it.
+	OnQueueDeleted func(queue string)
 	// Drop, when set, is asked before each send; true drops the datagram
 	// (tests of a lossy network).
 	Drop func() bool
@@ -330,6 +333,12 @@ func (n *Node) Notify(queue, partition string) {
 	n.send(MessageAvailable, MessageAvailablePayload{Partition: partition, Queue: queue, TS: nowMS()}, targets)
 }
 
+// QueueDeleted tells every peer that queue is gone (QUEUE_CONFIG_DELETE),
+// so that they drop its cached partition ids.
+func (n *Node) QueueDeleted(queue string) {
+	n.send(QueueConfigDelete, QueueConfigDeletePayload{Queue: queue}, nil)
+}
+
 // HasSubscribers reports whether any live peer has subscribers for queue;
 // known is false while some live peer's presence is not known yet.
 func (n *Node) HasSubscribers(queue string) (has, known bool) {
@@ -440,6 +449,11 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 		var m MessageAvailablePayload
 		if Unmarshal(p.Payload, &m) == nil && m.Queue != "" {
 			n.cfg.Waker.Wake(SourceSync, m.Queue, m.Partition)
+		}
+	case QueueConfigDelete:
+		var m QueueConfigDeletePayload
+		if Unmarshal(p.Payload, &m) == nil && m.Queue != "" && n.cfg.OnQueueDeleted != nil {
+			n.cfg.OnQueueDeleted(m.Queue)
 		}
 	case ConsumerRegistered, ConsumerDeregistered:
 		var m presencePayload

@@ -42,15 +42,19 @@ type testNode struct {
 }
 
 // mesh starts n nodes on loopback that know each other.
-func mesh(t *testing.T, n int, drop func() bool) []*testNode {
+func mesh(t *testing.T, n int, drop func() bool, tweak ...func(i int, c *Config)) []*testNode {
 	t.Helper()
 	var nodes []*testNode
 	for i := range n {
 		reg := prometheus.NewRegistry()
 		w := newWakes()
-		nd, err := New(Config{Bind: "127.0.0.1:0", Secret: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		cfg := Config{Bind: "127.0.0.1:0", Secret: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 			ServerID: string(rune('a'+i)) + ":1", Waker: w, Heartbeat: 50 * time.Millisecond, DeadAfter: 300 * time.Millisecond,
-			Announce: 100 * time.Millisecond, Drop: drop, Registerer: reg})
+			Announce: 100 * time.Millisecond, Drop: drop, Registerer: reg}
+		for _, f := range tweak {
+			f(i, &cfg)
+		}
+		nd, err := New(cfg)
 		require.NoError(t, err)
 		nodes = append(nodes, &testNode{Node: nd, reg: reg, wakes: w})
 	}
@@ -199,4 +203,23 @@ func mustMarshal(t *testing.T, v any) []byte {
 	b, err := Marshal(v)
 	require.NoError(t, err)
 	return b
+}
+
+// A queue deleted on one instance: the others hear QUEUE_CONFIG_DELETE and
+// drop what they cached of it.
+func TestNode_QueueDeletedReachesPeers(t *testing.T) {
+	forgot := make(chan string, 1)
+	nodes := mesh(t, 2, nil, func(i int, c *Config) {
+		if i == 1 {
+			c.OnQueueDeleted = func(q string) { forgot <- q }
+		}
+	})
+	require.Eventually(t, func() bool { _, known := nodes[0].HasSubscribers("q"); return known }, 5*time.Second, 10*time.Millisecond)
+	nodes[0].QueueDeleted("gone")
+	select {
+	case q := <-forgot:
+		assert.Equal(t, "gone", q)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the peer was not told")
+	}
 }

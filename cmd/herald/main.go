@@ -186,7 +186,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 			serverID = host + ":" + syncPort
 		}
 		node, err = syncnet.New(syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret,
-			ServerID: serverID, Waker: pl, Registerer: reg, Logger: log})
+			ServerID: serverID, Waker: pl, OnQueueDeleted: store.ForgetQueue, Registerer: reg, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -197,6 +197,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		Registry: reg, Logger: log}
 	if node != nil {
 		gwCfg.SharedState = func() any { return node.Stats() }
+		gwCfg.OnQueueDeleted = node.QueueDeleted
 	}
 	if cfg.AuthSecret != "" {
 		gwCfg.Auth = &gateway.Auth{Secret: []byte(cfg.AuthSecret), Leeway: 30 * time.Second}

@@ -20,14 +20,17 @@ import (
 //
 //	go test -run '^$' -bench CrossInstance -benchtime 1x ./pgnotify
 func BenchmarkCrossInstance(b *testing.B) {
-	for _, mode := range []string{"notify", "logical", "poll"} {
+	for _, mode := range []string{"syncnet", "notify", "logical", "poll"} {
 		b.Run("wake="+mode, func(b *testing.B) {
 			dsn := sharedDSN(b)
 			producer := "none"
-			if mode == "notify" {
-				producer = "notify"
+			if mode == "notify" || mode == "syncnet" {
+				producer = mode
 			}
 			a, c := newInstanceMode(b, dsn, producer), newInstanceMode(b, dsn, mode)
+			if mode == "syncnet" {
+				link(a, c)
+			}
 			for b.Loop() {
 				lat := crossSamples(b, a, c, 1000, 10)
 				slices.Sort(lat)

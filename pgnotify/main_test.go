@@ -21,6 +21,7 @@ import (
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/syncnet"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -34,6 +35,7 @@ type instance struct {
 	notifier *pgnotify.Notifier
 	listener *pgnotify.Listener
 	logical  *pgnotify.Logical
+	node     *syncnet.Node
 	ts       *httptest.Server
 }
 
@@ -54,8 +56,8 @@ func sharedDSN(t testing.TB) string {
 func newInstance(t testing.TB, dsn string) *instance { return newInstanceMode(t, dsn, "notify") }
 
 // newInstanceMode starts an instance whose wake source is "notify"
-// (Notifier + Listener), "logical" (the replication stream), "poll" (the
-// poller's sweep only) or "none".
+// (Notifier + Listener), "logical" (the replication stream), "syncnet" (the
+// UDP mesh; link the instances), "poll" (the poller's sweep only) or "none".
 func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	t.Helper()
 	pool, err := queue.NewPool(context.Background(), dsn, 0)
@@ -67,9 +69,13 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	if mode == "poll" {
 		pc = poller.Config{Store: store, Mode: poller.WakePoll} // the default adaptive sweep does everything
 	}
+	in := &instance{t: t, store: store}
+	if mode == "syncnet" {
+		pc.OnPresence = func(q string, present bool) { in.node.SetLocal(q, present) }
+	}
 	p, err := poller.New(pc)
 	require.NoError(t, err)
-	in := &instance{t: t, store: store, poller: p}
+	in.poller = p
 	gcfg := gateway.Config{Store: store, Poller: p}
 	var runs []func(context.Context) error
 	var ready <-chan struct{}
@@ -84,6 +90,12 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 		gcfg.Notifier = in.notifier
 		runs = append(runs, in.notifier.Run, in.listener.Run)
 		ready = in.listener.Connected()
+	case "syncnet":
+		in.node, err = syncnet.New(syncnet.Config{Bind: "127.0.0.1:0", Secret: strings.Repeat("ab", 32),
+			ServerID: queue.NewID()[24:], Waker: p, Heartbeat: 100 * time.Millisecond, Announce: 200 * time.Millisecond})
+		require.NoError(t, err)
+		gcfg.Notifier = in.node
+		runs = append(runs, in.node.Run)
 	case "logical":
 		in.logical, err = pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: pool, Waker: p,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
@@ -115,6 +127,19 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 		}
 	}
 	return in
+}
+
+// link makes syncnet instances peers of each other.
+func link(ins ...*instance) {
+	for _, a := range ins {
+		var peers []string
+		for _, b := range ins {
+			if a != b {
+				peers = append(peers, b.node.Addr().String())
+			}
+		}
+		a.node.SetPeers(peers)
+	}
 }
 
 func (in *instance) push(queue, payload string) {

@@ -23,6 +23,10 @@ const (
 	WakePoll WakeMode = "poll"
 )
 
+// PresenceGrace is how long after a queue's first consumer registers it is
+// checked again (see Config.OnPresence): time for other instances to hear.
+const PresenceGrace = 50 * time.Millisecond
+
 // Defaults of Config fields.
 const (
 	WorkersDefault            = 2
@@ -60,6 +64,8 @@ type Config struct {
 	// and withdrawn (false), by queue ("" for a namespace/task intention,
 	// which may match any queue): syncnet announces which instances have
 	// consumers. It is called with a worker's lock held and must not block.
+	// With it, a queue's first intention is checked again PresenceGrace
+	// later: a push elsewhere before the announcement arrived is not missed.
 	OnPresence func(queue string, present bool)
 	// Registerer receives the poller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer

@@ -100,7 +100,8 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	w := p.workerFor(in.key)
 	w.mu.Lock()
 	ks := w.keys[in.key]
-	if ks == nil {
+	fresh := ks == nil
+	if fresh {
 		ks = &keyState{}
 		w.keys[in.key] = ks
 	}
@@ -108,6 +109,20 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	ks.dirty = true
 	if f := p.cfg.OnPresence; f != nil {
 		f(in.Target.Queue, true)
+		if fresh {
+			// Other instances learn of this consumer a moment from now; a
+			// push they make meanwhile may not be announced to us. Look
+			// again once they know.
+			key := in.key
+			time.AfterFunc(PresenceGrace, func() {
+				w.mu.Lock()
+				if ks := w.keys[key]; ks != nil {
+					ks.dirty = true
+				}
+				w.mu.Unlock()
+				w.signal()
+			})
+		}
 	}
 	w.mu.Unlock()
 	p.metrics.intentions.Inc()

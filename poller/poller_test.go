@@ -2,6 +2,7 @@ package poller_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -280,4 +281,37 @@ func TestPoller_NothingWaitingNoSQL(t *testing.T) {
 		<-tick.C
 	}
 	assert.Equal(t, before, stats.Total())
+}
+
+// With presence gossiped (OnPresence), a queue's first consumer is checked
+// again shortly after it registers: a message committed elsewhere, whose
+// wake-up this instance never got, is delivered then, not at the sweep.
+func TestPoller_PresenceGraceRecheck(t *testing.T) {
+	var mu sync.Mutex
+	var told []string
+	e := newEnv(t, slowSweep, func(c *poller.Config) {
+		c.OnPresence = func(q string, present bool) {
+			mu.Lock()
+			told = append(told, fmt.Sprintf("%s:%v", q, present))
+			mu.Unlock()
+		}
+	})
+	// The queue, its partition and the consumer row exist already.
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "pg"}, AutoAck: true})
+	e.push("pg", "", 1, 1)
+	receive(t, first, 5*time.Second)
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 0 }, "withdrawn")
+
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "pg"}})
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 1 }, "registered")
+	// Another instance pushes; no wake-up reaches this one.
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "pg", Payload: []byte(`{"n":2}`)}})
+	require.NoError(t, err)
+	start := time.Now()
+	res := receive(t, w, 5*time.Second)
+	assert.Equal(t, []int{2}, ns(res))
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "by the re-check, not the one-minute sweep")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"pg:true", "pg:false", "pg:true", "pg:false"}, told)
 }

@@ -1,6 +1,7 @@
 package pgnotify_test
 
 import (
+	"math/rand/v2"
 	"context"
 	"fmt"
 	"io"
@@ -70,6 +71,11 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 		pc = poller.Config{Store: store, Mode: poller.WakePoll} // the default adaptive sweep does everything
 	}
 	in := &instance{t: t, store: store}
+	lossy := mode == "syncnet-lossy" // 30% of datagrams lost; the default sweep as the safety net
+	if lossy {
+		mode = "syncnet"
+		pc = poller.Config{Store: store}
+	}
 	if mode == "syncnet" {
 		pc.OnPresence = func(q string, present bool) { in.node.SetLocal(q, present) }
 	}
@@ -91,8 +97,18 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 		runs = append(runs, in.notifier.Run, in.listener.Run)
 		ready = in.listener.Connected()
 	case "syncnet":
-		in.node, err = syncnet.New(syncnet.Config{Bind: "127.0.0.1:0", Secret: strings.Repeat("ab", 32),
-			ServerID: queue.NewID()[24:], Waker: p, Heartbeat: 100 * time.Millisecond, Announce: 200 * time.Millisecond})
+		scfg := syncnet.Config{Bind: "127.0.0.1:0", Secret: strings.Repeat("ab", 32),
+			ServerID: queue.NewID()[24:], Waker: p, Heartbeat: 100 * time.Millisecond, Announce: 200 * time.Millisecond}
+		if lossy {
+			var mu sync.Mutex
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)) // #nosec G404 -- test randomness
+			scfg.Drop = func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return rng.Float64() < 0.3
+			}
+		}
+		in.node, err = syncnet.New(scfg)
 		require.NoError(t, err)
 		gcfg.Notifier = in.node
 		runs = append(runs, in.node.Run)

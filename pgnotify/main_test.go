@@ -1,10 +1,10 @@
 package pgnotify_test
 
 import (
-	"math/rand/v2"
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"

@@ -1,8 +1,8 @@
 package pgnotify_test
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"

@@ -72,7 +72,16 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	}
 	in := &instance{t: t, store: store}
 	lossy := mode == "syncnet-lossy" // 30% of datagrams lost; the default sweep as the safety net
-	if lossy {
+	// Stale presence: this instance's CONSUMER_REGISTERED (or DEREGISTERED)
+	// never arrive, so its peers believe it has no consumers (or still has).
+	var muted syncnet.Type
+	switch mode {
+	case "syncnet-noregister":
+		muted = syncnet.ConsumerRegistered
+	case "syncnet-noderegister":
+		muted = syncnet.ConsumerDeregistered
+	}
+	if lossy || muted != 0 {
 		mode = "syncnet"
 		pc = poller.Config{Store: store}
 	}
@@ -99,10 +108,13 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	case "syncnet":
 		scfg := syncnet.Config{Bind: "127.0.0.1:0", Secret: strings.Repeat("ab", 32),
 			ServerID: queue.NewID()[24:], Waker: p, Heartbeat: 100 * time.Millisecond, Announce: 200 * time.Millisecond}
+		if muted != 0 {
+			scfg.Drop = func(t syncnet.Type) bool { return t == muted }
+		}
 		if lossy {
 			var mu sync.Mutex
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)) // #nosec G404 -- test randomness
-			scfg.Drop = func() bool {
+			scfg.Drop = func(syncnet.Type) bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return rng.Float64() < 0.3

@@ -245,3 +245,65 @@ func TestListener_OwnURL(t *testing.T) {
 	_, err = pgnotify.NewListener(pgnotify.ListenerConfig{URL: dsn, Pool: pool, Waker: w})
 	assert.Error(t, err, "exactly one of Pool and URL")
 }
+
+// consumeOnce long-polls queue on b once per push through a and checks
+// that each of n messages arrives exactly once.
+func consumeOnce(t *testing.T, a, b *instance, queue string, n int) {
+	t.Helper()
+	seen := map[int]int{}
+	for i := range n {
+		got := b.longPoll(queue, 20*time.Second)
+		a.push(queue, fmt.Sprintf(`{"i":%d}`, i))
+		ans := wait(t, got, 25*time.Second)
+		require.Equal(t, http.StatusOK, ans.status, ans.body)
+		var pop struct {
+			Messages []struct {
+				Data struct {
+					I int `json:"i"`
+				} `json:"data"`
+			} `json:"messages"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(ans.body), &pop))
+		for _, m := range pop.Messages {
+			seen[m.Data.I]++
+		}
+	}
+	for i := range n {
+		assert.Equal(t, 1, seen[i], "message %d", i)
+	}
+}
+
+// Stale presence, one way: A believes B has no consumers (B's
+// announcements are lost), so A sends B nothing. B still consumes every
+// message exactly once: its own checks find them.
+func TestSyncnet_StalePresenceAbsent(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "syncnet"), newInstanceMode(t, dsn, "syncnet-noregister")
+	link(a, b)
+	_ = b.longPoll("stale-a", time.Second) // B has a consumer, and says so in vain
+	require.Eventually(t, func() bool {
+		has, known := a.node.HasSubscribers("stale-a")
+		return known && !has
+	}, 10*time.Second, 20*time.Millisecond, "A's view: presence known, nobody consumes stale-a")
+	consumeOnce(t, a, b, "stale-a", 20)
+}
+
+// Stale presence, the other way: A believes B still has a consumer (B's
+// DEREGISTERED is lost), so A wakes B for nothing. Nothing is lost or
+// doubled: the message waits for the next consumer.
+func TestSyncnet_StalePresencePresent(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "syncnet"), newInstanceMode(t, dsn, "syncnet-noderegister")
+	link(a, b)
+	consumeOnce(t, a, b, "stale-p", 1) // B had a consumer; it left, unannounced
+	require.Eventually(t, func() bool {
+		has, known := a.node.HasSubscribers("stale-p")
+		return known && has
+	}, 10*time.Second, 20*time.Millisecond, "A still believes B consumes stale-p")
+	a.push("stale-p", `{"i":1}`) // B is woken with nobody waiting
+	ans := wait(t, b.longPoll("stale-p", 10*time.Second), 15*time.Second)
+	require.Equal(t, http.StatusOK, ans.status)
+	assert.Contains(t, ans.body, `"data":{"i":1}`)
+	ans = wait(t, b.longPoll("stale-p", 300*time.Millisecond), 5*time.Second)
+	assert.Equal(t, http.StatusNoContent, ans.status, "delivered once")
+}

@@ -52,8 +52,8 @@ type Config struct {
 	// queue (QUEUE_CONFIG_DELETE): drop what is cached of it.
 	OnQueueDeleted func(queue string)
 	// Drop, when set, is asked before each send; true drops the datagram
-	// (tests of a lossy network).
-	Drop func() bool
+	// (tests of a lossy network, or of a lost announcement).
+	Drop func(t Type) bool
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	// Logger; the zero value logs nothing.
@@ -236,7 +236,7 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 		n.mu.Unlock()
 	}
 	for _, a := range addrs {
-		if n.cfg.Drop != nil && n.cfg.Drop() {
+		if n.cfg.Drop != nil && n.cfg.Drop(t) {
 			continue
 		}
 		if _, err := n.conn.WriteToUDP(b, a); err == nil {

@@ -42,7 +42,7 @@ type testNode struct {
 }
 
 // mesh starts n nodes on loopback that know each other.
-func mesh(t *testing.T, n int, drop func() bool, tweak ...func(i int, c *Config)) []*testNode {
+func mesh(t *testing.T, n int, drop func(Type) bool, tweak ...func(i int, c *Config)) []*testNode {
 	t.Helper()
 	var nodes []*testNode
 	for i := range n {
@@ -140,7 +140,7 @@ func TestNode_TargetedWakeups(t *testing.T) {
 func TestNode_LossyNetworkHeals(t *testing.T) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(1, 2)) // #nosec G404 -- test randomness
-	drop := func() bool {
+	drop := func(Type) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return rng.Float64() < 0.3

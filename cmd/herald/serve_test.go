@@ -392,10 +392,23 @@ func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
 		t.Fatal("C's long-poll did not return")
 	}
 	const avail = `herald_syncnet_received_total{type="message_available"}`
-	assert.Equal(t, 1.0, metricValue(t, a.url, `herald_syncnet_sent_total{type="message_available"}`), "one datagram, to C")
+	const sentAvail = `herald_syncnet_sent_total{type="message_available"}`
+	assert.Equal(t, 1.0, metricValue(t, a.url, sentAvail), "one datagram, to C")
 	assert.Equal(t, 1.0, metricValue(t, c.url, avail))
 	assert.Zero(t, metricValue(t, b.url, avail), "B has no consumer: nothing sent to it")
-	for _, p := range ps {
+
+	// C is killed: A sees it dead within 6 s and stops targeting it.
+	require.NoError(t, c.cmd.Process.Kill())
+	killed := time.Now()
+	require.Eventually(t, func() bool {
+		_, body := get(t, a.url+"internal/api/shared-state/stats")
+		return strings.Contains(body, `"id":"c"`) && !strings.Contains(body, `"id":"c","alive":true`)
+	}, 10*time.Second, 50*time.Millisecond)
+	t.Logf("A saw C dead %v after the kill", time.Since(killed))
+	assert.Less(t, time.Since(killed), 6*time.Second)
+	pushOne(t, a.url, "sq", `{"n":2}`)
+	assert.Equal(t, 1.0, metricValue(t, a.url, sentAvail), "nothing to a dead peer, nor to B without consumers")
+	for _, p := range ps[:2] {
 		require.NoError(t, p.stop(t, syscall.SIGTERM))
 	}
 }

@@ -74,6 +74,9 @@ type Node struct {
 	log     zerolog.Logger
 	m       *nodeMetrics
 
+	cmu    sync.Mutex
+	counts map[string]uint64 // "dropped:<reason>", "notify:<decision>", …: for Stats
+
 	mu     sync.Mutex
 	peers  []*peer
 	byID   map[string]*peerState
@@ -132,7 +135,7 @@ func New(cfg Config) (*Node, error) {
 	var sess [8]byte
 	_, _ = rand.Read(sess[:])
 	n := &Node{cfg: cfg, key: []byte(cfg.Secret), conn: conn, session: hex.EncodeToString(sess[:]),
-		replay: NewReplay(), log: log, byID: map[string]*peerState{}, local: map[string]int{}}
+		replay: NewReplay(), log: log, byID: map[string]*peerState{}, local: map[string]int{}, counts: map[string]uint64{}}
 	n.m, err = newNodeMetrics(cfg.Registerer)
 	if err != nil {
 		_ = conn.Close()
@@ -225,7 +228,7 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 	}
 	b, err := Encode(Header{Type: t, SenderID: n.cfg.ServerID, Session: n.session[:maxSession], Sequence: n.seq.Add(1)}, payload, n.key)
 	if err != nil {
-		n.m.dropped.WithLabelValues("encode").Inc()
+		n.drop("encode")
 		return
 	}
 	if addrs == nil {
@@ -312,15 +315,15 @@ func (n *Node) Notify(queue, partition string) {
 		st := n.byID[p.id]
 		switch {
 		case p.id != "" && st != nil && now.Sub(st.lastBeat) > n.cfg.DeadAfter:
-			n.m.targeted.WithLabelValues("dead").Inc()
+			n.decide("dead")
 		case p.id == "" || st == nil || !st.announced:
 			targets = append(targets, p.addr) // not known yet: it gets it
-			n.m.targeted.WithLabelValues("unknown").Inc()
+			n.decide("unknown")
 		case !st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero():
 			targets = append(targets, p.addr)
-			n.m.targeted.WithLabelValues("present").Inc()
+			n.decide("present")
 		default:
-			n.m.targeted.WithLabelValues("absent").Inc()
+			n.decide("absent")
 		}
 	}
 	n.mu.Unlock()
@@ -329,6 +332,7 @@ func (n *Node) Notify(queue, partition string) {
 	}
 	if len(targets) == all {
 		n.m.broadcast.Inc()
+		n.count("broadcast")
 	}
 	n.send(MessageAvailable, MessageAvailablePayload{Partition: partition, Queue: queue, TS: nowMS()}, targets)
 }
@@ -414,15 +418,15 @@ func (n *Node) receive() {
 func (n *Node) handle(b []byte, from *net.UDPAddr) {
 	p, err := Decode(b, n.key)
 	if err != nil {
-		n.m.dropped.WithLabelValues(Reason(err)).Inc()
+		n.drop(Reason(err))
 		return
 	}
 	if p.SenderID == n.cfg.ServerID {
-		n.m.dropped.WithLabelValues("self").Inc()
+		n.drop("self")
 		return
 	}
 	if !n.replay.Accept(p.SenderID, p.Session, p.Sequence) {
-		n.m.dropped.WithLabelValues("replay").Inc()
+		n.drop("replay")
 		return
 	}
 	n.m.received.WithLabelValues(p.Type.String()).Inc()
@@ -458,7 +462,7 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 	case ConsumerRegistered, ConsumerDeregistered:
 		var m presencePayload
 		if Unmarshal(p.Payload, &m) != nil || m.Queue == "" {
-			n.m.dropped.WithLabelValues("payload").Inc()
+			n.drop("payload")
 			return
 		}
 		n.mu.Lock()
@@ -471,6 +475,25 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 	}
 }
 
+// count adds one to a stats counter.
+func (n *Node) count(key string) {
+	n.cmu.Lock()
+	n.counts[key]++
+	n.cmu.Unlock()
+}
+
+// drop counts a dropped datagram.
+func (n *Node) drop(reason string) {
+	n.m.dropped.WithLabelValues(reason).Inc()
+	n.count("dropped:" + reason)
+}
+
+// decide counts a per-peer targeting decision.
+func (n *Node) decide(decision string) {
+	n.m.targeted.WithLabelValues(decision).Inc()
+	n.count("notify:" + decision)
+}
+
 // Stats is what /internal/api/shared-state/stats shows of syncnet.
 type Stats struct {
 	ServerID string         `json:"serverId"`
@@ -478,6 +501,9 @@ type Stats struct {
 	Peers    []PeerStats    `json:"peers"`
 	Local    map[string]int `json:"localConsumers"`
 	Sent     uint64         `json:"datagramsSent"`
+	// Counters: "notify:present|unknown|absent|dead" (per peer and push),
+	// "broadcast" (pushes sent to every peer), "dropped:<reason>".
+	Counters map[string]uint64 `json:"counters"`
 }
 
 // PeerStats is one peer's view.
@@ -496,7 +522,13 @@ func (n *Node) Stats() Stats {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := Stats{ServerID: n.cfg.ServerID, Session: n.session, Local: map[string]int{}, Sent: n.sent.Load()}
+	s := Stats{ServerID: n.cfg.ServerID, Session: n.session, Local: map[string]int{}, Sent: n.sent.Load(),
+		Counters: map[string]uint64{}}
+	n.cmu.Lock()
+	for k, v := range n.counts {
+		s.Counters[k] = v
+	}
+	n.cmu.Unlock()
 	for q, c := range n.local {
 		s.Local[q] = c
 	}

@@ -114,6 +114,8 @@ func TestNode_TargetedWakeups(t *testing.T) {
 		t.Fatal("C was not woken")
 	}
 	assert.Equal(t, before+1, sentTo(t, a, MessageAvailable), "one datagram: to C only")
+	assert.Equal(t, uint64(1), a.Stats().Counters["notify:absent"], "B skipped")
+	assert.Equal(t, uint64(1), a.Stats().Counters["notify:present"], "C targeted")
 	assert.Zero(t, b.wakes.count(), "B has no consumer and got nothing")
 
 	// C goes away: A sees it dead and stops targeting it.
@@ -190,6 +192,7 @@ func TestNode_DropsBadDatagrams(t *testing.T) {
 	assert.Equal(t, []string{"q/p", "q/r"}, nd.wakes.got)
 	for reason, want := range map[string]float64{"replay": 1, "signature": 1, "too_short": 1, "length": 1} {
 		assert.Equal(t, want, testutil.ToFloat64(nd.m.dropped.WithLabelValues(reason)), reason)
+		assert.Equal(t, uint64(want), nd.Stats().Counters["dropped:"+reason], reason)
 	}
 }
 

@@ -49,9 +49,19 @@ func TestWarmPushIssuesNoLookup(t *testing.T) {
 	s := queuetest.NewStore(t)
 	stats := s.QueryStats()
 	require.NotNil(t, stats)
+	total := func(m map[string]uint64) (n uint64) {
+		for _, v := range m {
+			n += v
+		}
+		return n
+	}
+	start := stats.Snapshot()
 	_, err := s.Push(ctx, []queue.PushItem{{Queue: "warm", Partition: "p", Payload: json.RawMessage(`1`)}})
 	require.NoError(t, err)
 	before := stats.Snapshot()
+	cold := total(before) - total(start)
+	t.Logf("cold push: %d statements; warm push: 2", cold)
+	assert.GreaterOrEqual(t, cold, uint64(4), "a cold push looks up (and creates) its queue and partition")
 	for i := range 20 {
 		_, err := s.Push(ctx, []queue.PushItem{{Queue: "warm", Partition: "p", Payload: json.RawMessage(fmt.Sprint(i))}})
 		require.NoError(t, err)

@@ -110,6 +110,8 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 			ServerID: queue.NewID()[24:], Waker: p, Heartbeat: 100 * time.Millisecond, Announce: 200 * time.Millisecond}
 		if muted != 0 {
 			scfg.Drop = func(t syncnet.Type) bool { return t == muted }
+			// Stale presence lasts 3 announce intervals: long enough to see.
+			scfg.Announce = time.Second
 		}
 		if lossy {
 			var mu sync.Mutex

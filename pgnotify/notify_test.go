@@ -278,7 +278,8 @@ func consumeOnce(t *testing.T, a, b *instance, queue string, n int) {
 // message exactly once: its own checks find them.
 func TestSyncnet_StalePresenceAbsent(t *testing.T) {
 	dsn := sharedDSN(t)
-	a, b := newInstanceMode(t, dsn, "syncnet"), newInstanceMode(t, dsn, "syncnet-noregister")
+	// A in the same mode for the same timings; it has no consumers to announce.
+	a, b := newInstanceMode(t, dsn, "syncnet-noregister"), newInstanceMode(t, dsn, "syncnet-noregister")
 	link(a, b)
 	_ = b.longPoll("stale-a", time.Second) // B has a consumer, and says so in vain
 	require.Eventually(t, func() bool {
@@ -293,7 +294,8 @@ func TestSyncnet_StalePresenceAbsent(t *testing.T) {
 // doubled: the message waits for the next consumer.
 func TestSyncnet_StalePresencePresent(t *testing.T) {
 	dsn := sharedDSN(t)
-	a, b := newInstanceMode(t, dsn, "syncnet"), newInstanceMode(t, dsn, "syncnet-noderegister")
+	// A in the same mode for the same timings (presence it hears lasts 3 s).
+	a, b := newInstanceMode(t, dsn, "syncnet-noderegister"), newInstanceMode(t, dsn, "syncnet-noderegister")
 	link(a, b)
 	consumeOnce(t, a, b, "stale-p", 1) // B had a consumer; it left, unannounced
 	require.Eventually(t, func() bool {

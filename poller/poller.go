@@ -100,10 +100,16 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	w := p.workerFor(in.key)
 	w.mu.Lock()
 	ks := w.keys[in.key]
-	fresh := ks == nil
-	if fresh {
+	if ks == nil {
 		ks = &keyState{}
 		w.keys[in.key] = ks
+	}
+	fresh := true // no other live intention on this key: its presence is news
+	for _, o := range ks.intentions {
+		if !o.gone {
+			fresh = false
+			break
+		}
 	}
 	ks.intentions = append(ks.intentions, in)
 	ks.dirty = true

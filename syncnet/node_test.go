@@ -161,7 +161,7 @@ func TestNode_LossyNetworkHeals(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	assert.Greater(t, delivered, 20, "about 70%% arrive (35 expected; 20 is 4.6 standard deviations below)")
+	assert.Greater(t, delivered, 20, "about 70 percent arrive (35 expected; 20 is 4.6 standard deviations below)")
 	assert.Less(t, delivered, 50, "and some are lost")
 	assert.Positive(t, testutil.ToFloat64(c.m.received.WithLabelValues(Heartbeat.String())))
 }

@@ -73,9 +73,13 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 // producerSub; a body cannot claim to be someone else.
 func stampProducer(ctx context.Context, items []queue.PushItem) {
 	if c, ok := claimsOf(ctx); ok {
-		for i := range items {
-			items[i].ProducerSub = c.Subject
-		}
+		stampSubject(items, c.Subject)
+	}
+}
+
+func stampSubject(items []queue.PushItem, sub string) {
+	for i := range items {
+		items[i].ProducerSub = sub
 	}
 }
 

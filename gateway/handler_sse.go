@@ -77,8 +77,18 @@ type sseHeld struct {
 	queue, partition string
 }
 
-func retryJitter() time.Duration {
-	return sseRetryMin + rand.N(sseRetryMax-sseRetryMin) // #nosec G404 -- jitter, not a secret
+// retryLater answers 200 with only a retry: delay, so that EventSource
+// comes back (here or elsewhere) rather than giving up.
+func retryLater(w http.ResponseWriter) {
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(retryLine() + "\n"))
+}
+
+// retryLine is a retry: field with a jittered delay, so that a crowd of
+// browsers does not come back at once.
+func retryLine() string {
+	d := sseRetryMin + rand.N(sseRetryMax-sseRetryMin) // #nosec G404 -- jitter, not a secret
+	return "retry: " + strconv.FormatInt(d.Milliseconds(), 10) + "\n"
 }
 
 func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
@@ -136,8 +146,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			s.sseDone()
 		}
 		s.metrics.sseRefused.Inc()
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
+		retryLater(w)
 		return
 	}
 	handedOff := false // to the stream's own goroutine, which then counts it done
@@ -153,8 +162,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		res, err := s.store.ResumeLeases(r.Context(), req.Group, marks)
 		if err != nil {
 			s.log.Error().Err(err).Msg("resuming an SSE stream")
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
+			retryLater(w)
 			return
 		}
 		for _, m := range res {
@@ -174,7 +182,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		Deliver: st.deliver,
 	}
 
-	first := []byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n: connected\n\n")
+	first := []byte(retryLine() + ": connected\n\n")
 	if conn, ok := takeOver(w, first); ok {
 		// The handler returns: the HTTP server's goroutine and buffers go.
 		// One goroutine waits for the client to close and tears down.
@@ -417,7 +425,7 @@ func (st *sseStream) drain(delay time.Duration) {
 		st.queued = nil
 		st.mu.Unlock()
 		if st.writeDeliveries(q) {
-			st.send([]byte("retry: " + strconv.FormatInt(retryJitter().Milliseconds(), 10) + "\n\n"))
+			st.send([]byte(retryLine() + "\n"))
 		}
 		st.end()
 	})

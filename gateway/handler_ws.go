@@ -627,9 +627,7 @@ func (c *wsConn) push(ctx context.Context, f *wsFrame) {
 			c.send(wsError(f.ID, "forbidden", forbiddenError{have: c.claims.Role, need: RoleReadWrite}.Error()))
 			return
 		}
-		for i := range items {
-			items[i].ProducerSub = c.claims.Subject
-		}
+		stampSubject(items, c.claims.Subject)
 	}
 	results, err := c.s.store.Push(ctx, items)
 	if err != nil {

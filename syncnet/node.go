@@ -303,6 +303,28 @@ func (n *Node) SetLocal(queue string, present bool) {
 	}
 }
 
+// What this instance knows of a peer's consumers for a queue.
+const (
+	peerDead    = "dead"    // no heartbeat within DeadAfter: it has none that matter
+	peerUnknown = "unknown" // not heard long enough: it may have some
+	peerPresent = "present"
+	peerAbsent  = "absent"
+)
+
+// classify tells what is known of p's consumers for queue. Called with mu.
+func (n *Node) classify(p *peer, queue string, now time.Time) string {
+	st := n.byID[p.id]
+	switch {
+	case p.id != "" && st != nil && now.Sub(st.lastBeat) > n.cfg.DeadAfter:
+		return peerDead
+	case p.id == "" || st == nil || !st.announced:
+		return peerUnknown
+	case !st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero():
+		return peerPresent
+	}
+	return peerAbsent
+}
+
 // Notify tells the peers that may have subscribers for queue that it has a
 // new message: the peers whose presence says so, and those whose presence
 // is not known yet. Dead peers get nothing.
@@ -312,18 +334,10 @@ func (n *Node) Notify(queue, partition string) {
 	n.mu.Lock()
 	all := len(n.peers)
 	for _, p := range n.peers {
-		st := n.byID[p.id]
-		switch {
-		case p.id != "" && st != nil && now.Sub(st.lastBeat) > n.cfg.DeadAfter:
-			n.decide("dead")
-		case p.id == "" || st == nil || !st.announced:
-			targets = append(targets, p.addr) // not known yet: it gets it
-			n.decide("unknown")
-		case !st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero():
+		c := n.classify(p, queue, now)
+		n.decide(c)
+		if c == peerUnknown || c == peerPresent {
 			targets = append(targets, p.addr)
-			n.decide("present")
-		default:
-			n.decide("absent")
 		}
 	}
 	n.mu.Unlock()
@@ -354,16 +368,11 @@ func (n *Node) HasSubscribers(queue string) (has, known bool) {
 	}
 	known = true
 	for _, p := range n.peers {
-		st := n.byID[p.id]
-		if p.id != "" && st != nil && now.Sub(st.lastBeat) > n.cfg.DeadAfter {
-			continue // dead: it has no consumers that matter
-		}
-		if p.id == "" || st == nil || !st.announced {
-			known = false
-			continue
-		}
-		if !st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero() {
+		switch n.classify(p, queue, now) {
+		case peerPresent:
 			return true, true
+		case peerUnknown:
+			known = false
 		}
 	}
 	return false, known

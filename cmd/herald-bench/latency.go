@@ -273,19 +273,28 @@ func consumeSSE(ctx context.Context, url, q string, rec *recorder, ready chan<- 
 			continue
 		}
 		now := time.Now()
-		var m struct {
-			Data          json.RawMessage `json:"data"`
-			TransactionID string          `json:"transactionId"`
-			PartitionID   string          `json:"partitionId"`
-			LeaseID       string          `json:"leaseId"`
-		}
+		var m delivered
 		if json.Unmarshal(line[len("data: "):], &m) != nil {
 			continue
 		}
 		rec.record(m.Data, now)
-		item, _ := json.Marshal(map[string]string{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID})
-		acks <- string(item)
+		acks <- m.ackItem()
 	}
+}
+
+// delivered is the part of a delivered message (SSE event, pop) the
+// consumers read.
+type delivered struct {
+	Data          json.RawMessage `json:"data"`
+	TransactionID string          `json:"transactionId"`
+	PartitionID   string          `json:"partitionId"`
+	LeaseID       string          `json:"leaseId"`
+}
+
+// ackItem is the acknowledgement of m, as an element of /ack/batch.
+func (m delivered) ackItem() string {
+	b, _ := json.Marshal(map[string]string{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID})
+	return string(b)
 }
 
 // ackLoop posts whatever acks have accumulated, one batch at a time.
@@ -325,12 +334,7 @@ func consumeLongPoll(ctx context.Context, url, q string, rec *recorder) {
 			continue
 		}
 		var pop struct {
-			Messages []struct {
-				Data          json.RawMessage `json:"data"`
-				TransactionID string          `json:"transactionId"`
-				PartitionID   string          `json:"partitionId"`
-				LeaseID       string          `json:"leaseId"`
-			} `json:"messages"`
+			Messages []delivered `json:"messages"`
 		}
 		if json.Unmarshal(b, &pop) != nil {
 			continue
@@ -338,8 +342,7 @@ func consumeLongPoll(ctx context.Context, url, q string, rec *recorder) {
 		items := make([]string, len(pop.Messages))
 		for i, m := range pop.Messages {
 			rec.record(m.Data, now)
-			item, _ := json.Marshal(map[string]string{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID})
-			items[i] = string(item)
+			items[i] = m.ackItem()
 		}
 		if len(items) > 0 {
 			_ = post(context.WithoutCancel(ctx), url+"/api/v1/ack/batch", `{"acknowledgments":[`+strings.Join(items, ",")+`]}`, http.StatusOK)

@@ -104,6 +104,21 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// longPoll GETs url in the background and sends its status (-1: no answer).
+func longPoll(url string) <-chan int {
+	done := make(chan int, 1)
+	go func() {
+		res, err := http.Get(url)
+		if err != nil {
+			done <- -1
+			return
+		}
+		_ = res.Body.Close()
+		done <- res.StatusCode
+	}()
+	return done
+}
+
 func pushOne(t *testing.T, base, queue, payload string) {
 	t.Helper()
 	resp, err := http.Post(base+"api/v1/push", "application/json",
@@ -224,16 +239,7 @@ func TestServe_WakeModes(t *testing.T) {
 	for _, mode := range []string{"notify", "logical", "poll"} {
 		t.Run(mode, func(t *testing.T) {
 			p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--wake", mode)
-			done := make(chan int, 1)
-			go func() {
-				res, err := http.Get(p.url + "api/v1/pop/queue/wm?wait=true&timeout=20000")
-				if err != nil {
-					done <- -1
-					return
-				}
-				_ = res.Body.Close()
-				done <- res.StatusCode
-			}()
+			done := longPoll(p.url + "api/v1/pop/queue/wm?wait=true&timeout=20000")
 			// Push once the long-poll waits, so the wake-up must reach it.
 			require.Eventually(t, func() bool {
 				_, body := get(t, p.url+"metrics")
@@ -351,16 +357,7 @@ func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
 			"--sync-peers", strings.Join(peers, ","), "--sync-secret", secret, "--server-id", name))
 	}
 	a, b, c := ps[0], ps[1], ps[2]
-	done := make(chan int, 1)
-	go func() {
-		res, err := http.Get(c.url + "api/v1/pop/queue/sq?wait=true&timeout=20000")
-		if err != nil {
-			done <- -1
-			return
-		}
-		_ = res.Body.Close()
-		done <- res.StatusCode
-	}()
+	done := longPoll(c.url + "api/v1/pop/queue/sq?wait=true&timeout=20000")
 	// A learns that C has a consumer for sq, and B's presence.
 	require.Eventually(t, func() bool {
 		_, body := get(t, a.url+"internal/api/shared-state/stats")

@@ -127,12 +127,26 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 			s.metrics.dlq.WithLabelValues(res.Queue).Inc()
 		}
 	}
-	// A released lease makes the rest of its batch (or a failed message)
-	// available again: wake whoever waits on that partition.
+	s.leasesReleased(acks, results)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// leasesReleased wakes whoever waits on a partition whose lease an ack
+// released (the rest of its batch, or a failed message, is available
+// again), here and, through the lease hints, on other instances.
+func (s *Server) leasesReleased(acks []queue.Ack, results []queue.AckResult) {
 	for _, res := range results {
-		if res.LeaseReleased && res.Queue != "" {
-			s.poller.Wake(poller.SourceAck, res.Queue, res.Partition)
+		if !res.LeaseReleased || res.Queue == "" {
+			continue
+		}
+		s.poller.Wake(poller.SourceAck, res.Queue, res.Partition)
+		if res.Index >= 0 && res.Index < len(acks) {
+			a := acks[res.Index]
+			group := a.Group
+			if group == "" {
+				group = queue.DefaultGroup
+			}
+			s.poller.LeaseReleased(res.Queue, res.Partition, a.PartitionID, group)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
 }

@@ -49,6 +49,9 @@ func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if f := s.cfg.OnQueueConfigured; f != nil {
+		f(res.Info()) // other instances cache the new settings
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"configured": true, "queueId": res.QueueID, "partitionId": res.PartitionID, "queue": res.Queue,
 		"namespace": res.Namespace, "task": res.Task, "options": sortedObject(res.Options),
@@ -277,14 +280,14 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"version": s.cfg.Version})
 }
 
-// handleStats reports the shared state between instances. syncnet is not
-// part of this build yet, so it says so.
+// handleStats reports the caches and the state shared between instances
+// (Config.SharedState), or that there is none.
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
 	if s.cfg.SharedState == nil {
 		writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "running": false, "peers": []any{}})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"enabled": true, "running": true, "syncnet": s.cfg.SharedState()})
+	writeJSON(w, http.StatusOK, s.cfg.SharedState())
 }
 
 func (s *Server) handleIndex(w http.ResponseWriter, _ *http.Request) {

@@ -163,6 +163,7 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
+		s.poller.LeasesTaken(res)
 		s.writePop(w, res)
 		return
 	}

@@ -607,11 +607,7 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 	for sub, n := range credit {
 		c.s.poller.AddCredit(sub.in, n)
 	}
-	for _, res := range results {
-		if res.LeaseReleased && res.Queue != "" {
-			c.s.poller.Wake(poller.SourceAck, res.Queue, res.Partition)
-		}
-	}
+	c.s.leasesReleased(acks, results)
 	c.send(map[string]any{"type": "ack_result", "id": f.ID, "results": out})
 }
 

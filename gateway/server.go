@@ -73,8 +73,11 @@ type Config struct {
 	// OnQueueDeleted, when set, is told after a queue is deleted (syncnet
 	// tells the other instances). It must not block.
 	OnQueueDeleted func(queue string)
+	// OnQueueConfigured, when set, is told after a queue is configured
+	// (syncnet broadcasts its settings).
+	OnQueueConfigured func(info queue.QueueInfo)
 	// SharedState, when set, is shown by /internal/api/shared-state/stats
-	// (syncnet's peers, presence and counters).
+	// (caches; syncnet's peers, presence and counters).
 	SharedState func() any
 	// Auth, when set, requires a bearer token on every endpoint but
 	// /health and /metrics.

@@ -67,10 +67,27 @@ type Config struct {
 	// With it, a queue's first intention is checked again PresenceGrace
 	// later: a push elsewhere before the announcement arrived is not missed.
 	OnPresence func(queue string, present bool)
+	// Hints, when set, shares lease hints with other instances (syncnet):
+	// this poller tells it the leases it takes and gives back, and skips
+	// a push wake-up's pop of a partition another live instance holds.
+	Hints LeaseHints
 	// Registerer receives the poller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	// Logger; the zero value logs nothing.
 	Logger zerolog.Logger
+}
+
+// LeaseHints are advisory news of other instances' leases (syncnet.Node
+// is one). Nothing read from them decides correctness: a wrong hint costs a
+// wasted pop or a later one, found by a timer or the sweep.
+type LeaseHints interface {
+	LeaseAcquired(queue, partition, partitionID, group string, expires time.Time)
+	LeaseReleased(queue, partition, partitionID, group string)
+	// LeasedElsewhere: a non-zero until means skip (partition, group) and
+	// look again by then; audit means ignore the hint this time and report
+	// the database's answer with HintAudited.
+	LeasedElsewhere(partitionID, group string) (until time.Time, audit bool)
+	HintAudited(right bool)
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.

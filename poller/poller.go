@@ -260,7 +260,42 @@ func (p *Poller) Release(ctx context.Context, leaseID string, msgs []queue.Messa
 		p.log.Error().Err(err).Str("lease", leaseID).Msg("releasing the lease of a consumer that left")
 		return // it expires in time; nothing is lost
 	}
+	seen := map[string]bool{}
 	for _, m := range msgs {
-		p.Wake(SourceRelease, m.Queue, m.Partition)
+		if !seen[m.PartitionID] {
+			seen[m.PartitionID] = true
+			p.Wake(SourceRelease, m.Queue, m.Partition)
+			p.LeaseReleased(m.Queue, m.Partition, m.PartitionID, m.Group)
+		}
+	}
+}
+
+// LeaseReleased tells other instances (Config.Hints) that a lease this
+// instance held on (partition, group) ended: by an ack, or given back.
+func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) {
+	if p.cfg.Hints != nil && partitionID != "" {
+		p.cfg.Hints.LeaseReleased(queueName, partition, partitionID, group)
+	}
+}
+
+// LeasesTaken tells other instances (Config.Hints) of the leases in res.
+// A lease lasts the queue's lease time, read from the config cache; a miss
+// assumes the default, which only bounds how long the hint lives.
+func (p *Poller) LeasesTaken(res *queue.PopResult) {
+	if p.cfg.Hints == nil || res.LeaseID == "" {
+		return
+	}
+	now := time.Now()
+	seen := map[string]bool{}
+	for _, m := range res.Messages {
+		if seen[m.PartitionID] {
+			continue
+		}
+		seen[m.PartitionID] = true
+		lease := queue.DefaultOptions().LeaseTime
+		if info, ok := p.store.CachedConfig(m.Queue); ok {
+			lease = info.Options.LeaseTime
+		}
+		p.cfg.Hints.LeaseAcquired(m.Queue, m.Partition, m.PartitionID, m.Group, now.Add(time.Duration(lease)*time.Second))
 	}
 }

@@ -168,7 +168,7 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 	}
 	w.mu.Unlock()
 	if len(fast) > 0 {
-		worked = w.fastServe(ctx, fast)
+		worked, due = w.fastServe(ctx, fast, due)
 	}
 	if len(work) == 0 {
 		return worked, due
@@ -390,6 +390,7 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	w.mu.Unlock()
 	if !gone && in.Deliver(res) {
 		w.p.metrics.delivered.Inc()
+		w.p.LeasesTaken(res)
 		if in.Standing {
 			w.mu.Lock()
 			limit := min(in.Batch, in.credit)
@@ -414,6 +415,27 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	w.p.Release(ctx, res.LeaseID, res.Messages)
 }
 
+// groupName is a target's group as the database names it.
+func groupName(g string) string {
+	if g == "" {
+		return queue.DefaultGroup
+	}
+	return g
+}
+
+// tookFrom reports whether res holds messages of a partition.
+func tookFrom(res *queue.PopResult, partitionID string) bool {
+	if res == nil {
+		return false
+	}
+	for _, m := range res.Messages {
+		if m.PartitionID == partitionID {
+			return true
+		}
+	}
+	return false
+}
+
 // hinted is a queue whose only news is a push to known partitions.
 type hinted struct {
 	key        string
@@ -427,12 +449,23 @@ type hinted struct {
 // re-checks everything under its row locks. Whatever this cannot settle (an
 // unknown partition id, an assignment that came back empty: no consumer row
 // yet, a delay, a lease) falls back to a full cycle with a pre-flight.
-func (w *worker) fastServe(ctx context.Context, items []hinted) (worked bool) {
+//
+// A partition that a lease hint says another live instance holds is not
+// popped at all: its key is looked at again when the hint lapses (due), or
+// sooner when the holder's release wakes it.
+func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (worked bool, _ time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
 	var as []queue.Assignment
 	var owners []*Intention
 	var fallback []string
+	type audit struct {
+		owner       int
+		partitionID string
+	}
+	var audits []audit
+	hintedUntil := map[string]time.Time{} // key → when a hint-skipped partition is looked at again
+	popped := map[int]bool{}              // owners with an assignment
 	w.mu.Lock()
 	for _, h := range items {
 		queueName := strings.TrimPrefix(h.key, "q:")
@@ -468,13 +501,39 @@ func (w *worker) fastServe(ctx context.Context, items []hinted) (worked bool) {
 					if claimed[in] >= max(in.Partitions, 1) {
 						continue
 					}
-					claimed[in]++
 					groups[in.Target.Group] = true
+					audited := false
+					if hints := w.p.cfg.Hints; hints != nil {
+						until, check := hints.LeasedElsewhere(pid, groupName(in.Target.Group))
+						if !until.IsZero() {
+							// Another live instance holds it: no pop, look again
+							// when the hint lapses (or its release wakes us).
+							w.p.metrics.skipped.WithLabelValues("lease_hint").Inc()
+							if u, ok := hintedUntil[h.key]; !ok || until.Before(u) {
+								hintedUntil[h.key] = until
+							}
+							continue
+						}
+						audited = check
+					}
+					claimed[in]++
+					popped[idx] = true
+					if audited {
+						audits = append(audits, audit{idx, pid})
+					}
 					n := min(in.Batch, in.credit)
 					as = append(as, queue.Assignment{Intention: idx, PartitionID: pid, Group: in.Target.Group,
 						Limit: n, Total: n, AutoAck: in.AutoAck, LeaseID: leases[in]})
 				}
 			}
+		}
+	}
+	for k, until := range hintedUntil {
+		if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || until.Before(ks.dueAt)) {
+			ks.dueAt = until
+		}
+		if due.IsZero() || until.Before(due) {
+			due = until
 		}
 	}
 	w.mu.Unlock()
@@ -484,10 +543,16 @@ func (w *worker) fastServe(ctx context.Context, items []hinted) (worked bool) {
 		if err != nil {
 			w.p.log.Error().Err(err).Msg("coalesced pop failed")
 		}
+		for _, a := range audits {
+			if err == nil {
+				// The hint was right if the database had nothing to lease.
+				w.p.cfg.Hints.HintAudited(!tookFrom(got[a.owner], a.partitionID))
+			}
+		}
 		for i, in := range owners {
 			if res := got[i]; res != nil {
 				w.deliver(ctx, in, res)
-			} else {
+			} else if popped[i] {
 				fallback = append(fallback, in.key)
 			}
 		}
@@ -502,5 +567,5 @@ func (w *worker) fastServe(ctx context.Context, items []hinted) (worked bool) {
 		w.mu.Unlock()
 		w.signal()
 	}
-	return worked
+	return worked, due
 }

@@ -79,6 +79,7 @@ type ConfigureResult struct {
 	Namespace   string
 	Task        string
 	Options     Options
+	Version     int64 // bumped by every configure
 }
 
 const optionColumns = `namespace, task, lease_time, retry_limit, retry_delay, delayed_processing, window_buffer,
@@ -97,7 +98,7 @@ ON CONFLICT (name) DO UPDATE SET namespace = EXCLUDED.namespace, task = EXCLUDED
 	dlq_after_max_retries = EXCLUDED.dlq_after_max_retries, priority = EXCLUDED.priority,
 	encryption_enabled = EXCLUDED.encryption_enabled, max_wait_time_seconds = EXCLUDED.max_wait_time_seconds,
 	version = queues.version + 1, updated_at = now()
-RETURNING id::text`
+RETURNING id::text, version`
 
 // Configure creates or updates a queue (an upsert) and makes sure its Default
 // partition exists. It reads the stored settings under the row lock, so two
@@ -141,7 +142,7 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 		if err := tx.QueryRow(ctx, configureSQL, NewID(), req.Queue, ns, task, o.LeaseTime, o.RetryLimit,
 			o.RetryDelay, o.DelayedProcessing, o.WindowBuffer, o.MaxSize, o.TTL, o.RetentionSeconds,
 			o.CompletedRetentionSeconds, o.RetentionEnabled, o.DeadLetterQueue, o.DLQAfterMaxRetries, o.Priority,
-			o.EncryptionEnabled, o.MaxWaitTimeSeconds).Scan(&res.QueueID); err != nil {
+			o.EncryptionEnabled, o.MaxWaitTimeSeconds).Scan(&res.QueueID, &res.Version); err != nil {
 			return fmt.Errorf("configuring queue %s: %w", req.Queue, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO partitions (id, queue_id, name) VALUES ($1::uuid, $2::uuid, $3)
@@ -157,7 +158,14 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 	if err != nil {
 		return nil, err
 	}
+	s.cacheConfig(res.Info())
 	return res, nil
+}
+
+// Info is the configured queue as the config cache holds it.
+func (r *ConfigureResult) Info() QueueInfo {
+	return QueueInfo{ID: r.QueueID, Name: r.Queue, Namespace: r.Namespace, Task: r.Task, Options: r.Options,
+		Version: r.Version}
 }
 
 // DeleteQueue removes a queue with its partitions, messages, consumer state

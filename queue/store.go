@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -44,6 +45,9 @@ type Config struct {
 	// arrive meanwhile are merged into the next one. Zero means
 	// PushFlushersDefault.
 	PushFlushers int
+	// Configs caches queue settings (syncnet.Snapshot); nil caches none.
+	// Pushes to new partitions of a cached queue skip creating the queue.
+	Configs ConfigCache
 	// Logger; the zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -84,11 +88,29 @@ func (c Config) Validate() error {
 // concurrent use; all state lives in the database except an advisory cache of
 // partition ids, which is dropped on delete and re-checked on use.
 type Store struct {
-	pool   *pgxpool.Pool
-	cfg    Config
-	log    zerolog.Logger
-	parts  *lru.Cache[partKey, partRef]
-	pushes *pushCoalescer
+	pool    *pgxpool.Pool
+	cfg     Config
+	log     zerolog.Logger
+	parts   *lru.Cache[partKey, partRef]
+	configs ConfigCache // nil: none
+	pushes  *pushCoalescer
+
+	partHits, partMisses, partEvictions atomic.Uint64
+}
+
+// PartitionCacheStats are the partition id cache's counters.
+type PartitionCacheStats struct {
+	Entries   int    `json:"entries"`
+	Max       int    `json:"max"`
+	Hits      uint64 `json:"hits"`
+	Misses    uint64 `json:"misses"`
+	Evictions uint64 `json:"evictions"`
+}
+
+// PartitionCacheStats reports the partition id cache's counters.
+func (s *Store) PartitionCacheStats() PartitionCacheStats {
+	return PartitionCacheStats{Entries: s.parts.Len(), Max: s.cfg.PartitionCacheSize, Hits: s.partHits.Load(),
+		Misses: s.partMisses.Load(), Evictions: s.partEvictions.Load()}
 }
 
 type partKey struct{ queue, partition string }
@@ -108,7 +130,8 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating partition cache: %w", err)
 	}
-	s := &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache}
+	s := &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache,
+		configs: cfg.Configs}
 	s.pushes = newPushCoalescer(cfg.PushFlushers, s.pushNow)
 	return s, nil
 }
@@ -199,11 +222,13 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	for _, k := range keys {
 		if ref, ok := s.parts.Get(k); ok {
 			if time.Since(ref.cached) < PartitionCacheTTL {
+				s.partHits.Add(1)
 				out[k] = ref
 				continue
 			}
 			s.parts.Remove(k) // aged out: look it up again
 		}
+		s.partMisses.Add(1)
 		if !seen[k] {
 			seen[k] = true
 			missQ = append(missQ, k.queue)
@@ -213,24 +238,38 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	if len(missQ) == 0 {
 		return out, nil
 	}
-	qids := make([]string, len(missQ))
-	pids := make([]string, len(missQ))
-	nss := make([]string, len(missQ))
-	tasks := make([]string, len(missQ))
-	for i := range missQ {
-		qids[i] = NewID()
-		pids[i] = NewID()
-		nss[i], tasks[i] = namespaceTask(missQ[i])
-	}
-	// Three statements in one round trip. Each takes its own snapshot, so the
-	// final SELECT sees rows that a concurrent creator committed meanwhile.
+	// Queues known to exist (cached config) need no create statement; a
+	// cached queue deleted meanwhile yields no row and the push retries.
 	b := &pgx.Batch{}
-	b.Queue(`-- herald:create_queues
+	known := true
+	for _, q := range missQ {
+		if _, ok := s.CachedConfig(q); !ok {
+			known = false
+			break
+		}
+	}
+	if !known {
+		qids := make([]string, len(missQ))
+		nss := make([]string, len(missQ))
+		tasks := make([]string, len(missQ))
+		for i := range missQ {
+			qids[i] = NewID()
+			nss[i], tasks[i] = namespaceTask(missQ[i])
+		}
+		b.Queue(`-- herald:create_queues
 		INSERT INTO queues (id, name, namespace, task)
 		SELECT DISTINCT ON (t.name) t.id::uuid, t.name, t.ns, t.task
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t(id, name, ns, task)
 		ORDER BY t.name
 		ON CONFLICT (name) DO NOTHING`, qids, missQ, nss, tasks)
+	}
+	pids := make([]string, len(missQ))
+	for i := range missQ {
+		pids[i] = NewID()
+	}
+	// Each statement takes its own snapshot, so the final SELECT sees rows
+	// that a concurrent creator committed meanwhile. It also returns the
+	// queue's settings, which fill the config cache for free.
 	b.Queue(`-- herald:create_partitions
 		INSERT INTO partitions (id, queue_id, name)
 		SELECT t.id::uuid, q.id, t.partition
@@ -239,14 +278,16 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 		ORDER BY q.id, t.partition
 		ON CONFLICT (queue_id, name) DO NOTHING`, pids, missQ, missP)
 	b.Queue(`-- herald:resolve_partitions
-		SELECT t.queue, t.partition, q.id::text, p.id::text
+		SELECT t.partition, p.id::text, `+queueInfoColumns+`
 		FROM unnest($1::text[], $2::text[]) AS t(queue, partition)
 		JOIN queues q ON q.name = t.queue
 		JOIN partitions p ON p.queue_id = q.id AND p.name = t.partition`, missQ, missP)
 	br := s.pool.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("creating queues: %w", err)
+	if !known {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("creating queues: %w", err)
+		}
 	}
 	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("creating partitions: %w", err)
@@ -258,13 +299,17 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	for rows.Next() {
 		var k partKey
 		var ref partRef
-		if err := rows.Scan(&k.queue, &k.partition, &ref.queueID, &ref.partitionID); err != nil {
+		var info QueueInfo
+		if err := scanQueueInfo(prefixScan{rows, []any{&k.partition, &ref.partitionID}}, &info); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("resolving partitions: %w", err)
 		}
-		ref.cached = time.Now()
+		k.queue, ref.queueID, ref.cached = info.Name, info.ID, time.Now()
 		out[k] = ref
-		s.parts.Add(k, ref)
+		if s.parts.Add(k, ref) {
+			s.partEvictions.Add(1)
+		}
+		s.cacheConfig(info)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -279,16 +324,39 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	return out, nil
 }
 
+// prefixScan scans leading columns into prefix, then the rest into the
+// destinations passed to Scan.
+type prefixScan struct {
+	rows   pgx.Rows
+	prefix []any
+}
+
+func (p prefixScan) Scan(dest ...any) error { return p.rows.Scan(append(p.prefix, dest...)...) }
+
 // errRaced marks a conflict with a concurrent delete; the caller retries once.
 var errRaced = errors.New("queue deleted concurrently")
 
-// ForgetQueue drops the cached partition ids of a queue: another instance
-// deleted it (syncnet's QUEUE_CONFIG_DELETE or PARTITION_DELETED).
+// ForgetQueue drops what is cached of a queue (settings, partition ids):
+// another instance deleted it (syncnet's QUEUE_CONFIG_DELETE).
 func (s *Store) ForgetQueue(name string) { s.forgetQueue(name) }
 
-// forgetQueue drops cached partition ids of a queue (after delete, or when a
-// cached id turned out to be stale).
+// ForgetPartition drops one cached partition id: the partition was deleted
+// (syncnet's PARTITION_DELETED).
+func (s *Store) ForgetPartition(queue, partition string) {
+	s.parts.Remove(partKey{queue, partition})
+}
+
+// forgetQueue drops what is cached of a queue, its settings and partition
+// ids (after delete, or when a cached id turned out to be stale).
 func (s *Store) forgetQueue(name string) {
+	if s.configs != nil {
+		s.configs.Delete(name)
+	}
+	s.forgetPartitions(name)
+}
+
+// forgetPartitions drops the cached partition ids of a queue.
+func (s *Store) forgetPartitions(name string) {
 	for _, k := range s.parts.Keys() {
 		if k.queue == name {
 			s.parts.Remove(k)

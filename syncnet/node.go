@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -51,6 +52,12 @@ type Config struct {
 	// OnQueueDeleted, when set, is told that another instance deleted a
 	// queue (QUEUE_CONFIG_DELETE): drop what is cached of it.
 	OnQueueDeleted func(queue string)
+	// OnQueueConfig, when set, is told that another instance configured a
+	// queue (QUEUE_CONFIG_SET).
+	OnQueueConfig func(queue string, c QueueConfig, version uint64)
+	// OnPartitionDeleted, when set, is told that another instance deleted a
+	// partition (PARTITION_DELETED): drop its cached id.
+	OnPartitionDeleted func(queue, partition string)
 	// Drop, when set, is asked before each send; true drops the datagram
 	// (tests of a lossy network, or of a lost announcement).
 	Drop func(t Type) bool
@@ -71,6 +78,7 @@ type Node struct {
 	seq     atomic.Uint64
 	sent    atomic.Uint64
 	replay  *Replay
+	hints   *lru.Cache[hintKey, leaseHint]
 	log     zerolog.Logger
 	m       *nodeMetrics
 
@@ -136,6 +144,11 @@ func New(cfg Config) (*Node, error) {
 	_, _ = rand.Read(sess[:])
 	n := &Node{cfg: cfg, key: []byte(cfg.Secret), conn: conn, session: hex.EncodeToString(sess[:]),
 		replay: NewReplay(), log: log, byID: map[string]*peerState{}, local: map[string]int{}, counts: map[string]uint64{}}
+	n.hints, err = lru.New[hintKey, leaseHint](LeaseHintsMax)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
 	n.m, err = newNodeMetrics(cfg.Registerer)
 	if err != nil {
 		_ = conn.Close()
@@ -352,9 +365,21 @@ func (n *Node) Notify(queue, partition string) {
 }
 
 // QueueDeleted tells every peer that queue is gone (QUEUE_CONFIG_DELETE),
-// so that they drop its cached partition ids.
+// so that they drop its cached settings and partition ids.
 func (n *Node) QueueDeleted(queue string) {
 	n.send(QueueConfigDelete, QueueConfigDeletePayload{Queue: queue}, nil)
+}
+
+// QueueConfigured tells every peer a queue's new settings
+// (QUEUE_CONFIG_SET), so that they need not read them again.
+func (n *Node) QueueConfigured(queue string, c QueueConfig, version uint64) {
+	n.send(QueueConfigSet, QueueConfigSetPayload{Config: c, Queue: queue, Version: version}, nil)
+}
+
+// PartitionDeleted tells every peer that a partition is gone
+// (PARTITION_DELETED), so that they drop its cached id.
+func (n *Node) PartitionDeleted(queue, partition string) {
+	n.send(PartitionDeleted, PartitionDeletedPayload{Partition: partition, Queue: queue}, nil)
 }
 
 // HasSubscribers reports whether any live peer has subscribers for queue;
@@ -468,6 +493,31 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 		if Unmarshal(p.Payload, &m) == nil && m.Queue != "" && n.cfg.OnQueueDeleted != nil {
 			n.cfg.OnQueueDeleted(m.Queue)
 		}
+	case QueueConfigSet:
+		var m QueueConfigSetPayload
+		if Unmarshal(p.Payload, &m) != nil || m.Queue == "" {
+			n.drop("payload")
+			return
+		}
+		if n.cfg.OnQueueConfig != nil {
+			n.cfg.OnQueueConfig(m.Queue, m.Config, m.Version)
+		}
+	case PartitionDeleted:
+		var m PartitionDeletedPayload
+		if Unmarshal(p.Payload, &m) != nil || m.Queue == "" {
+			n.drop("payload")
+			return
+		}
+		if n.cfg.OnPartitionDeleted != nil {
+			n.cfg.OnPartitionDeleted(m.Queue, m.Partition)
+		}
+	case LeaseHintAcquired, LeaseHintReleased:
+		var m LeaseHintPayload
+		if Unmarshal(p.Payload, &m) != nil || m.PartitionID == "" {
+			n.drop("payload")
+			return
+		}
+		n.hintFrom(p.Type, p.SenderID, m)
 	case ConsumerRegistered, ConsumerDeregistered:
 		var m presencePayload
 		if Unmarshal(p.Payload, &m) != nil || m.Queue == "" {
@@ -511,8 +561,13 @@ type Stats struct {
 	Local    map[string]int `json:"localConsumers"`
 	Sent     uint64         `json:"datagramsSent"`
 	// Counters: "notify:present|unknown|absent|dead" (per peer and push),
-	// "broadcast" (pushes sent to every peer), "dropped:<reason>".
+	// "broadcast" (pushes sent to every peer), "dropped:<reason>",
+	// "hint:used|audit|right|wrong|holder_dead" (lease hint lookups).
 	Counters map[string]uint64 `json:"counters"`
+	// LeaseHints is how many lease hints are held; HintAccuracy the share
+	// of audited hints that were right (-1 before any audit).
+	LeaseHints   int     `json:"leaseHints"`
+	HintAccuracy float64 `json:"hintAccuracy"`
 }
 
 // PeerStats is one peer's view.
@@ -538,6 +593,10 @@ func (n *Node) Stats() Stats {
 		s.Counters[k] = v
 	}
 	n.cmu.Unlock()
+	s.LeaseHints, s.HintAccuracy = n.hints.Len(), -1
+	if right, wrong := s.Counters["hint:right"], s.Counters["hint:wrong"]; right+wrong > 0 {
+		s.HintAccuracy = float64(right) / float64(right+wrong)
+	}
 	for q, c := range n.local {
 		s.Local[q] = c
 	}
@@ -558,7 +617,7 @@ func (n *Node) Stats() Stats {
 
 type nodeMetrics struct {
 	sent, received, dropped *prometheus.CounterVec
-	targeted                *prometheus.CounterVec
+	targeted, hints         *prometheus.CounterVec
 	broadcast               prometheus.Counter
 	alive                   prometheus.Gauge
 }
@@ -573,13 +632,16 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 			Help: "Datagrams dropped, by reason (too_short, too_long, version, length, signature, replay, self, payload, encode)."}, []string{"reason"}),
 		targeted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_notify_decisions_total",
 			Help: "Per peer and push: sent because present or not yet known, skipped because absent or dead."}, []string{"decision"}),
+		hints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_lease_hints_total",
+			Help: "Lease hint lookups: used (a pop skipped), audit (ignored to check), right/wrong (audit outcomes), holder_dead."},
+			[]string{"outcome"}),
 		broadcast: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_syncnet_broadcasts_total",
 			Help: "MESSAGE_AVAILABLE sent to every peer."}),
 		alive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_syncnet_peers_alive",
 			Help: "Peers heard from within the dead threshold."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sent, m.received, m.dropped, m.targeted, m.broadcast, m.alive} {
+		for _, c := range []prometheus.Collector{m.sent, m.received, m.dropped, m.targeted, m.hints, m.broadcast, m.alive} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

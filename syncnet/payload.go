@@ -87,3 +87,23 @@ func Unmarshal(b []byte, v any) error {
 	}
 	return nil
 }
+
+// PartitionDeletedPayload: a partition was deleted (retention); peers drop
+// its cached id.
+type PartitionDeletedPayload struct {
+	Partition string `msgpack:"partition"`
+	Queue     string `msgpack:"queue"`
+}
+
+// LeaseHintPayload: LEASE_HINT_ACQUIRED and LEASE_HINT_RELEASED. The seed's
+// keys, plus the queue and partition names so that a release can wake the
+// receiver's consumers of that partition. ExpiresAtMS is when the lease
+// ends (ms since the Unix epoch); zero in a release.
+type LeaseHintPayload struct {
+	ConsumerGroup string `msgpack:"consumer_group"`
+	ExpiresAtMS   uint64 `msgpack:"expires_at_ms"`
+	Partition     string `msgpack:"partition"`
+	PartitionID   string `msgpack:"partition_id"`
+	Queue         string `msgpack:"queue"`
+	ServerID      string `msgpack:"server_id"`
+}

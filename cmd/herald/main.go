@@ -155,29 +155,26 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		host, _ := os.Hostname()
 		instance = fmt.Sprintf("%s:%d", host, port)
 	}
-	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Logger: log})
+	configs := syncnet.NewSnapshot[queue.QueueInfo](configCacheSize)
+	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Configs: configs, Logger: log})
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerCacheMetrics(reg, configs, store)
 	mode := poller.WakePush
 	if cfg.Wake == WakePoll {
 		mode = poller.WakePoll
 	}
-	// syncnet and the poller know each other: the poller reports its
-	// consumers' presence to the node, the node wakes the poller.
-	var node *syncnet.Node
 	pcfg := poller.Config{Store: store, Workers: cfg.PollWorkers, Mode: mode,
 		SweepMin: cfg.SweepMin, SweepMax: cfg.SweepMax, PreflightTimeout: cfg.PreflightTimeout,
 		MaxIntentions: cfg.PreflightMax, Registerer: reg, Logger: log}
-	if len(cfg.SyncPeers) > 0 {
-		pcfg.OnPresence = func(queue string, present bool) { node.SetLocal(queue, present) }
-	}
-	pl, err := poller.New(pcfg)
-	if err != nil {
-		return err
-	}
+	// syncnet and the poller know each other: the poller reports its
+	// consumers' presence and its leases to the node, the node wakes the
+	// poller.
+	var node *syncnet.Node
+	var pl *poller.Poller
 	if len(cfg.SyncPeers) > 0 {
 		serverID := cfg.ServerID
 		if serverID == "" {
@@ -186,23 +183,41 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 			serverID = host + ":" + syncPort
 		}
 		node, err = syncnet.New(syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret,
-			ServerID: serverID, Waker: pl, OnQueueDeleted: store.ForgetQueue, Registerer: reg, Logger: log})
+			ServerID: serverID, Waker: wakerFunc(func(source, q, p string) { pl.Wake(source, q, p) }),
+			OnQueueDeleted: store.ForgetQueue, OnPartitionDeleted: store.ForgetPartition,
+			OnQueueConfig: func(q string, c syncnet.QueueConfig, version uint64) {
+				store.PeerConfigured(infoFromWire(q, c, version))
+			},
+			Registerer: reg, Logger: log})
 		if err != nil {
 			return err
 		}
+		pcfg.OnPresence = node.SetLocal
+		pcfg.Hints = node
+	}
+	pl, err = poller.New(pcfg)
+	if err != nil {
+		return err
 	}
 	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(),
 		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, MaxSSEConnections: cfg.MaxSSEConnections,
 		SSEHeartbeat: cfg.SSEHeartbeat, SSEResumeGrace: cfg.SSEResumeGrace, DrainWindow: cfg.DrainWindow,
 		Registry: reg, Logger: log}
+	gwCfg.SharedState = newSharedState(configs, store, node)
 	if node != nil {
-		gwCfg.SharedState = func() any { return node.Stats() }
 		gwCfg.OnQueueDeleted = node.QueueDeleted
+		gwCfg.OnQueueConfigured = func(info queue.QueueInfo) {
+			node.QueueConfigured(info.Name, wireConfig(info), uint64(max(info.Version, 0))) // #nosec G115 -- not negative
+		}
 	}
 	if cfg.AuthSecret != "" {
 		gwCfg.Auth = &gateway.Auth{Secret: []byte(cfg.AuthSecret), Leeway: 30 * time.Second}
 	}
-	var runners []func(context.Context) error
+	// The cached queue configs are read again every minute: a change whose
+	// broadcast was lost heals.
+	runners := []func(context.Context) error{func(ctx context.Context) error {
+		return store.RunConfigRefresh(ctx, queue.ConfigRefreshDefault)
+	}}
 	if cfg.Wake == WakeNotify {
 		// Our pushes wake this instance directly; the NOTIFY is for the others.
 		self := queue.NewID()

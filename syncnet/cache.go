@@ -1,0 +1,121 @@
+package syncnet
+
+import (
+	"maps"
+	"sync"
+	"sync/atomic"
+)
+
+// Snapshot is a bounded copy-on-write map for data read on every request
+// and written rarely (queue configs): a read is one atomic load and a map
+// lookup, with no lock; a write copies the map under a mutex and publishes
+// the copy. When full, a write evicts an arbitrary entry: the cache is
+// advisory, and a miss only costs a lookup in the database.
+type Snapshot[V any] struct {
+	max int
+	mu  sync.Mutex // serialises writers
+	cur atomic.Pointer[map[string]V]
+
+	hits, misses, evictions atomic.Uint64
+}
+
+// NewSnapshot returns an empty Snapshot holding at most max entries.
+func NewSnapshot[V any](max int) *Snapshot[V] {
+	s := &Snapshot[V]{max: max}
+	m := map[string]V{}
+	s.cur.Store(&m)
+	return s
+}
+
+// Get returns the cached value of key, counting a hit or a miss.
+func (s *Snapshot[V]) Get(key string) (V, bool) {
+	v, ok := (*s.cur.Load())[key]
+	if ok {
+		s.hits.Add(1)
+	} else {
+		s.misses.Add(1)
+	}
+	return v, ok
+}
+
+// Peek is Get without counting.
+func (s *Snapshot[V]) Peek(key string) (V, bool) {
+	v, ok := (*s.cur.Load())[key]
+	return v, ok
+}
+
+// Set stores v under key; accept, when not nil, is asked with the cached
+// value (if any) and may refuse the write (v is an older version).
+func (s *Snapshot[V]) Set(key string, v V, accept func(old V) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.cur.Load()
+	if o, ok := old[key]; ok && accept != nil && !accept(o) {
+		return
+	}
+	next := make(map[string]V, len(old)+1)
+	maps.Copy(next, old)
+	if _, ok := next[key]; !ok && s.max > 0 && len(next) >= s.max {
+		for k := range next { // map order is random enough
+			delete(next, k)
+			s.evictions.Add(1)
+			break
+		}
+	}
+	next[key] = v
+	s.cur.Store(&next)
+}
+
+// Delete removes key.
+func (s *Snapshot[V]) Delete(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.cur.Load()
+	if _, ok := old[key]; !ok {
+		return
+	}
+	next := maps.Clone(old)
+	delete(next, key)
+	s.cur.Store(&next)
+}
+
+// Keys returns the cached keys.
+func (s *Snapshot[V]) Keys() []string {
+	m := *s.cur.Load()
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Replace publishes fresh values for the given keys and drops the keys in
+// gone, in one copy (a periodic refresh from the database).
+func (s *Snapshot[V]) Replace(fresh map[string]V, gone []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := maps.Clone(*s.cur.Load())
+	maps.Copy(next, fresh)
+	for _, k := range gone {
+		delete(next, k)
+	}
+	s.cur.Store(&next)
+}
+
+// Len is the number of cached entries.
+func (s *Snapshot[V]) Len() int { return len(*s.cur.Load()) }
+
+// CacheStats are a cache's counters.
+type CacheStats struct {
+	Entries   int    `json:"entries"`
+	Max       int    `json:"max"`
+	Hits      uint64 `json:"hits"`
+	Misses    uint64 `json:"misses"`
+	Evictions uint64 `json:"evictions"`
+}
+
+// Stats reports the counters.
+func (s *Snapshot[V]) Stats() CacheStats {
+	return CacheStats{Entries: s.Len(), Max: s.max, Hits: s.hits.Load(), Misses: s.misses.Load(),
+		Evictions: s.evictions.Load()}
+}

@@ -361,3 +361,28 @@ func TestPop_Namespace(t *testing.T) {
 
 // TestPop_LongPollTimeout: an empty long-poll answers 204 with no body once
 // its timeout has passed, not before.
+
+// A warm push (queue and partition seen before) issues no queue-config or
+// partition-id query: herald_db_queries_total{op} counts only its own two
+// statements.
+func TestPush_WarmIssuesNoLookup(t *testing.T) {
+	e := newEnv(t)
+	lookups := []string{"queue_config", "create_queues", "create_partitions", "resolve_partitions"}
+	count := func(op string) float64 { return e.scrape(`herald_db_queries_total{op="` + op + `"}`) }
+	e.push("warm-http", `{"i":0}`)
+	for _, op := range []string{"create_queues", "create_partitions", "resolve_partitions"} {
+		assert.Equal(t, 1.0, count(op), "the cold push looked up %s", op)
+	}
+	before := map[string]float64{}
+	for _, op := range append(lookups, "push_lock", "push_insert") {
+		before[op] = count(op)
+	}
+	for i := range 10 {
+		e.push("warm-http", fmt.Sprintf(`{"i":%d}`, i+1))
+	}
+	for _, op := range lookups {
+		assert.Equal(t, before[op], count(op), "warm pushes ran no %s", op)
+	}
+	assert.Equal(t, before["push_lock"]+10, count("push_lock"))
+	assert.Equal(t, before["push_insert"]+10, count("push_insert"))
+}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/internal/shared"
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
@@ -37,6 +39,7 @@ type instance struct {
 	listener *pgnotify.Listener
 	logical  *pgnotify.Logical
 	node     *syncnet.Node
+	configs  *syncnet.Snapshot[queue.QueueInfo]
 	ts       *httptest.Server
 }
 
@@ -64,52 +67,42 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	pool, err := queue.NewPool(context.Background(), dsn, 0)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	store, err := queue.New(queue.Config{Pool: pool})
+	configs := shared.NewConfigCache()
+	store, err := queue.New(queue.Config{Pool: pool, Configs: configs})
 	require.NoError(t, err)
 	pc := poller.Config{Store: store, SweepMin: time.Minute, SweepMax: time.Minute}
 	if mode == "poll" {
 		pc = poller.Config{Store: store, Mode: poller.WakePoll} // the default adaptive sweep does everything
 	}
-	in := &instance{t: t, store: store}
+	in := &instance{t: t, store: store, configs: configs}
 	lossy := mode == "syncnet-lossy" // 30% of datagrams lost; the default sweep as the safety net
-	// Stale presence: this instance's CONSUMER_REGISTERED (or DEREGISTERED)
-	// never arrive, so its peers believe it has no consumers (or still has).
-	var muted syncnet.Type
-	switch mode {
-	case "syncnet-noregister":
-		muted = syncnet.ConsumerRegistered
-	case "syncnet-noderegister":
-		muted = syncnet.ConsumerDeregistered
-	}
-	if lossy || muted != 0 {
+	// Stale shared state: datagrams of these types from this instance never
+	// arrive, so its peers believe it has no consumers (or still has), keep
+	// a queue's old settings, or a wrong lease hint.
+	muted := map[string][]syncnet.Type{
+		"syncnet-noregister":   {syncnet.ConsumerRegistered},
+		"syncnet-noderegister": {syncnet.ConsumerDeregistered},
+		"syncnet-noconfig":     {syncnet.QueueConfigSet, syncnet.QueueConfigDelete},
+		"syncnet-norelease":    {syncnet.LeaseHintReleased},
+		"syncnet-noacquire":    {syncnet.LeaseHintAcquired},
+	}[mode]
+	presenceMuted := strings.HasSuffix(mode, "register")
+	if lossy || muted != nil {
 		mode = "syncnet"
 		pc = poller.Config{Store: store}
 	}
-	if mode == "syncnet" {
-		pc.OnPresence = func(q string, present bool) { in.node.SetLocal(q, present) }
-	}
-	p, err := poller.New(pc)
-	require.NoError(t, err)
-	in.poller = p
-	gcfg := gateway.Config{Store: store, Poller: p}
+	gcfg := gateway.Config{Store: store}
 	var runs []func(context.Context) error
 	var ready <-chan struct{}
-	switch mode {
-	case "notify":
-		self := queue.NewID() // as cmd/herald wires it: each instance skips its own NOTIFYs
-		in.notifier, err = pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Sender: self, Registerer: prometheus.NewRegistry()})
-		require.NoError(t, err)
-		in.listener, err = pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: p, Self: self, PingInterval: time.Second,
-			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
-		require.NoError(t, err)
-		gcfg.Notifier = in.notifier
-		runs = append(runs, in.notifier.Run, in.listener.Run)
-		ready = in.listener.Connected()
-	case "syncnet":
-		scfg := syncnet.Config{Bind: "127.0.0.1:0", Secret: strings.Repeat("ab", 32),
-			ServerID: queue.NewID()[24:], Waker: p, Heartbeat: 100 * time.Millisecond, Announce: 200 * time.Millisecond}
-		if muted != 0 {
-			scfg.Drop = func(t syncnet.Type) bool { return t == muted }
+	if mode == "syncnet" {
+		scfg := syncnet.Config{Bind: "127.0.0.1:0", Secret: strings.Repeat("ab", 32), ServerID: queue.NewID()[24:],
+			Waker:     shared.WakerFunc(func(source, q, p string) { in.poller.Wake(source, q, p) }),
+			Heartbeat: 100 * time.Millisecond, Announce: 200 * time.Millisecond}
+		shared.Hook(&scfg, store)
+		if muted != nil {
+			scfg.Drop = func(t syncnet.Type) bool { return slices.Contains(muted, t) }
+		}
+		if presenceMuted {
 			// Stale presence lasts 3 announce intervals: long enough to see.
 			scfg.Announce = time.Second
 		}
@@ -124,8 +117,28 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 		}
 		in.node, err = syncnet.New(scfg)
 		require.NoError(t, err)
+		pc.OnPresence = in.node.SetLocal
+		pc.Hints = in.node
 		gcfg.Notifier = in.node
+		gcfg.OnQueueConfigured = shared.Announce(in.node)
+		gcfg.OnQueueDeleted = in.node.QueueDeleted
 		runs = append(runs, in.node.Run)
+	}
+	p, err := poller.New(pc)
+	require.NoError(t, err)
+	in.poller = p
+	gcfg.Poller = p
+	switch mode {
+	case "notify":
+		self := queue.NewID() // as cmd/herald wires it: each instance skips its own NOTIFYs
+		in.notifier, err = pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool, Sender: self, Registerer: prometheus.NewRegistry()})
+		require.NoError(t, err)
+		in.listener, err = pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: p, Self: self, PingInterval: time.Second,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
+		require.NoError(t, err)
+		gcfg.Notifier = in.notifier
+		runs = append(runs, in.notifier.Run, in.listener.Run)
+		ready = in.listener.Connected()
 	case "logical":
 		in.logical, err = pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: pool, Waker: p,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})

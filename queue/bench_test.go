@@ -120,3 +120,41 @@ func BenchmarkPushParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPushQueries counts database statements per single-message push:
+// cold (a queue never seen: create and look up queue and partition), a new
+// partition of a cached queue, and warm (both cached). Reported as
+// queries/op, with the time per push.
+func BenchmarkPushQueries(b *testing.B) {
+	for _, kind := range []string{"cold", "new-partition", "warm"} {
+		b.Run(kind, func(b *testing.B) {
+			s := newStore(b)
+			ctx := context.Background()
+			stats := s.QueryStats()
+			if _, err := s.Push(ctx, []queue.PushItem{{Queue: "bench", Payload: benchPayload}}); err != nil {
+				b.Fatal(err)
+			}
+			total := func() (n uint64) {
+				for _, v := range stats.Snapshot() {
+					n += v
+				}
+				return n
+			}
+			start, n := total(), 0
+			for b.Loop() {
+				it := queue.PushItem{Queue: "bench", Payload: benchPayload}
+				switch kind {
+				case "cold":
+					it.Queue = fmt.Sprintf("cold-%d", n)
+				case "new-partition":
+					it.Partition = fmt.Sprintf("p%d", n)
+				}
+				n++
+				if _, err := s.Push(ctx, []queue.PushItem{it}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(total()-start)/float64(n), "queries/op")
+		})
+	}
+}

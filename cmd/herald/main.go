@@ -30,6 +30,7 @@ import (
 
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgcluster"
+	"github.com/heraldmq/herald/internal/shared"
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
@@ -155,14 +156,14 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		host, _ := os.Hostname()
 		instance = fmt.Sprintf("%s:%d", host, port)
 	}
-	configs := syncnet.NewSnapshot[queue.QueueInfo](configCacheSize)
+	configs := shared.NewConfigCache()
 	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Configs: configs, Logger: log})
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerCacheMetrics(reg, configs, store)
+	shared.RegisterMetrics(reg, configs, store)
 	mode := poller.WakePush
 	if cfg.Wake == WakePoll {
 		mode = poller.WakePoll
@@ -182,13 +183,10 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 			_, syncPort, _ := net.SplitHostPort(cfg.SyncBind)
 			serverID = host + ":" + syncPort
 		}
-		node, err = syncnet.New(syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret,
-			ServerID: serverID, Waker: wakerFunc(func(source, q, p string) { pl.Wake(source, q, p) }),
-			OnQueueDeleted: store.ForgetQueue, OnPartitionDeleted: store.ForgetPartition,
-			OnQueueConfig: func(q string, c syncnet.QueueConfig, version uint64) {
-				store.PeerConfigured(infoFromWire(q, c, version))
-			},
-			Registerer: reg, Logger: log})
+		scfg := syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret, ServerID: serverID,
+			Waker: shared.WakerFunc(func(source, q, p string) { pl.Wake(source, q, p) }), Registerer: reg, Logger: log}
+		shared.Hook(&scfg, store)
+		node, err = syncnet.New(scfg)
 		if err != nil {
 			return err
 		}
@@ -203,12 +201,10 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, MaxSSEConnections: cfg.MaxSSEConnections,
 		SSEHeartbeat: cfg.SSEHeartbeat, SSEResumeGrace: cfg.SSEResumeGrace, DrainWindow: cfg.DrainWindow,
 		Registry: reg, Logger: log}
-	gwCfg.SharedState = newSharedState(configs, store, node)
+	gwCfg.SharedState = shared.Stats(configs, store, node)
 	if node != nil {
 		gwCfg.OnQueueDeleted = node.QueueDeleted
-		gwCfg.OnQueueConfigured = func(info queue.QueueInfo) {
-			node.QueueConfigured(info.Name, wireConfig(info), uint64(max(info.Version, 0))) // #nosec G115 -- not negative
-		}
+		gwCfg.OnQueueConfigured = shared.Announce(node)
 	}
 	if cfg.AuthSecret != "" {
 		gwCfg.Auth = &gateway.Auth{Secret: []byte(cfg.AuthSecret), Leeway: 30 * time.Second}

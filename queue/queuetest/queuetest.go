@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/internal/shared"
 	"github.com/heraldmq/herald/queue"
 )
 
 // NewStore returns a migrated Store on a fresh schema, made as the server
-// makes it (queue.NewPool: generic plans, statement counter). The pool
-// closes when the test ends. The package's TestMain must call pgtest.Main.
+// makes it (queue.NewPool: generic plans, statement counter; a queue config
+// cache). The pool closes when the test ends. The package's TestMain must
+// call pgtest.Main.
 func NewStore(t testing.TB) *queue.Store {
 	t.Helper()
 	ctx := context.Background()
@@ -24,7 +26,7 @@ func NewStore(t testing.TB) *queue.Store {
 	if _, err := queue.Migrate(ctx, pool); err != nil {
 		t.Fatalf("queuetest: %v", err)
 	}
-	s, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
+	s, err := queue.New(queue.Config{Pool: pool, InstanceID: "test", Configs: shared.NewConfigCache()})
 	if err != nil {
 		t.Fatalf("queuetest: %v", err)
 	}

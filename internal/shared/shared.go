@@ -1,4 +1,8 @@
-package main
+// Package shared is the glue between the queue store's caches and syncnet:
+// a queue's settings to and from QUEUE_CONFIG_SET, the node's callbacks
+// into the store, and the caches' stats and metrics. cmd/herald and the
+// multi-instance tests wire instances with it.
+package shared
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -7,17 +11,39 @@ import (
 	"github.com/heraldmq/herald/syncnet"
 )
 
-// The glue between the queue store's caches and syncnet: conversions of a
-// queue's settings to and from QUEUE_CONFIG_SET, and the stats.
+// ConfigCacheSize bounds the queue config cache (about 500 bytes each).
+const ConfigCacheSize = 10000
 
-// configCacheSize bounds the queue config cache (about 500 bytes each).
-const configCacheSize = 10000
+// NewConfigCache returns the queue config cache for queue.Config.Configs.
+func NewConfigCache() *syncnet.Snapshot[queue.QueueInfo] {
+	return syncnet.NewSnapshot[queue.QueueInfo](ConfigCacheSize)
+}
 
-// wakerFunc adapts a function to syncnet.Waker (the node is made before the
+// WakerFunc adapts a function to syncnet.Waker (the node is made before the
 // poller it wakes, which needs the node for its lease hints).
-type wakerFunc func(source, queue, partition string)
+type WakerFunc func(source, queue, partition string)
 
-func (f wakerFunc) Wake(source, queue, partition string) { f(source, queue, partition) }
+// Wake calls f.
+func (f WakerFunc) Wake(source, queue, partition string) { f(source, queue, partition) }
+
+// Hook sets the node's callbacks that keep the store's caches in step with
+// other instances: deleted queues and partitions are forgotten, configured
+// queues cached (or, from a peer that sends no id, forgotten).
+func Hook(cfg *syncnet.Config, store *queue.Store) {
+	cfg.OnQueueDeleted = store.ForgetQueue
+	cfg.OnPartitionDeleted = store.ForgetPartition
+	cfg.OnQueueConfig = func(q string, c syncnet.QueueConfig, version uint64) {
+		store.PeerConfigured(InfoFromWire(q, c, version))
+	}
+}
+
+// Announce returns gateway.Config's OnQueueConfigured: the node broadcasts
+// the new settings.
+func Announce(node *syncnet.Node) func(queue.QueueInfo) {
+	return func(info queue.QueueInfo) {
+		node.QueueConfigured(info.Name, WireConfig(info), uint64(max(info.Version, 0))) // #nosec G115 -- not negative
+	}
+}
 
 // u64 converts a non-negative setting (validated by queue.Options).
 func u64(v int) uint64 {
@@ -27,8 +53,8 @@ func u64(v int) uint64 {
 	return uint64(v)
 }
 
-// wireConfig is info as QUEUE_CONFIG_SET carries it.
-func wireConfig(info queue.QueueInfo) syncnet.QueueConfig {
+// WireConfig is info as QUEUE_CONFIG_SET carries it.
+func WireConfig(info queue.QueueInfo) syncnet.QueueConfig {
 	o := info.Options
 	return syncnet.QueueConfig{
 		CompletedRetentionSeconds: u64(o.CompletedRetentionSeconds), DelayedProcessing: u64(o.DelayedProcessing),
@@ -49,10 +75,10 @@ func toInt(v uint64) int {
 	return int(v)
 }
 
-// infoFromWire is a peer's QUEUE_CONFIG_SET as the config cache holds it. An
+// InfoFromWire is a peer's QUEUE_CONFIG_SET as the config cache holds it. An
 // entry that fails validation, or lacks an id or version (the reference
 // server sends neither), carries no id: the store then only drops its own.
-func infoFromWire(name string, c syncnet.QueueConfig, version uint64) queue.QueueInfo {
+func InfoFromWire(name string, c syncnet.QueueConfig, version uint64) queue.QueueInfo {
 	o := queue.Options{
 		LeaseTime: toInt(c.LeaseTime), RetryLimit: toInt(c.RetryLimit), RetryDelay: toInt(c.RetryDelay),
 		DelayedProcessing: toInt(c.DelayedProcessing), WindowBuffer: toInt(c.WindowBuffer), MaxSize: toInt(c.MaxSize),
@@ -71,23 +97,25 @@ func infoFromWire(name string, c syncnet.QueueConfig, version uint64) queue.Queu
 	return info
 }
 
-// sharedState is what /internal/api/shared-state/stats shows.
-type sharedState struct {
+// State is what /internal/api/shared-state/stats shows.
+type State struct {
 	Enabled bool           `json:"enabled"` // syncnet configured
 	Running bool           `json:"running"`
-	Caches  cacheStats     `json:"caches"`
+	Caches  CacheStats     `json:"caches"`
 	Syncnet *syncnet.Stats `json:"syncnet,omitempty"`
 }
 
-type cacheStats struct {
+// CacheStats are the caches' counters.
+type CacheStats struct {
 	QueueConfig  syncnet.CacheStats        `json:"queueConfig"`
 	PartitionIDs queue.PartitionCacheStats `json:"partitionIds"`
 }
 
-func newSharedState(configs *syncnet.Snapshot[queue.QueueInfo], store *queue.Store, node *syncnet.Node) func() any {
+// Stats returns gateway.Config's SharedState.
+func Stats(configs *syncnet.Snapshot[queue.QueueInfo], store *queue.Store, node *syncnet.Node) func() any {
 	return func() any {
-		st := sharedState{Enabled: node != nil, Running: node != nil,
-			Caches: cacheStats{QueueConfig: configs.Stats(), PartitionIDs: store.PartitionCacheStats()}}
+		st := State{Enabled: node != nil, Running: node != nil,
+			Caches: CacheStats{QueueConfig: configs.Stats(), PartitionIDs: store.PartitionCacheStats()}}
 		if node != nil {
 			s := node.Stats()
 			st.Syncnet = &s
@@ -96,9 +124,9 @@ func newSharedState(configs *syncnet.Snapshot[queue.QueueInfo], store *queue.Sto
 	}
 }
 
-// registerCacheMetrics exports the caches' counters as
+// RegisterMetrics exports the caches' counters as
 // herald_cache_{hits,misses,evictions}_total{cache} and herald_cache_entries.
-func registerCacheMetrics(reg prometheus.Registerer, configs *syncnet.Snapshot[queue.QueueInfo], store *queue.Store) {
+func RegisterMetrics(reg prometheus.Registerer, configs *syncnet.Snapshot[queue.QueueInfo], store *queue.Store) {
 	stats := map[string]func() (entries int, hits, misses, evictions uint64){
 		"queue_config": func() (int, uint64, uint64, uint64) {
 			s := configs.Stats()

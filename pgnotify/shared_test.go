@@ -1,0 +1,289 @@
+package pgnotify_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// The seed's correctness table (UDPSYNC, "Scenario Analysis"): whatever the
+// shared state says, wrongly or not, nothing is lost or delivered twice.
+// Stale presence either way is in notify_test.go.
+
+// call sends one request to the instance and returns status and body.
+func (in *instance) call(method, path, body string) (int, string) {
+	in.t.Helper()
+	req, err := http.NewRequest(method, in.ts.URL+path, strings.NewReader(body))
+	require.NoError(in.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(in.t, err)
+	defer func() { _ = res.Body.Close() }()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(in.t, err)
+	return res.StatusCode, string(b)
+}
+
+type leased struct {
+	Messages []struct {
+		TransactionID string `json:"transactionId"`
+		PartitionID   string `json:"partitionId"`
+		LeaseID       string `json:"leaseId"`
+		Data          struct {
+			I int `json:"i"`
+		} `json:"data"`
+	} `json:"messages"`
+}
+
+func decodeLeased(t *testing.T, body string) leased {
+	t.Helper()
+	var p leased
+	require.NoError(t, json.Unmarshal([]byte(body), &p), body)
+	return p
+}
+
+// ackAll acknowledges every message of a pop.
+func (in *instance) ackAll(p leased) {
+	in.t.Helper()
+	for _, m := range p.Messages {
+		status, body := in.call(http.MethodPost, "/api/v1/ack", fmt.Sprintf(
+			`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed","consumerGroup":"g"}`,
+			m.TransactionID, m.PartitionID, m.LeaseID))
+		require.Equal(in.t, http.StatusOK, status, body)
+		require.Contains(in.t, body, `"success":true`)
+	}
+}
+
+// waitLeased long-polls queue for group g without autoAck (a lease).
+func (in *instance) waitLeased(queueName string, timeout time.Duration) <-chan answer {
+	in.t.Helper()
+	before := in.poller.Intentions()
+	out := make(chan answer, 1)
+	go func() {
+		res, err := http.Get(fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=%d&consumerGroup=g",
+			in.ts.URL, queueName, timeout.Milliseconds()))
+		if err != nil {
+			out <- answer{status: -1, body: err.Error(), at: time.Now()}
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		out <- answer{status: res.StatusCode, body: string(b), at: time.Now()}
+	}()
+	require.Eventually(in.t, func() bool { return in.poller.Intentions() > before }, 10*time.Second, time.Millisecond)
+	return out
+}
+
+// hintScene: B holds the lease of queue's Default partition for group g
+// (message 0) while A has a consumer of g waiting, and message 1 is pushed
+// through A. It returns A's waiting pop and B's lease.
+func hintScene(t *testing.T, a, b *instance, queueName string) (<-chan answer, leased) {
+	t.Helper()
+	link(a, b)
+	// A lease time of 30 s: a hint lives 6 s, a lease 30 s; the sweep is
+	// the default (≤ 5 s).
+	status, body := a.call(http.MethodPost, "/api/v1/configure", fmt.Sprintf(`{"queue":%q,"options":{"leaseTime":30}}`, queueName))
+	require.Equal(t, http.StatusOK, status, body)
+	// A is present for the queue (a consumer of another group, on a
+	// partition nobody pushes to), so B's hints reach it.
+	_ = a.waitLeasedPartition(queueName, "elsewhere", 30*time.Second)
+	require.Eventually(t, func() bool {
+		has, known := b.node.HasSubscribers(queueName)
+		return known && has
+	}, 10*time.Second, 10*time.Millisecond, "B knows A's consumer")
+	a.push(queueName, `{"i":0}`)
+	status, body = b.call(http.MethodGet, "/api/v1/pop/queue/"+queueName+"?consumerGroup=g", "")
+	require.Equal(t, http.StatusOK, status, body)
+	held := decodeLeased(t, body)
+	require.Len(t, held.Messages, 1)
+	got := a.waitLeased(queueName, 30*time.Second)
+	return got, held
+}
+
+// waitLeasedPartition long-polls one partition for group "watch".
+func (in *instance) waitLeasedPartition(queueName, partition string, timeout time.Duration) <-chan answer {
+	in.t.Helper()
+	before := in.poller.Intentions()
+	out := make(chan answer, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	in.t.Cleanup(cancel) // before the server closes: it waits for open requests
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf(
+			"%s/api/v1/pop/queue/%s/partition/%s?wait=true&timeout=%d&consumerGroup=watch",
+			in.ts.URL, queueName, partition, timeout.Milliseconds()), nil)
+		if err != nil {
+			out <- answer{status: -1, body: err.Error(), at: time.Now()}
+			return
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- answer{status: -1, body: err.Error(), at: time.Now()}
+			return
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		out <- answer{status: res.StatusCode, at: time.Now()}
+	}()
+	require.Eventually(in.t, func() bool { return in.poller.Intentions() > before }, 10*time.Second, time.Millisecond)
+	return out
+}
+
+// finish acks B's lease, waits for A to receive message 1, and checks that
+// nothing else is left for the group: every message exactly once.
+func finish(t *testing.T, a, b *instance, queueName string, got <-chan answer, held leased) time.Duration {
+	t.Helper()
+	assert.Equal(t, 0, held.Messages[0].Data.I)
+	acked := time.Now()
+	b.ackAll(held)
+	ans := wait(t, got, 20*time.Second)
+	require.Equal(t, http.StatusOK, ans.status, ans.body)
+	p := decodeLeased(t, ans.body)
+	require.Len(t, p.Messages, 1)
+	assert.Equal(t, 1, p.Messages[0].Data.I)
+	a.ackAll(p)
+	for _, in := range []*instance{a, b} {
+		status, body := in.call(http.MethodGet, "/api/v1/pop/queue/"+queueName+"?consumerGroup=g", "")
+		assert.Equal(t, http.StatusNoContent, status, "nothing twice: %s", body)
+	}
+	return ans.at.Sub(acked)
+}
+
+// A right hint: A skips the pop of a partition B holds (no query), and B's
+// release wakes A at once.
+func TestSyncnet_LeaseHintRight(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "syncnet"), newInstanceMode(t, dsn, "syncnet")
+	got, held := hintScene(t, a, b, "hint-right")
+	require.Eventually(t, func() bool { return a.node.Stats().LeaseHints == 1 }, 10*time.Second, time.Millisecond,
+		"A holds B's hint")
+	a.push("hint-right", `{"i":1}`)
+	require.Eventually(t, func() bool {
+		c := a.node.Stats().Counters
+		return c["hint:used"]+c["hint:audit"] == 1
+	}, 10*time.Second, time.Millisecond, "A's wake-up asked the hint")
+	took := finish(t, a, b, "hint-right", got, held)
+	t.Logf("ack on B → delivery on A: %v", took)
+	// Without the release's wake-up A would look again only when the hint
+	// lapses (6 s) or at its sweep.
+	assert.Less(t, took, 3*time.Second, "B's LEASE_HINT_RELEASED woke A")
+}
+
+// A wrong hint, one way: the hint says B holds the lease but B released it
+// (its LEASE_HINT_RELEASED is lost). A finds the message when the hint
+// lapses or at its sweep: later, but once.
+func TestSyncnet_LeaseHintStaleLeased(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "syncnet-norelease"), newInstanceMode(t, dsn, "syncnet-norelease")
+	got, held := hintScene(t, a, b, "hint-stale")
+	require.Eventually(t, func() bool { return a.node.Stats().LeaseHints == 1 }, 10*time.Second, time.Millisecond)
+	a.push("hint-stale", `{"i":1}`)
+	require.Eventually(t, func() bool {
+		c := a.node.Stats().Counters
+		return c["hint:used"]+c["hint:audit"] == 1
+	}, 10*time.Second, time.Millisecond, "A's wake-up asked the hint")
+	took := finish(t, a, b, "hint-stale", got, held)
+	t.Logf("ack on B → delivery on A with the release lost: %v", took)
+}
+
+// A wrong hint, the other way: B holds the lease but A never heard (its
+// LEASE_HINT_ACQUIRED is lost). A's pop finds nothing to lease, and B's
+// release wakes A.
+func TestSyncnet_LeaseHintMissing(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "syncnet-noacquire"), newInstanceMode(t, dsn, "syncnet-noacquire")
+	got, held := hintScene(t, a, b, "hint-missing")
+	a.push("hint-missing", `{"i":1}`)
+	finish(t, a, b, "hint-missing", got, held)
+	c := a.node.Stats().Counters
+	assert.Zero(t, c["hint:used"]+c["hint:audit"], "A had no hint to ask")
+}
+
+// QUEUE_CONFIG_SET: a queue configured on A is cached on B with its new
+// settings, without B asking the database.
+func TestSyncnet_ConfigBroadcast(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "syncnet"), newInstanceMode(t, dsn, "syncnet")
+	link(a, b)
+	for lease := 10; lease <= 20; lease += 10 {
+		status, body := a.call(http.MethodPost, "/api/v1/configure", fmt.Sprintf(`{"queue":"cfg-b","options":{"leaseTime":%d}}`, lease))
+		require.Equal(t, http.StatusOK, status, body)
+		require.Eventually(t, func() bool {
+			info, ok := b.configs.Peek("cfg-b")
+			return ok && info.Options.LeaseTime == lease
+		}, 10*time.Second, time.Millisecond, "B caches leaseTime %d", lease)
+	}
+	info, _ := b.configs.Peek("cfg-b")
+	assert.EqualValues(t, 2, info.Version)
+	assert.True(t, queue.ValidUUID(info.ID))
+	assert.Zero(t, b.configs.Stats().Misses, "B never looked it up")
+
+	status, body := a.call(http.MethodDelete, "/api/v1/resources/queues/cfg-b", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Eventually(t, func() bool { _, ok := b.configs.Peek("cfg-b"); return !ok }, 10*time.Second, time.Millisecond,
+		"QUEUE_CONFIG_DELETE drops B's entry")
+}
+
+// Stale config: B keeps a queue's old settings and ids (A's QUEUE_CONFIG_SET
+// and DELETE are lost) while A changes, deletes and recreates the queue.
+// Pushes through B still land, nothing is lost or doubled, and B's refresh
+// heals its cache.
+func TestSyncnet_StaleConfig(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "syncnet-noconfig"), newInstanceMode(t, dsn, "syncnet-noconfig")
+	link(a, b)
+	const q = "stale-cfg"
+	status, body := a.call(http.MethodPost, "/api/v1/configure", `{"queue":"`+q+`","options":{"leaseTime":30}}`)
+	require.Equal(t, http.StatusOK, status, body)
+	b.push(q, `{"i":0}`) // B caches the queue (settings, partition id) from its own lookup
+	old, ok := b.configs.Peek(q)
+	require.True(t, ok)
+	assert.Equal(t, 30, old.Options.LeaseTime)
+
+	status, body = a.call(http.MethodPost, "/api/v1/configure", `{"queue":"`+q+`","options":{"leaseTime":60}}`)
+	require.Equal(t, http.StatusOK, status, body)
+	b.push(q, `{"i":1}`)
+	stale, _ := b.configs.Peek(q)
+	assert.Equal(t, 30, stale.Options.LeaseTime, "B did not hear: its cache is stale")
+
+	// Deleted on A: B's cached queue (and partition id) are wrong now. A
+	// push through B to a new partition skips creating the queue it
+	// believes exists, finds it gone and retries with fresh lookups.
+	status, body = a.call(http.MethodDelete, "/api/v1/resources/queues/"+q, "")
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = b.call(http.MethodPost, "/api/v1/push",
+		`{"items":[{"queue":"`+q+`","partition":"fresh","payload":{"i":2}}]}`)
+	require.Equal(t, http.StatusCreated, status, body)
+	status, body = a.call(http.MethodPost, "/api/v1/configure", `{"queue":"`+q+`","options":{"leaseTime":45}}`)
+	require.Equal(t, http.StatusOK, status, body)
+	b.push(q, `{"i":3}`)
+
+	// Everything pushed after the delete, exactly once.
+	seen := map[int]int{}
+	for range 2 {
+		status, body := a.call(http.MethodGet, "/api/v1/pop/queue/"+q+"?consumerGroup=g&autoAck=true&batch=10", "")
+		if status == http.StatusNoContent {
+			break
+		}
+		require.Equal(t, http.StatusOK, status, body)
+		for _, m := range decodeLeased(t, body).Messages {
+			seen[m.Data.I]++
+		}
+	}
+	assert.Equal(t, map[int]int{2: 1, 3: 1}, seen)
+
+	require.NoError(t, b.store.RefreshConfigs(context.Background()))
+	fresh, ok := b.configs.Peek(q)
+	require.True(t, ok)
+	assert.Equal(t, 45, fresh.Options.LeaseTime, "the refresh heals")
+	assert.NotEqual(t, old.ID, fresh.ID, "the recreated queue's id")
+}

@@ -1,0 +1,156 @@
+package syncnet
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSnapshot(t *testing.T) {
+	s := NewSnapshot[int](3)
+	_, ok := s.Get("a")
+	assert.False(t, ok)
+	s.Set("a", 1, nil)
+	v, ok := s.Get("a")
+	assert.True(t, ok)
+	assert.Equal(t, 1, v)
+
+	newer := func(v int) func(int) bool { return func(old int) bool { return v >= old } }
+	s.Set("a", 0, newer(0))
+	v, _ = s.Peek("a")
+	assert.Equal(t, 1, v, "an older version is refused")
+	s.Set("a", 2, newer(2))
+	v, _ = s.Peek("a")
+	assert.Equal(t, 2, v)
+
+	s.Set("b", 1, nil)
+	s.Set("c", 1, nil)
+	s.Set("d", 1, nil) // full: one entry goes
+	assert.Equal(t, 3, s.Len())
+	_, ok = s.Peek("d")
+	assert.True(t, ok)
+
+	s.Replace(map[string]int{"d": 9}, []string{"b", "c", "a"})
+	assert.ElementsMatch(t, []string{"d"}, s.Keys())
+	s.Delete("d")
+	s.Delete("d")
+	assert.Zero(t, s.Len())
+	assert.Equal(t, CacheStats{Max: 3, Hits: 1, Misses: 1, Evictions: 1}, s.Stats())
+}
+
+// Readers never block on, nor see a half-made, write (go test -race).
+func TestSnapshot_ConcurrentReaders(t *testing.T) {
+	s := NewSnapshot[int](0)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if v, ok := s.Get("k"); ok {
+					assert.GreaterOrEqual(t, v, 0)
+				}
+			}
+		})
+	}
+	for i := range 1000 {
+		s.Set("k", i, nil)
+	}
+	close(stop)
+	wg.Wait()
+	v, _ := s.Peek("k")
+	assert.Equal(t, 999, v)
+}
+
+// QUEUE_CONFIG_SET and PARTITION_DELETED reach the peers' callbacks.
+func TestNode_ConfigAndPartitionNews(t *testing.T) {
+	type cfgNews struct {
+		queue   string
+		c       QueueConfig
+		version uint64
+	}
+	configs := make(chan cfgNews, 1)
+	parts := make(chan string, 1)
+	nodes := mesh(t, 2, nil, func(i int, c *Config) {
+		if i == 1 {
+			c.OnQueueConfig = func(q string, cfg QueueConfig, v uint64) { configs <- cfgNews{q, cfg, v} }
+			c.OnPartitionDeleted = func(q, p string) { parts <- q + "/" + p }
+		}
+	})
+	want := QueueConfig{ID: "0190a1b2-0000-7000-8000-000000000001", LeaseTime: 45, RetryLimit: 2, DLQEnabled: true}
+	nodes[0].QueueConfigured("orders", want, 7)
+	select {
+	case got := <-configs:
+		assert.Equal(t, cfgNews{"orders", want, 7}, got)
+	case <-time.After(2 * time.Second):
+		t.Fatal("QUEUE_CONFIG_SET did not arrive")
+	}
+	nodes[0].PartitionDeleted("orders", "customer-1")
+	select {
+	case got := <-parts:
+		assert.Equal(t, "orders/customer-1", got)
+	case <-time.After(2 * time.Second):
+		t.Fatal("PARTITION_DELETED did not arrive")
+	}
+}
+
+// A lease hint lives a fifth of the lease, is dropped by the release (which
+// wakes the partition's consumers), and is ignored once its holder is dead.
+func TestNode_LeaseHints(t *testing.T) {
+	nodes := mesh(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	a.SetLocal("q", true) // B's hints go to peers with consumers of q
+	require.Eventually(t, func() bool { has, known := b.HasSubscribers("q"); return has && known },
+		5*time.Second, 10*time.Millisecond)
+
+	acquired := time.Now()
+	b.LeaseAcquired("q", "p", "pid-1", "g", acquired.Add(10*time.Second))
+	require.Eventually(t, func() bool { return a.Stats().LeaseHints == 1 }, 2*time.Second, time.Millisecond)
+	var until time.Time
+	for until.IsZero() { // 1% of lookups are audits
+		until, _ = a.LeasedElsewhere("pid-1", "g")
+	}
+	assert.WithinDuration(t, acquired.Add(2*time.Second), until, 300*time.Millisecond, "TTL = lease time / 5")
+	u, audit := a.LeasedElsewhere("pid-1", "other-group")
+	assert.True(t, u.IsZero() && !audit, "no hint for another group")
+
+	// About 1 in 100 lookups ignores the hint.
+	audits := 0
+	for range 10000 {
+		if _, audit := a.LeasedElsewhere("pid-1", "g"); audit {
+			audits++
+		}
+	}
+	assert.InDelta(t, 100, audits, 40, "1%% audited (±4 standard deviations)")
+	a.HintAudited(true)
+	a.HintAudited(false)
+	a.HintAudited(true)
+	assert.InDelta(t, 2.0/3, a.Stats().HintAccuracy, 1e-9)
+
+	b.LeaseReleased("q", "p", "pid-1", "g")
+	select {
+	case got := <-a.wakes.ch:
+		assert.Equal(t, "q/p", got, "the release wakes the partition's consumers")
+	case <-time.After(2 * time.Second):
+		t.Fatal("the release did not wake A")
+	}
+	u, audit = a.LeasedElsewhere("pid-1", "g")
+	assert.True(t, u.IsZero() && !audit, "released: no hint")
+
+	// A dead holder's hint is ignored.
+	b.LeaseAcquired("q", "p", "pid-2", "g", time.Now().Add(time.Minute))
+	require.Eventually(t, func() bool { return a.Stats().LeaseHints == 1 }, 2*time.Second, time.Millisecond)
+	b.stop()
+	require.Eventually(t, func() bool {
+		u, audit := a.LeasedElsewhere("pid-2", "g")
+		return u.IsZero() && !audit
+	}, 2*time.Second, 10*time.Millisecond, "holder dead: hint ignored")
+	assert.Positive(t, a.Stats().Counters["hint:holder_dead"])
+}

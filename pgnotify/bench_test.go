@@ -15,30 +15,38 @@ import (
 )
 
 // BenchmarkCrossInstance measures push (through instance A) → long-poll
-// return (on instance B) per wake mode, side by side: ≥ 1,000 samples, 10
-// queues at a time, over real HTTP.
+// return (on instance B) per wake mode, side by side, over real HTTP: one
+// queue at a time (the wake-up path alone) and 10 queues at a time (pushes
+// and deliveries competing for the same two cores), 1,000 samples each
+// (200 one at a time with poll, whose samples take 100 ms and more).
 //
 //	go test -run '^$' -bench CrossInstance -benchtime 1x ./pgnotify
 func BenchmarkCrossInstance(b *testing.B) {
 	for _, mode := range []string{"syncnet", "notify", "logical", "poll"} {
-		b.Run("wake="+mode, func(b *testing.B) {
-			dsn := sharedDSN(b)
-			producer := "none"
-			if mode == "notify" || mode == "syncnet" {
-				producer = mode
-			}
-			a, c := newInstanceMode(b, dsn, producer), newInstanceMode(b, dsn, mode)
-			if mode == "syncnet" {
-				link(a, c)
-			}
-			for b.Loop() {
-				lat := crossSamples(b, a, c, 1000, 10)
-				slices.Sort(lat)
-				b.ReportMetric(float64(lat[len(lat)/2])/1e6, "p50-ms")
-				b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
-				b.ReportMetric(float64(lat[len(lat)-1])/1e6, "max-ms")
-			}
-		})
+		for _, queues := range []int{1, 10} {
+			b.Run(fmt.Sprintf("wake=%s/queues=%d", mode, queues), func(b *testing.B) {
+				dsn := sharedDSN(b)
+				producer := "none"
+				if mode == "notify" || mode == "syncnet" {
+					producer = mode
+				}
+				a, c := newInstanceMode(b, dsn, producer), newInstanceMode(b, dsn, mode)
+				if mode == "syncnet" {
+					link(a, c)
+				}
+				n := 1000
+				if mode == "poll" && queues == 1 {
+					n = 200
+				}
+				for b.Loop() {
+					lat := crossSamples(b, a, c, n, queues)
+					slices.Sort(lat)
+					b.ReportMetric(float64(lat[len(lat)/2])/1e6, "p50-ms")
+					b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
+					b.ReportMetric(float64(lat[len(lat)-1])/1e6, "max-ms")
+				}
+			})
+		}
 	}
 }
 

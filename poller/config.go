@@ -64,9 +64,10 @@ type Config struct {
 	// and withdrawn (false), by queue ("" for a namespace/task intention,
 	// which may match any queue): syncnet announces which instances have
 	// consumers. It is called with a worker's lock held and must not block.
-	// With it, a queue's first intention is checked again PresenceGrace
-	// later: a push elsewhere before the announcement arrived is not missed.
-	OnPresence func(queue string, present bool)
+	// It answers true when a registration is news to the other instances:
+	// its queue is then checked again PresenceGrace later, so a push
+	// elsewhere before the announcement arrived is not missed.
+	OnPresence func(queue string, present bool) (news bool)
 	// Hints, when set, shares lease hints with other instances (syncnet):
 	// this poller tells it the leases it takes and gives back, and skips
 	// a push wake-up's pop of a partition another live instance holds.

@@ -104,18 +104,10 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 		ks = &keyState{}
 		w.keys[in.key] = ks
 	}
-	fresh := true // no other live intention on this key: its presence is news
-	for _, o := range ks.intentions {
-		if !o.gone {
-			fresh = false
-			break
-		}
-	}
 	ks.intentions = append(ks.intentions, in)
 	ks.dirty = true
 	if f := p.cfg.OnPresence; f != nil {
-		f(in.Target.Queue, true)
-		if fresh {
+		if f(in.Target.Queue, true) {
 			// Other instances learn of this consumer a moment from now; a
 			// push they make meanwhile may not be announced to us. Look
 			// again once they know.

@@ -290,10 +290,11 @@ func TestPoller_PresenceGraceRecheck(t *testing.T) {
 	var mu sync.Mutex
 	var told []string
 	e := newEnv(t, slowSweep, func(c *poller.Config) {
-		c.OnPresence = func(q string, present bool) {
+		c.OnPresence = func(q string, present bool) bool {
 			mu.Lock()
 			told = append(told, fmt.Sprintf("%s:%v", q, present))
 			mu.Unlock()
+			return present // every registration is news
 		}
 	})
 	// The queue, its partition and the consumer row exist already.

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,7 +91,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	cfg     Config
 	log     zerolog.Logger
-	parts   *lru.Cache[partKey, partRef]
+	parts   *expirable.LRU[partKey, partRef]
 	configs ConfigCache // nil: none
 	pushes  *pushCoalescer
 
@@ -117,7 +117,6 @@ type partKey struct{ queue, partition string }
 
 type partRef struct {
 	queueID, partitionID string
-	cached               time.Time // when it was looked up: trusted for PartitionCacheTTL
 }
 
 // New returns a Store. It does not touch the database; call Migrate first.
@@ -126,10 +125,9 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cache, err := lru.New[partKey, partRef](cfg.PartitionCacheSize)
-	if err != nil {
-		return nil, fmt.Errorf("creating partition cache: %w", err)
-	}
+	// Its expiry goroutine lives as long as the process (golang-lru v2 has
+	// no Close); one per Store.
+	cache := expirable.NewLRU[partKey, partRef](cfg.PartitionCacheSize, nil, PartitionCacheTTL)
 	s := &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache,
 		configs: cfg.Configs}
 	s.pushes = newPushCoalescer(cfg.PushFlushers, s.pushNow)
@@ -220,13 +218,10 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	var missQ, missP []string
 	seen := map[partKey]bool{}
 	for _, k := range keys {
-		if ref, ok := s.parts.Get(k); ok {
-			if time.Since(ref.cached) < PartitionCacheTTL {
-				s.partHits.Add(1)
-				out[k] = ref
-				continue
-			}
-			s.parts.Remove(k) // aged out: look it up again
+		if ref, ok := s.parts.Get(k); ok { // an entry older than PartitionCacheTTL is gone
+			s.partHits.Add(1)
+			out[k] = ref
+			continue
 		}
 		s.partMisses.Add(1)
 		if !seen[k] {
@@ -304,7 +299,7 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 			rows.Close()
 			return nil, fmt.Errorf("resolving partitions: %w", err)
 		}
-		k.queue, ref.queueID, ref.cached = info.Name, info.ID, time.Now()
+		k.queue, ref.queueID = info.Name, info.ID
 		out[k] = ref
 		if s.parts.Add(k, ref) {
 			s.partEvictions.Add(1)

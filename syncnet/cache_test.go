@@ -154,3 +154,36 @@ func TestNode_LeaseHints(t *testing.T) {
 	}, 2*time.Second, 10*time.Millisecond, "holder dead: hint ignored")
 	assert.Positive(t, a.Stats().Counters["hint:holder_dead"])
 }
+
+// The node asks for an 8 MB receive buffer and reports what the kernel
+// granted (capped by net.core.rmem_max; the node warns when it is less).
+func TestNode_ReportsReceiveBuffer(t *testing.T) {
+	nd := mesh(t, 1, nil)[0]
+	got := nd.Stats().RecvBuffer
+	assert.Positive(t, got)
+	assert.LessOrEqual(t, got, RecvBufferBytes)
+	t.Logf("receive buffer granted: %d bytes of %d asked", got, RecvBufferBytes)
+}
+
+// A queue's last consumer leaving is announced only after Linger: one that
+// polls again meanwhile costs no datagram and is no news to the peers.
+func TestNode_PresenceLingers(t *testing.T) {
+	nodes := mesh(t, 2, nil, func(_ int, c *Config) { c.Linger = 300 * time.Millisecond })
+	a, b := nodes[0], nodes[1]
+	assert.True(t, b.SetLocal("lp", true), "the first consumer is news")
+	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("lp"); return has }, 5*time.Second, time.Millisecond)
+	sent := sentTo(t, b, ConsumerRegistered) + sentTo(t, b, ConsumerDeregistered)
+	for range 20 { // a long-poll consumer: answered, polls again
+		assert.False(t, b.SetLocal("lp", false))
+		assert.False(t, b.SetLocal("lp", true), "back within Linger: no news")
+	}
+	assert.LessOrEqual(t, sentTo(t, b, ConsumerRegistered)+sentTo(t, b, ConsumerDeregistered), sent+1,
+		"no datagram but, at most, one periodic re-announcement")
+	b.SetLocal("lp", false)
+	has, _ := b.HasSubscribers("lp")
+	assert.False(t, has, "no local consumer while lingering")
+	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("lp"); return !has }, 5*time.Second, time.Millisecond,
+		"deregistered once Linger passed")
+	assert.Positive(t, sentTo(t, b, ConsumerDeregistered))
+	assert.True(t, b.SetLocal("lp", true), "after the deregistration a consumer is news again")
+}

@@ -22,4 +22,12 @@
 // A datagram is at most 1,400 bytes (payload ≤ 1,308), refused at encode
 // time when larger. Signatures are compared in constant time. Replay keeps
 // per sender (session, highest sequence): a new session is a restart.
+//
+// Node is one instance on the mesh: heartbeats (ServerHealth: dead after
+// DeadAfter), consumer presence (announced on the first and last consumer
+// of a queue, re-announced every Announce), targeted MESSAGE_AVAILABLE,
+// QUEUE_CONFIG_SET/DELETE and PARTITION_DELETED news handed to callbacks,
+// and lease hints (hints.go). Snapshot (cache.go) is the copy-on-write map
+// the queue config cache is made of; the queue package fills and reads it
+// through queue.ConfigCache, and internal/shared wires the two.
 package syncnet

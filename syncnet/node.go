@@ -29,6 +29,7 @@ const (
 	HeartbeatDefault = time.Second
 	DeadAfterDefault = 5 * time.Second
 	AnnounceDefault  = 2 * time.Second
+	LingerDefault    = time.Second
 	ResolveDefault   = 30 * time.Second
 	RecvBufferBytes  = 8 << 20
 )
@@ -46,9 +47,10 @@ type Config struct {
 	ServerID string
 	// Waker receives MESSAGE_AVAILABLE. Required.
 	Waker Waker
-	// Heartbeat, DeadAfter, Announce (presence re-announce, anti-entropy)
-	// and Resolve; zero means the defaults.
-	Heartbeat, DeadAfter, Announce, Resolve time.Duration
+	// Heartbeat, DeadAfter, Announce (presence re-announce, anti-entropy),
+	// Linger (how long after its last consumer left a queue is still
+	// announced) and Resolve; zero means the defaults.
+	Heartbeat, DeadAfter, Announce, Linger, Resolve time.Duration
 	// OnQueueDeleted, when set, is told that another instance deleted a
 	// queue (QUEUE_CONFIG_DELETE): drop what is cached of it.
 	OnQueueDeleted func(queue string)
@@ -79,8 +81,10 @@ type Node struct {
 	sent    atomic.Uint64
 	replay  *Replay
 	hints   *lru.Cache[hintKey, leaseHint]
-	log     zerolog.Logger
-	m       *nodeMetrics
+	// recvBuffer is the receive buffer the kernel granted (-1: unknown).
+	recvBuffer int
+	log        zerolog.Logger
+	m          *nodeMetrics
 
 	cmu    sync.Mutex
 	counts map[string]uint64 // "dropped:<reason>", "notify:<decision>", …: for Stats
@@ -89,6 +93,10 @@ type Node struct {
 	peers  []*peer
 	byID   map[string]*peerState
 	local  map[string]int // queue → local intentions
+	// lingering: queues whose last local consumer left at that time; the
+	// peers still believe them present until Linger has passed (a
+	// long-poll consumer that polls again meanwhile costs no datagram).
+	lingering map[string]time.Time
 	closed bool
 }
 
@@ -128,6 +136,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Resolve == 0 {
 		cfg.Resolve = ResolveDefault
 	}
+	if cfg.Linger == 0 {
+		cfg.Linger = LingerDefault
+	}
 	addr, err := net.ResolveUDPAddr("udp", cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("syncnet: bind address %q: %w", cfg.Bind, err)
@@ -137,13 +148,21 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("syncnet: listening on %s: %w", cfg.Bind, err)
 	}
 	log := cfg.Logger.With().Str("component", "syncnet").Logger()
+	// The kernel caps the buffer silently (net.core.rmem_max): read back
+	// what it granted.
 	if err := conn.SetReadBuffer(RecvBufferBytes); err != nil {
 		log.Warn().Err(err).Msg("the kernel refused an 8 MB receive buffer")
+	}
+	granted := readBuffer(conn)
+	if got := granted; got >= 0 && got < RecvBufferBytes {
+		log.Warn().Int("granted", got).Int("asked", RecvBufferBytes).
+			Msg("the kernel capped the UDP receive buffer (raise net.core.rmem_max); bursts may drop datagrams")
 	}
 	var sess [8]byte
 	_, _ = rand.Read(sess[:])
 	n := &Node{cfg: cfg, key: []byte(cfg.Secret), conn: conn, session: hex.EncodeToString(sess[:]),
-		replay: NewReplay(), log: log, byID: map[string]*peerState{}, local: map[string]int{}, counts: map[string]uint64{}}
+		replay: NewReplay(), log: log, recvBuffer: granted, byID: map[string]*peerState{}, local: map[string]int{}, lingering: map[string]time.Time{},
+		counts: map[string]uint64{}}
 	n.hints, err = lru.New[hintKey, leaseHint](LeaseHintsMax)
 	if err != nil {
 		_ = conn.Close()
@@ -222,6 +241,7 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-beat.C:
 			n.heartbeat()
 			n.expire()
+			n.deregister()
 		case <-announce.C:
 			n.announce()
 		case <-resolve.C:
@@ -275,8 +295,11 @@ type presencePayload struct {
 // announce re-sends every local presence: a lost packet heals.
 func (n *Node) announce() {
 	n.mu.Lock()
-	queues := make([]string, 0, len(n.local))
+	queues := make([]string, 0, len(n.local)+len(n.lingering))
 	for q := range n.local {
+		queues = append(queues, q)
+	}
+	for q := range n.lingering {
 		queues = append(queues, q)
 	}
 	n.mu.Unlock()
@@ -291,28 +314,54 @@ const AnyQueue = "*"
 
 // SetLocal records that this instance gained (present) or lost a waiting
 // consumer on queue ("" or AnyQueue: any queue): the first announces
-// CONSUMER_REGISTERED, the last CONSUMER_DEREGISTERED. poller.Config's
-// OnPresence.
-func (n *Node) SetLocal(queue string, present bool) {
+// CONSUMER_REGISTERED; the last, once no other came for Linger,
+// CONSUMER_DEREGISTERED. It reports whether the peers learn something new
+// (a registration they did not know of): until it arrives they may not wake
+// this instance. poller.Config's OnPresence.
+func (n *Node) SetLocal(queue string, present bool) (news bool) {
 	if queue == "" {
 		queue = AnyQueue
 	}
 	n.mu.Lock()
 	c := n.local[queue]
-	if present {
+	switch {
+	case present:
 		n.local[queue] = c + 1
-	} else if c <= 1 {
+		if c == 0 {
+			_, lingered := n.lingering[queue]
+			delete(n.lingering, queue)
+			news = !lingered
+		}
+	case c <= 1:
 		delete(n.local, queue)
-	} else {
+		if c == 1 {
+			n.lingering[queue] = time.Now()
+		}
+	default:
 		n.local[queue] = c - 1
 	}
-	first, last := present && c == 0, !present && c == 1
 	n.mu.Unlock()
-	switch {
-	case first:
+	if news {
 		n.send(ConsumerRegistered, presencePayload{Queue: queue, TS: nowMS()}, nil)
-	case last:
-		n.send(ConsumerDeregistered, presencePayload{Queue: queue, TS: nowMS()}, nil)
+	}
+	return news
+}
+
+// deregister announces CONSUMER_DEREGISTERED for the queues whose last
+// consumer left more than Linger ago.
+func (n *Node) deregister() {
+	now := time.Now()
+	var gone []string
+	n.mu.Lock()
+	for q, since := range n.lingering {
+		if now.Sub(since) >= n.cfg.Linger {
+			delete(n.lingering, q)
+			gone = append(gone, q)
+		}
+	}
+	n.mu.Unlock()
+	for _, q := range gone {
+		n.send(ConsumerDeregistered, presencePayload{Queue: q, TS: nowMS()}, nil)
 	}
 }
 
@@ -568,6 +617,9 @@ type Stats struct {
 	// of audited hints that were right (-1 before any audit).
 	LeaseHints   int     `json:"leaseHints"`
 	HintAccuracy float64 `json:"hintAccuracy"`
+	// RecvBuffer is the UDP receive buffer the kernel granted, in bytes
+	// (RecvBufferBytes asked; -1 when unknown).
+	RecvBuffer int `json:"recvBufferBytes"`
 }
 
 // PeerStats is one peer's view.
@@ -593,7 +645,7 @@ func (n *Node) Stats() Stats {
 		s.Counters[k] = v
 	}
 	n.cmu.Unlock()
-	s.LeaseHints, s.HintAccuracy = n.hints.Len(), -1
+	s.LeaseHints, s.HintAccuracy, s.RecvBuffer = n.hints.Len(), -1, n.recvBuffer
 	if right, wrong := s.Counters["hint:right"], s.Counters["hint:wrong"]; right+wrong > 0 {
 		s.HintAccuracy = float64(right) / float64(right+wrong)
 	}

@@ -357,9 +357,9 @@ func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
 			"--sync-peers", strings.Join(peers, ","), "--sync-secret", secret, "--server-id", name))
 	}
 	a, b, c := ps[0], ps[1], ps[2]
-	done := longPoll(c.url + "api/v1/pop/queue/sq?wait=true&timeout=20000")
+	done := longPoll(c.url + "api/v1/pop/queue/sq?wait=true&timeout=20000&autoAck=true")
 	// A learns that C has a consumer for sq, and B's presence.
-	require.Eventually(t, func() bool {
+	meshView := func() bool {
 		_, body := get(t, a.url+"internal/api/shared-state/stats")
 		var st struct {
 			Syncnet struct {
@@ -379,20 +379,45 @@ func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
 			ok = ok && p.Known && p.Alive && (p.ID != "c" || slices.Contains(p.Queues, "sq"))
 		}
 		return ok
-	}, 20*time.Second, 50*time.Millisecond, "A's view of the mesh")
-
-	pushOne(t, a.url, "sq", `{"n":1}`)
-	select {
-	case code := <-done:
-		assert.Equal(t, http.StatusOK, code)
-	case <-time.After(10 * time.Second):
-		t.Fatal("C's long-poll did not return")
 	}
+	require.Eventually(t, meshView, 20*time.Second, 50*time.Millisecond, "A's view of the mesh")
+
+	// Push through A, C's consumer answers: the median of 7 within 10 ms
+	// (a sweep would take 100 ms or more).
+	var took []time.Duration
+	for i := range 7 {
+		if i > 0 {
+			done = longPoll(c.url + "api/v1/pop/queue/sq?wait=true&timeout=20000&autoAck=true")
+			require.Eventually(t, func() bool { return metricValue(t, c.url, "herald_intentions") == 1 && meshView() },
+				10*time.Second, time.Millisecond, "C's consumer waits, and A knows")
+		}
+		start := time.Now()
+		pushOne(t, a.url, "sq", fmt.Sprintf(`{"n":%d}`, i))
+		select {
+		case code := <-done:
+			took = append(took, time.Since(start))
+			assert.Equal(t, http.StatusOK, code)
+		case <-time.After(10 * time.Second):
+			t.Fatal("C's long-poll did not return")
+		}
+	}
+	slices.Sort(took)
+	t.Logf("push through A → delivery on C: %v", took)
+	assert.LessOrEqual(t, took[len(took)/2], 10*time.Millisecond, "median cross-instance delivery")
 	const avail = `herald_syncnet_received_total{type="message_available"}`
 	const sentAvail = `herald_syncnet_sent_total{type="message_available"}`
-	assert.Equal(t, 1.0, metricValue(t, a.url, sentAvail), "one datagram, to C")
-	assert.Equal(t, 1.0, metricValue(t, c.url, avail))
+	assert.Equal(t, 7.0, metricValue(t, a.url, sentAvail), "one datagram per push, to C")
+	assert.Equal(t, 7.0, metricValue(t, c.url, avail))
 	assert.Zero(t, metricValue(t, b.url, avail), "B has no consumer: nothing sent to it")
+	_, body := get(t, a.url+"internal/api/shared-state/stats")
+	var st struct {
+		Caches struct {
+			PartitionIDs struct{ Hits, Misses uint64 } `json:"partitionIds"`
+		} `json:"caches"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	assert.Equal(t, uint64(1), st.Caches.PartitionIDs.Misses, "A looked sq/Default up once")
+	assert.Equal(t, uint64(6), st.Caches.PartitionIDs.Hits)
 
 	// C is killed: A sees it dead within 6 s and stops targeting it.
 	require.NoError(t, c.cmd.Process.Kill())
@@ -403,8 +428,8 @@ func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	t.Logf("A saw C dead %v after the kill", time.Since(killed))
 	assert.Less(t, time.Since(killed), 6*time.Second)
-	pushOne(t, a.url, "sq", `{"n":2}`)
-	assert.Equal(t, 1.0, metricValue(t, a.url, sentAvail), "nothing to a dead peer, nor to B without consumers")
+	pushOne(t, a.url, "sq", `{"n":8}`)
+	assert.Equal(t, 7.0, metricValue(t, a.url, sentAvail), "nothing to a dead peer, nor to B without consumers")
 	for _, p := range ps[:2] {
 		require.NoError(t, p.stop(t, syscall.SIGTERM))
 	}

@@ -89,15 +89,15 @@ type Node struct {
 	cmu    sync.Mutex
 	counts map[string]uint64 // "dropped:<reason>", "notify:<decision>", …: for Stats
 
-	mu     sync.Mutex
-	peers  []*peer
-	byID   map[string]*peerState
-	local  map[string]int // queue → local intentions
+	mu    sync.Mutex
+	peers []*peer
+	byID  map[string]*peerState
+	local map[string]int // queue → local intentions
 	// lingering: queues whose last local consumer left at that time; the
 	// peers still believe them present until Linger has passed (a
 	// long-poll consumer that polls again meanwhile costs no datagram).
 	lingering map[string]time.Time
-	closed bool
+	closed    bool
 }
 
 type peer struct {

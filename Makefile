@@ -20,6 +20,7 @@ bench: build
 bench-go:
 	go test -run '^$$' -bench . -benchtime 3s ./queue
 	go test -run '^$$' -bench LongPoll -benchtime 1x ./gateway
+	go test -run '^$$' -bench CrossInstance -benchtime 1x ./pgnotify
 
 build:
 	go build -o bin/herald ./cmd/herald

@@ -100,17 +100,22 @@ type Store struct {
 
 // PartitionCacheStats are the partition id cache's counters.
 type PartitionCacheStats struct {
-	Entries   int    `json:"entries"`
-	Max       int    `json:"max"`
-	Hits      uint64 `json:"hits"`
-	Misses    uint64 `json:"misses"`
-	Evictions uint64 `json:"evictions"`
+	Entries   int     `json:"entries"`
+	Max       int     `json:"max"`
+	Hits      uint64  `json:"hits"`
+	Misses    uint64  `json:"misses"`
+	Evictions uint64  `json:"evictions"`
+	HitRate   float64 `json:"hitRate"` // hits / lookups; 0 before any
 }
 
 // PartitionCacheStats reports the partition id cache's counters.
 func (s *Store) PartitionCacheStats() PartitionCacheStats {
-	return PartitionCacheStats{Entries: s.parts.Len(), Max: s.cfg.PartitionCacheSize, Hits: s.partHits.Load(),
+	st := PartitionCacheStats{Entries: s.parts.Len(), Max: s.cfg.PartitionCacheSize, Hits: s.partHits.Load(),
 		Misses: s.partMisses.Load(), Evictions: s.partEvictions.Load()}
+	if n := st.Hits + st.Misses; n > 0 {
+		st.HitRate = float64(st.Hits) / float64(n)
+	}
+	return st
 }
 
 type partKey struct{ queue, partition string }

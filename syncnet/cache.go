@@ -112,10 +112,22 @@ type CacheStats struct {
 	Hits      uint64 `json:"hits"`
 	Misses    uint64 `json:"misses"`
 	Evictions uint64 `json:"evictions"`
+	// HitRate is hits / lookups; 0 before any lookup.
+	HitRate float64 `json:"hitRate"`
 }
 
 // Stats reports the counters.
 func (s *Snapshot[V]) Stats() CacheStats {
-	return CacheStats{Entries: s.Len(), Max: s.max, Hits: s.hits.Load(), Misses: s.misses.Load(),
+	st := CacheStats{Entries: s.Len(), Max: s.max, Hits: s.hits.Load(), Misses: s.misses.Load(),
 		Evictions: s.evictions.Load()}
+	st.HitRate = HitRate(st.Hits, st.Misses)
+	return st
+}
+
+// HitRate is hits / (hits + misses), 0 when both are 0.
+func HitRate(hits, misses uint64) float64 {
+	if hits+misses == 0 {
+		return 0
+	}
+	return float64(hits) / float64(hits+misses)
 }

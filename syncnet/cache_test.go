@@ -38,7 +38,7 @@ func TestSnapshot(t *testing.T) {
 	s.Delete("d")
 	s.Delete("d")
 	assert.Zero(t, s.Len())
-	assert.Equal(t, CacheStats{Max: 3, Hits: 1, Misses: 1, Evictions: 1}, s.Stats())
+	assert.Equal(t, CacheStats{Max: 3, Hits: 1, Misses: 1, Evictions: 1, HitRate: 0.5}, s.Stats())
 }
 
 // Readers never block on, nor see a half-made, write (go test -race).

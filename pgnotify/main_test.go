@@ -96,7 +96,7 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	var ready <-chan struct{}
 	if mode == "syncnet" {
 		scfg := syncnet.Config{Bind: "127.0.0.1:0", Secret: strings.Repeat("ab", 32), ServerID: queue.NewID()[24:],
-			Waker:     shared.WakerFunc(func(source, q, p string) { in.poller.Wake(source, q, p) }),
+			Waker:     syncnet.WakerFunc(func(source, q, p string) { in.poller.Wake(source, q, p) }),
 			Heartbeat: 100 * time.Millisecond, Announce: 200 * time.Millisecond}
 		shared.Hook(&scfg, store)
 		if muted != nil {

@@ -187,3 +187,51 @@ func TestNode_PresenceLingers(t *testing.T) {
 	assert.Positive(t, sentTo(t, b, ConsumerDeregistered))
 	assert.True(t, b.SetLocal("lp", true), "after the deregistration a consumer is news again")
 }
+
+// FuzzHandle: any correctly signed payload, of any type, is applied or
+// counted and dropped; nothing panics and no callback sees an empty queue.
+func FuzzHandle(f *testing.F) {
+	for _, v := range []any{
+		MessageAvailablePayload{Queue: "q", Partition: "p", TS: 1},
+		QueueConfigSetPayload{Queue: "q", Config: QueueConfig{ID: "x", LeaseTime: 30}, Version: 2},
+		QueueConfigDeletePayload{Queue: "q"},
+		PartitionDeletedPayload{Queue: "q", Partition: "p"},
+		LeaseHintPayload{ConsumerGroup: "g", ExpiresAtMS: 1 << 62, PartitionID: "pid", Queue: "q", Partition: "p"},
+		presencePayload{Queue: "q"},
+		HeartbeatPayload{SessionID: "s", Sequence: 1},
+	} {
+		b, err := Marshal(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, typ := range []Type{MessageAvailable, QueueConfigSet, QueueConfigDelete, PartitionDeleted,
+			LeaseHintAcquired, LeaseHintReleased, ConsumerRegistered, Heartbeat} {
+			f.Add(uint8(typ), b)
+		}
+	}
+	empty := func(q string) {
+		if q == "" {
+			panic("a callback with no queue")
+		}
+	}
+	nd, err := New(Config{Bind: "127.0.0.1:0", ServerID: "fuzz:1", Secret: "k", Waker: WakerFunc(func(_, q, _ string) { empty(q) }),
+		OnQueueDeleted: empty, OnPartitionDeleted: func(q, _ string) { empty(q) },
+		OnQueueConfig: func(q string, _ QueueConfig, _ uint64) { empty(q) }})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = nd.conn.Close() })
+	var seq uint64
+	f.Fuzz(func(t *testing.T, typ uint8, payload []byte) {
+		if len(payload) > MaxPayload {
+			return
+		}
+		seq++
+		b, err := Encode(Header{Type: Type(typ), SenderID: "peer:1", Session: "s", Sequence: seq}, payload, nd.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd.handle(b, nd.Addr())
+		_, _ = nd.LeasedElsewhere("pid", "g")
+	})
+}

@@ -21,6 +21,13 @@ type Waker interface {
 	Wake(source, queue, partition string)
 }
 
+// WakerFunc adapts a function to Waker (a node is made before the poller
+// it wakes, which needs the node for its presence and lease hints).
+type WakerFunc func(source, queue, partition string)
+
+// Wake calls f.
+func (f WakerFunc) Wake(source, queue, partition string) { f(source, queue, partition) }
+
 // SourceSync labels wake-ups from syncnet (herald_wakeups_total{source}).
 const SourceSync = "syncnet"
 

@@ -184,7 +184,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 			serverID = host + ":" + syncPort
 		}
 		scfg := syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret, ServerID: serverID,
-			Waker: shared.WakerFunc(func(source, q, p string) { pl.Wake(source, q, p) }), Registerer: reg, Logger: log}
+			Waker: syncnet.WakerFunc(func(source, q, p string) { pl.Wake(source, q, p) }), Registerer: reg, Logger: log}
 		shared.Hook(&scfg, store)
 		node, err = syncnet.New(scfg)
 		if err != nil {

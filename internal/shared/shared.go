@@ -19,13 +19,6 @@ func NewConfigCache() *syncnet.Snapshot[queue.QueueInfo] {
 	return syncnet.NewSnapshot[queue.QueueInfo](ConfigCacheSize)
 }
 
-// WakerFunc adapts a function to syncnet.Waker (the node is made before the
-// poller it wakes, which needs the node for its lease hints).
-type WakerFunc func(source, queue, partition string)
-
-// Wake calls f.
-func (f WakerFunc) Wake(source, queue, partition string) { f(source, queue, partition) }
-
 // Hook sets the node's callbacks that keep the store's caches in step with
 // other instances: deleted queues and partitions are forgotten, configured
 // queues cached (or, from a peer that sends no id, forgotten).

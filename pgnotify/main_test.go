@@ -200,13 +200,20 @@ type answer struct {
 	at     time.Time
 }
 
-// longPoll starts a waiting pop on queue and returns once it is registered.
-func (in *instance) longPoll(queue string, timeout time.Duration) <-chan answer {
-	in.t.Helper()
-	before := in.poller.Intentions()
+// get sends GET path in the background; the answer arrives on the channel.
+// The request is cancelled when the test ends, before the server closes
+// (which waits for open requests).
+func (in *instance) get(path string) <-chan answer {
 	out := make(chan answer, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	in.t.Cleanup(cancel)
 	go func() {
-		res, err := http.Get(fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=%d&autoAck=true", in.ts.URL, queue, timeout.Milliseconds()))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, in.ts.URL+path, nil)
+		if err != nil {
+			out <- answer{status: -1, body: err.Error(), at: time.Now()}
+			return
+		}
+		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			out <- answer{status: -1, body: err.Error(), at: time.Now()}
 			return
@@ -215,6 +222,14 @@ func (in *instance) longPoll(queue string, timeout time.Duration) <-chan answer 
 		_ = res.Body.Close()
 		out <- answer{status: res.StatusCode, body: string(b), at: time.Now()}
 	}()
+	return out
+}
+
+// longPoll starts a waiting pop on queue and returns once it is registered.
+func (in *instance) longPoll(queue string, timeout time.Duration) <-chan answer {
+	in.t.Helper()
+	before := in.poller.Intentions()
+	out := in.get(fmt.Sprintf("/api/v1/pop/queue/%s?wait=true&timeout=%d&autoAck=true", queue, timeout.Milliseconds()))
 	var early answer
 	ok := waitFor(10*time.Second, func() bool {
 		select {

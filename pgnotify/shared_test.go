@@ -64,22 +64,18 @@ func (in *instance) ackAll(p leased) {
 	}
 }
 
-// waitLeased long-polls queue for group g without autoAck (a lease).
+// waitLeased long-polls queue for group g without autoAck (a lease), and
+// returns once it waits.
 func (in *instance) waitLeased(queueName string, timeout time.Duration) <-chan answer {
 	in.t.Helper()
+	return in.waiting(fmt.Sprintf("/api/v1/pop/queue/%s?wait=true&timeout=%d&consumerGroup=g", queueName, timeout.Milliseconds()))
+}
+
+// waiting sends a long-poll GET and returns once the poller holds it.
+func (in *instance) waiting(path string) <-chan answer {
+	in.t.Helper()
 	before := in.poller.Intentions()
-	out := make(chan answer, 1)
-	go func() {
-		res, err := http.Get(fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=%d&consumerGroup=g",
-			in.ts.URL, queueName, timeout.Milliseconds()))
-		if err != nil {
-			out <- answer{status: -1, body: err.Error(), at: time.Now()}
-			return
-		}
-		b, _ := io.ReadAll(res.Body)
-		_ = res.Body.Close()
-		out <- answer{status: res.StatusCode, body: string(b), at: time.Now()}
-	}()
+	out := in.get(path)
 	require.Eventually(in.t, func() bool { return in.poller.Intentions() > before }, 10*time.Second, time.Millisecond)
 	return out
 }
@@ -113,29 +109,8 @@ func hintScene(t *testing.T, a, b *instance, queueName string) (<-chan answer, l
 // waitLeasedPartition long-polls one partition for group "watch".
 func (in *instance) waitLeasedPartition(queueName, partition string, timeout time.Duration) <-chan answer {
 	in.t.Helper()
-	before := in.poller.Intentions()
-	out := make(chan answer, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	in.t.Cleanup(cancel) // before the server closes: it waits for open requests
-	go func() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf(
-			"%s/api/v1/pop/queue/%s/partition/%s?wait=true&timeout=%d&consumerGroup=watch",
-			in.ts.URL, queueName, partition, timeout.Milliseconds()), nil)
-		if err != nil {
-			out <- answer{status: -1, body: err.Error(), at: time.Now()}
-			return
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			out <- answer{status: -1, body: err.Error(), at: time.Now()}
-			return
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		_ = res.Body.Close()
-		out <- answer{status: res.StatusCode, at: time.Now()}
-	}()
-	require.Eventually(in.t, func() bool { return in.poller.Intentions() > before }, 10*time.Second, time.Millisecond)
-	return out
+	return in.waiting(fmt.Sprintf("/api/v1/pop/queue/%s/partition/%s?wait=true&timeout=%d&consumerGroup=watch",
+		queueName, partition, timeout.Milliseconds()))
 }
 
 // finish acks B's lease, waits for A to receive message 1, and checks that
@@ -158,19 +133,27 @@ func finish(t *testing.T, a, b *instance, queueName string, got <-chan answer, h
 	return ans.at.Sub(acked)
 }
 
+// pushPastHint waits until A holds B's hint, pushes message 1 through A and
+// waits until A's wake-up asked the hint (and, but for an audit, skipped
+// the pop).
+func pushPastHint(t *testing.T, a *instance, queueName string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return a.node.Stats().LeaseHints == 1 }, 10*time.Second, time.Millisecond,
+		"A holds B's hint")
+	a.push(queueName, `{"i":1}`)
+	require.Eventually(t, func() bool {
+		c := a.node.Stats().Counters
+		return c["hint:used"]+c["hint:audit"] == 1
+	}, 10*time.Second, time.Millisecond, "A's wake-up asked the hint")
+}
+
 // A right hint: A skips the pop of a partition B holds (no query), and B's
 // release wakes A at once.
 func TestSyncnet_LeaseHintRight(t *testing.T) {
 	dsn := sharedDSN(t)
 	a, b := newInstanceMode(t, dsn, "syncnet"), newInstanceMode(t, dsn, "syncnet")
 	got, held := hintScene(t, a, b, "hint-right")
-	require.Eventually(t, func() bool { return a.node.Stats().LeaseHints == 1 }, 10*time.Second, time.Millisecond,
-		"A holds B's hint")
-	a.push("hint-right", `{"i":1}`)
-	require.Eventually(t, func() bool {
-		c := a.node.Stats().Counters
-		return c["hint:used"]+c["hint:audit"] == 1
-	}, 10*time.Second, time.Millisecond, "A's wake-up asked the hint")
+	pushPastHint(t, a, "hint-right")
 	took := finish(t, a, b, "hint-right", got, held)
 	t.Logf("ack on B → delivery on A: %v", took)
 	// Without the release's wake-up A would look again only when the hint
@@ -185,12 +168,7 @@ func TestSyncnet_LeaseHintStaleLeased(t *testing.T) {
 	dsn := sharedDSN(t)
 	a, b := newInstanceMode(t, dsn, "syncnet-norelease"), newInstanceMode(t, dsn, "syncnet-norelease")
 	got, held := hintScene(t, a, b, "hint-stale")
-	require.Eventually(t, func() bool { return a.node.Stats().LeaseHints == 1 }, 10*time.Second, time.Millisecond)
-	a.push("hint-stale", `{"i":1}`)
-	require.Eventually(t, func() bool {
-		c := a.node.Stats().Counters
-		return c["hint:used"]+c["hint:audit"] == 1
-	}, 10*time.Second, time.Millisecond, "A's wake-up asked the hint")
+	pushPastHint(t, a, "hint-stale")
 	took := finish(t, a, b, "hint-stale", got, held)
 	t.Logf("ack on B → delivery on A with the release lost: %v", took)
 }

@@ -290,20 +290,24 @@ func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.cfg.SharedState())
 }
 
-func (s *Server) handleIndex(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write([]byte(indexHTML))
+// handleStatus is what the demo page shows every second: this instance,
+// its wake-ups, one queue's depth and lag (?queue=), and the shared state.
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	// time is this server's clock in ms (fractional): the page compares
+	// it with its own to show the latency since push.
+	out := map[string]any{"instance": s.cfg.Instance, "version": s.cfg.Version,
+		"time": float64(time.Now().UnixMicro()) / 1000,
+		"intentions": s.poller.Intentions(), "streams": s.Streams(), "wakeups": s.poller.Wakeups()}
+	if q := r.URL.Query().Get("queue"); q != "" {
+		st, err := s.store.QueueStatus(r.Context(), q)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		out["queue"] = st
+	}
+	if s.cfg.SharedState != nil {
+		out["shared"] = s.cfg.SharedState()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
-
-const indexHTML = `<!doctype html>
-<html><head><meta charset="utf-8"><title>Herald</title></head>
-<body>
-<h1>Herald</h1>
-<p>A push gateway over a partitioned message queue in PostgreSQL.</p>
-<ul>
-<li><a href="/health">/health</a></li>
-<li><a href="/metrics">/metrics</a></li>
-<li>API: <code>POST /api/v1/push</code>, <code>GET /api/v1/pop/queue/{queue}</code>, <code>POST /api/v1/ack</code> (see the README)</li>
-</ul>
-</body></html>
-`

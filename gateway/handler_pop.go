@@ -49,6 +49,17 @@ func messageOf(m queue.Message) messageJSON {
 		Queue: m.Queue, RetryCount: m.RetryCount, TraceID: nullable(m.TraceID), TransactionID: m.TransactionID}
 }
 
+// streamMessageJSON is a message delivered over WebSocket or SSE: the pop
+// shape plus its offset in the partition (a Herald addition).
+type streamMessageJSON struct {
+	messageJSON
+	Offset int64 `json:"offset"`
+}
+
+func streamMessageOf(m queue.Message) streamMessageJSON {
+	return streamMessageJSON{messageJSON: messageOf(m), Offset: m.Offset}
+}
+
 type popJSON struct {
 	ConsumerGroup     string        `json:"consumerGroup"`
 	LeaseID           string        `json:"leaseId"`

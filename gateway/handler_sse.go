@@ -468,7 +468,7 @@ func (st *sseStream) events(res *queue.PopResult) ([]byte, bool) {
 		return nil, false
 	}
 	for _, m := range res.Messages {
-		data, _ := json.Marshal(messageOf(m))
+		data, _ := json.Marshal(streamMessageOf(m))
 		if st.marks == nil {
 			st.inflight, st.marks, st.byKey = map[inflightKey]sseHeld{}, map[string]*queue.LeaseMark{}, map[string]map[inflightKey]bool{}
 		}

@@ -453,9 +453,9 @@ func (c *wsConn) subscribe(f *wsFrame) {
 
 // deliver runs on a poller worker: it must not block.
 func (c *wsConn) deliver(sub *wsSub, res *queue.PopResult) bool {
-	msgs := make([]messageJSON, len(res.Messages))
+	msgs := make([]streamMessageJSON, len(res.Messages))
 	for i, m := range res.Messages {
-		msgs[i] = messageOf(m)
+		msgs[i] = streamMessageOf(m)
 	}
 	c.mu.Lock()
 	if c.closed || c.subs[sub.id] != sub {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/web"
 )
 
 // Defaults of Config fields.
@@ -84,6 +85,8 @@ type Config struct {
 	Auth *Auth
 	// Version is reported by /health.
 	Version string
+	// Instance names this instance on the status endpoint (the demo page).
+	Instance string
 	// Registry receives the herald_* metrics and is served by /metrics; nil
 	// means a new registry with the Go runtime and process metrics.
 	Registry *prometheus.Registry
@@ -220,7 +223,15 @@ func (s *Server) routes() {
 	s.handle("GET /health", "health", RoleNone, s.handleHealth)
 	s.handle("GET /metrics", "metrics", RoleNone, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
 	s.handle("GET /internal/api/shared-state/stats", "stats", RoleAdmin, s.handleStats)
-	s.handle("GET /{$}", "index", RoleNone, s.handleIndex)
+	// The demo page and the browser SDK (web/).
+	page := web.Handler()
+	s.handle("GET /{$}", "index", RoleNone, page.ServeHTTP)
+	for _, name := range web.Names() {
+		if name != "index.html" {
+			s.handle("GET /"+name, "web", RoleNone, page.ServeHTTP)
+		}
+	}
+	s.handle("GET /internal/api/status", "status", RoleReadOnly, s.handleStatus)
 	s.handle("OPTIONS /", "options", RoleNone, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.handle("/", "not_found", RoleNone, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)

@@ -1,8 +1,24 @@
 package poller
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// woke counts a wake-up from source.
+func (m *metrics) woke(source string) {
+	m.wakeups.WithLabelValues(source).Inc()
+	c, ok := m.wakeCounts.Load(source)
+	if !ok {
+		c, _ = m.wakeCounts.LoadOrStore(source, new(atomic.Uint64))
+	}
+	c.(*atomic.Uint64).Add(1)
+}
 
 type metrics struct {
+	wakeCounts sync.Map // source → *atomic.Uint64, for Wakeups
 	cycles     prometheus.Counter
 	preflight  prometheus.Histogram
 	intentions prometheus.Gauge

@@ -124,7 +124,7 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	}
 	w.mu.Unlock()
 	p.metrics.intentions.Inc()
-	p.metrics.wakeups.WithLabelValues(SourceRegister).Inc()
+	p.metrics.woke(SourceRegister)
 	w.signal()
 	return func() {
 		w.mu.Lock()
@@ -153,7 +153,7 @@ func (p *Poller) AddCredit(in *Intention, n int) {
 // costs nothing when no intention waits on the queue. In WakePoll mode only
 // SourceRegister is honoured; everything else is left to the sweep.
 func (p *Poller) Wake(source, queueName, partition string) {
-	p.metrics.wakeups.WithLabelValues(source).Inc()
+	p.metrics.woke(source)
 	if p.cfg.Mode == WakePoll && source != SourceRegister {
 		return
 	}
@@ -192,7 +192,7 @@ func (p *Poller) Wake(source, queueName, partition string) {
 // (re)connects, anything may have changed while it was away. In WakePoll
 // mode it is ignored like any other wake-up.
 func (p *Poller) WakeAll(source string) {
-	p.metrics.wakeups.WithLabelValues(source).Inc()
+	p.metrics.woke(source)
 	if p.cfg.Mode == WakePoll {
 		return
 	}
@@ -204,6 +204,17 @@ func (p *Poller) WakeAll(source string) {
 		w.mu.Unlock()
 		w.signal()
 	}
+}
+
+// Wakeups reports the wake-ups received so far, by source
+// (herald_wakeups_total).
+func (p *Poller) Wakeups() map[string]uint64 {
+	out := map[string]uint64{}
+	p.metrics.wakeCounts.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	return out
 }
 
 // Intentions reports how many intentions are registered.

@@ -99,3 +99,29 @@ func TestConfigCache_StaleQueue(t *testing.T) {
 	require.Len(t, res.Messages, 1)
 	assert.JSONEq(t, `1`, string(res.Messages[0].Data))
 }
+
+// QueueStatus: depth and lag per group, from partition and consumer rows.
+func TestQueueStatus(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	st, err := s.QueueStatus(ctx, "nothing")
+	require.NoError(t, err)
+	assert.False(t, st.Exists)
+	var items []queue.PushItem
+	for i := range 6 {
+		items = append(items, queue.PushItem{Queue: "st", Partition: []string{"a", "b"}[i%2], Payload: json.RawMessage(`1`)})
+	}
+	_, err = s.Push(ctx, items)
+	require.NoError(t, err)
+	res, err := s.Pop(ctx, queue.PopRequest{Queue: "st", Partition: "a", Group: "g1", Batch: 2})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 2)
+	_, err = s.Pop(ctx, queue.PopRequest{Queue: "st", Partition: "b", Group: "g2", Batch: 3, AutoAck: true})
+	require.NoError(t, err)
+	st, err = s.QueueStatus(ctx, "st")
+	require.NoError(t, err)
+	assert.Equal(t, &queue.QueueStatus{Queue: "st", Exists: true, Partitions: 2, Pushed: 6, Groups: []queue.GroupStatus{
+		{Group: "g1", Lag: 3, Leased: 1}, // 3 in a, none finished, 2 of them leased
+		{Group: "g2", Lag: 0},            // read b only, all 3 acked
+	}}, st)
+}

@@ -197,7 +197,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if err != nil {
 		return err
 	}
-	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(),
+	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(), Instance: instance,
 		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, MaxSSEConnections: cfg.MaxSSEConnections,
 		SSEHeartbeat: cfg.SSEHeartbeat, SSEResumeGrace: cfg.SSEResumeGrace, DrainWindow: cfg.DrainWindow,
 		Registry: reg, Logger: log}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/queue"
+)
+
+// chromium is Debian's browser (.ci/run installs it).
+const chromium = "/usr/bin/chromium"
+
+// browser starts headless Chromium for the test and returns a tab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	_, err := os.Stat(chromium)
+	require.NoError(t, err, "the browser test needs Chromium (apt-get install -y chromium)")
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.Headless,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1400))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(alloc)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelTab()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+// artifact writes a test artifact (a screenshot) to $HERALD_ARTIFACTS, or
+// to herald-artifacts in the temp directory, and logs where.
+func artifact(t *testing.T, name string, b []byte) {
+	t.Helper()
+	dir := os.Getenv("HERALD_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "herald-artifacts")
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o750))
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	t.Logf("artifact: %s (%d bytes)", path, len(b))
+}
+
+func freeTCP(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// waitJS waits until a JavaScript expression is true in the page.
+func waitJS(ctx context.Context, t *testing.T, what, expr string) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond),
+		chromedp.WithPollingTimeout(60*time.Second)))
+	if err != nil {
+		page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("main").innerText`))
+		t.Fatalf("%s: %v\npage:\n%s", what, err, page)
+	}
+}
+
+// The demo page in real headless Chromium: subscribe by EventSource and by
+// WebSocket, push 20 messages from the page, see all 20 in each, ack them;
+// the server restarts, the page reconnects and receives what was pushed
+// meanwhile.
+func TestBrowser_DemoPage(t *testing.T) {
+	bin := buildHerald(t)
+	dsn := pgtest.DSN(t)
+	addr := freeTCP(t)
+	start := func() *proc {
+		return startHerald(t, bin, dataDir(t), "--database-url", dsn, "--addr", addr, "--drain-window", "200ms")
+	}
+	p := start()
+	ctx := browser(t)
+
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(p.url),
+		chromedp.WaitVisible(chromedp.ID("subscribe")),
+	))
+	waitJS(ctx, t, "the live panel names this instance", `document.getElementById("instance").textContent.includes(":")`)
+
+	subscribe := func(transport, group string) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.ID("queue"), "browser"),
+			chromedp.SetValue(chromedp.ID("group"), group),
+			chromedp.SetValue(chromedp.ID("transport"), transport),
+			chromedp.SetValue(chromedp.ID("ackmode"), "manual"),
+			chromedp.Click(chromedp.ID("subscribe")),
+		))
+	}
+	subscribe("sse", "es") // card sub-1
+	subscribe("ws", "ws")  // card sub-2
+	for _, id := range []string{"sub-1", "sub-2"} {
+		waitJS(ctx, t, id+" connects", fmt.Sprintf(`document.getElementById(%q)?.dataset.state === "connected"`, id))
+	}
+	count := func(id string) string {
+		return fmt.Sprintf(`document.querySelector("#%s .count").textContent`, id)
+	}
+
+	// 20 messages from the page's push form.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("count"), "20"),
+		chromedp.SetValue(chromedp.ID("rate"), "0"),
+		chromedp.Click(chromedp.ID("push")),
+	))
+	waitJS(ctx, t, "the page pushed 20", `document.getElementById("push-status").dataset.pushed === "20"`)
+	for _, id := range []string{"sub-1", "sub-2"} {
+		waitJS(ctx, t, id+" shows all 20", count(id)+` === "20"`)
+		waitJS(ctx, t, id+" rows", fmt.Sprintf(`document.querySelectorAll("#%s tbody tr").length === 20`, id))
+	}
+
+	// Ack them from the page: both groups have nothing left.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#sub-1 .ack-all")),
+		chromedp.Click(chromedp.CSS("#sub-2 .ack-all")),
+	))
+	waitJS(ctx, t, "every row acked", `document.querySelectorAll("tbody tr.acked").length === 40`)
+	lagZero := func(url string) bool {
+		_, body := get(t, url+"internal/api/status?queue=browser")
+		var st struct {
+			Queue queue.QueueStatus `json:"queue"`
+		}
+		if json.Unmarshal([]byte(body), &st) != nil || len(st.Queue.Groups) != 2 {
+			return false
+		}
+		for _, g := range st.Queue.Groups {
+			if g.Lag != 0 || g.Leased != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool { return lagZero(p.url) }, 20*time.Second, 50*time.Millisecond,
+		"the server has every message acked by both groups")
+	waitJS(ctx, t, "the chart has drawn a second with messages", `document.getElementById("chart-now").textContent.includes("msgs")`)
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	artifact(t, "demo-page.png", shot)
+
+	// The server goes away; both subscriptions show that they reconnect.
+	require.NoError(t, p.stop(t, syscall.SIGTERM))
+	for _, id := range []string{"sub-1", "sub-2"} {
+		waitJS(ctx, t, id+" reconnects", fmt.Sprintf(`document.getElementById(%q).dataset.state === "reconnecting"`, id))
+	}
+	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#sub-2 .state")))
+	require.NoError(t, err)
+	require.Contains(t, state, "attempt", "the reconnect state is visible")
+	shot, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	artifact(t, "demo-reconnecting.png", shot)
+
+	// Meanwhile 5 messages are pushed straight into the database.
+	pool, err := queue.NewPool(context.Background(), dsn, 0)
+	require.NoError(t, err)
+	defer pool.Close()
+	store, err := queue.New(queue.Config{Pool: pool})
+	require.NoError(t, err)
+	var items []queue.PushItem
+	for i := range 5 {
+		items = append(items, queue.PushItem{Queue: "browser", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"while":"down"}`, 21+i))})
+	}
+	_, err = store.Push(context.Background(), items)
+	require.NoError(t, err)
+
+	p = start()
+	for _, id := range []string{"sub-1", "sub-2"} {
+		waitJS(ctx, t, id+" is back", fmt.Sprintf(`document.getElementById(%q).dataset.state === "connected"`, id))
+		waitJS(ctx, t, id+" got what was pushed while the server was down", count(id)+` === "25"`)
+	}
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll("tbody tr td.data").length === 50 &&
+		[...document.querySelectorAll("tbody tr td.data")].filter(td => td.textContent.includes('"while":"down"')).length === 10`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "each subscription shows the 5 messages pushed meanwhile, and nothing twice")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#sub-1 .ack-all")),
+		chromedp.Click(chromedp.CSS("#sub-2 .ack-all")),
+	))
+	require.Eventually(t, func() bool { return lagZero(p.url) }, 20*time.Second, 50*time.Millisecond)
+	require.NoError(t, p.stop(t, syscall.SIGTERM))
+}

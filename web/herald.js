@@ -1,0 +1,340 @@
+// herald.js: the browser SDK for Herald (an ES module, no dependencies).
+//
+//   import { Herald } from "/herald.js";
+//   const h = new Herald();                      // this page's server; or new Herald("https://host:6632")
+//   const sub = h.subscribe({ queue: "orders", consumerGroup: "dashboard",
+//     onMessage: async (m) => { render(m.data); },   // resolve: ack; throw: nack (retried, then DLQ)
+//     onState: (s) => console.log(s.state, s.attempt, s.delay) });
+//   await h.push("orders", { id: 1 });
+//   sub.close();
+//
+// subscribe() runs over one WebSocket per Herald (subprotocol herald.v1),
+// reconnects with exponential back-off and full jitter (100 ms → 10 s),
+// subscribes again, and acks or nacks what onMessage settles. With
+// ack: "manual" the handler settles each message itself with sub.ack(m) or
+// sub.nack(m, error). eventSource() is the same over a browser
+// EventSource (it reconnects and resumes by itself) with acks posted over
+// HTTP.
+
+const BACKOFF_MIN = 100;
+const BACKOFF_MAX = 10000;
+
+// Close codes after which reconnecting cannot help (README: close codes).
+const TERMINAL = new Set([1009, 4500, 4501, 4503]);
+
+/** Full-jitter exponential back-off: a random delay up to min(max, min·2^attempt). */
+export function backoff(attempt, min = BACKOFF_MIN, max = BACKOFF_MAX) {
+  const cap = Math.min(max, min * 2 ** Math.min(attempt, 30));
+  return Math.round(Math.random() * cap);
+}
+
+export class Herald {
+  /**
+   * @param {string} [base] the server's URL; default: this page's origin
+   * @param {{token?: string}} [opts] a bearer token when auth is on
+   */
+  constructor(base = globalThis.location?.origin ?? "", opts = {}) {
+    this.base = base.replace(/\/$/, "");
+    this.token = opts.token ?? "";
+    this._subs = new Map(); // local id → subscription
+    this._nextId = 1;
+    this._ws = null;
+    this._attempt = 0;
+    this._timer = null;
+    this._pending = new Map(); // frame id → {resolve, reject}
+    this._listeners = new Set();
+    this.state = { state: "idle", attempt: 0, delay: 0 };
+  }
+
+  /** onState(f): f({state, attempt, delay, code, reason}) on every connection change; returns an unsubscribe. */
+  onState(f) {
+    this._listeners.add(f);
+    f(this.state);
+    return () => this._listeners.delete(f);
+  }
+
+  _setState(s) {
+    this.state = s;
+    for (const f of this._listeners) f(s);
+    for (const sub of this._subs.values()) sub.onState?.(s);
+  }
+
+  _headers() {
+    const h = { "Content-Type": "application/json" };
+    if (this.token) h.Authorization = `Bearer ${this.token}`;
+    return h;
+  }
+
+  /**
+   * push(queue, payload | payload[], {partition, transactionId}) → the push results.
+   * Each payload is one message.
+   */
+  async push(queue, payloads, opts = {}) {
+    const list = Array.isArray(payloads) ? payloads : [payloads];
+    const items = list.map((payload) => {
+      const it = { queue, payload };
+      if (opts.partition) it.partition = opts.partition;
+      if (opts.transactionId && list.length === 1) it.transactionId = opts.transactionId;
+      return it;
+    });
+    const res = await fetch(`${this.base}/api/v1/push`, {
+      method: "POST", headers: this._headers(), body: JSON.stringify({ items }),
+    });
+    const body = await res.json().catch(() => null);
+    if (!res.ok) throw new Error(body?.error ?? `push: HTTP ${res.status}`);
+    return body;
+  }
+
+  /** ack(message, status = "completed", error) over HTTP: for messages from eventSource() or anywhere. */
+  async ack(m, status = "completed", error = undefined) {
+    const body = { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId,
+      consumerGroup: m.consumerGroup, status };
+    if (error !== undefined) body.error = String(error);
+    const res = await fetch(`${this.base}/api/v1/ack`, {
+      method: "POST", headers: this._headers(), body: JSON.stringify(body),
+    });
+    const out = await res.json().catch(() => null);
+    if (!res.ok) throw new Error(out?.error ?? `ack: HTTP ${res.status}`);
+    return out;
+  }
+
+  /**
+   * subscribe({queue, partition, consumerGroup, batch, maxInFlight, ack: "auto"|"manual"|"server",
+   *            onMessage(m, sub), onState(s), onError(e)}) → a subscription {ack(m), nack(m, err), close()}.
+   *
+   * ack "auto" (default): the SDK acks when onMessage resolves and nacks when it throws.
+   * "manual": the handler calls sub.ack / sub.nack. "server": autoAck on the server (at most once).
+   */
+  subscribe(opts) {
+    if (!opts?.queue) throw new Error("subscribe: queue is required");
+    const sub = new Subscription(this, this._nextId++, opts);
+    this._subs.set(sub.localId, sub);
+    this._connect();
+    if (this._ws?.readyState === WebSocket.OPEN) sub._send();
+    return sub;
+  }
+
+  _wsURL() {
+    const u = new URL(`${this.base || globalThis.location.origin}/api/v1/ws`);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    if (this.token) u.searchParams.set("access_token", this.token);
+    return u.toString();
+  }
+
+  _connect() {
+    if (this._ws || this._timer || this._closed) return;
+    this._setState({ state: this._attempt ? "reconnecting" : "connecting", attempt: this._attempt, delay: 0 });
+    let ws;
+    try {
+      ws = new WebSocket(this._wsURL(), "herald.v1");
+    } catch (e) {
+      this._retry(0, String(e));
+      return;
+    }
+    this._ws = ws;
+    ws.onopen = () => {
+      this._attempt = 0;
+      this._setState({ state: "connected", attempt: 0, delay: 0 });
+      for (const sub of this._subs.values()) sub._send();
+    };
+    ws.onmessage = (ev) => this._frame(ev.data);
+    ws.onclose = (ev) => {
+      this._ws = null;
+      for (const { reject } of this._pending.values()) reject(new Error("connection closed"));
+      this._pending.clear();
+      for (const sub of this._subs.values()) sub.sub = null;
+      if (TERMINAL.has(ev.code)) {
+        this._setState({ state: "closed", attempt: this._attempt, delay: 0, code: ev.code, reason: ev.reason });
+        return;
+      }
+      this._retry(ev.code, ev.reason);
+    };
+  }
+
+  _retry(code, reason) {
+    if (this._closed || this._subs.size === 0) {
+      this._setState({ state: "idle", attempt: 0, delay: 0 });
+      return;
+    }
+    const delay = backoff(this._attempt);
+    this._attempt++;
+    this._setState({ state: "reconnecting", attempt: this._attempt, delay, code, reason });
+    this._timer = setTimeout(() => {
+      this._timer = null;
+      this._connect();
+    }, delay);
+  }
+
+  _send(frame) {
+    if (this._ws?.readyState !== WebSocket.OPEN) return Promise.reject(new Error("not connected"));
+    const id = `c${this._nextId++}`;
+    frame.id = id;
+    return new Promise((resolve, reject) => {
+      this._pending.set(id, { resolve, reject });
+      this._ws.send(JSON.stringify(frame));
+    });
+  }
+
+  _frame(text) {
+    let f;
+    try {
+      f = JSON.parse(text);
+    } catch {
+      return;
+    }
+    if (f.type === "deliver") {
+      for (const sub of this._subs.values()) {
+        if (sub.sub === f.sub) sub._deliver(f.messages ?? []);
+      }
+      return;
+    }
+    const p = f.id && this._pending.get(f.id);
+    if (!p) {
+      if (f.type === "error") for (const sub of this._subs.values()) sub.onError?.(f);
+      return;
+    }
+    this._pending.delete(f.id);
+    if (f.type === "error") p.reject(Object.assign(new Error(f.message), { code: f.code }));
+    else p.resolve(f);
+  }
+
+  /** close() ends every subscription and the socket. */
+  close() {
+    this._closed = true;
+    clearTimeout(this._timer);
+    this._timer = null;
+    this._subs.clear();
+    this._ws?.close(1000);
+    this._ws = null;
+    this._setState({ state: "closed", attempt: 0, delay: 0 });
+  }
+
+  /**
+   * eventSource({queue, partition, consumerGroup, batch, maxInFlight, ack: "auto"|"manual"|"server",
+   *              onMessage, onState}) → {ack(m), nack(m, err), close()}: the same over EventSource,
+   * which reconnects by itself and resumes from its last event id; acks go over HTTP.
+   */
+  eventSource(opts) {
+    if (!opts?.queue) throw new Error("eventSource: queue is required");
+    const mode = opts.ack ?? "auto";
+    let path = `/api/v1/sse/queue/${encodeURIComponent(opts.queue)}`;
+    if (opts.partition) path += `/partition/${encodeURIComponent(opts.partition)}`;
+    const q = new URLSearchParams();
+    if (opts.consumerGroup) q.set("consumerGroup", opts.consumerGroup);
+    if (opts.batch) q.set("batch", String(opts.batch));
+    if (opts.maxInFlight) q.set("maxInFlight", String(opts.maxInFlight));
+    if (mode === "server") q.set("autoAck", "true");
+    if (this.token) q.set("access_token", this.token);
+    const url = `${this.base}${path}?${q}`;
+    const herald = this;
+    let attempt = 0;
+    const handle = {
+      source: new EventSource(url),
+      ack: (m) => herald.ack(m, "completed"),
+      nack: (m, err) => herald.ack(m, "failed", err instanceof Error ? err.message : err),
+      close() {
+        this.source.close();
+        opts.onState?.({ state: "closed", attempt: 0, delay: 0 });
+      },
+    };
+    const es = handle.source;
+    opts.onState?.({ state: "connecting", attempt: 0, delay: 0 });
+    es.onopen = () => {
+      attempt = 0;
+      opts.onState?.({ state: "connected", attempt: 0, delay: 0 });
+    };
+    es.onerror = () => {
+      if (es.readyState === EventSource.CLOSED) {
+        opts.onState?.({ state: "closed", attempt, delay: 0 });
+        return;
+      }
+      attempt++;
+      opts.onState?.({ state: "reconnecting", attempt, delay: null }); // the browser picks the delay (retry:)
+    };
+    es.onmessage = async (ev) => {
+      let m;
+      try {
+        m = JSON.parse(ev.data);
+      } catch {
+        return;
+      }
+      await settle(mode, m, () => opts.onMessage?.(m, handle), handle);
+    };
+    return handle;
+  }
+}
+
+/** settle runs a handler and, in "auto" mode, acks on success and nacks on failure. */
+async function settle(mode, m, run, handle) {
+  let err;
+  try {
+    await run();
+  } catch (e) {
+    err = e;
+  }
+  if (mode !== "auto") return;
+  try {
+    if (err === undefined) await handle.ack(m);
+    else await handle.nack(m, err);
+  } catch {
+    // The lease expires and the message comes again: nothing is lost.
+  }
+}
+
+class Subscription {
+  constructor(herald, localId, opts) {
+    this.herald = herald;
+    this.localId = localId;
+    this.opts = opts;
+    this.mode = opts.ack ?? "auto";
+    this.onState = opts.onState;
+    this.onError = opts.onError;
+    this.sub = null; // the server's id while subscribed on the current socket
+    this.epoch = 0; // bumped per socket: stale acks are not sent on a new one
+  }
+
+  _send() {
+    const o = this.opts;
+    const frame = { type: "subscribe", queue: o.queue };
+    if (o.partition) frame.partition = o.partition;
+    if (o.consumerGroup) frame.consumerGroup = o.consumerGroup;
+    if (o.batch) frame.batch = o.batch;
+    if (o.maxInFlight) frame.maxInFlight = o.maxInFlight;
+    if (this.mode === "server") frame.autoAck = true;
+    if (o.subscriptionMode) frame.subscriptionMode = o.subscriptionMode;
+    const epoch = ++this.epoch;
+    this.herald._send(frame).then((f) => {
+      if (epoch === this.epoch && this.herald._subs.has(this.localId)) this.sub = f.sub;
+    }, (e) => this.onError?.(e));
+  }
+
+  async _deliver(messages) {
+    for (const m of messages) {
+      await settle(this.mode, m, () => this.opts.onMessage?.(m, this), this);
+    }
+  }
+
+  _ackFrame(m, status, error) {
+    const item = { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, status };
+    if (error !== undefined) item.error = String(error);
+    return this.herald._send({ type: "ack", items: [item] }).then((f) => f.results?.[0]);
+  }
+
+  /** ack(m): the message is done. Over the socket; over HTTP when it is down. */
+  ack(m) {
+    return this._ackFrame(m, "completed").catch(() => this.herald.ack(m, "completed"));
+  }
+
+  /** nack(m, error): the message failed; it is retried, then dead-lettered. */
+  nack(m, error) {
+    const text = error instanceof Error ? error.message : error;
+    return this._ackFrame(m, "failed", text).catch(() => this.herald.ack(m, "failed", text));
+  }
+
+  /** close() unsubscribes; leases still held are given back at once. */
+  close() {
+    this.herald._subs.delete(this.localId);
+    if (this.sub) this.herald._send({ type: "unsubscribe", sub: this.sub }).catch(() => {});
+    this.sub = null;
+  }
+}

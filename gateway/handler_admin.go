@@ -296,7 +296,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// time is this server's clock in ms (fractional): the page compares
 	// it with its own to show the latency since push.
 	out := map[string]any{"instance": s.cfg.Instance, "version": s.cfg.Version,
-		"time": float64(time.Now().UnixMicro()) / 1000,
+		"time":       float64(time.Now().UnixMicro()) / 1000,
 		"intentions": s.poller.Intentions(), "streams": s.Streams(), "wakeups": s.poller.Wakeups()}
 	if q := r.URL.Query().Get("queue"); q != "" {
 		st, err := s.store.QueueStatus(r.Context(), q)

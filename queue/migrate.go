@@ -63,25 +63,28 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	var applied []int
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// The first schema of search_path holds the tables ("herald" unless
-		// the database URL says otherwise); create it on first start.
-		var schema *string
-		if err := tx.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		// the database URL says otherwise); create it on first start. The
+		// lock comes first: instances starting together would otherwise
+		// race to create the schema, and all but one fail.
+		var schema, first string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(current_schema(), ''),
+			trim(both '"' from trim(split_part(current_setting('search_path'), ',', 1)))`).Scan(&schema, &first); err != nil {
 			return fmt.Errorf("reading the current schema: %w", err)
 		}
-		if schema == nil {
-			var first string
-			if err := tx.QueryRow(ctx, `SELECT trim(both '"' from trim(split_part(current_setting('search_path'), ',', 1)))`).Scan(&first); err != nil {
-				return fmt.Errorf("reading search_path: %w", err)
-			}
-			if first == "" || first == "$user" {
-				return errors.New("no schema to migrate into: set search_path in the database URL")
-			}
-			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{first}.Sanitize()); err != nil {
-				return fmt.Errorf("creating schema %s: %w", first, err)
-			}
+		target := schema
+		if target == "" {
+			target = first
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('herald_migrate:' || current_schema()))`); err != nil {
+		if target == "" || target == "$user" {
+			return errors.New("no schema to migrate into: set search_path in the database URL")
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('herald_migrate:' || $1))`, target); err != nil {
 			return fmt.Errorf("taking migration lock: %w", err)
+		}
+		if schema == "" {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{target}.Sanitize()); err != nil {
+				return fmt.Errorf("creating schema %s: %w", target, err)
+			}
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS herald_migrations (
 			version integer PRIMARY KEY,

@@ -1,13 +1,19 @@
 package queue_test
 
 import (
+	"context"
 	"encoding/json"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -541,4 +547,43 @@ func TestPushFunction(t *testing.T) {
 	var last int64
 	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT last_offset FROM partitions WHERE name = 'p1'`).Scan(&last))
 	assert.Equal(t, int64(2), last)
+}
+
+// Instances that start together on a database whose schema does not exist
+// yet all migrate: the lock is taken before the schema is created, so none
+// fails on creating it twice.
+func TestMigrate_ConcurrentFreshSchema(t *testing.T) {
+	ctx := ctxT(t)
+	dsn := pgtest.DSN(t)
+	schema := "fresh_" + queue.NewID()[24:]
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	admin, err := pgxpool.New(ctx, pgtest.AdminURL(t))
+	require.NoError(t, err)
+	defer admin.Close()
+	defer func() {
+		_, err := admin.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+		assert.NoError(t, err)
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	applied := make([][]int, 4)
+	for i := range 4 {
+		pool, err := queue.NewPool(ctx, u.String(), 0)
+		require.NoError(t, err)
+		defer pool.Close()
+		wg.Go(func() { applied[i], errs[i] = queue.Migrate(ctx, pool) })
+	}
+	wg.Wait()
+	total := 0
+	for i := range 4 {
+		require.NoError(t, errs[i], "instance %d", i)
+		total += len(applied[i])
+	}
+	migs, err := queue.Migrations()
+	require.NoError(t, err)
+	assert.Equal(t, len(migs), total, "each migration applied exactly once")
 }

@@ -47,7 +47,7 @@ func Handler() http.Handler {
 		}
 		if name == "index.html" {
 			// FileServer redirects /index.html to /; serve it directly.
-			http.ServeFileFS(w, r, files, name)
+			http.ServeFileFS(w, r, files, "index.html")
 			return
 		}
 		fileServer.ServeHTTP(w, r)

@@ -221,6 +221,10 @@ func usage(w io.Writer, cmd string) {
 Usage:
   herald [serve] [flags]   run the server (the default command)
   herald migrate [flags]   apply database migrations and exit
+  herald demo [flags]      three instances with syncnet on one private PostgreSQL, and a
+                           demo producer (herald demo -h for its flags)
+  herald produce [flags]   push a few demo messages a second (herald produce -h)
+  herald health [--url U]  exit 0 when U (default http://127.0.0.1:6632/health) answers 200
   herald version           print the version
 
 Flags (each also read from its environment variable):

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -46,7 +47,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate" || args[0] == "version" || args[0] == "help") {
+	if len(args) > 0 && slices.Contains([]string{"serve", "migrate", "version", "help", "demo", "produce", "health"}, args[0]) {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -56,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help":
 		usage(stdout, "serve")
 		return 0
+	case "demo", "produce", "health":
+		return runTool(cmd, args, stdout, stderr)
 	}
 	cfg, err := parseConfig(cmd, args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -70,6 +73,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := serve(ctx, cmd, cfg, log); err != nil {
 		log.Error().Err(err).Msg("herald stopped")
+		return 1
+	}
+	return 0
+}
+
+// runTool runs the demo topology, the demo producer or a health check.
+func runTool(cmd string, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+	var err error
+	switch cmd {
+	case "demo":
+		var c *demoConfig
+		if c, err = parseDemo(args, stderr); err == nil {
+			err = demo(ctx, c, stdout, log)
+		}
+	case "produce":
+		err = runProduce(ctx, args, stderr, log)
+	case "health":
+		err = runHealth(ctx, args, stderr)
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "herald %s: %v\n", cmd, err)
 		return 1
 	}
 	return 0

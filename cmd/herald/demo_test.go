@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func port(t *testing.T, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	return p
+}
+
+// `herald demo`: three healthy instances with syncnet on one private
+// PostgreSQL and a producer; a message pushed on one reaches a subscriber on
+// another; Ctrl-C stops everything, PostgreSQL included.
+func TestDemo_ThreeInstances(t *testing.T) {
+	bin := buildHerald(t)
+	dir := dataDir(t)
+	var ports, syncPorts []string
+	for range 3 {
+		ports = append(ports, port(t, freeTCP(t)))
+		syncPorts = append(syncPorts, port(t, freeUDP(t)))
+	}
+	cmd := exec.Command(bin, "demo", "--data-dir", dir, "--ports", strings.Join(ports, ","),
+		"--sync-ports", strings.Join(syncPorts, ","), "--rate", "20", "--queue", "demo-q")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	exited := make(chan error, 1)
+	ready := make(chan []string, 1)
+	go func() {
+		var urls []string
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			if u := strings.TrimSpace(line); strings.HasPrefix(u, "http://") {
+				urls = append(urls, u)
+			}
+			if strings.Contains(line, "Ctrl-C stops everything") {
+				ready <- urls
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	var urls []string
+	select {
+	case urls = <-ready:
+	case err := <-exited:
+		t.Fatalf("herald demo exited: %v\n%s", err, stderr.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("herald demo did not start\n%s", stderr.String())
+	}
+	require.Len(t, urls, 3)
+	for i, u := range urls {
+		assert.Equal(t, fmt.Sprintf("http://127.0.0.1:%s/", ports[i]), u)
+		code, _ := get(t, u+"health")
+		assert.Equal(t, http.StatusOK, code)
+	}
+	// Instance 1 knows both peers, alive and with their presence known.
+	require.Eventually(t, func() bool {
+		_, body := get(t, urls[0]+"internal/api/shared-state/stats")
+		var st struct {
+			Syncnet struct {
+				Peers []struct {
+					Alive bool `json:"alive"`
+					Known bool `json:"presenceKnown"`
+				} `json:"peers"`
+			} `json:"syncnet"`
+		}
+		if json.Unmarshal([]byte(body), &st) != nil || len(st.Syncnet.Peers) != 2 {
+			return false
+		}
+		for _, p := range st.Syncnet.Peers {
+			if !p.Alive || !p.Known {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "the mesh forms")
+
+	// A subscriber on instance 2, a push on instance 1.
+	done := make(chan string, 1)
+	go func() {
+		res, err := http.Get(urls[1] + "api/v1/pop/queue/across?wait=true&timeout=20000&autoAck=true")
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		defer func() { _ = res.Body.Close() }()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(res.Body)
+		done <- fmt.Sprint(res.StatusCode, " ", b.String())
+	}()
+	require.Eventually(t, func() bool { return metricValue(t, urls[1], "herald_intentions") == 1 },
+		10*time.Second, 10*time.Millisecond, "instance 2's subscriber waits")
+	pushOne(t, urls[0], "across", `{"hello":"from instance 1"}`)
+	select {
+	case got := <-done:
+		assert.True(t, strings.HasPrefix(got, "200 "), got)
+		assert.Contains(t, got, `"hello":"from instance 1"`)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the message did not reach instance 2")
+	}
+
+	// The producer pushes through all three.
+	require.Eventually(t, func() bool {
+		_, body := get(t, urls[2]+"internal/api/status?queue=demo-q")
+		var st struct {
+			Queue struct {
+				Pushed int64 `json:"pushed"`
+			} `json:"queue"`
+		}
+		return json.Unmarshal([]byte(body), &st) == nil && st.Queue.Pushed >= 6
+	}, 20*time.Second, 50*time.Millisecond, "the demo producer pushes")
+
+	pid := postmaster(dir)
+	require.Positive(t, pid, "the demo's PostgreSQL runs under --data-dir")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, stderr.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("herald demo did not stop within a minute\n%s", stderr.String())
+	}
+	gone(t, pid, "Ctrl-C stops the demo's PostgreSQL too")
+	for _, u := range urls {
+		res, err := http.Get(u + "health")
+		if err == nil {
+			_ = res.Body.Close()
+		}
+		assert.Error(t, err, "%s is down", u)
+	}
+}

@@ -1,7 +1,10 @@
-.PHONY: run test lint bench bench-go build
+.PHONY: run test lint bench bench-go build demo
 
 run:
 	go run ./cmd/herald
+
+demo:
+	go run ./cmd/herald demo
 
 test:
 	go test -race -count=1 ./...

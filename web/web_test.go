@@ -15,14 +15,18 @@ import (
 func TestHandler(t *testing.T) {
 	ts := httptest.NewServer(web.Handler())
 	defer ts.Close()
-	get := func(path string) (*http.Response, string) {
+	type answer struct {
+		StatusCode int
+		Header     http.Header
+	}
+	get := func(path string) (answer, string) {
 		t.Helper()
 		res, err := http.Get(ts.URL + path)
 		require.NoError(t, err)
 		defer func() { _ = res.Body.Close() }()
 		b, err := io.ReadAll(res.Body)
 		require.NoError(t, err)
-		return res, string(b)
+		return answer{res.StatusCode, res.Header}, string(b)
 	}
 	res, body := get("/")
 	assert.Equal(t, http.StatusOK, res.StatusCode)

@@ -87,9 +87,12 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 		"syncnet-noacquire":    {syncnet.LeaseHintAcquired},
 	}[mode]
 	presenceMuted := strings.HasSuffix(mode, "register")
+	if lossy || presenceMuted {
+		// What is lost is found by the sweep (the default, adaptive one).
+		pc = poller.Config{Store: store}
+	}
 	if lossy || muted != nil {
 		mode = "syncnet"
-		pc = poller.Config{Store: store}
 	}
 	gcfg := gateway.Config{Store: store}
 	var runs []func(context.Context) error

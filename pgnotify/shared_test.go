@@ -87,7 +87,7 @@ func hintScene(t *testing.T, a, b *instance, queueName string) (<-chan answer, l
 	t.Helper()
 	link(a, b)
 	// A lease time of 30 s: a hint lives 6 s, a lease 30 s; the sweep is
-	// the default (≤ 5 s).
+	// a minute (only wake-ups, timers and hints are at work).
 	status, body := a.call(http.MethodPost, "/api/v1/configure", fmt.Sprintf(`{"queue":%q,"options":{"leaseTime":30}}`, queueName))
 	require.Equal(t, http.StatusOK, status, body)
 	// A is present for the queue (a consumer of another group, on a
@@ -102,7 +102,13 @@ func hintScene(t *testing.T, a, b *instance, queueName string) (<-chan answer, l
 	require.Equal(t, http.StatusOK, status, body)
 	held := decodeLeased(t, body)
 	require.Len(t, held.Messages, 1)
+	// A's consumer registers; its first cycle (a pre-flight, which finds
+	// the partition leased) must be over before the push, so that the
+	// push's wake-up takes the hinted path.
+	preflights := func() uint64 { return a.store.QueryStats().Snapshot()["preflight"] }
+	before := preflights()
 	got := a.waitLeased(queueName, 30*time.Second)
+	require.Eventually(t, func() bool { return preflights() > before }, 10*time.Second, time.Millisecond)
 	return got, held
 }
 

@@ -20,6 +20,15 @@ const history = []; // {p50, max} per second, the last 60
 
 let cards = 0;
 
+// When this page sent each message it pushed (transactionId → performance
+// time): their latency needs no clock estimate.
+const sentAt = new Map();
+
+function randomID() {
+  const b = crypto.getRandomValues(new Uint8Array(12)); // randomUUID needs a secure context
+  return "demo-" + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
 function fmtMS(ms) {
   if (ms == null || !Number.isFinite(ms)) return "–";
   return ms < 10 ? ms.toFixed(1) : Math.round(ms).toString();
@@ -80,13 +89,22 @@ function addSubscription(opts) {
   };
 
   const onMessage = (m) => {
-    const now = performance.timeOrigin + performance.now() + clockOffset;
-    const latency = now - parseTime(m.createdAt);
-    if (Number.isFinite(latency)) thisSecond.push(Math.max(0, latency));
+    // Exact for what this page pushed; otherwise the server's createdAt
+    // against its clock as estimated (≈, within half a round trip).
+    let latency, exact = false;
+    const sent = sentAt.get(m.transactionId);
+    if (sent !== undefined) {
+      latency = performance.now() - sent;
+      exact = true;
+    } else {
+      latency = Math.max(0, performance.timeOrigin + performance.now() + clockOffset - parseTime(m.createdAt));
+    }
+    if (Number.isFinite(latency)) thisSecond.push(latency);
     count++;
     countEl.textContent = String(count);
     const row = document.createElement("tr");
-    const cells = [m.partition, m.offset ?? "–", String((m.retryCount ?? 0) + 1), `${fmtMS(latency)} ms`];
+    const cells = [m.partition, m.offset ?? "–", String((m.retryCount ?? 0) + 1),
+      `${exact ? "" : "≈"}${fmtMS(latency)} ms`];
     for (const text of cells) {
       const td = document.createElement("td");
       td.textContent = text;
@@ -170,20 +188,32 @@ $("push-form").addEventListener("submit", async (ev) => {
   }
   $("push").disabled = true;
   let sent = 0;
+  // Each item gets its transactionId here, so that its send time is known
+  // before the server can deliver it.
+  const items = payloads.map((payload) => {
+    const it = { queue, payload, transactionId: randomID() };
+    if (partition) it.partition = partition;
+    return it;
+  });
+  const send = async (batch) => {
+    const t = performance.now();
+    for (const it of batch) sentAt.set(it.transactionId, t);
+    await herald.pushItems(batch);
+  };
   try {
     if (rate === 0) {
-      for (let i = 0; i < payloads.length; i += 500) {
-        await herald.push(queue, payloads.slice(i, i + 500), { partition });
-        sent = Math.min(payloads.length, i + 500);
+      for (let i = 0; i < items.length; i += 500) {
+        await send(items.slice(i, i + 500));
+        sent = Math.min(items.length, i + 500);
         out.textContent = `pushed ${sent} of ${count}`;
       }
     } else {
       const start = performance.now();
-      for (let i = 0; i < payloads.length; i++) {
+      for (let i = 0; i < items.length; i++) {
         const due = start + (i * 1000) / rate;
         const wait = due - performance.now();
         if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-        await herald.push(queue, payloads[i], { partition });
+        await send([items[i]]);
         sent = i + 1;
         out.textContent = `pushed ${sent} of ${count}`;
       }
@@ -194,6 +224,9 @@ $("push-form").addEventListener("submit", async (ev) => {
     out.textContent = `push failed after ${sent}: ${e.message}`;
   } finally {
     $("push").disabled = false;
+    // Forget send times after a minute: what was not delivered by then is
+    // measured against the clock estimate.
+    setTimeout(() => items.forEach((it) => sentAt.delete(it.transactionId)), 60000);
   }
 });
 
@@ -302,7 +335,9 @@ function draw() {
   const css = getComputedStyle(document.documentElement);
   const w = c.width, h = c.height, pad = 24;
   ctx.clearRect(0, 0, w, h);
-  const top = Math.max(10, ...history.filter(Boolean).map((p) => p.max));
+  const points = history.filter(Boolean);
+  c.dataset.points = String(points.length);
+  const top = Math.max(10, ...points.map((p) => p.max));
   ctx.fillStyle = css.getPropertyValue("--muted");
   ctx.font = "11px system-ui, sans-serif";
   ctx.fillText(`${fmtMS(top)}`, 2, 11);

@@ -69,14 +69,18 @@ export class Herald {
    * push(queue, payload | payload[], {partition, transactionId}) → the push results.
    * Each payload is one message.
    */
-  async push(queue, payloads, opts = {}) {
+  push(queue, payloads, opts = {}) {
     const list = Array.isArray(payloads) ? payloads : [payloads];
-    const items = list.map((payload) => {
+    return this.pushItems(list.map((payload) => {
       const it = { queue, payload };
       if (opts.partition) it.partition = opts.partition;
       if (opts.transactionId && list.length === 1) it.transactionId = opts.transactionId;
       return it;
-    });
+    }));
+  }
+
+  /** pushItems([{queue, partition?, payload?, transactionId?, traceId?}]) → the push results. */
+  async pushItems(items) {
     const res = await fetch(`${this.base}/api/v1/push`, {
       method: "POST", headers: this._headers(), body: JSON.stringify({ items }),
     });
@@ -264,7 +268,11 @@ export class Herald {
   }
 }
 
-/** settle runs a handler and, in "auto" mode, acks on success and nacks on failure. */
+/**
+ * settle runs a handler and, in "auto" mode, acks on success and nacks on
+ * failure. Handlers run one after another (order is kept); acks are not
+ * waited for, so a slow ack never holds the next message back.
+ */
 async function settle(mode, m, run, handle) {
   let err;
   try {
@@ -273,12 +281,9 @@ async function settle(mode, m, run, handle) {
     err = e;
   }
   if (mode !== "auto") return;
-  try {
-    if (err === undefined) await handle.ack(m);
-    else await handle.nack(m, err);
-  } catch {
-    // The lease expires and the message comes again: nothing is lost.
-  }
+  const done = err === undefined ? handle.ack(m) : handle.nack(m, err);
+  // A lost ack only means the lease expires and the message comes again.
+  done.catch(() => {});
 }
 
 class Subscription {
@@ -291,6 +296,7 @@ class Subscription {
     this.onError = opts.onError;
     this.sub = null; // the server's id while subscribed on the current socket
     this.epoch = 0; // bumped per socket: stale acks are not sent on a new one
+    this.acks = []; // waiting for the next ack frame
   }
 
   _send() {
@@ -314,10 +320,24 @@ class Subscription {
     }
   }
 
+  // Acks settled in the same turn go out as one frame (one transaction on
+  // the server): a delivery of 100 messages is acked with one frame.
   _ackFrame(m, status, error) {
     const item = { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, status };
     if (error !== undefined) item.error = String(error);
-    return this.herald._send({ type: "ack", items: [item] }).then((f) => f.results?.[0]);
+    return new Promise((resolve, reject) => {
+      this.acks.push({ item, resolve, reject });
+      if (this.acks.length === 1) setTimeout(() => this._flushAcks(), 0);
+    });
+  }
+
+  _flushAcks() {
+    const batch = this.acks;
+    this.acks = [];
+    this.herald._send({ type: "ack", items: batch.map((b) => b.item) }).then(
+      (f) => batch.forEach((b, i) => b.resolve(f.results?.[i])),
+      (e) => batch.forEach((b) => b.reject(e)),
+    );
   }
 
   /** ack(m): the message is done. Over the socket; over HTTP when it is down. */

@@ -94,6 +94,10 @@ func TestBrowser_DemoPage(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("subscribe")),
 	))
 	waitJS(ctx, t, "the live panel names this instance", `document.getElementById("instance").textContent.includes(":")`)
+	labelled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+		`[...document.querySelectorAll("input, select, textarea")].every((e) => e.labels.length > 0)`))
+	require.NoError(t, err)
+	require.True(t, labelled, "every control has a label")
 
 	subscribe := func(transport, group string) {
 		t.Helper()
@@ -153,6 +157,14 @@ func TestBrowser_DemoPage(t *testing.T) {
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
 	artifact(t, "demo-page.png", shot)
+
+	// A phone's width: nothing overflows sideways.
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)))
+	waitJS(ctx, t, "no horizontal overflow at 390 px", `document.documentElement.scrollWidth <= window.innerWidth`)
+	shot, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	artifact(t, "demo-phone.png", shot)
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1280, 1400)))
 
 	// The server goes away; both subscriptions show that they reconnect.
 	require.NoError(t, p.stop(t, syscall.SIGTERM))

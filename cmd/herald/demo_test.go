@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -94,6 +95,24 @@ func TestDemo_ThreeInstances(t *testing.T) {
 		}
 		return true
 	}, 20*time.Second, 50*time.Millisecond, "the mesh forms")
+
+	// Instance 1's page shows the cluster: itself and two live peers with
+	// their consumers, and the producer's messages arriving.
+	ctx := browser(t)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(urls[0]),
+		chromedp.WaitVisible(chromedp.ID("subscribe")),
+		chromedp.SetValue(chromedp.ID("queue"), "demo-q"),
+		chromedp.SetValue(chromedp.ID("group"), "viewer"),
+		chromedp.Click(chromedp.ID("subscribe")),
+	))
+	waitJS(ctx, t, "three live instances in the panel", `document.querySelectorAll("#peers .dot.alive").length === 3`)
+	waitJS(ctx, t, "the producer's messages arrive", `Number(document.querySelector("#sub-1 .count").textContent) >= 40`)
+	waitJS(ctx, t, "the panel shows the subscription", `document.getElementById("version").textContent.includes("1 streams")`)
+	waitJS(ctx, t, "three seconds on the chart", `Number(document.getElementById("chart").dataset.points) >= 3`)
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	artifact(t, "demo-cluster.png", shot)
 
 	// A subscriber on instance 2, a push on instance 1.
 	done := make(chan string, 1)

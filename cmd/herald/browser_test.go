@@ -200,10 +200,17 @@ func TestBrowser_DemoPage(t *testing.T) {
 		[...document.querySelectorAll("tbody tr td.data")].filter(td => td.textContent.includes('"while":"down"')).length === 10`,
 		chromedp.WithPollingTimeout(10*time.Second)))
 	require.NoError(t, err, "each subscription shows the 5 messages pushed meanwhile, and nothing twice")
-	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS("#sub-1 .ack-all")),
-		chromedp.Click(chromedp.CSS("#sub-2 .ack-all")),
-	))
+	// Over the WebSocket: ack four, then nack the last (a failed ack ends
+	// the lease): it comes again, delivery 2, and nothing else does.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#sub-1 .ack-all"))))
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](
+		`document.querySelectorAll("#sub-2 tbody tr:nth-child(n+2) button.ack").forEach((b) => b.click())`))
+	require.NoError(t, err)
+	waitJS(ctx, t, "four acked", `document.querySelectorAll("#sub-2 tbody tr.acked").length === 24`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#sub-2 tbody tr:first-child button.nack"))))
+	waitJS(ctx, t, "the nacked message is delivered again", `document.querySelector("#sub-2 .count").textContent === "26" &&
+		document.querySelector("#sub-2 tbody tr:first-child td:nth-child(3)").textContent === "2"`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#sub-2 .ack-all"))))
 	require.Eventually(t, func() bool { return lagZero(p.url) }, 20*time.Second, 50*time.Millisecond)
 	require.NoError(t, p.stop(t, syscall.SIGTERM))
 }

@@ -1,4 +1,4 @@
-.PHONY: run test lint bench bench-go build demo
+.PHONY: run test lint bench bench-go build demo chaos chaos-short
 
 run:
 	go run ./cmd/herald
@@ -6,13 +6,21 @@ run:
 demo:
 	go run ./cmd/herald demo
 
+# The reliability suite: three instances, faults, every message checked.
+chaos-short:
+	go test -tags reliability -count=1 -timeout 10m -run TestChaos -v ./reliability
+
+chaos:
+	HERALD_CHAOS_N=1000000 go test -tags reliability -count=1 -timeout 8h -run TestChaos -v ./reliability
+
 test:
 	go test -race -count=1 ./...
 
 lint:
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo "gofmt: files above need formatting" && exit 1)
 	go vet ./...
-	go tool golangci-lint run ./...
+	go vet -tags reliability ./reliability
+	go tool golangci-lint run --build-tags reliability ./...
 
 # herald-bench starts the herald next to it on a private PostgreSQL and
 # measures latency per transport, throughput and idle connections.

@@ -29,8 +29,12 @@ type ServerError struct {
 
 func (e *ServerError) Error() string { return "herald: " + e.Code + ": " + e.Message }
 
-// errConnLost means the connection ended before the server answered.
+// errConnLost means the connection ended before the frame was sent.
 var errConnLost = errors.New("herald: connection lost")
+
+// errNoAnswer means the frame was sent but the connection ended before the
+// server answered: it may or may not have been applied.
+var errNoAnswer = errors.New("herald: connection lost before the answer")
 
 // conn is one WebSocket connection: a reader that routes deliveries to
 // subscriptions and replies to requests, and a write lock.
@@ -170,7 +174,7 @@ func (cn *conn) request(ctx context.Context, body map[string]any, sub *Subscript
 		}
 		return f, nil
 	case <-cn.gone:
-		return frame{}, errConnLost
+		return frame{}, errNoAnswer
 	case <-ctx.Done():
 		return frame{}, ctx.Err()
 	}

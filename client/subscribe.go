@@ -22,6 +22,7 @@ type Message struct {
 	TraceID       *string         `json:"traceId"`
 	CreatedAt     time.Time       `json:"createdAt"`
 	RetryCount    int             `json:"retryCount"`
+	Offset        int64           `json:"offset"` // position in the partition
 
 	cn  *conn
 	sub *Subscription
@@ -39,6 +40,13 @@ const (
 // the message ended (its lease was given back) or the lease expired. The
 // message is or will be delivered again.
 var ErrLeaseLost = errors.New("herald: lease lost; the message will be delivered again")
+
+// ErrAckUnknown means the ack was sent but the connection ended before the
+// server answered: it may have been applied (the message is done) or not
+// (the lease was given back with the connection, and the message will be
+// delivered again). Either way nothing is lost; a handler that must not
+// run twice keys its work on the transactionId.
+var ErrAckUnknown = errors.New("herald: connection lost before the ack's answer; it may or may not have been applied")
 
 // Ack marks the message completed. In manual-ack mode a handler calls it
 // (or Nack) for every message.
@@ -64,8 +72,11 @@ func (m *Message) settle(ctx context.Context, status, reason string) error {
 		return ErrLeaseLost
 	}
 	f, err := m.cn.request(ctx, ackFrame([]ack{{m, status, reason}}), nil)
-	if errors.Is(err, errConnLost) {
-		return ErrLeaseLost
+	switch {
+	case errors.Is(err, errConnLost):
+		return ErrLeaseLost // never sent; the lease went with the connection
+	case errors.Is(err, errNoAnswer):
+		return ErrAckUnknown
 	}
 	if err != nil {
 		return err

@@ -1,6 +1,11 @@
 package queue_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,4 +202,35 @@ func TestEnsureConsumers_NewStartsAtArrival(t *testing.T) {
 	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q", Group: "g", SubscriptionMode: "new", Since: arrived}}))
 	res := pop(t, s, queue.PopRequest{Queue: "q", Group: "g", Batch: 10})
 	assert.Equal(t, []int{2}, payloads(t, res.Messages))
+}
+
+// Instances creating the same consumer rows at once (several groups, many
+// partitions, targets in any order) take their locks in one order: no
+// deadlock.
+func TestEnsureConsumers_ConcurrentNoDeadlock(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	var items []queue.PushItem
+	for p := range 40 {
+		items = append(items, queue.PushItem{Queue: "ens", Partition: fmt.Sprintf("p%02d", p), Payload: json.RawMessage(`1`)})
+	}
+	_, err := s.Push(ctx, items)
+	require.NoError(t, err)
+	for round := range 15 {
+		var targets []queue.Target
+		for g := range 4 {
+			targets = append(targets, queue.Target{Queue: "ens", Group: fmt.Sprintf("r%d-g%d", round, g)})
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range 4 {
+			mine := slices.Clone(targets)
+			rand.Shuffle(len(mine), func(a, b int) { mine[a], mine[b] = mine[b], mine[a] })
+			wg.Go(func() { errs[i] = s.EnsureConsumers(ctx, mine) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "round %d, instance %d", round, i)
+		}
+	}
 }

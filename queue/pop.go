@@ -161,7 +161,7 @@ WITH qs AS (
 	SELECT q.id FROM queues q WHERE %[1]s
 ), g AS (
 	INSERT INTO consumer_groups (queue_id, name, subscribed_from)
-	SELECT id, $5, CASE WHEN $6::bool THEN now() ELSE $7::timestamptz END FROM qs
+	SELECT id, $5, CASE WHEN $6::bool THEN now() ELSE $7::timestamptz END FROM qs ORDER BY id
 	ON CONFLICT DO NOTHING
 	RETURNING queue_id, subscribed_from
 ), gs AS (
@@ -175,6 +175,7 @@ SELECT p.id, $5, CASE WHEN gs.subscribed_from IS NULL THEN 0 ELSE coalesce((
 	ORDER BY m.seq DESC LIMIT 1), 0) END
 FROM partitions p JOIN queues q ON q.id = p.queue_id JOIN gs ON gs.queue_id = p.queue_id
 WHERE %[2]s AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = p.id AND c.consumer_group = $5)
+ORDER BY p.id -- one lock order for every instance creating the same rows (no deadlock)
 ON CONFLICT DO NOTHING`
 
 // popLockSQL claims (partition, group) pairs that have work, no live lease,

@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -134,6 +136,14 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 // that targets need, with each new group's starting cursor set by its
 // subscription options, in one round trip.
 func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
+	// The statements run in one transaction, and instances creating the
+	// same rows at once must take their locks in the same order: sort by
+	// group, then queue (and partition), as the rows are keyed.
+	targets = slices.Clone(targets)
+	slices.SortFunc(targets, func(a, b Target) int {
+		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Namespace, b.Namespace),
+			cmp.Compare(a.Task, b.Task), cmp.Compare(a.Partition, b.Partition))
+	})
 	b := &pgx.Batch{}
 	for _, t := range targets {
 		req := PopRequest{Queue: t.Queue, Namespace: t.Namespace, Task: t.Task, Partition: t.Partition, Group: t.Group,

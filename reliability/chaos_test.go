@@ -1,0 +1,765 @@
+//go:build reliability
+
+package reliability
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/client"
+	"github.com/heraldmq/herald/internal/pgtest"
+)
+
+const (
+	queueName  = "chaos"
+	partitions = 20
+	retryLimit = 2
+	leaseTime  = 4 // seconds: an abandoned batch comes back soon
+)
+
+var groups = []string{"g1", "g2"}
+
+// messages is N: HERALD_CHAOS_N, default 20,000 (the short form).
+func messages(t *testing.T) int {
+	if v := os.Getenv("HERALD_CHAOS_N"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		return n
+	}
+	return 20000
+}
+
+// ---- the cluster: three herald processes, syncnet through lossy proxies ----
+
+type instance struct {
+	args []string
+	url  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+type cluster struct {
+	t     *testing.T
+	bin   string
+	insts []*instance
+}
+
+func buildHerald(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "herald")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/herald").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+func freePort(t *testing.T, network string) int {
+	t.Helper()
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer func() { _ = c.Close() }()
+		return c.LocalAddr().(*net.UDPAddr).Port
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// lossyProxy forwards datagrams to dst from its own socket, dropping
+// drop of them at random; it returns its address and counts what it drops.
+func lossyProxy(t *testing.T, dst string, drop float64, dropped *atomic.Int64) string {
+	t.Helper()
+	in, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	to, err := net.ResolveUDPAddr("udp", dst)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = in.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, _, err := in.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if rand.Float64() < drop { // #nosec G404 -- fault injection
+				dropped.Add(1)
+				continue
+			}
+			_, _ = in.WriteTo(buf[:n], to)
+		}
+	}()
+	return in.LocalAddr().String()
+}
+
+func newCluster(t *testing.T, dsn string, dropped *atomic.Int64) *cluster {
+	c := &cluster{t: t, bin: buildHerald(t)}
+	var httpPorts, syncPorts []int
+	for range 3 {
+		httpPorts = append(httpPorts, freePort(t, "tcp"))
+		syncPorts = append(syncPorts, freePort(t, "udp"))
+	}
+	secret := strings.Repeat("c4", 32)
+	for i := range 3 {
+		var peers []string
+		for j := range 3 {
+			if j != i {
+				peers = append(peers, lossyProxy(t, fmt.Sprintf("127.0.0.1:%d", syncPorts[j]), 0.3, dropped))
+			}
+		}
+		name := fmt.Sprintf("h%d", i+1)
+		in := &instance{url: fmt.Sprintf("http://127.0.0.1:%d", httpPorts[i]), args: []string{"serve",
+			"--addr", fmt.Sprintf("127.0.0.1:%d", httpPorts[i]), "--database-url", dsn,
+			"--sync-bind", fmt.Sprintf("127.0.0.1:%d", syncPorts[i]), "--sync-peers", strings.Join(peers, ","),
+			"--sync-secret", secret, "--server-id", name, "--instance-id", name,
+			"--drain-window", "300ms", "--log-level", "error", "--sse-resume-grace", "3s"}}
+		c.insts = append(c.insts, in)
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for _, in := range c.insts {
+			in.mu.Lock()
+			if in.cmd != nil {
+				_ = in.cmd.Process.Kill()
+			}
+			in.mu.Unlock()
+		}
+	})
+	return c
+}
+
+func (c *cluster) start(i int) {
+	in := c.insts[i]
+	cmd := exec.Command(c.bin, in.args...)
+	cmd.Stderr = os.Stderr
+	require.NoError(c.t, cmd.Start())
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	in.mu.Lock()
+	in.cmd, in.done = cmd, done
+	in.mu.Unlock()
+	require.Eventually(c.t, func() bool {
+		res, err := http.Get(in.url + "/health")
+		if err != nil {
+			return false
+		}
+		_ = res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, time.Minute, 20*time.Millisecond, "instance %d starts", i+1)
+}
+
+// kill sends SIGKILL: no drain, no lease given back.
+func (c *cluster) kill(i int) {
+	in := c.insts[i]
+	in.mu.Lock()
+	cmd, done := in.cmd, in.done
+	in.cmd = nil
+	in.mu.Unlock()
+	require.NoError(c.t, cmd.Process.Kill())
+	<-done
+}
+
+// ---- what the consumers saw ----
+
+type msg struct {
+	TransactionID string    `json:"transactionId"`
+	PartitionID   string    `json:"partitionId"`
+	LeaseID       string    `json:"leaseId"`
+	Partition     string    `json:"partition"`
+	ConsumerGroup string    `json:"consumerGroup"`
+	Offset        int64     `json:"offset"`
+	CreatedAt     time.Time `json:"createdAt"`
+	RetryCount    int       `json:"retryCount"`
+	Data          struct {
+		N int `json:"n"`
+	} `json:"data"`
+}
+
+type ackEvent struct {
+	seq    int64
+	offset int64
+	tx     string
+}
+
+type record struct {
+	seq        atomic.Int64
+	mu         sync.Mutex
+	acked      map[string]map[string]int        // group → txid → acks that succeeded
+	uncertain  map[string]map[string]bool       // group → txid → an ack whose outcome is unknown
+	order      map[string]map[string][]ackEvent // group → partition → successful acks
+	failed     map[string]map[string]int        // group → txid → failed on purpose
+	deliveries int
+	worst      time.Duration
+	unknownWhy map[string]int      // why an ack's outcome is unknown
+	trail      map[string][]string // group/txid → what happened, for a failure's report
+}
+
+func (r *record) note(group, tx, what string) {
+	r.mu.Lock()
+	r.trail[group+"/"+tx] = append(r.trail[group+"/"+tx], what)
+	r.mu.Unlock()
+}
+
+func newRecord() *record {
+	r := &record{acked: map[string]map[string]int{}, uncertain: map[string]map[string]bool{},
+		order: map[string]map[string][]ackEvent{}, failed: map[string]map[string]int{}, unknownWhy: map[string]int{},
+		trail: map[string][]string{}}
+	for _, g := range groups {
+		r.acked[g], r.uncertain[g], r.order[g], r.failed[g] = map[string]int{}, map[string]bool{},
+			map[string][]ackEvent{}, map[string]int{}
+	}
+	return r
+}
+
+func (r *record) delivered(m *msg) {
+	r.note(m.ConsumerGroup, m.TransactionID, fmt.Sprintf("delivered(retry=%d lease=%s)", m.RetryCount, m.LeaseID))
+	lat := time.Since(m.CreatedAt)
+	r.mu.Lock()
+	r.deliveries++
+	if lat > r.worst {
+		r.worst = lat
+	}
+	r.mu.Unlock()
+}
+
+// outcome of an ack.
+type outcome int
+
+const (
+	ackOK outcome = iota
+	ackRefused
+	ackUnknown
+)
+
+func (r *record) settled(group string, m *msg, seq int64, o outcome) {
+	r.note(group, m.TransactionID, fmt.Sprintf("ack#%d:%s lease=%s", seq, [...]string{"ok", "refused", "unknown"}[o], m.LeaseID))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch o {
+	case ackOK:
+		r.acked[group][m.TransactionID]++
+		r.order[group][m.Partition] = append(r.order[group][m.Partition], ackEvent{seq, m.Offset, m.TransactionID})
+	case ackUnknown:
+		r.uncertain[group][m.TransactionID] = true
+	}
+}
+
+func (r *record) why(transport string, err error) {
+	msg := err.Error()
+	if len(msg) > 60 {
+		msg = msg[:60]
+	}
+	r.mu.Lock()
+	r.unknownWhy[transport+": "+msg]++
+	r.mu.Unlock()
+}
+
+func (r *record) failedOnPurpose(group string, m *msg) {
+	r.note(group, m.TransactionID, "failed")
+	r.mu.Lock()
+	r.failed[group][m.TransactionID]++
+	r.mu.Unlock()
+}
+
+// ---- consumers ----
+
+// consumer is one of the suite's consumers; chaos asks it to drop its
+// connection in the middle of a batch.
+type consumer struct {
+	name       string
+	group      string
+	failFifth  bool // fails every message whose n is a multiple of 5
+	disconnect atomic.Bool
+}
+
+func httpAck(ctx context.Context, base string, group string, items []map[string]string) ([]bool, error) {
+	var body []byte
+	for _, it := range items {
+		it["consumerGroup"] = group
+	}
+	body, _ = json.Marshal(map[string]any{"consumerGroup": group, "acknowledgments": items})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v1/ack/batch", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = res.Body.Close() }()
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		return nil, fmt.Errorf("ack: %d %s", res.StatusCode, b)
+	}
+	var out []struct {
+		Success bool `json:"success"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	ok := make([]bool, len(out))
+	for i, o := range out {
+		ok[i] = o.Success
+	}
+	return ok, nil
+}
+
+// ackHTTP acks (or fails) one message over HTTP and records the outcome.
+func (c *consumer) ackHTTP(ctx context.Context, r *record, base string, m *msg, status string) outcome {
+	seq := r.seq.Add(1)
+	ok, err := httpAck(ctx, base, c.group, []map[string]string{{"transactionId": m.TransactionID,
+		"partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": status}})
+	var opErr *net.OpError
+	o := ackRefused
+	switch {
+	case status != "completed":
+		return ackRefused
+	case err != nil && errors.As(err, &opErr) && opErr.Op == "dial":
+		// never reached a server
+	case err != nil:
+		r.why("http", err)
+		o = ackUnknown
+	case len(ok) == 1 && ok[0]:
+		o = ackOK
+	}
+	r.settled(c.group, m, seq, o)
+	return o
+}
+
+// handle processes one message: fail it on purpose, or ack it.
+func (c *consumer) handle(ctx context.Context, r *record, base string, m *msg) (stop bool, o outcome) {
+	r.delivered(m)
+	if c.failFifth && m.Data.N%5 == 0 {
+		r.failedOnPurpose(c.group, m)
+		c.ackHTTP(ctx, r, base, m, "failed")
+		return true, ackRefused // a failed ack ends the lease: the rest of the batch comes again
+	}
+	return false, c.ackHTTP(ctx, r, base, m, "completed")
+}
+
+// longPoll pops with wait=true and acks each message over HTTP. A
+// disconnect abandons the rest of the batch (its lease expires).
+func (c *consumer) longPoll(ctx context.Context, r *record, cl *cluster, home int) {
+	for i := home; ctx.Err() == nil; {
+		base := cl.insts[i%3].url
+		url := fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=1000&batch=10&consumerGroup=%s", base, queueName, c.group)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			i++
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		var pop struct {
+			Messages []msg `json:"messages"`
+		}
+		if res.StatusCode == http.StatusOK {
+			_ = json.NewDecoder(res.Body).Decode(&pop)
+		}
+		_ = res.Body.Close()
+		if res.StatusCode >= 500 {
+			i++
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		for k := range pop.Messages {
+			if k == len(pop.Messages)/2 && c.disconnect.CompareAndSwap(true, false) {
+				for j := k; j < len(pop.Messages); j++ {
+					r.delivered(&pop.Messages[j])
+				}
+				break // abandoned mid-batch
+			}
+			if stop, _ := c.handle(ctx, r, base, &pop.Messages[k]); stop {
+				for j := k + 1; j < len(pop.Messages); j++ {
+					r.delivered(&pop.Messages[j])
+				}
+				break
+			}
+		}
+	}
+}
+
+// sse reads a stream, acks each event over HTTP, and resumes with
+// Last-Event-ID after a disconnect (the instance it reaches acks what the
+// token covers).
+func (c *consumer) sse(ctx context.Context, r *record, cl *cluster, home int) {
+	lastID := ""
+	var unsettled []*msg // received, not surely acked: a resume may ack them
+	for i := home; ctx.Err() == nil; i++ {
+		base := cl.insts[i%3].url
+		sctx, cancel := context.WithCancel(ctx)
+		req, _ := http.NewRequestWithContext(sctx, http.MethodGet,
+			fmt.Sprintf("%s/api/v1/sse/queue/%s?consumerGroup=%s&batch=10&maxInFlight=20", base, queueName, c.group), nil)
+		if lastID != "" {
+			// The instance it reaches acks everything up to the token
+			// (if the leases are still held): what was received and not
+			// surely acked may be done now.
+			req.Header.Set("Last-Event-ID", lastID)
+			for _, m := range unsettled {
+				r.settled(c.group, m, r.seq.Add(1), ackUnknown)
+			}
+			unsettled = nil
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		sc := bufio.NewScanner(res.Body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		var id, data string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				id = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				data = strings.TrimPrefix(line, "data: ")
+			case line == "" && data != "":
+				var m msg
+				if json.Unmarshal([]byte(data), &m) == nil {
+					if _, o := c.handle(ctx, r, base, &m); o != ackOK {
+						unsettled = append(unsettled, &m)
+					}
+					lastID = id
+				}
+				data = ""
+				if c.disconnect.CompareAndSwap(true, false) {
+					cancel() // mid-stream: the rest of what it holds comes again
+				}
+			}
+		}
+		_ = res.Body.Close()
+		cancel()
+		sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// ws consumes with the Go SDK (manual acks); a disconnect closes the
+// client in the middle of a delivery and dials again.
+func (c *consumer) ws(ctx context.Context, r *record, cl *cluster, home int) {
+	for i := home; ctx.Err() == nil; i++ {
+		base := cl.insts[i%3].url
+		wctx, cancel := context.WithCancel(ctx)
+		cli, err := client.Dial(wctx, base, client.Options{MaxBackoff: time.Second})
+		if err != nil {
+			cancel()
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		_ = cli.Subscribe(wctx, client.SubscribeOptions{Queue: queueName, ConsumerGroup: c.group, Batch: 10,
+			MaxInFlight: 20, ManualAck: true}, func(hctx context.Context, cm *client.Message) error {
+			m := msg{TransactionID: cm.TransactionID, PartitionID: cm.PartitionID, LeaseID: cm.LeaseID, ConsumerGroup: c.group,
+				Partition: cm.Partition, Offset: cm.Offset, CreatedAt: cm.CreatedAt, RetryCount: cm.RetryCount}
+			_ = json.Unmarshal(cm.Data, &m.Data)
+			r.delivered(&m)
+			if c.disconnect.CompareAndSwap(true, false) {
+				cancel() // this message and the rest of the delivery come again
+				return nil
+			}
+			seq := r.seq.Add(1)
+			err := cm.Ack(hctx)
+			switch {
+			case err == nil:
+				r.settled(c.group, &m, seq, ackOK)
+			case errors.Is(err, client.ErrLeaseLost):
+				r.settled(c.group, &m, seq, ackRefused)
+			default:
+				r.why("ws", err)
+				r.settled(c.group, &m, seq, ackUnknown)
+			}
+			return nil
+		})
+		_ = cli.Close()
+		cancel()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// ---- the run ----
+
+func TestChaos(t *testing.T) {
+	n := messages(t)
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	var dropped atomic.Int64
+	cl := newCluster(t, dsn, &dropped)
+	status, body := post(t, cl.insts[0].url+"/api/v1/configure", fmt.Sprintf(
+		`{"queue":%q,"options":{"leaseTime":%d,"retryLimit":%d,"deadLetterQueue":true}}`, queueName, leaseTime, retryLimit))
+	require.Equal(t, http.StatusOK, status, body)
+
+	r := newRecord()
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var consumers []*consumer
+	for gi, g := range groups {
+		for ti, transport := range []string{"ws", "sse", "longpoll"} {
+			c := &consumer{name: g + "-" + transport, group: g, failFifth: g == "g2" && transport == "longpoll"}
+			consumers = append(consumers, c)
+			home := gi + ti
+			switch transport {
+			case "ws":
+				wg.Go(func() { c.ws(runCtx, r, cl, home) })
+			case "sse":
+				wg.Go(func() { c.sse(runCtx, r, cl, home) })
+			default:
+				wg.Go(func() { c.longPoll(runCtx, r, cl, home) })
+			}
+		}
+	}
+
+	// Producers: unique transactionIds, 20 partitions, through every
+	// instance in turn; a batch that fails is pushed again (duplicates are
+	// recognised by transactionId).
+	start := time.Now()
+	var pushed atomic.Int64
+	var pwg sync.WaitGroup
+	const producers = 2
+	for p := range producers {
+		pwg.Go(func() {
+			for lo := p * 100; lo < n; lo += producers * 100 {
+				var items []map[string]any
+				for k := lo; k < min(lo+100, n); k++ {
+					items = append(items, map[string]any{"queue": queueName, "partition": fmt.Sprintf("p%02d", k%partitions),
+						"transactionId": fmt.Sprintf("m-%07d", k), "payload": map[string]int{"n": k}})
+				}
+				body, _ := json.Marshal(map[string]any{"items": items})
+				for try := 0; ; try++ {
+					status, _ := postBytes(cl.insts[(lo/100+try)%3].url+"/api/v1/push", body)
+					if status == http.StatusCreated {
+						pushed.Add(int64(len(items)))
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
+	}
+
+	// Faults, on the test's goroutine (pgtest.Restart may fail the test).
+	faults := time.NewTicker(1500 * time.Millisecond)
+	defer faults.Stop()
+	db := func() *pgx.Conn {
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		return conn
+	}
+	done := false
+	deadline := time.Now().Add(time.Duration(max(3, n/2000)) * time.Minute)
+	step := 0
+	var restarts, pgRestarts, disconnects int
+	for !done {
+		<-faults.C
+		step++
+		// Every minute (40 steps): kill -9 an instance, start it again,
+		// then restart PostgreSQL.
+		switch step % 40 {
+		case 3:
+			cl.kill(restarts % 3)
+			restarts++
+		case 5:
+			cl.start((restarts - 1) % 3)
+		case 8:
+			pgtest.Restart(t, func() { time.Sleep(time.Second) })
+			pgRestarts++
+		}
+		if step%2 == 0 {
+			c := consumers[rand.IntN(len(consumers))] // #nosec G404 -- fault injection
+			c.disconnect.Store(true)
+			disconnects++
+		}
+		if step%10 == 0 {
+			conn := db()
+			rows, err := conn.Query(ctx, `SELECT c.consumer_group, sum(p.last_offset - c.cursor - cardinality(c.done)),
+				count(*) FILTER (WHERE c.lease_expires_at > now()), count(*)
+				FROM consumers c JOIN partitions p ON p.id = c.partition_id GROUP BY 1 ORDER BY 1`)
+			require.NoError(t, err)
+			var progress []string
+			for rows.Next() {
+				var g string
+				var lag, leased, parts int64
+				require.NoError(t, rows.Scan(&g, &lag, &leased, &parts))
+				progress = append(progress, fmt.Sprintf("%s lag %d (%d of %d partitions leased)", g, lag, leased, parts))
+			}
+			_ = conn.Close(ctx)
+			r.mu.Lock()
+			deliveries := r.deliveries
+			r.mu.Unlock()
+			t.Logf("%v: pushed %d, %d deliveries; %s", time.Since(start).Round(time.Second), pushed.Load(), deliveries,
+				strings.Join(progress, "; "))
+		}
+		if pushed.Load() == int64(n) && step > 8 {
+			conn := db()
+			done = finished(t, conn, n)
+			_ = conn.Close(ctx)
+		}
+		require.True(t, time.Now().Before(deadline), "not finished in time: pushed %d of %d", pushed.Load(), n)
+	}
+	took := time.Since(start)
+	pwg.Wait()
+	stop()
+	wg.Wait()
+
+	// ---- the verdict ----
+	conn := db()
+	defer func() { _ = conn.Close(ctx) }()
+	dlq := map[string]map[string]int{} // group → txid → retry_count
+	for _, g := range groups {
+		dlq[g] = map[string]int{}
+	}
+	rows, err := conn.Query(ctx, `SELECT consumer_group, transaction_id, retry_count FROM dead_letters`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var g, tx string
+		var rc int
+		require.NoError(t, rows.Scan(&g, &tx, &rc))
+		dlq[g][tx] = rc
+	}
+	require.NoError(t, rows.Err())
+
+	// Offsets from the database (a long-poll's pop shape has none).
+	offsets := map[string]int64{}
+	rows, err = conn.Query(ctx, `SELECT m.transaction_id, m.seq FROM messages m JOIN partitions p ON p.id = m.partition_id
+		JOIN queues q ON q.id = p.queue_id WHERE q.name = $1`, queueName)
+	require.NoError(t, err)
+	for rows.Next() {
+		var tx string
+		var seq int64
+		require.NoError(t, rows.Scan(&tx, &seq))
+		offsets[tx] = seq
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, offsets, n, "every message stored once")
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, g := range groups {
+		twice, missing, dlqAndAcked, earlyDLQ := 0, 0, 0, 0
+		for k := range n {
+			tx := fmt.Sprintf("m-%07d", k)
+			acks := r.acked[g][tx]
+			_, inDLQ := dlq[g][tx]
+			switch {
+			case acks > 1:
+				twice++
+			case acks == 1 && inDLQ:
+				dlqAndAcked++
+			case acks == 0 && !inDLQ && !r.uncertain[g][tx]:
+				missing++
+				if missing <= 5 {
+					t.Logf("%s/%s: %v", g, tx, r.trail[g+"/"+tx])
+				}
+			}
+		}
+		for tx, rc := range dlq[g] {
+			if rc < retryLimit {
+				earlyDLQ++
+				t.Logf("%s: %s dead-lettered after %d retries", g, tx, rc)
+			}
+		}
+		assert.Zero(t, twice, "%s: messages acked twice", g)
+		assert.Zero(t, missing, "%s: messages neither acked nor dead-lettered", g)
+		assert.Zero(t, dlqAndAcked, "%s: messages acked and dead-lettered", g)
+		assert.Zero(t, earlyDLQ, "%s: dead-lettered before their retries", g)
+		misordered := 0
+		for p, evs := range r.order[g] {
+			slices.SortFunc(evs, func(a, b ackEvent) int { return int(a.seq - b.seq) })
+			for i := range evs {
+				evs[i].offset = offsets[evs[i].tx]
+			}
+			for i := 1; i < len(evs); i++ {
+				if evs[i].offset <= evs[i-1].offset {
+					misordered++
+					if misordered <= 5 {
+						t.Logf("%s/%s: offset %d (%s) acked after %d (%s)", g, p, evs[i].offset, evs[i].tx, evs[i-1].offset, evs[i-1].tx)
+					}
+				}
+			}
+		}
+		assert.Zero(t, misordered, "%s: acks out of push order within a partition", g)
+		if g == "g2" {
+			assert.Positive(t, len(r.failed[g]), "the failing consumer failed some")
+		}
+		t.Logf("%s: %d acked, %d dead-lettered, %d acks of unknown outcome (settled by the server)",
+			g, len(r.acked[g]), len(dlq[g]), len(r.uncertain[g]))
+	}
+	t.Logf("acks of unknown outcome, by cause: %v", r.unknownWhy)
+	var leased int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM consumers WHERE lease_expires_at > now()`).Scan(&leased))
+	assert.Zero(t, leased, "nothing left leased")
+	t.Logf("%d messages × %d groups in %v on %d CPUs: %d deliveries (%d redeliveries), worst push → delivery %v; "+
+		"faults: %d kill -9 + restart, %d PostgreSQL restart, %d consumer disconnects, %d syncnet datagrams dropped (30%%)",
+		n, len(groups), took.Round(time.Millisecond), runtime.NumCPU(), r.deliveries, r.deliveries-n*len(groups),
+		r.worst.Round(time.Millisecond), restarts, pgRestarts, disconnects, dropped.Load())
+}
+
+// finished reports whether every group has finished every partition: its
+// cursor (plus what it did out of order) reached the last offset.
+func finished(t *testing.T, conn *pgx.Conn, n int) bool {
+	var total int64
+	if err := conn.QueryRow(context.Background(), `SELECT coalesce(sum(p.last_offset), 0) FROM partitions p
+		JOIN queues q ON q.id = p.queue_id WHERE q.name = $1`, queueName).Scan(&total); err != nil || total != int64(n) {
+		return false
+	}
+	var lag, rows int64
+	if err := conn.QueryRow(context.Background(), `SELECT coalesce(sum(p.last_offset - c.cursor - cardinality(c.done)), 0), count(*)
+		FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues q ON q.id = p.queue_id
+		WHERE q.name = $1`, queueName).Scan(&lag, &rows); err != nil {
+		return false
+	}
+	return lag == 0 && rows >= int64(partitions*len(groups)) // (and the Default partition, which configure makes)
+}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer func() { _ = res.Body.Close() }()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func postBytes(url string, body []byte) (int, error) {
+	res, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	return res.StatusCode, nil
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -207,7 +208,9 @@ func (c *wsConn) reader(ctx context.Context) {
 		ok := true
 		onStack(func() {
 			var f wsFrame
-			if ok = kind == websocket.TextMessage && json.Unmarshal(data, &f) == nil; ok {
+			// A text frame must be UTF-8 (RFC 6455 §5.6); JSON decoding
+			// would silently replace bad bytes in names.
+			if ok = kind == websocket.TextMessage && utf8.Valid(data) && json.Unmarshal(data, &f) == nil; ok {
 				c.handle(ctx, &f)
 			}
 		})

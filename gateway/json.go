@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"time"
+	"unicode/utf8"
 )
 
 // errorBody is every error answer: {"error": "..."}.
@@ -64,6 +65,10 @@ func readObject(r *http.Request) (map[string]json.RawMessage, error) {
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, badRequestf("Empty request body")
+	}
+	if !utf8.Valid(body) {
+		// JSON decoding would silently turn bad bytes in names into U+FFFD.
+		return nil, badRequestf("Invalid JSON: request body must be UTF-8")
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil {

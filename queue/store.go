@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
@@ -195,6 +196,9 @@ func ValidateName(kind, name string) error {
 	}
 	if len(name) > MaxNameLength {
 		return inputErrorf("%s must be at most %d bytes", kind, MaxNameLength)
+	}
+	if !utf8.ValidString(name) {
+		return inputErrorf("%s must be UTF-8", kind)
 	}
 	for _, r := range name {
 		if r < 0x20 || r == 0x7f {

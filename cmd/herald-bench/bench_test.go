@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -17,7 +19,14 @@ import (
 	"github.com/heraldmq/herald/queue/queuetest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// The idle and connections scenarios run this binary as their
+	// connection holders, as herald-bench runs itself.
+	if len(os.Args) > 1 && os.Args[1] == holderCmd {
+		os.Exit(runHolder(os.Args[2:]))
+	}
+	pgtest.Main(m)
+}
 
 func TestPercentile(t *testing.T) {
 	var s []time.Duration
@@ -77,4 +86,60 @@ func TestLatencyAndThroughputRun(t *testing.T) {
 	assert.Positive(t, tp[0].PushedPerSec)
 	assert.Zero(t, tp[1].Backlog, "the consumer drained everything")
 	assert.Positive(t, tp[2].DeliveredPerS)
+
+	cfg.MatrixFor = 400 * time.Millisecond
+	m, err := runMatrix(context.Background(), srv, cfg, io.Discard)
+	require.NoError(t, err)
+	require.Len(t, m, 12, "batch 1/10/100 × 1/100 partitions × 1/5 groups")
+	for _, r := range m {
+		assert.Positive(t, r.PushedPerSec, "%+v", r)
+		assert.Positive(t, r.DeliveredPerS, "%+v", r)
+	}
+}
+
+// The HTML report is one self-contained page with the figures and charts.
+func TestHTMLReport(t *testing.T) {
+	rep := &report{Machine: "2 cores", Started: time.Now(), Settings: benchConfig{Rate: 100, Duration: time.Second, Wake: "notify"},
+		Latency:    []latencyResult{{Setup: "1 instance", Wake: "notify", Transport: "ws", P50: 1.5, P99: 3.25, Received: 10, Pushed: 10}},
+		Cluster:    []latencyResult{{Setup: "3 instances, syncnet + NOTIFY", Wake: "notify", Transport: "sse (on instance 3)", P50: 2, P99: 4}},
+		Throughput: []throughputResult{{Phase: "push", Batch: 10, Partitions: 1, PushedPerSec: 12345}},
+		Idle:       &idleResult{WS: 5, SSE: 5}}
+	page := string(rep.html())
+	for _, want := range []string{"<svg", "1 instance · notify · ws", "3.25", "sse (on instance 3)", "12345", "2 cores"} {
+		assert.Contains(t, page, want)
+	}
+	assert.NotContains(t, page, "http://", "nothing fetched to view it")
+	assert.NotContains(t, page, "https://", "nothing fetched to view it")
+}
+
+// The connection scenarios against a real server: holders open what they
+// are asked to, and the server counts them.
+func TestIdleAndConnections(t *testing.T) {
+	store := queuetest.NewStore(t)
+	reg := prometheus.NewRegistry()
+	p, err := poller.New(poller.Config{Store: store, Registerer: reg})
+	require.NoError(t, err)
+	t.Cleanup(p.Start())
+	gw, err := gateway.New(gateway.Config{Store: store, Poller: p, Registry: reg})
+	require.NoError(t, err)
+	ts := httptest.NewServer(gw.Handler())
+	t.Cleanup(func() {
+		gw.Drain()
+		ts.Close()
+		gw.Close()
+	})
+	srv := &server{url: ts.URL}
+	cfg := benchConfig{IdleWS: 40, IdleSSE: 40, IdleLP: 20, IdleFor: time.Second, Holders: 2, Connections: 80}
+	idle, err := runIdle(context.Background(), srv, cfg, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 40, idle.WS)
+	assert.Equal(t, 20, idle.LongPoll)
+	assert.Positive(t, idle.ConnectPerSec)
+	ramp, err := runConnections(context.Background(), srv, cfg, io.Discard)
+	require.NoError(t, err)
+	require.Len(t, ramp, 4)
+	assert.Equal(t, 80, ramp[3].Connections)
+	for _, r := range ramp {
+		assert.Positive(t, r.ConnectPerSec)
+	}
 }

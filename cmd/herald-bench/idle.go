@@ -28,6 +28,7 @@ const idleQueues = 100
 type idleResult struct {
 	WS             int     `json:"ws"`
 	SSE            int     `json:"sse"`
+	LongPoll       int     `json:"longpoll"`
 	ConnectPerSec  float64 `json:"connect_per_s"`
 	RSSBefore      int64   `json:"rss_before_bytes"`
 	RSSAfter       int64   `json:"rss_after_bytes"`   // 2 s after the last connect
@@ -57,73 +58,44 @@ func openFileLimit(pid int) int {
 }
 
 func runIdle(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) (*idleResult, error) {
-	res := &idleResult{WS: cfg.IdleWS, SSE: cfg.IdleSSE, ServerMeasured: srv.pid != 0}
-	if lim := openFileLimit(srv.pid); lim > 0 && res.WS+res.SSE > lim-300 {
+	res := &idleResult{WS: cfg.IdleWS, SSE: cfg.IdleSSE, LongPoll: cfg.IdleLP, ServerMeasured: srv.pid != 0}
+	if lim := openFileLimit(srv.pid); lim > 0 && res.WS+res.SSE+res.LongPoll > lim-300 {
 		// Keep room for the listener, the database pool and the process.
-		scale := float64(lim-300) / float64(res.WS+res.SSE)
+		scale := float64(lim-300) / float64(res.WS+res.SSE+res.LongPoll)
 		res.WS, res.SSE = int(float64(res.WS)*scale), int(float64(res.SSE)*scale)
-		res.FileLimitNote = fmt.Sprintf("the server's open-file limit (%d) caps the connections at %d WS + %d SSE", lim, res.WS, res.SSE)
+		res.LongPoll = int(float64(res.LongPoll) * scale)
+		res.FileLimitNote = fmt.Sprintf("the server's open-file limit (%d) caps the connections at %d WS + %d SSE + %d long-poll",
+			lim, res.WS, res.SSE, res.LongPoll)
 		progress(log, "idle: %s", res.FileLimitNote)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
 	}
 	time.Sleep(time.Second) // let the server settle after start-up
 	res.RSSBefore = srv.rss()
-	progress(log, "idle: opening %d WebSocket and %d SSE connections from %d processes", res.WS, res.SSE, cfg.Holders)
+	progress(log, "idle: opening %d WebSocket, %d SSE and %d long-poll connections from %d processes", res.WS, res.SSE,
+		res.LongPoll, cfg.Holders)
 	start := time.Now()
-	var holders []*exec.Cmd
-	var stdins []io.Closer
-	defer func() {
-		for _, in := range stdins {
-			_ = in.Close()
-		}
-		for _, h := range holders {
-			_ = h.Wait()
-		}
-	}()
-	readyc := make(chan error, cfg.Holders)
-	for i := range cfg.Holders {
-		ws := res.WS / cfg.Holders
-		sse := res.SSE / cfg.Holders
-		if i == 0 {
-			ws += res.WS % cfg.Holders
-			sse += res.SSE % cfg.Holders
-		}
-		cmd := exec.CommandContext(ctx, exe, holderCmd, "--url", srv.url, "--ws", strconv.Itoa(ws), "--sse", strconv.Itoa(sse)) // #nosec G204 -- our own binary
-		cmd.Stderr = log
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			return nil, err
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		holders, stdins = append(holders, cmd), append(stdins, in)
-		go func() {
-			line, err := bufio.NewReader(out).ReadString('\n')
-			if err == nil && strings.TrimSpace(line) != "ready" {
-				err = fmt.Errorf("holder: %s", line)
-			}
-			readyc <- err
-		}()
+	release, err := hold(ctx, srv, res.WS, res.SSE, res.LongPoll, cfg.Holders, log)
+	defer release()
+	if err != nil {
+		return nil, err
 	}
-	for range cfg.Holders {
-		if err := <-readyc; err != nil {
-			return nil, err
+	// Every connection waits as an intention: WebSocket subscriptions,
+	// SSE streams and long-polls.
+	want := float64(res.WS + res.SSE + res.LongPoll)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if n, _ := srv.metric("herald_intentions"); n >= want || time.Now().After(deadline) {
+			break
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	res.ConnectPerSec = float64(res.WS+res.SSE) / time.Since(start).Seconds()
+	res.ConnectPerSec = float64(res.WS+res.SSE+res.LongPoll) / time.Since(start).Seconds()
 	wsN, _ := srv.metric("herald_ws_connections")
 	sseN, _ := srv.metric("herald_sse_streams")
-	progress(log, "idle: server reports %.0f WebSocket and %.0f SSE connections (%.0f connects/s)", wsN, sseN, res.ConnectPerSec)
-	if int(wsN) != res.WS || int(sseN) != res.SSE {
-		return nil, fmt.Errorf("server holds %.0f WS and %.0f SSE connections, want %d and %d", wsN, sseN, res.WS, res.SSE)
+	waiting, _ := srv.metric("herald_intentions")
+	progress(log, "idle: server reports %.0f WebSocket and %.0f SSE connections, %.0f waiting (%.0f connects/s)", wsN, sseN,
+		waiting, res.ConnectPerSec)
+	if int(wsN) != res.WS || int(sseN) != res.SSE || waiting < want {
+		return nil, fmt.Errorf("server holds %.0f WS and %.0f SSE connections and %.0f waiting, want %d, %d and %.0f",
+			wsN, sseN, waiting, res.WS, res.SSE, want)
 	}
 	time.Sleep(2 * time.Second) // let the first sweep and GC pass
 	res.RSSAfter = srv.rss()
@@ -142,10 +114,64 @@ func runIdle(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) (
 	// Steady state: the garbage of the connects (request buffers, headers)
 	// has been collected and returned by then.
 	res.RSSSettled = srv.rss()
-	res.BytesPerConn = float64(res.RSSSettled-res.RSSBefore) / float64(res.WS+res.SSE)
+	res.BytesPerConn = float64(res.RSSSettled-res.RSSBefore) / float64(res.WS+res.SSE+res.LongPoll)
 	res.QueriesPerSec = (q1 - q0) / el.Seconds()
 	progress(log, "idle: %.0f bytes of RSS per connection, %.2f%% CPU, %.2f queries/s", res.BytesPerConn, res.CPUPercent, res.QueriesPerSec)
 	return res, nil
+}
+
+// hold opens ws + sse + lp idle connections from n child processes and
+// returns once they are open; release closes them.
+func hold(ctx context.Context, srv *server, ws, sse, lp, n int, log io.Writer) (release func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return func() {}, err
+	}
+	var holders []*exec.Cmd
+	var stdins []io.Closer
+	release = func() {
+		for _, in := range stdins {
+			_ = in.Close()
+		}
+		for _, h := range holders {
+			_ = h.Wait()
+		}
+	}
+	readyc := make(chan error, n)
+	for i := range n {
+		w, s, l := ws/n, sse/n, lp/n
+		if i == 0 {
+			w, s, l = w+ws%n, s+sse%n, l+lp%n
+		}
+		cmd := exec.CommandContext(ctx, exe, holderCmd, "--url", srv.url, "--ws", strconv.Itoa(w), "--sse", strconv.Itoa(s), // #nosec G204 -- our own binary
+			"--lp", strconv.Itoa(l))
+		cmd.Stderr = log
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return release, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return release, err
+		}
+		if err := cmd.Start(); err != nil {
+			return release, err
+		}
+		holders, stdins = append(holders, cmd), append(stdins, in)
+		go func() {
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err == nil && strings.TrimSpace(line) != "ready" {
+				err = fmt.Errorf("holder: %s", line)
+			}
+			readyc <- err
+		}()
+	}
+	for range n {
+		if err := <-readyc; err != nil {
+			return release, err
+		}
+	}
+	return release, nil
 }
 
 // runHolder opens idle connections, says "ready" on stdout and holds them
@@ -155,6 +181,7 @@ func runHolder(args []string) int {
 	url := fs.String("url", "", "")
 	nws := fs.Int("ws", 0, "")
 	nsse := fs.Int("sse", 0, "")
+	nlp := fs.Int("lp", 0, "")
 	if fs.Parse(args) != nil {
 		return 2
 	}
@@ -219,6 +246,22 @@ func runHolder(args []string) int {
 		})
 	}
 	wg.Wait()
+	// Long-polls: each waits up to 30 s and asks again at once.
+	for i := range *nlp {
+		q := fmt.Sprintf("bench-idle-%d", i%idleQueues)
+		go func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, *url+"/api/v1/pop/queue/"+q+"?wait=true&timeout=30000", nil)
+				res, err := hc.Do(req)
+				if err != nil {
+					time.Sleep(time.Second)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+			}
+		}()
+	}
 	select {
 	case err := <-fail:
 		fmt.Printf("error: %v (%d opened)\n", err, opened.Load())

@@ -29,6 +29,8 @@ type stamp struct {
 
 // latencyResult is one transport's push → receipt distribution.
 type latencyResult struct {
+	Setup      string  `json:"setup"` // "1 instance", "3 instances, syncnet on", …
+	Wake       string  `json:"wake"`
 	Transport  string  `json:"transport"`
 	Rate       int     `json:"rate"`
 	Pushed     int     `json:"pushed"`
@@ -90,10 +92,11 @@ func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer
 	var out []latencyResult
 	for _, tr := range []string{"ws", "sse", "longpoll"} {
 		progress(log, "latency: %s consumer, %d msgs/s for %v", tr, cfg.Rate, cfg.Duration)
-		res, err := latencyRun(ctx, srv, cfg, tr)
+		res, err := latencyRun(ctx, srv.url, srv, cfg, tr)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", tr, err)
 		}
+		res.Setup, res.Wake = "1 instance", cfg.Wake
 		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received)",
 			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed)
 		out = append(out, res)
@@ -103,7 +106,8 @@ func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer
 
 var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}, Timeout: time.Minute}
 
-func latencyRun(ctx context.Context, srv *server, cfg benchConfig, transport string) (latencyResult, error) {
+// latencyRun pushes to pushURL and consumes from srv over transport.
+func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfig, transport string) (latencyResult, error) {
 	q := fmt.Sprintf("bench-lat-%s-%d", transport, time.Now().UnixNano())
 	total := int(float64(cfg.Rate) * cfg.Duration.Seconds())
 	warm := 2 * cfg.Rate // the first two seconds warm connections, caches and plans
@@ -133,7 +137,7 @@ func latencyRun(ctx context.Context, srv *server, cfg benchConfig, transport str
 		return res, err
 	}
 	cpu0, t0 := srv.cpu(), time.Now()
-	pushed, err := pace(ctx, srv.url, q, cfg.Rate, total)
+	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total)
 	res.Pushed = pushed
 	res.ServerCPU = 100 * (srv.cpu() - cpu0).Seconds() / time.Since(t0).Seconds()
 	if err != nil {

@@ -3,7 +3,10 @@
 //
 //	herald-bench [flags] [scenario ...]
 //
-// Scenarios: latency, throughput, idle (default: all three). Without --url
+// Scenarios: latency, throughput, idle (default: these three),
+// connections (a ramp: connect rate and RSS per connection) and cluster
+// (three instances, cross-instance latency with syncnet on and off).
+// Without --url
 // it starts `herald serve` (the binary next to herald-bench, or --herald)
 // on a private PostgreSQL in a temporary directory, and measures that
 // process; with --url it measures a running server (give --pid for its
@@ -26,18 +29,21 @@ import (
 )
 
 type benchConfig struct {
-	URL      string
-	PID      int
-	Herald   string
-	Wake     string
-	Out      string
-	Rate     int
-	Duration time.Duration
-	IdleWS   int
-	IdleSSE  int
-	IdleFor  time.Duration
-	Holders  int
-	TputRate int
+	URL         string
+	PID         int
+	Herald      string
+	Wake        string
+	Out         string
+	Rate        int
+	Duration    time.Duration
+	IdleWS      int
+	IdleSSE     int
+	IdleLP      int
+	IdleFor     time.Duration
+	Holders     int
+	TputRate    int
+	MatrixFor   time.Duration
+	Connections int
 }
 
 func main() {
@@ -56,17 +62,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.URL, "url", "", "Herald to measure (http://host:port); empty starts one")
 	fs.IntVar(&cfg.PID, "pid", 0, "process id of the --url server, for its memory and CPU")
 	fs.StringVar(&cfg.Herald, "herald", "", "herald binary to start; empty looks next to herald-bench, then in PATH")
-	fs.StringVar(&cfg.Wake, "wake", "notify", "--wake of the server it starts")
-	fs.StringVar(&cfg.Out, "out", "herald-bench.json", "JSON results file; empty writes none")
+	fs.StringVar(&cfg.Wake, "wake", "notify", "--wake of the server it starts; a comma list (notify,logical,poll) measures latency once per mode, side by side")
+	fs.StringVar(&cfg.Out, "out", "herald-bench.json", "JSON results file (and an HTML report next to it, .html); empty writes none")
 	fs.IntVar(&cfg.Rate, "rate", 1000, "latency: messages per second pushed")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "latency and throughput: how long each run measures")
 	fs.IntVar(&cfg.IdleWS, "idle-ws", 10000, "idle: WebSocket connections")
 	fs.IntVar(&cfg.IdleSSE, "idle-sse", 10000, "idle: SSE connections")
+	fs.IntVar(&cfg.IdleLP, "idle-longpoll", 1000, "idle: long-poll connections (each asks again when its 30 s wait ends)")
 	fs.DurationVar(&cfg.IdleFor, "idle-for", 10*time.Second, "idle: how long CPU and queries are measured")
 	fs.IntVar(&cfg.TputRate, "tput-rate", 10000, "throughput: messages per second pushed while the consumer runs")
-	fs.IntVar(&cfg.Holders, "holders", 4, "idle: child processes that hold the connections")
+	fs.DurationVar(&cfg.MatrixFor, "matrix-for", 5*time.Second, "throughput: how long each of the 12 batch × partitions × groups runs lasts (0 skips them)")
+	fs.IntVar(&cfg.Holders, "holders", 4, "idle and connections: child processes that hold the connections")
+	fs.IntVar(&cfg.Connections, "connections", 20000, "connections: how many to ramp to, in four steps (half WebSocket, half SSE)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle]")
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -80,13 +89,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		scenarios = []string{"idle", "latency", "throughput"} // idle first: its memory baseline is the fresh server
 	}
 	for _, s := range scenarios {
-		if s != "latency" && s != "throughput" && s != "idle" {
+		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	wakes := strings.Split(cfg.Wake, ",")
+	if cfg.URL != "" && len(wakes) > 1 {
+		fmt.Fprintln(stderr, "herald-bench: a list of --wake modes needs servers it starts (no --url)")
+		return 2
+	}
+	cfg.Wake = wakes[0]
 
 	rep := &report{Machine: machine(), Started: time.Now().UTC(), Settings: cfg}
 	target := &server{url: cfg.URL, pid: cfg.PID}
@@ -105,10 +120,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch s {
 		case "latency":
 			rep.Latency, err = runLatency(ctx, target, cfg, stderr)
+			if err == nil && len(wakes) > 1 {
+				var more []latencyResult
+				more, err = runWakes(ctx, cfg, wakes[1:], stderr)
+				rep.Latency = append(rep.Latency, more...)
+			}
+		case "cluster":
+			if cfg.URL != "" {
+				err = errors.New("the cluster scenario starts its own instances (no --url)")
+				break
+			}
+			rep.Cluster, err = runCluster(ctx, cfg, stderr)
 		case "throughput":
 			rep.Throughput, err = runThroughput(ctx, target, cfg, stderr)
 		case "idle":
 			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
+		case "connections":
+			rep.Connections, err = runConnections(ctx, target, cfg, stderr)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "herald-bench: %s: %v\n", s, err)
@@ -122,7 +150,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "herald-bench:", err)
 			return 1
 		}
-		progress(stderr, "results written to %s", cfg.Out)
+		html := strings.TrimSuffix(cfg.Out, ".json") + ".html"
+		if err := os.WriteFile(html, rep.html(), 0o600); err != nil {
+			fmt.Fprintln(stderr, "herald-bench:", err)
+			return 1
+		}
+		progress(stderr, "results written to %s and %s", cfg.Out, html)
 	}
 	return 0
 }

@@ -9,41 +9,58 @@ import (
 
 // report is everything one run measured, as printed and as written to JSON.
 type report struct {
-	Machine    string             `json:"machine"`
-	Started    time.Time          `json:"started"`
-	Settings   benchConfig        `json:"settings"`
-	Idle       *idleResult        `json:"idle,omitempty"`
-	Latency    []latencyResult    `json:"latency,omitempty"`
-	Throughput []throughputResult `json:"throughput,omitempty"`
+	Machine     string              `json:"machine"`
+	Started     time.Time           `json:"started"`
+	Settings    benchConfig         `json:"settings"`
+	Idle        *idleResult         `json:"idle,omitempty"`
+	Latency     []latencyResult     `json:"latency,omitempty"`
+	Cluster     []latencyResult     `json:"cluster,omitempty"`
+	Throughput  []throughputResult  `json:"throughput,omitempty"`
+	Connections []connectionsResult `json:"connections,omitempty"`
 }
 
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nherald-bench — %s, wake %s\n", r.Machine, r.Settings.Wake)
-	if len(r.Latency) > 0 {
-		fmt.Fprintf(w, "\npush → receipt latency at %d msgs/s for %v (first two seconds are warm-up)\n", r.Settings.Rate, r.Settings.Duration)
+	for _, part := range []struct {
+		title string
+		rows  []latencyResult
+	}{{"push → receipt latency", r.Latency}, {"cross-instance latency (push through instance 1)", r.Cluster}} {
+		if len(part.rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s at %d msgs/s for %v (first two seconds are warm-up)\n", part.title, r.Settings.Rate, r.Settings.Duration)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "transport\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\treceived\tdups\therald CPU %\tacks\t")
-		for _, l := range r.Latency {
-			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d/%d\t%d\t%.0f\t%s\t\n",
-				l.Transport, l.P50, l.P90, l.P99, l.P999, l.Max, l.Received, l.Pushed, l.Duplicates, l.ServerCPU, l.Ack)
+		fmt.Fprintln(tw, "setup\twake\ttransport\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\treceived\tdups\therald CPU %\t")
+		for _, l := range part.rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d/%d\t%d\t%.0f\t\n",
+				l.Setup, l.Wake, l.Transport, l.P50, l.P90, l.P99, l.P999, l.Max, l.Received, l.Pushed, l.Duplicates, l.ServerCPU)
 		}
 		_ = tw.Flush()
 	}
 	if len(r.Throughput) > 0 {
 		fmt.Fprintln(w, "\nend-to-end throughput (push over HTTP, WebSocket delivery, batched acks)")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "phase\tbatch\tpartitions\tpushed/s\tdelivered/s\tacked/s\tbacklog\t")
+		fmt.Fprintln(tw, "phase\tbatch\tpartitions\tgroups\tpushed/s\tdelivered/s per group\tacked/s per group\tbacklog\t")
 		for _, t := range r.Throughput {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%d\t\n", t.Phase, t.Batch, t.Partitions,
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%d\t\n", t.Phase, t.Batch, t.Partitions, max(t.Groups, 1),
 				t.PushedPerSec, t.DeliveredPerS, t.AckedPerSec, t.Backlog)
+		}
+		_ = tw.Flush()
+	}
+	if len(r.Connections) > 0 {
+		fmt.Fprintln(w, "\nconnection ramp (half WebSocket, half SSE)")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "connections\tconnects/s\tRSS MiB\tKB/conn\t")
+		for _, c := range r.Connections {
+			fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.1f\t\n", c.Connections, c.ConnectPerSec, float64(c.RSS)/(1<<20), c.BytesPerConn/1024)
 		}
 		_ = tw.Flush()
 	}
 	if i := r.Idle; i != nil {
 		fmt.Fprintln(w, "\nidle connections")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "ws\tsse\tconnects/s\tRSS before MiB\tafter connect MiB\tsettled MiB\tKB/conn\tidle CPU %\tqueries/s\t")
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t\n", i.WS, i.SSE, i.ConnectPerSec,
+		fmt.Fprintln(tw, "ws\tsse\tlong-poll\tconnects/s\tRSS before MiB\tafter connect MiB\tsettled MiB\tKB/conn\tidle CPU %\tqueries/s\t")
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t\n", i.WS, i.SSE, i.LongPoll, i.ConnectPerSec,
 			float64(i.RSSBefore)/(1<<20), float64(i.RSSAfter)/(1<<20), float64(i.RSSSettled)/(1<<20),
 			i.BytesPerConn/1024, i.CPUPercent, i.QueriesPerSec)
 		fmt.Fprintln(w, "KB/conn = (settled RSS − RSS before) / connections; settled = at the end of the idle window")

@@ -45,6 +45,24 @@ func findHerald(flagValue string) (string, error) {
 // startServer runs `herald serve` on a free loopback port with a private
 // PostgreSQL in a temporary directory.
 func startServer(ctx context.Context, cfg benchConfig, log io.Writer) (*server, error) {
+	dir, err := os.MkdirTemp("", "herald-bench-")
+	if err != nil {
+		return nil, err
+	}
+	// The postgres user runs the private cluster when we are root.
+	_ = os.Chmod(dir, 0o777) // #nosec G302 -- a throwaway directory the postgres user must enter
+	s, err := startIn(ctx, cfg, log, dir, cfg.Wake)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	s.dir = dir
+	return s, nil
+}
+
+// startIn runs `herald serve` with the private PostgreSQL of dir: the first
+// instance on a dir starts it, later ones share it.
+func startIn(ctx context.Context, cfg benchConfig, log io.Writer, dir, wake string, extra ...string) (*server, error) {
 	bin, err := findHerald(cfg.Herald)
 	if err != nil {
 		return nil, err
@@ -55,22 +73,17 @@ func startServer(ctx context.Context, cfg benchConfig, log io.Writer) (*server, 
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	dir, err := os.MkdirTemp("", "herald-bench-")
-	if err != nil {
-		return nil, err
-	}
-	// The postgres user runs the private cluster when we are root.
-	_ = os.Chmod(dir, 0o777) // #nosec G302 -- a throwaway directory the postgres user must enter
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", dir, "--log-level", "warn", "--wake", cfg.Wake,
-		"--ws-max-connections", strconv.Itoa(cfg.IdleWS+100), "--sse-max-connections", strconv.Itoa(cfg.IdleSSE+100),
-		"--drain-window", "0s")
+	args := append([]string{"serve", "--addr", addr, "--data-dir", dir, "--log-level", "warn", "--wake", wake,
+		"--ws-max-connections", strconv.Itoa(cfg.IdleWS + 100), "--sse-max-connections", strconv.Itoa(cfg.IdleSSE + 100),
+		"--drain-window", "0s"}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	progress(log, "starting %s serve --addr %s --wake %s (private PostgreSQL in %s)", bin, addr, cfg.Wake, dir)
+	progress(log, "starting %s serve --addr %s --wake %s %s (private PostgreSQL in %s)", bin, addr, wake,
+		strings.Join(extra, " "), dir)
 	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	s := &server{url: "http://" + addr, pid: cmd.Process.Pid, cmd: cmd, dir: dir, done: make(chan error, 1)}
+	s := &server{url: "http://" + addr, pid: cmd.Process.Pid, cmd: cmd, done: make(chan error, 1)}
 	go func() { s.done <- cmd.Wait() }()
 	deadline := time.After(2 * time.Minute)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -78,7 +91,6 @@ func startServer(ctx context.Context, cfg benchConfig, log io.Writer) (*server, 
 	for {
 		select {
 		case err := <-s.done:
-			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("herald exited while starting: %v", err)
 		case <-deadline:
 			s.stop()
@@ -110,7 +122,9 @@ func (s *server) stop() {
 		err := <-s.done
 		_ = err
 	}
-	_ = os.RemoveAll(s.dir)
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
 }
 
 // rss is the server's resident memory in bytes (0 when unknown).

@@ -25,6 +25,7 @@ type throughputResult struct {
 	Phase         string  `json:"phase"` // push only, consume only, both at a fixed rate
 	Batch         int     `json:"batch"`
 	Partitions    int     `json:"partitions"`
+	Groups        int     `json:"groups"` // consumer groups, each one WebSocket consumer
 	Seconds       float64 `json:"seconds"`
 	PushedPerSec  float64 `json:"pushed_per_s"`
 	DeliveredPerS float64 `json:"delivered_per_s"`
@@ -114,12 +115,71 @@ func runThroughput(ctx context.Context, srv *server, cfg benchConfig, log io.Wri
 		AckedPerSec: (acked1 - acked0) / el, Backlog: pushed - d})
 	progress(log, "throughput: pushed %.0f/s, delivered %.0f/s, acked %.0f/s, backlog %d at the end",
 		float64(pushed)/el, float64(d)/el, (acked1-acked0)/el, pushed-d)
+	if cfg.MatrixFor > 0 {
+		m, err := runMatrix(ctx, srv, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m...)
+	}
+	return out, nil
+}
+
+// runMatrix pushes and consumes at once, both as fast as they go, at batch
+// 1, 10 and 100, over 1 and 100 partitions, with 1 and 5 consumer groups
+// (one WebSocket consumer each): the sustained rates.
+func runMatrix(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]throughputResult, error) {
+	var out []throughputResult
+	for _, groups := range []int{1, 5} {
+		for _, parts := range []int{1, 100} {
+			for _, batch := range []int{1, 10, 100} {
+				q := fmt.Sprintf("bench-matrix-%d-%d-%d-%d", batch, parts, groups, time.Now().UnixNano())
+				c, err := client.Dial(ctx, srv.url, client.Options{})
+				if err != nil {
+					return nil, err
+				}
+				var got atomic.Int64
+				cctx, cancel := context.WithCancel(ctx)
+				var wg sync.WaitGroup
+				for g := range groups {
+					wg.Go(func() {
+						_ = c.Subscribe(cctx, client.SubscribeOptions{Queue: q, ConsumerGroup: fmt.Sprintf("g%d", g),
+							Batch: max(batch, 10), MaxInFlight: 10 * max(batch, 10)},
+							func(context.Context, *client.Message) error { got.Add(1); return nil })
+					})
+				}
+				acked0, _ := srv.metric("herald_acks_total")
+				start := time.Now()
+				pushed, err := produceShaped(ctx, srv.url, q, 0, time.Now().Add(cfg.MatrixFor), batch, parts)
+				el := time.Since(start).Seconds()
+				d := got.Load()
+				acked1, _ := srv.metric("herald_acks_total")
+				cancel()
+				wg.Wait()
+				_ = c.Close()
+				if err != nil {
+					return nil, err
+				}
+				r := throughputResult{Phase: "both, unpaced", Batch: batch, Partitions: parts, Groups: groups, Seconds: el,
+					PushedPerSec: float64(pushed) / el, DeliveredPerS: float64(d) / float64(groups) / el,
+					AckedPerSec: (acked1 - acked0) / float64(groups) / el, Backlog: pushed - d/int64(groups)}
+				progress(log, "throughput matrix: batch %d, %d partitions, %d groups: pushed %.0f/s, delivered %.0f/s per group",
+					batch, parts, groups, r.PushedPerSec, r.DeliveredPerS)
+				out = append(out, r)
+			}
+		}
+	}
 	return out, nil
 }
 
 // produce pushes batches until the deadline, at rate messages per second
 // (0: as fast as the producers go), and returns how many were stored.
 func produce(ctx context.Context, url, q string, rate int, until time.Time) (int64, error) {
+	return produceShaped(ctx, url, q, rate, until, tputBatch, tputPartitions)
+}
+
+// produceShaped is produce with a batch size and a number of partitions.
+func produceShaped(ctx context.Context, url, q string, rate int, until time.Time, batch, partitions int) (int64, error) {
 	var pushed atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, tputProducers)
@@ -129,22 +189,22 @@ func produce(ctx context.Context, url, q string, rate int, until time.Time) (int
 			for n := 0; time.Now().Before(until) && ctx.Err() == nil; n++ {
 				if rate > 0 {
 					// Each producer sends every tputProducers-th batch of the schedule.
-					due := start.Add(time.Duration(float64(n*tputProducers+p) * float64(tputBatch) / float64(rate) * float64(time.Second)))
+					due := start.Add(time.Duration(float64(n*tputProducers+p) * float64(batch) / float64(rate) * float64(time.Second)))
 					if d := time.Until(due); d > 0 {
 						t := time.NewTimer(d)
 						<-t.C
 					}
 				}
-				items := make([]string, tputBatch)
+				items := make([]string, batch)
 				for i := range items {
 					items[i] = fmt.Sprintf(`{"queue":%q,"partition":"p%d","payload":{"p":%d,"n":%d,"i":%d}}`,
-						q, (p*7+n)%tputPartitions, p, n, i)
+						q, (p*7+n*batch+i)%partitions, p, n, i)
 				}
 				if err := post(ctx, url+"/api/v1/push", `{"items":[`+strings.Join(items, ",")+`]}`, 201); err != nil {
 					errc <- err
 					return
 				}
-				pushed.Add(tputBatch)
+				pushed.Add(int64(batch))
 			}
 		})
 	}

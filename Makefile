@@ -26,7 +26,7 @@ lint:
 # measures latency per transport, throughput and idle connections.
 bench: build
 	go build -o bin/herald-bench ./cmd/herald-bench
-	./bin/herald-bench --out bin/herald-bench.json
+	./bin/herald-bench --wake notify,logical,poll --out bin/herald-bench.json
 
 bench-go:
 	go test -run '^$$' -bench . -benchtime 3s ./queue

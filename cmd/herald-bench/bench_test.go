@@ -87,7 +87,7 @@ func TestLatencyAndThroughputRun(t *testing.T) {
 	assert.Zero(t, tp[1].Backlog, "the consumer drained everything")
 	assert.Positive(t, tp[2].DeliveredPerS)
 
-	cfg.MatrixFor = 400 * time.Millisecond
+	cfg.MatrixFor = time.Second
 	m, err := runMatrix(context.Background(), srv, cfg, io.Discard)
 	require.NoError(t, err)
 	require.Len(t, m, 12, "batch 1/10/100 × 1/100 partitions × 1/5 groups")

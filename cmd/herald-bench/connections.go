@@ -20,6 +20,10 @@ type connectionsResult struct {
 // ones: the connect rate of each step, and the RSS per connection as it
 // grows.
 func runConnections(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]connectionsResult, error) {
+	if lim := openFileLimit(srv.pid); lim > 0 && cfg.Connections > lim-300 {
+		progress(log, "connections: the server's open-file limit (%d) caps the ramp at %d", lim, lim-300)
+		cfg.Connections = lim - 300
+	}
 	time.Sleep(time.Second)
 	before := srv.rss()
 	var out []connectionsResult

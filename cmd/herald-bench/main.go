@@ -3,9 +3,9 @@
 //
 //	herald-bench [flags] [scenario ...]
 //
-// Scenarios: latency, throughput, idle (default: these three),
-// connections (a ramp: connect rate and RSS per connection) and cluster
-// (three instances, cross-instance latency with syncnet on and off).
+// Scenarios (default: all): latency, throughput, idle, connections (a
+// ramp: connect rate and RSS per connection) and cluster (three instances,
+// cross-instance latency with syncnet on and off).
 // Without --url
 // it starts `herald serve` (the binary next to herald-bench, or --herald)
 // on a private PostgreSQL in a temporary directory, and measures that
@@ -86,7 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	scenarios := fs.Args()
 	if len(scenarios) == 0 {
-		scenarios = []string{"idle", "latency", "throughput"} // idle first: its memory baseline is the fresh server
+		// idle first: its memory baseline is the fresh server.
+		scenarios = []string{"idle", "connections", "latency", "throughput", "cluster"}
 	}
 	for _, s := range scenarios {
 		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" {
@@ -136,7 +137,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case "idle":
 			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
 		case "connections":
-			rep.Connections, err = runConnections(ctx, target, cfg, stderr)
+			// A fresh server: one that held connections before keeps
+			// their memory, which would hide what the ramp costs.
+			ramp := target
+			if cfg.URL == "" {
+				if ramp, err = startServer(ctx, cfg, stderr); err != nil {
+					break
+				}
+			}
+			rep.Connections, err = runConnections(ctx, ramp, cfg, stderr)
+			if ramp != target {
+				ramp.stop()
+			}
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "herald-bench: %s: %v\n", s, err)

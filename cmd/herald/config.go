@@ -14,6 +14,7 @@ import (
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
 )
 
 // config is everything `herald serve` and `herald migrate` read from flags
@@ -47,6 +48,8 @@ type config struct {
 	SSEHeartbeat      time.Duration
 	SSEResumeGrace    time.Duration
 	DrainWindow       time.Duration
+
+	RetentionInterval time.Duration
 
 	SyncPeers  []string
 	SyncBind   string
@@ -126,6 +129,8 @@ var options = []option{
 		func(c *config, v string) error { c.SyncSecret = v; return nil }},
 	{"server-id", "HERALD_SERVER_ID", "", "this instance's name on syncnet; empty means hostname:port of --sync-bind",
 		func(c *config, v string) error { c.ServerID = v; return nil }},
+	{"retention-interval", "HERALD_RETENTION_INTERVAL", queue.RetentionIntervalDefault.String(), "how often retention runs (one instance at a time, by an advisory lock): deletes messages past a queue's retentionSeconds, and those every group acknowledged past its completedRetentionSeconds",
+		func(c *config, v string) (err error) { c.RetentionInterval, err = time.ParseDuration(v); return err }},
 	{"drain-window", "HERALD_DRAIN_WINDOW", "5s", "on shutdown, WebSocket and SSE connections are closed at random points of this window, so clients do not reconnect in one storm",
 		func(c *config, v string) (err error) { c.DrainWindow, err = time.ParseDuration(v); return err }},
 }
@@ -167,6 +172,8 @@ func (c *config) validate() error {
 		return errors.New("--db-max-conns must not be negative")
 	case c.PGPort < 0 || c.PGPort > 65535:
 		return errors.New("--pg-port must be a TCP port")
+	case c.RetentionInterval <= 0:
+		return errors.New("--retention-interval must be positive")
 	case c.ShutdownTimeout <= 0:
 		return errors.New("--shutdown-timeout must be positive")
 	case c.Wake != WakeNotify && c.Wake != WakeLogical && c.Wake != WakePoll:

@@ -241,8 +241,11 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	}
 	// The cached queue configs are read again every minute: a change whose
 	// broadcast was lost heals.
+	retained := shared.RetentionReporter(reg)
 	runners := []func(context.Context) error{func(ctx context.Context) error {
 		return store.RunConfigRefresh(ctx, queue.ConfigRefreshDefault)
+	}, func(ctx context.Context) error {
+		return store.RunRetentionLoop(ctx, cfg.RetentionInterval, retained)
 	}}
 	if cfg.Wake == WakeNotify {
 		// Our pushes wake this instance directly; the NOTIFY is for the others.

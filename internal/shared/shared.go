@@ -144,3 +144,16 @@ func RegisterMetrics(reg prometheus.Registerer, configs *syncnet.Snapshot[queue.
 		)
 	}
 }
+
+// RetentionReporter registers herald_retention_deleted_total{queue,reason}
+// and returns what the retention loop reports each run to.
+func RetentionReporter(reg prometheus.Registerer) func([]queue.RetentionDeleted) {
+	deleted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_retention_deleted_total",
+		Help: "Messages deleted by retention, by queue and reason (retention, completed_retention)."}, []string{"queue", "reason"})
+	reg.MustRegister(deleted)
+	return func(ds []queue.RetentionDeleted) {
+		for _, d := range ds {
+			deleted.WithLabelValues(d.Queue, d.Reason).Add(float64(d.N))
+		}
+	}
+}

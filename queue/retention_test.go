@@ -1,0 +1,144 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+func pushN(t *testing.T, s *queue.Store, q string, n int) {
+	t.Helper()
+	var items []queue.PushItem
+	for i := range n {
+		items = append(items, queue.PushItem{Queue: q, Payload: json.RawMessage(fmt.Sprint(i))})
+	}
+	_, err := s.Push(context.Background(), items)
+	require.NoError(t, err)
+}
+
+// age moves messages of q with offsets in [from, to] back in time (instead
+// of sleeping).
+func age(t *testing.T, s *queue.Store, q string, from, to int, secs int) {
+	t.Helper()
+	_, err := s.Pool().Exec(context.Background(), `UPDATE messages m SET created_at = m.created_at - make_interval(secs => $4)
+		FROM partitions p JOIN queues q ON q.id = p.queue_id
+		WHERE p.id = m.partition_id AND q.name = $1 AND m.seq BETWEEN $2 AND $3`, q, from, to, secs)
+	require.NoError(t, err)
+}
+
+func deletedBy(d []queue.RetentionDeleted, q, reason string) int64 {
+	for _, x := range d {
+		if x.Queue == q && x.Reason == reason {
+			return x.N
+		}
+	}
+	return 0
+}
+
+// retentionSeconds deletes what is older, consumed or not; a group that had
+// not reached it moves on, so nothing waits for what is gone; a leased
+// message stays until its lease ends.
+func TestRetention_Age(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "ra",
+		Options: json.RawMessage(`{"retentionEnabled":true,"retentionSeconds":60}`)})
+	require.NoError(t, err)
+	pushN(t, s, "ra", 6)
+	// Group "lease" holds offset 1 under a live lease.
+	res, err := s.Pop(ctx, queue.PopRequest{Queue: "ra", Group: "lease", Batch: 1})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	age(t, s, "ra", 1, 4, 120)
+
+	deleted, ran, err := s.RunRetention(ctx, 2) // batches of 2: the loop goes on until a short one
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.EqualValues(t, 3, deletedBy(deleted, "ra", queue.RetentionAge), "offsets 2–4; 1 is leased, 5–6 are young")
+
+	// Queue mode never read it: it gets what is left, from offset 5.
+	res, err = s.Pop(ctx, queue.PopRequest{Queue: "ra", Batch: 10, AutoAck: true})
+	require.NoError(t, err)
+	var got []int64
+	for _, m := range res.Messages {
+		got = append(got, m.Offset)
+	}
+	assert.Equal(t, []int64{1, 5, 6}, got, "the leased message is kept (another group holds it), 2–4 are gone")
+}
+
+// completedRetentionSeconds deletes what every group acknowledged; a
+// message acked by one group but not the other is kept.
+func TestRetention_Completed(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "rc", Options: json.RawMessage(`{"completedRetentionSeconds":60}`)})
+	require.NoError(t, err)
+	pushN(t, s, "rc", 4)
+	for _, g := range []struct {
+		name  string
+		batch int
+	}{{"g1", 4}, {"g2", 2}} {
+		res, err := s.Pop(ctx, queue.PopRequest{Queue: "rc", Group: g.name, Batch: g.batch, AutoAck: true})
+		require.NoError(t, err)
+		require.Len(t, res.Messages, g.batch)
+	}
+	age(t, s, "rc", 1, 4, 120)
+	deleted, ran, err := s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.EqualValues(t, 2, deletedBy(deleted, "rc", queue.RetentionCompleted), "only 1–2: g2 has not done 3–4")
+
+	res, err := s.Pop(ctx, queue.PopRequest{Queue: "rc", Group: "g2", Batch: 10, AutoAck: true})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 2, "g2 still gets 3 and 4")
+	assert.EqualValues(t, 3, res.Messages[0].Offset)
+
+	// Now g2 has done 3–4 too (and both have done the young 5): 3–4 go,
+	// 5 stays until it is old.
+	pushN(t, s, "rc", 1)
+	for _, g := range []string{"g1", "g2"} {
+		_, err = s.Pop(ctx, queue.PopRequest{Queue: "rc", Group: g, Batch: 10, AutoAck: true})
+		require.NoError(t, err)
+	}
+	deleted, _, err = s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, deletedBy(deleted, "rc", queue.RetentionCompleted))
+	var left []int64
+	rows, err := s.Pool().Query(ctx, `SELECT m.seq FROM messages m JOIN partitions p ON p.id = m.partition_id
+		JOIN queues q ON q.id = p.queue_id WHERE q.name = 'rc' ORDER BY 1`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var seq int64
+		require.NoError(t, rows.Scan(&seq))
+		left = append(left, seq)
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []int64{5}, left)
+}
+
+// Two instances never run retention at once: while one holds the lock,
+// the other's run is skipped.
+func TestRetention_OneAtATime(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	conn, err := s.Pool().Acquire(ctx)
+	require.NoError(t, err)
+	var got bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('herald_retention:' || current_schema()))`).Scan(&got))
+	require.True(t, got)
+	_, ran, err := s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	assert.False(t, ran, "another instance holds the lock")
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('herald_retention:' || current_schema()))`)
+	require.NoError(t, err)
+	conn.Release()
+	_, ran, err = s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	assert.True(t, ran)
+}

@@ -386,3 +386,20 @@ func TestPush_WarmIssuesNoLookup(t *testing.T) {
 	assert.Equal(t, before["push_lock"]+10, count("push_lock"))
 	assert.Equal(t, before["push_insert"]+10, count("push_insert"))
 }
+
+// A push beyond a queue's maxSize is refused per item with its own status
+// and reason, not a 5xx; the rest of the push is stored.
+func TestPush_MaxSizeRefusesPerItem(t *testing.T) {
+	e := newEnv(t)
+	r := e.post("/api/v1/configure", `{"queue":"small","options":{"maxSize":1}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	r = e.post("/api/v1/push", `{"items":[{"queue":"small","payload":1},{"queue":"small","payload":2}]}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+	var out []map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &out))
+	require.Len(t, out, 2)
+	assert.Equal(t, "queued", out[0]["status"])
+	assert.Equal(t, "rejected", out[1]["status"])
+	assert.Contains(t, out[1]["error"], "maxSize of 1")
+	assert.Equal(t, "small", out[1]["queueName"])
+}

@@ -30,7 +30,20 @@ type pushDuplicate struct {
 	TransactionID string `json:"transaction_id"`
 }
 
+// pushRejected is an item refused because its queue is full (maxSize).
+type pushRejected struct {
+	Error         string `json:"error"`
+	Index         int    `json:"index"`
+	QueueName     string `json:"queueName"`
+	Status        string `json:"status"`
+	TransactionID string `json:"transaction_id"`
+}
+
 func pushResultJSON(r queue.PushResult) any {
+	if r.Status == queue.StatusRejected {
+		return pushRejected{Error: r.Error, Index: r.Index, QueueName: r.Queue, Status: string(r.Status),
+			TransactionID: r.TransactionID}
+	}
 	if r.Status == queue.StatusDuplicate {
 		return pushDuplicate{Index: r.Index, MessageID: r.MessageID, QueueName: r.Queue,
 			Status: string(r.Status), TransactionID: r.TransactionID}
@@ -92,6 +105,9 @@ func (s *Server) afterPush(results []queue.PushResult) {
 		if res.Status == queue.StatusDuplicate {
 			s.metrics.duplicates.WithLabelValues(res.Queue).Inc()
 			continue
+		}
+		if res.Status == queue.StatusRejected {
+			continue // nothing stored
 		}
 		s.metrics.pushed.WithLabelValues(res.Queue).Inc()
 		k := qp{res.Queue, res.Partition}

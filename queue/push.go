@@ -29,6 +29,9 @@ type PushStatus string
 const (
 	StatusQueued    PushStatus = "queued"
 	StatusDuplicate PushStatus = "duplicate"
+	// StatusRejected: the queue holds maxSize messages already; nothing was
+	// stored (PushResult.Error says why).
+	StatusRejected PushStatus = "rejected"
 )
 
 // PushResult reports one item, in item order.
@@ -41,6 +44,7 @@ type PushResult struct {
 	TraceID       string
 	Queue         string
 	Partition     string
+	Error         string // why a rejected item was refused
 }
 
 // Push enqueues items in one database transaction. Offsets are assigned under
@@ -163,6 +167,10 @@ func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, erro
 	if err != nil {
 		return nil, err
 	}
+	room, err := s.queueRoom(ctx, items, keys, refs)
+	if err != nil {
+		return nil, err
+	}
 	plan := &pushPlan{results: make([]PushResult, len(items)), dupOf: map[int]int{}}
 	firstByTx := map[[2]string]int{}
 	partSet := map[string]bool{}
@@ -179,6 +187,15 @@ func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, erro
 		if j, ok := firstByTx[k]; ok {
 			plan.dupOf[i] = j
 			continue
+		}
+		if left, limited := room[it.Queue]; limited {
+			if left.n <= 0 {
+				r.Status, r.MessageID = StatusRejected, ""
+				r.Error = fmt.Sprintf("queue %s is full: it holds its maxSize of %d messages", it.Queue, left.max)
+				continue
+			}
+			left.n--
+			room[it.Queue] = left
 		}
 		firstByTx[k] = i
 		partSet[ref.partitionID] = true
@@ -199,6 +216,43 @@ func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, erro
 	}
 	sort.Strings(plan.partIDs)
 	return plan, nil
+}
+
+// room is how many more messages a queue with a maxSize may take.
+type room struct{ n, max int }
+
+// queueRoom reads, for each queue of the push whose settings have a
+// maxSize, how many messages it may still take: one bounded count per such
+// queue (it stops at maxSize). Queues without a limit are absent. The count
+// is taken before the insert: pushes racing to the last free places may
+// overshoot by what they carry together.
+func (s *Store) queueRoom(ctx context.Context, items []PushItem, keys []partKey, refs map[partKey]partRef) (map[string]room, error) {
+	out := map[string]room{}
+	seen := map[string]bool{}
+	for i, it := range items {
+		if seen[it.Queue] {
+			continue
+		}
+		seen[it.Queue] = true
+		info, ok := s.CachedConfig(it.Queue)
+		if !ok {
+			var err error
+			if info, ok, err = s.QueueConfig(ctx, it.Queue); err != nil {
+				return nil, err
+			}
+		}
+		if !ok || info.Options.MaxSize <= 0 {
+			continue
+		}
+		var n int
+		if err := s.pool.QueryRow(ctx, `-- herald:queue_size
+			SELECT count(*) FROM (SELECT 1 FROM messages m JOIN partitions p ON p.id = m.partition_id
+			WHERE p.queue_id = $1::uuid LIMIT $2) x`, refs[keys[i]].queueID, info.Options.MaxSize).Scan(&n); err != nil {
+			return nil, fmt.Errorf("counting queue %s: %w", it.Queue, err)
+		}
+		out[it.Queue] = room{n: info.Options.MaxSize - n, max: info.Options.MaxSize}
+	}
+	return out, nil
 }
 
 func optString(s string) *string {
@@ -293,6 +347,10 @@ func (p *pushPlan) read(br pgx.BatchResults) error {
 	}
 	for i, j := range p.dupOf {
 		r := &p.results[i]
+		if first := p.results[j]; first.Status == StatusRejected {
+			r.Status, r.MessageID, r.Error = StatusRejected, "", first.Error
+			continue
+		}
 		r.Status = StatusDuplicate
 		r.MessageID = p.results[j].MessageID
 	}

@@ -142,3 +142,38 @@ func TestRetention_OneAtATime(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, ran)
 }
+
+// maxSize: a push beyond the queue's limit is refused per item; what fits
+// is stored; retention making room lets pushes in again.
+func TestMaxSize(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "full",
+		Options: json.RawMessage(`{"maxSize":3,"retentionEnabled":true,"retentionSeconds":60}`)})
+	require.NoError(t, err)
+	var items []queue.PushItem
+	for i := range 5 {
+		items = append(items, queue.PushItem{Queue: "full", Partition: fmt.Sprintf("p%d", i%2), Payload: json.RawMessage(fmt.Sprint(i))})
+	}
+	res, err := s.Push(ctx, items)
+	require.NoError(t, err)
+	var statuses []queue.PushStatus
+	for _, r := range res {
+		statuses = append(statuses, r.Status)
+	}
+	assert.Equal(t, []queue.PushStatus{queue.StatusQueued, queue.StatusQueued, queue.StatusQueued,
+		queue.StatusRejected, queue.StatusRejected}, statuses)
+	assert.Contains(t, res[4].Error, "maxSize of 3")
+	assert.Empty(t, res[4].MessageID)
+
+	res, err = s.Push(ctx, []queue.PushItem{{Queue: "full", Payload: json.RawMessage(`9`)}})
+	require.NoError(t, err)
+	assert.Equal(t, queue.StatusRejected, res[0].Status, "still full")
+
+	age(t, s, "full", 1, 10, 120)
+	_, _, err = s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	res, err = s.Push(ctx, []queue.PushItem{{Queue: "full", Payload: json.RawMessage(`10`)}})
+	require.NoError(t, err)
+	assert.Equal(t, queue.StatusQueued, res[0].Status, "retention made room")
+}

@@ -20,6 +20,9 @@ import (
 //   - a tracer counting every statement by operation (Store.QueryStats).
 //   - search_path=herald, unless the DSN sets one: Herald's tables (and the
 //     herald.push SQL function) live in their own schema.
+//   - statement_timeout=30s and idle_in_transaction_session_timeout=60s,
+//     unless the DSN sets them: no statement or forgotten transaction of
+//     Herald's holds locks, or the xmin horizon, for long.
 func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -35,6 +38,12 @@ func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	}
 	if _, ok := rp["application_name"]; !ok {
 		rp["application_name"] = "herald"
+	}
+	if _, ok := rp["statement_timeout"]; !ok {
+		rp["statement_timeout"] = "30s"
+	}
+	if _, ok := rp["idle_in_transaction_session_timeout"]; !ok {
+		rp["idle_in_transaction_session_timeout"] = "60s"
 	}
 	return cfg, nil
 }

@@ -123,6 +123,10 @@ func buildVersion() string {
 	return "dev"
 }
 
+// hygieneInterval is how often the storage gauges are sampled (three
+// catalog queries).
+const hygieneInterval = 30 * time.Second
+
 // notifiers tells several wake-up channels about a push.
 type notifiers []interface{ Notify(queue, partition string) }
 
@@ -242,10 +246,15 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	// The cached queue configs are read again every minute: a change whose
 	// broadcast was lost heals.
 	retained := shared.RetentionReporter(reg)
+	// Table sizes, dead rows and the xmin horizon, for /metrics and a
+	// warning when a transaction holds the horizon over 5 minutes.
+	hygiene := shared.HygieneReporter(reg)
 	runners := []func(context.Context) error{func(ctx context.Context) error {
 		return store.RunConfigRefresh(ctx, queue.ConfigRefreshDefault)
 	}, func(ctx context.Context) error {
 		return store.RunRetentionLoop(ctx, cfg.RetentionInterval, retained)
+	}, func(ctx context.Context) error {
+		return store.RunHygieneLoop(ctx, hygieneInterval, hygiene)
 	}}
 	if cfg.Wake == WakeNotify {
 		// Our pushes wake this instance directly; the NOTIFY is for the others.

@@ -157,3 +157,30 @@ func RetentionReporter(reg prometheus.Registerer) func([]queue.RetentionDeleted)
 		}
 	}
 }
+
+// HygieneReporter registers the storage gauges (herald_table_bytes,
+// herald_table_dead_rows, herald_table_live_rows by table;
+// herald_xmin_age and herald_xmin_held_seconds) and returns what the
+// hygiene loop reports each sample to.
+func HygieneReporter(reg prometheus.Registerer) func(*queue.Hygiene) {
+	bytes := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_table_bytes",
+		Help: "Size of Herald's tables with indexes and TOAST."}, []string{"table"})
+	dead := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_table_dead_rows",
+		Help: "Dead rows waiting for vacuum, by table."}, []string{"table"})
+	live := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_table_live_rows",
+		Help: "Live rows, by table (PostgreSQL's estimate)."}, []string{"table"})
+	xminAge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_xmin_age",
+		Help: "Age in transactions of the oldest snapshot a session or replication slot holds."})
+	xminHeld := prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_xmin_held_seconds",
+		Help: "How long the oldest transaction holding a snapshot has been open."})
+	reg.MustRegister(bytes, dead, live, xminAge, xminHeld)
+	return func(h *queue.Hygiene) {
+		for name, t := range h.Tables {
+			bytes.WithLabelValues(name).Set(float64(t.Bytes))
+			dead.WithLabelValues(name).Set(float64(t.Dead))
+			live.WithLabelValues(name).Set(float64(t.Live))
+		}
+		xminAge.Set(float64(h.OldestXminAge))
+		xminHeld.Set(h.OldestXminHeld.Seconds())
+	}
+}

@@ -1,0 +1,108 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Hygiene is a sample of the database's housekeeping state.
+type Hygiene struct {
+	Tables map[string]TableStats // Herald's tables, by name
+	// OldestXminAge is the age (in transactions) of the oldest snapshot a
+	// session or replication slot holds; vacuum cannot remove rows newer
+	// than it. OldestXminHeld is how long the transaction holding the
+	// oldest session snapshot has been open (zero for none).
+	OldestXminAge  int64
+	OldestXminHeld time.Duration
+	OldestXminBy   string // application_name and pid of that session
+}
+
+// TableStats are one table's size and dead rows.
+type TableStats struct {
+	Bytes    int64 // with indexes and TOAST
+	Live     int64
+	Dead     int64
+	Vacuumed time.Time // last (auto)vacuum, zero if never
+}
+
+// SampleHygiene reads table sizes, dead rows and the oldest xmin horizon
+// (three cheap catalog queries).
+func (s *Store) SampleHygiene(ctx context.Context) (*Hygiene, error) {
+	h := &Hygiene{Tables: map[string]TableStats{}}
+	rows, err := s.pool.Query(ctx, `-- herald:hygiene_tables
+		SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup,
+		       coalesce(greatest(last_vacuum, last_autovacuum), 'epoch'::timestamptz)
+		FROM pg_stat_user_tables
+		WHERE schemaname = current_schema()
+		  AND relname IN ('queues', 'partitions', 'messages', 'consumers', 'consumer_groups', 'dead_letters')`)
+	if err != nil {
+		return nil, fmt.Errorf("reading table stats: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		var t TableStats
+		var vac time.Time
+		if err := rows.Scan(&name, &t.Bytes, &t.Live, &t.Dead, &vac); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reading table stats: %w", err)
+		}
+		if vac.Unix() > 0 {
+			t.Vacuumed = vac // greatest() skips NULLs; 'epoch' stands for never
+		}
+		h.Tables[name] = t
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading table stats: %w", err)
+	}
+	var held float64
+	if err := s.pool.QueryRow(ctx, `-- herald:hygiene_xmin
+		SELECT coalesce(max(age(backend_xmin)), 0),
+		       coalesce(extract(epoch FROM max(now() - xact_start)), 0)::float8,
+		       coalesce((SELECT application_name || ' (pid ' || pid || ')' FROM pg_stat_activity
+		                 WHERE backend_xmin IS NOT NULL ORDER BY age(backend_xmin) DESC LIMIT 1), '')
+		FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()`).Scan(
+		&h.OldestXminAge, &held, &h.OldestXminBy); err != nil {
+		return nil, fmt.Errorf("reading the xmin horizon: %w", err)
+	}
+	h.OldestXminHeld = time.Duration(held * float64(time.Second))
+	var slotAge int64
+	if err := s.pool.QueryRow(ctx, `-- herald:hygiene_slots
+		SELECT coalesce(max(greatest(age(xmin), age(catalog_xmin))), 0) FROM pg_replication_slots`).Scan(&slotAge); err != nil {
+		return nil, fmt.Errorf("reading replication slots: %w", err)
+	}
+	h.OldestXminAge = max(h.OldestXminAge, slotAge)
+	return h, nil
+}
+
+// XminWarnAfter: a snapshot held longer than this is logged as a warning.
+const XminWarnAfter = 5 * time.Minute
+
+// RunHygieneLoop samples every interval until ctx ends, hands each sample
+// to report, and warns when a session holds the xmin horizon too long.
+func (s *Store) RunHygieneLoop(ctx context.Context, interval time.Duration, report func(*Hygiene)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		h, err := s.SampleHygiene(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("sampling storage hygiene")
+			}
+			continue
+		}
+		if h.OldestXminHeld > XminWarnAfter {
+			s.log.Warn().Dur("held", h.OldestXminHeld).Int64("xmin_age", h.OldestXminAge).Str("by", h.OldestXminBy).
+				Msg("a transaction has held the xmin horizon for over 5 minutes: vacuum cannot clean up behind it")
+		}
+		if report != nil {
+			report(h)
+		}
+	}
+}

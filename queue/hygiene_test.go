@@ -1,0 +1,53 @@
+package queue_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Herald's connections carry timeouts; the hot tables are tuned for
+// autovacuum; the hygiene sample sees sizes, dead rows and a transaction
+// holding the xmin horizon.
+func TestHygiene(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	var st, idle string
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT current_setting('statement_timeout'),
+		current_setting('idle_in_transaction_session_timeout')`).Scan(&st, &idle))
+	assert.Equal(t, "30s", st)
+	assert.Equal(t, "1min", idle)
+	var opts []string
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT reloptions FROM pg_class WHERE oid = 'consumers'::regclass`).Scan(&opts))
+	assert.Contains(t, opts, "fillfactor=70")
+
+	pushN(t, s, "hy", 50)
+	_, err := s.Pool().Exec(ctx, `DELETE FROM messages WHERE seq <= 20`)
+	require.NoError(t, err)
+	_, err = s.Pool().Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+	require.NoError(t, err)
+
+	// Another session keeps a snapshot open.
+	tx, err := s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM messages`)
+	require.NoError(t, err)
+
+	var h interface{}
+	require.Eventually(t, func() bool {
+		sample, err := s.SampleHygiene(ctx)
+		require.NoError(t, err)
+		h = sample
+		m := sample.Tables["messages"]
+		return m.Bytes > 0 && m.Live+m.Dead > 0 && m.Dead >= 20 && sample.OldestXminHeld > 0
+	}, 10*time.Second, 50*time.Millisecond, "%+v", h)
+	sample, err := s.SampleHygiene(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, sample.OldestXminBy, "herald")
+	assert.Less(t, sample.OldestXminHeld, time.Minute)
+}

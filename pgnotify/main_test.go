@@ -68,13 +68,19 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	configs := shared.NewConfigCache()
-	store, err := queue.New(queue.Config{Pool: pool, Configs: configs})
+	in := &instance{t: t, configs: configs}
+	store, err := queue.New(queue.Config{Pool: pool, Configs: configs, PartitionCleanupAfter: time.Hour,
+		OnPartitionDeleted: func(q, p string) {
+			if in.node != nil {
+				in.node.PartitionDeleted(q, p)
+			}
+		}})
 	require.NoError(t, err)
+	in.store = store
 	pc := poller.Config{Store: store, SweepMin: time.Minute, SweepMax: time.Minute}
 	if mode == "poll" {
 		pc = poller.Config{Store: store, Mode: poller.WakePoll} // the default adaptive sweep does everything
 	}
-	in := &instance{t: t, store: store, configs: configs}
 	lossy := mode == "syncnet-lossy" // 30% of datagrams lost; the default sweep as the safety net
 	// Stale shared state: datagrams of these types from this instance never
 	// arrive, so its peers believe it has no consumers (or still has), keep

@@ -271,3 +271,31 @@ func TestSyncnet_StaleConfig(t *testing.T) {
 	assert.Equal(t, 45, fresh.Options.LeaseTime, "the refresh heals")
 	assert.NotEqual(t, old.ID, fresh.ID, "the recreated queue's id")
 }
+
+// Retention on A deletes an empty, idle partition: B hears PARTITION_DELETED
+// and drops its cached id; B's next push to that name creates it again.
+func TestSyncnet_PartitionDeletedReachesPeer(t *testing.T) {
+	dsn := sharedDSN(t)
+	a, b := newInstanceMode(t, dsn, "syncnet"), newInstanceMode(t, dsn, "syncnet")
+	link(a, b)
+	b.push("pd", `{"i":1}`) // B caches pd/Default
+	require.Equal(t, 1, b.store.PartitionCacheStats().Entries)
+	ctx := context.Background()
+	_, err := a.store.Pool().Exec(ctx, `DELETE FROM messages`)
+	require.NoError(t, err)
+	_, err = a.store.Pool().Exec(ctx, `UPDATE partitions SET last_push_at = now() - interval '2 hours', created_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+	deleted, ran, err := a.store.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	require.Len(t, deleted, 1)
+	assert.Equal(t, "partition_cleanup", deleted[0].Reason)
+	require.Eventually(t, func() bool { return b.store.PartitionCacheStats().Entries == 0 }, 10*time.Second, time.Millisecond,
+		"B dropped the cached id")
+	misses := b.store.PartitionCacheStats().Misses
+	b.push("pd", `{"i":2}`)
+	assert.Equal(t, misses+1, b.store.PartitionCacheStats().Misses, "looked up (and created) again")
+	status, body := a.call(http.MethodGet, "/api/v1/pop/queue/pd?autoAck=true", "")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, `"data":{"i":2}`)
+}

@@ -12,6 +12,7 @@ import (
 const (
 	RetentionAge       = "retention"           // older than retentionSeconds
 	RetentionCompleted = "completed_retention" // acknowledged by every group, older than completedRetentionSeconds
+	RetentionPartition = "partition_cleanup"   // empty, idle partitions (N counts partitions)
 )
 
 // RetentionBatchDefault is how many messages one delete statement removes:
@@ -117,7 +118,56 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 			}
 		}
 	}
+	if s.cfg.PartitionCleanupAfter > 0 {
+		if err := s.cleanPartitions(ctx, conn, func(q string) { totals[[2]string{q, RetentionPartition}]++ }); err != nil {
+			return collect(totals), true, err
+		}
+	}
 	return collect(totals), true, nil
+}
+
+// cleanPartitionsSQL deletes partitions that hold no messages and no dead
+// letters and saw no push and no lease for $1 seconds. A push racing with
+// it either finds the partition gone (its lock takes no row: it looks the
+// partition up again and recreates it) or bumps last_push_at first, which
+// the delete re-checks on the locked row.
+const cleanPartitionsSQL = `-- herald:retention_partitions
+DELETE FROM partitions p USING queues q
+WHERE q.id = p.queue_id
+  AND coalesce(p.last_push_at, p.created_at) < now() - make_interval(secs => $1)
+  AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.partition_id = p.id)
+  AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.partition_id = p.id)
+  AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = p.id
+                  AND (c.lease_expires_at > now() OR c.leased_at > now() - make_interval(secs => $1)))
+RETURNING q.name, p.name`
+
+func (s *Store) cleanPartitions(ctx context.Context, conn *pgxpool.Conn, count func(queue string)) error {
+	rows, err := conn.Query(ctx, cleanPartitionsSQL, s.cfg.PartitionCleanupAfter.Seconds())
+	if err != nil {
+		return fmt.Errorf("retention: deleting idle partitions: %w", err)
+	}
+	type qp struct{ queue, partition string }
+	var gone []qp
+	for rows.Next() {
+		var x qp
+		if err := rows.Scan(&x.queue, &x.partition); err != nil {
+			rows.Close()
+			return fmt.Errorf("retention: deleting idle partitions: %w", err)
+		}
+		gone = append(gone, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("retention: deleting idle partitions: %w", err)
+	}
+	for _, x := range gone {
+		s.ForgetPartition(x.queue, x.partition)
+		count(x.queue)
+		if f := s.cfg.OnPartitionDeleted; f != nil {
+			f(x.queue, x.partition)
+		}
+	}
+	return nil
 }
 
 func deleteBatch(ctx context.Context, conn *pgxpool.Conn, sql string, batch int, add func(string, int64)) (int64, []string, error) {

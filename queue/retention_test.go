@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -176,4 +177,55 @@ func TestMaxSize(t *testing.T) {
 	res, err = s.Push(ctx, []queue.PushItem{{Queue: "full", Payload: json.RawMessage(`10`)}})
 	require.NoError(t, err)
 	assert.Equal(t, queue.StatusQueued, res[0].Status, "retention made room")
+}
+
+// Empty partitions idle past the cleanup age are deleted, their peers told
+// (OnPartitionDeleted) and their cached ids dropped; a later push to the
+// same name works. A partition with a dead letter, or recent activity, stays.
+func TestRetention_PartitionCleanup(t *testing.T) {
+	ctx := ctxT(t)
+	base := newStore(t)
+	var told []string
+	s, err := queue.New(queue.Config{Pool: base.Pool(), PartitionCleanupAfter: time.Hour,
+		OnPartitionDeleted: func(q, p string) { told = append(told, q+"/"+p) }})
+	require.NoError(t, err)
+	for _, p := range []string{"idle", "busy", "dlq"} {
+		_, err := s.Push(ctx, []queue.PushItem{{Queue: "pc", Partition: p, Payload: json.RawMessage(`1`)}})
+		require.NoError(t, err)
+	}
+	// idle: consumed and its message gone; dlq: its message dead-lettered.
+	for _, p := range []string{"idle", "dlq"} {
+		res, err := s.Pop(ctx, queue.PopRequest{Queue: "pc", Partition: p, Batch: 1})
+		require.NoError(t, err)
+		require.Len(t, res.Messages, 1)
+		status := queue.StatusCompleted
+		if p == "dlq" {
+			status = queue.StatusDLQ
+		}
+		_, err = s.Ack(ctx, []queue.Ack{{TransactionID: res.Messages[0].TransactionID, PartitionID: res.PartitionID,
+			LeaseID: res.LeaseID, Status: status}})
+		require.NoError(t, err)
+	}
+	_, err = s.Pool().Exec(ctx, `DELETE FROM messages m USING partitions p WHERE p.id = m.partition_id AND p.name IN ('idle', 'dlq')`)
+	require.NoError(t, err)
+	_, err = s.Pool().Exec(ctx, `UPDATE partitions SET last_push_at = now() - interval '2 hours', created_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+	_, err = s.Pool().Exec(ctx, `UPDATE consumers SET leased_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+	_, err = s.Pool().Exec(ctx, `UPDATE partitions SET last_push_at = now() WHERE name = 'busy'`)
+	require.NoError(t, err)
+
+	deleted, ran, err := s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.EqualValues(t, 1, deletedBy(deleted, "pc", queue.RetentionPartition))
+	assert.Equal(t, []string{"pc/idle"}, told, "only the empty, idle one without dead letters")
+
+	res, err := s.Push(ctx, []queue.PushItem{{Queue: "pc", Partition: "idle", Payload: json.RawMessage(`2`)}})
+	require.NoError(t, err)
+	assert.Equal(t, queue.StatusQueued, res[0].Status, "the name is created again")
+	pop, err := s.Pop(ctx, queue.PopRequest{Queue: "pc", Partition: "idle", Batch: 10, AutoAck: true})
+	require.NoError(t, err)
+	require.Len(t, pop.Messages, 1)
+	assert.JSONEq(t, `2`, string(pop.Messages[0].Data))
 }

@@ -46,12 +46,22 @@ type Config struct {
 	// arrive meanwhile are merged into the next one. Zero means
 	// PushFlushersDefault.
 	PushFlushers int
+	// PartitionCleanupAfter: retention deletes partitions with no messages,
+	// no dead letters and no activity for this long. Zero means
+	// PartitionCleanupDefault; negative disables it.
+	PartitionCleanupAfter time.Duration
+	// OnPartitionDeleted, when set, is told of each partition retention
+	// deleted (syncnet's PARTITION_DELETED to the peers).
+	OnPartitionDeleted func(queue, partition string)
 	// Configs caches queue settings (syncnet.Snapshot); nil caches none.
 	// Pushes to new partitions of a cached queue skip creating the queue.
 	Configs ConfigCache
 	// Logger; the zero value logs nothing.
 	Logger zerolog.Logger
 }
+
+// PartitionCleanupDefault is how long an empty, idle partition is kept.
+const PartitionCleanupDefault = 7 * 24 * time.Hour
 
 // PushFlushersDefault: two pushes in flight keep the database busy while
 // the next merged batch gathers; see BenchmarkPushParallel.
@@ -67,6 +77,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PushFlushers == 0 {
 		c.PushFlushers = PushFlushersDefault
+	}
+	if c.PartitionCleanupAfter == 0 {
+		c.PartitionCleanupAfter = PartitionCleanupDefault
 	}
 	return c
 }

@@ -49,7 +49,8 @@ type config struct {
 	SSEResumeGrace    time.Duration
 	DrainWindow       time.Duration
 
-	RetentionInterval time.Duration
+	RetentionInterval    time.Duration
+	PartitionCleanupDays int
 
 	SyncPeers  []string
 	SyncBind   string
@@ -131,6 +132,8 @@ var options = []option{
 		func(c *config, v string) error { c.ServerID = v; return nil }},
 	{"retention-interval", "HERALD_RETENTION_INTERVAL", queue.RetentionIntervalDefault.String(), "how often retention runs (one instance at a time, by an advisory lock): deletes messages past a queue's retentionSeconds, and those every group acknowledged past its completedRetentionSeconds",
 		func(c *config, v string) (err error) { c.RetentionInterval, err = time.ParseDuration(v); return err }},
+	{"partition-cleanup-days", "HERALD_PARTITION_CLEANUP_DAYS", "7", "retention deletes partitions with no messages, no dead letters and no push or lease for this many days (and tells syncnet peers); 0 keeps them",
+		func(c *config, v string) (err error) { c.PartitionCleanupDays, err = strconv.Atoi(v); return err }},
 	{"drain-window", "HERALD_DRAIN_WINDOW", "5s", "on shutdown, WebSocket and SSE connections are closed at random points of this window, so clients do not reconnect in one storm",
 		func(c *config, v string) (err error) { c.DrainWindow, err = time.ParseDuration(v); return err }},
 }
@@ -172,6 +175,8 @@ func (c *config) validate() error {
 		return errors.New("--db-max-conns must not be negative")
 	case c.PGPort < 0 || c.PGPort > 65535:
 		return errors.New("--pg-port must be a TCP port")
+	case c.PartitionCleanupDays < 0:
+		return errors.New("--partition-cleanup-days must not be negative")
 	case c.RetentionInterval <= 0:
 		return errors.New("--retention-interval must be positive")
 	case c.ShutdownTimeout <= 0:

@@ -123,6 +123,15 @@ func buildVersion() string {
 	return "dev"
 }
 
+// cleanupAfter is --partition-cleanup-days as queue.Config wants it (0:
+// never, which the store spells as negative).
+func cleanupAfter(days int) time.Duration {
+	if days == 0 {
+		return -1
+	}
+	return time.Duration(days) * 24 * time.Hour
+}
+
 // hygieneInterval is how often the storage gauges are sampled (three
 // catalog queries).
 const hygieneInterval = 30 * time.Second
@@ -191,7 +200,17 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		instance = fmt.Sprintf("%s:%d", host, port)
 	}
 	configs := shared.NewConfigCache()
-	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Configs: configs, Logger: log})
+	// syncnet and the poller know each other: the poller reports its
+	// consumers' presence and its leases to the node, the node wakes the
+	// poller; the store tells the node of partitions retention deleted.
+	var node *syncnet.Node
+	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Configs: configs, Logger: log,
+		PartitionCleanupAfter: cleanupAfter(cfg.PartitionCleanupDays),
+		OnPartitionDeleted: func(q, p string) {
+			if node != nil {
+				node.PartitionDeleted(q, p)
+			}
+		}})
 	if err != nil {
 		return err
 	}
@@ -205,10 +224,6 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	pcfg := poller.Config{Store: store, Workers: cfg.PollWorkers, Mode: mode,
 		SweepMin: cfg.SweepMin, SweepMax: cfg.SweepMax, PreflightTimeout: cfg.PreflightTimeout,
 		MaxIntentions: cfg.PreflightMax, Registerer: reg, Logger: log}
-	// syncnet and the poller know each other: the poller reports its
-	// consumers' presence and its leases to the node, the node wakes the
-	// poller.
-	var node *syncnet.Node
 	var pl *poller.Poller
 	if len(cfg.SyncPeers) > 0 {
 		serverID := cfg.ServerID

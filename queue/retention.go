@@ -13,7 +13,12 @@ const (
 	RetentionAge       = "retention"           // older than retentionSeconds
 	RetentionCompleted = "completed_retention" // acknowledged by every group, older than completedRetentionSeconds
 	RetentionPartition = "partition_cleanup"   // empty, idle partitions (N counts partitions)
+	RetentionMaxWait   = "max_wait"            // not consumed within maxWaitTimeSeconds: moved to the DLQ
 )
+
+// MaxWaitError is the dead letter's error of a message nobody consumed in
+// time.
+const MaxWaitError = "max wait time exceeded"
 
 // RetentionBatchDefault is how many messages one delete statement removes:
 // small enough that no statement holds its row locks for long.
@@ -118,12 +123,104 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 			}
 		}
 	}
+	for {
+		n, err := s.expireWaiting(ctx, conn, batch, func(q string, k int64) { totals[[2]string{q, RetentionMaxWait}] += k })
+		if err != nil {
+			return collect(totals), true, err
+		}
+		if n == 0 {
+			break
+		}
+	}
 	if s.cfg.PartitionCleanupAfter > 0 {
 		if err := s.cleanPartitions(ctx, conn, func(q string) { totals[[2]string{q, RetentionPartition}]++ }); err != nil {
 			return collect(totals), true, err
 		}
 	}
 	return collect(totals), true, nil
+}
+
+// maxWaitSQL moves to the dead-letter queue, per consumer group, the
+// messages a group has not finished that are older than the queue's
+// maxWaitTimeSeconds (up to $1 per group and partition), and marks them
+// done for it. A group under a live lease is left for the next run; a
+// partition a group has never read is not its concern yet.
+const maxWaitSQL = `-- herald:retention_max_wait
+WITH c AS (
+	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, q.id AS queue_id, q.name AS qname,
+	       q.max_wait_time_seconds AS mw
+	FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues q ON q.id = p.queue_id
+	WHERE q.max_wait_time_seconds > 0 AND p.last_offset > c.cursor
+	  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+	ORDER BY c.partition_id, c.consumer_group
+	FOR UPDATE OF c SKIP LOCKED
+), expired AS (
+	SELECT c.partition_id, c.consumer_group, c.queue_id, c.qname, m.seq, m.id, m.transaction_id, m.trace_id,
+	       m.producer_sub, m.payload, m.created_at
+	FROM c CROSS JOIN LATERAL (
+		SELECT * FROM messages m
+		WHERE m.partition_id = c.partition_id AND m.seq > c.cursor AND m.seq <> ALL (c.done)
+		  AND m.created_at < now() - make_interval(secs => c.mw)
+		ORDER BY m.seq LIMIT $1
+	) m
+), ins AS (
+	INSERT INTO dead_letters (queue_id, partition_id, seq, message_id, transaction_id, trace_id, producer_sub, payload,
+	                          created_at, consumer_group, error, retry_count)
+	SELECT queue_id, partition_id, seq, id, transaction_id, trace_id, producer_sub, payload, created_at, consumer_group,
+	       '` + MaxWaitError + `', 0
+	FROM expired
+), marks AS (
+	SELECT partition_id, consumer_group, array_agg(seq) AS seqs FROM expired GROUP BY 1, 2
+), upd AS (
+	UPDATE consumers c SET done = ARRAY(SELECT DISTINCT d FROM unnest(c.done || mk.seqs) d ORDER BY d)
+	FROM marks mk WHERE c.partition_id = mk.partition_id AND c.consumer_group = mk.consumer_group
+)
+SELECT qname, count(*) FROM expired GROUP BY 1`
+
+// donePrefixSQL moves cursors over the done offsets that directly follow
+// them (what maxWaitSQL marked), as an ack would.
+const donePrefixSQL = `-- herald:retention_done_prefix
+UPDATE consumers c SET cursor = c.cursor + x.n,
+	done = ARRAY(SELECT d FROM unnest(c.done) d WHERE d > c.cursor + x.n ORDER BY d),
+	attempts = CASE WHEN c.attempt_seq <= c.cursor + x.n THEN 0 ELSE c.attempts END,
+	attempt_seq = CASE WHEN c.attempt_seq <= c.cursor + x.n THEN 0 ELSE c.attempt_seq END
+FROM (
+	SELECT cc.partition_id, cc.consumer_group, (
+		SELECT count(*) FROM (SELECT d, row_number() OVER (ORDER BY d) AS rn FROM unnest(cc.done) d WHERE d > cc.cursor) y
+		WHERE y.d = cc.cursor + y.rn) AS n
+	FROM consumers cc
+	WHERE cardinality(cc.done) > 0 AND (cc.lease_expires_at IS NULL OR cc.lease_expires_at <= now())
+) x
+WHERE c.partition_id = x.partition_id AND c.consumer_group = x.consumer_group AND x.n > 0`
+
+// expireWaiting runs maxWaitSQL once (then the cursor step) and reports
+// how many messages it dead-lettered.
+func (s *Store) expireWaiting(ctx context.Context, conn *pgxpool.Conn, batch int, add func(string, int64)) (int64, error) {
+	rows, err := conn.Query(ctx, maxWaitSQL, batch)
+	if err != nil {
+		return 0, fmt.Errorf("retention (max wait): %w", err)
+	}
+	var total int64
+	for rows.Next() {
+		var q string
+		var n int64
+		if err := rows.Scan(&q, &n); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("retention (max wait): %w", err)
+		}
+		total += n
+		add(q, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("retention (max wait): %w", err)
+	}
+	if total > 0 {
+		if _, err := conn.Exec(ctx, donePrefixSQL); err != nil {
+			return 0, fmt.Errorf("retention (max wait): moving cursors: %w", err)
+		}
+	}
+	return total, nil
 }
 
 // cleanPartitionsSQL deletes partitions that hold no messages and no dead

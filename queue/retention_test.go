@@ -229,3 +229,46 @@ func TestRetention_PartitionCleanup(t *testing.T) {
 	require.Len(t, pop.Messages, 1)
 	assert.JSONEq(t, `2`, string(pop.Messages[0].Data))
 }
+
+// maxWaitTimeSeconds: what a group has not consumed in time goes to its DLQ
+// with the reason, is not delivered to it any more, and the group goes on;
+// another group under a live lease is left alone.
+func TestRetention_MaxWait(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "mw", Options: json.RawMessage(`{"maxWaitTimeSeconds":60}`)})
+	require.NoError(t, err)
+	pushN(t, s, "mw", 1)
+	for _, g := range []string{"slow", "busy"} {
+		res, err := s.Pop(ctx, queue.PopRequest{Queue: "mw", Group: g, Batch: 1, AutoAck: true})
+		require.NoError(t, err)
+		require.Len(t, res.Messages, 1)
+	}
+	pushN(t, s, "mw", 3)                                                            // offsets 2–4
+	held, err := s.Pop(ctx, queue.PopRequest{Queue: "mw", Group: "busy", Batch: 1}) // busy holds 2
+	require.NoError(t, err)
+	require.Len(t, held.Messages, 1)
+	age(t, s, "mw", 2, 3, 120)
+
+	deleted, ran, err := s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.EqualValues(t, 2, deletedBy(deleted, "mw", queue.RetentionMaxWait), "2 and 3, for slow only")
+
+	res, err := s.Pop(ctx, queue.PopRequest{Queue: "mw", Group: "slow", Batch: 10, AutoAck: true})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	assert.EqualValues(t, 4, res.Messages[0].Offset, "slow goes on at 4")
+
+	dl, err := s.DLQ(ctx, queue.DLQQuery{Queue: "mw", Group: "slow", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, dl.Messages, 2)
+	for _, d := range dl.Messages {
+		assert.Equal(t, queue.MaxWaitError, d.ErrorMessage)
+	}
+	var cursor int64
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT cursor FROM consumers WHERE consumer_group = 'slow'`).Scan(&cursor))
+	assert.EqualValues(t, 4, cursor)
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT cursor FROM consumers WHERE consumer_group = 'busy'`).Scan(&cursor))
+	assert.EqualValues(t, 1, cursor, "busy, under a live lease, is untouched")
+}

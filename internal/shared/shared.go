@@ -149,7 +149,7 @@ func RegisterMetrics(reg prometheus.Registerer, configs *syncnet.Snapshot[queue.
 // and returns what the retention loop reports each run to.
 func RetentionReporter(reg prometheus.Registerer) func([]queue.RetentionDeleted) {
 	deleted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_retention_deleted_total",
-		Help: "Messages deleted by retention, by queue and reason (retention, completed_retention)."}, []string{"queue", "reason"})
+		Help: "What retention removed, by queue and reason: messages (retention, completed_retention), messages moved to the DLQ (max_wait), partitions (partition_cleanup)."}, []string{"queue", "reason"})
 	reg.MustRegister(deleted)
 	return func(ds []queue.RetentionDeleted) {
 		for _, d := range ds {

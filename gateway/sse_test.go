@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 // sseEvent is one event (or comment, or bare retry:) read from a stream.
@@ -422,4 +424,34 @@ func TestSSE_ShutdownReleasesLeases(t *testing.T) {
 	e.srv.Close()
 	m := e.pop("/api/v1/pop/queue/sse-shut")
 	assert.JSONEq(t, "1", string(m.Messages[0].Data))
+}
+
+// An encrypted queue's payloads reach WebSocket and SSE consumers in
+// clear, and long-polls too.
+func TestEncryptedQueue_AllTransports(t *testing.T) {
+	base := queuetest.NewStore(t)
+	store, err := queue.New(queue.Config{Pool: base.Pool(), EncryptionKey: bytes.Repeat([]byte{3}, 32)})
+	require.NoError(t, err)
+	e := newEnvOn(t, store, nil)
+	r := e.post("/api/v1/configure", `{"queue":"enc","options":{"encryptionEnabled":true}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	const secret = `{"pin":"1234"}`
+
+	ws := e.dialWS(t)
+	ws.subscribe(`{"type":"subscribe","id":"s","queue":"enc","consumerGroup":"ws","autoAck":true}`)
+	sse := e.openSSE(t, "/api/v1/sse/queue/enc?consumerGroup=sse&autoAck=true", nil)
+	e.push("enc", secret)
+
+	got := deliveredMessages(t, ws.next("deliver"))
+	require.Len(t, got, 1)
+	assert.JSONEq(t, secret, string(got[0].Data), "WebSocket")
+	m, _ := sse.next()
+	assert.JSONEq(t, secret, string(m.Data), "SSE")
+	pop := e.pop("/api/v1/pop/queue/enc?consumerGroup=lp&wait=true&timeout=5000&autoAck=true")
+	require.Len(t, pop.Messages, 1)
+	assert.JSONEq(t, secret, string(pop.Messages[0].Data), "long-poll")
+
+	var stored string
+	require.NoError(t, store.Pool().QueryRow(ctxT(t), `SELECT payload::text FROM messages`).Scan(&stored))
+	assert.NotContains(t, stored, "1234")
 }

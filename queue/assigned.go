@@ -158,7 +158,7 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 			&m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &m.RetryCount); err != nil {
 			return nil, fmt.Errorf("reading assigned messages: %w", err)
 		}
-		m.Data = json.RawMessage(payload)
+		m.Data = json.RawMessage(s.open(payload))
 		res := out[int(id)]
 		if res == nil {
 			res = &PopResult{Queue: m.Queue, Partition: m.Partition, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Group: m.Group}

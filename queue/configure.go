@@ -135,6 +135,9 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 		if err := o.Validate(); err != nil {
 			return err
 		}
+		if o.EncryptionEnabled && s.sealer == nil {
+			return inputErrorf("options.encryptionEnabled needs the server's encryption key (--encryption-key)")
+		}
 		if req.Namespace != "" || req.Task != "" {
 			ns, task = req.Namespace, req.Task
 		}

@@ -93,7 +93,7 @@ func (s *Store) DLQ(ctx context.Context, qry DLQQuery) (*DLQPage, error) {
 			&d.ErrorMessage, &d.RetryCount, &payload, &d.ProducerSub, &d.CreatedAt, &d.FailedAt); err != nil {
 			return nil, fmt.Errorf("listing dead letters: %w", err)
 		}
-		d.Data = json.RawMessage(payload)
+		d.Data = json.RawMessage(s.open(payload))
 		page.Messages = append(page.Messages, d)
 	}
 	if err := rows.Err(); err != nil {

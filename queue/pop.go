@@ -364,7 +364,7 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, subFrom *
 			stopped[i] = true
 			continue
 		}
-		m.Data = json.RawMessage(payload)
+		m.Data = json.RawMessage(s.open(payload))
 		m.PartitionID, m.Partition, m.Queue = c.partitionID, c.partition, c.queue
 		m.LeaseID, m.Group = leaseID, req.Group
 		m.RetryCount = c.st.retryCount(m.Offset)

@@ -167,7 +167,7 @@ func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, erro
 	if err != nil {
 		return nil, err
 	}
-	room, err := s.queueRoom(ctx, items, keys, refs)
+	room, sealed, err := s.queueRoom(ctx, items, keys, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +203,11 @@ func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, erro
 		if it.Payload == nil {
 			payload = "{}"
 		}
+		if sealed[it.Queue] {
+			if payload, err = s.sealer.seal(payload); err != nil {
+				return nil, fmt.Errorf("encrypting a payload: %w", err)
+			}
+		}
 		plan.rowIdx = append(plan.rowIdx, i)
 		plan.rowPart = append(plan.rowPart, ref.partitionID)
 		plan.rowTx = append(plan.rowTx, txid)
@@ -225,9 +230,11 @@ type room struct{ n, max int }
 // maxSize, how many messages it may still take: one bounded count per such
 // queue (it stops at maxSize). Queues without a limit are absent. The count
 // is taken before the insert: pushes racing to the last free places may
-// overshoot by what they carry together.
-func (s *Store) queueRoom(ctx context.Context, items []PushItem, keys []partKey, refs map[partKey]partRef) (map[string]room, error) {
-	out := map[string]room{}
+// overshoot by what they carry together. sealed lists the queues whose
+// payloads are stored encrypted.
+func (s *Store) queueRoom(ctx context.Context, items []PushItem, keys []partKey, refs map[partKey]partRef) (
+	out map[string]room, sealed map[string]bool, err error) {
+	out, sealed = map[string]room{}, map[string]bool{}
 	seen := map[string]bool{}
 	for i, it := range items {
 		if seen[it.Queue] {
@@ -236,10 +243,15 @@ func (s *Store) queueRoom(ctx context.Context, items []PushItem, keys []partKey,
 		seen[it.Queue] = true
 		info, ok := s.CachedConfig(it.Queue)
 		if !ok {
-			var err error
 			if info, ok, err = s.QueueConfig(ctx, it.Queue); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
+		}
+		if ok && info.Options.EncryptionEnabled {
+			if s.sealer == nil {
+				return nil, nil, fmt.Errorf("queue %s has encryptionEnabled but this server has no encryption key", it.Queue)
+			}
+			sealed[it.Queue] = true
 		}
 		if !ok || info.Options.MaxSize <= 0 {
 			continue
@@ -248,11 +260,11 @@ func (s *Store) queueRoom(ctx context.Context, items []PushItem, keys []partKey,
 		if err := s.pool.QueryRow(ctx, `-- herald:queue_size
 			SELECT count(*) FROM (SELECT 1 FROM messages m JOIN partitions p ON p.id = m.partition_id
 			WHERE p.queue_id = $1::uuid LIMIT $2) x`, refs[keys[i]].queueID, info.Options.MaxSize).Scan(&n); err != nil {
-			return nil, fmt.Errorf("counting queue %s: %w", it.Queue, err)
+			return nil, nil, fmt.Errorf("counting queue %s: %w", it.Queue, err)
 		}
 		out[it.Queue] = room{n: info.Options.MaxSize - n, max: info.Options.MaxSize}
 	}
-	return out, nil
+	return out, sealed, nil
 }
 
 func optString(s string) *string {

@@ -53,6 +53,10 @@ type Config struct {
 	// OnPartitionDeleted, when set, is told of each partition retention
 	// deleted (syncnet's PARTITION_DELETED to the peers).
 	OnPartitionDeleted func(queue, partition string)
+	// EncryptionKey (32 bytes) encrypts the payloads of queues configured
+	// with encryptionEnabled (AES-256-GCM); nil: no key, and configuring
+	// such a queue is refused.
+	EncryptionKey []byte
 	// Configs caches queue settings (syncnet.Snapshot); nil caches none.
 	// Pushes to new partitions of a cached queue skip creating the queue.
 	Configs ConfigCache
@@ -107,6 +111,7 @@ type Store struct {
 	log     zerolog.Logger
 	parts   *expirable.LRU[partKey, partRef]
 	configs ConfigCache // nil: none
+	sealer  *sealer     // nil: no encryption key
 	pushes  *pushCoalescer
 
 	partHits, partMisses, partEvictions atomic.Uint64
@@ -149,6 +154,13 @@ func New(cfg Config) (*Store, error) {
 	cache := expirable.NewLRU[partKey, partRef](cfg.PartitionCacheSize, nil, PartitionCacheTTL)
 	s := &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache,
 		configs: cfg.Configs}
+	if cfg.EncryptionKey != nil {
+		sl, err := newSealer(cfg.EncryptionKey)
+		if err != nil {
+			return nil, err
+		}
+		s.sealer = sl
+	}
 	s.pushes = newPushCoalescer(cfg.PushFlushers, s.pushNow)
 	return s, nil
 }

@@ -49,6 +49,7 @@ type config struct {
 	SSEResumeGrace    time.Duration
 	DrainWindow       time.Duration
 
+	EncryptionKey        string
 	RetentionInterval    time.Duration
 	PartitionCleanupDays int
 
@@ -130,6 +131,8 @@ var options = []option{
 		func(c *config, v string) error { c.SyncSecret = v; return nil }},
 	{"server-id", "HERALD_SERVER_ID", "", "this instance's name on syncnet; empty means hostname:port of --sync-bind",
 		func(c *config, v string) error { c.ServerID = v; return nil }},
+	{"encryption-key", "HERALD_ENCRYPTION_KEY", "", "64 hex characters: the AES-256-GCM key of the payloads of queues configured with encryptionEnabled (checked at start against the database's key check value); empty refuses such queues",
+		func(c *config, v string) error { c.EncryptionKey = v; return nil }},
 	{"retention-interval", "HERALD_RETENTION_INTERVAL", queue.RetentionIntervalDefault.String(), "how often retention runs (one instance at a time, by an advisory lock): deletes messages past a queue's retentionSeconds, and those every group acknowledged past its completedRetentionSeconds",
 		func(c *config, v string) (err error) { c.RetentionInterval, err = time.ParseDuration(v); return err }},
 	{"partition-cleanup-days", "HERALD_PARTITION_CLEANUP_DAYS", "7", "retention deletes partitions with no messages, no dead letters and no push or lease for this many days (and tells syncnet peers); 0 keeps them",
@@ -175,6 +178,8 @@ func (c *config) validate() error {
 		return errors.New("--db-max-conns must not be negative")
 	case c.PGPort < 0 || c.PGPort > 65535:
 		return errors.New("--pg-port must be a TCP port")
+	case c.EncryptionKey != "" && !validSecret(c.EncryptionKey):
+		return errors.New("--encryption-key must be 64 hex characters")
 	case c.PartitionCleanupDays < 0:
 		return errors.New("--partition-cleanup-days must not be negative")
 	case c.RetentionInterval <= 0:

@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -204,7 +205,11 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	// consumers' presence and its leases to the node, the node wakes the
 	// poller; the store tells the node of partitions retention deleted.
 	var node *syncnet.Node
-	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Configs: configs, Logger: log,
+	var encKey []byte
+	if cfg.EncryptionKey != "" {
+		encKey, _ = hex.DecodeString(cfg.EncryptionKey) // validated: 64 hex characters
+	}
+	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Configs: configs, Logger: log, EncryptionKey: encKey,
 		PartitionCleanupAfter: cleanupAfter(cfg.PartitionCleanupDays),
 		OnPartitionDeleted: func(q, p string) {
 			if node != nil {
@@ -212,6 +217,9 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 			}
 		}})
 	if err != nil {
+		return err
+	}
+	if err := store.CheckEncryption(ctx); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()

@@ -107,6 +107,7 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 	totals := map[[2]string]int64{}
 	for _, rule := range retentionRules {
 		for {
+			began := time.Now()
 			n, parts, err := deleteBatch(ctx, conn, fmt.Sprintf(retentionSQL, rule.cond), batch, func(q string, k int64) {
 				totals[[2]string{q, rule.reason}] += k
 			})
@@ -120,6 +121,13 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 			}
 			if n < int64(batch) {
 				break
+			}
+			// Half the time for the live load: after each full batch,
+			// rest as long as it took.
+			select {
+			case <-ctx.Done():
+				return collect(totals), true, ctx.Err()
+			case <-time.After(time.Since(began)):
 			}
 		}
 	}

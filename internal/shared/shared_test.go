@@ -1,7 +1,12 @@
 package shared
 
 import (
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/stretchr/testify/assert"
 
@@ -33,4 +38,25 @@ func TestInfoFromWire_Unusable(t *testing.T) {
 	assert.Empty(t, InfoFromWire("q", bad, 3).ID, "a lease time out of range")
 	zero := syncnet.QueueConfig{ID: queue.NewID()}
 	assert.Empty(t, InfoFromWire("q", zero, 3).ID, "a zero lease time is invalid")
+}
+
+func TestReporters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	RetentionReporter(reg)([]queue.RetentionDeleted{{Queue: "q", Reason: queue.RetentionAge, N: 3},
+		{Queue: "q", Reason: queue.RetentionMaxWait, N: 2}})
+	HygieneReporter(reg)(&queue.Hygiene{Tables: map[string]queue.TableStats{"messages": {Bytes: 8192, Dead: 5, Live: 7}},
+		OldestXminAge: 42, OldestXminHeld: 90 * time.Second})
+	want := `
+# HELP herald_retention_deleted_total What retention removed, by queue and reason: messages (retention, completed_retention), messages moved to the DLQ (max_wait), partitions (partition_cleanup).
+# TYPE herald_retention_deleted_total counter
+herald_retention_deleted_total{queue="q",reason="max_wait"} 2
+herald_retention_deleted_total{queue="q",reason="retention"} 3
+# HELP herald_xmin_held_seconds How long the oldest transaction holding a snapshot has been open.
+# TYPE herald_xmin_held_seconds gauge
+herald_xmin_held_seconds 90
+`
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "herald_retention_deleted_total", "herald_xmin_held_seconds"))
+	n, err := testutil.GatherAndCount(reg, "herald_table_bytes", "herald_table_dead_rows", "herald_table_live_rows", "herald_xmin_age")
+	assert.NoError(t, err)
+	assert.Equal(t, 4, n)
 }

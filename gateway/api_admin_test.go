@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 func TestAck_Shapes(t *testing.T) {
@@ -262,7 +264,11 @@ const optionDefaults = `{"completedRetentionSeconds":0,"deadLetterQueue":false,"
 
 func TestConfigure(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	// A server with an encryption key: the examples turn encryptionEnabled on.
+	base := queuetest.NewStore(t)
+	store, err := queue.New(queue.Config{Pool: base.Pool(), EncryptionKey: bytes.Repeat([]byte{1}, 32)})
+	require.NoError(t, err)
+	e := newEnvOn(t, store, nil)
 	type result struct {
 		PartitionID string `json:"partitionId"`
 		QueueID     string `json:"queueId"`

@@ -162,16 +162,25 @@ func (s *Store) RunConfigRefresh(ctx context.Context, interval time.Duration) er
 	if interval <= 0 {
 		interval = ConfigRefreshDefault
 	}
+	every(ctx, interval, func() {
+		if err := s.RefreshConfigs(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("refreshing queue configs")
+		}
+	})
+	return nil
+}
+
+// every calls f every interval until ctx ends (the store's background
+// loops: config refresh, retention, hygiene).
+func every(ctx context.Context, interval time.Duration, f func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
-			if err := s.RefreshConfigs(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn().Err(err).Msg("refreshing queue configs")
-			}
+			f()
 		}
 	}
 }

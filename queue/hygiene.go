@@ -82,20 +82,13 @@ const XminWarnAfter = 5 * time.Minute
 // RunHygieneLoop samples every interval until ctx ends, hands each sample
 // to report, and warns when a session holds the xmin horizon too long.
 func (s *Store) RunHygieneLoop(ctx context.Context, interval time.Duration, report func(*Hygiene)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		h, err := s.SampleHygiene(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("sampling storage hygiene")
 			}
-			continue
+			return
 		}
 		if h.OldestXminHeld > XminWarnAfter {
 			s.log.Warn().Dur("held", h.OldestXminHeld).Int64("xmin_age", h.OldestXminAge).Str("by", h.OldestXminBy).
@@ -104,5 +97,6 @@ func (s *Store) RunHygieneLoop(ctx context.Context, interval time.Duration, repo
 		if report != nil {
 			report(h)
 		}
-	}
+	})
+	return nil
 }

@@ -1,11 +1,16 @@
 package queue_test
 
 import (
+	"context"
+	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/queue"
 )
 
 // Herald's connections carry timeouts; the hot tables are tuned for
@@ -50,4 +55,49 @@ func TestHygiene(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, sample.OldestXminBy, "herald")
 	assert.Less(t, sample.OldestXminHeld, time.Minute)
+}
+
+// The background loops run their work every interval and report it.
+func TestBackgroundLoops(t *testing.T) {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "loop",
+		Options: json.RawMessage(`{"retentionEnabled":true,"retentionSeconds":60}`)})
+	require.NoError(t, err)
+	pushN(t, s, "loop", 3)
+	age(t, s, "loop", 1, 3, 120)
+	retained := make(chan []queue.RetentionDeleted, 1)
+	sampled := make(chan *queue.Hygiene, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = s.RunRetentionLoop(ctx, 20*time.Millisecond, func(d []queue.RetentionDeleted) {
+			select {
+			case retained <- d:
+			default:
+			}
+		})
+	})
+	wg.Go(func() {
+		_ = s.RunHygieneLoop(ctx, 20*time.Millisecond, func(h *queue.Hygiene) {
+			select {
+			case sampled <- h:
+			default:
+			}
+		})
+	})
+	select {
+	case d := <-retained:
+		assert.EqualValues(t, 3, deletedBy(d, "loop", queue.RetentionAge))
+	case <-time.After(10 * time.Second):
+		t.Fatal("retention loop reported nothing")
+	}
+	select {
+	case h := <-sampled:
+		assert.Contains(t, h.Tables, "messages")
+	case <-time.After(10 * time.Second):
+		t.Fatal("hygiene loop reported nothing")
+	}
+	cancel()
+	wg.Wait()
 }

@@ -313,21 +313,14 @@ func (s *Store) RunRetentionLoop(ctx context.Context, interval time.Duration, re
 	if interval <= 0 {
 		interval = RetentionIntervalDefault
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		start := time.Now()
 		deleted, ran, err := s.RunRetention(ctx, 0)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn().Err(err).Msg("retention run failed")
 		}
 		if !ran {
-			continue
+			return
 		}
 		var n int64
 		for _, d := range deleted {
@@ -339,5 +332,6 @@ func (s *Store) RunRetentionLoop(ctx context.Context, interval time.Duration, re
 		if report != nil && len(deleted) > 0 {
 			report(deleted)
 		}
-	}
+	})
+	return nil
 }

@@ -52,14 +52,16 @@ func TestRecorder(t *testing.T) {
 	assert.Equal(t, time.Millisecond, r.samples[0])
 }
 
-// The bench itself, end to end against a real server at a low rate: every
-// transport receives every message once.
-func TestLatencyAndThroughputRun(t *testing.T) {
+// testServer is a real gateway and poller on the test database, with its
+// metrics (the scenarios read /metrics); it stops when the test ends.
+func testServer(t *testing.T) *server {
+	t.Helper()
 	store := queuetest.NewStore(t)
-	p, err := poller.New(poller.Config{Store: store})
+	reg := prometheus.NewRegistry()
+	p, err := poller.New(poller.Config{Store: store, Registerer: reg})
 	require.NoError(t, err)
 	t.Cleanup(p.Start())
-	gw, err := gateway.New(gateway.Config{Store: store, Poller: p})
+	gw, err := gateway.New(gateway.Config{Store: store, Poller: p, Registry: reg})
 	require.NoError(t, err)
 	ts := httptest.NewServer(gw.Handler())
 	t.Cleanup(func() {
@@ -67,7 +69,13 @@ func TestLatencyAndThroughputRun(t *testing.T) {
 		ts.Close()
 		gw.Close()
 	})
-	srv := &server{url: ts.URL}
+	return &server{url: ts.URL}
+}
+
+// The bench itself, end to end against a real server at a low rate: every
+// transport receives every message once.
+func TestLatencyAndThroughputRun(t *testing.T) {
+	srv := testServer(t)
 	cfg := benchConfig{Rate: 200, Duration: 3 * time.Second, TputRate: 2000}
 	lat, err := runLatency(context.Background(), srv, cfg, io.Discard)
 	require.NoError(t, err)
@@ -115,20 +123,7 @@ func TestHTMLReport(t *testing.T) {
 // The connection scenarios against a real server: holders open what they
 // are asked to, and the server counts them.
 func TestIdleAndConnections(t *testing.T) {
-	store := queuetest.NewStore(t)
-	reg := prometheus.NewRegistry()
-	p, err := poller.New(poller.Config{Store: store, Registerer: reg})
-	require.NoError(t, err)
-	t.Cleanup(p.Start())
-	gw, err := gateway.New(gateway.Config{Store: store, Poller: p, Registry: reg})
-	require.NoError(t, err)
-	ts := httptest.NewServer(gw.Handler())
-	t.Cleanup(func() {
-		gw.Drain()
-		ts.Close()
-		gw.Close()
-	})
-	srv := &server{url: ts.URL}
+	srv := testServer(t)
 	cfg := benchConfig{IdleWS: 40, IdleSSE: 40, IdleLP: 20, IdleFor: time.Second, Holders: 2, Connections: 80}
 	idle, err := runIdle(context.Background(), srv, cfg, io.Discard)
 	require.NoError(t, err)

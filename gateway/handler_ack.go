@@ -141,12 +141,7 @@ func (s *Server) leasesReleased(acks []queue.Ack, results []queue.AckResult) {
 		}
 		s.poller.Wake(poller.SourceAck, res.Queue, res.Partition)
 		if res.Index >= 0 && res.Index < len(acks) {
-			a := acks[res.Index]
-			group := a.Group
-			if group == "" {
-				group = queue.DefaultGroup
-			}
-			s.poller.LeaseReleased(res.Queue, res.Partition, a.PartitionID, group)
+			s.poller.LeaseReleased(res.Queue, res.Partition, acks[res.Index].PartitionID, acks[res.Index].Group)
 		}
 	}
 }

@@ -274,10 +274,11 @@ func (p *Poller) Release(ctx context.Context, leaseID string, msgs []queue.Messa
 }
 
 // LeaseReleased tells other instances (Config.Hints) that a lease this
-// instance held on (partition, group) ended: by an ack, or given back.
+// instance held on (partition, group) ended: by an ack, or given back. An
+// empty group is queue mode's.
 func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) {
 	if p.cfg.Hints != nil && partitionID != "" {
-		p.cfg.Hints.LeaseReleased(queueName, partition, partitionID, group)
+		p.cfg.Hints.LeaseReleased(queueName, partition, partitionID, groupName(group))
 	}
 }
 

@@ -29,6 +29,9 @@ type ConfigCache interface {
 	Replace(fresh map[string]QueueInfo, gone []string)
 }
 
+// ConfigCacheSize bounds the queue config cache (about 500 bytes an entry).
+const ConfigCacheSize = 10000
+
 // ConfigRefreshDefault is how often the cached configs are read again from
 // the database, healing any change whose broadcast was lost.
 const ConfigRefreshDefault = 60 * time.Second
@@ -55,13 +58,8 @@ const queueInfoColumns = `q.name, q.id::text, q.version, q.namespace, q.task, q.
 	q.priority, q.encryption_enabled, q.max_wait_time_seconds`
 
 // CachedConfig returns a queue's settings from the cache, without touching
-// the database; ok is false on a miss (or with no cache).
-func (s *Store) CachedConfig(name string) (QueueInfo, bool) {
-	if s.configs == nil {
-		return QueueInfo{}, false
-	}
-	return s.configs.Get(name)
-}
+// the database; ok is false on a miss.
+func (s *Store) CachedConfig(name string) (QueueInfo, bool) { return s.configs.Get(name) }
 
 // QueueConfig returns a queue's settings, from the cache or, on a miss, from
 // the database (then cached). ok is false when the queue does not exist.
@@ -91,20 +89,13 @@ func (s *Store) QueueConfig(ctx context.Context, name string) (info QueueInfo, o
 }
 
 // cacheConfig stores info unless a newer version is cached.
-func (s *Store) cacheConfig(info QueueInfo) {
-	if s.configs != nil {
-		s.configs.Set(info.Name, info, newer(info))
-	}
-}
+func (s *Store) cacheConfig(info QueueInfo) { s.configs.Set(info.Name, info, newer(info)) }
 
 // PeerConfigured applies another instance's news that a queue was
 // configured (syncnet's QUEUE_CONFIG_SET). With the queue's id and a version
 // it replaces an older cached entry; without them (the reference server
 // sends neither) it only drops the entry, to be read again on next use.
 func (s *Store) PeerConfigured(info QueueInfo) {
-	if s.configs == nil {
-		return
-	}
 	if info.ID == "" || info.Version == 0 {
 		s.configs.Delete(info.Name)
 		return
@@ -116,9 +107,6 @@ func (s *Store) PeerConfigured(info QueueInfo) {
 // settings replace the cached ones, deleted queues leave the cache (and so
 // do their partition ids).
 func (s *Store) RefreshConfigs(ctx context.Context) error {
-	if s.configs == nil {
-		return nil
-	}
 	names := s.configs.Keys()
 	if len(names) == 0 {
 		return nil

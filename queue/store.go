@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+
+	"github.com/heraldmq/herald/syncnet"
 )
 
 // DefaultGroup is the consumer group of plain queue mode (competing consumers).
@@ -57,7 +59,9 @@ type Config struct {
 	// with encryptionEnabled (AES-256-GCM); nil: no key, and configuring
 	// such a queue is refused.
 	EncryptionKey []byte
-	// Configs caches queue settings (syncnet.Snapshot); nil caches none.
+	// Configs caches queue settings; nil means a cache of the store's own
+	// (syncnet.Snapshot of ConfigCacheSize entries). Pass one to share it,
+	// or to read its stats.
 	// Pushes to new partitions of a cached queue skip creating the queue.
 	Configs ConfigCache
 	// Logger; the zero value logs nothing.
@@ -110,30 +114,18 @@ type Store struct {
 	cfg     Config
 	log     zerolog.Logger
 	parts   *expirable.LRU[partKey, partRef]
-	configs ConfigCache // nil: none
-	sealer  *sealer     // nil: no encryption key
+	configs ConfigCache
+	sealer  *sealer // nil: no encryption key
 	pushes  *pushCoalescer
 
 	partHits, partMisses, partEvictions atomic.Uint64
 }
 
-// PartitionCacheStats are the partition id cache's counters.
-type PartitionCacheStats struct {
-	Entries   int     `json:"entries"`
-	Max       int     `json:"max"`
-	Hits      uint64  `json:"hits"`
-	Misses    uint64  `json:"misses"`
-	Evictions uint64  `json:"evictions"`
-	HitRate   float64 `json:"hitRate"` // hits / lookups; 0 before any
-}
-
 // PartitionCacheStats reports the partition id cache's counters.
-func (s *Store) PartitionCacheStats() PartitionCacheStats {
-	st := PartitionCacheStats{Entries: s.parts.Len(), Max: s.cfg.PartitionCacheSize, Hits: s.partHits.Load(),
+func (s *Store) PartitionCacheStats() syncnet.CacheStats {
+	st := syncnet.CacheStats{Entries: s.parts.Len(), Max: s.cfg.PartitionCacheSize, Hits: s.partHits.Load(),
 		Misses: s.partMisses.Load(), Evictions: s.partEvictions.Load()}
-	if n := st.Hits + st.Misses; n > 0 {
-		st.HitRate = float64(st.Hits) / float64(n)
-	}
+	st.HitRate = syncnet.HitRate(st.Hits, st.Misses)
 	return st
 }
 
@@ -154,6 +146,9 @@ func New(cfg Config) (*Store, error) {
 	cache := expirable.NewLRU[partKey, partRef](cfg.PartitionCacheSize, nil, PartitionCacheTTL)
 	s := &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache,
 		configs: cfg.Configs}
+	if s.configs == nil {
+		s.configs = syncnet.NewSnapshot[QueueInfo](ConfigCacheSize)
+	}
 	if cfg.EncryptionKey != nil {
 		sl, err := newSealer(cfg.EncryptionKey)
 		if err != nil {
@@ -378,9 +373,7 @@ func (s *Store) ForgetPartition(queue, partition string) {
 // forgetQueue drops what is cached of a queue, its settings and partition
 // ids (after delete, or when a cached id turned out to be stale).
 func (s *Store) forgetQueue(name string) {
-	if s.configs != nil {
-		s.configs.Delete(name)
-	}
+	s.configs.Delete(name)
 	s.forgetPartitions(name)
 }
 

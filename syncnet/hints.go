@@ -2,7 +2,6 @@ package syncnet
 
 import (
 	"math/rand/v2"
-	"net"
 	"time"
 )
 
@@ -44,16 +43,7 @@ func (n *Node) LeaseReleased(queue, partition, partitionID, group string) {
 }
 
 func (n *Node) sendHint(t Type, p LeaseHintPayload) {
-	now := time.Now()
-	var targets []*net.UDPAddr
-	n.mu.Lock()
-	for _, pr := range n.peers {
-		if c := n.classify(pr, p.Queue, now); c == peerUnknown || c == peerPresent {
-			targets = append(targets, pr.addr)
-		}
-	}
-	n.mu.Unlock()
-	if len(targets) > 0 {
+	if targets, _ := n.targets(p.Queue, nil); len(targets) > 0 {
 		n.send(t, p, targets)
 	}
 }

@@ -398,18 +398,7 @@ func (n *Node) classify(p *peer, queue string, now time.Time) string {
 // new message: the peers whose presence says so, and those whose presence
 // is not known yet. Dead peers get nothing.
 func (n *Node) Notify(queue, partition string) {
-	now := time.Now()
-	var targets []*net.UDPAddr
-	n.mu.Lock()
-	all := len(n.peers)
-	for _, p := range n.peers {
-		c := n.classify(p, queue, now)
-		n.decide(c)
-		if c == peerUnknown || c == peerPresent {
-			targets = append(targets, p.addr)
-		}
-	}
-	n.mu.Unlock()
+	targets, all := n.targets(queue, n.decide)
 	if len(targets) == 0 {
 		return
 	}
@@ -418,6 +407,25 @@ func (n *Node) Notify(queue, partition string) {
 		n.count("broadcast")
 	}
 	n.send(MessageAvailable, MessageAvailablePayload{Partition: partition, Queue: queue, TS: nowMS()}, targets)
+}
+
+// targets are the addresses of the peers that may have consumers of queue
+// (present, or presence not known yet), out of all peers; each peer's
+// classification goes to observe when it is not nil.
+func (n *Node) targets(queue string, observe func(decision string)) (targets []*net.UDPAddr, all int) {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.peers {
+		c := n.classify(p, queue, now)
+		if observe != nil {
+			observe(c)
+		}
+		if c == peerUnknown || c == peerPresent {
+			targets = append(targets, p.addr)
+		}
+	}
+	return targets, len(n.peers)
 }
 
 // QueueDeleted tells every peer that queue is gone (QUEUE_CONFIG_DELETE),

@@ -11,12 +11,10 @@ import (
 	"github.com/heraldmq/herald/syncnet"
 )
 
-// ConfigCacheSize bounds the queue config cache (about 500 bytes each).
-const ConfigCacheSize = 10000
-
-// NewConfigCache returns the queue config cache for queue.Config.Configs.
+// NewConfigCache returns a queue config cache for queue.Config.Configs
+// whose stats the caller keeps a handle on.
 func NewConfigCache() *syncnet.Snapshot[queue.QueueInfo] {
-	return syncnet.NewSnapshot[queue.QueueInfo](ConfigCacheSize)
+	return syncnet.NewSnapshot[queue.QueueInfo](queue.ConfigCacheSize)
 }
 
 // Hook sets the node's callbacks that keep the store's caches in step with
@@ -100,8 +98,8 @@ type State struct {
 
 // CacheStats are the caches' counters.
 type CacheStats struct {
-	QueueConfig  syncnet.CacheStats        `json:"queueConfig"`
-	PartitionIDs queue.PartitionCacheStats `json:"partitionIds"`
+	QueueConfig  syncnet.CacheStats `json:"queueConfig"`
+	PartitionIDs syncnet.CacheStats `json:"partitionIds"`
 }
 
 // Stats returns gateway.Config's SharedState.

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/heraldmq/herald/internal/pgtest"
-	"github.com/heraldmq/herald/internal/shared"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -26,7 +25,7 @@ func NewStore(t testing.TB) *queue.Store {
 	if _, err := queue.Migrate(ctx, pool); err != nil {
 		t.Fatalf("queuetest: %v", err)
 	}
-	s, err := queue.New(queue.Config{Pool: pool, InstanceID: "test", Configs: shared.NewConfigCache()})
+	s, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
 	if err != nil {
 		t.Fatalf("queuetest: %v", err)
 	}

@@ -218,19 +218,28 @@ type record struct {
 	deliveries int
 	worst      time.Duration
 	unknownWhy map[string]int      // why an ack's outcome is unknown
-	trail      map[string][]string // group/txid → what happened, for a failure's report
+	trail      map[string][]string // group/txid → what happened, for a failure's report; nil: not kept
 }
 
+// trailMax: above this many messages the per-message trail is not kept (a
+// million messages' trail would take gigabytes).
+const trailMax = 100000
+
 func (r *record) note(group, tx, what string) {
+	if r.trail == nil {
+		return
+	}
 	r.mu.Lock()
 	r.trail[group+"/"+tx] = append(r.trail[group+"/"+tx], what)
 	r.mu.Unlock()
 }
 
-func newRecord() *record {
+func newRecord(n int) *record {
 	r := &record{acked: map[string]map[string]int{}, uncertain: map[string]map[string]bool{},
-		order: map[string]map[string][]ackEvent{}, failed: map[string]map[string]int{}, unknownWhy: map[string]int{},
-		trail: map[string][]string{}}
+		order: map[string]map[string][]ackEvent{}, failed: map[string]map[string]int{}, unknownWhy: map[string]int{}}
+	if n <= trailMax {
+		r.trail = map[string][]string{}
+	}
 	for _, g := range groups {
 		r.acked[g], r.uncertain[g], r.order[g], r.failed[g] = map[string]int{}, map[string]bool{},
 			map[string][]ackEvent{}, map[string]int{}
@@ -523,7 +532,7 @@ func TestChaos(t *testing.T) {
 		`{"queue":%q,"options":{"leaseTime":%d,"retryLimit":%d,"deadLetterQueue":true}}`, queueName, leaseTime, retryLimit))
 	require.Equal(t, http.StatusOK, status, body)
 
-	r := newRecord()
+	r := newRecord(n)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var consumers []*consumer

@@ -46,6 +46,18 @@ const (
 	ErrTextNotFound     = "Message not found"
 	ErrTextInvalidLease = "Invalid or expired lease"
 	ErrTextNotLeased    = "Message was never delivered to this consumer group"
+	// ErrTextOutsideLease: the named lease is live but does not cover the
+	// message (it was never delivered under it).
+	ErrTextOutsideLease = "Message is not part of this lease"
+	// ErrTextLeaseRequired: the message's partition is leased to a consumer
+	// for this group, and an ack naming no lease cannot prove it is that one.
+	ErrTextLeaseRequired = "leaseId is required: the message is leased to a consumer"
+	// ErrTextNoLiveLease: failed and retry give a lease back; with no live
+	// lease there is nothing to give (an expired lease counted its attempt).
+	ErrTextNoLiveLease = "No live lease: failed and retry need the message's live lease"
+	// ErrTextReleased: an earlier item of the same request gave the message
+	// back (failed or retry); it is no longer under the lease.
+	ErrTextReleased = "Message was released by an earlier item of this request"
 )
 
 // AckResult reports one acknowledgement, in request order.
@@ -60,10 +72,13 @@ type AckResult struct {
 	DLQ           bool
 }
 
-// Ack applies acknowledgements in one transaction. Leases are checked against
-// their state when the request started, so a batch that fails one message and
-// completes the others is applied whole. It costs two round trips: BEGIN
-// with the reads, then the writes with COMMIT.
+// Ack applies acknowledgements in one transaction, in order: each item is
+// checked against the state the items before it left (see refusal). A lease
+// that a failed or retry item gives back ends after the last item, so a
+// batch that fails one message and completes the others of its lease is
+// applied whole; the item that gave it back may not be acked again in the
+// same request. It costs two round trips: BEGIN with the reads, then the
+// writes with COMMIT.
 func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -81,9 +96,77 @@ func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
 type consumerKey struct{ partitionID, group string }
 
 type lockedConsumer struct {
-	st         cursorState
-	liveLease  string // the lease id when the request started, if unexpired
-	retryLimit int
+	st          cursorState
+	liveLease   string // the lease id when the request started, if unexpired
+	deliveredTo int64  // the highest offset ever leased to the group here
+	retryLimit  int
+
+	// What earlier items of the request left: offsets given back (failed
+	// or retry), and the item whose ack makes the lease end with the
+	// request (-1: none). The lease itself ends only after the last item,
+	// so one request may fail one message and finish the others.
+	givenBack  map[int64]bool
+	releasedBy int
+}
+
+// covers reports whether seq is under the live lease as earlier items left it.
+func (lc *lockedConsumer) covers(seq int64) bool {
+	return seq >= lc.st.leaseFrom && seq <= lc.st.leaseTo && !lc.givenBack[seq]
+}
+
+// refusal says why ack a of offset seq is refused, as the earlier items of
+// the request left the row, or "" when it may be applied:
+//
+//   - naming a lease: it must be the live lease, and (unless seq is done
+//     already, when the ack is a harmless repeat) cover seq and not have
+//     given seq back earlier in the request;
+//   - naming none: a done seq is a harmless repeat; otherwise no lease may be
+//     live (only its holder, who knows its id, may act under it), seq must
+//     have been delivered, and only a verdict (completed, dlq) is taken:
+//     failed and retry give a lease back, and there is none.
+func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
+	live := lc.liveLease != "" && lc.st.leaseID == lc.liveLease
+	if a.LeaseID != "" {
+		switch {
+		case !live || a.LeaseID != lc.liveLease:
+			return ErrTextInvalidLease
+		case lc.st.isDone(seq):
+			return ""
+		case lc.givenBack[seq]:
+			return ErrTextReleased
+		case !lc.covers(seq):
+			return ErrTextOutsideLease
+		}
+		return ""
+	}
+	switch {
+	case lc.st.isDone(seq):
+		return ""
+	case live:
+		return ErrTextLeaseRequired
+	case seq > lc.deliveredTo:
+		return ErrTextNotLeased
+	case a.Status == StatusFailed || a.Status == StatusRetry:
+		return ErrTextNoLiveLease
+	}
+	return ""
+}
+
+// giveBack returns seq to the queue: the lease ends with the request, and no
+// later item of it may act on seq under the lease.
+func (lc *lockedConsumer) giveBack(seq int64, i int) {
+	if lc.givenBack == nil {
+		lc.givenBack = map[int64]bool{}
+	}
+	lc.givenBack[seq] = true
+	lc.releaseAfter(i)
+}
+
+// releaseAfter marks the lease to end with the request because of item i.
+func (lc *lockedConsumer) releaseAfter(i int) {
+	if lc.releasedBy < 0 {
+		lc.releasedBy = i
+	}
 }
 
 // ackResolveSQL finds each acked message by (partition, transaction id).
@@ -102,7 +185,7 @@ ORDER BY t.ord`
 const ackLockSQL = `-- herald:ack_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
-       c.attempts, c.attempt_seq, q.retry_limit
+       c.attempts, c.attempt_seq, c.delivered_to, q.retry_limit
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
 JOIN partitions p ON p.id = c.partition_id
@@ -188,10 +271,10 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, standalone boo
 	}
 	for rows.Next() {
 		var k consumerKey
-		lc := &lockedConsumer{}
+		lc := &lockedConsumer{releasedBy: -1}
 		var live bool
 		if err := rows.Scan(&k.partitionID, &k.group, &lc.st.cursor, &lc.st.done, &lc.st.leaseID, &live,
-			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.retryLimit); err != nil {
+			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.retryLimit); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return nil, fmt.Errorf("locking consumers: %w", err)
@@ -215,54 +298,58 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, standalone boo
 	touched := map[consumerKey]bool{}
 	for i, a := range acks {
 		r := &out[i]
-		seq := seqs[i]
-		if seq == nil {
+		if seqs[i] == nil {
 			r.Error = ErrTextNotFound
 			continue
 		}
+		seq := *seqs[i]
 		k := consumerKey{a.PartitionID, a.Group}
 		lc := locked[k]
 		if lc == nil {
 			r.Error = ErrTextNotLeased
 			continue
 		}
-		if a.LeaseID != "" && a.LeaseID != lc.liveLease {
-			r.Error = ErrTextInvalidLease
+		if r.Error = lc.refusal(a, seq); r.Error != "" {
 			continue
 		}
 		r.Success = true
-		if lc.st.isDone(*seq) {
+		if lc.st.isDone(seq) {
 			continue // acked before: acks are idempotent
 		}
 		if !touched[k] {
 			touched[k] = true
 			order = append(order, k)
 		}
-		hadLease := lc.st.leaseID != ""
 		switch a.Status {
 		case StatusCompleted, StatusSuccess:
-			lc.st.markDone(*seq)
+			lc.st.markDone(seq)
 		case StatusDLQ:
-			dead = append(dead, deadLetter{partitionID: a.PartitionID, seq: *seq, group: a.Group, err: a.Error, retries: lc.st.retryCount(*seq)})
-			lc.st.markDone(*seq)
+			dead = append(dead, deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error, retries: lc.st.retryCount(seq)})
+			lc.st.markDone(seq)
 			r.DLQ = true
 		case StatusFailed:
-			if isDead, retries := lc.st.fail(*seq, lc.retryLimit); isDead {
-				dead = append(dead, deadLetter{partitionID: a.PartitionID, seq: *seq, group: a.Group, err: a.Error, retries: retries})
-				lc.st.markDone(*seq)
+			if isDead, retries := lc.st.fail(seq, lc.retryLimit); isDead {
+				dead = append(dead, deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error, retries: retries})
+				lc.st.markDone(seq)
 				r.DLQ = true
 			} else {
-				lc.st.release()
+				lc.giveBack(seq, i)
 			}
 		case StatusRetry:
-			lc.st.release()
+			lc.giveBack(seq, i)
 		default:
 			return nil, inputErrorf("unknown ack status %q", a.Status)
 		}
 		if lc.st.leaseComplete() {
-			lc.st.release()
+			lc.releaseAfter(i)
 		}
-		r.LeaseReleased = hadLease && lc.st.leaseID == ""
+	}
+	for _, k := range order {
+		lc := locked[k]
+		if lc.releasedBy >= 0 && lc.st.leaseID != "" {
+			lc.st.release()
+			out[lc.releasedBy].LeaseReleased = true
+		}
 	}
 	var u consumerUpdates
 	for _, k := range order {

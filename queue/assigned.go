@@ -93,6 +93,7 @@ WITH a AS (
 		lease_expires_at = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE now() + make_interval(secs => s.lease_time) END,
 		lease_from = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE r.lfrom END,
 		lease_to = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE r.lto END,
+		delivered_to = greatest(c.delivered_to, CASE WHEN r.ord IS NULL OR s.auto THEN 0 ELSE r.lto END),
 		leased_at = CASE WHEN r.ord IS NULL THEN c.leased_at ELSE now() END
 	FROM st s LEFT JOIN ranges r ON r.ord = s.ord
 	WHERE c.partition_id = s.partition_id AND c.consumer_group = s.consumer_group

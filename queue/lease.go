@@ -15,6 +15,11 @@ const (
 	ErrTextLeaseExpired  = "Lease already expired"
 )
 
+// MaxLeaseSeconds bounds every lease duration: a queue's leaseTime and an
+// extension's seconds (one day). A longer value is refused, never narrowed:
+// a lease pinned for years is a partition nobody else can read.
+const MaxLeaseSeconds = 24 * 60 * 60
+
 // ExtendResult reports a lease extension.
 type ExtendResult struct {
 	LeaseID   string
@@ -24,8 +29,12 @@ type ExtendResult struct {
 }
 
 // ExtendLease pushes the expiry of every (partition, group) lease held under
-// leaseID to now + seconds; seconds ≤ 0 means each queue's lease time.
+// leaseID to now + seconds; 0 means each queue's lease time. seconds outside
+// 0..MaxLeaseSeconds is an input error and changes nothing.
 func (s *Store) ExtendLease(ctx context.Context, leaseID string, seconds int) (*ExtendResult, error) {
+	if seconds < 0 || seconds > MaxLeaseSeconds {
+		return nil, inputErrorf("seconds must be an integer between 0 and %d (a day)", MaxLeaseSeconds)
+	}
 	res := &ExtendResult{LeaseID: leaseID}
 	if !ValidUUID(leaseID) {
 		res.Error = ErrTextLeaseNotFound
@@ -33,7 +42,7 @@ func (s *Store) ExtendLease(ctx context.Context, leaseID string, seconds int) (*
 	}
 	var secs *int32
 	if seconds > 0 {
-		v := int32(seconds)
+		v := int32(seconds) // bounded above
 		secs = &v
 	}
 	err := s.pool.QueryRow(ctx, `-- herald:extend_lease

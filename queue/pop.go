@@ -222,6 +222,7 @@ UPDATE consumers c SET cursor = u.cur, done = u.done::bigint[], attempts = u.att
 		WHEN u.ltime IS NULL THEN c.lease_expires_at ELSE now() + make_interval(secs => u.ltime) END,
 	lease_from = CASE WHEN u.lease IS NULL THEN NULL ELSE u.lfrom END,
 	lease_to = CASE WHEN u.lease IS NULL THEN NULL ELSE u.lto END,
+	delivered_to = greatest(c.delivered_to, CASE WHEN u.lease IS NULL THEN 0 ELSE u.lto END),
 	leased_at = CASE WHEN u.ltime IS NULL THEN c.leased_at ELSE now() END
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::int[],
             $8::bigint[], $9::bigint[], $10::text[], $11::text[])

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -159,8 +160,8 @@ func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if obj != nil {
-			if seconds, _, err = intField(obj, "seconds"); err != nil || seconds < 0 {
-				writeError(w, http.StatusBadRequest, "seconds must be a non-negative integer")
+			if seconds, _, err = intField(obj, "seconds"); err != nil {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("seconds must be an integer between 0 and %d (a day)", queue.MaxLeaseSeconds))
 				return
 			}
 		}
@@ -243,6 +244,12 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 	results := make([]map[string]any, len(res.Results))
 	for i, or := range res.Results {
 		switch {
+		case or.Push != nil && or.Push.Status == queue.StatusRejected:
+			// The item maxSize refused, which failed the transaction: no
+			// message, so no ids.
+			p := or.Push
+			results[i] = map[string]any{"index": or.Index, "type": "push", "success": false, "status": p.Status,
+				"error": p.Error, "queueName": p.Queue, "transactionId": p.TransactionID}
 		case or.Push != nil:
 			p := or.Push
 			results[i] = map[string]any{"index": or.Index, "type": "push", "success": true, "status": p.Status,

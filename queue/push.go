@@ -67,7 +67,7 @@ func (s *Store) Push(ctx context.Context, items []PushItem) ([]PushResult, error
 // partition id turned out to belong to a deleted queue.
 func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, error) {
 	for attempt := 0; ; attempt++ {
-		plan, err := s.planPush(ctx, items)
+		plan, err := s.planPush(ctx, s.pool, items)
 		if err == nil {
 			// A pipelined batch runs as one implicit transaction.
 			br := s.pool.SendBatch(ctx, plan.batch())
@@ -95,7 +95,9 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, items []PushItem) ([]Push
 	if len(items) == 0 {
 		return []PushResult{}, nil
 	}
-	plan, err := s.planPush(ctx, items)
+	// The room left under maxSize is counted inside tx, so pushes of
+	// earlier operations of the same transaction take their places.
+	plan, err := s.planPush(ctx, tx, items)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +153,9 @@ func validatePushItems(items []PushItem) error {
 	return nil
 }
 
-func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, error) {
+// planPush resolves partitions, counts the room of limited queues with q
+// and seals payloads; nothing is written yet.
+func (s *Store) planPush(ctx context.Context, q querier, items []PushItem) (*pushPlan, error) {
 	if err := validatePushItems(items); err != nil {
 		return nil, err
 	}
@@ -167,7 +171,7 @@ func (s *Store) planPush(ctx context.Context, items []PushItem) (*pushPlan, erro
 	if err != nil {
 		return nil, err
 	}
-	room, sealed, err := s.queueRoom(ctx, items, keys, refs)
+	room, sealed, err := s.queueRoom(ctx, q, items, keys, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +236,7 @@ type room struct{ n, max int }
 // is taken before the insert: pushes racing to the last free places may
 // overshoot by what they carry together. sealed lists the queues whose
 // payloads are stored encrypted.
-func (s *Store) queueRoom(ctx context.Context, items []PushItem, keys []partKey, refs map[partKey]partRef) (
+func (s *Store) queueRoom(ctx context.Context, q querier, items []PushItem, keys []partKey, refs map[partKey]partRef) (
 	out map[string]room, sealed map[string]bool, err error) {
 	out, sealed = map[string]room{}, map[string]bool{}
 	seen := map[string]bool{}
@@ -257,7 +261,7 @@ func (s *Store) queueRoom(ctx context.Context, items []PushItem, keys []partKey,
 			continue
 		}
 		var n int
-		if err := s.pool.QueryRow(ctx, `-- herald:queue_size
+		if err := q.QueryRow(ctx, `-- herald:queue_size
 			SELECT count(*) FROM (SELECT 1 FROM messages m JOIN partitions p ON p.id = m.partition_id
 			WHERE p.queue_id = $1::uuid LIMIT $2) x`, refs[keys[i]].queueID, info.Options.MaxSize).Scan(&n); err != nil {
 			return nil, nil, fmt.Errorf("counting queue %s: %w", it.Queue, err)

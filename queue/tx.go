@@ -17,14 +17,18 @@ type TxOp struct {
 
 // TxOpResult is the result of one operation. A push yields one per item.
 type TxOpResult struct {
-	Index int // the operation's index
+	// Index is the result's position in TxResult.Results: every pushed item
+	// counts as one operation, as the reference server flattens push items
+	// (ops [ack, push of 2 items] give indexes 0, 1, 2).
+	Index int
 	Type  string
 	Push  *PushResult
 	Ack   *AckResult
 }
 
 // TxResult reports a transaction. Success false means it was rolled back;
-// Results then end with the operation that failed.
+// Results then end with the operation that failed (for a push refused by a
+// queue's maxSize: the refused item, status rejected).
 type TxResult struct {
 	TransactionID string
 	Success       bool
@@ -61,7 +65,7 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 				return errTxAborted
 			}
 		}
-		for i, op := range ops {
+		for _, op := range ops {
 			switch op.Type {
 			case "push":
 				prs, err := s.pushTx(ctx, tx, op.Items)
@@ -69,7 +73,13 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 					return err
 				}
 				for j := range prs {
-					res.Results = append(res.Results, TxOpResult{Index: i, Type: "push", Push: &prs[j]})
+					res.Results = append(res.Results, TxOpResult{Index: len(res.Results), Type: "push", Push: &prs[j]})
+					// All or none: an item refused for maxSize fails the
+					// whole transaction, however many others fitted.
+					if prs[j].Status == StatusRejected {
+						res.Error = "PUSH operation failed: " + prs[j].Error
+						return errTxAborted
+					}
 				}
 			case "ack":
 				ars, err := s.ackTx(ctx, tx, []Ack{op.Ack}, false)
@@ -77,7 +87,7 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 					return err
 				}
 				ar := ars[0]
-				res.Results = append(res.Results, TxOpResult{Index: i, Type: "ack", Ack: &ar})
+				res.Results = append(res.Results, TxOpResult{Index: len(res.Results), Type: "ack", Ack: &ar})
 				if !ar.Success {
 					res.Error = "ACK operation failed: " + ar.Error
 					return errTxAborted

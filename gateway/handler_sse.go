@@ -64,6 +64,8 @@ type sseStream struct {
 	draining bool
 	hb       *time.Timer
 	check    *time.Timer
+	expiry   *time.Timer // ends the stream when its token expires; nil without one
+	expires  time.Time   // the token's exp plus the auth leeway; zero when it does not expire
 	closed   bool
 	inflight map[inflightKey]sseHeld         // written, not yet acknowledged
 	marks    map[string]*queue.LeaseMark     // partition id → lease and highest offset written
@@ -175,6 +177,10 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 
 	st := &sseStream{s: s, group: req.Group, autoAck: req.AutoAck,
 		ended: make(chan struct{})} // its maps are made on first use: idle streams stay small
+	if c, ok := claimsOf(r.Context()); ok && !c.Expires.IsZero() {
+		// The stream lasts as long as its token would be accepted on HTTP.
+		st.expires = c.Expires.Add(s.cfg.Auth.Leeway)
+	}
 	st.in = &poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
@@ -243,6 +249,9 @@ func (s *Server) startSSE(st *sseStream) {
 	st.mu.Lock()
 	st.cancel = s.poller.Register(st.in)
 	st.hb = time.AfterFunc(s.cfg.SSEHeartbeat, st.beat)
+	if !st.expires.IsZero() {
+		st.expiry = time.AfterFunc(time.Until(st.expires), st.expire)
+	}
 	st.mu.Unlock()
 	s.sseMu.Lock()
 	s.sseStreams[st] = true
@@ -402,6 +411,43 @@ func (st *sseStream) checkTick() {
 	st.mu.Unlock()
 }
 
+// expire ends the stream when its token expires, as a WebSocket is closed
+// with 4501: nothing more is leased to it, its last event says why, and
+// what it holds goes back as for any closed stream. An EventSource then
+// reconnects with the same token and is refused 401, so it stops.
+func (st *sseStream) expire() {
+	if !st.enter() {
+		return
+	}
+	defer st.busy.Done()
+	st.mu.Lock()
+	cancel := st.cancel
+	st.mu.Unlock()
+	cancel()
+	st.sendLast(disconnectEvent(CloseUnauthorized, "token expired"))
+	st.end()
+}
+
+// disconnectEvent is the SSE form of a typed close: the WebSocket close
+// code and reason as event: disconnect.
+func disconnectEvent(code int, reason string) []byte {
+	data, _ := json.Marshal(struct {
+		Code   int    `json:"code"`
+		Reason string `json:"reason"`
+	}{code, reason})
+	return []byte("event: disconnect\ndata: " + string(data) + "\n\n")
+}
+
+// sendLast writes b as the stream's last bytes: nothing is written after it.
+func (st *sseStream) sendLast(b []byte) {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	if !st.finished {
+		st.write(b)
+		st.finished = true
+	}
+}
+
 // drain stops leasing to the stream now and closes it after delay (a
 // random point of the drain window, so that browsers do not all reconnect
 // at once), writing first what was already leased for it.
@@ -442,6 +488,9 @@ func (st *sseStream) end() {
 		st.hb.Stop()
 		if st.check != nil {
 			st.check.Stop()
+		}
+		if st.expiry != nil {
+			st.expiry.Stop()
 		}
 		st.mu.Unlock()
 		st.stop()

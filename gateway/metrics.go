@@ -26,6 +26,7 @@ type metrics struct {
 	sseRefused     prometheus.Counter
 	sseResumedAcks prometheus.Counter
 	authFailures   *prometheus.CounterVec
+	slowBodies     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error) {
@@ -58,7 +59,9 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error)
 		Help: "Messages acknowledged by an SSE reconnect's Last-Event-ID."})
 	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_auth_failures_total",
 		Help: "Requests refused by authentication (401) or by role (403)."}, []string{"reason"})
-	cs := []prometheus.Collector{m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq, m.wsBadFrames,
+	m.slowBodies = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_http_slow_body_total",
+		Help: "Requests whose body was not received within the body read timeout (answered 408, connection closed)."})
+	cs := []prometheus.Collector{m.slowBodies, m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq, m.wsBadFrames,
 		m.wsConns, m.sseStreams, m.sseRefused, m.sseResumedAcks, m.authFailures}
 	pool := store.Pool()
 	gauge := func(name, help string, f func() float64) {

@@ -34,6 +34,10 @@ const (
 	// AutopilotBatchDefault is the batch of a pop that sends autopilot=true
 	// and no batch (newer Queen clients leave the size to the server).
 	AutopilotBatchDefault = 200
+	// BodyReadTimeoutDefault bounds the reading of a request body: a
+	// producer's batch arrives in far less, and a client that trickles its
+	// body holds a connection and a goroutine no longer than this.
+	BodyReadTimeoutDefault = 10 * time.Second
 )
 
 // Config configures a Server.
@@ -43,6 +47,12 @@ type Config struct {
 	// BodyLimit is the largest request body in bytes; zero means
 	// BodyLimitDefault. Larger bodies are answered 413.
 	BodyLimit int64
+	// BodyReadTimeout bounds the reading of a request body, counted from
+	// the end of its headers; zero means BodyReadTimeoutDefault. A body not
+	// received in time is answered 408, its connection closed and counted
+	// (herald_http_slow_body_total). Requests without a body (long-polls,
+	// WebSocket upgrades, SSE streams) have no such deadline.
+	BodyReadTimeout time.Duration
 	// Poller serves waiting long-polls (wait=true) and is woken by pushes
 	// and acks. Required.
 	Poller *poller.Poller
@@ -99,6 +109,9 @@ func (c Config) WithDefaults() Config {
 	if c.BodyLimit == 0 {
 		c.BodyLimit = BodyLimitDefault
 	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = BodyReadTimeoutDefault
+	}
 	if c.MaxWSConnections == 0 {
 		c.MaxWSConnections = MaxWSConnectionsDefault
 	}
@@ -128,7 +141,7 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.Poller is required")
 	case c.MaxWSConnections < 0 || c.MaxSSEConnections < 0:
 		return errors.New("gateway: Config.MaxWSConnections and MaxSSEConnections must not be negative")
-	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.DrainWindow < 0:
+	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0:
 		return errors.New("gateway: Config durations must not be negative")
 	}
 	return nil
@@ -338,8 +351,9 @@ func (s *Server) instrument(route string, need Role, h http.HandlerFunc) http.Ha
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		setCORS(w.Header())
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.BodyLimit)
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		s.withBodyDeadline(w, sw, r)
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.BodyLimit)
 		if r, ok := s.authorize(sw, r, need); ok {
 			h(sw, r)
 		}
@@ -357,11 +371,16 @@ func (s *Server) instrument(route string, need Role, h http.HandlerFunc) http.Ha
 // statusWriter remembers the status code for metrics and logs.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	wrote  bool
+	status   int
+	wrote    bool
+	slowBody bool // the body missed its deadline: whatever the handler answers is a 408
 }
 
 func (w *statusWriter) WriteHeader(code int) {
+	if w.slowBody {
+		code = http.StatusRequestTimeout
+		w.Header().Set("Connection", "close") // the rest of the body is not waited for
+	}
 	if !w.wrote {
 		w.status, w.wrote = code, true
 	}

@@ -250,6 +250,10 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 		c.ack(ctx, f)
 	case "renew":
 		res, err := c.s.store.ExtendLease(ctx, f.LeaseID, f.Seconds)
+		if queue.IsInputError(err) {
+			c.send(wsError(f.ID, "bad_request", err.Error()))
+			return
+		}
 		if err != nil {
 			c.send(wsError(f.ID, "internal", "extending the lease failed"))
 			return

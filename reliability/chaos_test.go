@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -552,6 +553,14 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
+	// The careless client: a consumer of g1 that also sends stale acks,
+	// acks outside its lease, acks without lease ids and repeated items.
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	reckless := &careless{consumer: consumer{name: "g1-careless", group: "g1"}, pool: pool, tally: map[string]map[string]int{}}
+	wg.Go(func() { reckless.run(runCtx, r, cl, 2) })
+
 	// Producers: unique transactionIds, 20 partitions, through every
 	// instance in turn; a batch that fails is pushed again (duplicates are
 	// recognised by transactionId).
@@ -728,6 +737,10 @@ func TestChaos(t *testing.T) {
 			g, len(r.acked[g]), len(dlq[g]), len(r.uncertain[g]))
 	}
 	t.Logf("acks of unknown outcome, by cause: %v", r.unknownWhy)
+	report, wrong := reckless.verdict()
+	t.Logf("the careless client's acks:%s", report)
+	assert.Empty(t, wrong, "careless acks the server must refuse without effect")
+	assert.NotEmpty(t, report, "the careless client sent its acks")
 	var leased int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM consumers WHERE lease_expires_at > now()`).Scan(&leased))
 	assert.Zero(t, leased, "nothing left leased")

@@ -27,6 +27,7 @@ type config struct {
 	LogLevel        string
 	LogFormat       string
 	BodyLimit       int64
+	BodyReadTimeout time.Duration
 	InstanceID      string
 	DBMaxConns      int
 	PGPort          int
@@ -87,6 +88,8 @@ var options = []option{
 		func(c *config, v string) error { c.LogFormat = v; return nil }},
 	{"body-limit", "HERALD_BODY_LIMIT", strconv.Itoa(gateway.BodyLimitDefault), "largest request body in bytes (413 above)",
 		func(c *config, v string) (err error) { c.BodyLimit, err = strconv.ParseInt(v, 10, 64); return err }},
+	{"body-read-timeout", "HERALD_BODY_READ_TIMEOUT", gateway.BodyReadTimeoutDefault.String(), "a request body not received within this (from the end of its headers) is answered 408 and its connection closed; requests without a body (long-polls, WebSocket, SSE) have no such deadline",
+		func(c *config, v string) (err error) { c.BodyReadTimeout, err = time.ParseDuration(v); return err }},
 	{"instance-id", "HERALD_INSTANCE_ID", "", "name of this instance, recorded as lease owner; empty means hostname:port",
 		func(c *config, v string) error { c.InstanceID = v; return nil }},
 	{"db-max-conns", "HERALD_DB_MAX_CONNS", "0", "database pool size; 0 means max(4, CPUs)",
@@ -186,6 +189,8 @@ func (c *config) validate() error {
 		return errors.New("--retention-interval must be positive")
 	case c.ShutdownTimeout <= 0:
 		return errors.New("--shutdown-timeout must be positive")
+	case c.BodyReadTimeout <= 0:
+		return errors.New("--body-read-timeout must be positive")
 	case c.Wake != WakeNotify && c.Wake != WakeLogical && c.Wake != WakePoll:
 		return errors.New("--wake must be notify, logical or poll")
 	case c.NotifyWindow <= 0:

@@ -420,6 +420,9 @@ func (c *wsConn) subscribe(f *wsFrame) {
 	if maxInFlight <= 0 {
 		maxInFlight = WSMaxInFlightDefault
 	}
+	// Bounded as on SSE: credit is added to and counted down, and a value
+	// near the int range would overflow it.
+	maxInFlight = min(maxInFlight, queue.MaxBatch*10)
 	batch = min(batch, maxInFlight, queue.MaxBatch)
 	group := f.ConsumerGroup
 	if group == "" {

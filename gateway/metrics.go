@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,16 +11,134 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// metrics are the herald_* series. Labels are routes, queues, groups and
-// statuses, never ids, so cardinality stays bounded by configuration.
+// MetricsMaxQueuesDefault is how many distinct queues get a queue label
+// value of their own by default (--metrics-max-queues).
+const MetricsMaxQueuesDefault = 100
+
+// OtherLabel is the label value shared by every queue (or consumer group)
+// past a LabelLimiter's bound.
+const OtherLabel = "__other__"
+
+// MetricsConfig bounds the label values of the herald_* series and may
+// guard /metrics. The zero value keeps at most MetricsMaxQueuesDefault
+// queues apart, puts no group names in labels and leaves /metrics open.
+type MetricsConfig struct {
+	// Queues gives every queue label value: the first distinct queues up
+	// to its bound are named, the rest are OtherLabel. nil means
+	// NewLabelLimiter(MetricsMaxQueuesDefault). cmd/herald shares one with
+	// herald_retention_deleted_total, so both name the same queues.
+	Queues *LabelLimiter
+	// GroupLabels puts consumer group names in the group label of
+	// herald_messages_popped_total, bounded as the queues are. Off (the
+	// default) queue mode is "__QUEUE_MODE__" and every named group
+	// OtherLabel: a consumer cannot add series by inventing group names.
+	GroupLabels bool
+	// Auth requires a token with role admin on /metrics when Config.Auth
+	// is set (401 without one, 403 with a lesser role). Off (the default)
+	// /metrics is open, as a Prometheus without a token expects; without
+	// Config.Auth there is nothing to check it with and it stays open.
+	Auth bool
+}
+
+// role is the least role /metrics needs.
+func (c MetricsConfig) role() Role {
+	if c.Auth {
+		return RoleAdmin
+	}
+	return RoleNone
+}
+
+// LabelLimiter bounds the values a label takes: the first Max distinct
+// values it sees keep their name, every later one is OtherLabel. Names are
+// kept for the process's life (counters never forget a series either).
+// Safe for concurrent use.
+type LabelLimiter struct {
+	max   int
+	mu    sync.RWMutex
+	named map[string]struct{}
+}
+
+// NewLabelLimiter returns a LabelLimiter naming at most max values; zero
+// or less names none.
+func NewLabelLimiter(max int) *LabelLimiter {
+	return &LabelLimiter{max: max, named: map[string]struct{}{}}
+}
+
+// Max is the bound.
+func (l *LabelLimiter) Max() int { return l.max }
+
+// Value is v if v is one of the named values (naming it if there is room),
+// else OtherLabel.
+func (l *LabelLimiter) Value(v string) string {
+	if v == OtherLabel {
+		return v
+	}
+	l.mu.RLock()
+	_, ok := l.named[v]
+	full := len(l.named) >= l.max
+	l.mu.RUnlock()
+	if ok {
+		return v
+	}
+	if full {
+		return OtherLabel
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.named[v]; !ok {
+		if len(l.named) >= l.max {
+			return OtherLabel
+		}
+		l.named[v] = struct{}{}
+	}
+	return v
+}
+
+// queueCounter is a CounterVec whose first label is a queue, passed
+// through the limiter, so the handlers give raw names.
+type queueCounter struct {
+	vec    *prometheus.CounterVec
+	queues *LabelLimiter
+	// second maps the second label value; nil passes it through (a fixed
+	// set, such as an ack's status).
+	second func(string) string
+}
+
+func (c queueCounter) WithLabelValues(q string, more ...string) prometheus.Counter {
+	lv := append([]string{c.queues.Value(q)}, more...)
+	if c.second != nil && len(lv) > 1 {
+		lv[1] = c.second(lv[1])
+	}
+	return c.vec.WithLabelValues(lv...)
+}
+
+// groupLabel maps a pop's consumer group to its label value: queue mode
+// keeps its fixed name; named groups go through a limiter as bounded as
+// the queues' with GroupLabels, else they are all OtherLabel.
+func groupLabel(cfg MetricsConfig, queues *LabelLimiter) func(string) string {
+	groups := NewLabelLimiter(0)
+	if cfg.GroupLabels {
+		groups = NewLabelLimiter(queues.Max())
+	}
+	return func(g string) string {
+		if g == queue.DefaultGroup {
+			return g
+		}
+		return groups.Value(g)
+	}
+}
+
+// metrics are the herald_* series. Labels are routes, methods, statuses,
+// and queues and groups through a LabelLimiter, never ids, so cardinality
+// stays bounded by configuration.
 type metrics struct {
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
-	pushed      *prometheus.CounterVec
-	duplicates  *prometheus.CounterVec
-	popped      *prometheus.CounterVec
-	acks        *prometheus.CounterVec
-	dlq         *prometheus.CounterVec
+	pushed      queueCounter
+	duplicates  queueCounter
+	popped      queueCounter
+	acks        queueCounter
+	dlq         queueCounter
 	wsBadFrames prometheus.Counter
 
 	wsConns        prometheus.Gauge
@@ -29,24 +149,29 @@ type metrics struct {
 	slowBodies     prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig) (*metrics, error) {
+	queues := cfg.Queues
+	if queues == nil {
+		queues = NewLabelLimiter(MetricsMaxQueuesDefault)
+	}
+	counter := func(name, help string, labels ...string) queueCounter {
+		return queueCounter{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels),
+			queues: queues}
+	}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_http_requests_total",
 			Help: "HTTP requests by route, method and status code."}, []string{"route", "method", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "herald_http_request_duration_seconds",
 			Help: "HTTP request duration by route (long-polls include their wait).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)},
 			[]string{"route"}),
-		pushed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_pushed_total",
-			Help: "Messages stored by push."}, []string{"queue"}),
-		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_duplicate_total",
-			Help: "Pushed items not stored because their transactionId existed."}, []string{"queue"}),
-		popped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_popped_total",
-			Help: "Messages delivered by pop."}, []string{"queue", "group"}),
-		acks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_acks_total",
-			Help: "Successful acknowledgements by status."}, []string{"queue", "status"}),
-		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_messages_dead_lettered_total",
-			Help: "Messages moved to the dead-letter queue (by an ack, or by a pop after too many expired leases)."}, []string{"queue"}),
+		pushed:     counter("herald_messages_pushed_total", "Messages stored by push.", "queue"),
+		duplicates: counter("herald_messages_duplicate_total", "Pushed items not stored because their transactionId existed.", "queue"),
+		popped:     counter("herald_messages_popped_total", "Messages delivered by pop.", "queue", "group"),
+		acks:       counter("herald_acks_total", "Successful acknowledgements by status.", "queue", "status"),
+		dlq: counter("herald_messages_dead_lettered_total",
+			"Messages moved to the dead-letter queue (by an ack, or by a pop after too many expired leases).", "queue"),
 	}
+	m.popped.second = groupLabel(cfg, queues)
 	m.wsBadFrames = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_ws_bad_frames_total",
 		Help: "WebSocket frames that were not the protocol (answered with an error frame)."})
 	m.wsConns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_ws_connections",
@@ -61,7 +186,8 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error)
 		Help: "Requests refused by authentication (401) or by role (403)."}, []string{"reason"})
 	m.slowBodies = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_http_slow_body_total",
 		Help: "Requests whose body was not received within the body read timeout (answered 408, connection closed)."})
-	cs := []prometheus.Collector{m.slowBodies, m.requests, m.duration, m.pushed, m.duplicates, m.popped, m.acks, m.dlq, m.wsBadFrames,
+	cs := []prometheus.Collector{m.slowBodies, m.requests, m.duration, m.pushed.vec, m.duplicates.vec, m.popped.vec, m.acks.vec,
+		m.dlq.vec, m.wsBadFrames,
 		m.wsConns, m.sseStreams, m.sseRefused, m.sseResumedAcks, m.authFailures}
 	pool := store.Pool()
 	gauge := func(name, help string, f func() float64) {
@@ -89,8 +215,20 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store) (*metrics, error)
 }
 
 func (m *metrics) observeRequest(route, method string, status int, d time.Duration) {
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.requests.WithLabelValues(route, methodLabel(method), strconv.Itoa(status)).Inc()
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// methodLabel is the method label value: a client may send any token as
+// its method (the "/" route answers every one), so those outside the
+// standard ones share OTHER.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
 }
 
 // queryCollector exposes queue.QueryStats, which a pgx tracer keeps, as

@@ -91,7 +91,7 @@ type Config struct {
 	// (caches; syncnet's peers, presence and counters).
 	SharedState func() any
 	// Auth, when set, requires a bearer token on every endpoint but
-	// /health and /metrics.
+	// /health and /metrics (and /metrics too with Metrics.Auth).
 	Auth *Auth
 	// Version is reported by /health.
 	Version string
@@ -100,6 +100,9 @@ type Config struct {
 	// Registry receives the herald_* metrics and is served by /metrics; nil
 	// means a new registry with the Go runtime and process metrics.
 	Registry *prometheus.Registry
+	// Metrics bounds the label values of the herald_* series and may guard
+	// /metrics with a token (MetricsConfig).
+	Metrics MetricsConfig
 	// Logger; the zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -206,7 +209,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Notifier != nil {
 		s.notify = cfg.Notifier.Notify
 	}
-	m, err := newMetrics(reg, cfg.Store)
+	m, err := newMetrics(reg, cfg.Store, cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -232,9 +235,11 @@ func (s *Server) routes() {
 	s.stream("GET /api/v1/ws", RoleNone, s.handleWS)
 	s.stream("GET /api/v1/sse/queue/{queue}", RoleReadOnly, s.handleSSE)
 	s.stream("GET /api/v1/sse/queue/{queue}/partition/{partition}", RoleReadOnly, s.handleSSE)
-	// Probes and scrapes stay open: orchestrators and Prometheus hold no token.
+	// Probes and scrapes stay open: orchestrators and Prometheus hold no
+	// token. Metrics.Auth closes /metrics, which names queues, to all but
+	// admins.
 	s.handle("GET /health", "health", RoleNone, s.handleHealth)
-	s.handle("GET /metrics", "metrics", RoleNone, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	s.handle("GET /metrics", "metrics", s.cfg.Metrics.role(), promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
 	s.handle("GET /internal/api/shared-state/stats", "stats", RoleAdmin, s.handleStats)
 	// The demo page and the browser SDK (web/).
 	page := web.Handler()

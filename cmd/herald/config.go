@@ -58,6 +58,10 @@ type config struct {
 	SyncBind   string
 	SyncSecret string
 	ServerID   string
+
+	MetricsMaxQueues   int
+	MetricsGroupLabels bool
+	MetricsAuth        bool
 }
 
 // Wake modes of --wake.
@@ -120,6 +124,12 @@ var options = []option{
 		func(c *config, v string) (err error) { c.PreflightMax, err = strconv.Atoi(v); return err }},
 	{"auth-secret", "HERALD_AUTH_SECRET", "", "HS256 secret (at least 32 bytes) of the bearer tokens every endpoint but /health and /metrics then requires; empty turns auth off",
 		func(c *config, v string) error { c.AuthSecret = v; return nil }},
+	{"metrics-max-queues", "HERALD_METRICS_MAX_QUEUES", strconv.Itoa(gateway.MetricsMaxQueuesDefault), "distinct queues that get a queue label value of their own in /metrics (the first seen since start); the others share queue=\"__other__\"; 0 names none",
+		func(c *config, v string) (err error) { c.MetricsMaxQueues, err = strconv.Atoi(v); return err }},
+	{"metrics-group-labels", "HERALD_METRICS_GROUP_LABELS", "false", "name consumer groups in the group label of herald_messages_popped_total (as many as --metrics-max-queues, the rest \"__other__\"); off, a named group is \"__other__\" and queue mode \"__QUEUE_MODE__\"",
+		func(c *config, v string) (err error) { c.MetricsGroupLabels, err = strconv.ParseBool(v); return err }},
+	{"metrics-auth", "HERALD_METRICS_AUTH", "false", "require a bearer token with role admin on /metrics (needs --auth-secret); off, /metrics is open as /health is",
+		func(c *config, v string) (err error) { c.MetricsAuth, err = strconv.ParseBool(v); return err }},
 	{"sse-max-connections", "HERALD_SSE_MAX_CONNECTIONS", strconv.Itoa(gateway.MaxSSEConnectionsDefault), "SSE streams per instance; more are answered 200 with retry: and closed",
 		func(c *config, v string) (err error) { c.MaxSSEConnections, err = strconv.Atoi(v); return err }},
 	{"sse-heartbeat", "HERALD_SSE_HEARTBEAT", gateway.SSEHeartbeatDefault.String(), "interval of SSE heartbeat comments (keep it under proxies' read timeouts)",
@@ -158,7 +168,12 @@ func parseConfig(cmd string, args []string, getenv func(string) string, out io.W
 		if err := o.set(c, v); err != nil {
 			return nil, fmt.Errorf("%s=%q: %w", o.env, v, err)
 		}
-		fs.Func(o.flag, o.help, func(v string) error { return o.set(c, v) })
+		if o.def == "false" {
+			// A switch: --flag alone turns it on, --flag=false off.
+			fs.BoolFunc(o.flag, o.help, func(v string) error { return o.set(c, v) })
+		} else {
+			fs.Func(o.flag, o.help, func(v string) error { return o.set(c, v) })
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -213,6 +228,10 @@ func (c *config) validate() error {
 		return errors.New("--sse-heartbeat and --sse-resume-grace must be positive")
 	case c.DrainWindow < 0:
 		return errors.New("--drain-window must not be negative")
+	case c.MetricsMaxQueues < 0:
+		return errors.New("--metrics-max-queues must not be negative")
+	case c.MetricsAuth && c.AuthSecret == "":
+		return errors.New("--metrics-auth needs --auth-secret (there are no tokens to check without it)")
 	case len(c.SyncPeers) > 0 && !validSecret(c.SyncSecret):
 		return errors.New("--sync-secret must be 64 hex characters when --sync-peers is set")
 	}

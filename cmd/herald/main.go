@@ -254,10 +254,14 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if err != nil {
 		return err
 	}
+	// One bound for the queue labels of the gateway's series and of
+	// retention's, so both name the same queues.
+	queueLabels := gateway.NewLabelLimiter(cfg.MetricsMaxQueues)
 	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(), Instance: instance,
 		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, MaxSSEConnections: cfg.MaxSSEConnections,
 		SSEHeartbeat: cfg.SSEHeartbeat, SSEResumeGrace: cfg.SSEResumeGrace, DrainWindow: cfg.DrainWindow,
 		Registry: reg, Logger: log}
+	gwCfg.Metrics = gateway.MetricsConfig{Queues: queueLabels, GroupLabels: cfg.MetricsGroupLabels, Auth: cfg.MetricsAuth}
 	gwCfg.SharedState = shared.Stats(configs, store, node)
 	if node != nil {
 		gwCfg.OnQueueDeleted = node.QueueDeleted
@@ -268,7 +272,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	}
 	// The cached queue configs are read again every minute: a change whose
 	// broadcast was lost heals.
-	retained := shared.RetentionReporter(reg)
+	retained := shared.RetentionReporter(reg, queueLabels)
 	// Table sizes, dead rows and the xmin horizon, for /metrics and a
 	// warning when a transaction holds the horizon over 5 minutes.
 	hygiene := shared.HygieneReporter(reg)

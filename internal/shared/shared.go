@@ -7,6 +7,7 @@ package shared
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/syncnet"
 )
@@ -144,14 +145,20 @@ func RegisterMetrics(reg prometheus.Registerer, configs *syncnet.Snapshot[queue.
 }
 
 // RetentionReporter registers herald_retention_deleted_total{queue,reason}
-// and returns what the retention loop reports each run to.
-func RetentionReporter(reg prometheus.Registerer) func([]queue.RetentionDeleted) {
+// and returns what the retention loop reports each run to. Queue label
+// values go through queues (nil: a limiter of
+// gateway.MetricsMaxQueuesDefault), so /metrics stays bounded however many
+// queues retention touches.
+func RetentionReporter(reg prometheus.Registerer, queues *gateway.LabelLimiter) func([]queue.RetentionDeleted) {
+	if queues == nil {
+		queues = gateway.NewLabelLimiter(gateway.MetricsMaxQueuesDefault)
+	}
 	deleted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_retention_deleted_total",
 		Help: "What retention removed, by queue and reason: messages (retention, completed_retention), messages moved to the DLQ (max_wait), partitions (partition_cleanup)."}, []string{"queue", "reason"})
 	reg.MustRegister(deleted)
 	return func(ds []queue.RetentionDeleted) {
 		for _, d := range ds {
-			deleted.WithLabelValues(d.Queue, d.Reason).Add(float64(d.N))
+			deleted.WithLabelValues(queues.Value(d.Queue), d.Reason).Add(float64(d.N))
 		}
 	}
 }

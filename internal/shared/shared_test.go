@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/syncnet"
 )
@@ -42,13 +43,15 @@ func TestInfoFromWire_Unusable(t *testing.T) {
 
 func TestReporters(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	RetentionReporter(reg)([]queue.RetentionDeleted{{Queue: "q", Reason: queue.RetentionAge, N: 3},
-		{Queue: "q", Reason: queue.RetentionMaxWait, N: 2}})
+	// One queue gets a label value of its own; the next shares __other__.
+	RetentionReporter(reg, gateway.NewLabelLimiter(1))([]queue.RetentionDeleted{{Queue: "q", Reason: queue.RetentionAge, N: 3},
+		{Queue: "q", Reason: queue.RetentionMaxWait, N: 2}, {Queue: "q2", Reason: queue.RetentionAge, N: 4}})
 	HygieneReporter(reg)(&queue.Hygiene{Tables: map[string]queue.TableStats{"messages": {Bytes: 8192, Dead: 5, Live: 7}},
 		OldestXminAge: 42, OldestXminHeld: 90 * time.Second})
 	want := `
 # HELP herald_retention_deleted_total What retention removed, by queue and reason: messages (retention, completed_retention), messages moved to the DLQ (max_wait), partitions (partition_cleanup).
 # TYPE herald_retention_deleted_total counter
+herald_retention_deleted_total{queue="__other__",reason="retention"} 4
 herald_retention_deleted_total{queue="q",reason="max_wait"} 2
 herald_retention_deleted_total{queue="q",reason="retention"} 3
 # HELP herald_xmin_held_seconds How long the oldest transaction holding a snapshot has been open.

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -189,4 +190,38 @@ func TestHole10_BatchItemsAppliedInOrder(t *testing.T) {
 	last := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
 	assert.Equal(t, []int{1}, payloads(t, last.Messages), "2 is done, 1 came back")
 	assert.Equal(t, 1, last.Messages[0].RetryCount, "a retry counts no attempt")
+}
+
+// Hole 3 and 10 on the transaction path: its acks go through the same
+// rules, each operation against the state the operations before it left,
+// and a refusal rolls the whole transaction back.
+func TestHole3_TransactionAcksFollowTheContract(t *testing.T) {
+	s := newStore(t)
+	res := push(t, s, "src", "", nums(1, 3)...)
+	leased := pop(t, s, queue.PopRequest{Queue: "src", Batch: 1})
+	m := leased.Messages[0]
+	dst := []queue.PushItem{{Queue: "dst", Payload: json.RawMessage(`{"n":9}`)}}
+
+	outside, err := s.Transaction(ctxT(t), []queue.TxOp{
+		{Type: "push", Items: dst},
+		{Type: "ack", Ack: queue.Ack{TransactionID: res[2].TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID}},
+	}, nil)
+	require.NoError(t, err)
+	assert.False(t, outside.Success)
+	assert.Equal(t, "ACK operation failed: "+queue.ErrTextOutsideLease, outside.Error)
+
+	twice, err := s.Transaction(ctxT(t), []queue.TxOp{
+		{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: queue.StatusFailed}},
+		{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: queue.StatusFailed}},
+		{Type: "push", Items: dst},
+	}, nil)
+	require.NoError(t, err)
+	assert.False(t, twice.Success, "the second failure names a lease the first ended")
+	assert.Equal(t, "ACK operation failed: "+queue.ErrTextInvalidLease, twice.Error)
+
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "dst"}).Messages, "both rolled back")
+	ackAll(t, s, leased, queue.StatusCompleted)
+	rest := pop(t, s, queue.PopRequest{Queue: "src", Batch: 10})
+	assert.Equal(t, []int{2, 3}, payloads(t, rest.Messages))
+	assert.Zero(t, rest.Messages[0].RetryCount)
 }

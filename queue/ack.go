@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -85,7 +86,7 @@ func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
 		return nil, fmt.Errorf("acknowledging: %w", err)
 	}
 	defer conn.Release()
-	out, err := s.ackTx(ctx, conn, acks, true)
+	out, err := s.ackTx(ctx, conn, acks, nil, true)
 	if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
 		// Leave the connection clean for the pool (it closes one that is not).
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
@@ -195,8 +196,10 @@ FOR UPDATE OF c`
 
 // ackTx acknowledges on q. standalone opens and commits its own transaction
 // in the same round trips as its reads and writes; otherwise q is a
-// transaction the caller owns.
-func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, standalone bool) ([]AckResult, error) {
+// transaction the caller owns. proven are lease ids the request showed it
+// holds (a transaction's requiredLeases): an ack naming no lease acts under
+// one of them as if it had named it.
+func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []string, standalone bool) ([]AckResult, error) {
 	out := make([]AckResult, len(acks))
 	if len(acks) == 0 {
 		return out, nil
@@ -308,6 +311,9 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, standalone boo
 		if lc == nil {
 			r.Error = ErrTextNotLeased
 			continue
+		}
+		if a.LeaseID == "" && lc.liveLease != "" && slices.Contains(proven, lc.liveLease) {
+			a.LeaseID = lc.liveLease
 		}
 		if r.Error = lc.refusal(a, seq); r.Error != "" {
 			continue

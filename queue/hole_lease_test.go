@@ -225,3 +225,30 @@ func TestHole3_TransactionAcksFollowTheContract(t *testing.T) {
 	assert.Equal(t, []int{2, 3}, payloads(t, rest.Messages))
 	assert.Zero(t, rest.Messages[0].RetryCount)
 }
+
+// Hole 2 on the transaction path: Queen's transaction builder sends its
+// acks without a leaseId and lists the lease in requiredLeases. That proves
+// the request holds it, so the ack acts under it; without the proof the ack
+// is refused like any other that names no lease under a live one.
+func TestHole2_TransactionRequiredLeasesProveTheHolder(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "src", "", nums(1, 1)...)
+	leased := pop(t, s, queue.PopRequest{Queue: "src"})
+	m := leased.Messages[0]
+	ack := queue.TxOp{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID}}
+
+	unproven, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, nil)
+	require.NoError(t, err)
+	assert.False(t, unproven.Success)
+	assert.Equal(t, "ACK operation failed: "+queue.ErrTextLeaseRequired, unproven.Error)
+
+	other := "00000000-0000-4000-8000-000000000001"
+	wrong, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, []string{other})
+	require.NoError(t, err)
+	assert.False(t, wrong.Success, "a lease that is not live proves nothing")
+
+	proven, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, []string{leased.LeaseID})
+	require.NoError(t, err)
+	assert.True(t, proven.Success, proven.Error)
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "src"}).Messages, "acked")
+}

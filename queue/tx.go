@@ -82,7 +82,10 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 					}
 				}
 			case "ack":
-				ars, err := s.ackTx(ctx, tx, []Ack{op.Ack}, false)
+				// requiredLeases prove the request holds them: an ack
+				// naming no lease acts under the one its message is in
+				// (Queen's clients name the lease only there).
+				ars, err := s.ackTx(ctx, tx, []Ack{op.Ack}, requiredLeases, false)
 				if err != nil {
 					return err
 				}

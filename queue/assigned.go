@@ -151,6 +151,7 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	defer rows.Close()
 	out := map[int]*PopResult{}
 	seenPart := map[int]map[string]bool{}
+	var bad []Message
 	for rows.Next() {
 		var id int32
 		var m Message
@@ -159,7 +160,12 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 			&m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &m.RetryCount); err != nil {
 			return nil, fmt.Errorf("reading assigned messages: %w", err)
 		}
-		m.Data = json.RawMessage(s.open(payload))
+		plain, ok := s.open(payload, sealRef{m.PartitionID, m.TransactionID, m.ID})
+		if !ok {
+			bad = append(bad, m)
+			continue
+		}
+		m.Data = json.RawMessage(plain)
 		res := out[int(id)]
 		if res == nil {
 			res = &PopResult{Queue: m.Queue, Partition: m.Partition, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Group: m.Group}
@@ -175,7 +181,56 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading assigned messages: %w", err)
 	}
+	rows.Close()
+	s.deadLetterUndecryptable(ctx, bad)
 	return out, nil
+}
+
+// deadLetterUndecryptable moves messages the coalesced pop leased (or, with
+// autoAck, passed) but could not decrypt to the dead-letter queue, so they
+// are never delivered as data. A leased one is acked with status dlq under
+// its lease; an auto-acked one is past the cursor already and only copied.
+// A failure is logged, not returned: the decrypted messages of the same
+// statement are delivered, and a leased one comes back when its lease
+// expires and is dead-lettered then.
+func (s *Store) deadLetterUndecryptable(ctx context.Context, bad []Message) {
+	if len(bad) == 0 {
+		return
+	}
+	var acks []Ack
+	var copied []deadLetter
+	for _, m := range bad {
+		s.log.Warn().Str("queue", m.Queue).Str("partitionId", m.PartitionID).Str("messageId", m.ID).
+			Int64("offset", m.Offset).Str("group", m.Group).Msg("payload failed to decrypt: dead-lettered, not delivered")
+		if m.LeaseID == "" {
+			copied = append(copied, deadLetter{partitionID: m.PartitionID, seq: m.Offset, group: m.Group, err: DecryptError,
+				retries: m.RetryCount})
+			continue
+		}
+		acks = append(acks, Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID,
+			Status: StatusDLQ, Group: m.Group, Error: DecryptError})
+	}
+	n := 0
+	if err := insertDeadLetters(ctx, s.pool, copied); err != nil {
+		s.log.Error().Err(err).Msg("dead-lettering undecryptable auto-acked messages failed")
+	} else {
+		n += len(copied)
+	}
+	if len(acks) > 0 {
+		res, err := s.Ack(ctx, acks)
+		if err != nil {
+			s.log.Error().Err(err).Msg("dead-lettering undecryptable messages failed")
+		}
+		for _, r := range res {
+			if r.Success {
+				n++
+			} else {
+				s.log.Error().Str("transactionId", r.TransactionID).Str("error", r.Error).
+					Msg("dead-lettering an undecryptable message was refused")
+			}
+		}
+	}
+	s.countDecryptFailures(n)
 }
 
 // ReleaseLease gives the (partition, group) pairs held under leaseID back at

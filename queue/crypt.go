@@ -8,27 +8,64 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // Payload encryption at rest (AES-256-GCM). A queue configured with
 // encryptionEnabled stores each payload as {"$herald_enc": base64(nonce ‖
-// ciphertext)} with a random 96-bit nonce per message; every read decrypts
-// it, so consumers see the plaintext on every transport. The database
-// keeps a key check value, so a wrong key is found at start-up.
+// ciphertext), "v": 2} with a random 96-bit nonce per message; every read
+// decrypts it, so consumers see the plaintext on every transport. The
+// database keeps a key check value, so a wrong key is found at start-up.
+//
+// Format 2 binds the ciphertext to its message: the GCM additional data
+// names the partition id, transaction id and message id, which a row keeps
+// for its whole life, dead-lettered copies included. A ciphertext copied
+// into another row (of any queue) then fails to decrypt instead of being
+// delivered as that message. Format 1 (no "v"; additional data the constant
+// sealAADv1) is still read, so rows written before keep working; they are
+// not bound.
 
 const sealedKey = "$herald_enc"
 
-// sealAAD binds ciphertexts to Herald's format version.
-var sealAAD = []byte("herald payload v1")
+// sealVersion is the envelope format seal writes.
+const sealVersion = 2
 
-type sealer struct{ aead cipher.AEAD }
+// sealAADv1 is format 1's additional data: the format only.
+var sealAADv1 = []byte("herald payload v1")
+
+// DecryptError is the dead-letter reason of a message whose payload failed
+// to decrypt (tampered, copied from another row, or sealed by another key).
+// Such a message is never delivered as data.
+const DecryptError = "payload failed to decrypt"
+
+// sealRef is what a format-2 ciphertext is bound to.
+type sealRef struct{ partitionID, transactionID, messageID string }
+
+// aad is the additional data of format 2: a label and the three ids, each
+// length-prefixed so no two refs encode alike.
+func (r sealRef) aad() []byte {
+	b := []byte("herald payload v2")
+	for _, f := range []string{r.partitionID, r.transactionID, r.messageID} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f))) // #nosec G115 -- ids are at most 1024 bytes
+		b = append(b, f...)
+	}
+	return b
+}
+
+type sealer struct {
+	aead cipher.AEAD
+	// failures counts payloads that failed to decrypt on delivery (kept
+	// here: without a key nothing can fail).
+	failures atomic.Uint64
+}
 
 func newSealer(key []byte) (*sealer, error) {
 	if len(key) != 32 {
@@ -45,37 +82,82 @@ func newSealer(key []byte) (*sealer, error) {
 	return &sealer{aead: aead}, nil
 }
 
-// seal returns the stored form of a JSON payload.
-func (s *sealer) seal(payload string) (string, error) {
+// envelope is the stored form of a sealed payload.
+type envelope struct {
+	Sealed string `json:"$herald_enc"`
+	V      int    `json:"v,omitempty"`
+}
+
+// seal returns the stored form of a JSON payload for the message ref.
+func (s *sealer) seal(payload string, ref sealRef) (string, error) {
 	nonce := make([]byte, s.aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
-		return "", err
+		return "", fmt.Errorf("reading a nonce: %w", err)
 	}
-	ct := s.aead.Seal(nonce, nonce, []byte(payload), sealAAD)
-	b, err := json.Marshal(map[string]string{sealedKey: base64.StdEncoding.EncodeToString(ct)})
+	ct := s.aead.Seal(nonce, nonce, []byte(payload), ref.aad())
+	b, err := json.Marshal(envelope{Sealed: base64.StdEncoding.EncodeToString(ct), V: sealVersion})
 	return string(b), err
 }
 
-// open returns the plaintext of a stored payload, or the payload itself
-// when it is not sealed (or not by this key: it is then shown as stored).
-func (s *Store) open(stored string) string {
+// open returns the plaintext of a stored payload of the message ref, or the
+// payload itself when it is not an envelope (or no key is configured). ok
+// is false when it is an envelope that does not decrypt: the caller must
+// not deliver it.
+func (s *Store) open(stored string, ref sealRef) (plain string, ok bool) {
 	if s.sealer == nil || !strings.Contains(stored, sealedKey) {
-		return stored
+		return stored, true
 	}
-	var env map[string]string
-	if json.Unmarshal([]byte(stored), &env) != nil || len(env) != 1 {
-		return stored
+	var fields map[string]json.RawMessage
+	if json.Unmarshal([]byte(stored), &fields) != nil {
+		return stored, true
 	}
-	ct, err := base64.StdEncoding.DecodeString(env[sealedKey])
+	// Only the exact envelope shape is one; any other object is a payload
+	// that happens to use the key.
+	_, sealed := fields[sealedKey]
+	_, hasV := fields["v"]
+	if !sealed || len(fields) > 2 || len(fields) == 2 && !hasV {
+		return stored, true
+	}
+	var env envelope
+	if json.Unmarshal([]byte(stored), &env) != nil {
+		return "", false
+	}
+	var aad []byte
+	switch env.V {
+	case 0:
+		aad = sealAADv1
+	case sealVersion:
+		aad = ref.aad()
+	default:
+		return "", false
+	}
+	ct, err := base64.StdEncoding.DecodeString(env.Sealed)
 	n := s.sealer.aead.NonceSize()
 	if err != nil || len(ct) < n {
-		return stored
+		return "", false
 	}
-	pt, err := s.sealer.aead.Open(nil, ct[:n], ct[n:], sealAAD)
+	pt, err := s.sealer.aead.Open(nil, ct[:n], ct[n:], aad)
 	if err != nil {
-		return stored
+		return "", false
 	}
-	return string(pt)
+	return string(pt), true
+}
+
+// DecryptFailures counts the messages whose payload failed to decrypt on
+// delivery since the store started; each was dead-lettered instead of
+// delivered (DecryptError).
+func (s *Store) DecryptFailures() uint64 {
+	if s.sealer == nil {
+		return 0
+	}
+	return s.sealer.failures.Load()
+}
+
+// countDecryptFailures adds n to DecryptFailures.
+func (s *Store) countDecryptFailures(n int) {
+	if s.sealer != nil && n > 0 {
+		s.sealer.failures.Add(uint64(n))
+	}
 }
 
 // keyCheckValue identifies a key without revealing it.

@@ -33,6 +33,9 @@ type DeadLetter struct {
 	ProducerSub   string
 	CreatedAt     time.Time
 	FailedAt      time.Time
+	// DecryptFailed: the stored payload is an encrypted one that does not
+	// decrypt; Data is then null, never the stored envelope.
+	DecryptFailed bool
 }
 
 // DLQPage is one page of dead letters, newest first, with the total count.
@@ -93,7 +96,11 @@ func (s *Store) DLQ(ctx context.Context, qry DLQQuery) (*DLQPage, error) {
 			&d.ErrorMessage, &d.RetryCount, &payload, &d.ProducerSub, &d.CreatedAt, &d.FailedAt); err != nil {
 			return nil, fmt.Errorf("listing dead letters: %w", err)
 		}
-		d.Data = json.RawMessage(s.open(payload))
+		plain, ok := s.open(payload, sealRef{d.PartitionID, d.TransactionID, d.ID})
+		if !ok {
+			plain, d.DecryptFailed = "null", true
+		}
+		d.Data = json.RawMessage(plain)
 		page.Messages = append(page.Messages, d)
 	}
 	if err := rows.Err(); err != nil {

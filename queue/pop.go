@@ -59,9 +59,12 @@ type PopResult struct {
 	Messages          []Message
 	PartitionsClaimed int
 	// DeadLettered counts, per queue, the messages this pop moved to the
-	// dead-letter queue because their lease expired once too often (they
-	// are not in Messages). Nil when there were none.
+	// dead-letter queue because their lease expired once too often or
+	// their payload failed to decrypt (they are not in Messages). Nil when
+	// there were none.
 	DeadLettered map[string]int
+
+	undecryptable int // how many of DeadLettered failed to decrypt
 }
 
 // MaxBatch bounds one pop's batch, so one request cannot load a whole queue.
@@ -251,6 +254,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.countDecryptFailures(res.undecryptable) // once committed
 	return res, nil
 }
 
@@ -326,55 +330,12 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, subFrom *
 		return err
 	}
 
-	// Fetch enough rows per partition to fill the batch after skipping
-	// offsets already done out of order.
-	pids := make([]string, len(claims))
-	curs := make([]int64, len(claims))
-	lims := make([]int32, len(claims))
-	delays := make([]int32, len(claims))
-	for i, c := range claims {
-		pids[i], curs[i] = c.partitionID, c.st.cursor
-		lims[i] = int32(req.Batch + len(c.st.done))
-		delays[i] = int32(c.delay)
-	}
-	rows, err = tx.Query(ctx, popFetchSQL, pids, curs, lims, delays)
-	if err != nil {
-		return fmt.Errorf("reading messages: %w", err)
-	}
 	leaseID := NewID()
 	if req.AutoAck {
 		leaseID = ""
 	}
-	remaining := req.Batch
-	stopped := make([]bool, len(claims))
-	for rows.Next() {
-		var ord int64
-		var m Message
-		var payload string
-		var visible bool
-		if err := rows.Scan(&ord, &m.Offset, &m.ID, &m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &visible); err != nil {
-			rows.Close()
-			return fmt.Errorf("reading messages: %w", err)
-		}
-		i := int(ord - 1)
-		c := claims[i]
-		if stopped[i] || c.st.isDone(m.Offset) {
-			continue
-		}
-		if !visible || remaining == 0 {
-			stopped[i] = true
-			continue
-		}
-		m.Data = json.RawMessage(s.open(payload))
-		m.PartitionID, m.Partition, m.Queue = c.partitionID, c.partition, c.queue
-		m.LeaseID, m.Group = leaseID, req.Group
-		m.RetryCount = c.st.retryCount(m.Offset)
-		c.msgs = append(c.msgs, m)
-		remaining--
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("reading messages: %w", err)
+	if err := s.fetchClaimed(ctx, tx, req, claims, leaseID, res); err != nil {
+		return err
 	}
 
 	var u consumerUpdates
@@ -409,6 +370,106 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, subFrom *
 		res.LeaseID = leaseID
 	}
 	return u.exec(ctx, tx)
+}
+
+// maxFetchRounds bounds how often one pop reads a partition further after
+// payloads that failed to decrypt; past it the pop returns what it has.
+const maxFetchRounds = 8
+
+// fetchClaimed reads the messages of the claimed partitions into their
+// msgs, in offset order, up to req.Batch in all. Rows are fetched enough
+// per partition to fill the batch after skipping offsets done out of order.
+// A payload that fails to decrypt is not delivered: the message is
+// dead-lettered for the group (DecryptError) and marked done, and the
+// partition is read further so that the batch still fills in order.
+func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, claims []*claimed, leaseID string,
+	res *PopResult) error {
+	remaining := req.Batch
+	stopped := make([]bool, len(claims))
+	after := make([]int64, len(claims)) // the next read starts after this offset
+	for i, c := range claims {
+		after[i] = c.st.cursor
+	}
+	var bad []deadLetter
+	for round := 0; round < maxFetchRounds && remaining > 0; round++ {
+		var idx []int // claims read this round
+		var pids []string
+		var curs []int64
+		var lims, delays []int32
+		for i, c := range claims {
+			if !stopped[i] {
+				idx = append(idx, i)
+				pids, curs = append(pids, c.partitionID), append(curs, after[i])
+				lims = append(lims, int32(remaining+len(c.st.done)))
+				delays = append(delays, int32(c.delay))
+			}
+		}
+		if len(idx) == 0 {
+			break
+		}
+		rows, err := tx.Query(ctx, popFetchSQL, pids, curs, lims, delays)
+		if err != nil {
+			return fmt.Errorf("reading messages: %w", err)
+		}
+		read := make([]int, len(idx))
+		failed := 0
+		for rows.Next() {
+			var ord int64
+			var m Message
+			var payload string
+			var visible bool
+			if err := rows.Scan(&ord, &m.Offset, &m.ID, &m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &visible); err != nil {
+				rows.Close()
+				return fmt.Errorf("reading messages: %w", err)
+			}
+			k := int(ord - 1)
+			i := idx[k]
+			c := claims[i]
+			read[k]++
+			after[i] = m.Offset
+			if stopped[i] || c.st.isDone(m.Offset) {
+				continue
+			}
+			if !visible || remaining == 0 {
+				stopped[i] = true
+				continue
+			}
+			plain, ok := s.open(payload, sealRef{c.partitionID, m.TransactionID, m.ID})
+			if !ok {
+				s.log.Warn().Str("queue", c.queue).Str("partitionId", c.partitionID).Str("messageId", m.ID).
+					Int64("offset", m.Offset).Str("group", req.Group).Msg("payload failed to decrypt: dead-lettered, not delivered")
+				bad = append(bad, deadLetter{partitionID: c.partitionID, seq: m.Offset, group: req.Group, err: DecryptError,
+					retries: c.st.retryCount(m.Offset)})
+				c.st.markDone(m.Offset)
+				if res.DeadLettered == nil {
+					res.DeadLettered = map[string]int{}
+				}
+				res.DeadLettered[c.queue]++
+				failed++
+				continue
+			}
+			m.Data = json.RawMessage(plain)
+			m.PartitionID, m.Partition, m.Queue = c.partitionID, c.partition, c.queue
+			m.LeaseID, m.Group = leaseID, req.Group
+			m.RetryCount = c.st.retryCount(m.Offset)
+			c.msgs = append(c.msgs, m)
+			remaining--
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("reading messages: %w", err)
+		}
+		if failed == 0 {
+			break // as many rows as one read can give
+		}
+		for k, i := range idx {
+			if read[k] < int(lims[k]) {
+				stopped[i] = true // nothing more in the partition
+			}
+		}
+	}
+	res.undecryptable += len(bad)
+	return insertDeadLetters(ctx, tx, bad)
 }
 
 // consumerUpdates batches consumer rows to write with consumerUpdateSQL.

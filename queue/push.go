@@ -208,7 +208,7 @@ func (s *Store) planPush(ctx context.Context, q querier, items []PushItem) (*pus
 			payload = "{}"
 		}
 		if sealed[it.Queue] {
-			if payload, err = s.sealer.seal(payload); err != nil {
+			if payload, err = s.sealer.seal(payload, sealRef{ref.partitionID, txid, r.MessageID}); err != nil {
 				return nil, fmt.Errorf("encrypting a payload: %w", err)
 			}
 		}

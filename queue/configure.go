@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -34,23 +35,83 @@ func DefaultOptions() Options {
 	return Options{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600}
 }
 
-// Validate rejects negative durations and counts, naming the field.
+// Upper bounds of the integer options. Each is far above any sensible
+// setting and inside the int4 columns that store it, so an out-of-range
+// value is the client's mistake (400), never a database error (500) or a
+// silent wrap.
+const (
+	MaxRetryLimit       = 10000
+	MaxRetryDelayMillis = 24 * 60 * 60 * 1000     // one day
+	MaxDelaySeconds     = 30 * 24 * 60 * 60       // delayedProcessing: 30 days
+	MaxWindowSeconds    = 24 * 60 * 60            // windowBuffer: one day
+	MaxQueueSize        = 1000000000              // maxSize, in messages
+	MaxKeepSeconds      = 10 * 365 * 24 * 60 * 60 // ttl, retentionSeconds, completedRetentionSeconds, maxWaitTimeSeconds: ten years
+	MaxPriority         = 1000000
+)
+
+// OptionRange is the accepted range of an integer option, both ends
+// included.
+type OptionRange struct {
+	Name     string // the API's name
+	Min, Max int
+	field    func(*Options) *int
+}
+
+// OptionRanges are the integer options with their ranges, in the API's
+// order. Priority is not negative: syncnet carries it unsigned.
+var OptionRanges = []OptionRange{
+	{"leaseTime", 1, MaxLeaseSeconds, func(o *Options) *int { return &o.LeaseTime }},
+	{"retryLimit", 0, MaxRetryLimit, func(o *Options) *int { return &o.RetryLimit }},
+	{"retryDelay", 0, MaxRetryDelayMillis, func(o *Options) *int { return &o.RetryDelay }},
+	{"delayedProcessing", 0, MaxDelaySeconds, func(o *Options) *int { return &o.DelayedProcessing }},
+	{"windowBuffer", 0, MaxWindowSeconds, func(o *Options) *int { return &o.WindowBuffer }},
+	{"maxSize", 0, MaxQueueSize, func(o *Options) *int { return &o.MaxSize }},
+	{"ttl", 0, MaxKeepSeconds, func(o *Options) *int { return &o.TTL }},
+	{"retentionSeconds", 0, MaxKeepSeconds, func(o *Options) *int { return &o.RetentionSeconds }},
+	{"completedRetentionSeconds", 0, MaxKeepSeconds, func(o *Options) *int { return &o.CompletedRetentionSeconds }},
+	{"priority", 0, MaxPriority, func(o *Options) *int { return &o.Priority }},
+	{"maxWaitTimeSeconds", 0, MaxKeepSeconds, func(o *Options) *int { return &o.MaxWaitTimeSeconds }},
+}
+
+func (r OptionRange) errorf() error {
+	return inputErrorf("options.%s must be an integer between %d and %d", r.Name, r.Min, r.Max)
+}
+
+// Validate rejects an integer option out of its range (OptionRanges),
+// naming the option and the range.
 func (o Options) Validate() error {
-	for _, f := range []struct {
-		name string
-		v    int
-	}{
-		{"leaseTime", o.LeaseTime}, {"retryLimit", o.RetryLimit}, {"retryDelay", o.RetryDelay},
-		{"delayedProcessing", o.DelayedProcessing}, {"windowBuffer", o.WindowBuffer}, {"maxSize", o.MaxSize},
-		{"ttl", o.TTL}, {"retentionSeconds", o.RetentionSeconds},
-		{"completedRetentionSeconds", o.CompletedRetentionSeconds}, {"maxWaitTimeSeconds", o.MaxWaitTimeSeconds},
-	} {
-		if f.v < 0 {
-			return inputErrorf("options.%s must not be negative", f.name)
+	for _, r := range OptionRanges {
+		if v := *r.field(&o); v < r.Min || v > r.Max {
+			return r.errorf()
 		}
 	}
-	if o.LeaseTime == 0 {
-		return inputErrorf("options.leaseTime must be at least 1 second")
+	return nil
+}
+
+// overlay sets the options named in raw (a JSON object with the API's
+// names) on o. An integer option that is not an integer, or does not fit
+// an int (2^64), is refused with its range, as Validate refuses one out of
+// it, rather than with the decoder's message.
+func (o *Options) overlay(raw json.RawMessage) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return inputErrorf("options: %v", err)
+	}
+	for _, r := range OptionRanges {
+		v, ok := fields[r.Name]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return r.errorf()
+		}
+		if n < int64(r.Min) || n > int64(r.Max) {
+			return r.errorf()
+		}
+	}
+	if err := json.Unmarshal(raw, o); err != nil {
+		return inputErrorf("options: %v", err)
 	}
 	return nil
 }
@@ -128,8 +189,8 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 			o = DefaultOptions()
 		}
 		if len(req.Options) > 0 {
-			if err := json.Unmarshal(req.Options, &o); err != nil {
-				return inputErrorf("options: %v", err)
+			if err := o.overlay(req.Options); err != nil {
+				return err
 			}
 		}
 		if err := o.Validate(); err != nil {

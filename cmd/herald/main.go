@@ -257,7 +257,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	// One bound for the queue labels of the gateway's series and of
 	// retention's, so both name the same queues.
 	queueLabels := gateway.NewLabelLimiter(cfg.MetricsMaxQueues)
-	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, Version: buildVersion(), Instance: instance,
+	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, BodyReadTimeout: cfg.BodyReadTimeout, Version: buildVersion(), Instance: instance,
 		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, MaxSSEConnections: cfg.MaxSSEConnections,
 		SSEHeartbeat: cfg.SSEHeartbeat, SSEResumeGrace: cfg.SSEResumeGrace, DrainWindow: cfg.DrainWindow,
 		Registry: reg, Logger: log}

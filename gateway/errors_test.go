@@ -87,9 +87,11 @@ func TestErrors_BadRequests(t *testing.T) {
 		{"DLQOffsetNegative", "GET", "/api/v1/dlq?offset=-1", ``, "offset must be an integer between 0 and 1073741824"},
 		// Lease extend.
 		{"LeaseSecondsNotInt", "POST", "/api/v1/lease/00000000-0000-0000-0000-000000000000/extend", `{"seconds":"x"}`,
-			"seconds must be a non-negative integer"},
+			"seconds must be an integer between 0 and 86400 (a day)"},
 		{"LeaseSecondsNegative", "POST", "/api/v1/lease/00000000-0000-0000-0000-000000000000/extend", `{"seconds":-5}`,
-			"seconds must be a non-negative integer"},
+			"seconds must be an integer between 0 and 86400 (a day)"},
+		{"LeaseSecondsTooLarge", "POST", "/api/v1/lease/00000000-0000-0000-0000-000000000000/extend", `{"seconds":2147483648}`,
+			"seconds must be an integer between 0 and 86400 (a day)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -20,8 +20,15 @@
 //	92     n    MessagePack payload: keys in bytewise order, smallest integers
 //
 // A datagram is at most 1,400 bytes (payload ≤ 1,308), refused at encode
-// time when larger. Signatures are compared in constant time. Replay keeps
-// per sender (session, highest sequence): a new session is a restart.
+// time when larger. Signatures are compared in constant time.
+//
+// Replay (replay.go) is stricter than the reference server, which takes any
+// session but the last as a restart: a datagram whose signed ts is more
+// than Freshness (30 s) from this clock is dropped; a sender's session is
+// adopted only by a datagram with a signed ts later than every ts of the
+// session it supersedes, and a superseded session is never accepted again.
+// MESSAGE_AVAILABLE and LEASE_HINT_RELEASED wake-ups reach the poller at
+// most once per queue per WakeWindow (20 ms; wake.go).
 //
 // Node is one instance on the mesh: heartbeats (ServerHealth: dead after
 // DeadAfter), consumer presence (announced on the first and last consumer

@@ -94,7 +94,7 @@ func (n *Node) hintFrom(t Type, sender string, p LeaseHintPayload) {
 	if t == LeaseHintReleased {
 		n.hints.Remove(k)
 		if p.Queue != "" {
-			n.cfg.Waker.Wake(SourceSync, p.Queue, p.Partition)
+			n.wakes.wake(p.Queue, p.Partition)
 		}
 		return
 	}

@@ -33,12 +33,14 @@ const SourceSync = "syncnet"
 
 // Defaults of Config fields.
 const (
-	HeartbeatDefault = time.Second
-	DeadAfterDefault = 5 * time.Second
-	AnnounceDefault  = 2 * time.Second
-	LingerDefault    = time.Second
-	ResolveDefault   = 30 * time.Second
-	RecvBufferBytes  = 8 << 20
+	HeartbeatDefault  = time.Second
+	DeadAfterDefault  = 5 * time.Second
+	AnnounceDefault   = 2 * time.Second
+	LingerDefault     = time.Second
+	ResolveDefault    = 30 * time.Second
+	RecvBufferBytes   = 8 << 20
+	FreshnessDefault  = 30 * time.Second
+	WakeWindowDefault = 20 * time.Millisecond
 )
 
 // Config configures a Node.
@@ -58,6 +60,15 @@ type Config struct {
 	// Linger (how long after its last consumer left a queue is still
 	// announced) and Resolve; zero means the defaults.
 	Heartbeat, DeadAfter, Announce, Linger, Resolve time.Duration
+	// Freshness is how far a datagram's signed ts may be from this
+	// instance's clock, either way, before it is dropped as a replay
+	// (replay.go); it must exceed the clock skew between instances. Zero
+	// means FreshnessDefault, 30 s.
+	Freshness time.Duration
+	// WakeWindow: at most one wake-up from the network per queue per this
+	// window reaches the Waker (wake.go). Zero means WakeWindowDefault,
+	// 20 ms.
+	WakeWindow time.Duration
 	// OnQueueDeleted, when set, is told that another instance deleted a
 	// queue (QUEUE_CONFIG_DELETE): drop what is cached of it.
 	OnQueueDeleted func(queue string)
@@ -86,11 +97,19 @@ type Node struct {
 	session string // 16 hex characters; the header carries 15
 	seq     atomic.Uint64
 	sent    atomic.Uint64
-	replay  *Replay
-	hints   *lru.Cache[hintKey, leaseHint]
+	// beaten: a heartbeat was sent. Peers adopt a session only by a
+	// datagram with a signed ts (replay.go), so one goes first.
+	beaten atomic.Bool
+	replay *Replay
+	wakes  *wakeLimiter
+	// now is the wall clock datagram timestamps are checked against
+	// (time.Now; tests move it).
+	now   func() time.Time
+	hints *lru.Cache[hintKey, leaseHint]
 	// recvBuffer is the receive buffer the kernel granted (-1: unknown).
 	recvBuffer int
 	log        zerolog.Logger
+	skewLog    zerolog.Logger // log, at most once a minute
 	m          *nodeMetrics
 
 	cmu    sync.Mutex
@@ -146,6 +165,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Linger == 0 {
 		cfg.Linger = LingerDefault
 	}
+	if cfg.Freshness <= 0 {
+		cfg.Freshness = FreshnessDefault
+	}
+	if cfg.WakeWindow <= 0 {
+		cfg.WakeWindow = WakeWindowDefault
+	}
 	addr, err := net.ResolveUDPAddr("udp", cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("syncnet: bind address %q: %w", cfg.Bind, err)
@@ -168,8 +193,9 @@ func New(cfg Config) (*Node, error) {
 	var sess [8]byte
 	_, _ = rand.Read(sess[:])
 	n := &Node{cfg: cfg, key: []byte(cfg.Secret), conn: conn, session: hex.EncodeToString(sess[:]),
-		replay: NewReplay(), log: log, recvBuffer: granted, byID: map[string]*peerState{}, local: map[string]int{}, lingering: map[string]time.Time{},
+		replay: NewReplay(cfg.Freshness), wakes: newWakeLimiter(cfg.Waker, cfg.WakeWindow), now: time.Now, log: log, recvBuffer: granted, byID: map[string]*peerState{}, local: map[string]int{}, lingering: map[string]time.Time{},
 		counts: map[string]uint64{}}
+	n.skewLog = log.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Minute})
 	n.hints, err = lru.New[hintKey, leaseHint](LeaseHintsMax)
 	if err != nil {
 		_ = conn.Close()
@@ -239,6 +265,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.mu.Unlock()
 		_ = n.conn.Close()
 		wg.Wait()
+		n.wakes.close()
 	}()
 	n.heartbeat()
 	for {
@@ -261,6 +288,9 @@ func nowMS() uint64 { return uint64(time.Now().UnixMilli()) } // #nosec G115 -- 
 
 // send builds one datagram and sends it to addrs (all peers when nil).
 func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
+	if !n.beaten.Swap(true) && t != Heartbeat {
+		n.heartbeat()
+	}
 	payload, err := Marshal(v)
 	if err != nil {
 		n.log.Error().Err(err).Msg("encoding a payload")
@@ -473,6 +503,7 @@ func (n *Node) expire() {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.wakes.sweep()
 	alive := 0
 	for _, st := range n.byID {
 		if now.Sub(st.lastBeat) > n.cfg.DeadAfter {
@@ -523,8 +554,19 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 		n.drop("self")
 		return
 	}
-	if !n.replay.Accept(p.SenderID, p.Session, p.Sequence) {
-		n.drop("replay")
+	ts, stamped, err := stampOf(p)
+	if err != nil {
+		n.drop("payload")
+		return
+	}
+	if reason := n.replay.Check(p.SenderID, p.Session, p.Sequence, ts, stamped, n.now()); reason != "" {
+		n.drop(reason)
+		if reason == "stale_timestamp" {
+			// A peer whose clock is off by more than the window is not
+			// heard at all: say so (at most once a minute).
+			n.skewLog.Warn().Str("sender", p.SenderID).Uint64("ts", ts).Dur("window", n.cfg.Freshness).
+				Msg("dropping a datagram whose timestamp is outside the freshness window: a replay, or a peer's clock is off")
+		}
 		return
 	}
 	n.m.received.WithLabelValues(p.Type.String()).Inc()
@@ -537,7 +579,8 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 	}
 	st := n.byID[p.SenderID]
 	if st == nil || st.session != p.Session {
-		// New, or restarted: what it said before no longer holds.
+		// New, or restarted (Replay adopted a later session: an older
+		// one never gets here): what it said before no longer holds.
 		st = &peerState{session: p.Session, since: now, lastBeat: now, presence: map[string]time.Time{}}
 		n.byID[p.SenderID] = st
 	}
@@ -550,7 +593,7 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 	case MessageAvailable:
 		var m MessageAvailablePayload
 		if Unmarshal(p.Payload, &m) == nil && m.Queue != "" {
-			n.cfg.Waker.Wake(SourceSync, m.Queue, m.Partition)
+			n.wakes.wake(m.Queue, m.Partition)
 		}
 	case QueueConfigDelete:
 		var m QueueConfigDeletePayload
@@ -596,6 +639,24 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 		}
 		n.mu.Unlock()
 	}
+}
+
+// stampOf reads the signed ts of the types that carry one (the reference
+// server's HEARTBEAT, MESSAGE_AVAILABLE and maintenance modes, and Herald's
+// presence); a missing one reads 0, which no window admits.
+func stampOf(p Packet) (ts uint64, stamped bool, err error) {
+	switch p.Type {
+	case Heartbeat, MessageAvailable, ConsumerRegistered, ConsumerDeregistered, MaintenanceModeSet, PopMaintenanceModeSet:
+	default:
+		return 0, false, nil
+	}
+	var m struct {
+		TS uint64 `msgpack:"ts"`
+	}
+	if err := Unmarshal(p.Payload, &m); err != nil {
+		return 0, true, err
+	}
+	return m.TS, true, nil
 }
 
 // count adds one to a stats counter.
@@ -696,7 +757,7 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_received_total",
 			Help: "Datagrams accepted, by type."}, []string{"type"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_dropped_total",
-			Help: "Datagrams dropped, by reason (too_short, too_long, version, length, signature, replay, self, payload, encode)."}, []string{"reason"}),
+			Help: "Datagrams dropped, by reason (too_short, too_long, version, length, signature, replay, stale_session, unknown_session, stale_timestamp, self, payload, encode)."}, []string{"reason"}),
 		targeted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_notify_decisions_total",
 			Help: "Per peer and push: sent because present or not yet known, skipped because absent or dead."}, []string{"decision"}),
 		hints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_lease_hints_total",

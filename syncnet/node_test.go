@@ -25,7 +25,10 @@ func (w *wakes) Wake(_, q, p string) {
 	w.mu.Lock()
 	w.got = append(w.got, q+"/"+p)
 	w.mu.Unlock()
-	w.ch <- q + "/" + p
+	select { // a test that floods wake-ups reads got, not ch
+	case w.ch <- q + "/" + p:
+	default:
+	}
 }
 
 func (w *wakes) count() int {
@@ -167,19 +170,19 @@ func TestNode_LossyNetworkHeals(t *testing.T) {
 }
 
 // Malformed, forged and replayed datagrams are counted and dropped; a
-// restart (new session) is accepted.
+// restart (new session, later timestamp) is accepted.
 func TestNode_DropsBadDatagrams(t *testing.T) {
 	nodes := mesh(t, 1, nil)
 	nd := nodes[0]
 	from := nd.Addr()
 	good, err := Encode(Header{Type: MessageAvailable, SenderID: "z:1", Session: "s1", Sequence: 5},
-		mustMarshal(t, MessageAvailablePayload{Queue: "q", Partition: "p"}), nd.key)
+		mustMarshal(t, MessageAvailablePayload{Queue: "q", Partition: "p", TS: nowMS()}), nd.key)
 	require.NoError(t, err)
 	forged, err := Encode(Header{Type: MessageAvailable, SenderID: "z:1", Session: "s1", Sequence: 6},
-		mustMarshal(t, MessageAvailablePayload{Queue: "q"}), []byte("wrong"))
+		mustMarshal(t, MessageAvailablePayload{Queue: "q", TS: nowMS()}), []byte("wrong"))
 	require.NoError(t, err)
 	restart, err := Encode(Header{Type: MessageAvailable, SenderID: "z:1", Session: "s2", Sequence: 1},
-		mustMarshal(t, MessageAvailablePayload{Queue: "q", Partition: "r"}), nd.key)
+		mustMarshal(t, MessageAvailablePayload{Queue: "q2", Partition: "r", TS: nowMS() + 1}), nd.key)
 	require.NoError(t, err)
 	nd.handle(good, from)
 	nd.handle(good, from) // replay
@@ -189,7 +192,7 @@ func TestNode_DropsBadDatagrams(t *testing.T) {
 	long[3] = 250
 	nd.handle(long, from)
 	nd.handle(restart, from)
-	assert.Equal(t, []string{"q/p", "q/r"}, nd.wakes.got)
+	assert.Equal(t, []string{"q/p", "q2/r"}, nd.wakes.got)
 	for reason, want := range map[string]float64{"replay": 1, "signature": 1, "too_short": 1, "length": 1} {
 		assert.Equal(t, want, testutil.ToFloat64(nd.m.dropped.WithLabelValues(reason)), reason)
 		assert.Equal(t, uint64(want), nd.Stats().Counters["dropped:"+reason], reason)

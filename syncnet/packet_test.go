@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -186,29 +187,48 @@ func TestDecode_Rejects(t *testing.T) {
 	assert.NoError(t, err)
 }
 
-// The reference server's receiver rules (syncnet-rules.md §7).
+// The reference server's receiver rules (syncnet-rules.md §7), made
+// strict about sessions (issue 14, hole 4): a session is adopted only by a
+// fresh signed ts later than the current session's, and a superseded one
+// never comes back.
 func TestReplay_Rules(t *testing.T) {
-	r := NewReplay()
+	w := time.Minute
+	r := NewReplay(w)
+	now := time.UnixMilli(1_800_000_000_000)
+	ms := func(d time.Duration) uint64 { return uint64(now.Add(d).UnixMilli()) }
 	steps := []struct {
 		session string
 		seq     uint64
-		ok      bool
+		ts      uint64 // 0: the type carries none
+		at      time.Duration
+		want    string
 	}{
-		{"s1", 5, true},          // first from a sender: accepted whatever the sequence
-		{"s1", 5, false},         // replay
-		{"s1", 4, false},         // older
-		{"s1", 7, true},          // gaps are allowed
-		{"s2", 1, true},          // new session: a restart
-		{"s2", 2, true},          //
-		{"s2", 1 << 40, true},    //
-		{"s2", 1<<40 - 1, false}, //
+		{"s1", 5, 0, 0, "unknown_session"},                                  // first from a sender: needs a ts
+		{"s1", 5, ms(0), 0, ""},                                             // accepted whatever the sequence
+		{"s1", 5, ms(0), 0, "replay"},                                       // replay
+		{"s1", 4, 0, 0, "replay"},                                           // older
+		{"s1", 7, 0, 0, ""},                                                 // gaps are allowed; no ts needed in session
+		{"s1", 8, ms(-w - time.Millisecond), 0, "stale_timestamp"},          // too old
+		{"s1", 8, ms(w + time.Millisecond), 0, "stale_timestamp"},           // too far ahead
+		{"s1", 8, ms(time.Second), time.Second, ""},                         //
+		{"s2", 1, 0, time.Second, "unknown_session"},                        // a new session without a ts
+		{"s2", 1, ms(500 * time.Millisecond), time.Second, "stale_session"}, // not later than s1
+		{"s2", 1, ms(2 * time.Second), 2 * time.Second, ""},                 // a restart
+		{"s2", 2, 0, 2 * time.Second, ""},                                   //
+		{"s1", 9, ms(3 * time.Second), 3 * time.Second, "stale_session"},    // retired for good
+		{"s2", 1 << 40, 0, 3 * time.Second, ""},                             //
+		{"s2", 1<<40 - 1, 0, 3 * time.Second, "replay"},                     //
+		// The sender's clock stepped back 9 s across a restart: s3 is
+		// refused until its ts passes s2's (bounded by twice the window).
+		{"s3", 1, ms(time.Second), 10 * time.Second, "stale_session"},
+		{"s3", 1, ms(2*time.Second + time.Millisecond), 11 * time.Second, ""},
+		{"s2", 1 << 41, ms(12 * time.Second), 12 * time.Second, "stale_session"},
+		{"s1", 100, ms(12 * time.Second), 12 * time.Second, "stale_session"},
 	}
 	for i, s := range steps {
-		assert.Equal(t, s.ok, r.Accept("golden-test:1", s.session, s.seq), "step %d", i)
+		assert.Equal(t, s.want, r.Check("golden-test:1", s.session, s.seq, s.ts, s.ts != 0, now.Add(s.at)), "step %d", i)
 	}
-	assert.True(t, r.Accept("other:1", "s1", 1), "state is per sender")
-	r.Forget("golden-test:1")
-	assert.True(t, r.Accept("golden-test:1", "s2", 1), "forgotten sender starts over")
+	assert.Empty(t, r.Check("other:1", "s1", 1, ms(0), true, now), "state is per sender")
 }
 
 // FuzzDecode: any datagram decodes or is refused with a reason, never

@@ -1,0 +1,102 @@
+package syncnet
+
+import (
+	"sync"
+	"time"
+)
+
+// wakeLimiter stands between the network and the Waker: each wake-up from
+// a peer (MESSAGE_AVAILABLE, LEASE_HINT_RELEASED) costs the poller a cycle,
+// a pre-flight query at worst, so a queue gets at most one per window
+// however many datagrams name it (one replayed datagram once cost 4,143
+// pre-flights in 5 s). The first goes through at once; any more within the
+// window become one at the window's end, naming their partition when they
+// all named the same one and the whole queue ("") otherwise: nothing
+// announced is lost, only merged.
+type wakeLimiter struct {
+	waker  Waker
+	window time.Duration
+
+	mu     sync.Mutex
+	queues map[string]*wakeState
+	closed bool
+}
+
+type wakeState struct {
+	last      time.Time // when a wake-up of the queue last went through
+	pending   bool      // one is due at last+window
+	partition string    // what the pending one names
+	timer     *time.Timer
+}
+
+func newWakeLimiter(w Waker, window time.Duration) *wakeLimiter {
+	return &wakeLimiter{waker: w, window: window, queues: map[string]*wakeState{}}
+}
+
+// wake passes a wake-up of queue/partition on, now or at the end of the
+// queue's window.
+func (l *wakeLimiter) wake(queue, partition string) {
+	now := time.Now()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	s := l.queues[queue]
+	if s == nil {
+		s = &wakeState{}
+		l.queues[queue] = s
+	}
+	switch {
+	case !s.pending && now.Sub(s.last) >= l.window:
+		s.last = now
+		l.mu.Unlock()
+		l.waker.Wake(SourceSync, queue, partition)
+		return
+	case !s.pending:
+		s.pending, s.partition = true, partition
+		s.timer = time.AfterFunc(s.last.Add(l.window).Sub(now), func() { l.fire(queue) })
+	case s.partition != partition:
+		s.partition = ""
+	}
+	l.mu.Unlock()
+}
+
+// fire sends a queue's coalesced wake-up.
+func (l *wakeLimiter) fire(queue string) {
+	l.mu.Lock()
+	s := l.queues[queue]
+	if l.closed || s == nil || !s.pending {
+		l.mu.Unlock()
+		return
+	}
+	s.pending, s.last, s.timer = false, time.Now(), nil
+	partition := s.partition
+	l.mu.Unlock()
+	l.waker.Wake(SourceSync, queue, partition)
+}
+
+// sweep forgets the queues whose window has passed with nothing pending:
+// the map holds only recently woken queues.
+func (l *wakeLimiter) sweep() {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for q, s := range l.queues {
+		if !s.pending && now.Sub(s.last) >= l.window {
+			delete(l.queues, q)
+		}
+	}
+}
+
+// close drops what is pending: the node stops.
+func (l *wakeLimiter) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, s := range l.queues {
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+	}
+}

@@ -63,4 +63,7 @@ func TestHole11_UndecryptableNotDeliveredOverHTTP(t *testing.T) {
 	assert.Equal(t, "forged", dl.Messages[0].TransactionID)
 	assert.Equal(t, queue.DecryptError, dl.Messages[0].ErrorMessage)
 	assert.JSONEq(t, `null`, string(dl.Messages[0].Data), fmt.Sprintf("not the envelope: %s", r))
+
+	m := e.get("/metrics")
+	assert.Contains(t, string(m.body), "\nherald_decrypt_failures_total 1\n", "counted in /metrics")
 }

@@ -201,6 +201,9 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 		Help: "Connections acquired from the pool."}, func() float64 { return float64(pool.Stat().AcquireCount()) }))
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_empty_acquires_total",
 		Help: "Acquires that had to wait for a connection."}, func() float64 { return float64(pool.Stat().EmptyAcquireCount()) }))
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_decrypt_failures_total",
+		Help: "Encrypted payloads that failed to decrypt (tampered, or copied from another message): dead-lettered, never delivered."},
+		func() float64 { return float64(store.DecryptFailures()) }))
 	if stats := store.QueryStats(); stats != nil {
 		cs = append(cs, queryCollector{stats: stats, desc: prometheus.NewDesc("herald_db_queries_total",
 			"Statements sent to the database, by operation (every query, batch member, begin and commit).",

@@ -343,3 +343,42 @@ func TestHole4_StaleSessionKeepsPresence(t *testing.T) {
 	assert.Equal(t, a2.session[:maxSession], v.byID["a:1"].session)
 	v.mu.Unlock()
 }
+
+// A peer adopts a session only from a datagram with a signed ts, so a node
+// greets with a heartbeat the peers it learns of and the peers it hears
+// (re)start: news without a ts (here QUEUE_CONFIG_DELETE) reaches them at
+// once, not after the next heartbeat (a minute away here).
+func TestHole4_NewPeersAdoptSessionAtOnce(t *testing.T) {
+	deleted := make(chan string, 4)
+	onDeleted := func(q string) { deleted <- q }
+	expect := func(q string) {
+		t.Helper()
+		select {
+		case got := <-deleted:
+			assert.Equal(t, q, got)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("QUEUE_CONFIG_DELETE %s did not arrive", q)
+		}
+	}
+	a, _ := runNode(t, Config{ServerID: "a:1", Heartbeat: time.Minute, DeadAfter: 5 * time.Minute, Announce: time.Minute})
+	b, stopB := runNode(t, Config{ServerID: "b:1", OnQueueDeleted: onDeleted})
+	bind := b.Addr().String()
+	require.Eventually(t, func() bool { return a.sent.Load() == 0 && a.beaten.Load() }, 5*time.Second, time.Millisecond,
+		"a sent its first heartbeat, to nobody")
+	b.SetPeers([]string{a.Addr().String()})
+	a.SetPeers([]string{bind}) // linked after both started
+	a.QueueDeleted("x")
+	expect("x")
+
+	stopB()
+	laterClock()
+	b2, _ := runNode(t, Config{Bind: bind, ServerID: "b:1", Peers: []string{a.Addr().String()}, OnQueueDeleted: onDeleted})
+	require.Eventually(t, func() bool {
+		b2.mu.Lock()
+		defer b2.mu.Unlock()
+		return b2.byID["a:1"] != nil
+	}, 5*time.Second, time.Millisecond, "the restarted b knows a's session without waiting for a's heartbeat")
+	a.QueueDeleted("y")
+	expect("y")
+	assert.Zero(t, dropped(b2, "unknown_session")+dropped(b, "unknown_session"))
+}

@@ -231,6 +231,7 @@ func (n *Node) resolve() {
 	}
 	n.mu.Unlock()
 	var peers []*peer
+	var added []*net.UDPAddr
 	for _, name := range names {
 		addr, err := net.ResolveUDPAddr("udp4", name)
 		if err != nil {
@@ -240,12 +241,22 @@ func (n *Node) resolve() {
 		p := &peer{name: name, addr: addr}
 		if o := old[name]; o != nil && o.addr.String() == addr.String() {
 			p.id = o.id
+		} else {
+			added = append(added, addr)
 		}
 		peers = append(peers, p)
 	}
 	n.mu.Lock()
 	n.peers = peers
+	closed := n.closed
 	n.mu.Unlock()
+	// A new peer adopts this session only from a datagram with a signed
+	// ts (replay.go): greet it with a heartbeat now rather than have it
+	// drop what comes before the next one. Before the first heartbeat,
+	// send does it.
+	if len(added) > 0 && !closed && n.beaten.Load() {
+		n.heartbeatTo(added)
+	}
 }
 
 // Run sends heartbeats and presence and receives until ctx ends; then it
@@ -319,8 +330,11 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 	}
 }
 
-func (n *Node) heartbeat() {
-	n.send(Heartbeat, HeartbeatPayload{Sequence: n.sent.Load(), SessionID: n.session, TS: nowMS()}, nil)
+func (n *Node) heartbeat() { n.heartbeatTo(nil) }
+
+// heartbeatTo sends a heartbeat to addrs (all peers when nil).
+func (n *Node) heartbeatTo(addrs []*net.UDPAddr) {
+	n.send(Heartbeat, HeartbeatPayload{Sequence: n.sent.Load(), SessionID: n.session, TS: nowMS()}, addrs)
 }
 
 // presencePayload is CONSUMER_REGISTERED and CONSUMER_DEREGISTERED.
@@ -572,19 +586,29 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 	n.m.received.WithLabelValues(p.Type.String()).Inc()
 	now := time.Now()
 	n.mu.Lock()
+	var peerAddr *net.UDPAddr
 	for _, pr := range n.peers {
 		if pr.addr.IP.Equal(from.IP) && pr.addr.Port == from.Port {
 			pr.id = p.SenderID // learned: datagrams from a configured peer's address
+			peerAddr = pr.addr
 		}
 	}
 	st := n.byID[p.SenderID]
-	if st == nil || st.session != p.Session {
+	adopted := st == nil || st.session != p.Session
+	if adopted {
 		// New, or restarted (Replay adopted a later session: an older
 		// one never gets here): what it said before no longer holds.
 		st = &peerState{session: p.Session, since: now, lastBeat: now, presence: map[string]time.Time{}}
 		n.byID[p.SenderID] = st
 	}
 	n.mu.Unlock()
+	if adopted && peerAddr != nil {
+		// A peer that (re)started knows nothing of this session and drops
+		// its datagrams without a ts until it hears a heartbeat: send one
+		// at once. Only to a configured peer's address, once per session
+		// it starts (replays adopt nothing), so it amplifies nothing.
+		n.heartbeatTo([]*net.UDPAddr{peerAddr})
+	}
 	switch p.Type {
 	case Heartbeat:
 		n.mu.Lock()
@@ -639,24 +663,6 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 		}
 		n.mu.Unlock()
 	}
-}
-
-// stampOf reads the signed ts of the types that carry one (the reference
-// server's HEARTBEAT, MESSAGE_AVAILABLE and maintenance modes, and Herald's
-// presence); a missing one reads 0, which no window admits.
-func stampOf(p Packet) (ts uint64, stamped bool, err error) {
-	switch p.Type {
-	case Heartbeat, MessageAvailable, ConsumerRegistered, ConsumerDeregistered, MaintenanceModeSet, PopMaintenanceModeSet:
-	default:
-		return 0, false, nil
-	}
-	var m struct {
-		TS uint64 `msgpack:"ts"`
-	}
-	if err := Unmarshal(p.Payload, &m); err != nil {
-		return 0, true, err
-	}
-	return m.TS, true, nil
 }
 
 // count adds one to a stats counter.

@@ -105,3 +105,21 @@ func (r *Replay) Check(sender, session string, seq uint64, ts uint64, stamped bo
 	st.session, st.max, st.maxTS = session, seq, ts
 	return ""
 }
+
+// stampOf reads the signed ts of the types that carry one (the reference
+// server's HEARTBEAT, MESSAGE_AVAILABLE and maintenance modes, and Herald's
+// presence); a missing one reads 0, which no window admits.
+func stampOf(p Packet) (ts uint64, stamped bool, err error) {
+	switch p.Type {
+	case Heartbeat, MessageAvailable, ConsumerRegistered, ConsumerDeregistered, MaintenanceModeSet, PopMaintenanceModeSet:
+	default:
+		return 0, false, nil
+	}
+	var m struct {
+		TS uint64 `msgpack:"ts"`
+	}
+	if err := Unmarshal(p.Payload, &m); err != nil {
+		return 0, true, err
+	}
+	return m.TS, true, nil
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,8 +64,10 @@ func TestHole12_SlowBodyIsCut(t *testing.T) {
 	_ = res.Body.Close()
 	assert.Equal(t, http.StatusRequestTimeout, res.StatusCode, "%s", body)
 	assert.Contains(t, string(body), "request body")
+	// Closed: EOF, or a reset when the trickle's bytes were still unread
+	// in the server's socket as it closed (the kernel answers them RST).
 	_, err = br.ReadByte()
-	assert.True(t, errors.Is(err, io.EOF), "the connection was not closed: %v", err)
+	assert.True(t, errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET), "the connection was not closed: %v", err)
 	took := time.Since(start)
 	assert.GreaterOrEqual(t, took, deadline, "cut before the deadline")
 	assert.Less(t, took, deadline+2*time.Second, "cut long after the deadline")

@@ -15,6 +15,7 @@ import (
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/syncnet"
 )
 
 // config is everything `herald serve` and `herald migrate` read from flags
@@ -54,10 +55,11 @@ type config struct {
 	RetentionInterval    time.Duration
 	PartitionCleanupDays int
 
-	SyncPeers  []string
-	SyncBind   string
-	SyncSecret string
-	ServerID   string
+	SyncPeers     []string
+	SyncBind      string
+	SyncSecret    string
+	SyncFreshness time.Duration
+	ServerID      string
 
 	MetricsMaxQueues   int
 	MetricsGroupLabels bool
@@ -142,6 +144,8 @@ var options = []option{
 		func(c *config, v string) error { c.SyncBind = v; return nil }},
 	{"sync-secret", "HERALD_SYNC_SECRET", "", "64 hex characters signing syncnet datagrams (HMAC-SHA256 over the ASCII bytes, as the reference server); required with --sync-peers",
 		func(c *config, v string) error { c.SyncSecret = v; return nil }},
+	{"sync-freshness", "HERALD_SYNC_FRESHNESS", syncnet.FreshnessDefault.String(), "how far a syncnet datagram's signed timestamp may be from this clock, either way (older or newer is dropped as a replay); must exceed the clock skew between instances",
+		func(c *config, v string) (err error) { c.SyncFreshness, err = time.ParseDuration(v); return err }},
 	{"server-id", "HERALD_SERVER_ID", "", "this instance's name on syncnet; empty means hostname:port of --sync-bind",
 		func(c *config, v string) error { c.ServerID = v; return nil }},
 	{"encryption-key", "HERALD_ENCRYPTION_KEY", "", "64 hex characters: the AES-256-GCM key of the payloads of queues configured with encryptionEnabled (checked at start against the database's key check value); empty refuses such queues",
@@ -232,6 +236,8 @@ func (c *config) validate() error {
 		return errors.New("--metrics-max-queues must not be negative")
 	case c.MetricsAuth && c.AuthSecret == "":
 		return errors.New("--metrics-auth needs --auth-secret (there are no tokens to check without it)")
+	case c.SyncFreshness <= 0 || c.SyncFreshness > time.Hour:
+		return errors.New("--sync-freshness must be positive and at most 1h (a wider window lets older datagrams be replayed)")
 	case len(c.SyncPeers) > 0 && !validSecret(c.SyncSecret):
 		return errors.New("--sync-secret must be 64 hex characters when --sync-peers is set")
 	}

@@ -240,7 +240,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 			_, syncPort, _ := net.SplitHostPort(cfg.SyncBind)
 			serverID = host + ":" + syncPort
 		}
-		scfg := syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret, ServerID: serverID,
+		scfg := syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret, ServerID: serverID, Freshness: cfg.SyncFreshness,
 			Waker: syncnet.WakerFunc(func(source, q, p string) { pl.Wake(source, q, p) }), Registerer: reg, Logger: log}
 		shared.Hook(&scfg, store)
 		node, err = syncnet.New(scfg)

@@ -22,8 +22,10 @@
 //
 // # Concurrency
 //
-// A *Cluster is immutable apart from Stop, which runs once; all methods are
-// safe for concurrent use. Several Starts on the same Dir, in one process or
+// A *Cluster is immutable apart from Stop, which runs once, and the state
+// Supervise keeps (Health, and Owned turning true when it restarts the
+// postmaster), which a mutex and atomics guard; all methods are safe for
+// concurrent use. Several Starts on the same Dir, in one process or
 // many, share one postmaster: the first one starts it and owns it (Owned
 // reports true, and only its Stop shuts the server down); later ones reuse
 // it. Starts on one Dir are serialized by a flock on Dir/start.lock, so
@@ -39,6 +41,24 @@
 // until the dead postmaster's children have exited, so two generations of
 // processes never share the files; this relies on Linux's /proc. Start
 // retries when a port it picked gets taken before postgres binds it.
+//
+// # Supervision
+//
+// pg_ctl daemonizes the postmaster, so it is not our child and there is no
+// Wait to block on. Supervise polls instead, every 100 ms: the postmaster
+// is down when postmaster.pid is missing or names a process that does not
+// serve the data directory (the same test Start uses for a stale file, so
+// a zombie counts as dead). It then restarts it on the port of the URL it
+// handed out, after 0.2 s and then with doubling waits up to 5 s, under the
+// start lock like Start, never running initdb; after 5 failures in a row it
+// returns an error, and the caller (herald) exits so that its own
+// supervisor acts. The restart goes through the same stale-pid cleanup and
+// waits for the dead postmaster's children to exit, as Start does.
+//
+// When several processes share Dir, all their Supervise calls notice the
+// death; the first to take the start lock restarts the postmaster and the
+// others find it serving and reuse it, so each counts one restart. Stop and
+// Release end supervision first, so a postmaster they stop stays stopped.
 //
 // Errors say what was being done ("starting postgres: ...") and, when
 // pg_ctl fails to start the server, include the tail of postgres.log. Start

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,11 +52,16 @@ type Config struct {
 // concurrent use.
 type Cluster struct {
 	url   string
-	owned bool
-	stop  func() error // nil unless owned
+	cfg   Config      // as Start completed it, for Supervise's restarts
+	owned atomic.Bool // set by Start, and by Supervise when it restarts the postmaster
+	stop  func() error
 	srv   *server
 	users *os.File // holds a shared flock on Dir/users.lock while this handle uses the cluster
 	relMu sync.Mutex
+
+	stopping atomic.Bool // set by Stop and Release: Supervise must not restart what they stop
+	healthMu sync.Mutex
+	health   Health
 }
 
 // startTimeout bounds Start as a whole, so that waiting on a postmaster that
@@ -93,10 +99,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{url: clusterURL(port, cfg.Database), owned: owned, srv: s}
-	if owned {
-		c.stop = sync.OnceValue(s.stop)
-	}
+	c := &Cluster{url: clusterURL(port, cfg.Database), cfg: cfg, srv: s, stop: sync.OnceValue(s.stop)}
+	c.owned.Store(owned)
 	if c.users, err = shareUsers(s.dir); err != nil {
 		return nil, errors.Join(err, c.Stop())
 	}
@@ -112,15 +116,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 // postgres://postgres@127.0.0.1:5432/herald?sslmode=disable.
 func (c *Cluster) URL() string { return c.url }
 
-// Owned reports whether this process started the postmaster. A reused
-// postmaster belongs to whoever started it, so Stop leaves it running.
-func (c *Cluster) Owned() bool { return c.owned }
+// Owned reports whether this process started the postmaster (at Start, or
+// when Supervise restarted it). A reused postmaster belongs to whoever
+// started it, so Stop leaves it running.
+func (c *Cluster) Owned() bool { return c.owned.Load() }
 
 // Stop shuts the postmaster down with pg_ctl stop -m fast if this process
-// started it, and does nothing otherwise. Calling it again returns the first
-// call's result.
+// started it, and does nothing otherwise. Either way Supervise stops
+// restarting it. Calling it again returns the first call's result.
 func (c *Cluster) Stop() error {
-	if c.stop == nil {
+	c.stopping.Store(true)
+	if !c.owned.Load() {
 		return nil
 	}
 	return c.stop()

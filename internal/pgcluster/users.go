@@ -34,6 +34,7 @@ func shareUsers(dir string) (*os.File, error) {
 func (c *Cluster) Release(ctx context.Context) (stopped bool, err error) {
 	c.relMu.Lock()
 	defer c.relMu.Unlock()
+	c.stopping.Store(true) // whoever stops it, Supervise must not bring it back
 	if c.users == nil {
 		return false, nil
 	}
@@ -51,8 +52,5 @@ func (c *Cluster) Release(ctx context.Context) (stopped bool, err error) {
 	if err := syscall.Flock(int(c.users.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return false, nil // someone else still uses it
 	}
-	if c.stop != nil {
-		return true, c.stop()
-	}
-	return true, c.srv.stop()
+	return true, c.stop()
 }

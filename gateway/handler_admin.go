@@ -276,15 +276,25 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"version": s.cfg.Version}
+	if s.cfg.Database != nil {
+		restarting, restarts := s.cfg.Database()
+		out["restarts"] = restarts
+		if restarting { // no ping: it cannot answer, and a pool dial would only wait
+			out["status"], out["database"] = "unhealthy", "restarting"
+			writeJSON(w, http.StatusServiceUnavailable, out)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unhealthy", "database": "disconnected",
-			"error": err.Error(), "version": s.cfg.Version})
+		out["status"], out["database"], out["error"] = "unhealthy", "disconnected", err.Error()
+		writeJSON(w, http.StatusServiceUnavailable, out)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "healthy", "database": "connected", "server": "Herald",
-		"version": s.cfg.Version})
+	out["status"], out["database"], out["server"] = "healthy", "connected", "Herald"
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleStats reports the caches and the state shared between instances

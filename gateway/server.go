@@ -95,6 +95,11 @@ type Config struct {
 	Auth *Auth
 	// Version is reported by /health.
 	Version string
+	// Database, when set, reports on the private PostgreSQL this process
+	// supervises: whether it is being restarted after it died, and how many
+	// restarts there were. /health answers 503 with "database":"restarting"
+	// during a restart, and includes the count either way.
+	Database func() (restarting bool, restarts int)
 	// Instance names this instance on the status endpoint (the demo page).
 	Instance string
 	// Registry receives the herald_* metrics and is served by /metrics; nil

@@ -151,13 +151,14 @@ func (ns notifiers) Notify(queue, partition string) {
 // serve wires database, store and gateway, and runs until ctx ends.
 func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (err error) {
 	dbURL := cfg.DatabaseURL
+	var cluster *pgcluster.Cluster
 	if dbURL == "" {
 		dir, err := filepath.Abs(filepath.Join(cfg.DataDir, "postgres"))
 		if err != nil {
 			return fmt.Errorf("resolving data dir: %w", err)
 		}
 		log.Info().Str("dir", dir).Msg("no database URL: starting a private PostgreSQL")
-		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Port: cfg.PGPort,
+		cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Port: cfg.PGPort,
 			Logger: log.With().Str("component", "pgcluster").Logger()})
 		if err != nil {
 			return err
@@ -189,6 +190,10 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if cmd == "migrate" {
 		return nil
 	}
+	// Restarts the private PostgreSQL if it dies; stopped before the pool
+	// closes and the cluster is released.
+	sup := supervise(cluster, pool, log)
+	defer sup.Stop()
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -263,6 +268,9 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		Registry: reg, Logger: log}
 	gwCfg.Metrics = gateway.MetricsConfig{Queues: queueLabels, GroupLabels: cfg.MetricsGroupLabels, Auth: cfg.MetricsAuth}
 	gwCfg.SharedState = shared.Stats(configs, store, node)
+	if sup != nil {
+		gwCfg.Database = sup.health
+	}
 	if node != nil {
 		gwCfg.OnQueueDeleted = node.QueueDeleted
 		gwCfg.OnQueueConfigured = shared.Announce(node)
@@ -343,10 +351,12 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	log.Info().Str("url", fmt.Sprintf("http://localhost:%d/", port)).Str("instance", instance).
 		Str("version", buildVersion()).Str("wake", cfg.Wake).Msg("herald is serving")
 
+	var fatal error // the private PostgreSQL could not be restarted: shut down, then exit 1
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving http: %w", err)
 	case <-ctx.Done():
+	case fatal = <-sup.Failed():
 	}
 	log.Info().Dur("drain_window", cfg.DrainWindow).Int("streams", gw.Streams()).Msg("shutting down")
 	// Stop leasing, close streams over the drain window (each gives its
@@ -362,7 +372,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	gw.Close()
 	if err != nil {
 		_ = srv.Close()
-		return fmt.Errorf("shutting down http: %w", err)
+		return errors.Join(fatal, fmt.Errorf("shutting down http: %w", err))
 	}
-	return nil
+	return fatal
 }

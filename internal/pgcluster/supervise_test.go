@@ -121,3 +121,41 @@ func TestSuperviseConfig_WithDefaults(t *testing.T) {
 	assert.Equal(t, time.Second, pgcluster.SuperviseConfig{BackoffMin: time.Second, BackoffMax: time.Millisecond}.WithDefaults().BackoffMax,
 		"the cap is never below the first wait")
 }
+
+// Hole 5: two handles on one Dir (two herald processes sharing a data dir)
+// both supervise; after a kill exactly one postmaster comes back, on the
+// same port, and both count the restart.
+func TestHole5_SuperviseSharedDir(t *testing.T) {
+	t.Parallel()
+	cfg := newConfig(t)
+	cfg.Settings = map[string]string{"fsync": "off"}
+	first, err := pgcluster.Start(startCtx(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = first.Stop() })
+	second, err := pgcluster.Start(startCtx(t), cfg)
+	require.NoError(t, err)
+	require.False(t, second.Owned())
+	restarted := make(chan string, 2)
+	for name, c := range map[string]*pgcluster.Cluster{"first": first, "second": second} {
+		sc := fastSupervision
+		sc.OnRestart = func() { restarted <- name }
+		supervise(t, c, sc)
+	}
+	require.NoError(t, syscall.Kill(postmasterPID(t, cfg), syscall.SIGKILL))
+	for range 2 {
+		select {
+		case <-restarted:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("not both back within 10 s: %+v, %+v", first.Health(), second.Health())
+		}
+	}
+	assert.Equal(t, 1, first.Health().Restarts)
+	assert.Equal(t, 1, second.Health().Restarts)
+	exec(t, first.URL(), "SELECT 1")
+	exec(t, second.URL(), "SELECT 1")
+	assert.Equal(t, first.URL(), second.URL())
+	// postgres's own lock (postmaster.pid) keeps a second postmaster off the
+	// directory; what the two handles did is told by who owns the new one.
+	assert.True(t, first.Owned(), "first started the original")
+	t.Logf("restarted by the second handle too: %v", second.Owned())
+}

@@ -20,6 +20,18 @@
 //	  └──────────────────────┤  lease expires: counted as a failed attempt
 //	                         ▼  at the next pop; past retryLimit → DLQ
 //
+// # The ack contract
+//
+// Acks are checked against the consumers row (lockedConsumer.refusal), item
+// by item, each against the state the items before it left. An ack naming a
+// lease needs that lease live and the offset inside its range. An ack naming
+// none never touches a live lease (it cannot prove it comes from the holder;
+// a transaction's requiredLeases can); with no live lease it may finish an
+// offset at or below delivered_to, the highest ever leased to the group, but
+// not fail or retry it. A failed or retry item gives its offset back at
+// once for the rest of the request; the lease itself ends after the last
+// item. Lease durations are bounded by MaxLeaseSeconds.
+//
 // # Concurrency
 //
 // Store is safe for concurrent use and holds no state but an LRU of

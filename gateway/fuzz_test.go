@@ -68,7 +68,10 @@ func FuzzWSFrame(f *testing.F) {
 		if json.Unmarshal(data, &fr) != nil {
 			return
 		}
-		if acks, err := parseWSAcks(fr.Items); err == nil {
+		if acks, subs, err := parseWSAcks(fr.Items); err == nil {
+			if len(subs) != len(acks) {
+				t.Fatalf("%d subs for %d acks", len(subs), len(acks))
+			}
 			for _, a := range acks {
 				if a.TransactionID == "" || a.PartitionID == "" {
 					t.Fatalf("accepted an ack without its message: %+v", a)

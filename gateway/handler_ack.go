@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -116,32 +115,10 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 		s.fail(w, err)
 		return
 	}
-	s.ackedLocally(acks, results)
+	s.afterAck(acks, results)
 	out := make([]ackJSON, len(results))
 	for i, res := range results {
 		out[i] = ackResultJSON(res)
-		if res.Success && i < len(acks) {
-			s.metrics.acks.WithLabelValues(res.Queue, string(acks[i].Status)).Inc()
-		}
-		if res.DLQ {
-			s.metrics.dlq.WithLabelValues(res.Queue).Inc()
-		}
 	}
-	s.leasesReleased(acks, results)
 	writeJSON(w, http.StatusOK, out)
-}
-
-// leasesReleased wakes whoever waits on a partition whose lease an ack
-// released (the rest of its batch, or a failed message, is available
-// again), here and, through the lease hints, on other instances.
-func (s *Server) leasesReleased(acks []queue.Ack, results []queue.AckResult) {
-	for _, res := range results {
-		if !res.LeaseReleased || res.Queue == "" {
-			continue
-		}
-		s.poller.Wake(poller.SourceAck, res.Queue, res.Partition)
-		if res.Index >= 0 && res.Index < len(acks) {
-			s.poller.LeaseReleased(res.Queue, res.Partition, acks[res.Index].PartitionID, acks[res.Index].Group)
-		}
-	}
 }

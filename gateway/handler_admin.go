@@ -265,12 +265,23 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 		out["error"] = res.Error
 	} else {
 		var pushed []queue.PushResult
+		var acked []queue.AckResult
 		for _, or := range res.Results {
 			if or.Push != nil {
 				pushed = append(pushed, *or.Push)
 			}
+			if or.Ack != nil {
+				acked = append(acked, *or.Ack)
+			}
+		}
+		var acks []queue.Ack // in the order of their results
+		for _, op := range ops {
+			if op.Type == "ack" {
+				acks = append(acks, op.Ack)
+			}
 		}
 		s.afterPush(pushed)
+		s.afterAck(acks, acked)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

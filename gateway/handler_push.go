@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -93,29 +92,6 @@ func stampProducer(ctx context.Context, items []queue.PushItem) {
 func stampSubject(items []queue.PushItem, sub string) {
 	for i := range items {
 		items[i].ProducerSub = sub
-	}
-}
-
-// afterPush counts pushed messages, wakes this instance's poller and tells
-// other instances (Notifier) about every partition that got one.
-func (s *Server) afterPush(results []queue.PushResult) {
-	type qp struct{ queue, partition string }
-	seen := map[qp]bool{}
-	for _, res := range results {
-		if res.Status == queue.StatusDuplicate {
-			s.metrics.duplicates.WithLabelValues(res.Queue).Inc()
-			continue
-		}
-		if res.Status == queue.StatusRejected {
-			continue // nothing stored
-		}
-		s.metrics.pushed.WithLabelValues(res.Queue).Inc()
-		k := qp{res.Queue, res.Partition}
-		if !seen[k] {
-			seen[k] = true
-			s.poller.Wake(poller.SourcePush, res.Queue, res.Partition)
-			s.notify(res.Queue, res.Partition)
-		}
 	}
 }
 

@@ -24,15 +24,12 @@ const (
 	// held for its browser to come back (to any instance) with Last-Event-ID
 	// before they are given to other consumers.
 	SSEResumeGraceDefault = 10 * time.Second
+	SSELeaseCheckDefault  = 2 * time.Second
 	// sseRetryMin and sseRetryMax bound the reconnect delay sent in retry:
 	// with jitter, so that a crowd of browsers does not come back at once.
 	sseRetryMin     = 1000 * time.Millisecond
 	sseRetryMax     = 3000 * time.Millisecond
 	sseWriteTimeout = 10 * time.Second
-	// sseLeaseCheck is how often a stream with unacknowledged messages
-	// looks in the database for acks posted to other instances and for
-	// leases that expired, to get its credit back.
-	sseLeaseCheck = 2 * time.Second
 )
 
 // sseStream is one EventSource connection: a standing intention whose
@@ -72,6 +69,9 @@ type sseStream struct {
 	order    []string                        // partition ids of marks, oldest first
 	byKey    map[string]map[inflightKey]bool // partition id → its in-flight keys
 }
+
+// inflightKey is a message an SSE stream holds (its group is the stream's).
+type inflightKey struct{ partitionID, transactionID string }
 
 type sseHeld struct {
 	leaseID          string
@@ -167,10 +167,10 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			retryLater(w)
 			return
 		}
-		for _, m := range res {
+		for i, m := range res {
 			if m.Matched {
 				s.metrics.sseResumedAcks.Add(float64(m.Acked))
-				s.poller.Wake(poller.SourceRelease, m.Queue, m.Partition)
+				s.afterRelease(poller.SourceRelease, m.Queue, m.Partition, marks[i].PartitionID, req.Group)
 			}
 		}
 	}
@@ -390,9 +390,9 @@ func (st *sseStream) armCheck() {
 	}
 	st.checking = true
 	if st.check == nil {
-		st.check = time.AfterFunc(sseLeaseCheck, st.checkTick)
+		st.check = time.AfterFunc(st.s.cfg.SSELeaseCheck, st.checkTick)
 	} else {
-		st.check.Reset(sseLeaseCheck)
+		st.check.Reset(st.s.cfg.SSELeaseCheck)
 	}
 }
 
@@ -404,7 +404,7 @@ func (st *sseStream) checkTick() {
 	more := st.checkLeases(st.ctx)
 	st.mu.Lock()
 	if more && !st.closed {
-		st.check.Reset(sseLeaseCheck)
+		st.check.Reset(st.s.cfg.SSELeaseCheck)
 	} else {
 		st.checking = false
 	}
@@ -528,7 +528,7 @@ func (st *sseStream) events(res *queue.PopResult) ([]byte, bool) {
 				st.byKey[m.PartitionID] = map[inflightKey]bool{}
 			}
 			st.byKey[m.PartitionID][k] = true
-			st.s.sseHolders.Store(holderKey(m.PartitionID, m.TransactionID, st.group), st)
+			st.s.deliveries.hold(deliveryKey{m.LeaseID, m.PartitionID, m.TransactionID}, st)
 		}
 		mk := st.marks[m.PartitionID]
 		if mk == nil {
@@ -568,8 +568,9 @@ func (st *sseStream) settleLocked(k inflightKey) bool {
 	if _, ok := st.inflight[k]; !ok {
 		return false
 	}
+	held := st.inflight[k]
 	delete(st.inflight, k)
-	st.s.sseHolders.Delete(holderKey(k.partitionID, k.transactionID, st.group))
+	st.s.deliveries.drop(deliveryKey{held.leaseID, k.partitionID, k.transactionID}, st)
 	if ks := st.byKey[k.partitionID]; ks != nil {
 		delete(ks, k)
 		if len(ks) == 0 {
@@ -587,11 +588,12 @@ func (st *sseStream) settleLocked(k inflightKey) bool {
 	return true
 }
 
-// acked is called by this instance's ack handler for a message this stream
-// holds.
-func (st *sseStream) acked(k inflightKey) {
+// settled is called by afterAck when a delivery this stream holds was
+// acknowledged on this instance (a holder).
+func (st *sseStream) settled(d deliveryKey) {
+	k := inflightKey{d.partitionID, d.transactionID}
 	st.mu.Lock()
-	ok := !st.closed && st.settleLocked(k)
+	ok := !st.closed && st.inflight[k].leaseID == d.leaseID && st.settleLocked(k)
 	st.mu.Unlock()
 	if ok {
 		st.s.poller.AddCredit(st.in, 1)
@@ -644,7 +646,7 @@ func (st *sseStream) close() {
 	held := map[string][]queue.Message{}
 	for k, m := range st.inflight {
 		held[m.leaseID] = append(held[m.leaseID], queue.Message{Queue: m.queue, Partition: m.partition})
-		st.s.sseHolders.Delete(holderKey(k.partitionID, k.transactionID, st.group))
+		st.s.deliveries.drop(deliveryKey{m.leaseID, k.partitionID, k.transactionID}, st)
 	}
 	st.inflight = nil
 	unwritten := st.queued
@@ -655,28 +657,6 @@ func (st *sseStream) close() {
 	}
 	for lease, msgs := range held {
 		st.s.releaseLater(lease, msgs)
-	}
-}
-
-func holderKey(partitionID, transactionID, group string) string {
-	return partitionID + "\x00" + transactionID + "\x00" + group
-}
-
-// ackedLocally tells SSE streams of this instance that messages they hold
-// were acknowledged, so they may take more at once.
-func (s *Server) ackedLocally(acks []queue.Ack, results []queue.AckResult) {
-	for i, res := range results {
-		if i >= len(acks) || (!res.Success && res.Error != queue.ErrTextInvalidLease) {
-			continue
-		}
-		a := acks[i]
-		group := a.Group
-		if group == "" {
-			group = queue.DefaultGroup
-		}
-		if v, ok := s.sseHolders.Load(holderKey(a.PartitionID, a.TransactionID, group)); ok {
-			v.(*sseStream).acked(inflightKey{a.PartitionID, a.TransactionID})
-		}
 	}
 }
 

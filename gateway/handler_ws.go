@@ -98,25 +98,41 @@ type wsConn struct {
 	out      []any // frames for the writer, oldest first; a slice, so an idle connection holds no buffer
 	writing  bool  // a writer goroutine runs
 	subs     map[string]*wsSub
-	inflight map[inflightKey]inflightMsg
+	inflight map[deliveryKey]inflightMsg // delivered, not yet acknowledged
 	nextSub  int
 	closed   bool
 	draining bool
 }
 
 type wsSub struct {
+	c      *wsConn
 	id     string
 	group  string
 	in     *poller.Intention
 	cancel func()
 }
 
-type inflightKey struct{ partitionID, transactionID string }
-
+// inflightMsg is one delivery of the connection, keyed by deliveryKey: the
+// same message delivered to two subscriptions (two groups) is two entries.
 type inflightMsg struct {
 	sub              *wsSub
-	leaseID          string
 	queue, partition string
+}
+
+// settled is called by afterAck when a delivery of sub was acknowledged on
+// this instance, by this connection or any other path (a holder).
+func (sub *wsSub) settled(k deliveryKey) {
+	c := sub.c
+	c.mu.Lock()
+	m, ok := c.inflight[k]
+	ok = ok && m.sub == sub
+	if ok {
+		delete(c.inflight, k)
+	}
+	c.mu.Unlock()
+	if ok {
+		c.s.poller.AddCredit(sub.in, 1)
+	}
 }
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
@@ -148,7 +164,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(WSReadLimitDefault)
 	c := &wsConn{s: s, ws: ws, done: make(chan struct{}),
-		subs: map[string]*wsSub{}, inflight: map[inflightKey]inflightMsg{}, claims: claims}
+		subs: map[string]*wsSub{}, inflight: map[deliveryKey]inflightMsg{}, claims: claims}
 	switch {
 	case errors.Is(authErr, errForbidden):
 		// A browser cannot read the status of a refused upgrade; it can
@@ -440,7 +456,7 @@ func (c *wsConn) subscribe(f *wsFrame) {
 		return
 	}
 	c.nextSub++
-	sub := &wsSub{id: "s" + strconv.Itoa(c.nextSub), group: group}
+	sub := &wsSub{c: c, id: "s" + strconv.Itoa(c.nextSub), group: group}
 	c.subs[sub.id] = sub
 	c.mu.Unlock()
 	sub.in = &poller.Intention{
@@ -474,8 +490,9 @@ func (c *wsConn) deliver(sub *wsSub, res *queue.PopResult) bool {
 	}
 	if !sub.in.AutoAck {
 		for _, m := range res.Messages {
-			c.inflight[inflightKey{m.PartitionID, m.TransactionID}] = inflightMsg{sub: sub, leaseID: m.LeaseID,
-				queue: m.Queue, partition: m.Partition}
+			k := deliveryKey{m.LeaseID, m.PartitionID, m.TransactionID}
+			c.inflight[k] = inflightMsg{sub: sub, queue: m.Queue, partition: m.Partition}
+			c.s.deliveries.hold(k, sub)
 		}
 	}
 	c.mu.Unlock()
@@ -496,7 +513,11 @@ func (c *wsConn) forget(msgs []queue.Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range msgs {
-		delete(c.inflight, inflightKey{m.PartitionID, m.TransactionID})
+		k := deliveryKey{m.LeaseID, m.PartitionID, m.TransactionID}
+		if held, ok := c.inflight[k]; ok {
+			delete(c.inflight, k)
+			c.s.deliveries.drop(k, held.sub)
+		}
 	}
 }
 
@@ -517,19 +538,24 @@ func (c *wsConn) unsubscribe(f *wsFrame) {
 	c.send(map[string]any{"type": "unsubscribed", "id": f.ID, "sub": f.Sub})
 }
 
+// heldLease is a lease a subscription held on one partition.
+type heldLease struct{ leaseID, queue, partition string }
+
 // takeLeases removes the in-flight messages of sub (all subs when nil and
 // the connection closes) and returns their distinct leases. Called with mu.
-func (c *wsConn) takeLeases(sub *wsSub) []inflightMsg {
-	seen := map[string]bool{}
-	var out []inflightMsg
+func (c *wsConn) takeLeases(sub *wsSub) []heldLease {
+	seen := map[heldLease]bool{}
+	var out []heldLease
 	for k, m := range c.inflight {
 		if sub != nil && m.sub != sub {
 			continue
 		}
 		delete(c.inflight, k)
-		if m.leaseID != "" && !seen[m.leaseID+"\x00"+m.queue+"\x00"+m.partition] {
-			seen[m.leaseID+"\x00"+m.queue+"\x00"+m.partition] = true
-			out = append(out, m)
+		c.s.deliveries.drop(k, m.sub)
+		h := heldLease{k.leaseID, m.queue, m.partition}
+		if h.leaseID != "" && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
 		}
 	}
 	return out
@@ -537,31 +563,36 @@ func (c *wsConn) takeLeases(sub *wsSub) []inflightMsg {
 
 // release gives leases back at once and wakes their queues: the unacked
 // messages go to another consumer now, not at lease expiry.
-func (c *wsConn) release(held []inflightMsg) {
+func (c *wsConn) release(held []heldLease) {
 	byLease := map[string][]queue.Message{}
-	for _, m := range held {
-		byLease[m.leaseID] = append(byLease[m.leaseID], queue.Message{Queue: m.queue, Partition: m.partition})
+	for _, h := range held {
+		byLease[h.leaseID] = append(byLease[h.leaseID], queue.Message{Queue: h.queue, Partition: h.partition})
 	}
 	for lease, msgs := range byLease {
 		c.s.poller.Release(context.Background(), lease, msgs)
 	}
 }
 
-// parseWSAcks decodes the items of an ack frame.
-func parseWSAcks(raw json.RawMessage) ([]queue.Ack, error) {
+// parseWSAcks decodes the items of an ack frame, and the sub each names
+// ("" when none).
+func parseWSAcks(raw json.RawMessage) ([]queue.Ack, []string, error) {
 	var items []map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
-		return nil, badRequestf("items must be a non-empty array of acknowledgements")
+		return nil, nil, badRequestf("items must be a non-empty array of acknowledgements")
 	}
 	acks := make([]queue.Ack, len(items))
+	subs := make([]string, len(items))
 	for i, it := range items {
 		a, err := parseAck(it, false)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if subs[i], _, err = stringField(it, "sub"); err != nil {
+			return nil, nil, badRequestf("%v", err)
 		}
 		acks[i] = a
 	}
-	return acks, nil
+	return acks, subs, nil
 }
 
 // parseWSPush decodes the items of a push frame.
@@ -573,51 +604,86 @@ func parseWSPush(raw json.RawMessage) ([]queue.PushItem, error) {
 	return parsePushItems(arr)
 }
 
+// Per-item errors of a WebSocket ack that names no delivery of this
+// connection, or cannot tell which.
+const (
+	ErrTextNotHeld   = "Not delivered on this connection under that lease: ack it where it was delivered"
+	ErrTextAmbiguous = "Delivered to several subscriptions of this connection: name its leaseId, sub or consumerGroup"
+)
+
+// resolveLocked finds the delivery of this connection an ack item names:
+// by its leaseId (unique per delivery), or, without one, by the message
+// and the sub or consumerGroup it names. Called with mu.
+func (c *wsConn) resolveLocked(a queue.Ack, sub string) (deliveryKey, *wsSub, string) {
+	fits := func(m inflightMsg) bool {
+		return (sub == "" || m.sub.id == sub) && (a.Group == "" || m.sub.group == a.Group)
+	}
+	if a.LeaseID != "" {
+		k := deliveryKey{a.LeaseID, a.PartitionID, a.TransactionID}
+		if m, ok := c.inflight[k]; ok && fits(m) {
+			return k, m.sub, ""
+		}
+		return k, nil, ErrTextNotHeld
+	}
+	var found deliveryKey
+	var holder *wsSub
+	for k, m := range c.inflight {
+		if k.partitionID != a.PartitionID || k.transactionID != a.TransactionID || !fits(m) {
+			continue
+		}
+		if holder != nil {
+			return k, nil, ErrTextAmbiguous
+		}
+		found, holder = k, m.sub
+	}
+	if holder == nil {
+		return found, nil, ErrTextNotHeld
+	}
+	return found, holder, ""
+}
+
+// ack settles deliveries of this connection. Each item is matched to one
+// delivery (resolveLocked), which gives its group and lease: two
+// subscriptions in two groups may hold the same message. Items that match
+// none are answered with a per-item error; the others go to the store in
+// one request, in order.
 func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
-	acks, err := parseWSAcks(f.Items)
+	acks, subs, err := parseWSAcks(f.Items)
 	if err != nil {
 		c.send(wsError(f.ID, "bad_request", err.Error()))
 		return
 	}
+	out := make([]ackJSON, len(acks))
+	var apply []queue.Ack
+	var at []int // apply[j] is item at[j]
 	c.mu.Lock()
 	for i, a := range acks {
-		if m, ok := c.inflight[inflightKey{a.PartitionID, a.TransactionID}]; ok && a.Group == "" {
-			acks[i].Group = m.sub.group
+		k, sub, why := c.resolveLocked(a, subs[i])
+		if why != "" {
+			out[i] = ackJSON{Error: &why, Index: i, TransactionID: a.TransactionID}
+			continue
 		}
+		a.Group, a.LeaseID = sub.group, k.leaseID
+		apply = append(apply, a)
+		at = append(at, i)
 	}
 	c.mu.Unlock()
-	results, err := c.s.store.Ack(ctx, acks)
-	if err != nil {
-		if queue.IsInputError(err) {
-			c.send(wsError(f.ID, "bad_request", err.Error()))
-		} else {
-			c.send(wsError(f.ID, "internal", "acknowledging failed"))
+	if len(apply) > 0 {
+		results, err := c.s.store.Ack(ctx, apply)
+		if err != nil {
+			if queue.IsInputError(err) {
+				c.send(wsError(f.ID, "bad_request", err.Error()))
+			} else {
+				c.send(wsError(f.ID, "internal", "acknowledging failed"))
+			}
+			return
 		}
-		return
-	}
-	c.s.ackedLocally(acks, results)
-	out := make([]ackJSON, len(results))
-	credit := map[*wsSub]int{}
-	c.mu.Lock()
-	for i, res := range results {
-		out[i] = ackResultJSON(res)
-		if res.Success {
-			c.s.metrics.acks.WithLabelValues(res.Queue, string(acks[i].Status)).Inc()
-		}
-		if res.DLQ {
-			c.s.metrics.dlq.WithLabelValues(res.Queue).Inc()
-		}
-		k := inflightKey{acks[i].PartitionID, acks[i].TransactionID}
-		if m, ok := c.inflight[k]; ok && (res.Success || res.Error == queue.ErrTextInvalidLease) {
-			delete(c.inflight, k)
-			credit[m.sub]++
+		c.s.afterAck(apply, results)
+		for j, res := range results {
+			res.Index = at[j]
+			out[at[j]] = ackResultJSON(res)
 		}
 	}
-	c.mu.Unlock()
-	for sub, n := range credit {
-		c.s.poller.AddCredit(sub.in, n)
-	}
-	c.s.leasesReleased(acks, results)
 	c.send(map[string]any{"type": "ack_result", "id": f.ID, "results": out})
 }
 

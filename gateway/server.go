@@ -77,6 +77,11 @@ type Config struct {
 	// leases wait for its browser to resume; zero means
 	// SSEResumeGraceDefault.
 	SSEResumeGrace time.Duration
+	// SSELeaseCheck is how often a stream with unacknowledged messages
+	// looks in the database for acks posted to other instances and for
+	// leases that expired, to get its credit back (acks posted to this
+	// instance give it back at once); zero means SSELeaseCheckDefault.
+	SSELeaseCheck time.Duration
 	// DrainWindow spreads the closing of WebSocket and SSE connections by
 	// Drain over this long, so clients do not reconnect in one storm; zero
 	// closes them all at once.
@@ -132,6 +137,9 @@ func (c Config) WithDefaults() Config {
 	if c.SSEResumeGrace == 0 {
 		c.SSEResumeGrace = SSEResumeGraceDefault
 	}
+	if c.SSELeaseCheck == 0 {
+		c.SSELeaseCheck = SSELeaseCheckDefault
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -149,7 +157,7 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.Poller is required")
 	case c.MaxWSConnections < 0 || c.MaxSSEConnections < 0:
 		return errors.New("gateway: Config.MaxWSConnections and MaxSSEConnections must not be negative")
-	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0:
+	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.SSELeaseCheck < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0:
 		return errors.New("gateway: Config durations must not be negative")
 	}
 	return nil
@@ -177,7 +185,7 @@ type Server struct {
 	sseMu      sync.Mutex
 	sseCount   int
 	sseStreams map[*sseStream]bool // running streams, for Drain
-	sseHolders sync.Map            // holderKey → *sseStream, for acks posted here
+	deliveries deliveries          // unacknowledged deliveries of this instance's streams (effects.go)
 
 	graceMu sync.Mutex
 	grace   map[*time.Timer]func() // leases of closed SSE streams, released after the grace period

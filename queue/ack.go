@@ -71,6 +71,9 @@ type AckResult struct {
 	Partition     string
 	LeaseReleased bool
 	DLQ           bool
+	// LeaseID is the lease the ack was applied under: the one it named, or
+	// the one its request proved it holds; "" for an ack naming none.
+	LeaseID string
 }
 
 // Ack applies acknowledgements in one transaction, in order: each item is
@@ -318,7 +321,7 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []strin
 		if r.Error = lc.refusal(a, seq); r.Error != "" {
 			continue
 		}
-		r.Success = true
+		r.Success, r.LeaseID = true, a.LeaseID
 		if lc.st.isDone(seq) {
 			continue // acked before: acks are idempotent
 		}

@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"sync"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+// What must follow an operation, in one place: every push path (HTTP,
+// WebSocket, transaction) calls afterPush, every ack path (POST /ack and
+// /ack/batch, the WebSocket ack, a transaction's acks) calls afterAck, and a
+// lease given back calls afterRelease. They count metrics, wake this
+// instance's poller, tell other instances (NOTIFY or syncnet, lease hints),
+// and return credit to the stream subscription of this instance that holds
+// an acknowledged delivery. A stream on another instance gets its credit
+// back through its own lease check.
+
+// deliveryKey names one delivery of one message: the lease is unique per
+// delivery, so the same message delivered to two subscriptions (two groups)
+// has two keys.
+type deliveryKey struct{ leaseID, partitionID, transactionID string }
+
+// holder is a stream subscription holding unacknowledged deliveries (a
+// WebSocket subscription, an SSE stream). settled is called, on the ack's
+// goroutine, when one of them was acknowledged (or its lease found lost) on
+// this instance; it must not block.
+type holder interface {
+	settled(k deliveryKey)
+}
+
+// deliveries maps each unacknowledged delivery of this instance's streams
+// to its holder.
+type deliveries struct{ m sync.Map }
+
+func (d *deliveries) hold(k deliveryKey, h holder) { d.m.Store(k, h) }
+
+// drop forgets k if h still holds it.
+func (d *deliveries) drop(k deliveryKey, h holder) { d.m.CompareAndDelete(k, h) }
+
+// settle tells k's holder, if any, that k is acknowledged.
+func (d *deliveries) settle(k deliveryKey) {
+	if v, ok := d.m.LoadAndDelete(k); ok {
+		v.(holder).settled(k)
+	}
+}
+
+// afterPush counts pushed messages, wakes this instance's poller and tells
+// other instances (Notifier) about every partition that got one.
+func (s *Server) afterPush(results []queue.PushResult) {
+	type qp struct{ queue, partition string }
+	seen := map[qp]bool{}
+	for _, res := range results {
+		if res.Status == queue.StatusDuplicate {
+			s.metrics.duplicates.WithLabelValues(res.Queue).Inc()
+			continue
+		}
+		if res.Status == queue.StatusRejected {
+			continue // nothing stored
+		}
+		s.metrics.pushed.WithLabelValues(res.Queue).Inc()
+		k := qp{res.Queue, res.Partition}
+		if !seen[k] {
+			seen[k] = true
+			s.poller.Wake(poller.SourcePush, res.Queue, res.Partition)
+			s.notify(res.Queue, res.Partition)
+		}
+	}
+}
+
+// afterAck follows applied acknowledgements (results in the order of acks):
+// metrics; the holding stream's credit for each ack that settled its
+// delivery (applied, or refused because the lease is gone, so the stream
+// stops waiting for it); and every lease an ack released.
+func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
+	for i, res := range results {
+		if i >= len(acks) {
+			break
+		}
+		a := acks[i]
+		if res.Success {
+			s.metrics.acks.WithLabelValues(res.Queue, string(a.Status)).Inc()
+		}
+		if res.DLQ {
+			s.metrics.dlq.WithLabelValues(res.Queue).Inc()
+		}
+		lease := res.LeaseID
+		if lease == "" {
+			lease = a.LeaseID
+		}
+		if lease != "" && (res.Success || res.Error == queue.ErrTextInvalidLease) {
+			s.deliveries.settle(deliveryKey{lease, a.PartitionID, a.TransactionID})
+		}
+		if res.LeaseReleased && res.Queue != "" {
+			s.afterRelease(poller.SourceAck, res.Queue, res.Partition, a.PartitionID, a.Group)
+		}
+	}
+}
+
+// afterRelease wakes whoever waits on a partition whose lease was given
+// back (the rest of its batch, or a failed message, is available again),
+// here and, through the lease hints, on other instances.
+func (s *Server) afterRelease(source, queueName, partition, partitionID, group string) {
+	s.poller.Wake(source, queueName, partition)
+	s.poller.LeaseReleased(queueName, partition, partitionID, group)
+}

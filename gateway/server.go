@@ -179,13 +179,13 @@ type Server struct {
 	draining  chan struct{} // closed by Drain
 
 	wsMu     sync.Mutex
-	wsConns  map[*wsConn]bool
-	streamWG sync.WaitGroup // the goroutines of open WebSocket and SSE connections
+	wsConns  map[*session]bool // WebSocket sessions
+	streamWG sync.WaitGroup    // the goroutines of open WebSocket and SSE connections
 
 	sseMu      sync.Mutex
 	sseCount   int
-	sseStreams map[*sseStream]bool // running streams, for Drain
-	deliveries deliveries          // unacknowledged deliveries of this instance's streams (effects.go)
+	sseStreams map[*session]bool // running SSE sessions, for Drain
+	deliveries deliveries        // unacknowledged deliveries of this instance's streams (effects.go)
 
 	graceMu sync.Mutex
 	grace   map[*time.Timer]func() // leases of closed SSE streams, released after the grace period
@@ -214,10 +214,10 @@ func New(cfg Config) (*Server, error) {
 		notify: func(string, string) {},
 
 		draining: make(chan struct{}),
-		wsConns:  map[*wsConn]bool{},
+		wsConns:  map[*session]bool{},
 		grace:    map[*time.Timer]func(){},
 
-		sseStreams: map[*sseStream]bool{},
+		sseStreams: map[*session]bool{},
 	}
 	if cfg.Notifier != nil {
 		s.notify = cfg.Notifier.Notify
@@ -281,13 +281,13 @@ func (s *Server) Drain() {
 		close(s.draining)
 		// WebSockets are hijacked: http.Server.Shutdown does not see them.
 		s.wsMu.Lock()
-		for c := range s.wsConns {
-			go c.drain(s.spread())
+		for ss := range s.wsConns {
+			go ss.drain(s.spread())
 		}
 		s.wsMu.Unlock()
 		s.sseMu.Lock()
-		for st := range s.sseStreams {
-			go st.drain(s.spread())
+		for ss := range s.sseStreams {
+			go ss.drain(s.spread())
 		}
 		s.sseMu.Unlock()
 	})

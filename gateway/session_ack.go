@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// How a session's deliveries are settled: by its client's acks (ack), by
+// acks made anywhere on this instance (subscription.settled, through
+// afterAck), and by the lease check for acks made on other instances and
+// leases that expired.
+
+// Per-item errors of an ack that names no delivery of this connection, or
+// cannot tell which.
+const (
+	ErrTextNotHeld   = "Not delivered on this connection under that lease: ack it where it was delivered"
+	ErrTextAmbiguous = "Delivered to several subscriptions of this connection: name its leaseId, sub or consumerGroup"
+)
+
+// resolveLocked finds the delivery of this session an ack item names: by
+// its leaseId (unique per delivery), or, without one, by the message and
+// the sub or consumerGroup it names. Called with mu.
+func (ss *session) resolveLocked(a queue.Ack, sub string) (deliveryKey, *subscription, string) {
+	fits := func(d delivery) bool {
+		return (sub == "" || d.sub.id == sub) && (a.Group == "" || d.sub.group == a.Group)
+	}
+	if a.LeaseID != "" {
+		k := deliveryKey{a.LeaseID, a.PartitionID, a.TransactionID}
+		if d, ok := ss.inflight[k]; ok && fits(d) {
+			return k, d.sub, ""
+		}
+		return k, nil, ErrTextNotHeld
+	}
+	var found deliveryKey
+	var holder *subscription
+	for k, d := range ss.inflight {
+		if k.partitionID != a.PartitionID || k.transactionID != a.TransactionID || !fits(d) {
+			continue
+		}
+		if holder != nil {
+			return k, nil, ErrTextAmbiguous
+		}
+		found, holder = k, d.sub
+	}
+	if holder == nil {
+		return found, nil, ErrTextNotHeld
+	}
+	return found, holder, ""
+}
+
+// ack settles deliveries of this session; subs[i] is the sub item i names
+// ("" for none). Each item is matched to one delivery (resolveLocked),
+// which gives its group and lease: two subscriptions in two groups may hold
+// the same message. Items that match none are answered with a per-item
+// error; the others go to the store in one request, in order, and what
+// follows them (credit, wake-ups) is afterAck's. The error is the store's.
+func (ss *session) ack(ctx context.Context, acks []queue.Ack, subs []string) ([]ackJSON, error) {
+	out := make([]ackJSON, len(acks))
+	var apply []queue.Ack
+	var at []int // apply[j] is item at[j]
+	ss.mu.Lock()
+	for i, a := range acks {
+		k, sub, why := ss.resolveLocked(a, subs[i])
+		if why != "" {
+			out[i] = ackJSON{Error: &why, Index: i, TransactionID: a.TransactionID}
+			continue
+		}
+		a.Group, a.LeaseID = sub.group, k.leaseID
+		apply = append(apply, a)
+		at = append(at, i)
+	}
+	ss.mu.Unlock()
+	if len(apply) == 0 {
+		return out, nil
+	}
+	results, err := ss.s.store.Ack(ctx, apply)
+	if err != nil {
+		return nil, err
+	}
+	ss.s.afterAck(apply, results)
+	for j, res := range results {
+		res.Index = at[j]
+		out[at[j]] = ackResultJSON(res)
+	}
+	return out, nil
+}
+
+// armCheck starts the lease check: it runs only while deliveries are
+// unacknowledged, so an idle session wakes for nothing.
+func (ss *session) armCheck() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.checking || ss.closed {
+		return
+	}
+	ss.checking = true
+	if ss.check == nil {
+		ss.check = time.AfterFunc(ss.opts.leaseCheck, ss.checkTick)
+	} else {
+		ss.check.Reset(ss.opts.leaseCheck)
+	}
+}
+
+func (ss *session) checkTick() {
+	if !ss.enter() {
+		return
+	}
+	defer ss.wg.Done()
+	more := ss.checkLeases(ss.ctx)
+	ss.mu.Lock()
+	if more && !ss.closed {
+		ss.check.Reset(ss.opts.leaseCheck)
+	} else {
+		ss.checking = false
+	}
+	ss.mu.Unlock()
+}
+
+// checkLeases looks up the leases of the session's unacknowledged
+// deliveries: acks posted to other instances and expired leases give
+// credit back. It reports whether deliveries are still unacknowledged.
+func (ss *session) checkLeases(ctx context.Context) bool {
+	ss.mu.Lock()
+	if len(ss.inflight) == 0 {
+		ss.mu.Unlock()
+		return false
+	}
+	byGroup := map[string]map[string]bool{} // group → partition ids
+	for k, d := range ss.inflight {
+		if byGroup[d.sub.group] == nil {
+			byGroup[d.sub.group] = map[string]bool{}
+		}
+		byGroup[d.sub.group][k.partitionID] = true
+	}
+	ss.mu.Unlock()
+	credit := map[*subscription]int{}
+	for group, set := range byGroup {
+		pids := make([]string, 0, len(set))
+		for pid := range set {
+			pids = append(pids, pid)
+		}
+		held, err := ss.s.store.HeldLeases(ctx, group, pids)
+		if err != nil {
+			return true // next tick
+		}
+		ss.mu.Lock()
+		for k, d := range ss.inflight {
+			if d.sub.group != group {
+				continue
+			}
+			h, ok := held[k.partitionID]
+			if ok && (h.Finished(d.offset) || h.LeaseID != k.leaseID) {
+				ss.forgetLocked(k, d)
+				credit[d.sub]++
+			}
+		}
+		ss.mu.Unlock()
+	}
+	for sub, n := range credit {
+		ss.s.poller.AddCredit(sub.in, n)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.inflight) > 0
+}

@@ -1,6 +1,7 @@
 // The demo page: subscriptions over WebSocket or EventSource, a push form,
-// and a live panel fed by /internal/api/status every second. It uses the
-// browser SDK exactly as user code would.
+// and a live panel fed by /internal/api/status every second for each queue
+// subscribed to. It uses the browser SDK exactly as user code would: each
+// row shows what the server said of its ack (onAck / onError).
 import { Herald } from "/herald.js";
 
 const $ = (id) => document.getElementById(id);
@@ -19,6 +20,10 @@ let thisSecond = [];
 const history = []; // {p50, max} per second, the last 60
 
 let cards = 0;
+// The open subscription cards' queues (card id → queue): the live panel
+// follows them.
+const followed = new Map();
+let rowSerial = 0;
 
 // When this page sent each message it pushed (transactionId → performance
 // time): their latency needs no clock estimate.
@@ -65,7 +70,10 @@ function addSubscription(opts) {
   const tbody = card.querySelector("tbody");
   const ackAll = card.querySelector(".ack-all");
   let count = 0;
-  const unsettled = new Map(); // transactionId → {m, row}
+  // Rows waiting for a button, per delivery: a message delivered again
+  // (a nack, an expired lease) gets a row and a lease of its own.
+  const unsettled = new Map(); // row serial → {m, row}
+  const rowOf = new WeakMap(); // message → its row
 
   const setState = (s) => {
     stateEl.textContent = stateText(s);
@@ -73,19 +81,39 @@ function addSubscription(opts) {
     card.dataset.state = s.state;
   };
 
+  // mark says in the row what became of its message: the class colours
+  // it, the status cell says it in words (with the server's reason).
+  const mark = (row, state, text) => {
+    if (!row) return;
+    row.classList.remove("pending", "acked", "nacked", "ack-failed");
+    row.classList.add(state);
+    const cell = row.querySelector("td.status");
+    cell.textContent = text;
+    row.title = text;
+  };
+  const onAck = (m, status) => {
+    const done = status === "completed";
+    mark(rowOf.get(m), done ? "acked" : "nacked", done ? "acked" : "nacked");
+  };
+  const onError = (e) => {
+    const m = e.herald?.message;
+    const row = m && rowOf.get(m);
+    if (!row) {
+      stateEl.title = e.message; // a subscribe that failed: not a row's
+      return;
+    }
+    mark(row, "ack-failed", `${row.dataset.attempt ?? "ack"} failed: ${e.message}`);
+  };
+
   const settle = async (key, ok) => {
     const u = unsettled.get(key);
     if (!u) return;
     unsettled.delete(key);
-    u.row.querySelectorAll("button").forEach((b) => b.remove());
-    try {
-      if (ok) await handle.ack(u.m);
-      else await handle.nack(u.m, "nacked from the demo page");
-      u.row.classList.add(ok ? "acked" : "nacked");
-    } catch (e) {
-      u.row.title = String(e);
-    }
+    u.row.dataset.attempt = ok ? "ack" : "nack";
+    u.row.querySelector("td.status").textContent = ok ? "acking…" : "nacking…"; // the buttons go
     ackAll.hidden = unsettled.size === 0;
+    // onAck / onError mark the row; the rejection is theirs to show.
+    await (ok ? handle.ack(u.m) : handle.nack(u.m, "nacked from the demo page")).catch(() => {});
   };
 
   const onMessage = (m) => {
@@ -103,8 +131,11 @@ function addSubscription(opts) {
     count++;
     countEl.textContent = String(count);
     const row = document.createElement("tr");
-    const cells = [m.partition, m.offset ?? "–", String((m.retryCount ?? 0) + 1),
-      `${exact ? "" : "≈"}${fmtMS(latency)} ms`];
+    const delivery = String((m.retryCount ?? 0) + 1);
+    row.dataset.delivery = delivery;
+    row.dataset.offset = String(m.offset ?? "");
+    rowOf.set(m, row);
+    const cells = [m.partition, m.offset ?? "–", delivery, `${exact ? "" : "≈"}${fmtMS(latency)} ms`];
     for (const text of cells) {
       const td = document.createElement("td");
       td.textContent = text;
@@ -114,10 +145,20 @@ function addSubscription(opts) {
     data.className = "data";
     data.textContent = JSON.stringify(m.data);
     row.appendChild(data);
-    const actions = document.createElement("td");
-    row.appendChild(actions);
-    if (opts.ack === "manual") {
-      const key = `${m.partitionId}/${m.transactionId}`;
+    // The status cell: the Ack / Nack buttons while a manual row waits,
+    // then what the server said.
+    const status = document.createElement("td");
+    status.className = "status";
+    row.appendChild(status);
+    if (opts.ack === "server") {
+      mark(row, "acked", "acked by the server");
+    } else if (opts.ack === "auto") {
+      row.classList.add("pending");
+      row.dataset.attempt = "ack";
+      status.textContent = "acking…";
+    } else {
+      row.classList.add("pending");
+      const key = ++rowSerial;
       unsettled.set(key, { m, row });
       for (const [label, ok] of [["Ack", true], ["Nack", false]]) {
         const b = document.createElement("button");
@@ -126,11 +167,9 @@ function addSubscription(opts) {
         b.className = ok ? "ack" : "nack";
         b.setAttribute("aria-label", `${label} message ${m.partition}/${m.offset ?? m.transactionId}`);
         b.onclick = () => settle(key, ok);
-        actions.appendChild(b);
+        status.appendChild(b);
       }
       ackAll.hidden = false;
-    } else {
-      row.classList.add("acked");
     }
     tbody.prepend(row);
     while (tbody.rows.length > MAX_ROWS) tbody.deleteRow(-1);
@@ -142,7 +181,7 @@ function addSubscription(opts) {
   const common = {
     queue: opts.queue, partition: opts.partition || undefined, consumerGroup: opts.consumerGroup || undefined,
     maxInFlight: opts.maxInFlight, batch: Math.min(opts.maxInFlight, 1000), ack: opts.ack, onMessage,
-    onState: setState,
+    onAck, onError, onState: setState,
   };
   const handle = opts.transport === "ws" ? herald.subscribe(common) : herald.eventSource(common);
   if (opts.transport === "ws") setState(herald.state);
@@ -152,11 +191,15 @@ function addSubscription(opts) {
   };
   card.querySelector(".close").onclick = () => {
     handle.close();
+    followed.delete(card.id);
     card.remove();
+    refresh();
     $("no-subs").hidden = $("subs").children.length > 0;
   };
   $("subs").prepend(card);
   $("no-subs").hidden = true;
+  followed.set(card.id, opts.queue);
+  refresh();
 }
 
 $("sub-form").addEventListener("submit", (ev) => {
@@ -199,6 +242,7 @@ $("push-form").addEventListener("submit", async (ev) => {
     const t = performance.now();
     for (const it of batch) sentAt.set(it.transactionId, t);
     await herald.pushItems(batch);
+    refresh();
   };
   try {
     if (rate === 0) {
@@ -254,22 +298,49 @@ function authHeaders() {
   return token ? { Authorization: `Bearer ${token}` } : {};
 }
 
+// The queues the live panel shows: those subscribed to, or the form's
+// queue while there is no subscription (at most MAX_FOLLOWED, one status
+// request each per second).
+const MAX_FOLLOWED = 8;
+function followedQueues() {
+  const qs = [...new Set(followed.values())].sort();
+  if (qs.length === 0) qs.push($("queue").value.trim());
+  return qs.filter(Boolean).slice(0, MAX_FOLLOWED);
+}
+
+async function fetchStatus(queue) {
+  const url = queue ? `/internal/api/status?queue=${encodeURIComponent(queue)}` : "/internal/api/status";
+  const res = await fetch(url, { headers: authHeaders() });
+  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  return res.json();
+}
+
+let refreshing = false;
 async function refresh() {
-  const queue = $("queue").value.trim();
-  let st;
+  if (refreshing) return; // a slow server: no pile-up of requests
+  refreshing = true;
   try {
-    const res = await fetch(`/internal/api/status?queue=${encodeURIComponent(queue)}`, { headers: authHeaders() });
-    if (!res.ok) throw new Error(`HTTP ${res.status}`);
-    st = await res.json();
+    await refreshNow();
+  } finally {
+    refreshing = false;
+  }
+}
+
+async function refreshNow() {
+  const queues = followedQueues();
+  let all;
+  try {
+    all = await Promise.all(queues.length ? queues.map(fetchStatus) : [fetchStatus("")]);
   } catch (e) {
     $("instance").textContent = `unreachable (${e.message})`;
     $("peers").innerHTML = "";
     return;
   }
+  const st = all[0];
   $("instance").textContent = st.instance;
   $("version").textContent = `· version ${st.version} · ${st.intentions} waiting · ${st.streams} streams`;
   renderPeers(st);
-  renderQueue(st.queue);
+  renderQueues(all.map((s) => s.queue).filter(Boolean));
   const wk = $("wakeups");
   wk.innerHTML = "";
   const sources = Object.entries(st.wakeups ?? {}).sort();
@@ -307,16 +378,40 @@ function renderPeers(st) {
   }
 }
 
-function renderQueue(q) {
+function el(tag, className, text) {
+  const e = document.createElement(tag);
+  if (className) e.className = className;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// renderQueues shows each followed queue: its partitions, what was pushed,
+// and each group's lag and leased partitions.
+function renderQueues(list) {
   const box = $("queue-status");
-  $("status-queue").textContent = q ? q.queue : "";
-  if (!q || !q.exists) {
-    box.textContent = "not created yet (a push or a subscription creates it)";
-    return;
+  box.classList.toggle("muted", list.length === 0);
+  $("status-queue").textContent = followed.size ? "(subscribed)" : "";
+  box.replaceChildren();
+  if (list.length === 0) box.textContent = "…";
+  for (const q of list) {
+    const sec = el("section", "queue-box");
+    sec.dataset.queue = q.queue;
+    sec.append(el("h4", "", q.queue));
+    if (!q.exists) {
+      sec.append(el("p", "muted", "not created yet (a push or a subscription creates it)"));
+      box.append(sec);
+      continue;
+    }
+    const dl = el("dl");
+    dl.append(el("dt", "", "partitions"), el("dd", "", String(q.partitions)),
+      el("dt", "", "pushed"), el("dd", "", String(q.pushed)));
+    for (const g of q.groups) {
+      dl.append(el("dt", "", g.group === "__QUEUE_MODE__" ? "queue mode" : g.group),
+        el("dd", "lag", `lag ${g.lag} · ${g.leased} leased`));
+    }
+    sec.append(dl);
+    box.append(sec);
   }
-  const groups = q.groups.map((g) =>
-    `<dt>${g.group === "__QUEUE_MODE__" ? "queue mode" : g.group.replace(/</g, "&lt;")}</dt><dd>lag ${g.lag} · ${g.leased} leased</dd>`).join("");
-  box.innerHTML = `<dl><dt>partitions</dt><dd>${q.partitions}</dd><dt>pushed</dt><dd>${q.pushed}</dd>${groups}</dl>`;
 }
 
 function tick() {

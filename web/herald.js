@@ -4,6 +4,8 @@
 //   const h = new Herald();                      // this page's server; or new Herald("https://host:6632")
 //   const sub = h.subscribe({ queue: "orders", consumerGroup: "dashboard",
 //     onMessage: async (m) => { render(m.data); },   // resolve: ack; throw: nack (retried, then DLQ)
+//     onAck: (m, status) => mark(m, status),          // the server took the ack ("completed") or nack ("failed")
+//     onError: (e) => warn(e.message, e.herald?.message), // a refused ack, a failed subscribe
 //     onState: (s) => console.log(s.state, s.attempt, s.delay) });
 //   await h.push("orders", { id: 1 });
 //   sub.close();
@@ -15,6 +17,13 @@
 // sub.nack(m, error). eventSource() is the same over a browser
 // EventSource (it reconnects and resumes by itself) with acks posted over
 // HTTP.
+//
+// Every ack names its delivery (leaseId, the subscription's sub and
+// consumerGroup), so any number of subscriptions, in any groups, share one
+// socket. An ack the server refuses (success: false, e.g. "Invalid or
+// expired lease") rejects the promise of ack() / nack() with an Error whose
+// message is the server's reason and whose e.herald is {message, result},
+// and reaches the subscription's onError, in every ack mode.
 
 const BACKOFF_MIN = 100;
 const BACKOFF_MAX = 10000;
@@ -26,6 +35,12 @@ const TERMINAL = new Set([1009, 4500, 4501, 4503]);
 export function backoff(attempt, min = BACKOFF_MIN, max = BACKOFF_MAX) {
   const cap = Math.min(max, min * 2 ** Math.min(attempt, 30));
   return Math.round(Math.random() * cap);
+}
+
+// lost is the Error of a frame that never got an answer: the socket was
+// down or closed before it. Acks then go over HTTP.
+function lost(text) {
+  return Object.assign(new Error(text), { transport: true });
 }
 
 export class Herald {
@@ -89,7 +104,10 @@ export class Herald {
     return body;
   }
 
-  /** ack(message, status = "completed", error) over HTTP: for messages from eventSource() or anywhere. */
+  /**
+   * ack(message, status = "completed", error) over HTTP: for messages from eventSource() or anywhere.
+   * Resolves with the server's results; rejects when the server refuses it (see refused).
+   */
   async ack(m, status = "completed", error = undefined) {
     const body = { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId,
       consumerGroup: m.consumerGroup, status };
@@ -99,15 +117,20 @@ export class Herald {
     });
     const out = await res.json().catch(() => null);
     if (!res.ok) throw new Error(out?.error ?? `ack: HTTP ${res.status}`);
+    const result = Array.isArray(out) ? out[0] : out;
+    if (result?.success === false) throw refused(m, result);
     return out;
   }
 
   /**
    * subscribe({queue, partition, consumerGroup, batch, maxInFlight, ack: "auto"|"manual"|"server",
-   *            onMessage(m, sub), onState(s), onError(e)}) → a subscription {ack(m), nack(m, err), close()}.
+   *            onMessage(m, sub), onAck(m, status, result), onState(s), onError(e)})
+   *   → a subscription {ack(m), nack(m, err), close()}.
    *
    * ack "auto" (default): the SDK acks when onMessage resolves and nacks when it throws.
    * "manual": the handler calls sub.ack / sub.nack. "server": autoAck on the server (at most once).
+   * onAck runs when the server took an ack (status "completed") or a nack ("failed"); onError
+   * when it refused one (e.message: its reason; e.herald: {message, result}) or an ack was lost.
    */
   subscribe(opts) {
     if (!opts?.queue) throw new Error("subscribe: queue is required");
@@ -144,7 +167,7 @@ export class Herald {
     ws.onmessage = (ev) => this._frame(ev.data);
     ws.onclose = (ev) => {
       this._ws = null;
-      for (const { reject } of this._pending.values()) reject(new Error("connection closed"));
+      for (const { reject } of this._pending.values()) reject(lost("connection closed"));
       this._pending.clear();
       for (const sub of this._subs.values()) sub.sub = null;
       if (TERMINAL.has(ev.code)) {
@@ -170,7 +193,7 @@ export class Herald {
   }
 
   _send(frame) {
-    if (this._ws?.readyState !== WebSocket.OPEN) return Promise.reject(new Error("not connected"));
+    if (this._ws?.readyState !== WebSocket.OPEN) return Promise.reject(lost("not connected"));
     const id = `c${this._nextId++}`;
     frame.id = id;
     return new Promise((resolve, reject) => {
@@ -194,7 +217,10 @@ export class Herald {
     }
     const p = f.id && this._pending.get(f.id);
     if (!p) {
-      if (f.type === "error") for (const sub of this._subs.values()) sub.onError?.(f);
+      if (f.type === "error") {
+        const e = Object.assign(new Error(f.message), { code: f.code });
+        for (const sub of this._subs.values()) sub.onError?.(e);
+      }
       return;
     }
     this._pending.delete(f.id);
@@ -215,7 +241,7 @@ export class Herald {
 
   /**
    * eventSource({queue, partition, consumerGroup, batch, maxInFlight, ack: "auto"|"manual"|"server",
-   *              onMessage, onState}) → {ack(m), nack(m, err), close()}: the same over EventSource,
+   *              onMessage, onAck, onState, onError}) → {ack(m), nack(m, err), close()}: the same over EventSource,
    * which reconnects by itself and resumes from its last event id; acks go over HTTP.
    */
   eventSource(opts) {
@@ -234,8 +260,8 @@ export class Herald {
     let attempt = 0;
     const handle = {
       source: new EventSource(url),
-      ack: (m) => herald.ack(m, "completed"),
-      nack: (m, err) => herald.ack(m, "failed", err instanceof Error ? err.message : err),
+      ack: (m) => reported(opts, m, "completed", herald.ack(m, "completed")),
+      nack: (m, err) => reported(opts, m, "failed", herald.ack(m, "failed", errorText(err))),
       close() {
         this.source.close();
         opts.onState?.({ state: "closed", attempt: 0, delay: 0 });
@@ -282,8 +308,40 @@ async function settle(mode, m, run, handle) {
   }
   if (mode !== "auto") return;
   const done = err === undefined ? handle.ack(m) : handle.nack(m, err);
-  // A lost ack only means the lease expires and the message comes again.
+  // ack / nack already told onError; nobody else awaits this promise.
   done.catch(() => {});
+}
+
+function errorText(err) {
+  return err instanceof Error ? err.message : err;
+}
+
+/**
+ * refused is the Error of an ack the server refused: its message is the
+ * server's reason, e.herald = {message, result} says which message and
+ * what the server answered.
+ */
+function refused(m, result) {
+  const e = new Error(result?.error || "ack refused");
+  e.herald = { message: m, result };
+  return e;
+}
+
+/**
+ * reported settles an ack or nack for its subscription: onAck when the
+ * server took it, onError (with the message attached) when it refused it
+ * or the ack was lost. The promise keeps its outcome for the caller.
+ */
+function reported(opts, m, status, p) {
+  return p.then((res) => {
+    const result = Array.isArray(res) ? res[0] : res;
+    opts.onAck?.(m, status, result);
+    return result;
+  }, (e) => {
+    if (!e.herald) e.herald = { message: m, result: null };
+    opts.onError?.(e);
+    throw e;
+  });
 }
 
 class Subscription {
@@ -297,6 +355,8 @@ class Subscription {
     this.sub = null; // the server's id while subscribed on the current socket
     this.epoch = 0; // bumped per socket: stale acks are not sent on a new one
     this.acks = []; // waiting for the next ack frame
+    // Where each message came from: the socket and the server's sub id.
+    this.delivered = new WeakMap();
   }
 
   _send() {
@@ -315,15 +375,24 @@ class Subscription {
   }
 
   async _deliver(messages) {
+    const from = { ws: this.herald._ws, sub: this.sub };
+    for (const m of messages) this.delivered.set(m, from);
     for (const m of messages) {
       await settle(this.mode, m, () => this.opts.onMessage?.(m, this), this);
     }
   }
 
   // Acks settled in the same turn go out as one frame (one transaction on
-  // the server): a delivery of 100 messages is acked with one frame.
-  _ackFrame(m, status, error) {
-    const item = { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, status };
+  // the server): a delivery of 100 messages is acked with one frame. Each
+  // item names its delivery: the lease, the sub it came to and the group,
+  // because one socket may hold the same message for several
+  // subscriptions. The promise resolves with the server's result for the
+  // item; it rejects with a lost frame ("not connected", "connection
+  // closed": e.transport) or an error frame.
+  _ackFrame(m, status, error, sub) {
+    const item = { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId,
+      consumerGroup: m.consumerGroup || this.opts.consumerGroup || "__QUEUE_MODE__", status };
+    if (sub) item.sub = sub;
     if (error !== undefined) item.error = String(error);
     return new Promise((resolve, reject) => {
       this.acks.push({ item, resolve, reject });
@@ -340,15 +409,36 @@ class Subscription {
     );
   }
 
-  /** ack(m): the message is done. Over the socket; over HTTP when it is down. */
-  ack(m) {
-    return this._ackFrame(m, "completed").catch(() => this.herald.ack(m, "completed"));
+  // _settle acks or nacks m where it was delivered: over the socket it came
+  // on, or over HTTP when that socket is gone (the lease may still hold).
+  async _settle(m, status, error) {
+    const from = this.delivered.get(m);
+    const ws = this.herald._ws;
+    if (from && from.ws !== ws) return this.herald.ack(m, status, error);
+    let result;
+    try {
+      result = await this._ackFrame(m, status, error, from?.sub ?? this.sub);
+    } catch (e) {
+      if (!e.transport) throw e;
+      return this.herald.ack(m, status, error);
+    }
+    if (!result || result.success === false) throw refused(m, result);
+    return result;
   }
 
-  /** nack(m, error): the message failed; it is retried, then dead-lettered. */
+  /**
+   * ack(m): the message is done. Over the socket it came on; over HTTP when
+   * that is gone. Resolves with the server's result; rejects with its
+   * reason when it refuses (and calls onError).
+   */
+  ack(m) {
+    return reported(this.opts, m, "completed", this._settle(m, "completed"));
+  }
+
+  /** nack(m, error): the message failed; it is retried, then dead-lettered. As ack otherwise. */
   nack(m, error) {
-    const text = error instanceof Error ? error.message : error;
-    return this._ackFrame(m, "failed", text).catch(() => this.herald.ack(m, "failed", text));
+    const text = errorText(error);
+    return reported(this.opts, m, "failed", this._settle(m, "failed", text));
   }
 
   /** close() unsubscribes; leases still held are given back at once. */

@@ -1,0 +1,369 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/queue"
+)
+
+// Issue 15, holes 4 and 5: herald.js in real headless Chromium against a
+// real Herald. One server and one browser serve the three subtests (the
+// build and the start are the slow part).
+func TestIssue15_HeraldJS(t *testing.T) {
+	bin := buildHerald(t)
+	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t))
+	ctx := browser(t)
+
+	t.Run("Hole5_GroupsOnOneWebSocket", func(t *testing.T) { hole5GroupsOnOneWebSocket(ctx, t, p.url) })
+	t.Run("Hole4_RefusedAckRejectsAndReachesOnError", func(t *testing.T) { hole4RefusedAck(ctx, t, p.url) })
+	t.Run("Hole4_DemoPageMarksRowsAndFollowsQueues", func(t *testing.T) { hole4DemoPage(ctx, t, p.url) })
+}
+
+// waitState waits until a JavaScript expression is true in the page, at
+// most d; on failure it shows what the page recorded (window.__t).
+func waitState(ctx context.Context, t *testing.T, d time.Duration, what, expr string) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond),
+		chromedp.WithPollingTimeout(d)))
+	if err != nil {
+		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(window.__t ?? null)`))
+		t.Fatalf("%s: %v\nrecorded: %s", what, err, state)
+	}
+}
+
+// evalJS runs a script in the page and awaits the promise it returns.
+func evalJS[T any](ctx context.Context, t *testing.T, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	require.NoError(t, err, "evaluating %s", js)
+	return v
+}
+
+func postJSON(t *testing.T, url, body string) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Less(t, res.StatusCode, 300, "POST %s", url)
+}
+
+// settledEverywhere reports whether every one of groups has read the whole
+// queue (lag 0, no live lease) and the queue's DLQ is empty.
+func settledEverywhere(t *testing.T, base, q string, groups ...string) bool {
+	t.Helper()
+	_, body := get(t, base+"internal/api/status?queue="+q)
+	var st struct {
+		Queue queue.QueueStatus `json:"queue"`
+	}
+	if json.Unmarshal([]byte(body), &st) != nil {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, g := range st.Queue.Groups {
+		if g.Lag != 0 || g.Leased != 0 {
+			return false
+		}
+		seen[g.Group] = true
+	}
+	for _, g := range groups {
+		if !seen[g] {
+			return false
+		}
+	}
+	return dlqTotal(t, base, q) == 0
+}
+
+// pushBody is a push of messages from to to-1, over partitions p0 and p1.
+func pushBody(q string, from, to int) string {
+	var items []string
+	for i := from; i < to; i++ {
+		items = append(items, fmt.Sprintf(`{"queue":%q,"partition":"p%d","payload":{"n":%d}}`, q, i%2, i))
+	}
+	return `{"items":[` + strings.Join(items, ",") + `]}`
+}
+
+func dlqTotal(t *testing.T, base, q string) int {
+	t.Helper()
+	_, body := get(t, base+"api/v1/dlq?queue="+q)
+	var page struct {
+		Total int `json:"total"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &page), body)
+	return page.Total
+}
+
+// One Herald object, three subscriptions to one queue in three consumer
+// groups over one WebSocket: ack "auto", ack "manual" (the handler acks
+// with sub.ack), and "auto" with a handler that throws the first time it
+// sees each message (nack → delivered again → succeeds). Before issue 15
+// every ack on such a socket was refused.
+func hole5GroupsOnOneWebSocket(ctx context.Context, t *testing.T, base string) {
+	const q, n = "js-groups", 20
+	// Half the messages wait in the queue before anyone subscribes: the
+	// three subscriptions are handed the same messages at once.
+	postJSON(t, base+"api/v1/push", pushBody(q, 0, n/2))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"herald.js")))
+	evalJS[string](ctx, t, fmt.Sprintf(`(async () => {
+		// Count the sockets the SDK opens: all three subscriptions share one.
+		const Native = WebSocket;
+		window.__sockets = 0;
+		window.WebSocket = class extends Native { constructor(...a) { super(...a); window.__sockets++; } };
+		const { Herald } = await import("/herald.js");
+		const t = window.__t = { runs: {}, acked: {}, nacked: {}, errors: [], manualResults: [] };
+		// The "auto" handler and the "manual" ack wait until all three
+		// groups hold the message, as slow handlers and a person clicking
+		// would: the socket then holds three deliveries of it at once.
+		const seen = new Map(); // message → groups that ran on it
+		const waiting = new Map(); // message → resolves when all three have
+		const key = (m) => m.partition + "/" + m.transactionId;
+		const run = (g, m) => {
+			const k = key(m);
+			t.runs[g] ??= {};
+			if (!seen.has(k)) seen.set(k, new Set());
+			seen.get(k).add(g);
+			if (seen.get(k).size === 3) waiting.get(k)?.forEach((f) => f());
+			return (t.runs[g][k] = (t.runs[g][k] ?? 0) + 1);
+		};
+		const allHold = (m) => new Promise((resolve) => {
+			const k = key(m);
+			if (seen.get(k)?.size === 3) return resolve();
+			waiting.set(k, [...(waiting.get(k) ?? []), resolve]);
+		});
+		const count = (o, g) => { o[g] = (o[g] ?? 0) + 1; };
+		const common = (g) => ({
+			queue: %[1]q, consumerGroup: "g-" + g, maxInFlight: 5,
+			onAck: (m, status) => count(status === "completed" ? t.acked : t.nacked, g),
+			onError: (e) => t.errors.push({ g, message: e.message, tx: e.herald?.message?.transactionId }),
+		});
+		const h = window.__h = new Herald();
+		window.__subs = {
+			auto: h.subscribe({ ...common("auto"), ack: "auto", onMessage: async (m) => {
+				run("auto", m);
+				await allHold(m);
+			} }),
+			manual: h.subscribe({ ...common("manual"), ack: "manual", onMessage: (m, sub) => {
+				run("manual", m);
+				allHold(m).then(() => sub.ack(m)).then((r) => t.manualResults.push(r?.success || r?.error || "no result"),
+					(e) => t.manualResults.push(e.message));
+			} }),
+			throws: h.subscribe({ ...common("throws"), ack: "auto", onMessage: (m) => {
+				if (run("throws", m) === 1) throw new Error("fails the first time");
+			} }),
+		};
+		return "ok";
+	})()`, q))
+	waitState(ctx, t, 10*time.Second, "the three subscriptions are subscribed",
+		`Object.values(window.__subs).every((s) => s.sub)`)
+
+	// The second half arrives while the three subscriptions wait.
+	postJSON(t, base+"api/v1/push", pushBody(q, n/2, n))
+
+	waitState(ctx, t, 30*time.Second, "every handler ran on every message (the throwing one twice)", fmt.Sprintf(
+		`(t => [["auto", 1], ["manual", 1], ["throws", 2]].every(([g, want]) =>
+			Object.keys(t.runs[g] ?? {}).length === %[1]d && Object.values(t.runs[g]).every((r) => r === want)) &&
+			t.manualResults.length === %[1]d)(window.__t)`, n))
+	require.Eventually(t, func() bool { return settledEverywhere(t, base, q, "g-auto", "g-manual", "g-throws") },
+		10*time.Second, 50*time.Millisecond, "every group at lag 0 with no lease, nothing in the DLQ")
+	waitState(ctx, t, 10*time.Second, "onAck saw every ack and nack", fmt.Sprintf(
+		`(t => t.acked.auto === %[1]d && t.acked.manual === %[1]d && t.acked.throws === %[1]d && t.nacked.throws === %[1]d)(window.__t)`, n))
+
+	type record struct {
+		Runs          map[string]map[string]int
+		Acked, Nacked map[string]int
+		Errors        []map[string]any
+		ManualResults []any
+		Sockets       int
+	}
+	got := evalJS[record](ctx, t, `(() => ({ ...window.__t, sockets: window.__sockets }))()`)
+	assert.Equal(t, 1, got.Sockets, "one WebSocket for the three subscriptions")
+	assert.Empty(t, got.Errors, "no ack was refused")
+	for g, want := range map[string]int{"auto": 1, "manual": 1, "throws": 2} {
+		assert.Len(t, got.Runs[g], n, "group %s saw every message", g)
+		for k, runs := range got.Runs[g] {
+			assert.Equal(t, want, runs, "group %s ran its handler on %s", g, k)
+		}
+	}
+	for i, r := range got.ManualResults {
+		assert.Equal(t, true, r, "manual ack %d resolved with success", i)
+	}
+	assert.Equal(t, 0, dlqTotal(t, base, q))
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`window.__h.close()`))
+	require.NoError(t, err)
+}
+
+// A refused ack rejects the promise of sub.ack / herald.ack with the
+// server's reason and reaches onError with the message attached, in
+// "manual" mode and in "auto" mode (where the SDK acks by itself).
+func hole4RefusedAck(ctx context.Context, t *testing.T, base string) {
+	const q = "js-refused"
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"herald.js")))
+	evalJS[string](ctx, t, fmt.Sprintf(`(async () => {
+		const { Herald } = await import("/herald.js");
+		const t = window.__t = { manual: [], autoRuns: 0, errors: [] };
+		const onError = (g) => (e) => t.errors.push({ g, message: e.message, tx: e.herald?.message?.transactionId,
+			success: e.herald?.result?.success });
+		const h = window.__h = new Herald();
+		window.__subs = {
+			manual: h.subscribe({ queue: %[1]q, consumerGroup: "manual", ack: "manual",
+				onMessage: (m) => { t.manual.push(m); }, onError: onError("manual") }),
+			// The handler spoils its message's lease: the SDK's own ack is refused.
+			auto: h.subscribe({ queue: %[1]q, consumerGroup: "auto", ack: "auto",
+				onMessage: (m) => { t.autoRuns++; t.autoTx = m.transactionId; m.leaseId = "forged-" + m.leaseId; },
+				onError: onError("auto") }),
+		};
+		return "ok";
+	})()`, q))
+	waitState(ctx, t, 10*time.Second, "subscribed", `Object.values(window.__subs).every((s) => s.sub)`)
+	pushOne(t, base, q, `{"refused":1}`)
+	waitState(ctx, t, 10*time.Second, "both received it", `window.__t.manual.length === 1 && window.__t.autoRuns === 1`)
+
+	// The SDK's own ack in "auto" mode, refused: onError with the message.
+	waitState(ctx, t, 10*time.Second, "the refused auto ack reaches onError",
+		`window.__t.errors.some((e) => e.g === "auto")`)
+
+	type outcome struct {
+		Rejected bool
+		Message  string
+		Tx       string
+		Success  *bool
+		Errors   []map[string]any
+	}
+	// sub.ack on a copy of the message with a forged lease.
+	got := evalJS[outcome](ctx, t, `(async () => {
+		const t = window.__t, m = t.manual[0];
+		const before = t.errors.length;
+		try {
+			await window.__subs.manual.ack({ ...m, leaseId: "forged-" + m.leaseId });
+			return { rejected: false };
+		} catch (e) {
+			return { rejected: true, message: e.message, tx: e.herald?.message?.transactionId,
+				success: e.herald?.result?.success, errors: t.errors.slice(before) };
+		}
+	})()`)
+	manualTx := evalJS[string](ctx, t, `window.__t.manual[0].transactionId`)
+	assert.True(t, got.Rejected, "sub.ack of a forged lease rejects its promise")
+	assert.NotEmpty(t, got.Message, "with the server's reason")
+	assert.Equal(t, manualTx, got.Tx, "the error carries the message")
+	if assert.NotNil(t, got.Success) {
+		assert.False(t, *got.Success, "and the server's result")
+	}
+	if assert.Len(t, got.Errors, 1, "onError is called once") {
+		assert.Equal(t, "manual", got.Errors[0]["g"])
+		assert.Equal(t, got.Message, got.Errors[0]["message"])
+	}
+
+	// herald.ack over HTTP with the forged lease throws too.
+	httpErr := evalJS[string](ctx, t, `(async () => {
+		const m = window.__t.manual[0];
+		try {
+			await window.__h.ack({ ...m, leaseId: "forged-" + m.leaseId });
+			return "";
+		} catch (e) {
+			return e.message + "|" + e.herald?.result?.success;
+		}
+	})()`)
+	assert.Equal(t, "Invalid or expired lease|false", httpErr, "the HTTP ack helper throws the server's reason")
+
+	autoErr := evalJS[map[string]any](ctx, t, `window.__t.errors.find((e) => e.g === "auto")`)
+	assert.NotEmpty(t, autoErr["message"], "the auto ack's refusal names the server's reason")
+	assert.Equal(t, evalJS[string](ctx, t, `window.__t.autoTx`), autoErr["tx"], "and carries the message")
+	assert.Equal(t, false, autoErr["success"])
+
+	// The real lease still acks.
+	ok := evalJS[bool](ctx, t, `window.__subs.manual.ack(window.__t.manual[0]).then((r) => r.success === true)`)
+	assert.True(t, ok, "the genuine ack succeeds")
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`window.__h.close()`))
+	require.NoError(t, err)
+}
+
+// The demo page: two WebSocket subscriptions to one queue in two groups
+// (auto and manual) and one to another queue. Every row says what became
+// of it (acked, nacked, ack failed with the server's reason), and the live
+// panel shows each subscribed queue.
+func hole4DemoPage(ctx context.Context, t *testing.T, base string) {
+	const qa, qb = "page-a", "page-b"
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base), chromedp.WaitVisible(chromedp.ID("subscribe"))))
+	subscribe := func(q, group, ack string) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.ID("queue"), q),
+			chromedp.SetValue(chromedp.ID("group"), group),
+			chromedp.SetValue(chromedp.ID("transport"), "ws"),
+			chromedp.SetValue(chromedp.ID("ackmode"), ack),
+			chromedp.Click(chromedp.ID("subscribe")),
+		))
+	}
+	subscribe(qa, "auto", "auto")     // sub-1
+	subscribe(qa, "manual", "manual") // sub-2
+	subscribe(qb, "other", "auto")    // sub-3
+	for _, id := range []string{"sub-1", "sub-2", "sub-3"} {
+		waitJS(ctx, t, id+" connects", fmt.Sprintf(`document.getElementById(%q)?.dataset.state === "connected"`, id))
+	}
+	waitJS(ctx, t, "the live panel shows both subscribed queues",
+		`(() => { const h = [...document.querySelectorAll("#queue-status [data-queue]")].map((e) => e.dataset.queue);
+			return h.includes("page-a") && h.includes("page-b"); })()`)
+
+	// 4 messages to page-a from the page's push form (the form's queue is
+	// the last subscribed, page-b: set it back), 1 to page-b.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("queue"), qa),
+		chromedp.SetValue(chromedp.ID("count"), "4"),
+		chromedp.SetValue(chromedp.ID("rate"), "0"),
+		chromedp.Click(chromedp.ID("push")),
+	))
+	pushOne(t, base, qb, `{"other":1}`)
+	rows := func(id, class string) string {
+		return fmt.Sprintf(`document.querySelectorAll("#%s tbody tr.%s").length`, id, class)
+	}
+	waitJS(ctx, t, "the auto subscription's 4 rows are acked by the server", rows("sub-1", "acked")+` === 4`)
+	waitJS(ctx, t, "page-b's row is acked", rows("sub-3", "acked")+` === 1`)
+	waitJS(ctx, t, "the manual subscription shows 4 rows", `document.querySelectorAll("#sub-2 tbody tr").length === 4`)
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#sub-1 tbody tr:first-child td.status")))
+	require.NoError(t, err)
+	assert.Equal(t, "acked", status, "the status cell says so in words")
+
+	// Name the manual subscription's first delivery, oldest first: later
+	// deliveries of the same messages get rows of their own.
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](
+		`[...document.querySelectorAll("#sub-2 tbody tr")].reverse().forEach((r, i) => { r.dataset.test = "first-" + i; })`))
+	require.NoError(t, err)
+	row := func(i int) string { return fmt.Sprintf(`#sub-2 tbody tr[data-test="first-%d"]`, i) }
+	// Ack the oldest, nack the next: a nack ends the lease of the delivery.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(row(0)+" button.ack"))))
+	waitJS(ctx, t, "the first row acked", fmt.Sprintf(`document.querySelector(%q).classList.contains("acked")`, row(0)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(row(1)+" button.nack"))))
+	waitJS(ctx, t, "the second row nacked", fmt.Sprintf(`document.querySelector(%q).classList.contains("nacked")`, row(1)))
+	nacked, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row(1)+" td.status")))
+	require.NoError(t, err)
+	assert.Equal(t, "nacked", nacked)
+	// The third row's lease ended with the nack: acking it is refused, and
+	// the row shows the server's reason.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(row(2)+" button.ack"))))
+	waitJS(ctx, t, "the late ack is marked failed", fmt.Sprintf(`document.querySelector(%q).classList.contains("ack-failed")`, row(2)))
+	failed, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row(2)+" td.status")))
+	require.NoError(t, err)
+	assert.Regexp(t, `^ack failed: \S`, failed, "the row names the failure and the server's reason")
+	waitJS(ctx, t, "the nacked message comes again", `document.querySelectorAll("#sub-2 tbody tr").length > 4`)
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	artifact(t, "demo-row-states.png", shot)
+
+	// Ack what is left (the fourth row's old lease fails too; its new
+	// delivery does not): both groups of page-a end at lag 0.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#sub-2 .ack-all"))))
+	require.Eventually(t, func() bool { return settledEverywhere(t, base, qa, "auto", "manual") },
+		20*time.Second, 50*time.Millisecond, "page-a settled in both groups")
+	waitJS(ctx, t, "the live panel shows page-a at lag 0 in both groups",
+		`[...document.querySelectorAll('#queue-status [data-queue="page-a"] dd.lag')].map((e) => e.textContent).join() === "lag 0 · 0 leased,lag 0 · 0 leased"`)
+}

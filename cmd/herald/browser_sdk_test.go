@@ -118,7 +118,15 @@ func hole5GroupsOnOneWebSocket(ctx context.Context, t *testing.T, base string) {
 		// Count the sockets the SDK opens: all three subscriptions share one.
 		const Native = WebSocket;
 		window.__sockets = 0;
-		window.WebSocket = class extends Native { constructor(...a) { super(...a); window.__sockets++; } };
+		window.__ackItems = [];
+		window.WebSocket = class extends Native {
+			constructor(...a) { super(...a); window.__sockets++; }
+			send(text) {
+				const f = JSON.parse(text);
+				if (f.type === "ack") window.__ackItems.push(...f.items);
+				super.send(text);
+			}
+		};
 		const { Herald } = await import("/herald.js");
 		const t = window.__t = { runs: {}, acked: {}, nacked: {}, errors: [], manualResults: [] };
 		// The "auto" handler and the "manual" ack wait until all three
@@ -187,6 +195,16 @@ func hole5GroupsOnOneWebSocket(ctx context.Context, t *testing.T, base string) {
 	}
 	got := evalJS[record](ctx, t, `(() => ({ ...window.__t, sockets: window.__sockets }))()`)
 	assert.Equal(t, 1, got.Sockets, "one WebSocket for the three subscriptions")
+	// Every ack item names its delivery: lease, sub and group.
+	items := evalJS[[]map[string]any](ctx, t, `window.__ackItems`)
+	assert.Len(t, items, 4*n, "an ack per message and group, and a nack per message of the throwing group")
+	subOf := evalJS[map[string]string](ctx, t, `Object.fromEntries(Object.entries(window.__subs).map(([g, s]) => ["g-" + g, s.sub]))`)
+	for _, it := range items {
+		group, _ := it["consumerGroup"].(string)
+		assert.Contains(t, subOf, group, "item %v names its group", it)
+		assert.Equal(t, subOf[group], it["sub"], "item %v names the sub of its group", it)
+		assert.NotEmpty(t, it["leaseId"], "item %v names its lease", it)
+	}
 	assert.Empty(t, got.Errors, "no ack was refused")
 	for g, want := range map[string]int{"auto": 1, "manual": 1, "throws": 2} {
 		assert.Len(t, got.Runs[g], n, "group %s saw every message", g)

@@ -318,7 +318,8 @@ func (ss *session) enqueueLocked(it outItem) bool {
 
 // write is the session's one writer while items are queued: started by
 // enqueueLocked, it ends when the queue is empty. A failed write ends the
-// session.
+// session. The hold ends as it takes an item that leaves at most resumeAt
+// queued.
 func (ss *session) write() {
 	defer ss.wg.Done()
 	for {
@@ -330,7 +331,11 @@ func (ss *session) write() {
 				close(ss.emptied)
 				ss.emptied = nil
 			}
+			closed := ss.closed
 			ss.mu.Unlock()
+			if !closed && ss.held.CompareAndSwap(true, false) {
+				ss.resume()
+			}
 			return
 		}
 		it := ss.out[0]
@@ -338,15 +343,15 @@ func (ss *session) write() {
 		ss.out = ss.out[1:]
 		left := len(ss.out)
 		ss.mu.Unlock()
+		if left <= ss.opts.resumeAt && ss.held.CompareAndSwap(true, false) {
+			ss.resume()
+		}
 		if !ss.t.write(it) {
 			ss.close(nil)
 			return
 		}
 		if it.res != nil {
 			ss.written(it)
-		}
-		if left <= ss.opts.resumeAt && ss.held.CompareAndSwap(true, false) {
-			ss.resume()
 		}
 	}
 }

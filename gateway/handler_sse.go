@@ -163,6 +163,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		Batch: batch, Partitions: max(req.Partitions, streamPartitions(batch, maxInFlight)), Credit: maxInFlight, AutoAck: req.AutoAck,
 	})
 	if err != nil { // a new session has no subscription and is not draining
+		st.ss.close(nil)
 		retryLater(w)
 		return
 	}
@@ -173,6 +174,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		// One goroutine waits for the client to close and tears down.
 		handedOff = true
 		if conn == nil {
+			st.ss.close(nil)
 			s.sseDone() // gone before the first byte
 			return
 		}
@@ -208,6 +210,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush() == nil
 	}
 	if !st.raw(first) {
+		st.ss.close(nil)
 		return
 	}
 	s.startSSE(st, sub)

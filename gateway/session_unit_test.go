@@ -150,8 +150,8 @@ func available(t *testing.T, s *Server, q, partition string) int {
 }
 
 // A subscription takes what its credit allows; an ack made anywhere on
-// this instance (here POST /api/v1/ack) settles the
-// delivery and gives its credit back at once.
+// this instance (here POST /api/v1/ack) settles the delivery and gives its
+// credit back at once.
 func TestSession_CreditComesBackWithAcks(t *testing.T) {
 	t.Parallel()
 	s := testServer(t, nil)

@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// How a session ends: drained (withdrawn at once, closed at its point of
+// the drain window), or closed by whatever comes first (its client, a
+// failed write, a slow consumer, a protocol error, its token's expiry),
+// giving back every lease it holds.
+
+// drain stops leasing to the session at once, then closes it after delay
+// with a code that says: reconnect, elsewhere. Until then its client may ack
+// what it processes; closing releases what it still holds.
+func (ss *session) drain(delay time.Duration) {
+	ss.mu.Lock()
+	if ss.draining || ss.closed {
+		ss.mu.Unlock()
+		return
+	}
+	ss.draining = true
+	var cancels []func()
+	for _, sub := range ss.subs {
+		if sub.cancel != nil {
+			cancels = append(cancels, sub.cancel)
+		}
+	}
+	ss.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ss.done:
+			return
+		}
+	}
+	if ss.opts.flushOnDrain {
+		ss.waitWritten()
+	}
+	ss.close(&disconnectShutdown)
+}
+
+// waitWritten waits until the writer has written what is queued, or the
+// session closed.
+func (ss *session) waitWritten() {
+	ss.mu.Lock()
+	if ss.closed || !ss.writing {
+		ss.mu.Unlock()
+		return
+	}
+	if ss.emptied == nil {
+		ss.emptied = make(chan struct{})
+	}
+	ch := ss.emptied
+	ss.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ss.done:
+	}
+}
+
+// close ends the session once: no more leases or writes, intentions
+// withdrawn, the transport closed with d (nil: the connection is gone, say
+// nothing), then every lease it holds given back: at once, or, with
+// keepForResume, after the resume grace for what was written. Any
+// goroutine may call it, without mu; the first call does the work.
+func (ss *session) close(d *Disconnect) {
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		return
+	}
+	ss.closed = true
+	ss.wg.Add(1) // the owner's wait waits for the releases too
+	defer ss.wg.Done()
+	subs := ss.subs
+	ss.subs = nil
+	unwritten := map[string]bool{}
+	for _, it := range ss.out {
+		if it.res != nil {
+			for _, m := range it.res.Messages {
+				unwritten[m.LeaseID] = true
+			}
+		}
+	}
+	ss.out = nil
+	now, later := map[string][]queue.Message{}, map[string][]queue.Message{}
+	for k, dl := range ss.inflight {
+		ss.s.deliveries.drop(k, dl.sub)
+		if ss.opts.keepForResume && !unwritten[k.leaseID] {
+			addLease(later, k, dl)
+		} else {
+			addLease(now, k, dl)
+		}
+	}
+	ss.inflight, ss.parts = nil, nil
+	for _, t := range []*time.Timer{ss.check, ss.expiry} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	ss.mu.Unlock()
+	ss.stop()
+	for _, sub := range subs {
+		if sub.cancel != nil {
+			sub.cancel()
+		}
+	}
+	ss.t.close(d)
+	ss.release(now)
+	for lease, msgs := range later {
+		ss.s.releaseLater(lease, msgs)
+	}
+	close(ss.done)
+}
+
+// releaseLater gives a closed session's lease back after the resume grace
+// period. Server.Close runs whatever is still pending.
+func (s *Server) releaseLater(lease string, msgs []queue.Message) {
+	release := func() { s.poller.Release(context.Background(), lease, msgs) }
+	s.graceMu.Lock()
+	defer s.graceMu.Unlock()
+	if s.closed {
+		release()
+		return
+	}
+	s.graceWG.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(s.cfg.SSEResumeGrace, func() {
+		defer s.graceWG.Done()
+		s.graceMu.Lock()
+		_, pending := s.grace[t]
+		delete(s.grace, t)
+		s.graceMu.Unlock()
+		if pending {
+			release()
+		}
+	})
+	s.grace[t] = release
+}

@@ -7,9 +7,9 @@
 // # Concurrency
 //
 // Handlers run on net/http's goroutines. A waiting long-poll (wait=true)
-// holds its request goroutine but no database connection: it re-pops when a
-// local push wakes its queue (wakeBoard) or on a slow tick, until its timeout.
-// The poller package will replace this with registered intentions.
+// registers an intention with the poller and holds no database connection:
+// the poller leases for it and hands the result to the waiting handler, or
+// its timeout answers 204.
 //
 // # Streams: one session behind every transport
 //

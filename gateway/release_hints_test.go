@@ -25,7 +25,7 @@ func (h *recordedHints) LeaseReleased(_, _, partitionID, group string) {
 	h.released[partitionID+"/"+group] = true
 }
 func (h *recordedHints) LeasedElsewhere(string, string) (time.Time, bool) { return time.Time{}, false }
-func (h *recordedHints) HintAudited(bool)                                  {}
+func (h *recordedHints) HintAudited(bool)                                 {}
 
 func (h *recordedHints) has(partitionID, group string) bool {
 	h.mu.Lock()

@@ -24,6 +24,10 @@ const (
 	// before they are given to other consumers.
 	SSEResumeGraceDefault = 10 * time.Second
 	SSELeaseCheckDefault  = 2 * time.Second
+	// WSLeaseCheckDefault: a busy connection costs one lookup per 30 s per
+	// consumer group; a lease expires after its queue's leaseTime (300 s by
+	// default) anyway.
+	WSLeaseCheckDefault = 30 * time.Second
 	// sseRetryMin and sseRetryMax bound the reconnect delay sent in retry:
 	// with jitter, so that a crowd of browsers does not come back at once.
 	sseRetryMin     = 1000 * time.Millisecond

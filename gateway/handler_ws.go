@@ -128,7 +128,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &wsConn{ws: ws, claims: claims}
 	c.ss = newSession(s, sessionOptions{maxSubs: WSMaxSubscriptions,
-		holdAt: wsHoldAt, resumeAt: wsResumeAt, maxQueue: wsWriteQueue, expires: claims.Expires})
+		holdAt: wsHoldAt, resumeAt: wsResumeAt, maxQueue: wsWriteQueue, leaseCheck: s.cfg.WSLeaseCheck, expires: claims.Expires})
 	c.ss.t = c
 	s.wsMu.Lock()
 	s.wsConns[c.ss] = true

@@ -82,6 +82,12 @@ type Config struct {
 	// leases that expired, to get its credit back (acks posted to this
 	// instance give it back at once); zero means SSELeaseCheckDefault.
 	SSELeaseCheck time.Duration
+	// WSLeaseCheck is how often a WebSocket connection with unacknowledged
+	// deliveries looks up their leases, so that one whose lease expired
+	// (the client never answered) or was acked elsewhere gives its credit
+	// back. WebSocket acks come over the socket and give it back at once,
+	// so this only catches the rest; zero means WSLeaseCheckDefault.
+	WSLeaseCheck time.Duration
 	// DrainWindow spreads the closing of WebSocket and SSE connections by
 	// Drain over this long, so clients do not reconnect in one storm; zero
 	// closes them all at once.
@@ -140,6 +146,9 @@ func (c Config) WithDefaults() Config {
 	if c.SSELeaseCheck == 0 {
 		c.SSELeaseCheck = SSELeaseCheckDefault
 	}
+	if c.WSLeaseCheck == 0 {
+		c.WSLeaseCheck = WSLeaseCheckDefault
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -157,7 +166,7 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.Poller is required")
 	case c.MaxWSConnections < 0 || c.MaxSSEConnections < 0:
 		return errors.New("gateway: Config.MaxWSConnections and MaxSSEConnections must not be negative")
-	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.SSELeaseCheck < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0:
+	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.SSELeaseCheck < 0 || c.WSLeaseCheck < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0:
 		return errors.New("gateway: Config durations must not be negative")
 	}
 	return nil

@@ -174,3 +174,21 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// Issue 15, point 3: a lease that expires gives its credit back to the
+// WebSocket subscription holding the delivery (through the lease check),
+// so a subscription whose client never answered is not stuck at zero
+// credit: the message comes to it again.
+func TestWS_ExpiredLeaseGivesCreditBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *gateway.Config) { c.WSLeaseCheck = 200 * time.Millisecond })
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"ws-expiry","batch":1,"maxInFlight":1}`)
+	e.push("ws-expiry", `1`)
+	first := deliveredMessages(t, c.next("deliver"))[0]
+	e.exec(`UPDATE consumers SET lease_expires_at = now() - interval '1 second' WHERE lease_id IS NOT NULL`)
+	again := deliveredMessages(t, c.next("deliver"))[0]
+	assert.Equal(t, first.TransactionID, again.TransactionID)
+	assert.Equal(t, 1, again.RetryCount, "the expiry counted an attempt")
+	assert.NotEqual(t, first.LeaseID, again.LeaseID)
+}

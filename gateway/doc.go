@@ -38,8 +38,9 @@
 //   - the writer, started when something is queued, gone when the queue is
 //     empty: an idle connection has no goroutine but its own.
 //   - timer callbacks: the WebSocket ping, the SSE heartbeat, the lease
-//     check (SSE: acks on other instances, expired leases) and the token's
-//     expiry.
+//     check (acks on other instances, expired leases: every 2 s on SSE,
+//     every 30 s on a WebSocket, only while deliveries are unacknowledged)
+//     and the token's expiry.
 //   - callers that must not block: poller workers (deliver), the ack paths
 //     (settled), Drain's goroutine per session, waiting out its point of
 //     the drain window.

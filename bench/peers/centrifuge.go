@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/centrifugal/centrifuge"
+	"github.com/gorilla/websocket"
+)
+
+// centrifugeSys is a centrifuge Node (memory broker) in a child process
+// with an HTTP publish endpoint, as Centrifugo's server API is; one
+// WebSocket client subscribes to a channel. Centrifuge has no acks: a
+// message is delivered at most once to the connected client.
+type centrifugeSys struct {
+	ch   *child
+	http *http.Client
+	n    int
+}
+
+func startCentrifuge(ctx context.Context, self string) (*centrifugeSys, error) {
+	ch, err := startChild(ctx, self, "child", "centrifuge")
+	if err != nil {
+		return nil, err
+	}
+	return &centrifugeSys{ch: ch, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64},
+		Timeout: time.Minute}}, nil
+}
+
+func (s *centrifugeSys) name() string { return "centrifuge" }
+
+func (s *centrifugeSys) cpu() (time.Duration, time.Duration) { return procCPU(s.ch.pid()), 0 }
+
+func (s *centrifugeSys) run(ctx context.Context, rate int, warm, dur time.Duration) (sample, error) {
+	s.n++
+	channel := fmt.Sprintf("peers-%d-%d", rate, s.n)
+	rec := newRecorder(runLength(rate, warm, dur))
+	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+s.ch.addr+"/connection/websocket", nil)
+	if err != nil {
+		return sample{}, fmt.Errorf("dialing centrifuge: %w", err)
+	}
+	defer func() { _ = ws.Close() }()
+	for i, cmd := range []string{`{"id":1,"connect":{"name":"peers"}}`,
+		fmt.Sprintf(`{"id":2,"subscribe":{"channel":%q}}`, channel)} {
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(cmd)); err != nil {
+			return sample{}, fmt.Errorf("sending %s: %w", cmd, err)
+		}
+		_, b, err := ws.ReadMessage()
+		if err != nil {
+			return sample{}, fmt.Errorf("reading the answer to %s: %w", cmd, err)
+		}
+		if !bytes.Contains(b, fmt.Appendf(nil, `"id":%d`, i+1)) || bytes.Contains(b, []byte(`"error"`)) {
+			return sample{}, fmt.Errorf("centrifuge answered %s with %s", cmd, b)
+		}
+	}
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		for {
+			_, b, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			// One frame may carry several newline-separated replies.
+			for line := range bytes.SplitSeq(b, []byte("\n")) {
+				if string(line) == "{}" { // a ping: answer with a pong
+					_ = ws.WriteMessage(websocket.TextMessage, []byte("{}"))
+					continue
+				}
+				var r struct {
+					Push struct {
+						Pub struct {
+							Data json.RawMessage `json:"data"`
+						} `json:"pub"`
+					} `json:"push"`
+				}
+				if json.Unmarshal(line, &r) == nil && r.Push.Pub.Data != nil {
+					rec.recordJSON(r.Push.Pub.Data, now)
+				}
+			}
+		}
+	}()
+	sm, err := measure(ctx, rate, warm, dur, s.cpu, rec, func(ctx context.Context, _ int, p []byte) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.ch.addr+"/publish?channel="+channel,
+			bytes.NewReader(p))
+		if err != nil {
+			return fmt.Errorf("building a request: %w", err)
+		}
+		res, err := s.http.Do(req)
+		if err != nil {
+			return fmt.Errorf("publishing: %w", err)
+		}
+		defer func() { _ = res.Body.Close() }()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("publishing: %d %s", res.StatusCode, b)
+		}
+		return nil
+	})
+	_ = ws.Close()
+	<-readDone
+	return sm, err
+}
+
+func (s *centrifugeSys) close() { s.ch.stop() }
+
+// childCentrifuge runs the node: /connection/websocket for clients (every
+// connection accepted as user "peers", every subscription allowed) and
+// POST /publish?channel= whose body is published as is.
+func childCentrifuge() error {
+	node, err := centrifuge.New(centrifuge.Config{})
+	if err != nil {
+		return fmt.Errorf("creating the centrifuge node: %w", err)
+	}
+	node.OnConnecting(func(context.Context, centrifuge.ConnectEvent) (centrifuge.ConnectReply, error) {
+		return centrifuge.ConnectReply{Credentials: &centrifuge.Credentials{UserID: "peers"}}, nil
+	})
+	node.OnConnect(func(c *centrifuge.Client) {
+		c.OnSubscribe(func(_ centrifuge.SubscribeEvent, cb centrifuge.SubscribeCallback) {
+			cb(centrifuge.SubscribeReply{}, nil)
+		})
+	})
+	if err := node.Run(); err != nil {
+		return fmt.Errorf("running the centrifuge node: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/connection/websocket", centrifuge.NewWebsocketHandler(node, centrifuge.WebsocketConfig{}))
+	mux.HandleFunc("POST /publish", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, err := node.Publish(r.URL.Query().Get("channel"), b); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, "{}")
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listening: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println("ready " + ln.Addr().String())
+	waitParent()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	return node.Shutdown(ctx)
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/heraldmq/herald/client"
+)
+
+// heraldPartitions spreads the pushes as herald-bench does: a partition is
+// leased to one consumer at a time, so with one partition every message
+// would wait for the previous one's ack.
+const heraldPartitions = 16
+
+// heraldSys is `herald serve` on the run's PostgreSQL: pushes over HTTP,
+// one WebSocket consumer (the Go SDK) acking each message.
+type heraldSys struct {
+	url  string
+	cmd  *exec.Cmd
+	done chan error
+	pg   *postgres
+	http *http.Client
+	n    int
+}
+
+func startHerald(ctx context.Context, bin string, pg *postgres) (*heraldSys, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("finding a free port: %w", err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--database-url", pg.url("herald"),
+		"--log-level", "warn", "--drain-window", "0s")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	h := &heraldSys{url: "http://" + addr, cmd: cmd, done: make(chan error, 1), pg: pg,
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: time.Minute}}
+	go func() { h.done <- cmd.Wait() }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		select {
+		case err := <-h.done:
+			return nil, fmt.Errorf("herald exited while starting: %w", err)
+		case <-ctx.Done():
+			h.close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if res, err := h.http.Get(h.url + "/health"); err == nil {
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return h, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			h.close()
+			return nil, fmt.Errorf("herald not healthy in 2 minutes")
+		}
+	}
+}
+
+func (h *heraldSys) name() string { return "herald" }
+
+func (h *heraldSys) cpu() (time.Duration, time.Duration) {
+	return procCPU(h.cmd.Process.Pid), h.pg.cpu()
+}
+
+func (h *heraldSys) run(ctx context.Context, rate int, warm, dur time.Duration) (sample, error) {
+	h.n++
+	q := fmt.Sprintf("peers-%d-%d", rate, h.n)
+	rec := newRecorder(runLength(rate, warm, dur))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c, err := client.Dial(cctx, h.url, client.Options{})
+	if err != nil {
+		return sample{}, fmt.Errorf("dialing herald: %w", err)
+	}
+	defer func() { _ = c.Close() }()
+	subDone := make(chan error, 1)
+	go func() {
+		// The SDK acknowledges each message its handler returns nil for,
+		// on the socket, without waiting for the answer (as nats.go's Ack).
+		subDone <- c.Subscribe(cctx, client.SubscribeOptions{Queue: q, Batch: 100, MaxInFlight: 1000},
+			func(_ context.Context, m *client.Message) error {
+				rec.recordJSON(m.Data, time.Now())
+				return nil
+			})
+	}()
+	s, err := measure(ctx, rate, warm, dur, h.cpu, rec, func(ctx context.Context, i int, p []byte) error {
+		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":%s}]}`, q, i%heraldPartitions, p)
+		return h.post(ctx, "/api/v1/push", body)
+	})
+	cancel()
+	<-subDone
+	return s, err
+}
+
+func (h *heraldSys) post(ctx context.Context, path, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+path, strings.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("building a request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := h.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("posting %s: %w", path, err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusCreated {
+		return fmt.Errorf("posting %s: %d %s", path, res.StatusCode, b)
+	}
+	return nil
+}
+
+func (h *heraldSys) close() {
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		_ = h.cmd.Process.Kill()
+		<-h.done
+	}
+}

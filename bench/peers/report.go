@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// describe says what each system is and how durable a push is when it
+// returns.
+var describe = map[string]string{
+	"herald":     "Herald (PostgreSQL, fsync + synchronous commit on; WebSocket via the Go SDK, acks on the socket)",
+	"nats":       "NATS JetStream 2.15.2 (file storage, default fsync every 2 min; explicit acks)",
+	"nats-sync":  "NATS JetStream 2.15.2 (file storage, sync_interval: always; explicit acks)",
+	"centrifuge": "centrifuge 0.40.1 (memory broker, WebSocket; no acks, at most once)",
+	"river":      "River 0.51.1 (same PostgreSQL; 100 workers, job completion as the ack)",
+}
+
+// medianOf is the median of one field over the rounds.
+func medianOf(ss []sample, f func(sample) float64) float64 {
+	if len(ss) == 0 {
+		return 0
+	}
+	v := make([]float64, len(ss))
+	for i, s := range ss {
+		v[i] = f(s)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func ratio(v, base float64) string {
+	if base == 0 || v == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", v/base)
+}
+
+func report(cfg config, sys []system, res map[string]map[int][]sample, load0, load1 string, took time.Duration) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), load average %s before and %s after, %s, %s/%s, %s; host %s.\n\n",
+		runtime.NumCPU(), cpuModel(), load0, load1, runtime.Version(), runtime.GOOS, runtime.GOARCH,
+		time.Now().UTC().Format("2006-01-02"), host)
+	fmt.Fprintf(&b, "Settings: single-message pushes of %d-byte payloads at %s msgs/s from a pool of 16 producers "+
+		"(Herald: HTTP POST /api/v1/push over 16 partitions; NATS: JetStream publish awaiting the stream's ack; "+
+		"centrifuge: HTTP publish endpoint calling Node.Publish; River: Client.Insert), one consumer; "+
+		"%v warm-up then %v measured per run; %d rounds interleaved (%s), medians shown. "+
+		"CPU is user+system seconds of the server process (NATS and centrifuge: an embedded server in a child process of its own; "+
+		"River: the worker client's process) plus, for Herald and River, all processes of the shared PostgreSQL, "+
+		"from the first push to the last receipt, divided by the messages pushed. Run took %v.\n\n",
+		payloadSize, joinInts(cfg.rates), cfg.warm, cfg.duration, cfg.rounds, strings.Join(cfg.systems, ", "),
+		took.Round(time.Second))
+	b.WriteString("| system |")
+	for _, r := range cfg.rates {
+		fmt.Fprintf(&b, " %d msgs/s: p50 / p99 ms | %d msgs/s: CPU s per 1,000 (server + PG) |", r, r)
+	}
+	b.WriteString("\n|---|")
+	for range cfg.rates {
+		b.WriteString("---|---|")
+	}
+	b.WriteString("\n")
+	p50 := func(s sample) float64 { return s.P50 }
+	p99 := func(s sample) float64 { return s.P99 }
+	cpu := func(s sample) float64 { return s.CPUPer1k }
+	srv := func(s sample) float64 { return s.ServerCPU }
+	for _, s := range sys {
+		fmt.Fprintf(&b, "| %s |", describe[s.name()])
+		for _, r := range cfg.rates {
+			ss := res[s.name()][r]
+			if len(ss) == 0 {
+				b.WriteString(" failed | failed |")
+				continue
+			}
+			c, sc := medianOf(ss, cpu), medianOf(ss, srv)
+			pgPart := ""
+			if c-sc > 0.0005 {
+				pgPart = fmt.Sprintf(" (%.3f + %.3f)", sc, c-sc)
+			}
+			fmt.Fprintf(&b, " %.2f / %.2f | %.3f%s |", medianOf(ss, p50), medianOf(ss, p99), c, pgPart)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; below 1 means less latency or CPU than Herald):\n\n| system |")
+	for _, r := range cfg.rates {
+		fmt.Fprintf(&b, " %d/s p50 | %d/s p99 | %d/s CPU |", r, r, r)
+	}
+	b.WriteString("\n|---|")
+	for range cfg.rates {
+		b.WriteString("---|---|---|")
+	}
+	b.WriteString("\n")
+	base := res["herald"]
+	for _, s := range sys {
+		if s.name() == "herald" {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s |", s.name())
+		for _, r := range cfg.rates {
+			ss, hs := res[s.name()][r], base[r]
+			fmt.Fprintf(&b, " %s | %s | %s |", ratio(medianOf(ss, p50), medianOf(hs, p50)),
+				ratio(medianOf(ss, p99), medianOf(hs, p99)), ratio(medianOf(ss, cpu), medianOf(hs, cpu)))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, " and ")
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}

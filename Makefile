@@ -1,4 +1,4 @@
-.PHONY: run test lint bench bench-go build demo chaos chaos-short
+.PHONY: run test lint bench bench-go bench-peers build demo chaos chaos-short
 
 run:
 	go run ./cmd/herald
@@ -32,6 +32,11 @@ bench-go:
 	go test -run '^$$' -bench . -benchtime 3s ./queue
 	go test -run '^$$' -bench LongPoll -benchtime 1x ./gateway
 	go test -run '^$$' -bench CrossInstance -benchtime 1x ./pgnotify
+
+# Herald side by side with NATS JetStream, centrifuge and River: a separate
+# module (bench/peers) so the server and the SDK never depend on them.
+bench-peers: build
+	cd bench/peers && go build -o ../../bin/peers . && ../../bin/peers --herald ../../bin/herald --out ../../bin/bench-peers.md
 
 build:
 	go build -o bin/herald ./cmd/herald

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,4 +138,21 @@ func TestIdleAndConnections(t *testing.T) {
 	for _, r := range ramp {
 		assert.Positive(t, r.ConnectPerSec)
 	}
+}
+
+// The many-partition drain against a real server: both transports drain
+// every partition.
+func TestDrainRun(t *testing.T) {
+	srv := testServer(t)
+	cfg := benchConfig{Duration: 20 * time.Second, DrainPartitions: []int{37}}
+	res, err := runDrain(context.Background(), srv, cfg, io.Discard)
+	require.NoError(t, err)
+	require.Len(t, res, 2)
+	for _, r := range res {
+		assert.Equal(t, 37, r.Drained, r.Transport)
+		assert.Positive(t, r.PerSec, r.Transport)
+	}
+	var b strings.Builder
+	(&report{Drain: res}).print(&b)
+	assert.Contains(t, b.String(), "many-partition drain")
 }

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,8 @@ type benchConfig struct {
 	TputRate    int
 	MatrixFor   time.Duration
 	Connections int
+	// DrainPartitions: the drain scenario's partition counts.
+	DrainPartitions []int
 }
 
 func main() {
@@ -74,8 +77,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.MatrixFor, "matrix-for", 5*time.Second, "throughput: how long each of the 12 batch × partitions × groups runs lasts (0 skips them)")
 	fs.IntVar(&cfg.Holders, "holders", 4, "idle and connections: child processes that hold the connections")
 	fs.IntVar(&cfg.Connections, "connections", 20000, "connections: how many to ramp to, in four steps (half WebSocket, half SSE)")
+	drainParts := fs.String("drain-partitions", "200,2000,5000", "drain: partition counts, one message in each, drained by HTTP pops and by one WebSocket subscription")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster]")
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -84,13 +88,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	for _, f := range strings.Split(*drainParts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1000000 {
+			fmt.Fprintf(stderr, "herald-bench: --drain-partitions: %q is not a count between 1 and 1000000\n", f)
+			return 2
+		}
+		cfg.DrainPartitions = append(cfg.DrainPartitions, n)
+	}
 	scenarios := fs.Args()
 	if len(scenarios) == 0 {
 		// idle first: its memory baseline is the fresh server.
-		scenarios = []string{"idle", "connections", "latency", "throughput", "cluster"}
+		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster"}
 	}
 	for _, s := range scenarios {
-		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" {
+		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
@@ -134,6 +146,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			rep.Cluster, err = runCluster(ctx, cfg, stderr)
 		case "throughput":
 			rep.Throughput, err = runThroughput(ctx, target, cfg, stderr)
+		case "drain":
+			rep.Drain, err = runDrain(ctx, target, cfg, stderr)
 		case "idle":
 			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
 		case "connections":

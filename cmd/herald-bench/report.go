@@ -17,6 +17,7 @@ type report struct {
 	Cluster     []latencyResult     `json:"cluster,omitempty"`
 	Throughput  []throughputResult  `json:"throughput,omitempty"`
 	Connections []connectionsResult `json:"connections,omitempty"`
+	Drain       []drainResult       `json:"drain,omitempty"`
 }
 
 func (r *report) print(w io.Writer) {
@@ -44,6 +45,15 @@ func (r *report) print(w io.Writer) {
 		for _, t := range r.Throughput {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%d\t\n", t.Phase, t.Batch, t.Partitions, max(t.Groups, 1),
 				t.PushedPerSec, t.DeliveredPerS, t.AckedPerSec, t.Backlog)
+		}
+		_ = tw.Flush()
+	}
+	if len(r.Drain) > 0 {
+		fmt.Fprintln(w, "\nmany-partition drain (one message in each partition, one wildcard consumer; batch 10)")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "partitions\ttransport\tdrained\tseconds\tmsgs/s\t")
+		for _, d := range r.Drain {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.0f\t\n", d.Partitions, d.Transport, d.Drained, d.Seconds, d.PerSec)
 		}
 		_ = tw.Flush()
 	}

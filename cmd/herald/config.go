@@ -50,6 +50,7 @@ type config struct {
 	SSEHeartbeat      time.Duration
 	SSEResumeGrace    time.Duration
 	DrainWindow       time.Duration
+	PprofAddr         string
 
 	EncryptionKey        string
 	RetentionInterval    time.Duration
@@ -154,6 +155,8 @@ var options = []option{
 		func(c *config, v string) (err error) { c.RetentionInterval, err = time.ParseDuration(v); return err }},
 	{"partition-cleanup-days", "HERALD_PARTITION_CLEANUP_DAYS", "7", "retention deletes partitions with no messages, no dead letters and no push or lease for this many days (and tells syncnet peers); 0 keeps them",
 		func(c *config, v string) (err error) { c.PartitionCleanupDays, err = strconv.Atoi(v); return err }},
+	{"pprof-addr", "HERALD_PPROF_ADDR", "", "address of a separate listener serving Go's /debug/pprof profiles (e.g. 127.0.0.1:6060; keep it off public interfaces); empty serves none",
+		func(c *config, v string) error { c.PprofAddr = v; return nil }},
 	{"drain-window", "HERALD_DRAIN_WINDOW", "5s", "on shutdown, WebSocket and SSE connections are closed at random points of this window, so clients do not reconnect in one storm",
 		func(c *config, v string) (err error) { c.DrainWindow, err = time.ParseDuration(v); return err }},
 }

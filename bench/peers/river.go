@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -103,8 +104,10 @@ func (s *riverSys) run(ctx context.Context, rate int, warm, dur time.Duration) (
 	defer s.cur.Store(nil)
 	return measure(ctx, rate, warm, dur, s.cpu, r.rec, func(ctx context.Context, i int, _ []byte) error {
 		a := riverArgs{Run: r.id, T: time.Now().UnixNano(), I: i}
-		// The same 100 bytes of JSON as the others' payloads.
-		a.P = strings.Repeat("x", max(0, payloadSize-len(fmt.Sprintf(`{"t":%d,"i":%d,"p":""}`, a.T, a.I))))
+		// The same 100 bytes of JSON args as the others' payloads.
+		if b, err := json.Marshal(a); err == nil {
+			a.P = strings.Repeat("x", max(0, payloadSize-len(b)))
+		}
 		_, err := s.client.Insert(ctx, a, nil)
 		return err
 	})

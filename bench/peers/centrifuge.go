@@ -41,7 +41,10 @@ func (s *centrifugeSys) run(ctx context.Context, rate int, warm, dur time.Durati
 	s.n++
 	channel := fmt.Sprintf("peers-%d-%d", rate, s.n)
 	rec := newRecorder(runLength(rate, warm, dur))
-	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+s.ch.addr+"/connection/websocket", nil)
+	ws, res, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+s.ch.addr+"/connection/websocket", nil)
+	if res != nil {
+		_ = res.Body.Close()
+	}
 	if err != nil {
 		return sample{}, fmt.Errorf("dialing centrifuge: %w", err)
 	}

@@ -102,7 +102,9 @@ func (h *heraldSys) run(ctx context.Context, rate int, warm, dur time.Duration) 
 		return h.post(ctx, "/api/v1/push", body)
 	})
 	cancel()
-	<-subDone
+	if serr := <-subDone; serr != nil && err == nil {
+		err = fmt.Errorf("subscribing: %w", serr)
+	}
 	return s, err
 }
 
@@ -127,9 +129,11 @@ func (h *heraldSys) post(ctx context.Context, path, body string) error {
 func (h *heraldSys) close() {
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-h.done:
+	case err := <-h.done:
+		_ = err // a signalled exit is expected
 	case <-time.After(30 * time.Second):
 		_ = h.cmd.Process.Kill()
-		<-h.done
+		err := <-h.done
+		_ = err
 	}
 }

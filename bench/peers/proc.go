@@ -117,9 +117,11 @@ func (c *child) stop() {
 	_ = c.stdin.Close()
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-c.done:
+	case err := <-c.done:
+		_ = err // a signalled exit is expected
 	case <-time.After(30 * time.Second):
 		_ = c.cmd.Process.Kill()
-		<-c.done
+		err := <-c.done
+		_ = err
 	}
 }

@@ -29,6 +29,7 @@ type heraldSys struct {
 	pg   *postgres
 	http *http.Client
 	n    int
+	refs int // rows (herald, herald-sse, herald-longpoll) sharing this process
 }
 
 func startHerald(ctx context.Context, bin string, pg *postgres) (*heraldSys, error) {
@@ -53,7 +54,7 @@ func startHerald(ctx context.Context, bin string, pg *postgres) (*heraldSys, err
 		case err := <-h.done:
 			return nil, fmt.Errorf("herald exited while starting: %w", err)
 		case <-ctx.Done():
-			h.close()
+			h.stop()
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -64,7 +65,7 @@ func startHerald(ctx context.Context, bin string, pg *postgres) (*heraldSys, err
 			}
 		}
 		if time.Now().After(deadline) {
-			h.close()
+			h.stop()
 			return nil, fmt.Errorf("herald not healthy in 2 minutes")
 		}
 	}
@@ -126,7 +127,15 @@ func (h *heraldSys) post(ctx context.Context, path, body string) error {
 	return nil
 }
 
+// close stops the process once the last row sharing it is done.
 func (h *heraldSys) close() {
+	h.refs--
+	if h.refs <= 0 {
+		h.stop()
+	}
+}
+
+func (h *heraldSys) stop() {
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-h.done:

@@ -70,7 +70,7 @@ type config struct {
 	out      string
 }
 
-var allSystems = []string{"herald", "nats", "nats-sync", "centrifuge", "river"}
+var allSystems = []string{"herald", "herald-sse", "herald-longpoll", "nats", "nats-sync", "centrifuge", "river"}
 
 func run(args []string, stdout, stderr io.Writer) error {
 	var cfg config
@@ -148,6 +148,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]system, func(), error) {
 	var sys []system
 	var pg *postgres
+	var hs *heraldSys // one herald process serves every Herald row
 	cleanup := func() {
 		for _, s := range sys {
 			s.close()
@@ -157,7 +158,7 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 		}
 	}
 	for _, name := range cfg.systems {
-		if (name == "herald" || name == "river") && pg == nil {
+		if (strings.HasPrefix(name, "herald") || name == "river") && pg == nil {
 			fmt.Fprintln(log, "starting PostgreSQL (fsync on, synchronous_commit on)")
 			p, err := startPostgres(ctx)
 			if err != nil {
@@ -169,8 +170,22 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 		var s system
 		var err error
 		switch name {
-		case "herald":
-			s, err = startHerald(ctx, cfg.herald, pg)
+		case "herald", "herald-sse", "herald-longpoll":
+			if hs == nil {
+				hs, err = startHerald(ctx, cfg.herald, pg)
+				if err != nil {
+					break
+				}
+			}
+			hs.refs++
+			switch name {
+			case "herald":
+				s = hs
+			case "herald-sse":
+				s = newHeraldSSE(hs)
+			default:
+				s = newHeraldLongPoll(hs)
+			}
 		case "nats":
 			s, err = startNATS(ctx, self, false)
 		case "nats-sync":

@@ -12,11 +12,13 @@ import (
 // describe says what each system is and how durable a push is when it
 // returns.
 var describe = map[string]string{
-	"herald":     "Herald (PostgreSQL, fsync + synchronous commit on; WebSocket via the Go SDK, acks on the socket)",
-	"nats":       "NATS JetStream 2.15.2 (file storage, default fsync every 2 min; explicit acks)",
-	"nats-sync":  "NATS JetStream 2.15.2 (file storage, sync_interval: always; explicit acks)",
-	"centrifuge": "centrifuge 0.40.1 (memory broker, WebSocket; no acks, at most once)",
-	"river":      "River 0.51.1 (same PostgreSQL; 100 workers, job completion as the ack)",
+	"herald":          "Herald (PostgreSQL, fsync + synchronous commit on; WebSocket via the Go SDK, acks on the socket)",
+	"herald-sse":      "Herald, SSE consumer (same server; EventSource-style reader, acks batched per POST /api/v1/ack/batch)",
+	"herald-longpoll": "Herald, long-poll consumer (same server; GET /api/v1/pop wait=true batch=10 partitions=16, one ack/batch per pop)",
+	"nats":            "NATS JetStream 2.15.2 (file storage, default fsync every 2 min; explicit acks)",
+	"nats-sync":       "NATS JetStream 2.15.2 (file storage, sync_interval: always; explicit acks)",
+	"centrifuge":      "centrifuge 0.40.1 (memory broker, WebSocket; no acks, at most once)",
+	"river":           "River 0.51.1 (same PostgreSQL; 100 workers, job completion as the ack)",
 }
 
 // medianOf is the median of one field over the rounds.

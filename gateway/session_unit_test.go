@@ -444,11 +444,5 @@ func TestSession_ResolveAck(t *testing.T) {
 // waitFor waits up to 5 s for cond.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond, "condition not met within 5 s")
 }

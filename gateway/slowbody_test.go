@@ -90,7 +90,7 @@ func TestHole12_SlowBodyIsCut(t *testing.T) {
 	pr, pw := io.Pipe()
 	go func() {
 		_, _ = io.WriteString(pw, `{"items":[{"queue":"hole12",`)
-		time.Sleep(deadline / 4) // the client's pace, not a wait for a result
+		<-time.After(deadline / 4) // the client's pace, not a wait for a result
 		_, _ = io.WriteString(pw, `"payload":"paced"}]}`)
 		_ = pw.Close()
 	}()

@@ -48,16 +48,22 @@ func BenchmarkRetentionUnderLoad(b *testing.B) {
 		ON CONFLICT (partition_id, consumer_group) DO UPDATE SET cursor = EXCLUDED.cursor, done = '{}'`, queue.DefaultGroup); err != nil {
 		b.Fatal(err)
 	}
+	// Older than completedRetentionSeconds, without waiting for it.
+	if _, err := s.Pool().Exec(ctx, `UPDATE messages m SET created_at = m.created_at - interval '2 seconds'
+		FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE p.id = m.partition_id AND q.name = 'old'`); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := s.Pool().Exec(ctx, `VACUUM ANALYZE messages`); err != nil {
 		b.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // older than completedRetentionSeconds
 
 	// The live load: 200 pushes/s to another queue, a consumer popping.
 	var mu sync.Mutex
 	var during bool
 	var before, inRun []time.Duration
 	stop := make(chan struct{})
+	baseline := make(chan struct{}) // closed once 5 s of pushes (1,000) are timed before the run
+	const baselinePushes = 1000
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(5 * time.Millisecond)
@@ -77,27 +83,32 @@ func BenchmarkRetentionUnderLoad(b *testing.B) {
 			mu.Lock()
 			if during {
 				inRun = append(inRun, took)
-			} else {
-				before = append(before, took)
+			} else if before = append(before, took); len(before) == baselinePushes {
+				close(baseline)
 			}
 			mu.Unlock()
 		}
 	})
 	wg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
 		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
 			if _, err := s.Pop(ctx, queue.PopRequest{Queue: "live", Batch: 100, AutoAck: true}); err != nil {
 				b.Error(err)
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
 		}
 	})
-	time.Sleep(5 * time.Second)
+	select {
+	case <-baseline:
+	case <-time.After(time.Minute):
+		b.Fatal("no baseline: the producer did not push")
+	}
 	mu.Lock()
 	during = true
 	mu.Unlock()

@@ -176,6 +176,24 @@ func (c *cluster) start(i int) {
 	}, time.Minute, 20*time.Millisecond, "instance %d starts", i+1)
 }
 
+// waitUnhealthy waits, while PostgreSQL is down, until an instance's
+// /health says so (503): the instances have met the outage. Ceiling 10 s.
+func (c *cluster) waitUnhealthy() {
+	require.Eventually(c.t, func() bool {
+		for _, in := range c.insts {
+			res, err := http.Get(in.url + "/health")
+			if err != nil {
+				continue
+			}
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusServiceUnavailable {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 50*time.Millisecond, "an instance reports PostgreSQL down")
+}
+
 // kill sends SIGKILL: no drain, no lease given back.
 func (c *cluster) kill(i int) {
 	in := c.insts[i]
@@ -583,7 +601,7 @@ func TestChaos(t *testing.T) {
 						pushed.Add(int64(len(items)))
 						break
 					}
-					time.Sleep(100 * time.Millisecond)
+					sleep(ctx, 100*time.Millisecond)
 				}
 			}
 		})
@@ -613,7 +631,7 @@ func TestChaos(t *testing.T) {
 		case 5:
 			cl.start((restarts - 1) % 3)
 		case 8:
-			pgtest.Restart(t, func() { time.Sleep(time.Second) })
+			pgtest.Restart(t, func() { cl.waitUnhealthy() })
 			pgRestarts++
 		}
 		if step%2 == 0 {

@@ -148,6 +148,17 @@ type extendJSON struct {
 	Success   bool    `json:"success"`
 }
 
+// extendResultJSON is a lease extension's answer, for HTTP and the
+// WebSocket renew alike.
+func extendResultJSON(res *queue.ExtendResult) extendJSON {
+	out := extendJSON{Error: nullable(res.Error), LeaseID: res.LeaseID, Success: res.Success}
+	if res.Success {
+		t := formatMilli(res.ExpiresAt)
+		out.ExpiresAt = &t
+	}
+	return out
+}
+
 func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) {
 	seconds := 0
 	// The body is optional: {} and an empty body both mean the queue's lease time.
@@ -171,12 +182,7 @@ func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	out := extendJSON{Error: nullable(res.Error), LeaseID: res.LeaseID, Success: res.Success}
-	if res.Success {
-		t := formatMilli(res.ExpiresAt)
-		out.ExpiresAt = &t
-	}
-	writeJSON(w, http.StatusOK, []extendJSON{out})
+	writeJSON(w, http.StatusOK, []extendJSON{extendResultJSON(res)})
 }
 
 func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {

@@ -220,19 +220,11 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 		c.ack(ctx, f)
 	case "renew":
 		res, err := c.ss.s.store.ExtendLease(ctx, f.LeaseID, f.Seconds)
-		if queue.IsInputError(err) {
-			c.ss.send(wsError(f.ID, "bad_request", err.Error()))
-			return
-		}
 		if err != nil {
-			c.ss.send(wsError(f.ID, "internal", "extending the lease failed"))
+			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
 			return
 		}
-		out := extendJSON{Error: nullable(res.Error), LeaseID: res.LeaseID, Success: res.Success}
-		if res.Success {
-			t := formatMilli(res.ExpiresAt)
-			out.ExpiresAt = &t
-		}
+		out := extendResultJSON(res)
 		c.ss.send(map[string]any{"type": "renew_result", "id": f.ID, "result": out})
 	case "push":
 		c.push(ctx, f)
@@ -240,6 +232,16 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 		c.ss.s.metrics.wsBadFrames.Inc()
 		c.ss.send(wsError(f.ID, "unknown_type", "unknown frame type "+strconv.Quote(f.Type)))
 	}
+}
+
+// wsStoreError is the error frame of a failed store call: the client's
+// mistake (an input error) says what it was; a database fault says only
+// what failed (the details go to the log, as on HTTP).
+func wsStoreError(id json.RawMessage, err error, failed string) map[string]any {
+	if queue.IsInputError(err) {
+		return wsError(id, "bad_request", err.Error())
+	}
+	return wsError(id, "internal", failed)
 }
 
 func wsError(id json.RawMessage, code, msg string) map[string]any {
@@ -352,11 +354,7 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 	}
 	out, err := c.ss.ack(ctx, acks, subs)
 	if err != nil {
-		if queue.IsInputError(err) {
-			c.ss.send(wsError(f.ID, "bad_request", err.Error()))
-		} else {
-			c.ss.send(wsError(f.ID, "internal", "acknowledging failed"))
-		}
+		c.ss.send(wsStoreError(f.ID, err, "acknowledging failed"))
 		return
 	}
 	c.ss.send(map[string]any{"type": "ack_result", "id": f.ID, "results": out})
@@ -409,11 +407,7 @@ func (c *wsConn) push(ctx context.Context, f *wsFrame) {
 	}
 	results, err := c.ss.s.store.Push(ctx, items)
 	if err != nil {
-		if queue.IsInputError(err) {
-			c.ss.send(wsError(f.ID, "bad_request", err.Error()))
-		} else {
-			c.ss.send(wsError(f.ID, "internal", "pushing failed"))
-		}
+		c.ss.send(wsStoreError(f.ID, err, "pushing failed"))
 		return
 	}
 	c.ss.s.afterPush(results)

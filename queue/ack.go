@@ -113,9 +113,9 @@ type lockedConsumer struct {
 	releasedBy int
 }
 
-// covers reports whether seq is under the live lease as earlier items left it.
+// covers reports whether seq lies in the lease's range.
 func (lc *lockedConsumer) covers(seq int64) bool {
-	return seq >= lc.st.leaseFrom && seq <= lc.st.leaseTo && !lc.givenBack[seq]
+	return seq >= lc.st.leaseFrom && seq <= lc.st.leaseTo
 }
 
 // refusal says why ack a of offset seq is refused, as the earlier items of
@@ -129,10 +129,11 @@ func (lc *lockedConsumer) covers(seq int64) bool {
 //     have been delivered, and only a verdict (completed, dlq) is taken:
 //     failed and retry give a lease back, and there is none.
 func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
-	live := lc.liveLease != "" && lc.st.leaseID == lc.liveLease
+	// The lease itself ends only after the last item (releasedBy), so the
+	// one live when the request started is live for all of its items.
 	if a.LeaseID != "" {
 		switch {
-		case !live || a.LeaseID != lc.liveLease:
+		case a.LeaseID != lc.liveLease:
 			return ErrTextInvalidLease
 		case lc.st.isDone(seq):
 			return ""
@@ -146,7 +147,7 @@ func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
 	switch {
 	case lc.st.isDone(seq):
 		return ""
-	case live:
+	case lc.liveLease != "":
 		return ErrTextLeaseRequired
 	case seq > lc.deliveredTo:
 		return ErrTextNotLeased

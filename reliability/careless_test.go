@@ -144,33 +144,19 @@ func (c *careless) hostile(ctx context.Context, base string, batch []msg) {
 func (c *careless) run(ctx context.Context, r *record, cl *cluster, home int) {
 	for i := home; ctx.Err() == nil; {
 		base := cl.insts[i%3].url
-		url := fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=1000&batch=5&consumerGroup=%s", base, queueName, c.group)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			i++
+		pop, ok := popWait(ctx, base, c.group, 5)
+		if !ok {
+			i++ // that instance is down or failing: the next, after a pause
 			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		var pop struct {
-			Messages []msg `json:"messages"`
-		}
-		if res.StatusCode == http.StatusOK {
-			_ = json.NewDecoder(res.Body).Decode(&pop)
-		}
-		_ = res.Body.Close()
-		if res.StatusCode >= 500 {
-			i++
-			sleep(ctx, 100*time.Millisecond)
+		if len(pop) == 0 {
 			continue
 		}
-		if len(pop.Messages) == 0 {
-			continue
-		}
-		c.hostile(ctx, base, pop.Messages)
-		if c.work(ctx, r, base, pop.Messages) {
+		c.hostile(ctx, base, pop)
+		if c.work(ctx, r, base, pop) {
 			c.mu.Lock()
-			c.stale = append(c.stale, pop.Messages...)
+			c.stale = append(c.stale, pop...)
 			if len(c.stale) > 50 {
 				c.stale = c.stale[len(c.stale)-50:]
 			}

@@ -393,41 +393,47 @@ func (c *consumer) handle(ctx context.Context, r *record, base string, m *msg) (
 	return false, c.ackHTTP(ctx, r, base, m, "completed")
 }
 
+// popWait long-polls one instance for up to batch messages of group (1 s
+// wait). ok is false when the instance could not be reached or failed
+// (5xx); an empty answer is ok.
+func popWait(ctx context.Context, base, group string, batch int) (msgs []msg, ok bool) {
+	url := fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=1000&batch=%d&consumerGroup=%s", base, queueName, batch, group)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, false
+	}
+	defer func() { _ = res.Body.Close() }()
+	var pop struct {
+		Messages []msg `json:"messages"`
+	}
+	if res.StatusCode == http.StatusOK {
+		_ = json.NewDecoder(res.Body).Decode(&pop)
+	}
+	return pop.Messages, res.StatusCode < 500
+}
+
 // longPoll pops with wait=true and acks each message over HTTP. A
 // disconnect abandons the rest of the batch (its lease expires).
 func (c *consumer) longPoll(ctx context.Context, r *record, cl *cluster, home int) {
 	for i := home; ctx.Err() == nil; {
 		base := cl.insts[i%3].url
-		url := fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=1000&batch=10&consumerGroup=%s", base, queueName, c.group)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			i++
+		pop, ok := popWait(ctx, base, c.group, 10)
+		if !ok {
+			i++ // that instance is down or failing: the next, after a pause
 			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		var pop struct {
-			Messages []msg `json:"messages"`
-		}
-		if res.StatusCode == http.StatusOK {
-			_ = json.NewDecoder(res.Body).Decode(&pop)
-		}
-		_ = res.Body.Close()
-		if res.StatusCode >= 500 {
-			i++
-			sleep(ctx, 100*time.Millisecond)
-			continue
-		}
-		for k := range pop.Messages {
-			if k == len(pop.Messages)/2 && c.disconnect.CompareAndSwap(true, false) {
-				for j := k; j < len(pop.Messages); j++ {
-					r.delivered(&pop.Messages[j])
+		for k := range pop {
+			if k == len(pop)/2 && c.disconnect.CompareAndSwap(true, false) {
+				for j := k; j < len(pop); j++ {
+					r.delivered(&pop[j])
 				}
 				break // abandoned mid-batch
 			}
-			if stop, _ := c.handle(ctx, r, base, &pop.Messages[k]); stop {
-				for j := k + 1; j < len(pop.Messages); j++ {
-					r.delivered(&pop.Messages[j])
+			if stop, _ := c.handle(ctx, r, base, &pop[k]); stop {
+				for j := k + 1; j < len(pop); j++ {
+					r.delivered(&pop[j])
 				}
 				break
 			}

@@ -52,6 +52,7 @@ type Config struct {
 // concurrent use.
 type Cluster struct {
 	url   string
+	port  int         // the TCP port url names, which Supervise's restarts keep
 	cfg   Config      // as Start completed it, for Supervise's restarts
 	owned atomic.Bool // set by Start, and by Supervise when it restarts the postmaster
 	stop  func() error
@@ -99,7 +100,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{url: clusterURL(port, cfg.Database), cfg: cfg, srv: s, stop: sync.OnceValue(s.stop)}
+	c := &Cluster{url: clusterURL(port, cfg.Database), port: port, cfg: cfg, srv: s, stop: sync.OnceValue(s.stop)}
 	c.owned.Store(owned)
 	if c.users, err = shareUsers(s.dir); err != nil {
 		return nil, errors.Join(err, c.Stop())

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -121,10 +120,7 @@ var errStopping = errors.New("the cluster is being stopped")
 // Call it once per Cluster.
 func (c *Cluster) Supervise(ctx context.Context, cfg SuperviseConfig) error {
 	cfg = cfg.WithDefaults()
-	port, err := urlPort(c.url)
-	if err != nil {
-		return err
-	}
+	port := c.port
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -236,16 +232,4 @@ func (s *server) down(port int) string {
 		return "postmaster " + strconv.Itoa(pf.pid) + " serves port " + strconv.Itoa(pf.port) + ", not " + strconv.Itoa(port)
 	}
 	return ""
-}
-
-func urlPort(raw string) (int, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return 0, fmt.Errorf("parsing cluster URL: %w", err)
-	}
-	port, err := strconv.Atoi(u.Port())
-	if err != nil {
-		return 0, fmt.Errorf("parsing cluster URL's port: %w", err)
-	}
-	return port, nil
 }

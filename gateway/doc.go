@@ -2,7 +2,7 @@
 // server (push, pop, ack, lease, transaction, configure, delete, DLQ),
 // /health, /metrics and the stats endpoint. It holds no queue logic: each
 // handler checks its input, calls queue.Store and shapes the answer exactly as
-// API.md says (field names, key order, status codes).
+// docs/api.md says (field names, key order, status codes).
 //
 // # Concurrency
 //

@@ -1,5 +1,5 @@
 // Package pgnotify turns PostgreSQL notifications into wake-ups between
-// Herald instances (DESIGN.md §5).
+// Herald instances (docs/design.md, "Wake-ups").
 //
 //	instance A                              instance B
 //	push ─▶ Notifier.Notify (no SQL)        Listener: LISTEN "herald.<schema>"

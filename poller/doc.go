@@ -1,7 +1,7 @@
 // Package poller serves waiting consumers. Every waiting long-poll (and,
 // later, every WebSocket or SSE subscription) is an Intention in a registry;
 // poll workers serve them in cycles that cost two database round trips
-// whatever the number of waiters (DESIGN.md §4, seeds 000, 002, 003, 004):
+// whatever the number of waiters (docs/design.md, "The poller cycle"):
 //
 //	wake ──▶ dirty queues ──▶ ONE pre-flight ──▶ decide ──▶ ONE coalesced pop ──▶ Deliver
 //	 ▲        (nothing dirty:     (queue.Preflight:   (pure,       (queue.PopAssigned:

@@ -21,7 +21,7 @@ const (
 )
 
 // Poller serves intentions: it owns their registry and the workers that run
-// the poll cycle (DESIGN.md §4). Create it with New, run it with Run.
+// the poll cycle (docs/design.md). Create it with New, run it with Run.
 type Poller struct {
 	cfg     Config
 	store   *queue.Store

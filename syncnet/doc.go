@@ -1,10 +1,10 @@
 // Package syncnet is UDPSYNC, the signed UDP mesh between Herald instances
-// (DESIGN.md §7, seed 001). It only saves work — who has subscribers for
+// (docs/design.md, "syncnet"). It only saves work — who has subscribers for
 // which queue, cached queue configs, lease hints, liveness — and is never
 // needed for correctness: PostgreSQL stays the only source of truth.
 //
 // This file set holds the wire format, byte-compatible with the reference
-// server (testdata/reference-server/syncnet-rules.md):
+// server (the captured datagrams in testdata/reference-packets.json):
 //
 //	offset size field
 //	0      1    version (1)

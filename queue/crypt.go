@@ -118,8 +118,10 @@ func (s *Store) open(stored string, ref sealRef) (plain string, ok bool) {
 	if !sealed || len(fields) > 2 || len(fields) == 2 && !hasV {
 		return stored, true
 	}
+	// The fields are already split: decode the two, not the payload again
+	// (this runs for every message delivered from an encrypted queue).
 	var env envelope
-	if json.Unmarshal([]byte(stored), &env) != nil {
+	if json.Unmarshal(fields[sealedKey], &env.Sealed) != nil || hasV && json.Unmarshal(fields["v"], &env.V) != nil {
 		return "", false
 	}
 	var aad []byte

@@ -514,10 +514,10 @@ func (n *Node) HasSubscribers(queue string) (has, known bool) {
 // expire marks presence complete for peers that have announced for a full
 // interval, and forgets what dead peers and stale announcements said.
 func (n *Node) expire() {
+	n.wakes.sweep() // its own lock: nothing of the node's
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.wakes.sweep()
 	alive := 0
 	for _, st := range n.byID {
 		if now.Sub(st.lastBeat) > n.cfg.DeadAfter {

@@ -299,7 +299,8 @@ func nowMS() uint64 { return uint64(time.Now().UnixMilli()) } // #nosec G115 -- 
 
 // send builds one datagram and sends it to addrs (all peers when nil).
 func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
-	if !n.beaten.Swap(true) && t != Heartbeat {
+	// Load first: after the first heartbeat a send only reads the flag.
+	if !n.beaten.Load() && !n.beaten.Swap(true) && t != Heartbeat {
 		n.heartbeat()
 	}
 	payload, err := Marshal(v)

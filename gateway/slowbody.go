@@ -31,8 +31,8 @@ type deadlineBody struct {
 	settled bool // read to its end or failed: the deadline is lifted or spent
 }
 
-// withBodyDeadline sets the body deadline on r's connection and returns the
-// body to read under it; r without a body is left alone.
+// withBodyDeadline sets the body deadline on r's connection and replaces
+// r.Body with one read under it; r without a body is left alone.
 func (s *Server) withBodyDeadline(w http.ResponseWriter, sw *statusWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return

@@ -52,8 +52,11 @@ type sealRef struct{ partitionID, transactionID, messageID string }
 // aad is the additional data of format 2: a label and the three ids, each
 // length-prefixed so no two refs encode alike.
 func (r sealRef) aad() []byte {
-	b := []byte("herald payload v2")
-	for _, f := range []string{r.partitionID, r.transactionID, r.messageID} {
+	const label = "herald payload v2"
+	// Sized up front: one allocation per message sealed or opened.
+	b := make([]byte, 0, len(label)+3*4+len(r.partitionID)+len(r.transactionID)+len(r.messageID))
+	b = append(b, label...)
+	for _, f := range [...]string{r.partitionID, r.transactionID, r.messageID} {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(f))) // #nosec G115 -- ids are at most 1024 bytes
 		b = append(b, f...)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -145,4 +146,81 @@ func (h *heraldSys) stop() {
 		err := <-h.done
 		_ = err
 	}
+}
+
+func (h *heraldSys) e2eMaxGroups() int { return 1 << 20 }
+
+// e2e pushes batches with POST /api/v1/push over heraldPartitions
+// partitions; each group has a WebSocket connection of its own (the Go
+// SDK) with one subscription acking every message on the socket.
+func (h *heraldSys) e2e(ctx context.Context, groups int, warm, dur time.Duration) (e2eSample, error) {
+	h.n++
+	q := fmt.Sprintf("peers-e2e-%d-%d", groups, h.n)
+	r := newE2ERun(groups)
+	cctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	subErr := make(chan error, groups)
+	for i, g := range r.groups {
+		c, err := client.Dial(cctx, h.url, client.Options{})
+		if err != nil {
+			return e2eSample{}, fmt.Errorf("dialing herald: %w", err)
+		}
+		defer func() { _ = c.Close() }()
+		wg.Go(func() {
+			err := c.Subscribe(cctx, client.SubscribeOptions{Queue: q, ConsumerGroup: fmt.Sprintf("g%d", i),
+				Batch: e2eBatch, MaxInFlight: 1000}, func(_ context.Context, m *client.Message) error {
+				g.deliverJSON(m.Data)
+				return nil
+			})
+			if err != nil {
+				subErr <- err
+			}
+		})
+	}
+	s, err := measureE2E(ctx, r, warm, dur, h.cpu, func(ctx context.Context, first int, ps [][]byte) error {
+		var b strings.Builder
+		b.WriteString(`{"items":[`)
+		for k, p := range ps {
+			if k > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"queue":%q,"partition":"p%d","payload":%s}`, q, (first+k)%heraldPartitions, p)
+		}
+		b.WriteString(`]}`)
+		return h.post(ctx, "/api/v1/push", b.String())
+	})
+	select {
+	case serr := <-subErr:
+		if err == nil {
+			err = fmt.Errorf("subscribing: %w", serr)
+		}
+	default:
+	}
+	// Each run starts from an empty queue, as the NATS runs start from a
+	// new stream.
+	if derr := h.deleteQueue(ctx, q); derr != nil && err == nil {
+		err = derr
+	}
+	return s, err
+}
+
+func (h *heraldSys) deleteQueue(ctx context.Context, q string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, h.url+"/api/v1/resources/queues/"+q, nil)
+	if err != nil {
+		return fmt.Errorf("building a request: %w", err)
+	}
+	res, err := h.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("deleting queue %s: %w", q, err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("deleting queue %s: %d %s", q, res.StatusCode, b)
+	}
+	return nil
 }

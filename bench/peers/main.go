@@ -1,11 +1,18 @@
 // Command peers measures Herald side by side with NATS JetStream,
-// centrifuge and River on this machine: push → receipt latency and the CPU
-// the server (and PostgreSQL) spends per 1,000 messages, at a few rates of
-// single-message pushes, one consumer acking each message, rounds
-// interleaved so that machine noise hits every system alike. It prints a
-// markdown table of the medians and the ratios to Herald.
+// centrifuge and River on this machine, in two scenarios, rounds
+// interleaved so that machine noise hits every system alike, and prints
+// markdown tables of the medians and the ratios to Herald.
 //
-//	peers --herald ../../bin/herald [--rounds 3] [--rates 200,1000] [--duration 5s]
+// The latency scenario measures push → receipt latency and the CPU the
+// server (and PostgreSQL) spends per 1,000 messages, at a few rates of
+// single-message pushes, one consumer acking each message. The e2e
+// scenario measures end-to-end throughput: 4 producers push batches of 100
+// as fast as a backlog of at most 10,000 allows, one consumer per consumer
+// group acks each message, with 1 and with 5 groups; it reports the
+// messages delivered and acked per second and the CPU per 1,000 of them.
+//
+//	peers --herald ../../bin/herald [--scenario all|latency|e2e] [--rounds 3]
+//		[--rates 200,1000] [--duration 5s] [--e2e-groups 1,5] [--e2e-duration 10s]
 //
 // It starts one PostgreSQL (fsync and synchronous_commit on) for Herald
 // and River, in databases of their own, and runs every server in a process
@@ -21,6 +28,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,20 +69,27 @@ func runChild(kind string, args []string) error {
 }
 
 type config struct {
-	herald   string
-	rounds   int
-	rates    []int
-	warm     time.Duration
-	duration time.Duration
-	systems  []string
-	out      string
+	herald      string
+	scenario    string // all, latency or e2e
+	rounds      int
+	rates       []int
+	warm        time.Duration
+	duration    time.Duration
+	e2eGroups   []int
+	e2eWarm     time.Duration
+	e2eDuration time.Duration
+	systems     []string
+	out         string
 }
+
+func (c config) latency() bool { return c.scenario != "e2e" }
+func (c config) e2e() bool     { return c.scenario != "latency" }
 
 var allSystems = []string{"herald", "herald-sse", "herald-longpoll", "nats", "nats-sync", "centrifuge", "river"}
 
 func run(args []string, stdout, stderr io.Writer) error {
 	var cfg config
-	var rates, systems string
+	var rates, groups, systems string
 	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.herald, "herald", "../../bin/herald", "herald binary (make build writes bin/herald)")
@@ -83,18 +98,29 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.warm, "warm", time.Second, "warm-up at the start of each measurement, not counted in the latencies")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured part of each measurement")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, of "+strings.Join(allSystems, ","))
-	fs.StringVar(&cfg.out, "out", "", "also write the markdown table to this file")
+	fs.StringVar(&cfg.out, "out", "", "also write the markdown tables to this file")
+	fs.StringVar(&cfg.scenario, "scenario", "all", "latency (paced single pushes), e2e (end-to-end throughput) or all")
+	fs.StringVar(&groups, "e2e-groups", "1,5", "e2e: comma-separated numbers of consumer groups")
+	fs.DurationVar(&cfg.e2eWarm, "e2e-warm", 2*time.Second, "e2e: warm-up of each measurement, not counted")
+	fs.DurationVar(&cfg.e2eDuration, "e2e-duration", 10*time.Second, "e2e: measured part of each measurement")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	for r := range strings.SplitSeq(rates, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(r))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--rates: %q is not a positive number", r)
-		}
-		cfg.rates = append(cfg.rates, n)
+	if cfg.scenario != "all" && cfg.scenario != "latency" && cfg.scenario != "e2e" {
+		return fmt.Errorf("--scenario: %q is not latency, e2e or all", cfg.scenario)
+	}
+	var err error
+	if cfg.rates, err = positiveInts(rates); err != nil {
+		return fmt.Errorf("--rates: %w", err)
+	}
+	if cfg.e2eGroups, err = positiveInts(groups); err != nil {
+		return fmt.Errorf("--e2e-groups: %w", err)
 	}
 	cfg.systems = strings.Split(systems, ",")
+	if !cfg.latency() {
+		// Only the systems the e2e scenario has a row for.
+		cfg.systems = slices.DeleteFunc(cfg.systems, func(n string) bool { return e2eOmitted[n] != "" })
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	self, err := os.Executable()
@@ -108,10 +134,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// results[system][rate] holds one sample per round.
+	// results[system][rate] and e2es[system][groups] hold one sample per
+	// round.
 	results := map[string]map[int][]sample{}
+	e2es := map[string]map[int][]e2eSample{}
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, rate := range cfg.rates {
+			if !cfg.latency() {
+				break
+			}
 			for _, s := range sys {
 				fmt.Fprintf(stderr, "round %d/%d: %s at %d msgs/s … ", round, cfg.rounds, s.name(), rate)
 				sm, err := s.run(ctx, rate, cfg.warm, cfg.duration)
@@ -132,8 +163,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
+		if err := runE2E(ctx, cfg, round, sys, e2es, stderr); err != nil {
+			return err
+		}
 	}
-	table := report(cfg, sys, results, load0, loadAvg(), time.Since(started))
+	table := report(cfg, sys, results, e2es, load0, loadAvg(), time.Since(started))
 	_, _ = io.WriteString(stdout, table)
 	if cfg.out != "" {
 		if err := os.WriteFile(cfg.out, []byte(table), 0o600); err != nil {
@@ -141,6 +175,51 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// runE2E runs one round of the end-to-end scenario (when cfg asks for it):
+// every system able to, at every number of groups.
+func runE2E(ctx context.Context, cfg config, round int, sys []system, res map[string]map[int][]e2eSample,
+	log io.Writer) error {
+	if !cfg.e2e() {
+		return nil
+	}
+	for _, g := range cfg.e2eGroups {
+		for _, s := range sys {
+			e, ok := e2eOf(s)
+			if !ok || g > e.e2eMaxGroups() {
+				continue
+			}
+			fmt.Fprintf(log, "round %d/%d: %s end to end, %d group(s) … ", round, cfg.rounds, s.name(), g)
+			sm, err := e.e2e(ctx, g, cfg.e2eWarm, cfg.e2eDuration)
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				fmt.Fprintf(log, "error: %v\n", err)
+				continue
+			}
+			fmt.Fprintf(log, "%.0f delivered/s (%.0f pushed/s), %.3f CPU s/1k, load generator %.3f CPU s/1k, %d dups\n",
+				sm.Delivered, sm.Pushed, sm.CPUPer1k, sm.ClientCPU, sm.Dups)
+			if res[s.name()] == nil {
+				res[s.name()] = map[int][]e2eSample{}
+			}
+			res[s.name()][g] = append(res[s.name()][g], sm)
+		}
+	}
+	return nil
+}
+
+func positiveInts(list string) ([]int, error) {
+	var out []int
+	for r := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", r)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // startAll starts PostgreSQL (when herald or river runs) and every system;

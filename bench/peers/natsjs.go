@@ -143,3 +143,65 @@ func waitParent() {
 	case <-eof:
 	}
 }
+
+func (s *natsSys) e2eMaxGroups() int { return 1 << 20 }
+
+// e2e publishes each batch with PublishAsync and waits for the stream's
+// ack of every message; each group is a durable pull consumer (explicit
+// acks, at most 1,000 unacknowledged, as Herald's maxInFlight) on a
+// connection of its own.
+func (s *natsSys) e2e(ctx context.Context, groups int, warm, dur time.Duration) (e2eSample, error) {
+	s.n++
+	stream := fmt.Sprintf("PEERSE2E%d_%d", groups, s.n)
+	subj := fmt.Sprintf("peers.e2e.%d.%d", groups, s.n)
+	if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subj},
+		Storage: jetstream.FileStorage}); err != nil {
+		return e2eSample{}, fmt.Errorf("creating stream %s: %w", stream, err)
+	}
+	defer func() { _ = s.js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	r := newE2ERun(groups)
+	for i, g := range r.groups {
+		nc, err := nats.Connect(s.ch.addr)
+		if err != nil {
+			return e2eSample{}, fmt.Errorf("connecting to nats: %w", err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return e2eSample{}, fmt.Errorf("opening JetStream: %w", err)
+		}
+		cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("g%d", i),
+			AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1000})
+		if err != nil {
+			return e2eSample{}, fmt.Errorf("creating consumer g%d: %w", i, err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			g.deliverJSON(m.Data())
+			_ = m.Ack()
+		})
+		if err != nil {
+			return e2eSample{}, fmt.Errorf("consuming: %w", err)
+		}
+		defer cc.Stop()
+	}
+	return measureE2E(ctx, r, warm, dur, s.cpu, func(ctx context.Context, _ int, ps [][]byte) error {
+		futs := make([]jetstream.PubAckFuture, len(ps))
+		for k, p := range ps {
+			f, err := s.js.PublishAsync(subj, p)
+			if err != nil {
+				return err
+			}
+			futs[k] = f
+		}
+		for _, f := range futs {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+}

@@ -22,7 +22,7 @@ var describe = map[string]string{
 }
 
 // medianOf is the median of one field over the rounds.
-func medianOf(ss []sample, f func(sample) float64) float64 {
+func medianOf[T any](ss []T, f func(T) float64) float64 {
 	if len(ss) == 0 {
 		return 0
 	}
@@ -44,24 +44,38 @@ func ratio(v, base float64) string {
 	return fmt.Sprintf("%.2f×", v/base)
 }
 
-func report(cfg config, sys []system, res map[string]map[int][]sample, load0, load1 string, took time.Duration) string {
+func report(cfg config, sys []system, res map[string]map[int][]sample, e2es map[string]map[int][]e2eSample,
+	load0, load1 string, took time.Duration) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s), load average %s before and %s after, %s, %s/%s, %s; host %s.\n\n",
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), load average %s before and %s after, %s, %s/%s, %s; host %s. "+
+		"Run took %v.\n\n",
 		runtime.NumCPU(), cpuModel(), load0, load1, runtime.Version(), runtime.GOOS, runtime.GOARCH,
-		time.Now().UTC().Format("2006-01-02"), host)
-	fmt.Fprintf(&b, "Settings: single-message pushes of %d-byte payloads at %s msgs/s from a pool of 16 producers "+
+		time.Now().UTC().Format("2006-01-02"), host, took.Round(time.Second))
+	if cfg.latency() {
+		reportLatency(&b, cfg, sys, res)
+	}
+	if cfg.e2e() {
+		if cfg.latency() {
+			b.WriteString("\n")
+		}
+		reportE2E(&b, cfg, sys, e2es)
+	}
+	return b.String()
+}
+
+func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]map[int][]sample) {
+	fmt.Fprintf(b, "Latency. Settings: single-message pushes of %d-byte payloads at %s msgs/s from a pool of 16 producers "+
 		"(Herald: HTTP POST /api/v1/push over 16 partitions; NATS: JetStream publish awaiting the stream's ack; "+
 		"centrifuge: HTTP publish endpoint calling Node.Publish; River: Client.Insert), one consumer; "+
 		"%v warm-up then %v measured per run; %d rounds interleaved (%s), medians shown. "+
 		"CPU is user+system seconds of the server process (NATS and centrifuge: an embedded server in a child process of its own; "+
 		"River: the worker client's process) plus, for Herald and River, all processes of the shared PostgreSQL, "+
-		"from the first push to the last receipt, divided by the messages pushed. Run took %v.\n\n",
-		payloadSize, joinInts(cfg.rates), cfg.warm, cfg.duration, cfg.rounds, strings.Join(cfg.systems, ", "),
-		took.Round(time.Second))
+		"from the first push to the last receipt, divided by the messages pushed.\n\n",
+		payloadSize, joinInts(cfg.rates), cfg.warm, cfg.duration, cfg.rounds, strings.Join(cfg.systems, ", "))
 	b.WriteString("| system |")
 	for _, r := range cfg.rates {
-		fmt.Fprintf(&b, " %d msgs/s: p50 / p99 ms | %d msgs/s: CPU s per 1,000 (server + PG) |", r, r)
+		fmt.Fprintf(b, " %d msgs/s: p50 / p99 ms | %d msgs/s: CPU s per 1,000 (server + PG) |", r, r)
 	}
 	b.WriteString("\n|---|")
 	for range cfg.rates {
@@ -73,7 +87,7 @@ func report(cfg config, sys []system, res map[string]map[int][]sample, load0, lo
 	cpu := func(s sample) float64 { return s.CPUPer1k }
 	srv := func(s sample) float64 { return s.ServerCPU }
 	for _, s := range sys {
-		fmt.Fprintf(&b, "| %s |", describe[s.name()])
+		fmt.Fprintf(b, "| %s |", describe[s.name()])
 		for _, r := range cfg.rates {
 			ss := res[s.name()][r]
 			if len(ss) == 0 {
@@ -85,13 +99,13 @@ func report(cfg config, sys []system, res map[string]map[int][]sample, load0, lo
 			if c-sc > 0.0005 {
 				pgPart = fmt.Sprintf(" (%.3f + %.3f)", sc, c-sc)
 			}
-			fmt.Fprintf(&b, " %.2f / %.2f | %.3f%s |", medianOf(ss, p50), medianOf(ss, p99), c, pgPart)
+			fmt.Fprintf(b, " %.2f / %.2f | %.3f%s |", medianOf(ss, p50), medianOf(ss, p99), c, pgPart)
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; below 1 means less latency or CPU than Herald):\n\n| system |")
 	for _, r := range cfg.rates {
-		fmt.Fprintf(&b, " %d/s p50 | %d/s p99 | %d/s CPU |", r, r, r)
+		fmt.Fprintf(b, " %d/s p50 | %d/s p99 | %d/s CPU |", r, r, r)
 	}
 	b.WriteString("\n|---|")
 	for range cfg.rates {
@@ -103,15 +117,14 @@ func report(cfg config, sys []system, res map[string]map[int][]sample, load0, lo
 		if s.name() == "herald" {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s |", s.name())
+		fmt.Fprintf(b, "| %s |", s.name())
 		for _, r := range cfg.rates {
 			ss, hs := res[s.name()][r], base[r]
-			fmt.Fprintf(&b, " %s | %s | %s |", ratio(medianOf(ss, p50), medianOf(hs, p50)),
+			fmt.Fprintf(b, " %s | %s | %s |", ratio(medianOf(ss, p50), medianOf(hs, p50)),
 				ratio(medianOf(ss, p99), medianOf(hs, p99)), ratio(medianOf(ss, cpu), medianOf(hs, cpu)))
 		}
 		b.WriteString("\n")
 	}
-	return b.String()
 }
 
 func joinInts(v []int) string {

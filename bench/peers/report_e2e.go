@@ -43,7 +43,7 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 		cfg.rounds)
 	b.WriteString("| system |")
 	for _, g := range cfg.e2eGroups {
-		fmt.Fprintf(b, " %s: delivered msgs/s (pushed/s) | %s: CPU s per 1,000 delivered (server + PG) |",
+		fmt.Fprintf(b, " %s: delivered msgs/s (pushed/s), range over rounds | %s: CPU s per 1,000 delivered (server + PG) |",
 			groupsLabel(g), groupsLabel(g))
 	}
 	b.WriteString("\n|---|")
@@ -72,7 +72,12 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 			if c-sc > 0.0005 {
 				pgPart = fmt.Sprintf(" (%.3f + %.3f)", sc, c-sc)
 			}
-			fmt.Fprintf(b, " %.0f (%.0f) | %.3f%s |", medianOf(ss, del), medianOf(ss, push), c, pgPart)
+			spread := ""
+			if len(ss) > 1 {
+				lo, hi := spanOf(ss, del)
+				spread = fmt.Sprintf(", rounds %.0f–%.0f", lo, hi)
+			}
+			fmt.Fprintf(b, " %.0f (%.0f)%s | %.3f%s |", medianOf(ss, del), medianOf(ss, push), spread, c, pgPart)
 		}
 		b.WriteString("\n")
 	}
@@ -113,6 +118,20 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 	fmt.Fprintf(b, "\nNot in this table: %s; %s; River with more than one group: River has no consumer groups "+
 		"fanning a job out to several consumers, each job is worked once.\n",
 		e2eOmitted["centrifuge"], e2eOmitted["herald-sse"])
+}
+
+// spanOf is the least and the greatest of one field over the rounds.
+func spanOf(ss []e2eSample, f func(e2eSample) float64) (lo, hi float64) {
+	for i, s := range ss {
+		v := f(s)
+		if i == 0 || v < lo {
+			lo = v
+		}
+		if i == 0 || v > hi {
+			hi = v
+		}
+	}
+	return lo, hi
 }
 
 func groupsLabel(g int) string {

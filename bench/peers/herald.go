@@ -159,17 +159,24 @@ func (h *heraldSys) e2e(ctx context.Context, groups int, warm, dur time.Duration
 	r := newE2ERun(groups)
 	cctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer func() {
+	var clients []*client.Client
+	// stop ends the subscriptions (each unsubscribes) and the connections.
+	stop := func() {
 		cancel()
 		wg.Wait()
-	}()
+		for _, c := range clients {
+			_ = c.Close()
+		}
+		clients = nil
+	}
+	defer stop()
 	subErr := make(chan error, groups)
 	for i, g := range r.groups {
 		c, err := client.Dial(cctx, h.url, client.Options{})
 		if err != nil {
 			return e2eSample{}, fmt.Errorf("dialing herald: %w", err)
 		}
-		defer func() { _ = c.Close() }()
+		clients = append(clients, c)
 		wg.Go(func() {
 			err := c.Subscribe(cctx, client.SubscribeOptions{Queue: q, ConsumerGroup: fmt.Sprintf("g%d", i),
 				Batch: e2eBatch, MaxInFlight: 1000}, func(_ context.Context, m *client.Message) error {
@@ -193,6 +200,7 @@ func (h *heraldSys) e2e(ctx context.Context, groups int, warm, dur time.Duration
 		b.WriteString(`]}`)
 		return h.post(ctx, "/api/v1/push", b.String())
 	})
+	stop()
 	select {
 	case serr := <-subErr:
 		if err == nil {
@@ -201,7 +209,7 @@ func (h *heraldSys) e2e(ctx context.Context, groups int, warm, dur time.Duration
 	default:
 	}
 	// Each run starts from an empty queue, as the NATS runs start from a
-	// new stream.
+	// new stream; the consumers are gone by now.
 	if derr := h.deleteQueue(ctx, q); derr != nil && err == nil {
 		err = derr
 	}

@@ -234,6 +234,13 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			targetKeys = append(targetKeys, in.key)
 		}
 		cands[i] = candidate{id: i, target: ti, specific: in.Target.Partition != "", seq: in.seq, partitions: in.Partitions}
+		// The pre-flight reports as many partitions per target as its
+		// intentions could take together.
+		if cands[i].specific {
+			targets[ti].Want++
+		} else {
+			targets[ti].Want += max(in.Partitions, 1)
+		}
 	}
 
 	start := time.Now()
@@ -257,7 +264,9 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	var dead []queue.Availability
 	dueAt := map[string]time.Time{}
 	for _, a := range avail {
-		w.partitionIDs.Add(a.Queue+"\x00"+a.Partition, a.PartitionID)
+		if a.PartitionID != "" {
+			w.partitionIDs.Add(a.Queue+"\x00"+a.Partition, a.PartitionID)
+		}
 		switch {
 		case !a.HasConsumer:
 			needRows[a.Target] = true

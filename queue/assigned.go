@@ -48,7 +48,7 @@ WITH a AS (
 	JOIN consumers c ON c.partition_id = a.pid::uuid AND c.consumer_group = a.grp
 	JOIN partitions p ON p.id = c.partition_id
 	JOIN queues q ON q.id = p.queue_id
-	WHERE p.last_offset > c.cursor
+	WHERE c.last_offset > c.cursor
 	  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 	  AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
 	  AND NOT (c.lease_id IS NOT NULL AND c.lease_to > c.cursor

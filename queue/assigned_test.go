@@ -33,14 +33,16 @@ func TestPreflight(t *testing.T) {
 	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.LeaseTime = 60 })})
 	require.NoError(t, err)
 
-	av := availability(t, s, queue.Target{Queue: "q"})
-	require.Len(t, av, 2)
-	assert.False(t, av["a/"+queue.DefaultGroup].HasConsumer, "no consumer row before the first pop")
-	assert.True(t, av["a/"+queue.DefaultGroup].Eligible)
+	av := availability(t, s, queue.Target{Queue: "q", Want: 2})
+	require.Len(t, av, 1, "a group not registered on the queue is one row, whatever its partitions")
+	assert.False(t, av["/"+queue.DefaultGroup].HasConsumer, "no consumer rows before the group registers")
 
 	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q"}, {Queue: "q", Group: "late", SubscriptionMode: "new"}}))
-	av = availability(t, s, queue.Target{Queue: "q"}, queue.Target{Queue: "q", Group: "late"})
+	av = availability(t, s, queue.Target{Queue: "q", Want: 2}, queue.Target{Queue: "q", Group: "late"})
+	require.Len(t, av, 2)
 	assert.True(t, av["a/"+queue.DefaultGroup].HasConsumer)
+	assert.True(t, av["a/"+queue.DefaultGroup].Eligible)
+	assert.True(t, av["b/"+queue.DefaultGroup].Eligible)
 	assert.Equal(t, int64(3), av["a/"+queue.DefaultGroup].Waiting)
 	assert.Equal(t, 0, av["a/"+queue.DefaultGroup].Target)
 	_, ok := av["a/late"]
@@ -60,12 +62,14 @@ func TestPreflight(t *testing.T) {
 	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "w", Options: optsJSON(func(o *queue.Options) { o.WindowBuffer = 30 })})
 	require.NoError(t, err)
 	push(t, s, "w", "", nums(1, 1)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "w"}}))
 	a = availability(t, s, queue.Target{Queue: "w"})["Default/"+queue.DefaultGroup]
 	assert.False(t, a.Eligible)
 	assert.WithinDuration(t, time.Now().Add(30*time.Second), a.EligibleAt, 5*time.Second)
 	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "d", Options: optsJSON(func(o *queue.Options) { o.DelayedProcessing = 20 })})
 	require.NoError(t, err)
 	push(t, s, "d", "", nums(1, 1)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "d"}}))
 	a = availability(t, s, queue.Target{Queue: "d"})["Default/"+queue.DefaultGroup]
 	assert.False(t, a.Eligible)
 	assert.WithinDuration(t, time.Now().Add(20*time.Second), a.EligibleAt, 5*time.Second)
@@ -98,7 +102,7 @@ func TestPopAssigned(t *testing.T) {
 	push(t, s, "q", "b", nums(4, 6)...)
 	push(t, s, "q", "c", nums(7, 9)...)
 	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q"}}))
-	av := availability(t, s, queue.Target{Queue: "q"})
+	av := availability(t, s, queue.Target{Queue: "q", Want: 3})
 	pa, pb, pc := av["a/"+queue.DefaultGroup].PartitionID, av["b/"+queue.DefaultGroup].PartitionID, av["c/"+queue.DefaultGroup].PartitionID
 
 	l1, l2 := queue.NewID(), queue.NewID()
@@ -162,14 +166,20 @@ func TestQueryStats_CountsEveryStatement(t *testing.T) {
 	stats := s.QueryStats()
 	require.NotNil(t, stats)
 	before := stats.Snapshot()
-	push(t, s, "q", "", nums(1, 1)...) // cache miss: resolve batch (3) + lock + insert
-	pop(t, s, queue.PopRequest{Queue: "q"})
+	push(t, s, "q", "", nums(1, 2)...)      // cache miss: resolve batch (4) + lock + insert
+	pop(t, s, queue.PopRequest{Queue: "q"}) // registers the group (a transaction of its own), then claims again
 	after := stats.Snapshot()
 	assert.Equal(t, before["push_insert"]+1, after["push_insert"])
 	assert.Equal(t, before["push_lock"]+1, after["push_lock"])
-	assert.Equal(t, before["pop_lock"]+1, after["pop_lock"])
-	assert.Equal(t, before["begin"]+1, after["begin"], "transactions count their begin")
-	assert.Equal(t, before["commit"]+1, after["commit"])
+	assert.Equal(t, before["pop_lock"]+2, after["pop_lock"])
+	assert.Equal(t, before["group_register"]+1, after["group_register"])
+	assert.Equal(t, before["begin"]+3, after["begin"], "transactions count their begin")
+	assert.Equal(t, before["commit"]+2, after["commit"])
+	assert.Equal(t, before["rollback"]+1, after["rollback"])
+	// A known group: one group check and one claim (the partition is
+	// leased: nothing to fetch).
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Partition: "Default"}).Messages)
+	assert.Equal(t, map[string]uint64{"begin": 1, "group_missing": 1, "pop_lock": 1, "commit": 1}, opsSince(stats, after))
 	total := stats.Total()
 	_, err := s.Preflight(ctxT(t), []queue.Target{{Queue: "q"}})
 	require.NoError(t, err)

@@ -121,7 +121,8 @@ func TestQueueStatus(t *testing.T) {
 	st, err = s.QueueStatus(ctx, "st")
 	require.NoError(t, err)
 	assert.Equal(t, &queue.QueueStatus{Queue: "st", Exists: true, Partitions: 2, Pushed: 6, Groups: []queue.GroupStatus{
-		{Group: "g1", Lag: 3, Leased: 1}, // 3 in a, none finished, 2 of them leased
-		{Group: "g2", Lag: 0},            // read b only, all 3 acked
+		// Once a group is on a queue, every partition counts.
+		{Group: "g1", Lag: 6, Leased: 1}, // none finished, 2 of a leased
+		{Group: "g2", Lag: 3},            // all 3 of b acked, a untouched
 	}}, st)
 }

@@ -12,6 +12,19 @@
 // lease over a contiguous range, and the failed-attempt count of the first
 // pending offset. Messages waiting for a group = last_offset − cursor.
 //
+// # Consumer rows
+//
+// A consumers row also holds its queue id and a copy of its partition's
+// last_offset, which every push writes under the partition lock, so the
+// pairs with work for a group are one range of the partial index
+// consumers_ready (WHERE last_offset > cursor): pops and the pre-flight read
+// as many entries as they want partitions, at any partition count. For that,
+// a group registered on a queue (consumer_groups) has a row on every
+// partition of it: resolvePartitions gives a new partition one per group,
+// under the queue row's share lock; registerGroup gives a group new to a
+// queue one per partition, under the queue row's no-key-update lock and the
+// partitions' share locks, so one of the two always sees the other.
+//
 // # Delivery
 //
 //	          pop                      ack completed (whole range)
@@ -36,8 +49,12 @@
 //
 // Store is safe for concurrent use and holds no state but an LRU of
 // partition ids. Pops claim (partition, group) rows with FOR UPDATE SKIP
-// LOCKED, so concurrent pops never lease the same pair; pushes lock their
-// partition rows in id order, so they cannot deadlock each other. Pushes
+// LOCKED, so concurrent pops never lease the same pair and never wait. Locks
+// are taken in one order: queue row, partition rows by id, consumer rows
+// by (partition, group). Pushes lock their partitions then those
+// partitions' consumer rows (lock_for_push), acks the consumer rows they
+// need, a registration the queue then its partitions, so none of them
+// can deadlock another. Pushes
 // that arrive while Config.PushFlushers pushes are in flight wait and are
 // merged into one transaction (pushCoalescer); the callers themselves run the
 // merged push, so there is no background goroutine to start or stop.

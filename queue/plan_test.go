@@ -73,7 +73,8 @@ func TestWarmPushIssuesNoLookup(t *testing.T) {
 	before = stats.Snapshot()
 	_, err = s.Push(ctx, []queue.PushItem{{Queue: "warm", Partition: "p2", Payload: json.RawMessage(`1`)}})
 	require.NoError(t, err)
-	assert.Equal(t, map[string]uint64{"create_partitions": 1, "resolve_partitions": 1, "push_lock": 1, "push_insert": 1},
+	assert.Equal(t, map[string]uint64{"lock_queues": 1, "create_partitions": 1, "resolve_partitions": 1, "push_lock": 1,
+		"push_insert": 1},
 		opsSince(stats, before))
 }
 

@@ -136,10 +136,9 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 // the ones a filter variant does not use.
 const paramTypes = "$1::text IS NOT NULL AND $2::text IS NOT NULL AND $3::text IS NOT NULL AND $4::text IS NOT NULL"
 
-// popFilter builds the WHERE fragment that selects queues and, when
-// withPartition, partitions. Parameters $1..$4 are queue name, namespace,
-// task, partition name.
-func popFilter(r *PopRequest, withPartition bool) string {
+// popFilter builds the WHERE fragment that selects queues. Parameters
+// $1..$4 are queue name, namespace, task, partition name.
+func popFilter(r *PopRequest) string {
 	f := []string{paramTypes}
 	if r.Queue != "" {
 		f = append(f, "q.name = $1")
@@ -151,57 +150,122 @@ func popFilter(r *PopRequest, withPartition bool) string {
 			f = append(f, "q.task = $3")
 		}
 	}
-	if withPartition && r.Partition != "" {
-		f = append(f, "p.name = $4")
-	}
 	return strings.Join(f, " AND ")
 }
 
-// Parameters of the ensure statement: $1..$4 as popFilter, $5 group,
-// $6 subscribe-now, $7 subscribe-from.
-const popEnsureSQL = `-- herald:pop_ensure
-WITH qs AS (
-	SELECT q.id FROM queues q WHERE %[1]s
-), g AS (
+// groupMissingSQL lists the queues the request selects that do not know
+// the group yet. Parameters as popFilter, $5 group.
+const groupMissingSQL = `-- herald:group_missing
+SELECT q.id::text FROM queues q
+WHERE %s AND NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = q.id AND g.name = $5)`
+
+// groupLockSQL is groupMissingSQL that also locks those queues (FOR NO KEY
+// UPDATE, which a partition's creation waits for: see resolvePartitions),
+// in id order.
+const groupLockSQL = groupMissingSQL + `
+ORDER BY q.id
+FOR NO KEY UPDATE OF q`
+
+// groupPartitionsSQL share-locks the partitions of the queues being
+// registered, in id order: a push in flight commits first, so the
+// registration reads its last_offset; a later push sees the new rows.
+const groupPartitionsSQL = `-- herald:group_partitions
+SELECT count(*) FROM (SELECT 1 FROM partitions p WHERE p.queue_id = ANY($1::uuid[]) ORDER BY p.id FOR SHARE) x`
+
+// groupRegisterSQL records a group's first subscription to each queue and
+// gives it a consumer row on every partition, starting after the messages
+// older than its subscription. $1 queue ids, $2 group, $3 subscribe-now,
+// $4 subscribe-from.
+const groupRegisterSQL = `-- herald:group_register
+WITH g AS (
 	INSERT INTO consumer_groups (queue_id, name, subscribed_from)
-	SELECT id, $5, CASE WHEN $6::bool THEN now() ELSE $7::timestamptz END FROM qs ORDER BY id
+	SELECT id, $2, CASE WHEN $3::bool THEN now() ELSE $4::timestamptz END FROM unnest($1::uuid[]) AS id ORDER BY id
 	ON CONFLICT DO NOTHING
 	RETURNING queue_id, subscribed_from
-), gs AS (
-	SELECT queue_id, subscribed_from FROM g
-	UNION ALL
-	SELECT cg.queue_id, cg.subscribed_from FROM consumer_groups cg JOIN qs ON qs.id = cg.queue_id WHERE cg.name = $5
 )
-INSERT INTO consumers (partition_id, consumer_group, cursor)
-SELECT p.id, $5, CASE WHEN gs.subscribed_from IS NULL THEN 0 ELSE coalesce((
-	SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < gs.subscribed_from
+INSERT INTO consumers (partition_id, consumer_group, queue_id, last_offset, cursor)
+SELECT p.id, $2, p.queue_id, p.last_offset, CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
+	SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < g.subscribed_from
 	ORDER BY m.seq DESC LIMIT 1), 0) END
-FROM partitions p JOIN queues q ON q.id = p.queue_id JOIN gs ON gs.queue_id = p.queue_id
-WHERE %[2]s AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = p.id AND c.consumer_group = $5)
-ORDER BY p.id -- one lock order for every instance creating the same rows (no deadlock)
+FROM partitions p JOIN g ON g.queue_id = p.queue_id
+ORDER BY p.id
 ON CONFLICT DO NOTHING`
+
+// registerGroup registers req's group on the queues it selects that do not
+// know it, in a transaction of its own that takes, in order: those queues'
+// locks, their partitions' share locks (a statement of its own, so that
+// the insert after it starts with a snapshot holding every push committed
+// before the locks), then the rows. It holds no consumer row while it
+// waits, so a push waiting for one cannot deadlock with it.
+func (s *Store) registerGroup(ctx context.Context, req *PopRequest, subNow bool, subFrom *time.Time) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, fmt.Sprintf(groupLockSQL, popFilter(req)),
+			req.Queue, req.Namespace, req.Task, req.Partition, req.Group)
+		if err != nil {
+			return err
+		}
+		ids, err := readIDs(rows)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(groupPartitionsSQL, ids)
+		b.Queue(groupRegisterSQL, ids, req.Group, subNow, subFrom)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("registering consumer group %s: %w", req.Group, err)
+	}
+	return nil
+}
+
+// readIDs collects a one-column text result.
+func readIDs(rows pgx.Rows) ([]string, error) {
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	rows.Close()
+	return out, rows.Err()
+}
 
 // popLockSQL claims (partition, group) pairs that have work, no live lease,
 // are past the window buffer and whose next message is past the delay. The
 // least recently leased go first, so busy partitions cannot starve others.
-// $5 group, $6 how many.
+// Each selected queue is read as one range of consumers_ready: the cost does
+// not grow with its partitions. A pop over several queues locks up to $6
+// rows in each and keeps $6 (the others are free again at its commit).
+// $5 group, $6 how many; %[2]s narrows to one partition by name ($4).
 const popLockSQL = `-- herald:pop_lock
 SELECT c.partition_id::text, p.name, q.id::text, q.name, c.cursor, c.done, c.lease_id::text,
        coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq,
        q.lease_time, q.retry_limit, q.delayed_processing
-FROM consumers c
+FROM queues q
+CROSS JOIN LATERAL (
+	SELECT c.* FROM consumers c
+	WHERE c.queue_id = q.id AND c.consumer_group = $5 AND c.last_offset > c.cursor %[2]s
+	  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+	  AND (q.window_buffer = 0 OR (SELECT p.last_push_at FROM partitions p WHERE p.id = c.partition_id)
+	       <= now() - make_interval(secs => q.window_buffer))
+	  AND (q.delayed_processing = 0 OR EXISTS (
+		SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
+		AND m.created_at <= now() - make_interval(secs => q.delayed_processing)))
+	ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+	LIMIT $6
+	FOR UPDATE SKIP LOCKED
+) c
 JOIN partitions p ON p.id = c.partition_id
-JOIN queues q ON q.id = p.queue_id
-WHERE %[1]s AND c.consumer_group = $5
-  AND p.last_offset > c.cursor
-  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-  AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
-  AND (q.delayed_processing = 0 OR EXISTS (
-	SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
-	AND m.created_at <= now() - make_interval(secs => q.delayed_processing)))
-ORDER BY c.leased_at NULLS FIRST, c.partition_id
-LIMIT $6
-FOR UPDATE OF c SKIP LOCKED`
+WHERE %[1]s
+ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+LIMIT $6`
+
+// onePartition narrows popLockSQL to the partition named $4.
+const onePartition = "AND c.partition_id = (SELECT p1.id FROM partitions p1 WHERE p1.queue_id = q.id AND p1.name = $4)"
 
 // popFetchSQL reads up to lim messages after each cursor. visible is false
 // for a message still inside the queue's delay; delivery stops there so order
@@ -247,10 +311,23 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &PopResult{Group: req.Group}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return s.popTx(ctx, tx, &req, subFrom, subNow, res)
-	})
+	var res *PopResult
+	for attempt := 0; ; attempt++ {
+		res = &PopResult{Group: req.Group}
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			return s.popTx(ctx, tx, &req, attempt == 0, res)
+		})
+		if !errors.Is(err, errUnregistered) {
+			break
+		}
+		// Rare: the group is new to a queue. It is registered in a
+		// transaction of its own, which holds no consumer row while it
+		// waits for pushes to the queue's partitions; then the pop runs
+		// again.
+		if err := s.registerGroup(ctx, &req, subNow, subFrom); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -258,48 +335,47 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	return res, nil
 }
 
-func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, subFrom *time.Time, subNow bool, res *PopResult) error {
-	filter := popFilter(req, true)
-	args := []any{req.Queue, req.Namespace, req.Task, req.Partition}
-	limit := 1
+// errUnregistered: the pop's group is not registered on a queue it selects.
+var errUnregistered = errors.New("consumer group not registered on the queue")
+
+// popTx leases in tx. With register, a queue that does not know the group
+// yet fails it with errUnregistered (before anything is written), for Pop to
+// register the group and run it again; otherwise such queues are skipped.
+func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register bool, res *PopResult) error {
+	filter := popFilter(req)
+	args := []any{req.Queue, req.Namespace, req.Task, req.Partition, req.Group}
+	limit, one := 1, onePartition
 	if req.Partition == "" {
-		limit = req.Partitions
+		limit, one = req.Partitions, ""
 	}
 	b := &pgx.Batch{}
-	b.Queue(fmt.Sprintf(popEnsureSQL, popFilter(req, false), filter), append(args, req.Group, subNow, subFrom)...)
-	b.Queue(fmt.Sprintf(popLockSQL, filter), append(args, req.Group, limit)...)
+	b.Queue(fmt.Sprintf(groupMissingSQL, filter), args...)
+	b.Queue(fmt.Sprintf(popLockSQL, filter, one), append(args, limit)...)
 	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return fmt.Errorf("registering consumer group: %w", err)
-	}
 	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return fmt.Errorf("checking consumer group: %w", err)
+	}
+	missing, err := readIDs(rows)
+	if err != nil {
+		_ = br.Close()
+		return fmt.Errorf("checking consumer group: %w", err)
+	}
+	if len(missing) > 0 && register {
+		_ = br.Close()
+		return errUnregistered
+	}
+	rows, err = br.Query()
 	if err != nil {
 		_ = br.Close()
 		return fmt.Errorf("claiming partitions: %w", err)
 	}
-	var claims []*claimed
-	for rows.Next() {
-		c := &claimed{}
-		var leaseID *string
-		if err := rows.Scan(&c.partitionID, &c.partition, &c.queueID, &c.queue, &c.st.cursor, &c.st.done, &leaseID,
-			&c.st.leaseFrom, &c.st.leaseTo, &c.st.attempts, &c.st.attemptSeq,
-			&c.leaseTime, &c.retryLimit, &c.delay); err != nil {
-			rows.Close()
-			_ = br.Close()
-			return fmt.Errorf("claiming partitions: %w", err)
-		}
-		if leaseID != nil {
-			c.st.leaseID = *leaseID
-		}
-		claims = append(claims, c)
+	claims, err := readClaims(rows)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		_ = br.Close()
-		return fmt.Errorf("claiming partitions: %w", err)
-	}
-	if err := br.Close(); err != nil {
+	if err != nil {
 		return fmt.Errorf("claiming partitions: %w", err)
 	}
 	if len(claims) == 0 {
@@ -370,6 +446,26 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, subFrom *
 		res.LeaseID = leaseID
 	}
 	return u.exec(ctx, tx)
+}
+
+// readClaims reads popLockSQL's rows.
+func readClaims(rows pgx.Rows) ([]*claimed, error) {
+	defer rows.Close()
+	var claims []*claimed
+	for rows.Next() {
+		c := &claimed{}
+		var leaseID *string
+		if err := rows.Scan(&c.partitionID, &c.partition, &c.queueID, &c.queue, &c.st.cursor, &c.st.done, &leaseID,
+			&c.st.leaseFrom, &c.st.leaseTo, &c.st.attempts, &c.st.attemptSeq,
+			&c.leaseTime, &c.retryLimit, &c.delay); err != nil {
+			return nil, err
+		}
+		if leaseID != nil {
+			c.st.leaseID = *leaseID
+		}
+		claims = append(claims, c)
+	}
+	return claims, rows.Err()
 }
 
 // maxFetchRounds bounds how often one pop reads a partition further after

@@ -1,13 +1,9 @@
 package queue
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Target is what a waiting consumer wants: one queue by name, or the queues
@@ -26,6 +22,10 @@ type Target struct {
 	// subscriptions start there, not at the later moment EnsureConsumers
 	// runs. Zero means the database's now.
 	Since time.Time
+	// Want is how many partitions the consumers of this target could take
+	// at once (zero means 1): the pre-flight reports that many eligible
+	// ones at most, plus the next one to become eligible.
+	Want int
 }
 
 // Availability is one partition that has messages beyond a group's cursor,
@@ -39,9 +39,10 @@ type Availability struct {
 	// Waiting is how many messages the group has not finished:
 	// last_offset − cursor − (done above the cursor).
 	Waiting int64
-	// HasConsumer is false when the group has no consumer row for the
-	// partition yet: EnsureConsumers must create it (its starting cursor
-	// depends on the subscription) before the partition can be leased.
+	// HasConsumer is false when the group is not registered on the queue
+	// yet (PartitionID and Partition are then empty): EnsureConsumers must
+	// register it (its starting cursors depend on the subscription) before
+	// any partition can be leased.
 	HasConsumer bool
 	// Eligible: the partition can be leased now. Otherwise EligibleAt says
 	// when it can (lease expiry, end of the window buffer, the first
@@ -54,38 +55,52 @@ type Availability struct {
 	DeadOnExpiry bool
 }
 
-// preflightSQL answers, in one statement, for every target: the partitions
+// preflightSQL answers, in one statement, for every target: partitions
 // with unfinished messages for the group, whether each can be leased now and
-// if not, when. It reads partition and consumer rows only (waiting =
-// last_offset − cursor), plus one index probe on messages per partition of
-// a queue with delayed processing.
+// if not, when. Each (queue, group) is one range of consumers_ready, read in
+// the order pops take it and cut after want + 1 rows: the eligible ones come
+// first, then the soonest to free, so the cost does not grow with the
+// queue's partitions. It reads consumer and partition rows (waiting =
+// last_offset − cursor − done), plus one index probe on messages per
+// partition of a queue with delayed processing. A queue the group is not
+// registered on (with messages) is one row with has_consumer false.
 const preflightSQL = `-- herald:preflight
 WITH k AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-	       WITH ORDINALITY AS k(qname, ns, task, pname, grp, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
+	       WITH ORDINALITY AS k(qname, ns, task, pname, grp, want, ord)
 ), kq AS (
-	SELECT k.ord, k.pname, k.grp, q.* FROM k JOIN queues q ON q.name = k.qname WHERE k.qname <> ''
+	SELECT k.ord, k.pname, k.grp, k.want, q.* FROM k JOIN queues q ON q.name = k.qname WHERE k.qname <> ''
 	UNION ALL
-	SELECT k.ord, k.pname, k.grp, q.* FROM k JOIN queues q
+	SELECT k.ord, k.pname, k.grp, k.want, q.* FROM k JOIN queues q
 	  ON (k.ns = '' OR q.namespace = k.ns) AND (k.task = '' OR q.task = k.task) WHERE k.qname = ''
 ), rows AS (
-	SELECT kq.ord, kq.name AS qname, p.id AS pid, p.name AS pname, kq.grp,
-	       p.last_offset - coalesce(c.cursor, 0) - coalesce(cardinality(c.done), 0) AS waiting,
-	       c.partition_id IS NOT NULL AS has_consumer,
+	SELECT kq.ord, kq.name AS qname, p.id::text AS pid, p.name AS pname, kq.grp,
+	       c.last_offset - c.cursor - cardinality(c.done) AS waiting, true AS has_consumer,
 	       CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease_until,
 	       CASE WHEN kq.window_buffer > 0 AND p.last_push_at > now() - make_interval(secs => kq.window_buffer)
 	            THEN p.last_push_at + make_interval(secs => kq.window_buffer) END AS window_until,
 	       CASE WHEN kq.delayed_processing > 0 THEN (
 	            SELECT m.created_at + make_interval(secs => kq.delayed_processing) FROM messages m
-	            WHERE m.partition_id = p.id AND m.seq = coalesce(c.cursor, 0) + 1) END AS visible_at,
+	            WHERE m.partition_id = p.id AND m.seq = c.cursor + 1) END AS visible_at,
 	       (c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
 	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit) AS dead_on_expiry
 	FROM kq
-	JOIN partitions p ON p.queue_id = kq.id AND (kq.pname = '' OR p.name = kq.pname)
-	LEFT JOIN consumers c ON c.partition_id = p.id AND c.consumer_group = kq.grp
-	WHERE p.last_offset > coalesce(c.cursor, 0)
+	CROSS JOIN LATERAL (
+		SELECT c.* FROM consumers c
+		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
+		  AND (kq.pname = '' OR c.partition_id = (
+		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
+		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+		LIMIT greatest(kq.want, 1) + 1
+	) c
+	JOIN partitions p ON p.id = c.partition_id
+	UNION ALL
+	SELECT kq.ord, kq.name, '', '', kq.grp, 0, false, NULL, NULL, NULL, false
+	FROM kq
+	WHERE NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = kq.id AND g.name = kq.grp)
+	  AND EXISTS (SELECT 1 FROM partitions p WHERE p.queue_id = kq.id AND p.last_offset > 0)
 )
-SELECT ord, qname, pid::text, pname, grp, waiting, has_consumer, dead_on_expiry,
+SELECT ord, qname, pid, pname, grp, waiting, has_consumer, dead_on_expiry,
        lease_until IS NULL AND window_until IS NULL AND (visible_at IS NULL OR visible_at <= now()) AS eligible,
        GREATEST(lease_until, window_until, CASE WHEN visible_at > now() THEN visible_at END) AS eligible_at
 FROM rows`
@@ -99,14 +114,16 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 	}
 	n := len(targets)
 	qn, ns, tk, pn, gr := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	want := make([]int32, n)
 	for i, t := range targets {
 		g := t.Group
 		if g == "" {
 			g = DefaultGroup
 		}
 		qn[i], ns[i], tk[i], pn[i], gr[i] = t.Queue, t.Namespace, t.Task, t.Partition, g
+		want[i] = int32(min(max(t.Want, 1), MaxPartitions*100)) // #nosec G115 -- bounded above
 	}
-	rows, err := s.pool.Query(ctx, preflightSQL, qn, ns, tk, pn, gr)
+	rows, err := s.pool.Query(ctx, preflightSQL, qn, ns, tk, pn, gr, want)
 	if err != nil {
 		return nil, fmt.Errorf("running pre-flight: %w", err)
 	}
@@ -132,19 +149,12 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 	return out, nil
 }
 
-// EnsureConsumers creates the consumer rows (and consumer group records)
-// that targets need, with each new group's starting cursor set by its
-// subscription options, in one round trip.
+// EnsureConsumers registers the targets' groups on the queues they select
+// and do not know them yet, each with a consumer row on every partition and
+// starting cursors set by its subscription options. Each target is a
+// transaction of its own (its queues locked in id order), so instances
+// registering at once cannot deadlock.
 func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
-	// The statements run in one transaction, and instances creating the
-	// same rows at once must take their locks in the same order: sort by
-	// group, then queue (and partition), as the rows are keyed.
-	targets = slices.Clone(targets)
-	slices.SortFunc(targets, func(a, b Target) int {
-		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Namespace, b.Namespace),
-			cmp.Compare(a.Task, b.Task), cmp.Compare(a.Partition, b.Partition))
-	})
-	b := &pgx.Batch{}
 	for _, t := range targets {
 		req := PopRequest{Queue: t.Queue, Namespace: t.Namespace, Task: t.Task, Partition: t.Partition, Group: t.Group,
 			SubscriptionMode: t.SubscriptionMode, SubscriptionFrom: t.SubscriptionFrom}
@@ -159,14 +169,9 @@ func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
 			since := t.Since
 			subNow, subFrom = false, &since
 		}
-		b.Queue(fmt.Sprintf(popEnsureSQL, popFilter(&req, false), popFilter(&req, true)),
-			req.Queue, req.Namespace, req.Task, req.Partition, req.Group, subNow, subFrom)
-	}
-	if b.Len() == 0 {
-		return nil
-	}
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("creating consumer rows: %w", err)
+		if err := s.registerGroup(ctx, &req, subNow, subFrom); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -279,13 +279,19 @@ func optString(s string) *string {
 }
 
 // pushLockSQL takes the partition row locks in id order (no deadlocks between
-// pushes to overlapping partitions). The statement after it then starts with a
-// snapshot taken after the locks, so it sees every committed duplicate.
+// pushes to overlapping partitions), then their consumer rows in key order,
+// as acks take them (see lock_for_push in the migrations). The statement
+// after it then starts with a snapshot taken after the locks, so it sees
+// every committed duplicate and every consumer row of the partitions. NO
+// KEY UPDATE: the locks do not block the key-share locks a dead-letter
+// insert takes on the partition.
 const pushLockSQL = `-- herald:push_lock
-SELECT id FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+SELECT lock_for_push($1::uuid[])`
 
 // pushInsertSQL finds duplicates, numbers the fresh rows densely per
-// partition from last_offset, bumps last_offset and inserts, in one statement.
+// partition from last_offset, bumps last_offset, copies it to the
+// partition's consumer rows (which puts them in consumers_ready) and
+// inserts, in one statement.
 const pushInsertSQL = `-- herald:push_insert
 WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
@@ -309,7 +315,9 @@ WITH input AS (
 ), bumped AS (
 	UPDATE partitions p SET last_offset = p.last_offset + c.n, last_push_at = now()
 	FROM counts c WHERE p.id = c.partition_id
-	RETURNING p.id, p.last_offset - c.n AS base
+	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base
+), ready AS (
+	UPDATE consumers c SET last_offset = b.last_offset FROM bumped b WHERE c.partition_id = b.id
 ), inserted AS (
 	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload)
 	SELECT f.partition_id, b.base + f.rn, f.id, f.txid, f.trace_id, f.producer_sub, f.payload
@@ -326,22 +334,14 @@ func (p *pushPlan) batch() *pgx.Batch {
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {
-	rows, err := br.Query()
-	if err != nil {
+	var locked int64
+	if err := br.QueryRow().Scan(&locked); err != nil {
 		return fmt.Errorf("locking partitions: %w", err)
 	}
-	locked := 0
-	for rows.Next() {
-		locked++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("locking partitions: %w", err)
-	}
-	if locked != len(p.partIDs) {
+	if locked != int64(len(p.partIDs)) {
 		return fmt.Errorf("locking partitions: %w", errRaced)
 	}
-	rows, err = br.Query()
+	rows, err := br.Query()
 	if err != nil {
 		return fmt.Errorf("inserting messages: %w", err)
 	}

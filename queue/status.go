@@ -20,7 +20,7 @@ type QueueStatus struct {
 type GroupStatus struct {
 	Group string `json:"group"`
 	// Lag is how many pushed messages the group has not finished, over
-	// the partitions it has read from.
+	// every partition of the queue (since the group's registration).
 	Lag int64 `json:"lag"`
 	// Leased is how many of its partitions are under a live lease.
 	Leased int `json:"leased"`

@@ -294,13 +294,26 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	// Each statement takes its own snapshot, so the final SELECT sees rows
 	// that a concurrent creator committed meanwhile. It also returns the
 	// queue's settings, which fill the config cache for free.
+	//
+	// A new partition gets a consumer row per group of its queue. The
+	// queue's share lock, taken before, orders this with a group's
+	// registration (registerGroupSQL): either the registration sees the
+	// partition, or the insert's later snapshot sees the group.
+	b.Queue(`-- herald:lock_queues
+		SELECT q.id FROM queues q WHERE q.name = ANY($1::text[]) ORDER BY q.id FOR SHARE`, missQ)
 	b.Queue(`-- herald:create_partitions
-		INSERT INTO partitions (id, queue_id, name)
-		SELECT t.id::uuid, q.id, t.partition
-		FROM unnest($1::text[], $2::text[], $3::text[]) AS t(id, queue, partition)
-		JOIN queues q ON q.name = t.queue
-		ORDER BY q.id, t.partition
-		ON CONFLICT (queue_id, name) DO NOTHING`, pids, missQ, missP)
+		WITH created AS (
+			INSERT INTO partitions (id, queue_id, name)
+			SELECT t.id::uuid, q.id, t.partition
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS t(id, queue, partition)
+			JOIN queues q ON q.name = t.queue
+			ORDER BY q.id, t.partition
+			ON CONFLICT (queue_id, name) DO NOTHING
+			RETURNING id, queue_id
+		)
+		INSERT INTO consumers (partition_id, consumer_group, queue_id)
+		SELECT c.id, g.name, c.queue_id FROM created c JOIN consumer_groups g ON g.queue_id = c.queue_id
+		ORDER BY c.id, g.name`, pids, missQ, missP)
 	b.Queue(`-- herald:resolve_partitions
 		SELECT t.partition, p.id::text, `+queueInfoColumns+`
 		FROM unnest($1::text[], $2::text[]) AS t(queue, partition)
@@ -312,6 +325,9 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 		if _, err := br.Exec(); err != nil {
 			return nil, fmt.Errorf("creating queues: %w", err)
 		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("locking queues: %w", err)
 	}
 	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("creating partitions: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -83,7 +84,106 @@ type AckResult struct {
 // applied whole; the item that gave it back may not be acked again in the
 // same request. It costs two round trips: BEGIN with the reads, then the
 // writes with COMMIT.
+//
+// Concurrent calls may share one transaction (see coalescer and
+// ackBatcher): each gets exactly the results it would get alone. acks is
+// normalized in place (Group and Status defaults), as callers read them
+// back with the results.
 func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
+	if len(acks) == 0 {
+		return []AckResult{}, nil
+	}
+	if err := normalizeAcks(acks); err != nil {
+		return nil, err
+	}
+	req := ackReq{acks: acks, keys: make([]consumerKey, 0, 1)}
+	for _, a := range acks {
+		if !ValidUUID(a.PartitionID) {
+			continue // locks nothing
+		}
+		// ValidUUID accepts either case; the row is the same.
+		k := consumerKey{strings.ToLower(a.PartitionID), a.Group}
+		if n := len(req.keys); n == 0 || req.keys[n-1] != k {
+			req.keys = append(req.keys, k)
+		}
+	}
+	return s.acks.do(ctx, req)
+}
+
+// ackReq is one Ack call waiting to be merged: its items, and the
+// (partition, group) pairs they lock, in no order, possibly repeated.
+type ackReq struct {
+	acks []Ack
+	keys []consumerKey
+}
+
+// ackBatcher admits into one transaction only ack requests whose
+// (partition, group) pairs are disjoint from those of every request offered
+// before them in the batch; a request that shares one waits for a later
+// batch, and so does any later request sharing a pair with it (the pair's
+// requests keep their arrival order).
+//
+// Why disjoint requests, rather than per-request boundaries inside ackTx:
+// everything ackTx carries from one item to the next lives in the
+// lockedConsumer of the item's pair (the lease live when the request
+// started, the offsets given back, the item after which the lease ends),
+// and Store.Ack proves no leases (proven is nil; only Transaction passes
+// any, and it does not coalesce). So when no two requests share a pair,
+// each lockedConsumer sees the items of one request only, and one ackTx
+// over the concatenated requests computes for every item exactly what
+// ackTx over its own request would: the requests write disjoint consumer
+// rows and dead letters, and the message lookup only reads. Keeping the
+// boundaries inside ackTx instead would mean ending a released lease
+// between two requests on the same row, re-deciding which lease is live
+// for the next one, and folding several requests' states into the row's
+// one update: more code in the path every ack takes, for a case that is
+// rare (one consumer acking one lease from two requests at once) and costs
+// it no more than one batch of waiting.
+type ackBatcher struct {
+	items int
+	first []consumerKey        // the first request's pairs, until a second comes
+	seen  map[consumerKey]bool // every pair offered so far, from the second on
+}
+
+func (b *ackBatcher) offer(r ackReq) verdict {
+	if b.items > 0 && b.items+len(r.acks) > coalesceMaxItems {
+		return full
+	}
+	if b.items == 0 && b.seen == nil {
+		b.first, b.items = r.keys, len(r.acks)
+		return join
+	}
+	if b.seen == nil {
+		b.seen = make(map[consumerKey]bool, 2*len(b.first))
+		for _, k := range b.first {
+			b.seen[k] = true
+		}
+	}
+	v := join
+	for _, k := range r.keys {
+		if b.seen[k] {
+			v = wait
+			break
+		}
+	}
+	for _, k := range r.keys {
+		b.seen[k] = true
+	}
+	if v == join {
+		b.items += len(r.acks)
+	}
+	return v
+}
+
+// newAckCoalescer merges acks: run (ackNow) gets the items of every request
+// of a batch in one slice.
+func newAckCoalescer(flushers int, run func(context.Context, []Ack) ([]AckResult, error)) *coalescer[ackReq, []AckResult] {
+	return newCoalescer(flushers, func() batcher[ackReq] { return &ackBatcher{} },
+		mergedRun(run, func(r ackReq) []Ack { return r.acks }, func(r *AckResult, i int) { r.Index = i }))
+}
+
+// ackNow runs one ack transaction on a connection of its own.
+func (s *Store) ackNow(ctx context.Context, acks []Ack) ([]AckResult, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("acknowledging: %w", err)
@@ -95,6 +195,26 @@ func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 	}
 	return out, err
+}
+
+// normalizeAcks validates acks and fills in their defaults, in place.
+func normalizeAcks(acks []Ack) error {
+	for i := range acks {
+		a := &acks[i]
+		if a.Group == "" {
+			a.Group = DefaultGroup
+		}
+		if err := ValidateName("consumerGroup", a.Group); err != nil {
+			return err
+		}
+		if err := errors.Join(validText("transactionId", a.TransactionID), validText("error", a.Error)); err != nil {
+			return inputErrorf("%v", err)
+		}
+		if a.Status == "" {
+			a.Status = StatusCompleted
+		}
+	}
+	return nil
 }
 
 type consumerKey struct{ partitionID, group string }
@@ -211,20 +331,11 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []strin
 	pids := make([]*string, len(acks))
 	txids := make([]string, len(acks))
 	var lockP, lockG []string
+	if err := normalizeAcks(acks); err != nil {
+		return nil, err
+	}
 	for i := range acks {
 		a := &acks[i]
-		if a.Group == "" {
-			a.Group = DefaultGroup
-		}
-		if err := ValidateName("consumerGroup", a.Group); err != nil {
-			return nil, err
-		}
-		if err := errors.Join(validText("transactionId", a.TransactionID), validText("error", a.Error)); err != nil {
-			return nil, inputErrorf("%v", err)
-		}
-		if a.Status == "" {
-			a.Status = StatusCompleted
-		}
 		txids[i] = a.TransactionID
 		// A malformed id cannot match; NULL keeps it from becoming a cast error.
 		if ValidUUID(a.PartitionID) {

@@ -158,3 +158,68 @@ func BenchmarkPushQueries(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAckParallel is many consumers acking one message each at once
+// (b.SetParallelism(g/2) → g goroutines on 2 cores), every ack on a lease
+// and partition of its own: the case that coalescing acks helps. The
+// messages are pushed and leased outside the timer. Reports statements and
+// ack transactions per ack.
+func BenchmarkAckParallel(b *testing.B) {
+	for _, g := range []int{16, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			s := newStore(b)
+			ctx := context.Background()
+			items := make([]queue.PushItem, b.N)
+			for i := range items {
+				items[i] = queue.PushItem{Queue: "bench", Partition: fmt.Sprintf("p%d", i), Payload: benchPayload}
+			}
+			for len(items) > 0 {
+				n := min(len(items), 1000)
+				if _, err := s.Push(ctx, items[:n]); err != nil {
+					b.Fatal(err)
+				}
+				items = items[n:]
+			}
+			acks := make([]queue.Ack, 0, b.N)
+			for len(acks) < b.N {
+				res, err := s.Pop(ctx, queue.PopRequest{Queue: "bench", Batch: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(res.Messages) != 1 {
+					b.Fatalf("popped %d messages, want 1", len(res.Messages))
+				}
+				m := res.Messages[0]
+				acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID})
+			}
+			stats := s.QueryStats()
+			before := stats.Snapshot()
+			var next atomic.Int64
+			b.SetParallelism(g / 2)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					a := acks[next.Add(1)-1]
+					out, err := s.Ack(ctx, []queue.Ack{a})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if !out[0].Success || !out[0].LeaseReleased {
+						b.Errorf("ack: %+v", out[0])
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			after := stats.Snapshot()
+			var stmts uint64
+			for op, n := range after {
+				stmts += n - before[op]
+			}
+			b.ReportMetric(float64(stmts)/float64(b.N), "stmts/ack")
+			b.ReportMetric(float64(after["ack_lock"]-before["ack_lock"])/float64(b.N), "txs/ack")
+		})
+	}
+}

@@ -2,74 +2,112 @@ package queue
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
 
-// Coalescing limits. One merged push takes at most this many items and
-// payload bytes (but always at least one whole request), so a statement
-// stays well under Postgres' 1 GB message limit and one slow giant request
-// does not hold small ones for long.
+// Coalescing limits. One merged run takes at most this many items and (for
+// pushes) payload bytes, but always at least one whole request, so a
+// statement stays well under Postgres' 1 GB message limit and one slow
+// giant request does not hold small ones for long.
 const (
 	coalesceMaxItems = 2000
 	coalesceMaxBytes = 4 << 20
-	// coalesceTimeout bounds a merged push: it runs on behalf of several
+	// coalesceTimeout bounds one merged run: it runs on behalf of several
 	// callers, so no single caller's context may cancel it.
 	coalesceTimeout = 30 * time.Second
 )
 
-// pushCoalescer merges push requests that arrive while earlier ones are in
-// the database into one transaction (group commit). With no contention a
+// coalescer merges requests that arrive while earlier ones are in the
+// database into one transaction (group commit). With no contention a
 // request runs at once, alone; under load, N waiting requests cost one
-// round trip instead of N, and each partition's row lock is taken once.
+// transaction instead of N. Pushes (pushReq) and acks (ackReq) use it.
 //
 // There is no goroutine of its own: callers take turns flushing the queue
 // from its head, at most `flushers` at a time, until their own request has
-// been run. A caller flushes only batches that are ahead of or include its
-// own request, so its wait is bounded.
+// been run. The head of the queue always joins the batch being taken, so a
+// caller's wait is bounded: a request a batcher held back (wait) is at the
+// head of the next batch.
 //
-// Merging keeps each request's semantics: items keep their order, requests
-// are numbered in arrival order, a transactionId seen earlier in the merged
-// batch is a duplicate, exactly as if the requests had run one after
-// another. If a merged push fails, each request is retried on its own, so
-// one bad request cannot fail its neighbours.
-type pushCoalescer struct {
-	run      func(ctx context.Context, items []PushItem) ([]PushResult, error)
-	flushers int
+// run must give each request of a merged batch exactly the results it would
+// get alone; the batcher keeps out of a batch what would break that (a
+// request past the limits, an ack overlapping an earlier request). If a
+// merged run fails, each request is run again on its own, so one bad
+// request cannot fail its neighbours.
+//
+// A caller whose context ends before its request is taken into a batch gets
+// the context's error and its request is never run; once taken, the request
+// runs to the end under coalesceTimeout (its neighbours' results depend on
+// it) and the caller gets its results.
+type coalescer[Req, Res any] struct {
+	// run runs reqs in one transaction and returns one result per request,
+	// in order. It is called with one request when there is no merging, or
+	// to retry a request of a failed merged run.
+	run func(ctx context.Context, reqs []Req) ([]Res, error)
+	// newBatcher returns the admission state of one batch.
+	newBatcher func() batcher[Req]
+	flushers   int
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queue   []*pushCall
+	queue   []*coalescedCall[Req, Res]
 	running int
 }
 
-type pushCall struct {
-	items []PushItem
-	bytes int
-	res   []PushResult
+// verdict is a batcher's answer about one queued request.
+type verdict int8
+
+const (
+	join verdict = iota // the request joins the batch
+	wait                // it waits for a later batch; later requests may join
+	full                // it and every request after it wait
+)
+
+// A batcher decides which queued requests one merged run takes. take offers
+// it the queued requests in arrival order and obeys its verdicts, except
+// that the first request always joins.
+type batcher[Req any] interface {
+	offer(r Req) verdict
+}
+
+type coalescedCall[Req, Res any] struct {
+	ctx   context.Context
+	req   Req
+	res   Res
 	err   error
+	taken bool // in a batch: it will run, whatever its context says
 	done  bool
 }
 
-func newPushCoalescer(flushers int, run func(context.Context, []PushItem) ([]PushResult, error)) *pushCoalescer {
-	c := &pushCoalescer{run: run, flushers: flushers}
+func newCoalescer[Req, Res any](flushers int, newBatcher func() batcher[Req],
+	run func(context.Context, []Req) ([]Res, error)) *coalescer[Req, Res] {
+	c := &coalescer[Req, Res]{run: run, newBatcher: newBatcher, flushers: flushers}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
 
-func (c *pushCoalescer) push(ctx context.Context, items []PushItem) ([]PushResult, error) {
-	call := &pushCall{items: items}
-	for _, it := range items {
-		call.bytes += len(it.Payload)
+// do runs req, merged with whatever requests are waiting with it.
+func (c *coalescer[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	if err := ctx.Err(); err != nil {
+		var zero Res
+		return zero, err
 	}
+	call := &coalescedCall[Req, Res]{ctx: ctx, req: req}
 	c.mu.Lock()
 	c.queue = append(c.queue, call)
 	for !call.done {
+		if !call.taken && ctx.Err() != nil {
+			// Gone before its turn: nothing of it ran.
+			c.queue = slices.DeleteFunc(c.queue, func(q *coalescedCall[Req, Res]) bool { return q == call })
+			call.err, call.done = ctx.Err(), true
+			break
+		}
 		if c.running < c.flushers && len(c.queue) > 0 {
 			batch := c.take()
 			c.running++
 			c.mu.Unlock()
-			c.flush(ctx, batch)
+			c.flush(batch)
 			c.mu.Lock()
 			c.running--
 			c.cond.Broadcast()
@@ -81,56 +119,112 @@ func (c *pushCoalescer) push(ctx context.Context, items []PushItem) ([]PushResul
 	return call.res, call.err
 }
 
-// take removes a batch from the head of the queue. Called with mu held.
-func (c *pushCoalescer) take() []*pushCall {
-	n, items, bytes := 0, 0, 0
-	for n < len(c.queue) {
-		q := c.queue[n]
-		if n > 0 && (items+len(q.items) > coalesceMaxItems || bytes+q.bytes > coalesceMaxBytes) {
+// take removes a batch from the queue: the requests the batcher lets join,
+// in arrival order. A request whose caller has gone is dropped with its
+// context's error. Called with mu held.
+func (c *coalescer[Req, Res]) take() []*coalescedCall[Req, Res] {
+	b := c.newBatcher()
+	batch := make([]*coalescedCall[Req, Res], 0, len(c.queue))
+	keep := c.queue[:0]
+	for i, q := range c.queue {
+		if err := q.ctx.Err(); err != nil {
+			q.err, q.done = err, true
+			continue
+		}
+		v := b.offer(q.req)
+		if len(batch) == 0 {
+			v = join
+		}
+		if v == full {
+			keep = append(keep, c.queue[i:]...)
 			break
 		}
-		items += len(q.items)
-		bytes += q.bytes
-		n++
+		if v == wait {
+			keep = append(keep, q)
+			continue
+		}
+		q.taken = true
+		batch = append(batch, q)
 	}
-	batch := c.queue[:n:n]
-	c.queue = c.queue[n:]
+	clear(c.queue[len(keep):])
+	c.queue = keep
 	return batch
 }
 
-func (c *pushCoalescer) flush(ctx context.Context, batch []*pushCall) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coalesceTimeout)
-	defer cancel()
-	if len(batch) == 1 {
-		res, err := c.run(ctx, batch[0].items)
-		c.finish(batch[0], res, err)
+// flush runs batch merged, or request by request if the merged run fails.
+func (c *coalescer[Req, Res]) flush(batch []*coalescedCall[Req, Res]) {
+	if len(batch) == 0 {
 		return
 	}
-	var merged []PushItem
-	for _, call := range batch {
-		merged = append(merged, call.items...)
+	reqs := make([]Req, len(batch))
+	for i, call := range batch {
+		reqs[i] = call.req
 	}
-	res, err := c.run(ctx, merged)
-	if err != nil {
-		for _, call := range batch {
-			r, err := c.run(ctx, call.items)
-			c.finish(call, r, err)
-		}
+	res, err := c.runDetached(batch[0].ctx, reqs)
+	if err == nil || len(batch) == 1 {
+		c.finish(batch, res, err)
 		return
 	}
-	off := 0
-	for _, call := range batch {
-		part := res[off : off+len(call.items) : off+len(call.items)]
-		for i := range part {
-			part[i].Index = i
-		}
-		off += len(call.items)
-		c.finish(call, part, nil)
+	for i, call := range batch {
+		r, err := c.runDetached(call.ctx, reqs[i:i+1])
+		c.finish(batch[i:i+1], r, err)
 	}
 }
 
-func (c *pushCoalescer) finish(call *pushCall, res []PushResult, err error) {
+// runDetached runs reqs under a context no caller can cancel, with ctx's
+// values (a tracer's span).
+func (c *coalescer[Req, Res]) runDetached(ctx context.Context, reqs []Req) ([]Res, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coalesceTimeout)
+	defer cancel()
+	return c.run(ctx, reqs)
+}
+
+func (c *coalescer[Req, Res]) finish(batch []*coalescedCall[Req, Res], res []Res, err error) {
 	c.mu.Lock()
-	call.res, call.err, call.done = res, err, true
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	for i, call := range batch {
+		if err == nil {
+			call.res = res[i]
+		}
+		call.err, call.done = err, true
+	}
+}
+
+// mergedRun makes a coalescer's run of run, which takes items and gives one
+// result per item in order: the requests' items go in as one slice, and the
+// results are split back and numbered per request (setIndex).
+func mergedRun[Req, Item, Res any](run func(context.Context, []Item) ([]Res, error), itemsOf func(Req) []Item,
+	setIndex func(*Res, int)) func(context.Context, []Req) ([][]Res, error) {
+	return func(ctx context.Context, reqs []Req) ([][]Res, error) {
+		if len(reqs) == 1 {
+			res, err := run(ctx, itemsOf(reqs[0]))
+			if err != nil {
+				return nil, err
+			}
+			return [][]Res{res}, nil
+		}
+		n := 0
+		for _, r := range reqs {
+			n += len(itemsOf(r))
+		}
+		merged := make([]Item, 0, n)
+		for _, r := range reqs {
+			merged = append(merged, itemsOf(r)...)
+		}
+		res, err := run(ctx, merged)
+		if err != nil {
+			return nil, err
+		}
+		out := make([][]Res, len(reqs))
+		off := 0
+		for i, r := range reqs {
+			end := off + len(itemsOf(r))
+			part := res[off:end:end]
+			for j := range part {
+				setIndex(&part[j], j)
+			}
+			out[i], off = part, end
+		}
+		return out, nil
+	}
 }

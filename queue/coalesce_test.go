@@ -58,7 +58,7 @@ func TestPushCoalescer_MergesWaitingRequests(t *testing.T) {
 	}
 	first := make(chan result, 1)
 	go func() {
-		r, err := c.push(ctx, []PushItem{{TransactionID: "a0"}})
+		r, err := c.do(ctx, pushReq{items: []PushItem{{TransactionID: "a0"}}})
 		first <- result{r, err}
 	}()
 	<-e.entered // the first push is "in the database"
@@ -72,7 +72,7 @@ func TestPushCoalescer_MergesWaitingRequests(t *testing.T) {
 			if i == 3 {
 				items = append(items, PushItem{TransactionID: "bad"})
 			}
-			r, err := c.push(ctx, items)
+			r, err := c.do(ctx, pushReq{items: items})
 			results[i] <- result{r, err}
 		}()
 	}
@@ -109,11 +109,61 @@ func TestPushCoalescer_MergesWaitingRequests(t *testing.T) {
 func TestPushCoalescer_TakeRespectsLimits(t *testing.T) {
 	c := newPushCoalescer(1, nil)
 	big := make([]PushItem, coalesceMaxItems-1)
-	c.queue = []*pushCall{{items: big}, {items: make([]PushItem, 5)}, {items: make([]PushItem, 1)}}
+	queued := func(reqs ...pushReq) []*coalescedCall[pushReq, []PushResult] {
+		out := make([]*coalescedCall[pushReq, []PushResult], len(reqs))
+		for i, r := range reqs {
+			out[i] = &coalescedCall[pushReq, []PushResult]{ctx: context.Background(), req: r}
+		}
+		return out
+	}
+	c.queue = queued(pushReq{items: big}, pushReq{items: make([]PushItem, 5)}, pushReq{items: make([]PushItem, 1)})
 	assert.Len(t, c.take(), 1, "the next request would pass the item limit")
 	assert.Len(t, c.take(), 2)
-	c.queue = []*pushCall{{items: make([]PushItem, coalesceMaxItems+10)}}
+	c.queue = queued(pushReq{items: make([]PushItem, coalesceMaxItems+10)})
 	assert.Len(t, c.take(), 1, "a request larger than the limit still runs")
-	c.queue = []*pushCall{{items: make([]PushItem, 1), bytes: coalesceMaxBytes}, {items: make([]PushItem, 1), bytes: 1}}
+	c.queue = queued(pushReq{items: make([]PushItem, 1), bytes: coalesceMaxBytes}, pushReq{items: make([]PushItem, 1), bytes: 1})
 	assert.Len(t, c.take(), 1, "byte limit")
+}
+
+func TestAckCoalescer_TakeKeepsPairsApart(t *testing.T) {
+	c := newAckCoalescer(1, nil)
+	k := func(p string) consumerKey { return consumerKey{p, DefaultGroup} }
+	req := func(name string, keys ...consumerKey) *coalescedCall[ackReq, []AckResult] {
+		return &coalescedCall[ackReq, []AckResult]{ctx: context.Background(),
+			req: ackReq{acks: []Ack{{TransactionID: name}}, keys: keys}}
+	}
+	names := func(batch []*coalescedCall[ackReq, []AckResult]) []string {
+		var out []string
+		for _, q := range batch {
+			out = append(out, q.req.acks[0].TransactionID)
+		}
+		return out
+	}
+	c.queue = []*coalescedCall[ackReq, []AckResult]{
+		req("a", k("p1")),
+		req("b", k("p1")),          // shares p1 with a
+		req("c", k("p2")),          // disjoint: joins a
+		req("d", k("p3"), k("p1")), // shares p1
+		req("e", k("p3")),          // shares p3 with d, which waits: waits behind it
+		req("f"),                   // locks nothing
+	}
+	assert.Equal(t, []string{"a", "c", "f"}, names(c.take()))
+	assert.Equal(t, []string{"b"}, names(c.take()), "d shares p1 with b")
+	assert.Equal(t, []string{"d"}, names(c.take()), "e keeps its place behind d")
+	assert.Equal(t, []string{"e"}, names(c.take()))
+	assert.Empty(t, c.queue)
+
+	big := &coalescedCall[ackReq, []AckResult]{ctx: context.Background(), req: ackReq{acks: make([]Ack, coalesceMaxItems)}}
+	c.queue = []*coalescedCall[ackReq, []AckResult]{req("a", k("p1")), big, req("c", k("p2"))}
+	assert.Equal(t, []string{"a"}, names(c.take()), "the item limit stops the batch")
+	assert.Len(t, c.take(), 1, "a request at the limit runs alone")
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	dropped := req("x", k("p1"))
+	dropped.ctx = gone
+	c.queue = []*coalescedCall[ackReq, []AckResult]{dropped, req("y", k("p1"))}
+	assert.Equal(t, []string{"y"}, names(c.take()), "a call whose caller has gone is not run")
+	assert.True(t, dropped.done)
+	assert.ErrorIs(t, dropped.err, context.Canceled)
 }

@@ -56,8 +56,11 @@
 // need, a registration the queue then its partitions, so none of them
 // can deadlock another. Pushes
 // that arrive while Config.PushFlushers pushes are in flight wait and are
-// merged into one transaction (pushCoalescer); the callers themselves run the
-// merged push, so there is no background goroutine to start or stop.
+// merged into one transaction (coalescer); so are acks while
+// Config.AckFlushers acks are in flight, but only acks on (partition, group)
+// pairs no other ack of the batch touches, so that each keeps the results it
+// would get alone (ackBatcher). The callers themselves run the merged
+// transaction, so there is no background goroutine to start or stop.
 //
 // # Failures
 //

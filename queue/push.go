@@ -51,8 +51,8 @@ type PushResult struct {
 // each partition's row lock; an item whose (partition, transactionId) exists
 // takes no offset and is reported as a duplicate of the stored message.
 //
-// Concurrent calls may share one transaction (see pushCoalescer): the
-// outcome is the same as running them one after another.
+// Concurrent calls may share one transaction (see coalescer): the outcome
+// is the same as running them one after another.
 func (s *Store) Push(ctx context.Context, items []PushItem) ([]PushResult, error) {
 	if len(items) == 0 {
 		return []PushResult{}, nil
@@ -60,7 +60,40 @@ func (s *Store) Push(ctx context.Context, items []PushItem) ([]PushResult, error
 	if err := validatePushItems(items); err != nil {
 		return nil, err
 	}
-	return s.pushes.push(ctx, items)
+	req := pushReq{items: items}
+	for _, it := range items {
+		req.bytes += len(it.Payload)
+	}
+	return s.pushes.do(ctx, req)
+}
+
+// pushReq is one Push call waiting to be merged.
+type pushReq struct {
+	items []PushItem
+	bytes int
+}
+
+// pushBatcher admits push requests in arrival order up to the item and byte
+// limits. Merging keeps each request's semantics without more care: items
+// keep their order, requests are numbered in arrival order, a
+// transactionId seen earlier in the merged batch is a duplicate, exactly as
+// if the requests had run one after another.
+type pushBatcher struct{ items, bytes int }
+
+func (b *pushBatcher) offer(r pushReq) verdict {
+	if b.items > 0 && (b.items+len(r.items) > coalesceMaxItems || b.bytes+r.bytes > coalesceMaxBytes) {
+		return full
+	}
+	b.items += len(r.items)
+	b.bytes += r.bytes
+	return join
+}
+
+// newPushCoalescer merges pushes: run (pushNow) gets the items of every
+// request of a batch in one slice.
+func newPushCoalescer(flushers int, run func(context.Context, []PushItem) ([]PushResult, error)) *coalescer[pushReq, []PushResult] {
+	return newCoalescer(flushers, func() batcher[pushReq] { return &pushBatcher{} },
+		mergedRun(run, func(r pushReq) []PushItem { return r.items }, func(r *PushResult, i int) { r.Index = i }))
 }
 
 // pushNow runs one push statement pair, retrying once when a cached

@@ -48,6 +48,10 @@ type Config struct {
 	// arrive meanwhile are merged into the next one. Zero means
 	// PushFlushersDefault.
 	PushFlushers int
+	// AckFlushers is how many Ack transactions run at once; requests that
+	// arrive meanwhile are merged into the next one where that keeps each
+	// request's results (see Store.Ack). Zero means AckFlushersDefault.
+	AckFlushers int
 	// PartitionCleanupAfter: retention deletes partitions with no messages,
 	// no dead letters and no activity for this long. Zero means
 	// PartitionCleanupDefault; negative disables it.
@@ -75,6 +79,9 @@ const PartitionCleanupDefault = 7 * 24 * time.Hour
 // the next merged batch gathers; see BenchmarkPushParallel.
 const PushFlushersDefault = 2
 
+// AckFlushersDefault: as for pushes; see BenchmarkAckParallel.
+const AckFlushersDefault = 2
+
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	if c.InstanceID == "" {
@@ -85,6 +92,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PushFlushers == 0 {
 		c.PushFlushers = PushFlushersDefault
+	}
+	if c.AckFlushers == 0 {
+		c.AckFlushers = AckFlushersDefault
 	}
 	if c.PartitionCleanupAfter == 0 {
 		c.PartitionCleanupAfter = PartitionCleanupDefault
@@ -103,6 +113,9 @@ func (c Config) Validate() error {
 	if c.PushFlushers < 0 {
 		return errors.New("queue: Config.PushFlushers must not be negative")
 	}
+	if c.AckFlushers < 0 {
+		return errors.New("queue: Config.AckFlushers must not be negative")
+	}
 	return nil
 }
 
@@ -116,7 +129,8 @@ type Store struct {
 	parts   *expirable.LRU[partKey, partRef]
 	configs ConfigCache
 	sealer  *sealer // nil: no encryption key
-	pushes  *pushCoalescer
+	pushes  *coalescer[pushReq, []PushResult]
+	acks    *coalescer[ackReq, []AckResult]
 
 	partHits, partMisses, partEvictions atomic.Uint64
 }
@@ -157,6 +171,7 @@ func New(cfg Config) (*Store, error) {
 		s.sealer = sl
 	}
 	s.pushes = newPushCoalescer(cfg.PushFlushers, s.pushNow)
+	s.acks = newAckCoalescer(cfg.AckFlushers, s.ackNow)
 	return s, nil
 }
 

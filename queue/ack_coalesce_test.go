@@ -1,0 +1,292 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// ackRig is a store that runs one ack transaction at a time, so a test can
+// hold that one in the database (blocking its consumer row) while the calls
+// it wants merged queue up behind it.
+type ackRig struct {
+	t *testing.T
+	s *queue.Store
+}
+
+func newAckRig(t *testing.T) *ackRig {
+	base := newStore(t)
+	s, err := queue.New(queue.Config{Pool: base.Pool(), InstanceID: "test", AckFlushers: 1})
+	require.NoError(t, err)
+	return &ackRig{t: t, s: s}
+}
+
+// lease pushes n messages to partition part of queue "q" and leases them.
+func (r *ackRig) lease(part string, n int) []queue.Message {
+	r.t.Helper()
+	push(r.t, r.s, "q", part, nums(1, n)...)
+	res := pop(r.t, r.s, queue.PopRequest{Queue: "q", Partition: part, Batch: n})
+	require.Len(r.t, res.Messages, n)
+	return res.Messages
+}
+
+// block locks m's consumer row until the returned func is called: an ack
+// transaction on it waits in the database meanwhile.
+func (r *ackRig) block(m queue.Message) (release func()) {
+	r.t.Helper()
+	tx, err := r.s.Pool().Begin(ctxT(r.t))
+	require.NoError(r.t, err)
+	_, err = tx.Exec(ctxT(r.t), `SELECT 1 FROM consumers WHERE partition_id = $1::uuid FOR UPDATE`, m.PartitionID)
+	require.NoError(r.t, err)
+	return func() { require.NoError(r.t, tx.Rollback(context.Background())) }
+}
+
+type ackOutcome struct {
+	res []queue.AckResult
+	err error
+}
+
+// ack starts an Ack call and returns where its outcome will arrive.
+func (r *ackRig) ack(ctx context.Context, acks ...queue.Ack) <-chan ackOutcome {
+	ch := make(chan ackOutcome, 1)
+	go func() {
+		res, err := r.s.Ack(ctx, acks)
+		ch <- ackOutcome{res, err}
+	}()
+	return ch
+}
+
+// ackQueued starts an Ack call and waits until it queues behind the
+// transaction in flight.
+func (r *ackRig) ackQueued(ctx context.Context, acks ...queue.Ack) <-chan ackOutcome {
+	r.t.Helper()
+	n := r.s.AckQueued()
+	ch := r.ack(ctx, acks...)
+	r.waitFor("the call to queue", func() bool { return r.s.AckQueued() == n+1 })
+	return ch
+}
+
+// holdFirst leases a message, blocks its row, starts acking it, and waits
+// until that ack is the transaction in flight: calls made until release
+// queue behind it.
+func (r *ackRig) holdFirst(part string) (release func(), first <-chan ackOutcome) {
+	r.t.Helper()
+	m := r.lease(part, 1)[0]
+	release = r.block(m)
+	first = r.ack(context.Background(), ackOf(m, queue.StatusCompleted))
+	r.waitForLockWait("the first ack")
+	return release, first
+}
+
+// waitForLockWait waits until an ack transaction waits on a blocked row.
+func (r *ackRig) waitForLockWait(what string) {
+	r.t.Helper()
+	r.waitFor(what+" to wait on the locked row", func() bool {
+		var n int
+		err := r.s.Pool().QueryRow(ctxT(r.t), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%herald:ack_lock%'`).Scan(&n)
+		return err == nil && n == 1
+	})
+}
+
+// unacked expires every lease and pops what is left of queue "q".
+func (r *ackRig) unacked() []queue.Message {
+	r.t.Helper()
+	exec(r.t, r.s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second'`)
+	return pop(r.t, r.s, queue.PopRequest{Queue: "q", Batch: 100, Partitions: 100}).Messages
+}
+
+func (r *ackRig) waitFor(what string, cond func() bool) {
+	r.t.Helper()
+	require.Eventually(r.t, cond, 10*time.Second, time.Millisecond, "waiting for %s", what)
+}
+
+// ackTransactions counts the ack transactions run so far (each locks its
+// consumers once). pgx traces a batch's statement when its result is read,
+// so one waiting on a locked row counts when the row is released.
+func (r *ackRig) ackTransactions() uint64 { return r.s.QueryStats().Snapshot()["ack_lock"] }
+
+func (r *ackRig) outcome(ch <-chan ackOutcome) ackOutcome {
+	r.t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("an Ack call did not return")
+		return ackOutcome{}
+	}
+}
+
+func ackOf(m queue.Message, st queue.AckStatus) queue.Ack {
+	return queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: st}
+}
+
+func TestAck_ConcurrentCallsShareTransaction(t *testing.T) {
+	r := newAckRig(t)
+	const calls = 8
+	msgs := make([]queue.Message, calls)
+	for i := range msgs {
+		msgs[i] = r.lease(fmt.Sprintf("p%d", i), 1)[0]
+	}
+	release, first := r.holdFirst("blocker")
+	before := r.ackTransactions()
+	outs := make([]<-chan ackOutcome, calls)
+	for i, m := range msgs {
+		outs[i] = r.ackQueued(context.Background(), ackOf(m, queue.StatusCompleted))
+	}
+	release()
+
+	require.NoError(t, r.outcome(first).err)
+	for i, ch := range outs {
+		o := r.outcome(ch)
+		require.NoError(t, o.err)
+		require.Len(t, o.res, 1)
+		assert.Equal(t, queue.AckResult{Index: 0, TransactionID: msgs[i].TransactionID, Success: true, Queue: "q",
+			Partition: fmt.Sprintf("p%d", i), LeaseReleased: true, LeaseID: msgs[i].LeaseID}, o.res[0], "call %d", i)
+	}
+	assert.Equal(t, uint64(2), r.ackTransactions()-before, "the first ack, then the eight queued calls in one transaction")
+	assert.Equal(t, []string(nil), partitionsOf(r.unacked()), "every ack was applied")
+}
+
+// A failed item in call A gives its lease back after A's last item; call B,
+// completing another message of the same lease, must then be refused as if
+// it ran after A. Merged naively into one request, B's item would be
+// applied under the lease A already ended.
+func TestAck_OverlappingCallsKeepPerRequestSemantics(t *testing.T) {
+	r := newAckRig(t)
+	pair := r.lease("shared", 2)
+	other := r.lease("other", 1)[0]
+	release, first := r.holdFirst("blocker")
+	before := r.ackTransactions()
+	a := r.ackQueued(context.Background(), ackOf(pair[0], queue.StatusFailed))
+	b := r.ackQueued(context.Background(), ackOf(pair[1], queue.StatusCompleted))
+	c := r.ackQueued(context.Background(), ackOf(other, queue.StatusCompleted))
+	release()
+
+	require.NoError(t, r.outcome(first).err)
+	oa, ob, oc := r.outcome(a), r.outcome(b), r.outcome(c)
+	require.NoError(t, oa.err)
+	require.NoError(t, ob.err)
+	require.NoError(t, oc.err)
+	assert.True(t, oa.res[0].Success)
+	assert.True(t, oa.res[0].LeaseReleased, "A's failed item gives the lease back")
+	assert.False(t, ob.res[0].Success)
+	assert.Equal(t, queue.ErrTextInvalidLease, ob.res[0].Error, "B runs after A: the lease is gone")
+	assert.True(t, oc.res[0].Success)
+	assert.Equal(t, uint64(3), r.ackTransactions()-before, "the first ack, A and C (disjoint) together, B after them")
+
+	again := pop(t, r.s, queue.PopRequest{Queue: "q", Partition: "shared", Batch: 10})
+	assert.Equal(t, []int{1, 2}, payloads(t, again.Messages), "neither message of the shared lease was completed")
+}
+
+func TestAck_BadCallDoesNotFailNeighbours(t *testing.T) {
+	r := newAckRig(t)
+	m := make([]queue.Message, 4)
+	for i := range m {
+		m[i] = r.lease(fmt.Sprintf("p%d", i), 1)[0]
+	}
+	release, first := r.holdFirst("blocker")
+	good1 := r.ackQueued(context.Background(), ackOf(m[0], queue.StatusCompleted))
+	staleLease := ackOf(m[1], queue.StatusCompleted)
+	staleLease.LeaseID = "00000000-0000-4000-8000-000000000000"
+	unknown := ackOf(m[1], queue.StatusCompleted)
+	unknown.TransactionID = "no-such-message"
+	perItem := r.ackQueued(context.Background(), staleLease, unknown)
+	fails := r.ackQueued(context.Background(), ackOf(m[2], "bogus"))
+	good2 := r.ackQueued(context.Background(), ackOf(m[3], queue.StatusCompleted))
+	release()
+
+	require.NoError(t, r.outcome(first).err)
+	for i, ch := range []<-chan ackOutcome{good1, good2} {
+		o := r.outcome(ch)
+		require.NoError(t, o.err, "good call %d", i)
+		assert.True(t, o.res[0].Success, "good call %d", i)
+		assert.True(t, o.res[0].LeaseReleased, "good call %d", i)
+	}
+	o := r.outcome(perItem)
+	require.NoError(t, o.err, "refused items are results")
+	require.Len(t, o.res, 2)
+	assert.Equal(t, []string{queue.ErrTextInvalidLease, queue.ErrTextNotFound}, []string{o.res[0].Error, o.res[1].Error})
+	assert.Equal(t, []int{0, 1}, []int{o.res[0].Index, o.res[1].Index}, "indexes are per call")
+	o = r.outcome(fails)
+	require.Error(t, o.err)
+	assert.True(t, queue.IsInputError(o.err), "the bad call gets its own error: %v", o.err)
+	assert.Equal(t, []string{"p1", "p2"}, sorted(partitionsOf(r.unacked())), "only the good calls were applied")
+}
+
+func partitionsOf(msgs []queue.Message) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range msgs {
+		if !seen[m.Partition] {
+			seen[m.Partition] = true
+			out = append(out, m.Partition)
+		}
+	}
+	return out
+}
+
+// A caller whose context ends while its merged transaction runs does not
+// cancel it: every call in it is applied and answered. A caller whose
+// context ends before its turn gets the context's error, and its ack is not
+// applied.
+func TestAck_CancelledWaiterDoesNotCancelMergedRun(t *testing.T) {
+	r := newAckRig(t)
+	m := make([]queue.Message, 3)
+	for i := range m {
+		m[i] = r.lease(fmt.Sprintf("p%d", i), 1)[0]
+	}
+	late := r.lease("late", 1)[0]
+	second := r.lease("second-blocker", 1)[0]
+	releaseSecond := r.block(second)
+	releaseFirst, first := r.holdFirst("blocker")
+
+	ctxs := make([]context.Context, 3)
+	cancels := make([]context.CancelFunc, 3)
+	outs := make([]<-chan ackOutcome, 3)
+	for i := range ctxs {
+		ctxs[i], cancels[i] = context.WithCancel(context.Background())
+		defer cancels[i]()
+	}
+	// The merged batch holds up on second's row, which stays locked.
+	outs[0] = r.ackQueued(ctxs[0], ackOf(m[0], queue.StatusCompleted))
+	outs[1] = r.ackQueued(ctxs[1], ackOf(m[1], queue.StatusCompleted), ackOf(second, queue.StatusCompleted))
+	outs[2] = r.ackQueued(ctxs[2], ackOf(m[2], queue.StatusCompleted))
+	lateCtx, cancelLate := context.WithCancel(context.Background())
+	lateOut := r.ackQueued(lateCtx, ackOf(late, queue.StatusCompleted))
+	cancelLate()
+	releaseFirst()
+	require.NoError(t, r.outcome(first).err)
+
+	o := r.outcome(lateOut)
+	assert.ErrorIs(t, o.err, context.Canceled, "gone before its turn")
+	r.waitForLockWait("the merged ack")
+	for _, cancel := range cancels {
+		cancel() // whichever caller runs the merged transaction among them
+	}
+	releaseSecond()
+	for i, ch := range outs {
+		o := r.outcome(ch)
+		require.NoError(t, o.err, "call %d", i)
+		for _, res := range o.res {
+			assert.True(t, res.Success, "call %d: %+v", i, res)
+			assert.True(t, res.LeaseReleased, "call %d: %+v", i, res)
+		}
+	}
+	res, err := r.s.Ack(ctxT(t), []queue.Ack{ackOf(late, queue.StatusCompleted)})
+	require.NoError(t, err)
+	assert.True(t, res[0].LeaseReleased, "the cancelled call's ack was not applied: this one ends the lease")
+	assert.Equal(t, []string(nil), partitionsOf(r.unacked()))
+}
+
+func sorted(s []string) []string {
+	slices.Sort(s)
+	return s
+}

@@ -83,7 +83,18 @@ type wsConn struct {
 	pmu     sync.Mutex
 	pinger  *time.Timer
 	stopped bool // under pmu: ping no more
+
+	// Ack frames are applied in the background, so that the acks of one
+	// connection sent back to back share transactions (queueAck keeps
+	// their order); any other frame, and the end of the connection, waits
+	// for them first. acking bounds how many are in flight.
+	acks   sync.WaitGroup
+	acking chan struct{}
 }
+
+// wsAcksInFlight bounds a connection's ack frames being applied at once;
+// the reader waits past it.
+const wsAcksInFlight = 64
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !s.checkOrigin(r) {
@@ -147,6 +158,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		c.pinger = time.AfterFunc(wsPingInterval, c.ping)
 		c.pmu.Unlock()
 		c.reader(ctx)
+		c.acks.Wait() // the acks it read are applied, before leases are let go
 		cancel()
 		c.pmu.Lock()
 		c.stopped = true
@@ -209,6 +221,9 @@ func onStack(f func()) {
 }
 
 func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
+	if f.Type != "ack" {
+		c.acks.Wait() // every frame but an ack sees the acks before it applied
+	}
 	switch f.Type {
 	case "ping":
 		c.ss.send(map[string]any{"type": "pong", "id": f.ID})
@@ -346,18 +361,37 @@ func (c *wsConn) unsubscribe(f *wsFrame) {
 }
 
 // ack settles deliveries of this connection (session.ack).
+// The frame's items are matched and queued now, in frame order; they are
+// applied and answered in the background (see wsConn.acks).
 func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 	acks, subs, err := parseWSAcks(f.Items)
 	if err != nil {
 		c.ss.send(wsError(f.ID, "bad_request", err.Error()))
 		return
 	}
-	out, err := c.ss.ack(ctx, acks, subs)
+	if c.acking == nil { // only the reader gets here
+		c.acking = make(chan struct{}, wsAcksInFlight)
+	}
+	c.acking <- struct{}{}
+	finish, err := c.ss.queueAck(ctx, acks, subs)
 	if err != nil {
+		<-c.acking
 		c.ss.send(wsStoreError(f.ID, err, "acknowledging failed"))
 		return
 	}
-	c.ss.send(map[string]any{"type": "ack_result", "id": f.ID, "results": out})
+	c.acks.Add(1)
+	go func() {
+		defer func() {
+			<-c.acking
+			c.acks.Done()
+		}()
+		out, err := finish()
+		if err != nil {
+			c.ss.send(wsStoreError(f.ID, err, "acknowledging failed"))
+			return
+		}
+		c.ss.send(map[string]any{"type": "ack_result", "id": f.ID, "results": out})
+	}()
 }
 
 // parseWSAcks decodes the items of an ack frame, and the sub each names

@@ -57,6 +57,18 @@ func (ss *session) resolveLocked(a queue.Ack, sub string) (deliveryKey, *subscri
 // error; the others go to the store in one request, in order, and what
 // follows them (credit, wake-ups) is afterAck's. The error is the store's.
 func (ss *session) ack(ctx context.Context, acks []queue.Ack, subs []string) ([]ackJSON, error) {
+	finish, err := ss.queueAck(ctx, acks, subs)
+	if err != nil {
+		return nil, err
+	}
+	return finish()
+}
+
+// queueAck is ack in two steps: it matches the items and queues them in the
+// store (queue.Store.QueueAck) now, in the order of the calls, and finish
+// applies them, merged with other acks, and answers.
+func (ss *session) queueAck(ctx context.Context, acks []queue.Ack, subs []string) (
+	finish func() ([]ackJSON, error), err error) {
 	out := make([]ackJSON, len(acks))
 	var apply []queue.Ack
 	var at []int // apply[j] is item at[j]
@@ -73,18 +85,24 @@ func (ss *session) ack(ctx context.Context, acks []queue.Ack, subs []string) ([]
 	}
 	ss.mu.Unlock()
 	if len(apply) == 0 {
-		return out, nil
+		return func() ([]ackJSON, error) { return out, nil }, nil
 	}
-	results, err := ss.s.store.Ack(ctx, apply)
+	pending, err := ss.s.store.QueueAck(ctx, apply)
 	if err != nil {
 		return nil, err
 	}
-	ss.s.afterAck(apply, results)
-	for j, res := range results {
-		res.Index = at[j]
-		out[at[j]] = ackResultJSON(res)
-	}
-	return out, nil
+	return func() ([]ackJSON, error) {
+		results, err := pending.Wait()
+		if err != nil {
+			return nil, err
+		}
+		ss.s.afterAck(apply, results)
+		for j, res := range results {
+			res.Index = at[j]
+			out[at[j]] = ackResultJSON(res)
+		}
+		return out, nil
+	}, nil
 }
 
 // armCheck starts the lease check: it runs only while deliveries are

@@ -90,8 +90,36 @@ type AckResult struct {
 // normalized in place (Group and Status defaults), as callers read them
 // back with the results.
 func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
-	if len(acks) == 0 {
+	p, err := s.QueueAck(ctx, acks)
+	if err != nil {
+		return nil, err
+	}
+	return p.Wait()
+}
+
+// PendingAck is an Ack call queued by QueueAck.
+type PendingAck struct {
+	s    *Store
+	call *coalescedCall[ackReq, []AckResult]
+}
+
+// Wait runs the queued acks (merged with others, as Ack does) and returns
+// their results. It may be called on another goroutine than QueueAck.
+func (p *PendingAck) Wait() ([]AckResult, error) {
+	if p.call == nil {
 		return []AckResult{}, nil
+	}
+	return p.s.acks.wait(p.call)
+}
+
+// QueueAck queues acks behind every ack queued before it, without waiting:
+// acks of one connection queued in the order its client sent them keep
+// that order (on the same (partition, group) they run one after another,
+// as separate requests), while Wait runs them merged with other requests.
+// Input errors come back at once.
+func (s *Store) QueueAck(ctx context.Context, acks []Ack) (*PendingAck, error) {
+	if len(acks) == 0 {
+		return &PendingAck{s: s}, nil
 	}
 	if err := normalizeAcks(acks); err != nil {
 		return nil, err
@@ -107,7 +135,7 @@ func (s *Store) Ack(ctx context.Context, acks []Ack) ([]AckResult, error) {
 			req.keys = append(req.keys, k)
 		}
 	}
-	return s.acks.do(ctx, req)
+	return &PendingAck{s: s, call: s.acks.enqueue(ctx, req)}, nil
 }
 
 // ackReq is one Ack call waiting to be merged: its items, and the

@@ -89,13 +89,30 @@ func newCoalescer[Req, Res any](flushers int, newBatcher func() batcher[Req],
 
 // do runs req, merged with whatever requests are waiting with it.
 func (c *coalescer[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
-	if err := ctx.Err(); err != nil {
-		var zero Res
-		return zero, err
-	}
+	return c.wait(c.enqueue(ctx, req))
+}
+
+// enqueue puts req in the queue, behind every request enqueued before it
+// (requests on the same rows run in that order), without running it: wait
+// does. A caller may enqueue several requests in order and wait for them
+// on other goroutines.
+func (c *coalescer[Req, Res]) enqueue(ctx context.Context, req Req) *coalescedCall[Req, Res] {
 	call := &coalescedCall[Req, Res]{ctx: ctx, req: req}
+	if err := ctx.Err(); err != nil {
+		call.err, call.done = err, true
+		return call
+	}
 	c.mu.Lock()
 	c.queue = append(c.queue, call)
+	c.mu.Unlock()
+	return call
+}
+
+// wait runs the queue from its head, in turns with other waiters, until
+// call has run, and returns its results.
+func (c *coalescer[Req, Res]) wait(call *coalescedCall[Req, Res]) (Res, error) {
+	ctx := call.ctx
+	c.mu.Lock()
 	for !call.done {
 		if !call.taken && ctx.Err() != nil {
 			// Gone before its turn: nothing of it ran.

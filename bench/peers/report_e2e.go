@@ -33,7 +33,8 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 	fmt.Fprintf(b, "End to end. Settings: %d producers pushing batches of %d messages of %d bytes as fast as they are "+
 		"confirmed, pausing while the slowest group is more than %d messages behind (so the backlog cannot grow); "+
 		"one consumer per consumer group acking each message, every group receiving every message; %s group(s); "+
-		"%v warm-up then %v measured per run; %d rounds interleaved with the latency rows, medians shown. "+
+		"%v warm-up then %v measured per run; %d round(s), each running every system in turn (after the latency rows "+
+		"when both scenarios run), medians shown. "+
 		"Delivered is the distinct messages delivered to and acked by the consumers per second, all groups together "+
 		"(with 5 groups, 5 deliveries per message pushed); pushed is the messages pushed per second. "+
 		"CPU is user+system seconds of the server process plus, for Herald and River, all processes of the "+

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -141,4 +142,35 @@ func TestChunkByTarget(t *testing.T) {
 	assert.Equal(t, []*Intention{work[0], work[1], work[2], work[5]}, chunks[0])
 	assert.Equal(t, []*Intention{work[3], work[4]}, chunks[1])
 	assert.Len(t, chunkByTarget(work, 200), 1)
+}
+
+// A standing intention leases up to a batch from each partition it claims
+// in one cycle (Intention.take); its consumer gets them a batch at a time,
+// in order, each counting its own partitions.
+func TestSplitBatches(t *testing.T) {
+	var msgs []queue.Message
+	for _, p := range []string{"a", "a", "a", "b", "c", "c"} {
+		msgs = append(msgs, queue.Message{Queue: "q", Partition: p, PartitionID: "id-" + p, Offset: int64(len(msgs) + 1)})
+	}
+	res := &queue.PopResult{Queue: "q", Partition: "a", PartitionID: "id-a", LeaseID: "l", Messages: msgs,
+		PartitionsClaimed: 3, DeadLettered: map[string]int{"q": 1}}
+	parts := splitBatches(res, 4)
+	require.Len(t, parts, 2)
+	assert.Equal(t, msgs[:4], parts[0].Messages)
+	assert.Equal(t, 2, parts[0].PartitionsClaimed)
+	assert.Equal(t, map[string]int{"q": 1}, parts[0].DeadLettered)
+	assert.Equal(t, msgs[4:], parts[1].Messages)
+	assert.Equal(t, "c", parts[1].Partition)
+	assert.Equal(t, "id-c", parts[1].PartitionID)
+	assert.Equal(t, 1, parts[1].PartitionsClaimed)
+	assert.Nil(t, parts[1].DeadLettered, "counted once")
+	assert.Equal(t, "l", parts[1].LeaseID)
+	assert.Same(t, res, splitBatches(res, 6)[0], "a result within the batch goes as it is")
+
+	one := &Intention{Batch: 10, Partitions: 5, credit: 30, Standing: true}
+	assert.Equal(t, 30, one.take(), "credit bounds a standing intention")
+	one.credit = 100
+	assert.Equal(t, 50, one.take(), "a batch from each partition it may claim")
+	poll := &Intention{Batch: 10, Partitions: 5, credit: 10}
+	assert.Equal(t, 10, poll.take(), "a long-poll answers with one batch")
 }

@@ -41,6 +41,18 @@ type Intention struct {
 	gone   bool
 }
 
+// take is the most messages one cycle leases for the intention: a batch
+// for a one-shot intention (a long-poll answers with one batch); for a
+// standing one, a batch from each partition it may claim, within its credit,
+// delivered a batch at a time (see worker.deliver). Called with the owning
+// worker's mutex.
+func (in *Intention) take() int {
+	if !in.Standing {
+		return min(in.Batch, in.credit)
+	}
+	return min(max(in.Partitions, 1)*in.Batch, in.credit)
+}
+
 // ready reports whether the intention may take messages now. Called with
 // the owning worker's mutex.
 func (in *Intention) ready() bool {

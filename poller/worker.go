@@ -321,12 +321,11 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	w.mu.Lock() // credit changes under it (AddCredit)
 	for _, a := range assigns {
 		in := chunk[a.candidate]
-		n := min(in.Batch, in.credit)
 		if leases[a.candidate] == "" && !in.AutoAck {
 			leases[a.candidate] = queue.NewID()
 		}
 		as = append(as, queue.Assignment{Intention: a.candidate, PartitionID: a.avail.PartitionID, Group: a.avail.Group,
-			Limit: n, Total: n, AutoAck: in.AutoAck, LeaseID: leases[a.candidate]})
+			Limit: min(in.Batch, in.credit), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[a.candidate]})
 	}
 	w.mu.Unlock()
 	if len(as) > 0 {
@@ -396,32 +395,68 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		// still waiting once its consumer holds the messages.
 		w.markGone(in)
 	}
+	limit := in.take()
 	w.mu.Unlock()
-	if !gone && in.Deliver(res) {
-		w.p.metrics.delivered.Inc()
-		w.p.LeasesTaken(res)
-		if in.Standing {
-			w.mu.Lock()
-			limit := min(in.Batch, in.credit)
-			in.credit -= len(res.Messages)
-			// A full batch, or as many partitions as it may take, means there
-			// may be more: look again now. Less than that drained what it
-			// took, and every other change marks its queue by itself (a push,
-			// an ack, a timer), so a cycle with a pre-flight would find
-			// nothing.
-			full := len(res.Messages) >= limit || res.PartitionsClaimed >= max(in.Partitions, 1)
-			more := false
-			if ks := w.keys[in.key]; ks != nil && full && in.ready() && !in.gone {
-				ks.dirty, more = true, true
+	// A standing intention may have leased several batches: its consumer
+	// gets them a batch at a time.
+	parts := []*queue.PopResult{res}
+	if in.Standing {
+		parts = splitBatches(res, in.Batch)
+	}
+	for i, part := range parts {
+		if gone || !in.Deliver(part) {
+			for _, rest := range parts[i:] {
+				w.p.Release(ctx, rest.LeaseID, rest.Messages)
 			}
-			w.mu.Unlock()
-			if more {
-				w.signal()
-			}
+			return
 		}
+	}
+	w.p.metrics.delivered.Inc()
+	w.p.LeasesTaken(res)
+	if !in.Standing {
 		return
 	}
-	w.p.Release(ctx, res.LeaseID, res.Messages)
+	w.mu.Lock()
+	in.credit -= len(res.Messages)
+	// All it could take, or as many partitions as it may take, means there
+	// may be more: look again now. Less than that drained what it took, and
+	// every other change marks its queue by itself (a push, an ack, a
+	// timer), so a cycle with a pre-flight would find nothing.
+	full := len(res.Messages) >= limit || res.PartitionsClaimed >= max(in.Partitions, 1)
+	more := false
+	if ks := w.keys[in.key]; ks != nil && full && in.ready() && !in.gone {
+		ks.dirty, more = true, true
+	}
+	w.mu.Unlock()
+	if more {
+		w.signal()
+	}
+}
+
+// splitBatches cuts res into results of at most batch messages, in order,
+// each counting the partitions it holds.
+func splitBatches(res *queue.PopResult, batch int) []*queue.PopResult {
+	if len(res.Messages) <= batch {
+		return []*queue.PopResult{res}
+	}
+	var out []*queue.PopResult
+	for msgs := res.Messages; len(msgs) > 0; {
+		n := min(batch, len(msgs))
+		part := *res
+		part.Messages, msgs = msgs[:n:n], msgs[n:]
+		part.Queue, part.Partition, part.PartitionID = part.Messages[0].Queue, part.Messages[0].Partition, part.Messages[0].PartitionID
+		part.PartitionsClaimed = 1
+		for i := 1; i < n; i++ {
+			if part.Messages[i].PartitionID != part.Messages[i-1].PartitionID {
+				part.PartitionsClaimed++
+			}
+		}
+		if len(out) > 0 {
+			part.DeadLettered = nil // counted once, with the first
+		}
+		out = append(out, &part)
+	}
+	return out
 }
 
 // groupName is a target's group as the database names it.
@@ -530,9 +565,8 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 					if audited {
 						audits = append(audits, audit{idx, pid})
 					}
-					n := min(in.Batch, in.credit)
 					as = append(as, queue.Assignment{Intention: idx, PartitionID: pid, Group: in.Target.Group,
-						Limit: n, Total: n, AutoAck: in.AutoAck, LeaseID: leases[in]})
+						Limit: min(in.Batch, in.credit), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[in]})
 				}
 			}
 		}

@@ -63,7 +63,7 @@ type Availability struct {
 // queue's partitions. It reads consumer and partition rows (waiting =
 // last_offset − cursor − done), plus one index probe on messages per
 // partition of a queue with delayed processing. A queue the group is not
-// registered on (with messages) is one row with has_consumer false.
+// registered on is one row with has_consumer false, messages or not.
 const preflightSQL = `-- herald:preflight
 WITH k AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
@@ -98,7 +98,6 @@ WITH k AS (
 	SELECT kq.ord, kq.name, '', '', kq.grp, 0, false, NULL, NULL, NULL, false
 	FROM kq
 	WHERE NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = kq.id AND g.name = kq.grp)
-	  AND EXISTS (SELECT 1 FROM partitions p WHERE p.queue_id = kq.id AND p.last_offset > 0)
 )
 SELECT ord, qname, pid, pname, grp, waiting, has_consumer, dead_on_expiry,
        lease_until IS NULL AND window_until IS NULL AND (visible_at IS NULL OR visible_at <= now()) AS eligible,

@@ -164,7 +164,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	sub, err := st.ss.subscribe(&poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
-		Batch: batch, Partitions: max(req.Partitions, streamPartitions(batch, maxInFlight)), Credit: maxInFlight, AutoAck: req.AutoAck,
+		Batch: batch, Partitions: max(req.Partitions, streamPartitions(maxInFlight)), Credit: maxInFlight, AutoAck: req.AutoAck,
 	})
 	if err != nil { // a new session has no subscription and is not draining
 		st.ss.close(nil)

@@ -306,10 +306,14 @@ func (c *wsConn) ping() {
 }
 
 // streamPartitions is how many partitions a subscription may lease in one
-// delivery: enough to fill its credit with batches, so that a stream over
-// many partitions is not served one partition per poll cycle.
-func streamPartitions(batch, maxInFlight int) int {
-	return min(max(maxInFlight/max(batch, 1), 1), queue.MaxPartitions)
+// poll cycle: as many as messages it may have in flight, so that a stream
+// over many partitions holding a message or two each (the mailbox pattern)
+// fills its credit in one cycle rather than one batch's worth of partitions
+// per cycle. The poller stops claiming once the partitions' waiting
+// messages cover the credit, so over deep partitions it claims credit ÷
+// batch of them.
+func streamPartitions(maxInFlight int) int {
+	return min(max(maxInFlight, 1), queue.MaxPartitions)
 }
 
 func (c *wsConn) subscribe(f *wsFrame) {
@@ -337,7 +341,7 @@ func (c *wsConn) subscribe(f *wsFrame) {
 	sub, err := c.ss.subscribe(&poller.Intention{
 		Target: queue.Target{Queue: f.Queue, Partition: f.Partition, Group: f.ConsumerGroup,
 			SubscriptionMode: f.SubscriptionMode, SubscriptionFrom: f.SubscriptionFrom},
-		Batch: batch, Partitions: streamPartitions(batch, maxInFlight), Credit: maxInFlight, AutoAck: f.AutoAck,
+		Batch: batch, Partitions: streamPartitions(maxInFlight), Credit: maxInFlight, AutoAck: f.AutoAck,
 	})
 	switch {
 	case errors.Is(err, errTooManySubs):

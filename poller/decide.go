@@ -20,6 +20,12 @@ type candidate struct {
 	specific   bool   // names a partition
 	seq        uint64 // registration order: smaller is older
 	partitions int    // how many partitions it may claim (≥ 1)
+	// budget is how many messages it may take in this cycle (0: no
+	// bound) and batch how many it takes from one partition: a wildcard
+	// candidate stops claiming partitions once their waiting messages
+	// cover its budget, so it claims many partitions only when each holds
+	// little.
+	budget, batch int
 }
 
 // assignment is one partition given to one candidate.
@@ -34,7 +40,8 @@ type assignment struct {
 //   - candidates that name a partition go first, then the rest; within
 //     each kind the oldest first;
 //   - a wildcard candidate gets the fullest eligible partitions (most
-//     waiting), up to its partition count;
+//     waiting), up to its partition count, and no more once what they hold
+//     (a batch at most from each) covers its budget;
 //   - a candidate with nothing viable is skipped, with a reason, and costs
 //     no query.
 //
@@ -73,7 +80,7 @@ func decide(cands []candidate, avail []queue.Availability) (out []assignment, sk
 		if c.specific {
 			want = 1
 		}
-		got := 0
+		got, covered := 0, 0
 		for _, a := range byTarget[c.target] {
 			k := pairKey{a.PartitionID, a.Group}
 			if used[k] {
@@ -82,7 +89,8 @@ func decide(cands []candidate, avail []queue.Availability) (out []assignment, sk
 			used[k] = true
 			out = append(out, assignment{candidate: c.id, avail: a})
 			got++
-			if got == want {
+			covered += int(min(a.Waiting, int64(max(c.batch, 1))))
+			if got == want || (c.budget > 0 && covered >= c.budget) {
 				break
 			}
 		}

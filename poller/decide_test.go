@@ -174,3 +174,20 @@ func TestSplitBatches(t *testing.T) {
 	poll := &Intention{Batch: 10, Partitions: 5, credit: 10}
 	assert.Equal(t, 10, poll.take(), "a long-poll answers with one batch")
 }
+
+// A wildcard candidate with a message budget claims partitions until what
+// they hold (a batch at most from each) covers it: many partitions of one
+// message each, few full ones.
+func TestDecide_BudgetBoundsPartitions(t *testing.T) {
+	var thin, deep []queue.Availability
+	for i := range 8 {
+		thin = append(thin, part(0, fmt.Sprint("t", i), 1))
+		deep = append(deep, part(0, fmt.Sprint("d", i), 50))
+	}
+	as, _ := decide([]candidate{{id: 0, seq: 1, partitions: 100, budget: 5, batch: 10}}, thin)
+	assert.Len(t, as, 5, "one message each: five partitions cover a budget of five")
+	as, _ = decide([]candidate{{id: 0, seq: 1, partitions: 100, budget: 25, batch: 10}}, deep)
+	assert.Len(t, as, 3, "a batch from each: three partitions cover 25")
+	as, _ = decide([]candidate{{id: 0, seq: 1, partitions: 2, budget: 25, batch: 10}}, thin)
+	assert.Len(t, as, 2, "the partition count still bounds")
+}

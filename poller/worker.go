@@ -224,6 +224,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	var targets []queue.Target
 	var targetKeys []string
 	cands := make([]candidate, len(chunk))
+	w.mu.Lock() // credit, which take reads, changes under it
 	for i, in := range chunk {
 		tk := tkey{in.key, in.Target.Partition, in.Target.Group}
 		ti, ok := targetIdx[tk]
@@ -233,7 +234,8 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			targets = append(targets, in.Target)
 			targetKeys = append(targetKeys, in.key)
 		}
-		cands[i] = candidate{id: i, target: ti, specific: in.Target.Partition != "", seq: in.seq, partitions: in.Partitions}
+		cands[i] = candidate{id: i, target: ti, specific: in.Target.Partition != "", seq: in.seq, partitions: in.Partitions,
+			budget: in.take(), batch: in.Batch}
 		// The pre-flight reports as many partitions per target as its
 		// intentions could take together.
 		if cands[i].specific {
@@ -242,6 +244,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			targets[ti].Want += max(in.Partitions, 1)
 		}
 	}
+	w.mu.Unlock()
 
 	start := time.Now()
 	avail, err := p.store.Preflight(ctx, targets)

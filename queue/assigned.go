@@ -74,7 +74,7 @@ WITH a AS (
 	SELECT * FROM (
 		SELECT c.*, row_number() OVER (PARTITION BY c.intention ORDER BY c.ord, c.seq) AS n FROM cand c WHERE c.visible
 	) c WHERE c.n <= c.total
-), ranges AS (
+), ranges AS MATERIALIZED (
 	SELECT r.ord, r.lfrom, r.lto,
 	       r.lto + coalesce((SELECT count(*) FROM (
 	           SELECT d, row_number() OVER (ORDER BY d) AS rn FROM unnest(s.done) d WHERE d > r.lto) x

@@ -25,3 +25,6 @@ func (s *Store) AckRunning() int {
 	defer s.acks.mu.Unlock()
 	return s.acks.running
 }
+
+// PopAssignedSQL is exported for the plan tests.
+const PopAssignedSQL = popAssignedSQL

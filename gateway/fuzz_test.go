@@ -84,3 +84,24 @@ func FuzzWSFrame(f *testing.F) {
 		_ = req.Validate()
 	})
 }
+
+// FuzzPlainString: the fast path of stringField reads exactly what
+// json.Unmarshal reads, whenever it takes a literal at all.
+func FuzzPlainString(f *testing.F) {
+	for _, seed := range []string{`"abc"`, `""`, `"a\"b"`, `"\u00e9"`, `"é"`, "\"\xff\"", `"a` + "\t" + `b"`, `1`, `null`, `"`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, ok := plainString(raw)
+		if !ok {
+			return
+		}
+		var want string
+		if err := json.Unmarshal(raw, &want); err != nil {
+			t.Fatalf("plainString took %q, which json.Unmarshal refuses: %v", raw, err)
+		}
+		if got != want {
+			t.Fatalf("plainString(%q) = %q, json.Unmarshal gives %q", raw, got, want)
+		}
+	})
+}

@@ -95,11 +95,36 @@ func stringField(obj map[string]json.RawMessage, key string) (string, bool, erro
 	if isNull(raw) {
 		return "", false, nil
 	}
+	if s, ok := plainString(raw); ok {
+		return s, true, nil
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false, fmt.Errorf("%s must be a string", key)
 	}
 	return s, true, nil
+}
+
+// plainString reads a JSON string literal with no escapes and valid UTF-8
+// (ids, statuses: nearly every string a client sends) without
+// json.Unmarshal, which would scan and validate it again. raw comes from a
+// document the decoder has validated. Anything else is not ok, for
+// json.Unmarshal to read.
+func plainString(raw json.RawMessage) (string, bool) {
+	n := len(raw)
+	if n < 2 || raw[0] != '"' || raw[n-1] != '"' {
+		return "", false
+	}
+	body := raw[1 : n-1]
+	if bytes.IndexByte(body, '\\') >= 0 || bytes.IndexByte(body, '"') >= 0 || !utf8.Valid(body) {
+		return "", false
+	}
+	for _, c := range body {
+		if c < 0x20 {
+			return "", false
+		}
+	}
+	return string(body), true
 }
 
 // intField reads an optional integer field.

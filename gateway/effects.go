@@ -73,13 +73,31 @@ func (s *Server) afterPush(results []queue.PushResult) {
 // delivery (applied, or refused because the lease is gone, so the stream
 // stops waiting for it); and every lease an ack released.
 func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
+	// Successes are counted per run of one queue and status: one counter
+	// lookup for a batch, not one per message.
+	var run struct {
+		queue  string
+		status queue.AckStatus
+		n      int
+	}
+	flush := func() {
+		if run.n > 0 {
+			s.metrics.acks.WithLabelValues(run.queue, string(run.status)).Add(float64(run.n))
+		}
+	}
+	defer flush()
 	for i, res := range results {
 		if i >= len(acks) {
 			break
 		}
 		a := acks[i]
 		if res.Success {
-			s.metrics.acks.WithLabelValues(res.Queue, string(a.Status)).Inc()
+			if run.n > 0 && (run.queue != res.Queue || run.status != a.Status) {
+				flush()
+				run.n = 0
+			}
+			run.queue, run.status = res.Queue, a.Status
+			run.n++
 		}
 		if res.DLQ {
 			s.metrics.dlq.WithLabelValues(res.Queue).Inc()

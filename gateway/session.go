@@ -359,8 +359,15 @@ func (ss *session) write() {
 // written follows a delivery the transport wrote: metrics, and the credit
 // of an autoAck delivery (nothing to wait for) or the lease check.
 func (ss *session) written(it outItem) {
-	for _, m := range it.res.Messages {
-		ss.s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
+	// One counter lookup per run of one queue and group.
+	msgs := it.res.Messages
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for j < len(msgs) && msgs[j].Queue == msgs[i].Queue && msgs[j].Group == msgs[i].Group {
+			j++
+		}
+		ss.s.metrics.popped.WithLabelValues(msgs[i].Queue, msgs[i].Group).Add(float64(j - i))
+		i = j
 	}
 	if it.sub.in.AutoAck {
 		ss.s.poller.AddCredit(it.sub.in, len(it.res.Messages))

@@ -26,15 +26,21 @@ func ackResultJSON(r queue.AckResult) ackJSON {
 // parseAck reads one acknowledgement object. single selects the error texts
 // of POST /ack (the batch route words them differently).
 func parseAck(obj map[string]json.RawMessage, single bool) (queue.Ack, error) {
+	return parseAckFields(func(key string) json.RawMessage { return obj[key] }, single)
+}
+
+// parseAckFields is parseAck over any holder of the item's fields.
+func parseAckFields(field func(key string) json.RawMessage, single bool) (queue.Ack, error) {
+	str := func(key string) (string, bool, error) { return stringValue(field(key), key) }
 	var a queue.Ack
-	txid, ok, err := stringField(obj, "transactionId")
+	txid, ok, err := str("transactionId")
 	if err != nil || !ok || txid == "" {
 		if single {
 			return a, badRequestf("transactionId is required")
 		}
 		return a, badRequestf("Each acknowledgment must have a transactionId string")
 	}
-	pid, ok, err := stringField(obj, "partitionId")
+	pid, ok, err := str("partitionId")
 	if err != nil || !ok || pid == "" {
 		if single {
 			return a, badRequestf("partitionId is required to ensure message uniqueness")
@@ -42,16 +48,16 @@ func parseAck(obj map[string]json.RawMessage, single bool) (queue.Ack, error) {
 		return a, badRequestf("Each acknowledgment must have a valid partitionId string to ensure message uniqueness")
 	}
 	a.TransactionID, a.PartitionID = txid, pid
-	if a.LeaseID, _, err = stringField(obj, "leaseId"); err != nil {
+	if a.LeaseID, _, err = str("leaseId"); err != nil {
 		return a, badRequestf("%v", err)
 	}
-	if a.Group, _, err = stringField(obj, "consumerGroup"); err != nil {
+	if a.Group, _, err = str("consumerGroup"); err != nil {
 		return a, badRequestf("%v", err)
 	}
-	if a.Error, _, err = stringField(obj, "error"); err != nil {
+	if a.Error, _, err = str("error"); err != nil {
 		return a, badRequestf("%v", err)
 	}
-	status, _, err := stringField(obj, "status")
+	status, _, err := str("status")
 	if err != nil {
 		return a, badRequestf("%v", err)
 	}

@@ -91,7 +91,12 @@ func isNull(raw json.RawMessage) bool {
 
 // stringField reads an optional string field: absent or null gives "", false.
 func stringField(obj map[string]json.RawMessage, key string) (string, bool, error) {
-	raw := obj[key]
+	return stringValue(obj[key], key)
+}
+
+// stringValue reads an optional string field's raw value: absent or null
+// gives "", false.
+func stringValue(raw json.RawMessage, key string) (string, bool, error) {
 	if isNull(raw) {
 		return "", false, nil
 	}

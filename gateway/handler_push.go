@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,11 +101,9 @@ func parsePushItems(arr []json.RawMessage) ([]queue.PushItem, error) {
 	items := make([]queue.PushItem, len(arr))
 	for i, raw := range arr {
 		// A struct, not a map: one allocation per field instead of a map
-		// per item. raw is a value the decoder validated, so an object
-		// starts with '{'.
+		// per item.
 		var f pushItemJSON
-		if trimmed := bytes.TrimLeft(raw, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' ||
-			json.Unmarshal(raw, &f) != nil {
+		if !decodeObject(raw, &f) {
 			return nil, badRequestf("Each item must be an object")
 		}
 		q, present, err := stringValue(f.Queue, "queue")

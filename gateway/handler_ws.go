@@ -409,9 +409,7 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 // parseWSAcks decodes the items of an ack frame, and the sub each names
 // ("" when none).
 func parseWSAcks(raw json.RawMessage) ([]queue.Ack, []string, error) {
-	// A struct, not a map per item: the frames under load carry a hundred
-	// items, and the map was most of their decoding.
-	var items []wsAckItem
+	var items []ackItemJSON
 	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
 		return nil, nil, badRequestf("items must be a non-empty array of acknowledgements")
 	}
@@ -429,35 +427,6 @@ func parseWSAcks(raw json.RawMessage) ([]queue.Ack, []string, error) {
 		acks[i] = a
 	}
 	return acks, subs, nil
-}
-
-// wsAckItem holds the fields of an ack item, undecoded.
-type wsAckItem struct {
-	TransactionID json.RawMessage `json:"transactionId"`
-	PartitionID   json.RawMessage `json:"partitionId"`
-	LeaseID       json.RawMessage `json:"leaseId"`
-	ConsumerGroup json.RawMessage `json:"consumerGroup"`
-	Status        json.RawMessage `json:"status"`
-	Error         json.RawMessage `json:"error"`
-	Sub           json.RawMessage `json:"sub"`
-}
-
-func (it *wsAckItem) field(key string) json.RawMessage {
-	switch key {
-	case "transactionId":
-		return it.TransactionID
-	case "partitionId":
-		return it.PartitionID
-	case "leaseId":
-		return it.LeaseID
-	case "consumerGroup":
-		return it.ConsumerGroup
-	case "status":
-		return it.Status
-	case "error":
-		return it.Error
-	}
-	return nil
 }
 
 // parseWSPush decodes the items of a push frame.

@@ -216,6 +216,11 @@ func (s *Store) registerGroup(ctx context.Context, req *PopRequest, subNow bool,
 	if err != nil {
 		return fmt.Errorf("registering consumer group %s: %w", req.Group, err)
 	}
+	// A group on a big queue has just added a row per partition (rare:
+	// not rate-limited).
+	if _, err := s.AnalyzeGrown(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn().Err(err).Msg("analyzing grown tables")
+	}
 	return nil
 }
 

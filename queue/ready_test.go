@@ -245,3 +245,39 @@ func TestIssue16_CoalescedPopIsLinearInAssignments(t *testing.T) {
 	t.Logf("%d assignments: a node ran at most %d times", n, loops)
 	assert.Less(t, loops, int64(4*n), "a node of the coalesced pop runs once per pair of assignments")
 }
+
+// Issue 16, the same hole by another door: plans are cached per connection
+// (generic plans), and a pre-flight planned while the queue had 200
+// partitions scanned and sorted all 20,000 consumer rows once it had
+// 20,000 (a 100,000-partition WebSocket drain fell to 310 msgs/s) until
+// autovacuum's next ANALYZE, up to a minute later. Registering a group,
+// creating partitions and the hygiene loop now analyze the tables that
+// doubled, which re-plans.
+func TestIssue16_CachedPlansFollowTableGrowth(t *testing.T) {
+	s := newStore(t)
+	fillPartitions(t, s, "small", 200)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "small"}}))
+	exec(t, s, "ANALYZE")
+	conn, err := s.Pool().Acquire(ctxT(t))
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctxT(t), "PREPARE stale AS "+queue.PreflightSQL) // the pool forces generic plans
+	require.NoError(t, err)
+	args := `('{%s}', '{""}', '{""}', '{""}', '{__QUEUE_MODE__}', '{100}')`
+	_, err = conn.Exec(ctxT(t), "EXECUTE stale"+fmt.Sprintf(args, "small"))
+	require.NoError(t, err)
+
+	fillPartitions(t, s, "big", 20000)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "big"}}))
+	var doc []map[string]any
+	require.NoError(t, conn.QueryRow(ctxT(t), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE stale"+
+		fmt.Sprintf(args, "big")).Scan(&doc))
+	plan := doc[0]["Plan"].(map[string]any)
+	hit, _ := plan["Shared Hit Blocks"].(float64)
+	t.Logf("pre-flight planned at 200 partitions, run at 20,000: %.0f shared buffers", hit)
+	assert.Less(t, hit, 500.0, "the cached plan scans the grown table")
+	// Nothing doubled since: no second ANALYZE.
+	again, err := s.AnalyzeGrown(ctxT(t))
+	require.NoError(t, err)
+	assert.Empty(t, again)
+}

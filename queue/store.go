@@ -133,6 +133,7 @@ type Store struct {
 	acks    *coalescer[ackReq, []AckResult]
 
 	partHits, partMisses, partEvictions atomic.Uint64
+	lastAnalyze                         atomic.Int64 // UnixNano of the last analyzeIfDue check
 }
 
 // PartitionCacheStats reports the partition id cache's counters.
@@ -376,6 +377,9 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 			return nil, fmt.Errorf("resolving partition %s/%s: %w", k.queue, k.partition, errRaced)
 		}
 	}
+	// Many new partitions at once (a burst of new mailboxes) can leave the
+	// cached plans behind the table's size.
+	s.analyzeIfDue(ctx)
 	return out, nil
 }
 

@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -155,4 +157,24 @@ func TestDrainRun(t *testing.T) {
 	var b strings.Builder
 	(&report{Drain: res}).print(&b)
 	assert.Contains(t, b.String(), "many-partition drain")
+}
+
+// The CPU per message counts the private PostgreSQL's processes: the
+// postmaster found through its pid file, its reaped backends and its live
+// ones. Here the test cluster stands in for a private one.
+func TestPgCPUReadsThePostmasterTree(t *testing.T) {
+	conn, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+	require.NoError(t, err)
+	var data string
+	require.NoError(t, conn.QueryRow(context.Background(), "SHOW data_directory").Scan(&data))
+	require.NoError(t, conn.Close(context.Background()))
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "postgres"), 0o755))
+	require.NoError(t, os.Symlink(data, filepath.Join(dir, "postgres", "pgdata")))
+	s := &server{pgDir: dir}
+	d0, ok := s.pgCPU()
+	require.True(t, ok)
+	assert.Positive(t, d0, "a running cluster has spent some CPU")
+	_, ok = (&server{}).pgCPU()
+	assert.False(t, ok, "no private PostgreSQL, no figure")
 }

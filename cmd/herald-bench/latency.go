@@ -43,6 +43,10 @@ type latencyResult struct {
 	Max        float64 `json:"max_ms"`
 	Ack        string  `json:"ack"`
 	ServerCPU  float64 `json:"server_cpu_percent"` // herald's CPU while pushing (100 = one core)
+	// CPUPer1k is the CPU seconds herald and its PostgreSQL spent per
+	// 1,000 messages, from the first push to the last receipt; 0 when
+	// PostgreSQL's processes are not known (--url).
+	CPUPer1k float64 `json:"cpu_s_per_1000"`
 }
 
 // recorder collects receipt latencies, once per message.
@@ -137,6 +141,7 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 		return res, err
 	}
 	cpu0, t0 := srv.cpu(), time.Now()
+	pg0, pgKnown := srv.pgCPU()
 	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total)
 	res.Pushed = pushed
 	res.ServerCPU = 100 * (srv.cpu() - cpu0).Seconds() / time.Since(t0).Seconds()
@@ -150,6 +155,9 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	for rec.count() < pushed && time.Now().Before(deadline) {
 		t := time.NewTimer(20 * time.Millisecond)
 		<-t.C
+	}
+	if pg1, ok := srv.pgCPU(); ok && pgKnown && pushed > 0 {
+		res.CPUPer1k = (srv.cpu() - cpu0 + pg1 - pg0).Seconds() * 1000 / float64(pushed)
 	}
 	cancel()
 	wg.Wait()

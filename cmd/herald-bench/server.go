@@ -18,11 +18,12 @@ import (
 
 // server is the Herald under measurement.
 type server struct {
-	url  string
-	pid  int
-	cmd  *exec.Cmd
-	dir  string
-	done chan error
+	url   string
+	pid   int
+	cmd   *exec.Cmd
+	dir   string // removed at stop: the server that made it owns it
+	pgDir string // the data directory whose private PostgreSQL it uses ("" for --url)
+	done  chan error
 }
 
 // findHerald locates the herald binary.
@@ -83,7 +84,7 @@ func startIn(ctx context.Context, cfg benchConfig, log io.Writer, dir, wake stri
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{url: "http://" + addr, pid: cmd.Process.Pid, cmd: cmd, done: make(chan error, 1)}
+	s := &server{url: "http://" + addr, pid: cmd.Process.Pid, cmd: cmd, pgDir: dir, done: make(chan error, 1)}
 	go func() { s.done <- cmd.Wait() }()
 	deadline := time.After(2 * time.Minute)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -150,18 +151,64 @@ func (s *server) cpu() time.Duration {
 	if s.pid == 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	f := procStat(s.pid)
 	if len(f) < 13 {
 		return 0
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	return ticks(f[11]) + ticks(f[12])
+}
+
+// pgCPU is the CPU time of the server's private PostgreSQL so far: the
+// postmaster's own and its reaped children's (every backend that ended),
+// plus its live children's. ok is false when it is not known (--url).
+func (s *server) pgCPU() (d time.Duration, ok bool) {
+	if s.pgDir == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(s.pgDir, "postgres", "pgdata", "postmaster.pid"))
+	if err != nil {
+		return 0, false
+	}
+	pm, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return 0, false
+	}
+	f := procStat(pm)
+	if len(f) < 15 {
+		return 0, false
+	}
+	d = ticks(f[11]) + ticks(f[12]) + ticks(f[13]) + ticks(f[14]) // utime stime cutime cstime
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, false
+	}
+	parent := strconv.Itoa(pm)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if c := procStat(pid); len(c) >= 13 && c[1] == parent {
+			d += ticks(c[11]) + ticks(c[12])
+		}
+	}
+	return d, true
+}
+
+// procStat returns the fields of /proc/pid/stat after the command name
+// (which is in parentheses and may hold spaces); nil when it is gone.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+}
+
+// ticks reads a /proc clock-tick count as a duration.
+func ticks(field string) time.Duration {
+	n, _ := strconv.ParseInt(field, 10, 64)
+	return time.Duration(n) * time.Second / 100 // USER_HZ
 }
 
 // metric sums a Prometheus counter or gauge (all label sets) from /metrics.

@@ -1,5 +1,5 @@
-// Package poller serves waiting consumers. Every waiting long-poll (and,
-// later, every WebSocket or SSE subscription) is an Intention in a registry;
+// Package poller serves waiting consumers. Every waiting long-poll and
+// every WebSocket or SSE subscription is an Intention in a registry;
 // poll workers serve them in cycles that cost two database round trips
 // whatever the number of waiters (docs/design.md, "The poller cycle"):
 //
@@ -14,13 +14,18 @@
 //
 // decide gives each (partition, consumer group) to at most one intention per
 // cycle: intentions naming a partition first, then the oldest; a wildcard
-// intention gets the fullest eligible partitions. The coalesced pop re-checks
-// everything under row locks (FOR UPDATE SKIP LOCKED), so a stale pre-flight
-// or another instance can cost a query, never a double delivery. Rare cases
-// take a slower path: a group's first read of a partition creates its
-// consumer row first (queue.EnsureConsumers, then the queue is re-checked at
-// once), and an expired lease whose attempt dead-letters a message goes
-// through queue.Store.Pop.
+// intention gets the fullest eligible partitions, up to its partition count
+// and until what they hold covers its credit (a batch at most from each).
+// A long-poll takes one batch; a subscription may take a batch from each
+// partition it claims, and Deliver gets them a batch at a time. The
+// pre-flight reads per target only as many partitions as its intentions
+// could take. The coalesced pop re-checks everything under row locks (FOR
+// UPDATE SKIP LOCKED), so a stale pre-flight or another instance can cost a
+// query, never a double delivery. Rare cases take a slower path: a group
+// new to a queue is registered first (queue.EnsureConsumers gives it a
+// consumer row on every partition; the queue is re-checked at once), and an
+// expired lease whose attempt dead-letters a message goes through
+// queue.Store.Pop.
 //
 // # Timers instead of polling
 //

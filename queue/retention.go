@@ -151,8 +151,10 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 // maxWaitSQL moves to the dead-letter queue, per consumer group, the
 // messages a group has not finished that are older than the queue's
 // maxWaitTimeSeconds (up to $1 per group and partition), and marks them
-// done for it. A group under a live lease is left for the next run; a
-// partition a group has never read is not its concern yet.
+// done for it. A group under a live lease is left for the next run. Every
+// partition of a queue counts for each group registered on it (consumer
+// rows exist for all of them); a queue a group has never read from is not
+// its concern yet.
 const maxWaitSQL = `-- herald:retention_max_wait
 WITH c AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, q.id AS queue_id, q.name AS qname,

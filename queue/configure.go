@@ -209,8 +209,17 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 			o.EncryptionEnabled, o.MaxWaitTimeSeconds).Scan(&res.QueueID, &res.Version); err != nil {
 			return fmt.Errorf("configuring queue %s: %w", req.Queue, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO partitions (id, queue_id, name) VALUES ($1::uuid, $2::uuid, $3)
-			ON CONFLICT (queue_id, name) DO NOTHING`, NewID(), res.QueueID, DefaultPartition); err != nil {
+		// A new partition gets a consumer row per group of its queue, as in
+		// resolvePartitions (the queue row's lock, held since the first
+		// statement, orders this with a registration).
+		if _, err := tx.Exec(ctx, `WITH created AS (
+				INSERT INTO partitions (id, queue_id, name) VALUES ($1::uuid, $2::uuid, $3)
+				ON CONFLICT (queue_id, name) DO NOTHING
+				RETURNING id, queue_id
+			)
+			INSERT INTO consumers (partition_id, consumer_group, queue_id)
+			SELECT c.id, g.name, c.queue_id FROM created c JOIN consumer_groups g ON g.queue_id = c.queue_id
+			ORDER BY g.name`, NewID(), res.QueueID, DefaultPartition); err != nil {
 			return fmt.Errorf("creating default partition of %s: %w", req.Queue, err)
 		}
 		if err := tx.QueryRow(ctx, `SELECT id::text FROM partitions WHERE queue_id = $1::uuid AND name = $2`,

@@ -20,8 +20,9 @@
 // consumers_ready (WHERE last_offset > cursor): pops and the pre-flight read
 // as many entries as they want partitions, at any partition count. For that,
 // a group registered on a queue (consumer_groups) has a row on every
-// partition of it: resolvePartitions gives a new partition one per group,
-// under the queue row's share lock; registerGroup gives a group new to a
+// partition of it: resolvePartitions (and Configure, for the Default
+// partition) gives a new partition one per group, under the queue row's
+// share (update) lock; registerGroup gives a group new to a
 // queue one per partition, under the queue row's no-key-update lock and the
 // partitions' share locks, so one of the two always sees the other.
 //

@@ -281,3 +281,21 @@ func TestIssue16_CachedPlansFollowTableGrowth(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, again)
 }
+
+// Review of issue 16: Configure creates a queue's Default partition, a
+// third place partitions are born. It gave the partition no consumer rows,
+// so a group registered on the queue never saw a message pushed there (the
+// old per-pop anti-join used to add them). It now adds them like the
+// others.
+func TestIssue16_ConfigureGivesTheDefaultPartitionItsConsumerRows(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "cq", "a", nums(1, 1)...)
+	res := pop(t, s, queue.PopRequest{Queue: "cq", Group: "g", Batch: 10})
+	require.Len(t, res.Messages, 1)
+	ackAll(t, s, res, queue.StatusCompleted)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "cq", Options: optsJSON(func(o *queue.Options) { o.LeaseTime = 60 })})
+	require.NoError(t, err)
+	push(t, s, "cq", "Default", nums(2, 2)...)
+	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "cq", Group: "g", Batch: 10}).Messages),
+		"the message on Default reaches the group")
+}

@@ -173,6 +173,26 @@ type ackBatcher struct {
 	seen  map[consumerKey]bool // every pair offered so far, from the second on
 }
 
+// busy marks the pairs of a request still running: a request on one of
+// them runs after it.
+func (b *ackBatcher) busy(r ackReq) {
+	b.remember()
+	for _, k := range r.keys {
+		b.seen[k] = true
+	}
+}
+
+// remember moves the first request's pairs into seen, once a second
+// request (or a running one) is to be compared with them.
+func (b *ackBatcher) remember() {
+	if b.seen == nil {
+		b.seen = make(map[consumerKey]bool, 2*len(b.first))
+		for _, k := range b.first {
+			b.seen[k] = true
+		}
+	}
+}
+
 func (b *ackBatcher) offer(r ackReq) verdict {
 	if b.items > 0 && b.items+len(r.acks) > coalesceMaxItems {
 		return full
@@ -181,12 +201,7 @@ func (b *ackBatcher) offer(r ackReq) verdict {
 		b.first, b.items = r.keys, len(r.acks)
 		return join
 	}
-	if b.seen == nil {
-		b.seen = make(map[consumerKey]bool, 2*len(b.first))
-		for _, k := range b.first {
-			b.seen[k] = true
-		}
-	}
+	b.remember()
 	v := join
 	for _, k := range r.keys {
 		if b.seen[k] {

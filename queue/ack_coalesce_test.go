@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -289,4 +290,46 @@ func TestAck_CancelledWaiterDoesNotCancelMergedRun(t *testing.T) {
 func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
+}
+
+// Review of issue 16: acks queued one after the other on the same
+// (partition, group) must apply in that order (QueueAck promises it: a
+// WebSocket connection's frames rely on it). The batcher kept them out of
+// one batch, but with two flushers the second ran in a batch of its own at
+// the same time as the first, and either could win: a completed ack queued
+// after a retry that gave the lease back succeeded about one time in five.
+// A request waits now for every running batch it overlaps.
+func TestIssue16_QueuedAcksOnOnePairKeepTheirOrder(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	for i := range 60 {
+		push(t, s, "ord", "p", 1, 2)
+		r := pop(t, s, queue.PopRequest{Queue: "ord", Group: "g", Batch: 2})
+		require.Len(t, r.Messages, 2)
+		m1, m2 := r.Messages[0], r.Messages[1]
+		p1, err := s.QueueAck(ctx, []queue.Ack{{TransactionID: m1.TransactionID, PartitionID: m1.PartitionID,
+			LeaseID: m1.LeaseID, Status: queue.StatusRetry, Group: "g"}})
+		require.NoError(t, err)
+		p2, err := s.QueueAck(ctx, []queue.Ack{{TransactionID: m2.TransactionID, PartitionID: m2.PartitionID,
+			LeaseID: m2.LeaseID, Status: queue.StatusCompleted, Group: "g"}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var r1, r2 []queue.AckResult
+		var e1, e2 error
+		wg.Go(func() { r1, e1 = p1.Wait() })
+		wg.Go(func() { r2, e2 = p2.Wait() })
+		wg.Wait()
+		require.NoError(t, e1)
+		require.NoError(t, e2)
+		require.True(t, r1[0].Success, "round %d: the retry gives the lease back", i)
+		require.False(t, r2[0].Success, "round %d: the completed ack queued after it finds the lease ended", i)
+		// Both come back; finish them for the next round.
+		for {
+			r := pop(t, s, queue.PopRequest{Queue: "ord", Group: "g", Batch: 10})
+			if len(r.Messages) == 0 {
+				break
+			}
+			ackAll(t, s, r, queue.StatusCompleted)
+		}
+	}
 }

@@ -26,9 +26,10 @@ const (
 //
 // There is no goroutine of its own: callers take turns flushing the queue
 // from its head, at most `flushers` at a time, until their own request has
-// been run. The head of the queue always joins the batch being taken, so a
-// caller's wait is bounded: a request a batcher held back (wait) is at the
-// head of the next batch.
+// been run. The head of the queue joins the batch being taken unless it must
+// run after a batch still running (busy), so a caller's wait is bounded: a
+// request a batcher held back (wait) is at the head of a later batch, and
+// requests that must follow one another never run at once.
 //
 // run must give each request of a merged batch exactly the results it would
 // get alone; the batcher keeps out of a batch what would break that (a
@@ -53,6 +54,7 @@ type coalescer[Req, Res any] struct {
 	cond    *sync.Cond
 	queue   []*coalescedCall[Req, Res]
 	running int
+	active  []*coalescedCall[Req, Res] // the requests of the batches running
 }
 
 // verdict is a batcher's answer about one queued request.
@@ -69,6 +71,9 @@ const (
 // that the first request always joins.
 type batcher[Req any] interface {
 	offer(r Req) verdict
+	// busy tells it of a request of a batch still running, before any
+	// offer: a request that must run after it waits (even at the head).
+	busy(r Req)
 }
 
 type coalescedCall[Req, Res any] struct {
@@ -122,11 +127,19 @@ func (c *coalescer[Req, Res]) wait(call *coalescedCall[Req, Res]) (Res, error) {
 		}
 		if c.running < c.flushers && len(c.queue) > 0 {
 			batch := c.take()
+			if len(batch) == 0 {
+				// Everything queued must run after a batch still
+				// running: wait for it.
+				c.cond.Wait()
+				continue
+			}
 			c.running++
+			c.active = append(c.active, batch...)
 			c.mu.Unlock()
 			c.flush(batch)
 			c.mu.Lock()
 			c.running--
+			c.active = slices.DeleteFunc(c.active, func(a *coalescedCall[Req, Res]) bool { return slices.Contains(batch, a) })
 			c.cond.Broadcast()
 			continue
 		}
@@ -141,6 +154,9 @@ func (c *coalescer[Req, Res]) wait(call *coalescedCall[Req, Res]) (Res, error) {
 // context's error. Called with mu held.
 func (c *coalescer[Req, Res]) take() []*coalescedCall[Req, Res] {
 	b := c.newBatcher()
+	for _, a := range c.active {
+		b.busy(a.req)
+	}
 	batch := make([]*coalescedCall[Req, Res], 0, len(c.queue))
 	keep := c.queue[:0]
 	for i, q := range c.queue {
@@ -149,8 +165,8 @@ func (c *coalescer[Req, Res]) take() []*coalescedCall[Req, Res] {
 			continue
 		}
 		v := b.offer(q.req)
-		if len(batch) == 0 {
-			v = join
+		if len(batch) == 0 && v == full {
+			v = join // one request past the limits runs alone
 		}
 		if v == full {
 			keep = append(keep, c.queue[i:]...)

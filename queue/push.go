@@ -80,6 +80,10 @@ type pushReq struct {
 // if the requests had run one after another.
 type pushBatcher struct{ items, bytes int }
 
+// busy: pushes running do not hold others back (the partition locks order
+// them in the database).
+func (b *pushBatcher) busy(pushReq) {}
+
 func (b *pushBatcher) offer(r pushReq) verdict {
 	if b.items > 0 && (b.items+len(r.items) > coalesceMaxItems || b.bytes+r.bytes > coalesceMaxBytes) {
 		return full

@@ -299,3 +299,55 @@ func TestIssue16_ConfigureGivesTheDefaultPartitionItsConsumerRows(t *testing.T) 
 	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "cq", Group: "g", Batch: 10}).Messages),
 		"the message on Default reaches the group")
 }
+
+// Review of issue 16: a transaction that acks a message and then pushes
+// the next step to the same partition held the consumer row (ack) while
+// waiting for the partition, which a plain push held while waiting for
+// that consumer row (pushes now write consumer rows): Postgres broke the
+// deadlock by failing one side. A transaction now locks its pushes'
+// partitions and their consumer rows first, in the pushes' order.
+func TestIssue16_TransactionAckThenPushDoesNotDeadlock(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	push(t, s, "txq", "p", nums(1, 60)...)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 2 {
+		wg.Go(func() {
+			for range 40 {
+				res, err := s.Pop(ctx, queue.PopRequest{Queue: "txq", Group: "g"})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					continue
+				}
+				m := res.Messages[0]
+				if _, err := s.Transaction(ctx, []queue.TxOp{
+					{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+						LeaseID: m.LeaseID, Status: queue.StatusCompleted, Group: "g"}},
+					{Type: "push", Items: []queue.PushItem{{Queue: "txq", Partition: "p", Payload: json.RawMessage(`1`)}}},
+				}, nil); err != nil {
+					errs <- fmt.Errorf("transaction: %w", err)
+					return
+				}
+			}
+		})
+	}
+	for range 2 {
+		wg.Go(func() {
+			for range 200 {
+				if _, err := s.Push(ctx, []queue.PushItem{{Queue: "txq", Partition: "p", Payload: json.RawMessage(`1`)}}); err != nil {
+					errs <- fmt.Errorf("push: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -50,8 +51,52 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 			return nil, inputErrorf("operations[%d].type must be push or ack", i)
 		}
 	}
+	// The partitions the pushes write are found (or created) before the
+	// transaction, on a connection of its own: created inside, they would
+	// wait for a group registration that waits for this transaction's
+	// partition locks, a cycle Postgres cannot see.
+	var keys []partKey
+	for _, op := range ops {
+		if op.Type != "push" {
+			continue
+		}
+		if err := validatePushItems(op.Items); err != nil {
+			return nil, err
+		}
+		for _, it := range op.Items {
+			p := it.Partition
+			if p == "" {
+				p = DefaultPartition
+			}
+			keys = append(keys, partKey{it.Queue, p})
+		}
+	}
+	var pushParts []string
+	if len(keys) > 0 {
+		refs, err := s.resolvePartitions(ctx, keys)
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		for _, r := range refs {
+			if !seen[r.partitionID] {
+				seen[r.partitionID] = true
+				pushParts = append(pushParts, r.partitionID)
+			}
+		}
+		sort.Strings(pushParts)
+	}
 	res := &TxResult{TransactionID: NewID(), Results: []TxOpResult{}}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Then they are locked first, with their consumer rows, as a push
+		// locks them: an ack before a push in ops must not hold a consumer
+		// row while the push waits for a partition another push holds
+		// while waiting for that row.
+		if len(pushParts) > 0 {
+			if _, err := tx.Exec(ctx, pushLockSQL, pushParts); err != nil {
+				return fmt.Errorf("locking partitions: %w", err)
+			}
+		}
 		for _, l := range requiredLeases {
 			var live bool
 			if ValidUUID(l) {

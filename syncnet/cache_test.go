@@ -80,23 +80,39 @@ func TestNode_ConfigAndPartitionNews(t *testing.T) {
 	parts := make(chan string, 1)
 	nodes := mesh(t, 2, nil, func(i int, c *Config) {
 		if i == 1 {
-			c.OnQueueConfig = func(q string, cfg QueueConfig, v uint64) { configs <- cfgNews{q, cfg, v} }
+			c.OnQueueConfig = func(q string, cfg QueueConfig, v uint64) {
+				select { // a resent copy may come too
+				case configs <- cfgNews{q, cfg, v}:
+				default:
+				}
+			}
 			c.OnPartitionDeleted = func(q, p string) { parts <- q + "/" + p }
 		}
 	})
 	want := QueueConfig{ID: "0190a1b2-0000-7000-8000-000000000001", LeaseTime: 45, RetryLimit: 2, DLQEnabled: true}
+	// News is one datagram, best effort (a peer drops one from a sender
+	// it has not heard a heartbeat from yet): send again until it lands.
+	resend := time.NewTicker(200 * time.Millisecond)
+	defer resend.Stop()
+	deadline := time.After(5 * time.Second)
 	nodes[0].QueueConfigured("orders", want, 7)
-	select {
-	case got := <-configs:
-		assert.Equal(t, cfgNews{"orders", want, 7}, got)
-	case <-time.After(2 * time.Second):
-		t.Fatal("QUEUE_CONFIG_SET did not arrive")
+config:
+	for {
+		select {
+		case got := <-configs:
+			assert.Equal(t, cfgNews{"orders", want, 7}, got)
+			break config
+		case <-resend.C:
+			nodes[0].QueueConfigured("orders", want, 7)
+		case <-deadline:
+			t.Fatal("QUEUE_CONFIG_SET did not arrive")
+		}
 	}
 	nodes[0].PartitionDeleted("orders", "customer-1")
 	select {
 	case got := <-parts:
 		assert.Equal(t, "orders/customer-1", got)
-	case <-time.After(2 * time.Second):
+	case <-time.After(5 * time.Second):
 		t.Fatal("PARTITION_DELETED did not arrive")
 	}
 }

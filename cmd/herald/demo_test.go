@@ -31,41 +31,22 @@ func port(t *testing.T, addr string) string {
 func TestDemo_ThreeInstances(t *testing.T) {
 	bin := buildHerald(t)
 	dir := dataDir(t)
-	var ports, syncPorts []string
-	for range 3 {
-		ports = append(ports, port(t, freeTCP(t)))
-		syncPorts = append(syncPorts, port(t, freeUDP(t)))
-	}
-	cmd := exec.Command(bin, "demo", "--data-dir", dir, "--ports", strings.Join(ports, ","),
-		"--sync-ports", strings.Join(syncPorts, ","), "--rate", "20", "--queue", "demo-q")
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	exited := make(chan error, 1)
-	ready := make(chan []string, 1)
-	go func() {
-		var urls []string
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			if u := strings.TrimSpace(line); strings.HasPrefix(u, "http://") {
-				urls = append(urls, u)
-			}
-			if strings.Contains(line, "Ctrl-C stops everything") {
-				ready <- urls
-			}
+	// The free ports are picked, then bound by herald: another test may take
+	// one in between, so a start that finds its port taken is tried again.
+	var (
+		ports  []string
+		cmd    *exec.Cmd
+		stderr *bytes.Buffer
+		exited chan error
+		urls   []string
+	)
+	for attempt := 1; ; attempt++ {
+		ports, cmd, stderr, exited, urls = startDemo(t, bin, dir)
+		if urls != nil || attempt == 3 || !strings.Contains(stderr.String(), "address already in use") {
+			break
 		}
-		exited <- cmd.Wait()
-	}()
-	var urls []string
-	select {
-	case urls = <-ready:
-	case err := <-exited:
-		t.Fatalf("herald demo exited: %v\n%s", err, stderr.String())
-	case <-time.After(2 * time.Minute):
+	}
+	if urls == nil {
 		t.Fatalf("herald demo did not start\n%s", stderr.String())
 	}
 	require.Len(t, urls, 3)
@@ -166,4 +147,47 @@ func TestDemo_ThreeInstances(t *testing.T) {
 		}
 		assert.Error(t, err, "%s is down", u)
 	}
+}
+
+// startDemo runs herald demo on free ports and waits for its URLs; urls is
+// nil if it exited first (or did not start within two minutes).
+func startDemo(t *testing.T, bin, dir string) (ports []string, cmd *exec.Cmd, stderr *bytes.Buffer,
+	exited chan error, urls []string) {
+	t.Helper()
+	var syncPorts []string
+	for range 3 {
+		ports = append(ports, port(t, freeTCP(t)))
+		syncPorts = append(syncPorts, port(t, freeUDP(t)))
+	}
+	cmd = exec.Command(bin, "demo", "--data-dir", dir, "--ports", strings.Join(ports, ","),
+		"--sync-ports", strings.Join(syncPorts, ","), "--rate", "20", "--queue", "demo-q")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stderr = &bytes.Buffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	exited = make(chan error, 1)
+	ready := make(chan []string, 1)
+	go func() {
+		var urls []string
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			if u := strings.TrimSpace(line); strings.HasPrefix(u, "http://") {
+				urls = append(urls, u)
+			}
+			if strings.Contains(line, "Ctrl-C stops everything") {
+				ready <- urls
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	select {
+	case urls = <-ready:
+	case err := <-exited:
+		t.Logf("herald demo exited: %v", err)
+	case <-time.After(2 * time.Minute):
+	}
+	return ports, cmd, stderr, exited, urls
 }

@@ -26,21 +26,21 @@ func ackResultJSON(r queue.AckResult) ackJSON {
 // parseAck reads one acknowledgement object. single selects the error texts
 // of POST /ack (the batch route words them differently).
 func parseAck(obj map[string]json.RawMessage, single bool) (queue.Ack, error) {
-	return parseAckFields(func(key string) json.RawMessage { return obj[key] }, single)
+	return parseAckItem(&ackItemJSON{TransactionID: obj["transactionId"], PartitionID: obj["partitionId"],
+		LeaseID: obj["leaseId"], ConsumerGroup: obj["consumerGroup"], Status: obj["status"], Error: obj["error"]}, single)
 }
 
-// parseAckFields is parseAck over any holder of the item's fields.
-func parseAckFields(field func(key string) json.RawMessage, single bool) (queue.Ack, error) {
-	str := func(key string) (string, bool, error) { return stringValue(field(key), key) }
+// parseAckItem is parseAck over a decoded item.
+func parseAckItem(it *ackItemJSON, single bool) (queue.Ack, error) {
 	var a queue.Ack
-	txid, ok, err := str("transactionId")
+	txid, ok, err := stringValue(it.TransactionID, "transactionId")
 	if err != nil || !ok || txid == "" {
 		if single {
 			return a, badRequestf("transactionId is required")
 		}
 		return a, badRequestf("Each acknowledgment must have a transactionId string")
 	}
-	pid, ok, err := str("partitionId")
+	pid, ok, err := stringValue(it.PartitionID, "partitionId")
 	if err != nil || !ok || pid == "" {
 		if single {
 			return a, badRequestf("partitionId is required to ensure message uniqueness")
@@ -48,16 +48,16 @@ func parseAckFields(field func(key string) json.RawMessage, single bool) (queue.
 		return a, badRequestf("Each acknowledgment must have a valid partitionId string to ensure message uniqueness")
 	}
 	a.TransactionID, a.PartitionID = txid, pid
-	if a.LeaseID, _, err = str("leaseId"); err != nil {
+	if a.LeaseID, _, err = stringValue(it.LeaseID, "leaseId"); err != nil {
 		return a, badRequestf("%v", err)
 	}
-	if a.Group, _, err = str("consumerGroup"); err != nil {
+	if a.Group, _, err = stringValue(it.ConsumerGroup, "consumerGroup"); err != nil {
 		return a, badRequestf("%v", err)
 	}
-	if a.Error, _, err = str("error"); err != nil {
+	if a.Error, _, err = stringValue(it.Error, "error"); err != nil {
 		return a, badRequestf("%v", err)
 	}
-	status, _, err := str("status")
+	status, _, err := stringValue(it.Status, "status")
 	if err != nil {
 		return a, badRequestf("%v", err)
 	}
@@ -104,7 +104,7 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "Each acknowledgment must be an object")
 			return
 		}
-		if acks[i], err = parseAckFields(item.field, false); err != nil {
+		if acks[i], err = parseAckItem(&item, false); err != nil {
 			s.fail(w, err)
 			return
 		}
@@ -139,22 +139,4 @@ type ackItemJSON struct {
 	Status        json.RawMessage `json:"status"`
 	Error         json.RawMessage `json:"error"`
 	Sub           json.RawMessage `json:"sub"`
-}
-
-func (it *ackItemJSON) field(key string) json.RawMessage {
-	switch key {
-	case "transactionId":
-		return it.TransactionID
-	case "partitionId":
-		return it.PartitionID
-	case "leaseId":
-		return it.LeaseID
-	case "consumerGroup":
-		return it.ConsumerGroup
-	case "status":
-		return it.Status
-	case "error":
-		return it.Error
-	}
-	return nil
 }

@@ -417,7 +417,7 @@ func parseWSAcks(raw json.RawMessage) ([]queue.Ack, []string, error) {
 	subs := make([]string, len(items))
 	for i := range items {
 		it := &items[i]
-		a, err := parseAckFields(it.field, false)
+		a, err := parseAckItem(it, false)
 		if err != nil {
 			return nil, nil, err
 		}

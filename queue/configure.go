@@ -217,9 +217,7 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 				ON CONFLICT (queue_id, name) DO NOTHING
 				RETURNING id, queue_id
 			)
-			INSERT INTO consumers (partition_id, consumer_group, queue_id)
-			SELECT c.id, g.name, c.queue_id FROM created c JOIN consumer_groups g ON g.queue_id = c.queue_id
-			ORDER BY g.name`, NewID(), res.QueueID, DefaultPartition); err != nil {
+			`+groupRowsOfCreatedSQL, NewID(), res.QueueID, DefaultPartition); err != nil {
 			return fmt.Errorf("creating default partition of %s: %w", req.Queue, err)
 		}
 		if err := tx.QueryRow(ctx, `SELECT id::text FROM partitions WHERE queue_id = $1::uuid AND name = $2`,

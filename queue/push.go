@@ -22,6 +22,14 @@ type PushItem struct {
 	ProducerSub   string // optional; the authenticated producer
 }
 
+// partKey is the partition it goes to (DefaultPartition when it names none).
+func (it PushItem) partKey() partKey {
+	if it.Partition == "" {
+		return partKey{it.Queue, DefaultPartition}
+	}
+	return partKey{it.Queue, it.Partition}
+}
+
 // PushStatus is the outcome of one pushed item.
 type PushStatus string
 
@@ -198,11 +206,7 @@ func (s *Store) planPush(ctx context.Context, q querier, items []PushItem) (*pus
 	}
 	keys := make([]partKey, len(items))
 	for i, it := range items {
-		p := it.Partition
-		if p == "" {
-			p = DefaultPartition
-		}
-		keys[i] = partKey{it.Queue, p}
+		keys[i] = it.partKey()
 	}
 	refs, err := s.resolvePartitions(ctx, keys)
 	if err != nil {

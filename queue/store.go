@@ -327,9 +327,7 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 			ON CONFLICT (queue_id, name) DO NOTHING
 			RETURNING id, queue_id
 		)
-		INSERT INTO consumers (partition_id, consumer_group, queue_id)
-		SELECT c.id, g.name, c.queue_id FROM created c JOIN consumer_groups g ON g.queue_id = c.queue_id
-		ORDER BY c.id, g.name`, pids, missQ, missP)
+		`+groupRowsOfCreatedSQL, pids, missQ, missP)
 	b.Queue(`-- herald:resolve_partitions
 		SELECT t.partition, p.id::text, `+queueInfoColumns+`
 		FROM unnest($1::text[], $2::text[]) AS t(queue, partition)
@@ -382,6 +380,13 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	s.analyzeIfDue(ctx)
 	return out, nil
 }
+
+// groupRowsOfCreatedSQL ends a statement whose CTE created(id, queue_id)
+// holds the partitions it created: each gets a consumer row per group
+// registered on its queue. Every place that creates partitions uses it.
+const groupRowsOfCreatedSQL = `INSERT INTO consumers (partition_id, consumer_group, queue_id)
+SELECT c.id, g.name, c.queue_id FROM created c JOIN consumer_groups g ON g.queue_id = c.queue_id
+ORDER BY c.id, g.name`
 
 // prefixScan scans leading columns into prefix, then the rest into the
 // destinations passed to Scan.

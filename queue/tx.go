@@ -64,11 +64,7 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 			return nil, err
 		}
 		for _, it := range op.Items {
-			p := it.Partition
-			if p == "" {
-				p = DefaultPartition
-			}
-			keys = append(keys, partKey{it.Queue, p})
+			keys = append(keys, it.partKey())
 		}
 	}
 	var pushParts []string

@@ -110,7 +110,13 @@ func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
 			s.deliveries.settle(deliveryKey{lease, a.PartitionID, a.TransactionID})
 		}
 		if res.LeaseReleased && res.Queue != "" {
-			s.afterRelease(poller.SourceAck, res.Queue, res.Partition, a.PartitionID, a.Group)
+			if res.Pending {
+				s.afterRelease(poller.SourceAck, res.Queue, res.Partition, a.PartitionID, a.Group)
+			} else {
+				// Drained: nothing for a waiting consumer here; a push
+				// meanwhile wakes it by itself.
+				s.poller.LeaseReleased(res.Queue, res.Partition, a.PartitionID, a.Group)
+			}
 		}
 	}
 }

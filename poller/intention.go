@@ -39,6 +39,11 @@ type Intention struct {
 	seq    uint64
 	credit int
 	gone   bool
+	// missed: a cycle passed it over while it could take nothing (no
+	// credit, or held), so when it can take again its queue must be looked
+	// at; otherwise new credit alone finds nothing a pre-flight would not
+	// have found already.
+	missed bool
 }
 
 // take is the most messages one cycle leases for the intention: a batch

@@ -134,18 +134,27 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 }
 
 // AddCredit lets a standing intention take n more messages (its consumer
-// acknowledged some) and checks its queue again.
+// acknowledged some), or, with n = 0, says that it may take again after a
+// Hold. Its queue is checked again when it had no credit or a cycle passed
+// it over meanwhile; an intention that could take all along has missed
+// nothing.
 func (p *Poller) AddCredit(in *Intention, n int) {
 	w := p.workerFor(in.key)
 	w.mu.Lock()
+	look := false
 	if !in.gone {
+		// With no credit it took nothing, and what changed meanwhile (a
+		// lease that expired, say) marked nothing for it.
+		starved := in.credit <= 0
 		in.credit += n
-		if ks := w.keys[in.key]; ks != nil {
-			ks.dirty = true
+		if ks := w.keys[in.key]; ks != nil && (in.missed || starved || n == 0) && in.ready() {
+			ks.dirty, in.missed, look = true, false, true
 		}
 	}
 	w.mu.Unlock()
-	w.signal()
+	if look {
+		w.signal()
+	}
 }
 
 // Wake says that queue may have work; partition, when known, names the one

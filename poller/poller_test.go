@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -315,4 +316,65 @@ func TestPoller_PresenceGraceRecheck(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, []string{"pg:true", "pg:false", "pg:true", "pg:false"}, told)
+}
+
+// Issue 16: a subscription that is kept up to date pays one pop per
+// message and nothing more. A delivery that drained its partition, an ack
+// that ended its lease with the partition drained and the credit the ack
+// gave back left nothing to find: before, each of them marked the queue
+// for a pre-flight (one to three per message).
+func TestIssue16_DrainedDeliveriesNeedNoPreflight(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
+	got := make(chan *queue.PopResult, 1)
+	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	defer e.p.Register(in)()
+	e.push("q", "p", 0, 0) // the group's registration and its first pre-flights
+	first := receive1(t, got)
+	ackAll(t, e, in, first)
+	e.settled()
+	before := metricValue(t, reg, "herald_poll_cycles_total")
+	const n = 20
+	for i := 1; i <= n; i++ {
+		e.push("q", "p", i, i)
+		res := receive1(t, got)
+		require.Equal(t, []int{i}, ns(res))
+		assert.False(t, res.More, "the partition is drained")
+		ackAll(t, e, in, res)
+	}
+	e.settled()
+	cycles := metricValue(t, reg, "herald_poll_cycles_total") - before
+	t.Logf("%d messages: %.0f pre-flights", n, cycles)
+	assert.LessOrEqual(t, cycles, 1.0, "no pre-flight per message")
+}
+
+func receive1(t *testing.T, got <-chan *queue.PopResult) *queue.PopResult {
+	t.Helper()
+	select {
+	case res := <-got:
+		return res
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery")
+		return nil
+	}
+}
+
+// ackAll completes res and does what the gateway does after: wake the
+// queue if the ack says messages wait, give the credit back.
+func ackAll(t *testing.T, e *env, in *poller.Intention, res *queue.PopResult) {
+	t.Helper()
+	var acks []queue.Ack
+	for _, m := range res.Messages {
+		acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID})
+	}
+	out, err := e.store.Ack(context.Background(), acks)
+	require.NoError(t, err)
+	for _, r := range out {
+		require.True(t, r.Success, r.Error)
+		if r.LeaseReleased && r.Pending {
+			e.p.Wake(poller.SourceAck, r.Queue, r.Partition)
+		}
+	}
+	e.p.AddCredit(in, len(res.Messages))
 }

@@ -163,6 +163,8 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		for _, in := range live {
 			if in.ready() {
 				work = append(work, in)
+			} else {
+				in.missed = true
 			}
 		}
 	}
@@ -339,7 +341,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			return worked, time.Now().Add(p.cfg.SweepMin)
 		}
 		for id, res := range got {
-			w.deliver(ctx, chunk[id], res)
+			w.deliver(ctx, chunk[id], res, false)
 		}
 	}
 
@@ -364,7 +366,8 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			if err != nil {
 				p.log.Error().Err(err).Msg("pop after lease expiry failed")
 			} else if len(res.Messages) > 0 {
-				w.deliver(ctx, in, res)
+				res.More = true // Pop does not tell
+				w.deliver(ctx, in, res, false)
 			}
 			break
 		}
@@ -388,8 +391,11 @@ func (w *worker) markDirty(chunk []*Intention, targets map[int]bool, cands []can
 }
 
 // deliver hands res to its intention, or releases the lease at once if the
-// consumer is gone.
-func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult) {
+// consumer is gone. allClaimed says that every partition known to have work
+// for the intention was assigned to it this cycle (a fast-path cycle that
+// skipped none of its hints); otherwise claiming as many partitions as it
+// may means others may wait.
+func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool) {
 	w.mu.Lock()
 	gone := in.gone
 	if !gone && !in.Standing {
@@ -421,11 +427,12 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	}
 	w.mu.Lock()
 	in.credit -= len(res.Messages)
-	// All it could take, or as many partitions as it may take, means there
-	// may be more: look again now. Less than that drained what it took, and
-	// every other change marks its queue by itself (a push, an ack, a
-	// timer), so a cycle with a pre-flight would find nothing.
-	full := len(res.Messages) >= limit || res.PartitionsClaimed >= max(in.Partitions, 1)
+	// All it could take, a partition it left messages in, or as many
+	// partitions as it may take (when others may have work) means there may
+	// be more: look again now. Otherwise it drained what it took, and every
+	// other change marks its queue by itself (a push, an ack, a timer), so a
+	// cycle with a pre-flight would find nothing.
+	full := len(res.Messages) >= limit || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
 	more := false
 	if ks := w.keys[in.key]; ks != nil && full && in.ready() && !in.gone {
 		ks.dirty, more = true, true
@@ -513,6 +520,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 	var audits []audit
 	hintedUntil := map[string]time.Time{} // key → when a hint-skipped partition is looked at again
 	popped := map[int]bool{}              // owners with an assignment
+	partial := map[int]bool{}             // owners that could not claim every hinted partition
 	w.mu.Lock()
 	for _, h := range items {
 		queueName := strings.TrimPrefix(h.key, "q:")
@@ -530,7 +538,11 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 			groups := map[string]bool{}
 			for _, specific := range []bool{true, false} {
 				for _, in := range h.intentions {
-					if in.gone || !in.ready() || groups[in.Target.Group] {
+					if in.gone || groups[in.Target.Group] {
+						continue
+					}
+					if !in.ready() {
+						in.missed = true
 						continue
 					}
 					if specific != (in.Target.Partition != "") || (specific && in.Target.Partition != part) {
@@ -546,6 +558,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 						}
 					}
 					if claimed[in] >= max(in.Partitions, 1) {
+						partial[idx] = true // a hinted partition it could not claim
 						continue
 					}
 					groups[in.Target.Group] = true
@@ -597,7 +610,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 		}
 		for i, in := range owners {
 			if res := got[i]; res != nil {
-				w.deliver(ctx, in, res)
+				w.deliver(ctx, in, res, !partial[i])
 			} else if popped[i] {
 				fallback = append(fallback, in.key)
 			}

@@ -71,7 +71,12 @@ type AckResult struct {
 	Queue         string
 	Partition     string
 	LeaseReleased bool
-	DLQ           bool
+	// Pending, with LeaseReleased: the group has messages waiting in the
+	// partition after the ack (given back, or pushed meanwhile), so a
+	// waiting consumer should look. False means the lease ended with the
+	// partition drained for the group.
+	Pending bool
+	DLQ     bool
 	// LeaseID is the lease the ack was applied under: the one it named, or
 	// the one its request proved it holds; "" for an ack naming none.
 	LeaseID string
@@ -266,6 +271,7 @@ type lockedConsumer struct {
 	st          cursorState
 	liveLease   string // the lease id when the request started, if unexpired
 	deliveredTo int64  // the highest offset ever leased to the group here
+	lastOffset  int64  // the partition's last offset, as the row knows it
 	retryLimit  int
 
 	// What earlier items of the request left: offsets given back (failed
@@ -353,7 +359,7 @@ ORDER BY t.ord`
 const ackLockSQL = `-- herald:ack_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
-       c.attempts, c.attempt_seq, c.delivered_to, q.retry_limit
+       c.attempts, c.attempt_seq, c.delivered_to, c.last_offset, q.retry_limit
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
 JOIN partitions p ON p.id = c.partition_id
@@ -435,7 +441,7 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []strin
 		lc := &lockedConsumer{releasedBy: -1}
 		var live bool
 		if err := rows.Scan(&k.partitionID, &k.group, &lc.st.cursor, &lc.st.done, &lc.st.leaseID, &live,
-			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.retryLimit); err != nil {
+			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.lastOffset, &lc.retryLimit); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return nil, fmt.Errorf("locking consumers: %w", err)
@@ -513,6 +519,7 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []strin
 		if lc.releasedBy >= 0 && lc.st.leaseID != "" {
 			lc.st.release()
 			out[lc.releasedBy].LeaseReleased = true
+			out[lc.releasedBy].Pending = lc.st.cursor < lc.lastOffset
 		}
 	}
 	var u consumerUpdates

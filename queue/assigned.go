@@ -40,7 +40,7 @@ WITH a AS (
 	SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::int[], $5::int[], $6::bool[], $7::text[])
 	       WITH ORDINALITY AS a(intention, pid, grp, lim, total, auto, lease, ord)
 ), locked AS (
-	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq,
+	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, c.last_offset,
 	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
 	       a.intention, a.lim, a.total, a.auto, a.lease, a.ord,
 	       q.name AS qname, q.lease_time, q.delayed_processing, p.name AS pname
@@ -100,7 +100,7 @@ WITH a AS (
 )
 SELECT p.intention, s.partition_id::text, s.pname, s.qname, s.consumer_group, CASE WHEN s.auto THEN '' ELSE s.lease END,
        p.seq, p.id::text, p.transaction_id, coalesce(p.trace_id::text, ''), coalesce(p.producer_sub, ''),
-       p.payload::text, p.created_at, p.retry_count
+       p.payload::text, p.created_at, p.retry_count, s.last_offset
 FROM picked p JOIN st s ON s.ord = p.ord
 ORDER BY p.intention, p.ord, p.seq`
 
@@ -151,15 +151,24 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	defer rows.Close()
 	out := map[int]*PopResult{}
 	seenPart := map[int]map[string]bool{}
+	type partitionOf struct {
+		intention int
+		pid       string
+	}
+	moreIn := map[partitionOf]bool{} // after the last message read of a partition
 	var bad []Message
 	for rows.Next() {
 		var id int32
 		var m Message
 		var payload string
+		var lastOffset int64
 		if err := rows.Scan(&id, &m.PartitionID, &m.Partition, &m.Queue, &m.Group, &m.LeaseID, &m.Offset, &m.ID,
-			&m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &m.RetryCount); err != nil {
+			&m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &m.RetryCount, &lastOffset); err != nil {
 			return nil, fmt.Errorf("reading assigned messages: %w", err)
 		}
+		// Rows come in offset order per partition: whether the last one
+		// read is the partition's last is known once all are read.
+		more := lastOffset > m.Offset
 		plain, ok := s.open(payload, sealRef{m.PartitionID, m.TransactionID, m.ID})
 		if !ok {
 			bad = append(bad, m)
@@ -177,6 +186,12 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 			res.PartitionsClaimed++
 		}
 		res.Messages = append(res.Messages, m)
+		moreIn[partitionOf{int(id), m.PartitionID}] = more
+	}
+	for k, more := range moreIn {
+		if more {
+			out[k.intention].More = true
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading assigned messages: %w", err)

@@ -58,6 +58,11 @@ type PopResult struct {
 	Group             string
 	Messages          []Message
 	PartitionsClaimed int
+	// More is true when a partition it leased from holds messages past the
+	// last one leased (as the consumer rows knew at the pop). PopAssigned
+	// sets it; the poller, seeing it false, knows the partitions it claimed
+	// are drained and needs no pre-flight to find that out.
+	More bool
 	// DeadLettered counts, per queue, the messages this pop moved to the
 	// dead-letter queue because their lease expired once too often or
 	// their payload failed to decrypt (they are not in Messages). Nil when

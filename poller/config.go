@@ -48,6 +48,10 @@ type Config struct {
 	Workers int
 	// Mode: zero means WakePush.
 	Mode WakeMode
+	// NoHandOff keeps pushes from leasing to this poller's intentions in
+	// their own transaction (queue.HandOff): every delivery then goes
+	// through a poll cycle. WakePoll implies it.
+	NoHandOff bool
 	// SweepMin and SweepMax bound the adaptive safety sweep; zero means
 	// SweepMinDefault and SweepMaxDefault.
 	SweepMin, SweepMax time.Duration

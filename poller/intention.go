@@ -38,7 +38,10 @@ type Intention struct {
 	key    string
 	seq    uint64
 	credit int
-	gone   bool
+	// reserved: credit a push in flight holds for a hand-off (Reserve
+	// until Settle).
+	reserved int
+	gone     bool
 	// missed: a cycle passed it over while it could take nothing (no
 	// credit, or held), so when it can take again its queue must be looked
 	// at; otherwise new credit alone finds nothing a pre-flight would not
@@ -53,15 +56,19 @@ type Intention struct {
 // worker's mutex.
 func (in *Intention) take() int {
 	if !in.Standing {
-		return min(in.Batch, in.credit)
+		return min(in.Batch, in.free())
 	}
-	return min(max(in.Partitions, 1)*in.Batch, in.credit)
+	return min(max(in.Partitions, 1)*in.Batch, in.free())
 }
+
+// free is the credit no push in flight holds. Called with the owning
+// worker's mutex.
+func (in *Intention) free() int { return in.credit - in.reserved }
 
 // ready reports whether the intention may take messages now. Called with
 // the owning worker's mutex.
 func (in *Intention) ready() bool {
-	return in.credit > 0 && (in.Hold == nil || !in.Hold())
+	return in.free() > 0 && (in.Hold == nil || !in.Hold())
 }
 
 // targetKey groups intentions that are woken together: one queue, or one

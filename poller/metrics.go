@@ -26,6 +26,7 @@ type metrics struct {
 	wakeups    *prometheus.CounterVec
 	double     prometheus.Counter
 	delivered  prometheus.Counter
+	handoffs   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,11 +45,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "A (partition, group) assigned twice in one cycle. Must stay 0."}),
 		delivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_poll_deliveries_total",
 			Help: "Leased batches handed to waiting consumers."}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_handoffs_total",
+			Help: "Batches a push leased to a waiting consumer in its own transaction (no pop of their own)."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.cycles, m.preflight, m.intentions, m.skipped, m.wakeups, m.double, m.delivered} {
+	for _, c := range []prometheus.Collector{m.cycles, m.preflight, m.intentions, m.skipped, m.wakeups, m.double, m.delivered, m.handoffs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

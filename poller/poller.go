@@ -46,6 +46,9 @@ func New(cfg Config) (*Poller, error) {
 	for i := range cfg.Workers {
 		p.workers = append(p.workers, newWorker(p, i))
 	}
+	if cfg.Mode != WakePoll && !cfg.NoHandOff {
+		cfg.Store.SetHandOff(p)
+	}
 	return p, nil
 }
 

@@ -207,7 +207,8 @@ func TestPoller_Validate(t *testing.T) {
 // pre-flight: one statement from wake-up to delivery. The fast path keeps
 // the decision rules: a waiter naming the partition beats an older wildcard.
 func TestPoller_PushHintSkipsPreflight(t *testing.T) {
-	e := newEnv(t, slowSweep)
+	// The hinted path itself: a push hands nothing off here.
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff = true })
 	// First round: learn the partition id (a normal cycle).
 	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true})
 	e.push("q", "p1", 1, 1)
@@ -377,4 +378,93 @@ func ackAll(t *testing.T, e *env, in *poller.Intention, res *queue.PopResult) {
 		}
 	}
 	e.p.AddCredit(in, len(res.Messages))
+}
+
+// Issue 16: a push leases its messages to the consumer waiting for them in
+// its own transaction (the hand-off): the consumer gets them when the push
+// commits, and no pre-flight or pop runs. A group that is not caught up
+// (older messages pending) is left to the poll cycle, which delivers in
+// order.
+func TestIssue16_PushHandsOffToWaitingConsumers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
+	got := make(chan *queue.PopResult, 4)
+	in := &poller.Intention{Target: queue.Target{Queue: "h"}, Batch: 10, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	defer e.p.Register(in)()
+	e.push("h", "p", 0, 0) // registers the group, learns the partition
+	ackAll(t, e, in, receive1(t, got))
+	e.settled()
+	handoffs := metricValue(t, reg, "herald_handoffs_total")
+	stats := e.store.QueryStats()
+	before := stats.Snapshot()
+	start := time.Now()
+	e.push("h", "p", 1, 3)
+	res := receive1(t, got)
+	t.Logf("push → delivery: %v", time.Since(start))
+	assert.Equal(t, []int{1, 2, 3}, ns(res))
+	assert.Equal(t, handoffs+1, metricValue(t, reg, "herald_handoffs_total"))
+	m := res.Messages[0]
+	assert.NotEmpty(t, res.LeaseID)
+	assert.Equal(t, res.LeaseID, m.LeaseID)
+	assert.Equal(t, queue.DefaultGroup, m.Group)
+	assert.Equal(t, "h", m.Queue)
+	assert.Equal(t, "p", m.Partition)
+	assert.False(t, m.CreatedAt.IsZero(), "created_at as stored")
+	assert.EqualValues(t, 2, m.Offset)
+	assert.False(t, res.More)
+	e.settled()
+	ops := opsBetween(before, stats.Snapshot())
+	assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
+	assert.Zero(t, ops["pop_assigned"], "no pop: %v", ops)
+	// The lease is real: held in the database, and the ack releases it.
+	ackAll(t, e, in, res)
+
+	// Not caught up: a message pending for the group (credit 0 kept it
+	// from being delivered) is delivered first, by the poll cycle.
+	in.Credit = 0
+	e.p.AddCredit(in, -100)
+	e.push("h", "p", 4, 4)
+	e.settled()
+	e.p.AddCredit(in, 1)
+	first := receive1(t, got)
+	assert.Equal(t, []int{4}, ns(first))
+	e.push("h", "p", 5, 5) // leased? no: 4 is still unacked, the row is not caught up
+	e.p.AddCredit(in, 99)
+	ackAll(t, e, in, first)
+	assert.Equal(t, []int{5}, ns(receive1(t, got)), "after 4, by a poll cycle")
+	assert.Equal(t, handoffs+1, metricValue(t, reg, "herald_handoffs_total"), "no hand-off while older messages were pending")
+}
+
+// A long-poll waiting on a queue gets a push the same way.
+func TestIssue16_PushHandsOffToALongPoll(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	e.push("lp", "p", 0, 0)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lp"}, Batch: 5})
+	res := receive(t, first, 5*time.Second)
+	_, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: res.Messages[0].TransactionID,
+		PartitionID: res.Messages[0].PartitionID, LeaseID: res.LeaseID}})
+	require.NoError(t, err)
+	e.settled()
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lp"}, Batch: 5})
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 1 }, "registered")
+	e.settled()
+	stats := e.store.QueryStats()
+	before := stats.Snapshot()
+	e.push("lp", "p", 1, 2)
+	assert.Equal(t, []int{1, 2}, ns(receive(t, w, 5*time.Second)))
+	e.settled()
+	ops := opsBetween(before, stats.Snapshot())
+	assert.Zero(t, ops["pop_assigned"]+ops["preflight"], "%v", ops)
+	assert.Zero(t, e.p.Intentions(), "answered once")
+}
+
+func opsBetween(before, after map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
 }

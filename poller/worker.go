@@ -34,6 +34,7 @@ type keyState struct {
 	intentions []*Intention    // registration order
 	dirty      bool            // run a pre-flight for it at the next cycle
 	hints      map[string]bool // partitions a push says got messages (fast path)
+	handed     map[string]bool // partition id + "\x00" + group a push leased to an intention here
 	dueAt      time.Time       // a blocked partition becomes eligible then
 }
 
@@ -149,8 +150,8 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 			ks.dirty = true
 		}
 		if !ks.dirty && len(ks.hints) > 0 {
-			fast = append(fast, hinted{key: k, hints: ks.hints, intentions: slices.Clone(live)})
-			ks.hints = nil
+			fast = append(fast, hinted{key: k, hints: ks.hints, handed: ks.handed, intentions: slices.Clone(live)})
+			ks.hints, ks.handed = nil, nil
 			continue
 		}
 		if !ks.dirty {
@@ -159,7 +160,7 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 			}
 			continue
 		}
-		ks.dirty, ks.hints = false, nil
+		ks.dirty, ks.hints, ks.handed = false, nil, nil
 		for _, in := range live {
 			if in.ready() {
 				work = append(work, in)
@@ -494,6 +495,7 @@ func tookFrom(res *queue.PopResult, partitionID string) bool {
 type hinted struct {
 	key        string
 	hints      map[string]bool
+	handed     map[string]bool // as keyState.handed
 	intentions []*Intention
 }
 
@@ -539,6 +541,11 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 			for _, specific := range []bool{true, false} {
 				for _, in := range h.intentions {
 					if in.gone || groups[in.Target.Group] {
+						continue
+					}
+					if h.handed[pid+"\x00"+in.Target.Group] {
+						// The push leased it to this group already.
+						groups[in.Target.Group] = true
 						continue
 					}
 					if !in.ready() {

@@ -15,10 +15,16 @@
 // # Consumer rows
 //
 // A consumers row also holds its queue id and a copy of its partition's
-// last_offset, which every push writes under the partition lock, so the
-// pairs with work for a group are one range of the partial index
-// consumers_ready (WHERE last_offset > cursor): pops and the pre-flight read
-// as many entries as they want partitions, at any partition count. For that,
+// last_offset, so the pairs with work for a group are one range of the
+// partial index consumers_ready (WHERE last_offset > cursor): pops and the
+// pre-flight read as many entries as they want partitions, at any partition
+// count. A push copies it right after its commit, in the same round trip,
+// in a short transaction that does not wait for its WAL flush (readySQL):
+// written inside the push, the rows stayed locked until the push's flush,
+// and pops, which skip locked rows, missed a partition that was pushed to
+// without a pause. The copy only trails committed data, so a crash that
+// loses one loses no message: RepairReady, at start and in the hygiene
+// loop, copies whatever lags, and until then the messages wait. For that,
 // a group registered on a queue (consumer_groups) has a row on every
 // partition of it: resolvePartitions (and Configure, for the Default
 // partition) gives a new partition one per group, under the queue row's
@@ -52,10 +58,10 @@
 // partition ids. Pops claim (partition, group) rows with FOR UPDATE SKIP
 // LOCKED, so concurrent pops never lease the same pair and never wait. Locks
 // are taken in one order: queue row, partition rows by id, consumer rows
-// by (partition, group). Pushes lock their partitions then those
-// partitions' consumer rows (lock_for_push), acks the consumer rows they
-// need, a registration the queue then its partitions, so none of them
-// can deadlock another. Pushes
+// by (partition, group). Pushes lock their partitions (lock_partitions),
+// their markings after the commit the partitions' consumer rows, acks the
+// consumer rows they need, a registration the queue then its partitions, so
+// none of them can deadlock another. Pushes
 // that arrive while Config.PushFlushers pushes are in flight wait and are
 // merged into one transaction (coalescer); so are acks while
 // Config.AckFlushers acks are in flight, but only acks on (partition, group)

@@ -136,9 +136,18 @@ func (s *Store) analyzeIfDue(ctx context.Context) {
 const XminWarnAfter = 5 * time.Minute
 
 // RunHygieneLoop samples every interval until ctx ends, hands each sample
-// to report, and warns when a session holds the xmin horizon too long.
+// to report, and warns when a session holds the xmin horizon too long. It
+// also repairs consumer rows a push did not mark ready (RepairReady): once
+// at its start, then every interval.
 func (s *Store) RunHygieneLoop(ctx context.Context, interval time.Duration, report func(*Hygiene)) error {
+	repair := func() {
+		if _, err := s.RepairReady(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("repairing ready consumer rows")
+		}
+	}
+	repair()
 	every(ctx, interval, func() {
+		repair()
 		s.analyzeIfDue(ctx)
 		h, err := s.SampleHygiene(ctx)
 		if err != nil {

@@ -358,9 +358,11 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 	if req.Partition == "" {
 		limit, one = req.Partitions, ""
 	}
+	lockSQL := fmt.Sprintf(popLockSQL, filter, one)
 	b := &pgx.Batch{}
 	b.Queue(fmt.Sprintf(groupMissingSQL, filter), args...)
-	b.Queue(fmt.Sprintf(popLockSQL, filter, one), append(args, limit)...)
+	b.Queue(lockSQL, append(args, limit)...)
+	b.Queue(popEligibleSQL(lockSQL), append(args, limit)...)
 	br := tx.SendBatch(ctx, b)
 	rows, err := br.Query()
 	if err != nil {
@@ -382,11 +384,29 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 		return fmt.Errorf("claiming partitions: %w", err)
 	}
 	claims, err := readClaims(rows)
+	var eligible int
+	if err == nil {
+		err = br.QueryRow().Scan(&eligible)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("claiming partitions: %w", err)
+	}
+	for try := 0; try < claimRetries && len(claims) < min(limit, eligible); try++ {
+		// Rows were skipped for a lock: most often a push's ready marking,
+		// held for microseconds. Claim again, keeping one claim per
+		// partition.
+		rows, err := tx.Query(ctx, lockSQL, append(args, limit)...)
+		if err != nil {
+			return fmt.Errorf("claiming partitions: %w", err)
+		}
+		more, err := readClaims(rows)
+		if err != nil {
+			return fmt.Errorf("claiming partitions: %w", err)
+		}
+		claims = mergeClaims(claims, more, limit)
 	}
 	if len(claims) == 0 {
 		return nil
@@ -456,6 +476,37 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 		res.LeaseID = leaseID
 	}
 	return u.exec(ctx, tx)
+}
+
+// claimRetries bounds how often a pop claims again after skipping rows
+// other transactions held.
+const claimRetries = 3
+
+// popEligibleSQL counts what lockSQL (popLockSQL) would claim if no other
+// transaction held a row, locking nothing: a pop that claimed fewer knows
+// it skipped locked rows.
+func popEligibleSQL(lockSQL string) string {
+	return "-- herald:pop_eligible\nSELECT count(*) FROM (" +
+		strings.ReplaceAll(lockSQL, "FOR UPDATE SKIP LOCKED", "") + "\n) eligible"
+}
+
+// mergeClaims adds to claims those of more on partitions it lacks, up to
+// limit in all.
+func mergeClaims(claims, more []*claimed, limit int) []*claimed {
+	have := make(map[string]bool, len(claims))
+	for _, c := range claims {
+		have[c.partitionID] = true
+	}
+	for _, c := range more {
+		if len(claims) >= limit {
+			break
+		}
+		if !have[c.partitionID] {
+			have[c.partitionID] = true
+			claims = append(claims, c)
+		}
+	}
+	return claims
 }
 
 // readClaims reads popLockSQL's rows.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -108,18 +109,17 @@ func newPushCoalescer(flushers int, run func(context.Context, []PushItem) ([]Pus
 		mergedRun(run, func(r pushReq) []PushItem { return r.items }, func(r *PushResult, i int) { r.Index = i }))
 }
 
-// pushNow runs one push statement pair, retrying once when a cached
-// partition id turned out to belong to a deleted queue.
+// pushNow runs one push: its transaction (partition locks, messages,
+// COMMIT) and, in the same round trip, the short transaction that marks
+// the partitions' consumer rows ready (readySQL). It retries once when a
+// cached partition id turned out to belong to a deleted queue.
 func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, error) {
 	for attempt := 0; ; attempt++ {
 		plan, err := s.planPush(ctx, s.pool, items)
 		if err == nil {
-			// A pipelined batch runs as one implicit transaction.
-			br := s.pool.SendBatch(ctx, plan.batch())
-			err = plan.read(br)
-			if cerr := br.Close(); err == nil && cerr != nil {
-				err = fmt.Errorf("pushing: %w", cerr)
-			}
+			s.reserve(plan)
+			err = s.runPush(ctx, plan)
+			plan.settle(err == nil, items)
 		}
 		if err != nil && attempt == 0 && (errors.Is(err, errRaced) || isForeignKeyViolation(err)) {
 			for _, it := range items {
@@ -134,6 +134,138 @@ func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, er
 	}
 }
 
+// runPush sends plan's transaction and the ready marking after it as one
+// pipeline. An error before the COMMIT returned is the push's (nothing of
+// it committed); one after it is only the marking's, which is tried again
+// and otherwise left to RepairReady: the push stands.
+func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pushing: %w", err)
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	plan.queue(b, s.cfg.InstanceID)
+	b.Queue("COMMIT")
+	queueReady(b, plan.partIDs)
+	br := conn.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		err = plan.read(br)
+	}
+	if err == nil {
+		if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("committing the push: %w", err)
+		}
+	}
+	if err != nil {
+		_ = br.Close()
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			// Leave the connection clean for the pool (it closes one that is not).
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		return err
+	}
+	rerr := readReady(br)
+	if cerr := br.Close(); rerr == nil {
+		rerr = cerr
+	}
+	if rerr != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		s.markReady(context.WithoutCancel(ctx), plan.partIDs, rerr)
+	}
+	return nil
+}
+
+// readySQL copies each partition's last_offset to its consumer rows that
+// lag behind it, which puts them in consumers_ready. It runs after the
+// push's commit, so it reads the offsets that commit wrote (or later
+// ones): a row only ever moves forward. The rows are locked in key order,
+// as acks lock them, and it waits for a row an ack or pop holds: that
+// holder read the row before this push was marked, and this marking (then
+// the push's wake-up) comes after it.
+const readySQL = `-- herald:ready
+WITH l AS (
+	SELECT c.partition_id, c.consumer_group, p.last_offset
+	FROM partitions p JOIN consumers c ON c.partition_id = p.id
+	WHERE p.id = ANY($1::uuid[]) AND c.last_offset < p.last_offset
+	ORDER BY c.partition_id, c.consumer_group
+	FOR NO KEY UPDATE OF c
+)
+UPDATE consumers c SET last_offset = l.last_offset FROM l
+WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group AND c.last_offset < l.last_offset`
+
+// queueReady adds the ready marking of partIDs to b, in a transaction of
+// its own that commits without waiting for its WAL flush: it copies what
+// committed data says, and RepairReady redoes whatever a crash loses.
+func queueReady(b *pgx.Batch, partIDs []string) {
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
+	b.Queue(readySQL, partIDs)
+	b.Queue("COMMIT")
+}
+
+// readReady reads queueReady's results.
+func readReady(br pgx.BatchResults) error {
+	for range 4 {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("marking consumer rows ready: %w", err)
+		}
+	}
+	return nil
+}
+
+// markReady runs the ready marking of partIDs on its own: after a
+// transaction's pushes committed, or again after it failed with first. A
+// failure is logged (RepairReady, run by the hygiene loop, catches up).
+func (s *Store) markReady(ctx context.Context, partIDs []string, first error) {
+	b := &pgx.Batch{}
+	queueReady(b, partIDs)
+	br := s.pool.SendBatch(ctx, b)
+	err := readReady(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.log.Error().Err(err).AnErr("first", first).Int("partitions", len(partIDs)).
+			Msg("marking pushed partitions ready failed: their messages wait for the next repair")
+	}
+}
+
+// repairReadySQL is readySQL over every partition, skipping rows others
+// hold (whoever holds one now is a push's marking or will be followed by
+// one, or the next repair sees it).
+const repairReadySQL = `-- herald:ready_repair
+WITH l AS (
+	SELECT c.partition_id, c.consumer_group, p.last_offset
+	FROM consumers c JOIN partitions p ON p.id = c.partition_id
+	WHERE c.last_offset < p.last_offset
+	ORDER BY c.partition_id, c.consumer_group
+	FOR NO KEY UPDATE OF c SKIP LOCKED
+)
+UPDATE consumers c SET last_offset = l.last_offset FROM l
+WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group AND c.last_offset < l.last_offset`
+
+// RepairReady marks ready every consumer row whose partition got messages
+// it was not marked for: after a crash lost a push's marking (it commits
+// without waiting for its flush) or a marking failed. It scans every
+// partition, so it runs at start and in the hygiene loop, not per push. It
+// returns how many rows it marked.
+func (s *Store) RepairReady(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, repairReadySQL)
+	if err != nil {
+		return 0, fmt.Errorf("repairing ready consumer rows: %w", err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		s.log.Warn().Int64("rows", n).Msg("marked consumer rows ready that a push had not marked (a crash or a failed marking)")
+		return n, nil
+	}
+	return 0, nil
+}
+
 // pushTx enqueues items inside an open transaction (the transaction endpoint).
 // Queues and partitions are created outside it, so a rollback leaves them.
 func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, items []PushItem) ([]PushResult, error) {
@@ -146,7 +278,9 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, items []PushItem) ([]Push
 	if err != nil {
 		return nil, err
 	}
-	br := tx.SendBatch(ctx, plan.batch())
+	b := &pgx.Batch{}
+	plan.queue(b, s.cfg.InstanceID)
+	br := tx.SendBatch(ctx, b)
 	err = plan.read(br)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("pushing: %w", cerr)
@@ -169,6 +303,13 @@ type pushPlan struct {
 	rowTrace   []*string
 	rowSub     []*string
 	dupOf      map[int]int // item index → earlier item index with the same (partition, txid)
+
+	// The hand-off (see HandOff): the reservations the statement may
+	// lease to, what it leased, and when the leased messages were stored.
+	handOff  HandOff
+	reserved []Reservation
+	handed   map[consumerKey]handedLease
+	created  map[string]map[int64]time.Time
 }
 
 // validatePushItems checks names and ids before anything reaches the database.
@@ -319,20 +460,24 @@ func optString(s string) *string {
 	return &s
 }
 
-// pushLockSQL takes the partition row locks in id order (no deadlocks between
-// pushes to overlapping partitions), then their consumer rows in key order,
-// as acks take them (see lock_for_push in the migrations). The statement
-// after it then starts with a snapshot taken after the locks, so it sees
-// every committed duplicate and every consumer row of the partitions. NO
-// KEY UPDATE: the locks do not block the key-share locks a dead-letter
-// insert takes on the partition.
+// pushLockSQL takes the partition row locks in id order (no deadlocks
+// between pushes to overlapping partitions) and fails the transaction if
+// one is gone (see lock_partitions in the migrations). The statement after
+// it then starts with a snapshot taken after the locks, so it sees every
+// committed duplicate. NO KEY UPDATE: the locks do not block the key-share
+// locks a dead-letter insert takes on the partition.
 const pushLockSQL = `-- herald:push_lock
-SELECT lock_for_push($1::uuid[])`
+SELECT lock_partitions($1::uuid[])`
 
 // pushInsertSQL finds duplicates, numbers the fresh rows densely per
-// partition from last_offset, bumps last_offset, copies it to the
-// partition's consumer rows (which puts them in consumers_ready) and
-// inserts, in one statement.
+// partition from last_offset, bumps last_offset and inserts, in one
+// statement. The consumer rows are marked after the commit (readySQL),
+// except those it leases to the consumers a HandOff reserved ($7–$10):
+// a reserved group's row gets the lease of the partition's new messages
+// if it is caught up to them (its cursor at the old last offset, nothing
+// done above it, no lease) on a queue with no delay and no window. Rows:
+// kind 0 a duplicate (ord, message id), kind 1 a lease taken (partition,
+// group, range), kind 2 a leased message's offset and created_at.
 const pushInsertSQL = `-- herald:push_insert
 WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
@@ -357,46 +502,83 @@ WITH input AS (
 	UPDATE partitions p SET last_offset = p.last_offset + c.n, last_push_at = now()
 	FROM counts c WHERE p.id = c.partition_id
 	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base
-), ready AS (
-	UPDATE consumers c SET last_offset = b.last_offset FROM bumped b WHERE c.partition_id = b.id
+), handoff AS (
+	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim
+	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[]) AS h(pid, grp, lease, lim)
+), handed AS (
+	UPDATE consumers c SET lease_id = h.lease, lease_owner = $11,
+		lease_expires_at = now() + make_interval(secs => q.lease_time),
+		lease_from = b.base + 1, lease_to = least(b.last_offset, b.base + h.lim),
+		delivered_to = greatest(c.delivered_to, least(b.last_offset, b.base + h.lim)),
+		leased_at = now(), last_offset = greatest(c.last_offset, b.last_offset), attempts = 0, attempt_seq = 0
+	FROM handoff h JOIN bumped b ON b.id = h.pid, queues q
+	WHERE c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id
+	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
+	  AND q.delayed_processing = 0 AND q.window_buffer = 0
+	RETURNING c.partition_id, c.consumer_group, c.lease_from, c.lease_to
 ), inserted AS (
 	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload)
 	SELECT f.partition_id, b.base + f.rn, f.id, f.txid, f.trace_id, f.producer_sub, f.payload
 	FROM fresh f JOIN bumped b ON b.id = f.partition_id
-	RETURNING 1
+	RETURNING partition_id, seq, created_at
 )
-SELECT d.ord, d.id::text, (SELECT count(*) FROM inserted) FROM dups d`
+SELECT 0, d.ord, d.id::text, '', 0::bigint, 0::bigint, NULL::timestamptz FROM dups d
+UNION ALL
+SELECT 1, 0, h.partition_id::text, h.consumer_group, h.lease_from, h.lease_to, NULL FROM handed h
+UNION ALL
+SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
+WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lease_from AND h.lease_to)`
 
-func (p *pushPlan) batch() *pgx.Batch {
-	b := &pgx.Batch{}
+// queue adds the push's two statements to b; owner owns the leases it
+// hands off.
+func (p *pushPlan) queue(b *pgx.Batch, owner string) {
 	b.Queue(pushLockSQL, p.partIDs)
-	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub)
-	return b
+	hp, hg, hl, hn := p.handOffArgs()
+	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, owner)
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {
 	var locked int64
 	if err := br.QueryRow().Scan(&locked); err != nil {
+		if isNoDataFound(err) {
+			return fmt.Errorf("locking partitions: %w", errRaced)
+		}
 		return fmt.Errorf("locking partitions: %w", err)
-	}
-	if locked != int64(len(p.partIDs)) {
-		return fmt.Errorf("locking partitions: %w", errRaced)
 	}
 	rows, err := br.Query()
 	if err != nil {
 		return fmt.Errorf("inserting messages: %w", err)
 	}
 	for rows.Next() {
-		var ord int64
-		var id string
-		var n int64
-		if err := rows.Scan(&ord, &id, &n); err != nil {
+		var kind int32
+		var ord, from, to int64
+		var id, group string
+		var created *time.Time
+		if err := rows.Scan(&kind, &ord, &id, &group, &from, &to, &created); err != nil {
 			rows.Close()
 			return fmt.Errorf("inserting messages: %w", err)
 		}
-		r := &p.results[p.rowIdx[ord-1]]
-		r.Status = StatusDuplicate
-		r.MessageID = id
+		switch kind {
+		case 0:
+			r := &p.results[p.rowIdx[ord-1]]
+			r.Status = StatusDuplicate
+			r.MessageID = id
+		case 1:
+			if p.handed == nil {
+				p.handed = map[consumerKey]handedLease{}
+			}
+			p.handed[consumerKey{id, group}] = handedLease{from, to}
+		case 2:
+			if p.created == nil {
+				p.created = map[string]map[int64]time.Time{}
+			}
+			if p.created[id] == nil {
+				p.created[id] = map[int64]time.Time{}
+			}
+			if created != nil {
+				p.created[id][from] = *created
+			}
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

@@ -131,6 +131,7 @@ type Store struct {
 	sealer  *sealer // nil: no encryption key
 	pushes  *coalescer[pushReq, []PushResult]
 	acks    *coalescer[ackReq, []AckResult]
+	handOff atomic.Pointer[HandOff]
 
 	partHits, partMisses, partEvictions atomic.Uint64
 	lastAnalyze                         atomic.Int64 // UnixNano of the last analyzeIfDue check
@@ -428,6 +429,12 @@ func (s *Store) forgetPartitions(name string) {
 
 // isForeignKeyViolation reports whether err is a foreign key violation: a
 // cached partition id whose partition was deleted.
+// isNoDataFound: lock_partitions found a partition gone.
+func isNoDataFound(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "P0002"
+}
+
 func isForeignKeyViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23503"

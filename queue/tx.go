@@ -84,10 +84,10 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 	}
 	res := &TxResult{TransactionID: NewID(), Results: []TxOpResult{}}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Then they are locked first, with their consumer rows, as a push
-		// locks them: an ack before a push in ops must not hold a consumer
-		// row while the push waits for a partition another push holds
-		// while waiting for that row.
+		// Then they are locked first, as a push locks them: an ack before
+		// a push in ops must not hold a consumer row while the push waits
+		// for a partition another push holds while its marking (after its
+		// commit) waits for that row.
 		if len(pushParts) > 0 {
 			if _, err := tx.Exec(ctx, pushLockSQL, pushParts); err != nil {
 				return fmt.Errorf("locking partitions: %w", err)
@@ -145,6 +145,11 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 		return res, nil
 	case err != nil:
 		return nil, err
+	}
+	if len(pushParts) > 0 {
+		// Committed: mark the pushed partitions' consumer rows, as a push
+		// does after its commit.
+		s.markReady(context.WithoutCancel(ctx), pushParts, nil)
 	}
 	res.Success = true
 	return res, nil

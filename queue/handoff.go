@@ -1,0 +1,147 @@
+package queue
+
+import (
+	"sync/atomic"
+)
+
+// A HandOff gives a push the consumers waiting on this instance, so that
+// the push leases its messages to them in its own transaction: the
+// consumer gets them when the commit returns, with no wake-up, no
+// pre-flight and no pop of their own (docs/design.md, "Hand-off").
+//
+// The poller implements it; SetHandOff installs it. The database decides:
+// a reservation becomes a lease only if the group's consumer row is caught
+// up to the push (every earlier message done, no lease), on a queue with no
+// delay and no window buffer. Anything else is left to the poll cycle.
+type HandOff interface {
+	// Reserve picks, among the consumers waiting for the pushed
+	// partitions, at most one per (partition, group), and holds their
+	// credit until Settle. It must not block.
+	Reserve(parts []PushedPartition) []Reservation
+	// Settle follows every reservation once the push is over: res holds
+	// the messages leased to it (deliver them), or is nil when nothing was
+	// leased (the push failed, or the row was not caught up).
+	Settle(r Reservation, res *PopResult)
+}
+
+// PushedPartition is a partition a push is about to write.
+type PushedPartition struct {
+	Queue, Partition, PartitionID string
+	Messages                      int // fresh items for it (duplicates may take fewer)
+}
+
+// Reservation is one waiting consumer a push may lease to.
+type Reservation struct {
+	PartitionID string
+	Group       string
+	LeaseID     string
+	Limit       int // the most messages to lease to it
+	Token       any // the HandOff's own
+}
+
+// SetHandOff installs h (nil removes it). Call it before the store serves.
+func (s *Store) SetHandOff(h HandOff) {
+	if h == nil {
+		s.handOff.Store(nil)
+		return
+	}
+	s.handOff.Store(&h)
+}
+
+// handOffOf returns the installed HandOff, or nil.
+func handOffOf(p *atomic.Pointer[HandOff]) HandOff {
+	if h := p.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
+
+// reserve asks the HandOff for consumers of plan's partitions, keeping the
+// hand-offs in the plan for the push statement.
+func (s *Store) reserve(plan *pushPlan) {
+	h := handOffOf(&s.handOff)
+	if h == nil || len(plan.rowIdx) == 0 {
+		return
+	}
+	count := map[string]int{}
+	var parts []PushedPartition
+	for _, i := range plan.rowIdx {
+		r := plan.results[i]
+		if count[r.PartitionID] == 0 {
+			parts = append(parts, PushedPartition{Queue: r.Queue, Partition: r.Partition, PartitionID: r.PartitionID})
+		}
+		count[r.PartitionID]++
+	}
+	for i := range parts {
+		parts[i].Messages = count[parts[i].PartitionID]
+	}
+	plan.handOff = h
+	plan.reserved = h.Reserve(parts)
+}
+
+// settle tells the HandOff how each reservation ended; committed says the
+// push committed (handed holds what its statement leased).
+func (p *pushPlan) settle(committed bool, items []PushItem) {
+	if p.handOff == nil {
+		return
+	}
+	for _, r := range p.reserved {
+		var res *PopResult
+		if committed {
+			res = p.handedResult(r, items)
+		}
+		p.handOff.Settle(r, res)
+	}
+}
+
+// handedLease is one lease the push statement took for a reservation.
+type handedLease struct{ from, to int64 }
+
+// handedResult builds the delivery of reservation r from the pushed items,
+// or nil when the statement leased nothing for it.
+func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
+	l, ok := p.handed[consumerKey{r.PartitionID, r.Group}]
+	if !ok {
+		return nil
+	}
+	res := &PopResult{LeaseID: r.LeaseID, Group: r.Group, PartitionID: r.PartitionID, PartitionsClaimed: 1}
+	// The fresh rows of the partition, in item order, took the offsets
+	// after the partition's last one before the push: the lease starts at
+	// the first of them.
+	seq := l.from
+	for _, i := range p.rowIdx {
+		pr := p.results[i]
+		if pr.PartitionID != r.PartitionID || pr.Status != StatusQueued {
+			continue
+		}
+		if seq > l.to {
+			res.More = true
+			break
+		}
+		it := items[i]
+		data := it.Payload
+		if data == nil {
+			data = []byte("{}")
+		}
+		res.Queue, res.Partition = pr.Queue, pr.Partition
+		res.Messages = append(res.Messages, Message{ID: pr.MessageID, TransactionID: pr.TransactionID, TraceID: it.TraceID,
+			Data: data, ProducerSub: it.ProducerSub, CreatedAt: p.created[pr.PartitionID][seq], PartitionID: pr.PartitionID,
+			Partition: pr.Partition, Queue: pr.Queue, LeaseID: r.LeaseID, Group: r.Group, Offset: seq})
+		seq++
+	}
+	if len(res.Messages) == 0 {
+		return nil
+	}
+	return res
+}
+
+// handOffArgs are the push insert's hand-off parameters.
+func (p *pushPlan) handOffArgs() (pids, groups, leases []string, limits []int32) {
+	for _, r := range p.reserved {
+		pids = append(pids, r.PartitionID)
+		groups = append(groups, r.Group)
+		leases = append(leases, r.LeaseID)
+		limits = append(limits, int32(r.Limit))
+	}
+	return pids, groups, leases, limits
+}

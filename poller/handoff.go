@@ -8,7 +8,7 @@ import (
 
 // The hand-off (queue.HandOff): a push on this instance leases its
 // messages to the intentions waiting for them in its own transaction, so a
-// consumer kept up to date gets each message when the push commits, with
+// subscription kept up to date gets each message when the push commits, with
 // no wake-up, pre-flight or pop. Reserve picks the intentions a fast-path
 // cycle would pick (one per group, naming the partition first, then the
 // oldest) and holds their credit; the database leases only to a group whose
@@ -22,7 +22,7 @@ type reservation struct {
 	w                *worker
 	in               *Intention
 	key, partitionID string
-	limit            int
+	hold             int // the credit it holds
 }
 
 // Reserve implements queue.HandOff.
@@ -40,23 +40,23 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 		groups := map[string]bool{}
 		for _, specific := range []bool{true, false} {
 			for _, in := range ks.intentions {
-				if in.gone || in.AutoAck || groups[in.Target.Group] || !in.ready() {
+				// Subscriptions only. A long-poll answers once: handed each
+				// push as it comes, its consumer came back for every message
+				// (at 1,000 msgs/s over 16 partitions its p99 went from 9.5
+				// to 21 ms); the poll cycle answers it with what arrived
+				// across partitions meanwhile.
+				if in.gone || !in.Standing || in.AutoAck || groups[in.Target.Group] || !in.ready() {
 					continue
 				}
 				if specific != (in.Target.Partition != "") || (specific && in.Target.Partition != pp.Partition) {
 					continue
 				}
 				limit := min(in.Batch, in.free(), pp.Messages)
-				if !in.Standing {
-					// A long-poll answers once: the push takes all of it.
-					limit = min(in.Batch, pp.Messages)
-					in.reserved = in.credit
-				} else {
-					in.reserved += limit
-				}
+				hold := limit
+				in.reserved += hold
 				groups[in.Target.Group] = true
 				out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(),
-					Limit: limit, Token: &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, limit: limit}})
+					Limit: limit, Token: &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, hold: hold}})
 			}
 		}
 		w.mu.Unlock()
@@ -72,11 +72,8 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	}
 	w, in := t.w, t.in
 	w.mu.Lock()
-	if in.Standing {
-		in.reserved -= t.limit
-	} else {
-		in.reserved = 0
-	}
+	in.reserved -= t.hold
+	look := w.lookIfMissed(in)
 	if res != nil {
 		w.partitionIDs.Add(res.Queue+"\x00"+res.Partition, t.partitionID)
 		if ks := w.keys[t.key]; ks != nil {
@@ -87,6 +84,9 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 		}
 	}
 	w.mu.Unlock()
+	if look {
+		w.signal()
+	}
 	if res == nil {
 		return
 	}

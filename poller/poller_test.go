@@ -436,29 +436,6 @@ func TestIssue16_PushHandsOffToWaitingConsumers(t *testing.T) {
 	assert.Equal(t, handoffs+1, metricValue(t, reg, "herald_handoffs_total"), "no hand-off while older messages were pending")
 }
 
-// A long-poll waiting on a queue gets a push the same way.
-func TestIssue16_PushHandsOffToALongPoll(t *testing.T) {
-	e := newEnv(t, slowSweep)
-	e.push("lp", "p", 0, 0)
-	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lp"}, Batch: 5})
-	res := receive(t, first, 5*time.Second)
-	_, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: res.Messages[0].TransactionID,
-		PartitionID: res.Messages[0].PartitionID, LeaseID: res.LeaseID}})
-	require.NoError(t, err)
-	e.settled()
-	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lp"}, Batch: 5})
-	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 1 }, "registered")
-	e.settled()
-	stats := e.store.QueryStats()
-	before := stats.Snapshot()
-	e.push("lp", "p", 1, 2)
-	assert.Equal(t, []int{1, 2}, ns(receive(t, w, 5*time.Second)))
-	e.settled()
-	ops := opsBetween(before, stats.Snapshot())
-	assert.Zero(t, ops["pop_assigned"]+ops["preflight"], "%v", ops)
-	assert.Zero(t, e.p.Intentions(), "answered once")
-}
-
 func opsBetween(before, after map[string]uint64) map[string]uint64 {
 	out := map[string]uint64{}
 	for k, v := range after {

@@ -331,12 +331,14 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			leases[a.candidate] = queue.NewID()
 		}
 		as = append(as, queue.Assignment{Intention: a.candidate, PartitionID: a.avail.PartitionID, Group: a.avail.Group,
-			Limit: min(in.Batch, in.credit), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[a.candidate]})
+			Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[a.candidate]})
 	}
+	unhold := w.hold(as, func(i int) *Intention { return chunk[i] })
 	w.mu.Unlock()
 	if len(as) > 0 {
 		worked = true
 		got, err := p.store.PopAssigned(ctx, as)
+		unhold()
 		if err != nil {
 			p.log.Error().Err(err).Msg("coalesced pop failed")
 			return worked, time.Now().Add(p.cfg.SweepMin)
@@ -374,6 +376,54 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 		}
 	}
 	return worked, due
+}
+
+// hold reserves, while as is popped, the credit each intention of as may
+// take (its Total; all of a one-shot's), so that a push's hand-off
+// (Reserve) does not lease to it meanwhile beyond what it may take: a
+// long-poll answered by both would give one of the two leases back. Called
+// with mu held; the func it returns takes mu itself.
+func (w *worker) hold(as []queue.Assignment, of func(int) *Intention) (unhold func()) {
+	held := map[*Intention]int{}
+	for _, a := range as {
+		in := of(a.Intention)
+		if _, ok := held[in]; ok {
+			continue
+		}
+		n := a.Total
+		if !in.Standing {
+			n = in.free()
+		}
+		held[in] = n
+		in.reserved += n
+	}
+	return func() {
+		look := false
+		w.mu.Lock()
+		for in, n := range held {
+			in.reserved -= n
+			look = w.lookIfMissed(in) || look
+		}
+		w.mu.Unlock()
+		if look {
+			w.signal()
+		}
+	}
+}
+
+// lookIfMissed marks in's queue for a cycle if one passed in over while it
+// could take nothing (credit held, or none) and it may take again now; the
+// caller signals the worker when it returns true. Called with mu held.
+func (w *worker) lookIfMissed(in *Intention) bool {
+	if !in.missed || in.gone || !in.ready() {
+		return false
+	}
+	ks := w.keys[in.key]
+	if ks == nil {
+		return false
+	}
+	ks.dirty, in.missed = true, false
+	return true
 }
 
 // markDirty flags the keys of the intentions whose targets needed consumer
@@ -589,7 +639,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 						audits = append(audits, audit{idx, pid})
 					}
 					as = append(as, queue.Assignment{Intention: idx, PartitionID: pid, Group: in.Target.Group,
-						Limit: min(in.Batch, in.credit), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[in]})
+						Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[in]})
 				}
 			}
 		}
@@ -602,10 +652,12 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 			due = until
 		}
 	}
+	unhold := w.hold(as, func(i int) *Intention { return owners[i] })
 	w.mu.Unlock()
 	if len(as) > 0 {
 		worked = true
 		got, err := w.p.store.PopAssigned(ctx, as)
+		unhold()
 		if err != nil {
 			w.p.log.Error().Err(err).Msg("coalesced pop failed")
 		}

@@ -134,10 +134,11 @@ func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, er
 	}
 }
 
-// runPush sends plan's transaction and the ready marking after it as one
-// pipeline. An error before the COMMIT returned is the push's (nothing of
-// it committed); one after it is only the marking's, which is tried again
-// and otherwise left to RepairReady: the push stands.
+// runPush sends plan's transaction, then, when its statement left rows
+// with messages pending unmarked, the ready marking. An error before the
+// COMMIT returned is the push's (nothing of it committed); one after it is
+// only the marking's, which is tried again and otherwise left to
+// RepairReady: the push stands.
 func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -148,7 +149,6 @@ func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 	b.Queue("BEGIN")
 	plan.queue(b, s.cfg.InstanceID)
 	b.Queue("COMMIT")
-	queueReady(b, plan.partIDs)
 	br := conn.SendBatch(ctx, b)
 	_, err = br.Exec()
 	if err == nil {
@@ -167,6 +167,15 @@ func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 		}
 		return err
 	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("committing the push: %w", err)
+	}
+	if plan.unmarked == 0 {
+		return nil
+	}
+	b = &pgx.Batch{}
+	queueReady(b, plan.partIDs)
+	br = conn.SendBatch(context.WithoutCancel(ctx), b)
 	rerr := readReady(br)
 	if cerr := br.Close(); rerr == nil {
 		rerr = cerr
@@ -310,6 +319,10 @@ type pushPlan struct {
 	reserved []Reservation
 	handed   map[consumerKey]handedLease
 	created  map[string]map[int64]time.Time
+	// unmarked: consumer rows of the partitions that lag behind the push
+	// and that its statement did not mark (they have messages pending):
+	// the marking after the commit (readySQL) runs only when there are.
+	unmarked int64
 }
 
 // validatePushItems checks names and ids before anything reaches the database.
@@ -469,15 +482,24 @@ func optString(s string) *string {
 const pushLockSQL = `-- herald:push_lock
 SELECT lock_partitions($1::uuid[])`
 
+// pushLockAllSQL locks the partitions and then all their consumer rows, in
+// that order (lock_for_push): for a transaction, whose acks lock consumer
+// rows between its pushes.
+const pushLockAllSQL = `-- herald:push_lock_all
+SELECT lock_for_push($1::uuid[])`
+
 // pushInsertSQL finds duplicates, numbers the fresh rows densely per
 // partition from last_offset, bumps last_offset and inserts, in one
 // statement. The consumer rows are marked after the commit (readySQL),
-// except those it leases to the consumers a HandOff reserved ($7–$10):
+// except those with nothing pending, which it marks itself (no pop can
+// take anything from them before it commits), and those it leases to the
+// consumers a HandOff reserved ($7–$10):
 // a reserved group's row gets the lease of the partition's new messages
 // if it is caught up to them (its cursor at the old last offset, nothing
 // done above it, no lease) on a queue with no delay and no window. Rows:
 // kind 0 a duplicate (ord, message id), kind 1 a lease taken (partition,
-// group, range), kind 2 a leased message's offset and created_at.
+// group, range), kind 2 a leased message's offset and created_at, kind 3
+// how many rows are left for the marking after the commit.
 const pushInsertSQL = `-- herald:push_insert
 WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
@@ -505,17 +527,38 @@ WITH input AS (
 ), handoff AS (
 	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim
 	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[]) AS h(pid, grp, lease, lim)
+), lagging AS (
+	SELECT c.partition_id, c.consumer_group, c.last_offset, c.cursor
+	FROM bumped b JOIN consumers c ON c.partition_id = b.id
+	WHERE c.last_offset < b.last_offset
+), lk AS (
+	-- Written here, locked in key order: rows with nothing pending (no
+	-- pop can take anything from them before this commit anyway) and rows
+	-- handed off. Rows with messages pending, which pops may be taking,
+	-- are marked after the commit (readySQL), so the push never holds them.
+	SELECT c.partition_id, c.consumer_group
+	FROM lagging l JOIN consumers c ON c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
+	WHERE l.last_offset <= l.cursor
+	   OR EXISTS (SELECT 1 FROM handoff h WHERE h.pid = l.partition_id AND h.grp = l.consumer_group)
+	ORDER BY c.partition_id, c.consumer_group
+	FOR NO KEY UPDATE OF c
 ), handed AS (
 	UPDATE consumers c SET lease_id = h.lease, lease_owner = $11,
 		lease_expires_at = now() + make_interval(secs => q.lease_time),
 		lease_from = b.base + 1, lease_to = least(b.last_offset, b.base + h.lim),
 		delivered_to = greatest(c.delivered_to, least(b.last_offset, b.base + h.lim)),
 		leased_at = now(), last_offset = greatest(c.last_offset, b.last_offset), attempts = 0, attempt_seq = 0
-	FROM handoff h JOIN bumped b ON b.id = h.pid, queues q
+	FROM handoff h JOIN bumped b ON b.id = h.pid JOIN lk ON lk.partition_id = h.pid AND lk.consumer_group = h.grp, queues q
 	WHERE c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id
 	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
 	RETURNING c.partition_id, c.consumer_group, c.lease_from, c.lease_to
+), woke AS (
+	UPDATE consumers c SET last_offset = b.last_offset
+	FROM lk JOIN bumped b ON b.id = lk.partition_id
+	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND c.last_offset < b.last_offset
+	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)
+	RETURNING c.partition_id, c.consumer_group
 ), inserted AS (
 	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload)
 	SELECT f.partition_id, b.base + f.rn, f.id, f.txid, f.trace_id, f.producer_sub, f.payload
@@ -527,7 +570,11 @@ UNION ALL
 SELECT 1, 0, h.partition_id::text, h.consumer_group, h.lease_from, h.lease_to, NULL FROM handed h
 UNION ALL
 SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
-WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lease_from AND h.lease_to)`
+WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lease_from AND h.lease_to)
+UNION ALL
+SELECT 3, count(*), '', '', 0, 0, NULL FROM lagging l
+WHERE NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = l.partition_id AND h.consumer_group = l.consumer_group)
+  AND NOT EXISTS (SELECT 1 FROM woke w WHERE w.partition_id = l.partition_id AND w.consumer_group = l.consumer_group)`
 
 // queue adds the push's two statements to b; owner owns the leases it
 // hands off.
@@ -568,6 +615,8 @@ func (p *pushPlan) read(br pgx.BatchResults) error {
 				p.handed = map[consumerKey]handedLease{}
 			}
 			p.handed[consumerKey{id, group}] = handedLease{from, to}
+		case 3:
+			p.unmarked = ord
 		case 2:
 			if p.created == nil {
 				p.created = map[string]map[int64]time.Time{}

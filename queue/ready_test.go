@@ -438,3 +438,36 @@ func TestIssue16_RepairReadyMarksWhatACrashLost(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "nothing lags any more")
 }
+
+// A push to partitions whose consumer rows have nothing pending marks them
+// in its own statement (no pop can take anything from them before its
+// commit), so it costs one round trip; rows with messages pending, which
+// pops may be taking, are marked after the commit, in a second.
+func TestIssue16_PushMarksIdleRowsItself(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	_, err := s.Push(ctx, []queue.PushItem{{Queue: "mk", Partition: "p", Payload: json.RawMessage(`{"n":0}`)}})
+	require.NoError(t, err)
+	require.NoError(t, s.EnsureConsumers(ctx, []queue.Target{{Queue: "mk"}, {Queue: "mk", Group: "g"}}))
+	for _, g := range []string{"", "g"} {
+		res, err := s.Pop(ctx, queue.PopRequest{Queue: "mk", Group: g})
+		require.NoError(t, err)
+		m := res.Messages[0]
+		_, err = s.Ack(ctx, []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Group: g}})
+		require.NoError(t, err)
+	}
+	stats := s.QueryStats()
+	before := stats.Snapshot()
+	_, err = s.Push(ctx, []queue.PushItem{{Queue: "mk", Partition: "p", Payload: json.RawMessage(`{"n":1}`)}})
+	require.NoError(t, err)
+	assert.Zero(t, opsSince(stats, before)["ready"], "caught-up rows are marked by the push itself")
+	before = stats.Snapshot()
+	_, err = s.Push(ctx, []queue.PushItem{{Queue: "mk", Partition: "p", Payload: json.RawMessage(`{"n":2}`)}})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), opsSince(stats, before)["ready"], "rows with messages pending, after the commit")
+	for _, g := range []string{"", "g"} {
+		res, err := s.Pop(ctx, queue.PopRequest{Queue: "mk", Group: g, Batch: 10})
+		require.NoError(t, err)
+		assert.Equal(t, []int{1, 2}, payloads(t, res.Messages), "group %q", g)
+	}
+}

@@ -84,12 +84,14 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 	}
 	res := &TxResult{TransactionID: NewID(), Results: []TxOpResult{}}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Then they are locked first, as a push locks them: an ack before
-		// a push in ops must not hold a consumer row while the push waits
-		// for a partition another push holds while its marking (after its
-		// commit) waits for that row.
+		// Then they are locked first, with their consumer rows (which a
+		// push may write), in the one lock order: an ack before a push in
+		// ops must not hold a consumer row while the push waits for a
+		// partition another push holds while waiting for that row, nor take
+		// a row another transaction's push holds while that one waits for a
+		// row this one acked.
 		if len(pushParts) > 0 {
-			if _, err := tx.Exec(ctx, pushLockSQL, pushParts); err != nil {
+			if _, err := tx.Exec(ctx, pushLockAllSQL, pushParts); err != nil {
 				return fmt.Errorf("locking partitions: %w", err)
 			}
 		}

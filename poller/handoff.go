@@ -23,6 +23,7 @@ type reservation struct {
 	in               *Intention
 	key, partitionID string
 	hold             int // the credit it holds
+	could            int // what the intention could take (a delivery of that many may leave more)
 }
 
 // Reserve implements queue.HandOff.
@@ -51,12 +52,13 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 				if specific != (in.Target.Partition != "") || (specific && in.Target.Partition != pp.Partition) {
 					continue
 				}
-				limit := min(in.Batch, in.free(), pp.Messages)
+				could := min(in.Batch, in.free())
+				limit := min(could, pp.Messages)
 				hold := limit
 				in.reserved += hold
 				groups[in.Target.Group] = true
 				out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(),
-					Limit: limit, Token: &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, hold: hold}})
+					Limit: limit, Token: &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, hold: hold, could: could}})
 			}
 		}
 		w.mu.Unlock()
@@ -91,5 +93,5 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 		return
 	}
 	p.metrics.handoffs.Inc()
-	w.deliver(context.Background(), in, res, true)
+	w.deliver(context.Background(), in, res, true, t.could)
 }

@@ -47,6 +47,9 @@ type Intention struct {
 	// at; otherwise new credit alone finds nothing a pre-flight would not
 	// have found already.
 	missed bool
+	// limited: its last delivery took all it could (or left messages
+	// behind), so credit given back may find more.
+	limited bool
 }
 
 // take is the most messages one cycle leases for the intention: a batch

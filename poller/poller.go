@@ -138,8 +138,9 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 
 // AddCredit lets a standing intention take n more messages (its consumer
 // acknowledged some), or, with n = 0, says that it may take again after a
-// Hold. Its queue is checked again when it had no credit or a cycle passed
-// it over meanwhile; an intention that could take all along has missed
+// Hold. Its queue is checked again when it had no credit, its last
+// delivery took all it could, or a cycle passed it over meanwhile; an
+// intention that drained what it took with credit to spare has missed
 // nothing.
 func (p *Poller) AddCredit(in *Intention, n int) {
 	w := p.workerFor(in.key)
@@ -150,8 +151,11 @@ func (p *Poller) AddCredit(in *Intention, n int) {
 		// lease that expired, say) marked nothing for it.
 		starved := in.credit <= 0
 		in.credit += n
-		if ks := w.keys[in.key]; ks != nil && (in.missed || starved || n == 0) && in.ready() {
-			ks.dirty, in.missed, look = true, false, true
+		if in.missed || starved || in.limited || n == 0 {
+			// Not ready yet (a cycle or a push holds its credit): the
+			// holder looks when it lets go (lookIfMissed).
+			in.missed = true
+			look = w.lookIfMissed(in)
 		}
 	}
 	w.mu.Unlock()

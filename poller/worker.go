@@ -330,8 +330,11 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 		if leases[a.candidate] == "" && !in.AutoAck {
 			leases[a.candidate] = queue.NewID()
 		}
+		// The budget decide planned with (credit that came back since
+		// is for the next cycle: deliver judges "took all it could" by it).
 		as = append(as, queue.Assignment{Intention: a.candidate, PartitionID: a.avail.PartitionID, Group: a.avail.Group,
-			Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[a.candidate]})
+			Limit: min(in.Batch, in.free()), Total: min(cands[a.candidate].budget, in.take()), AutoAck: in.AutoAck,
+			LeaseID: leases[a.candidate]})
 	}
 	unhold := w.hold(as, func(i int) *Intention { return chunk[i] })
 	w.mu.Unlock()
@@ -343,8 +346,16 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			p.log.Error().Err(err).Msg("coalesced pop failed")
 			return worked, time.Now().Add(p.cfg.SweepMin)
 		}
+		total, assigned := map[int]int{}, map[int]int{}
+		for _, a := range as {
+			total[a.Intention] = a.Total
+			assigned[a.Intention]++
+		}
 		for id, res := range got {
-			w.deliver(ctx, chunk[id], res, false)
+			if res.PartitionsClaimed < assigned[id] {
+				res.More = true // an assignment came back empty: taken or changed since the pre-flight
+			}
+			w.deliver(ctx, chunk[id], res, false, total[id])
 		}
 	}
 
@@ -370,7 +381,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 				p.log.Error().Err(err).Msg("pop after lease expiry failed")
 			} else if len(res.Messages) > 0 {
 				res.More = true // Pop does not tell
-				w.deliver(ctx, in, res, false)
+				w.deliver(ctx, in, res, false, batch)
 			}
 			break
 		}
@@ -442,11 +453,12 @@ func (w *worker) markDirty(chunk []*Intention, targets map[int]bool, cands []can
 }
 
 // deliver hands res to its intention, or releases the lease at once if the
-// consumer is gone. allClaimed says that every partition known to have work
-// for the intention was assigned to it this cycle (a fast-path cycle that
-// skipped none of its hints); otherwise claiming as many partitions as it
-// may means others may wait.
-func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool) {
+// consumer is gone. total is the most the pop could take for it: taking
+// that many means there may be more. allClaimed says that every partition
+// known to have work for the intention was assigned to it this cycle (a
+// fast-path cycle that skipped none of its hints); otherwise claiming as
+// many partitions as it may means others may wait.
+func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool, total int) {
 	w.mu.Lock()
 	gone := in.gone
 	if !gone && !in.Standing {
@@ -455,7 +467,6 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		// still waiting once its consumer holds the messages.
 		w.markGone(in)
 	}
-	limit := in.take()
 	w.mu.Unlock()
 	// A standing intention may have leased several batches: its consumer
 	// gets them a batch at a time.
@@ -483,7 +494,10 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	// be more: look again now. Otherwise it drained what it took, and every
 	// other change marks its queue by itself (a push, an ack, a timer), so a
 	// cycle with a pre-flight would find nothing.
-	full := len(res.Messages) >= limit || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
+	full := len(res.Messages) >= total || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
+	// Credit coming back to an intention whose last take was cut short
+	// by its credit (or batch) may find more: AddCredit looks then.
+	in.limited = full
 	more := false
 	if ks := w.keys[in.key]; ks != nil && full && in.ready() && !in.gone {
 		ks.dirty, more = true, true
@@ -654,6 +668,11 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 	}
 	unhold := w.hold(as, func(i int) *Intention { return owners[i] })
 	w.mu.Unlock()
+	total, assigned := map[int]int{}, map[int]int{}
+	for _, a := range as {
+		total[a.Intention] = a.Total
+		assigned[a.Intention]++
+	}
 	if len(as) > 0 {
 		worked = true
 		got, err := w.p.store.PopAssigned(ctx, as)
@@ -669,7 +688,10 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 		}
 		for i, in := range owners {
 			if res := got[i]; res != nil {
-				w.deliver(ctx, in, res, !partial[i])
+				if res.PartitionsClaimed < assigned[i] {
+					res.More = true // an assignment came back empty
+				}
+				w.deliver(ctx, in, res, !partial[i], total[i])
 			} else if popped[i] {
 				fallback = append(fallback, in.key)
 			}

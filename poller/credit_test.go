@@ -1,0 +1,56 @@
+package poller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+// Issue 16: credit comes back to a subscription while a cycle pops for
+// it, and a subscription that took all its credit allowed looks again when
+// credit comes back. Draining 500 one-message partitions with credit 100
+// stalled (the sweep is a minute away here) when a cycle judged "took all
+// it could" by credit that had grown since it planned, or when credit
+// given back to a subscription that had drained what it took never marked
+// its queue.
+func TestIssue16_CreditBackDuringACycleIsNotLost(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	var items []queue.PushItem
+	for i := range 500 {
+		items = append(items, queue.PushItem{Queue: "d", Partition: fmt.Sprint("p", i), Payload: json.RawMessage(`{"n":1}`)})
+	}
+	_, err := e.store.Push(context.Background(), items)
+	require.NoError(t, err)
+	got := make(chan *queue.PopResult, 1000)
+	in := &poller.Intention{Target: queue.Target{Queue: "d"}, Batch: 10, Partitions: 100, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	defer e.p.Register(in)()
+	start := time.Now()
+	n := 0
+	for n < 500 {
+		select {
+		case res := <-got:
+			n += len(res.Messages)
+			go func() {
+				var acks []queue.Ack
+				for _, m := range res.Messages {
+					acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID})
+				}
+				_, _ = e.store.Ack(context.Background(), acks)
+				for range res.Messages {
+					e.p.AddCredit(in, 1)
+				}
+			}()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stalled at %d of 500", n)
+		}
+	}
+	t.Logf("drained 500 in %v", time.Since(start))
+}

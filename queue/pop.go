@@ -362,7 +362,6 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 	b := &pgx.Batch{}
 	b.Queue(fmt.Sprintf(groupMissingSQL, filter), args...)
 	b.Queue(lockSQL, append(args, limit)...)
-	b.Queue(popEligibleSQL(lockSQL), append(args, limit)...)
 	br := tx.SendBatch(ctx, b)
 	rows, err := br.Query()
 	if err != nil {
@@ -384,15 +383,18 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 		return fmt.Errorf("claiming partitions: %w", err)
 	}
 	claims, err := readClaims(rows)
-	var eligible int
-	if err == nil {
-		err = br.QueryRow().Scan(&eligible)
-	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("claiming partitions: %w", err)
+	}
+	eligible := len(claims)
+	if len(claims) < limit {
+		// Fewer than it may take: were rows skipped for a lock?
+		if err := tx.QueryRow(ctx, popEligibleSQL(lockSQL), append(args, limit)...).Scan(&eligible); err != nil {
+			return fmt.Errorf("claiming partitions: %w", err)
+		}
 	}
 	for try := 0; try < claimRetries && len(claims) < min(limit, eligible); try++ {
 		// Rows were skipped for a lock: most often a push's ready marking,

@@ -60,7 +60,10 @@ type Availability struct {
 // if not, when. Each (queue, group) is one range of consumers_ready, read in
 // the order pops take it and cut after want + 1 rows: the eligible ones come
 // first, then the soonest to free, so the cost does not grow with the
-// queue's partitions. It reads consumer and partition rows (waiting =
+// queue's partitions. On a queue with a window buffer or a delay, whose
+// first rows may all still be inside theirs, the eligible ones are read
+// too, as pop_lock reads them (one more range); a partition is reported
+// once. It reads consumer and partition rows (waiting =
 // last_offset − cursor − done), plus one index probe on messages per
 // partition of a queue with delayed processing. A queue the group is not
 // registered on is one row with has_consumer false, messages or not.
@@ -94,15 +97,42 @@ WITH k AS (
 		LIMIT greatest(kq.want, 1) + 1
 	) c
 	JOIN partitions p ON p.id = c.partition_id
+	UNION
+	-- On a queue with a window or a delay, partitions still inside theirs
+	-- can fill the range above: read the eligible ones too, with the
+	-- conditions pop_lock applies.
+	SELECT kq.ord, kq.name, p.id::text, p.name, kq.grp,
+	       c.last_offset - c.cursor - cardinality(c.done), true, NULL, NULL, NULL, false
+	FROM kq
+	CROSS JOIN LATERAL (
+		SELECT c.* FROM consumers c
+		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
+		  AND (kq.pname = '' OR c.partition_id = (
+		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
+		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+		  AND (kq.window_buffer = 0 OR (SELECT p2.last_push_at FROM partitions p2 WHERE p2.id = c.partition_id)
+		       <= now() - make_interval(secs => kq.window_buffer))
+		  AND (kq.delayed_processing = 0 OR EXISTS (
+		       SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
+		       AND m.created_at <= now() - make_interval(secs => kq.delayed_processing)))
+		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+		LIMIT greatest(kq.want, 1)
+	) c
+	JOIN partitions p ON p.id = c.partition_id
+	WHERE kq.window_buffer > 0 OR kq.delayed_processing > 0
 	UNION ALL
 	SELECT kq.ord, kq.name, '', '', kq.grp, 0, false, NULL, NULL, NULL, false
 	FROM kq
 	WHERE NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = kq.id AND g.name = kq.grp)
 )
-SELECT ord, qname, pid, pname, grp, waiting, has_consumer, dead_on_expiry,
-       lease_until IS NULL AND window_until IS NULL AND (visible_at IS NULL OR visible_at <= now()) AS eligible,
-       GREATEST(lease_until, window_until, CASE WHEN visible_at > now() THEN visible_at END) AS eligible_at
-FROM rows`
+SELECT DISTINCT ON (ord, pid) ord, qname, pid, pname, grp, waiting, has_consumer, dead_on_expiry, eligible, eligible_at
+FROM (
+	SELECT rows.*,
+	       lease_until IS NULL AND window_until IS NULL AND (visible_at IS NULL OR visible_at <= now()) AS eligible,
+	       GREATEST(lease_until, window_until, CASE WHEN visible_at > now() THEN visible_at END) AS eligible_at
+	FROM rows
+) r
+ORDER BY ord, pid, eligible DESC`
 
 // Preflight checks, in one query, which partitions every target could be
 // served from. It takes no locks: the answer can be stale by the time of

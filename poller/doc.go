@@ -27,6 +27,24 @@
 // expired lease whose attempt dead-letters a message goes through
 // queue.Store.Pop.
 //
+// # Hand-off, and what marks a queue
+//
+// A push through this instance asks the Poller (queue.HandOff: Reserve,
+// then Settle) which subscriptions wait for the partitions it writes, and
+// leases the new messages to them in its own statement when their group
+// is caught up; Settle delivers them when the commit returns. Long-polls
+// are left to the cycle, which answers them with what arrived across
+// partitions. A cycle holds the credit of the intentions it pops for, and
+// a push the credit it reserved, so neither fills an intention past its
+// credit; an intention passed over while held (or without credit) is
+// marked missed and looked at when it may take again. Only what may have
+// left work marks a queue: a delivery that took all it could (its
+// planned budget, a partition it left messages in, an assignment that came
+// back empty), credit returning to an intention whose last delivery took
+// all it could or that was passed over, a push, an ack that gives messages
+// back or ends a lease with messages pending, a timer. A subscription kept
+// up to date therefore costs no cycle at all.
+//
 // # Timers instead of polling
 //
 // The pre-flight reports when each blocked partition becomes eligible (lease

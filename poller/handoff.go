@@ -46,7 +46,11 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 				// (at 1,000 msgs/s over 16 partitions its p99 went from 9.5
 				// to 21 ms); the poll cycle answers it with what arrived
 				// across partitions meanwhile.
-				if in.gone || !in.Standing || in.AutoAck || groups[in.Target.Group] || !in.ready() {
+				// Nor one whose last delivery took all it could: it is
+				// behind, so its group's rows are not caught up and the
+				// statement would lease nothing (under load, with five
+				// groups on 16 partitions, 80 wasted reservations a push).
+				if in.gone || !in.Standing || in.AutoAck || in.limited || groups[in.Target.Group] || !in.ready() {
 					continue
 				}
 				if specific != (in.Target.Partition != "") || (specific && in.Target.Partition != pp.Partition) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/poller"
@@ -53,4 +55,37 @@ func TestIssue16_CreditBackDuringACycleIsNotLost(t *testing.T) {
 		}
 	}
 	t.Logf("drained 500 in %v", time.Since(start))
+}
+
+// Pushes on other instances reach this one merged (syncnet and NOTIFY pass
+// at most one wake-up per queue per window), so while a queue is pushed to
+// elsewhere, credit coming back looks at it at once rather than at the
+// merged wake-up (cross-instance p50 / p99 at 1,000 msgs/s went from
+// 4.1 / 10.8 ms to 8.9 / 22.7 without it). Credit alone, on a queue
+// pushed to only here, costs nothing.
+func TestIssue16_CreditLooksWhilePushedElsewhere(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
+	got := make(chan *queue.PopResult, 4)
+	in := &poller.Intention{Target: queue.Target{Queue: "x"}, Batch: 10, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	defer e.p.Register(in)()
+	e.push("x", "p", 0, 0)
+	ackAll(t, e, in, receive1(t, got))
+	e.settled()
+	cycles := func() float64 { return metricValue(t, reg, "herald_poll_cycles_total") }
+	before := cycles()
+	e.p.AddCredit(in, 0)
+	e.p.AddCredit(in, 1)
+	e.settled()
+	n := cycles() - before
+	e.p.AddCredit(in, -1)
+	before = cycles()
+	e.p.Wake("sync", "x", "") // a push elsewhere (the message was acked: nothing to find)
+	require.Eventually(t, func() bool { return cycles() > before }, 5*time.Second, time.Millisecond)
+	before = cycles()
+	e.p.AddCredit(in, 1) // well within remoteRecent of the wake-up
+	e.settled()
+	assert.Equal(t, 1.0, cycles()-before, "credit looks while the queue is pushed to elsewhere")
+	assert.LessOrEqual(t, n, 1.0, "the hold's end (n = 0) looks once; credit alone does not")
 }

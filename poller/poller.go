@@ -151,7 +151,13 @@ func (p *Poller) AddCredit(in *Intention, n int) {
 		// lease that expired, say) marked nothing for it.
 		starved := in.credit <= 0
 		in.credit += n
-		if in.missed || starved || in.limited || n == 0 {
+		ks := w.keys[in.key]
+		// Pushes on other instances reach this one merged (at most one
+		// wake-up per queue per window, from syncnet or NOTIFY): while they
+		// come, credit coming back looks too, rather than wait for the
+		// merged wake-up at the window's end.
+		pushedElsewhere := ks != nil && time.Since(ks.remoteAt) < remoteRecent
+		if in.missed || starved || in.limited || pushedElsewhere || n == 0 {
 			// Not ready yet (a cycle or a push holds its credit): the
 			// holder looks when it lets go (lookIfMissed).
 			in.missed = true
@@ -177,6 +183,9 @@ func (p *Poller) Wake(source, queueName, partition string) {
 	w := p.workerFor(key)
 	w.mu.Lock()
 	ks := w.keys[key]
+	if ks != nil && remote(source) {
+		ks.remoteAt = time.Now()
+	}
 	switch {
 	case ks == nil:
 	case partition == "":
@@ -220,6 +229,19 @@ func (p *Poller) WakeAll(source string) {
 		w.mu.Unlock()
 		w.signal()
 	}
+}
+
+// remoteRecent: how long after a wake-up from another instance a queue is
+// treated as pushed to elsewhere (AddCredit).
+const remoteRecent = 100 * time.Millisecond
+
+// remote reports whether a wake-up source is another instance's push.
+func remote(source string) bool {
+	switch source {
+	case SourcePush, SourceAck, SourceRegister, SourceRelease:
+		return false
+	}
+	return true
 }
 
 // Wakeups reports the wake-ups received so far, by source

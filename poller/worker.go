@@ -36,6 +36,7 @@ type keyState struct {
 	hints      map[string]bool // partitions a push says got messages (fast path)
 	handed     map[string]bool // partition id + "\x00" + group a push leased to an intention here
 	dueAt      time.Time       // a blocked partition becomes eligible then
+	remoteAt   time.Time       // the last wake-up from another instance
 }
 
 func newWorker(p *Poller, idx int) *worker {
@@ -357,6 +358,9 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			}
 			w.deliver(ctx, chunk[id], res, false, total[id])
 		}
+		w.caughtUp(chunk, got)
+	} else {
+		w.caughtUp(chunk, nil)
 	}
 
 	// Rare: an expired lease whose attempt dead-letters goes through Pop,
@@ -435,6 +439,19 @@ func (w *worker) lookIfMissed(in *Intention) bool {
 	}
 	ks.dirty, in.missed = true, false
 	return true
+}
+
+// caughtUp clears limited on the intentions of a cycle that got nothing:
+// the pre-flight found nothing for them, so they are caught up (and a push
+// may hand off to them again).
+func (w *worker) caughtUp(chunk []*Intention, got map[int]*queue.PopResult) {
+	w.mu.Lock()
+	for i, in := range chunk {
+		if got[i] == nil {
+			in.limited = false
+		}
+	}
+	w.mu.Unlock()
 }
 
 // markDirty flags the keys of the intentions whose targets needed consumer

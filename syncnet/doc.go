@@ -28,7 +28,7 @@
 // adopted only by a datagram with a signed ts later than every ts of the
 // session it supersedes, and a superseded session is never accepted again.
 // MESSAGE_AVAILABLE and LEASE_HINT_RELEASED wake-ups reach the poller at
-// most once per queue per WakeWindow (20 ms; wake.go).
+// most once per queue per WakeWindow (5 ms; wake.go).
 //
 // Node is one instance on the mesh: heartbeats (ServerHealth: dead after
 // DeadAfter), consumer presence (announced on the first and last consumer

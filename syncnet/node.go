@@ -40,7 +40,7 @@ const (
 	ResolveDefault    = 30 * time.Second
 	RecvBufferBytes   = 8 << 20
 	FreshnessDefault  = 30 * time.Second
-	WakeWindowDefault = 20 * time.Millisecond
+	WakeWindowDefault = 5 * time.Millisecond
 )
 
 // Config configures a Node.
@@ -67,7 +67,7 @@ type Config struct {
 	Freshness time.Duration
 	// WakeWindow: at most one wake-up from the network per queue per this
 	// window reaches the Waker (wake.go). Zero means WakeWindowDefault,
-	// 20 ms.
+	// 5 ms.
 	WakeWindow time.Duration
 	// OnQueueDeleted, when set, is told that another instance deleted a
 	// queue (QUEUE_CONFIG_DELETE): drop what is cached of it.

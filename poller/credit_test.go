@@ -30,10 +30,7 @@ func TestIssue16_CreditBackDuringACycleIsNotLost(t *testing.T) {
 	}
 	_, err := e.store.Push(context.Background(), items)
 	require.NoError(t, err)
-	got := make(chan *queue.PopResult, 1000)
-	in := &poller.Intention{Target: queue.Target{Queue: "d"}, Batch: 10, Partitions: 100, Credit: 100, Standing: true,
-		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
-	defer e.p.Register(in)()
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "d"}, Batch: 10, Partitions: 100, Credit: 100})
 	start := time.Now()
 	n := 0
 	for n < 500 {
@@ -66,10 +63,7 @@ func TestIssue16_CreditBackDuringACycleIsNotLost(t *testing.T) {
 func TestIssue16_CreditLooksWhilePushedElsewhere(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
-	got := make(chan *queue.PopResult, 4)
-	in := &poller.Intention{Target: queue.Target{Queue: "x"}, Batch: 10, Credit: 100, Standing: true,
-		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
-	defer e.p.Register(in)()
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "x"}, Batch: 10, Credit: 100})
 	e.push("x", "p", 0, 0)
 	ackAll(t, e, in, receive1(t, got))
 	e.settled()

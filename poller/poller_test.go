@@ -327,10 +327,7 @@ func TestPoller_PresenceGraceRecheck(t *testing.T) {
 func TestIssue16_DrainedDeliveriesNeedNoPreflight(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
-	got := make(chan *queue.PopResult, 1)
-	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
-		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
-	defer e.p.Register(in)()
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100})
 	e.push("q", "p", 0, 0) // the group's registration and its first pre-flights
 	first := receive1(t, got)
 	ackAll(t, e, in, first)
@@ -348,6 +345,16 @@ func TestIssue16_DrainedDeliveriesNeedNoPreflight(t *testing.T) {
 	cycles := metricValue(t, reg, "herald_poll_cycles_total") - before
 	t.Logf("%d messages: %.0f pre-flights", n, cycles)
 	assert.LessOrEqual(t, cycles, 1.0, "no pre-flight per message")
+}
+
+// subscribe registers in as a standing intention (a subscription) whose
+// deliveries arrive on the channel it returns, until the test ends.
+func (e *env) subscribe(in poller.Intention) (*poller.Intention, <-chan *queue.PopResult) {
+	got := make(chan *queue.PopResult, 1000)
+	in.Standing = true
+	in.Deliver = func(res *queue.PopResult) bool { got <- res; return true }
+	e.t.Cleanup(e.p.Register(&in))
+	return &in, got
 }
 
 func receive1(t *testing.T, got <-chan *queue.PopResult) *queue.PopResult {
@@ -388,10 +395,7 @@ func ackAll(t *testing.T, e *env, in *poller.Intention, res *queue.PopResult) {
 func TestIssue16_PushHandsOffToWaitingConsumers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
-	got := make(chan *queue.PopResult, 4)
-	in := &poller.Intention{Target: queue.Target{Queue: "h"}, Batch: 10, Credit: 100, Standing: true,
-		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
-	defer e.p.Register(in)()
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "h"}, Batch: 10, Credit: 100})
 	e.push("h", "p", 0, 0) // registers the group, learns the partition
 	ackAll(t, e, in, receive1(t, got))
 	e.settled()

@@ -337,7 +337,8 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			Limit: min(in.Batch, in.free()), Total: min(cands[a.candidate].budget, in.take()), AutoAck: in.AutoAck,
 			LeaseID: leases[a.candidate]})
 	}
-	unhold := w.hold(as, func(i int) *Intention { return chunk[i] })
+	planned := plansOf(as)
+	unhold := w.hold(planned, func(i int) *Intention { return chunk[i] })
 	w.mu.Unlock()
 	if len(as) > 0 {
 		worked = true
@@ -347,16 +348,8 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			p.log.Error().Err(err).Msg("coalesced pop failed")
 			return worked, time.Now().Add(p.cfg.SweepMin)
 		}
-		total, assigned := map[int]int{}, map[int]int{}
-		for _, a := range as {
-			total[a.Intention] = a.Total
-			assigned[a.Intention]++
-		}
 		for id, res := range got {
-			if res.PartitionsClaimed < assigned[id] {
-				res.More = true // an assignment came back empty: taken or changed since the pre-flight
-			}
-			w.deliver(ctx, chunk[id], res, false, total[id])
+			w.deliver(ctx, chunk[id], res, false, planned[id])
 		}
 		w.caughtUp(chunk, got)
 	} else {
@@ -385,7 +378,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 				p.log.Error().Err(err).Msg("pop after lease expiry failed")
 			} else if len(res.Messages) > 0 {
 				res.More = true // Pop does not tell
-				w.deliver(ctx, in, res, false, batch)
+				w.deliver(ctx, in, res, false, plan{total: batch, partitions: 1})
 			}
 			break
 		}
@@ -393,19 +386,16 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	return worked, due
 }
 
-// hold reserves, while as is popped, the credit each intention of as may
-// take (its Total; all of a one-shot's), so that a push's hand-off
+// hold reserves, while a pop runs, the credit each intention of planned
+// may take (its total; all of a one-shot's), so that a push's hand-off
 // (Reserve) does not lease to it meanwhile beyond what it may take: a
 // long-poll answered by both would give one of the two leases back. Called
 // with mu held; the func it returns takes mu itself.
-func (w *worker) hold(as []queue.Assignment, of func(int) *Intention) (unhold func()) {
-	held := map[*Intention]int{}
-	for _, a := range as {
-		in := of(a.Intention)
-		if _, ok := held[in]; ok {
-			continue
-		}
-		n := a.Total
+func (w *worker) hold(planned map[int]plan, of func(int) *Intention) (unhold func()) {
+	held := make(map[*Intention]int, len(planned))
+	for i, pl := range planned {
+		in := of(i)
+		n := pl.total
 		if !in.Standing {
 			n = in.free()
 		}
@@ -469,13 +459,34 @@ func (w *worker) markDirty(chunk []*Intention, targets map[int]bool, cands []can
 	w.signal()
 }
 
+// plan is what a pop was asked to take for one intention.
+type plan struct {
+	total      int // the most messages (Assignment.Total): taking that many means there may be more
+	partitions int // the partitions assigned: one that came back empty may hold more
+}
+
+// plansOf sums up as per intention.
+func plansOf(as []queue.Assignment) map[int]plan {
+	out := map[int]plan{}
+	for _, a := range as {
+		pl := out[a.Intention]
+		pl.total = a.Total
+		pl.partitions++
+		out[a.Intention] = pl
+	}
+	return out
+}
+
 // deliver hands res to its intention, or releases the lease at once if the
-// consumer is gone. total is the most the pop could take for it: taking
-// that many means there may be more. allClaimed says that every partition
-// known to have work for the intention was assigned to it this cycle (a
-// fast-path cycle that skipped none of its hints); otherwise claiming as
-// many partitions as it may means others may wait.
-func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool, total int) {
+// consumer is gone. pl is what the pop was asked to take for it.
+// allClaimed says that every partition known to have work for the
+// intention was assigned to it this cycle (a fast-path cycle that skipped
+// none of its hints); otherwise claiming as many partitions as it may
+// means others may wait.
+func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool, pl plan) {
+	if res.PartitionsClaimed < pl.partitions {
+		res.More = true // an assignment came back empty: taken or changed since the pre-flight
+	}
 	w.mu.Lock()
 	gone := in.gone
 	if !gone && !in.Standing {
@@ -511,7 +522,7 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	// be more: look again now. Otherwise it drained what it took, and every
 	// other change marks its queue by itself (a push, an ack, a timer), so a
 	// cycle with a pre-flight would find nothing.
-	full := len(res.Messages) >= total || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
+	full := len(res.Messages) >= pl.total || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
 	// Credit coming back to an intention whose last take was cut short
 	// by its credit (or batch) may find more: AddCredit looks then.
 	in.limited = full
@@ -572,6 +583,27 @@ func tookFrom(res *queue.PopResult, partitionID string) bool {
 	return false
 }
 
+// eachByPreference offers a partition to intentions in the order a
+// fast-path cycle and a push's hand-off give it: those naming it first, then
+// the others, oldest first; gone ones and those naming another partition are
+// skipped. take returns true once the intention's group is settled for the
+// partition (served, or known not to need it); the group's later
+// intentions are then skipped. Called with the worker's mutex.
+func eachByPreference(ins []*Intention, partition string, take func(*Intention) bool) {
+	done := map[string]bool{}
+	for _, specific := range []bool{true, false} {
+		for _, in := range ins {
+			if in.gone || done[in.Target.Group] || specific != (in.Target.Partition != "") ||
+				(specific && in.Target.Partition != partition) {
+				continue
+			}
+			if take(in) {
+				done[in.Target.Group] = true
+			}
+		}
+	}
+}
+
 // hinted is a queue whose only news is a push to known partitions.
 type hinted struct {
 	key        string
@@ -618,61 +650,50 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 				fallback = append(fallback, h.key)
 				continue
 			}
-			groups := map[string]bool{}
-			for _, specific := range []bool{true, false} {
-				for _, in := range h.intentions {
-					if in.gone || groups[in.Target.Group] {
-						continue
-					}
-					if h.handed[pid+"\x00"+in.Target.Group] {
-						// The push leased it to this group already.
-						groups[in.Target.Group] = true
-						continue
-					}
-					if !in.ready() {
-						in.missed = true
-						continue
-					}
-					if specific != (in.Target.Partition != "") || (specific && in.Target.Partition != part) {
-						continue
-					}
-					idx, seen := owner[in]
-					if !seen {
-						idx = len(owners)
-						owner[in] = idx
-						owners = append(owners, in)
-						if !in.AutoAck {
-							leases[in] = queue.NewID()
-						}
-					}
-					if claimed[in] >= max(in.Partitions, 1) {
-						partial[idx] = true // a hinted partition it could not claim
-						continue
-					}
-					groups[in.Target.Group] = true
-					audited := false
-					if hints := w.p.cfg.Hints; hints != nil {
-						until, check := hints.LeasedElsewhere(pid, groupName(in.Target.Group))
-						if !until.IsZero() {
-							// Another live instance holds it: no pop, look again
-							// when the hint lapses (or its release wakes us).
-							w.p.metrics.skipped.WithLabelValues("lease_hint").Inc()
-							if u, ok := hintedUntil[h.key]; !ok || until.Before(u) {
-								hintedUntil[h.key] = until
-							}
-							continue
-						}
-						audited = check
-					}
-					claimed[in]++
-					popped[idx] = true
-					if audited {
-						audits = append(audits, audit{idx, pid})
-					}
-					as = append(as, queue.Assignment{Intention: idx, PartitionID: pid, Group: in.Target.Group,
-						Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[in]})
+			eachByPreference(h.intentions, part, func(in *Intention) bool {
+				if h.handed[pid+"\x00"+in.Target.Group] {
+					return true // the push leased it to this group already
 				}
-			}
+				if !in.ready() {
+					in.missed = true
+					return false
+				}
+				idx, seen := owner[in]
+				if !seen {
+					idx = len(owners)
+					owner[in] = idx
+					owners = append(owners, in)
+					if !in.AutoAck {
+						leases[in] = queue.NewID()
+					}
+				}
+				if claimed[in] >= max(in.Partitions, 1) {
+					partial[idx] = true // a hinted partition it could not claim
+					return false
+				}
+				audited := false
+				if hints := w.p.cfg.Hints; hints != nil {
+					until, check := hints.LeasedElsewhere(pid, groupName(in.Target.Group))
+					if !until.IsZero() {
+						// Another live instance holds it: no pop, look again
+						// when the hint lapses (or its release wakes us).
+						w.p.metrics.skipped.WithLabelValues("lease_hint").Inc()
+						if u, ok := hintedUntil[h.key]; !ok || until.Before(u) {
+							hintedUntil[h.key] = until
+						}
+						return true
+					}
+					audited = check
+				}
+				claimed[in]++
+				popped[idx] = true
+				if audited {
+					audits = append(audits, audit{idx, pid})
+				}
+				as = append(as, queue.Assignment{Intention: idx, PartitionID: pid, Group: in.Target.Group,
+					Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[in]})
+				return true
+			})
 		}
 	}
 	for k, until := range hintedUntil {
@@ -683,13 +704,9 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 			due = until
 		}
 	}
-	unhold := w.hold(as, func(i int) *Intention { return owners[i] })
+	planned := plansOf(as)
+	unhold := w.hold(planned, func(i int) *Intention { return owners[i] })
 	w.mu.Unlock()
-	total, assigned := map[int]int{}, map[int]int{}
-	for _, a := range as {
-		total[a.Intention] = a.Total
-		assigned[a.Intention]++
-	}
 	if len(as) > 0 {
 		worked = true
 		got, err := w.p.store.PopAssigned(ctx, as)
@@ -705,10 +722,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 		}
 		for i, in := range owners {
 			if res := got[i]; res != nil {
-				if res.PartitionsClaimed < assigned[i] {
-					res.More = true // an assignment came back empty
-				}
-				w.deliver(ctx, in, res, !partial[i], total[i])
+				w.deliver(ctx, in, res, !partial[i], planned[i])
 			} else if popped[i] {
 				fallback = append(fallback, in.key)
 			}

@@ -238,9 +238,8 @@ func (s *Store) ackNow(ctx context.Context, acks []Ack) ([]AckResult, error) {
 	}
 	defer conn.Release()
 	out, err := s.ackTx(ctx, conn, acks, nil, true)
-	if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
-		// Leave the connection clean for the pool (it closes one that is not).
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	if err != nil {
+		rollbackIfOpen(ctx, conn)
 	}
 	return out, err
 }

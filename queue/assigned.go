@@ -151,11 +151,18 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	defer rows.Close()
 	out := map[int]*PopResult{}
 	seenPart := map[int]map[string]bool{}
-	type partitionOf struct {
-		intention int
-		pid       string
+	// Rows come in offset order per assignment, one partition each: the
+	// last one read of a run tells whether its partition holds more.
+	var tail struct {
+		res  *PopResult
+		pid  string
+		more bool
 	}
-	moreIn := map[partitionOf]bool{} // after the last message read of a partition
+	endRun := func() {
+		if tail.res != nil && tail.more {
+			tail.res.More = true
+		}
+	}
 	var bad []Message
 	for rows.Next() {
 		var id int32
@@ -166,9 +173,6 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 			&m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &m.RetryCount, &lastOffset); err != nil {
 			return nil, fmt.Errorf("reading assigned messages: %w", err)
 		}
-		// Rows come in offset order per partition: whether the last one
-		// read is the partition's last is known once all are read.
-		more := lastOffset > m.Offset
 		plain, ok := s.open(payload, sealRef{m.PartitionID, m.TransactionID, m.ID})
 		if !ok {
 			bad = append(bad, m)
@@ -186,13 +190,12 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 			res.PartitionsClaimed++
 		}
 		res.Messages = append(res.Messages, m)
-		moreIn[partitionOf{int(id), m.PartitionID}] = more
-	}
-	for k, more := range moreIn {
-		if more {
-			out[k.intention].More = true
+		if tail.res != res || tail.pid != m.PartitionID {
+			endRun()
 		}
+		tail.res, tail.pid, tail.more = res, m.PartitionID, lastOffset > m.Offset
 	}
+	endRun()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading assigned messages: %w", err)
 	}

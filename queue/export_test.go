@@ -10,7 +10,7 @@ const AckResolveSQL = ackResolveSQL
 var PopLockSQL = fmt.Sprintf(popLockSQL, popFilter(&PopRequest{Queue: "x"}), "")
 
 // PreflightSQL is exported for the plan tests.
-const PreflightSQL = preflightSQL
+var PreflightSQL = preflightSQL
 
 // AckQueued is how many Ack calls wait for a turn in a merged transaction.
 func (s *Store) AckQueued() int {

@@ -1,9 +1,5 @@
 package queue
 
-import (
-	"sync/atomic"
-)
-
 // A HandOff gives a push the consumers waiting on this instance, so that
 // the push leases its messages to them in its own transaction: the
 // consumer gets them when the commit returns, with no wake-up, no
@@ -48,9 +44,9 @@ func (s *Store) SetHandOff(h HandOff) {
 	s.handOff.Store(&h)
 }
 
-// handOffOf returns the installed HandOff, or nil.
-func handOffOf(p *atomic.Pointer[HandOff]) HandOff {
-	if h := p.Load(); h != nil {
+// installedHandOff returns the installed HandOff, or nil.
+func (s *Store) installedHandOff() HandOff {
+	if h := s.handOff.Load(); h != nil {
 		return *h
 	}
 	return nil
@@ -59,7 +55,7 @@ func handOffOf(p *atomic.Pointer[HandOff]) HandOff {
 // reserve asks the HandOff for consumers of plan's partitions, keeping the
 // hand-offs in the plan for the push statement.
 func (s *Store) reserve(plan *pushPlan) {
-	h := handOffOf(&s.handOff)
+	h := s.installedHandOff()
 	if h == nil || len(plan.rowIdx) == 0 {
 		return
 	}

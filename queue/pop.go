@@ -251,7 +251,7 @@ func readIDs(rows pgx.Rows) ([]string, error) {
 // not grow with its partitions. A pop over several queues locks up to $6
 // rows in each and keeps $6 (the others are free again at its commit).
 // $5 group, $6 how many; %[2]s narrows to one partition by name ($4).
-const popLockSQL = `-- herald:pop_lock
+var popLockSQL = `-- herald:pop_lock
 SELECT c.partition_id::text, p.name, q.id::text, q.name, c.cursor, c.done, c.lease_id::text,
        coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq,
        q.lease_time, q.retry_limit, q.delayed_processing
@@ -259,12 +259,7 @@ FROM queues q
 CROSS JOIN LATERAL (
 	SELECT c.* FROM consumers c
 	WHERE c.queue_id = q.id AND c.consumer_group = $5 AND c.last_offset > c.cursor %[2]s
-	  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-	  AND (q.window_buffer = 0 OR (SELECT p.last_push_at FROM partitions p WHERE p.id = c.partition_id)
-	       <= now() - make_interval(secs => q.window_buffer))
-	  AND (q.delayed_processing = 0 OR EXISTS (
-		SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
-		AND m.created_at <= now() - make_interval(secs => q.delayed_processing)))
+	  AND ` + leasableNow("q") + `
 	ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
 	LIMIT $6
 	FOR UPDATE SKIP LOCKED
@@ -273,6 +268,20 @@ JOIN partitions p ON p.id = c.partition_id
 WHERE %[1]s
 ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
 LIMIT $6`
+
+// leasableNow is the condition a consumer row c of the queue aliased q
+// meets when it may be leased now: no live lease, its partition past the
+// window buffer, its next message past the delay. Pops claim by it
+// (popLockSQL); the pre-flight reads by it too on queues with a window or a
+// delay.
+func leasableNow(q string) string {
+	return strings.ReplaceAll(`(c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+	  AND ({q}.window_buffer = 0 OR (SELECT p.last_push_at FROM partitions p WHERE p.id = c.partition_id)
+	       <= now() - make_interval(secs => {q}.window_buffer))
+	  AND ({q}.delayed_processing = 0 OR EXISTS (
+		SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
+		AND m.created_at <= now() - make_interval(secs => {q}.delayed_processing)))`, "{q}", q)
+}
 
 // onePartition narrows popLockSQL to the partition named $4.
 const onePartition = "AND c.partition_id = (SELECT p1.id FROM partitions p1 WHERE p1.queue_id = q.id AND p1.name = $4)"

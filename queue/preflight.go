@@ -67,7 +67,7 @@ type Availability struct {
 // last_offset − cursor − done), plus one index probe on messages per
 // partition of a queue with delayed processing. A queue the group is not
 // registered on is one row with has_consumer false, messages or not.
-const preflightSQL = `-- herald:preflight
+var preflightSQL = `-- herald:preflight
 WITH k AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
 	       WITH ORDINALITY AS k(qname, ns, task, pname, grp, want, ord)
@@ -88,14 +88,7 @@ WITH k AS (
 	       (c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
 	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit) AS dead_on_expiry
 	FROM kq
-	CROSS JOIN LATERAL (
-		SELECT c.* FROM consumers c
-		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
-		  AND (kq.pname = '' OR c.partition_id = (
-		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
-		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
-		LIMIT greatest(kq.want, 1) + 1
-	) c
+	CROSS JOIN LATERAL (` + targetRange("", "greatest(kq.want, 1) + 1") + `) c
 	JOIN partitions p ON p.id = c.partition_id
 	UNION
 	-- On a queue with a window or a delay, partitions still inside theirs
@@ -104,20 +97,7 @@ WITH k AS (
 	SELECT kq.ord, kq.name, p.id::text, p.name, kq.grp,
 	       c.last_offset - c.cursor - cardinality(c.done), true, NULL, NULL, NULL, false
 	FROM kq
-	CROSS JOIN LATERAL (
-		SELECT c.* FROM consumers c
-		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
-		  AND (kq.pname = '' OR c.partition_id = (
-		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
-		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-		  AND (kq.window_buffer = 0 OR (SELECT p2.last_push_at FROM partitions p2 WHERE p2.id = c.partition_id)
-		       <= now() - make_interval(secs => kq.window_buffer))
-		  AND (kq.delayed_processing = 0 OR EXISTS (
-		       SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
-		       AND m.created_at <= now() - make_interval(secs => kq.delayed_processing)))
-		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
-		LIMIT greatest(kq.want, 1)
-	) c
+	CROSS JOIN LATERAL (` + targetRange("AND "+leasableNow("kq"), "greatest(kq.want, 1)") + `) c
 	JOIN partitions p ON p.id = c.partition_id
 	WHERE kq.window_buffer > 0 OR kq.delayed_processing > 0
 	UNION ALL
@@ -133,6 +113,21 @@ FROM (
 	FROM rows
 ) r
 ORDER BY ord, pid, eligible DESC`
+
+// targetRange is the pre-flight's read of one target's range of
+// consumers_ready (the target kq: its queue, group and partition, if any),
+// narrowed by cond, in the order pops take it, cut at limit rows.
+func targetRange(cond, limit string) string {
+	return `
+		SELECT c.* FROM consumers c
+		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
+		  AND (kq.pname = '' OR c.partition_id = (
+		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
+		  ` + cond + `
+		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+		LIMIT ` + limit + `
+	`
+}
 
 // Preflight checks, in one query, which partitions every target could be
 // served from. It takes no locks: the answer can be stale by the time of

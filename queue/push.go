@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PushItem is one message to enqueue.
@@ -109,10 +110,9 @@ func newPushCoalescer(flushers int, run func(context.Context, []PushItem) ([]Pus
 		mergedRun(run, func(r pushReq) []PushItem { return r.items }, func(r *PushResult, i int) { r.Index = i }))
 }
 
-// pushNow runs one push: its transaction (partition locks, messages,
-// COMMIT) and, in the same round trip, the short transaction that marks
-// the partitions' consumer rows ready (readySQL). It retries once when a
-// cached partition id turned out to belong to a deleted queue.
+// pushNow runs one push (runPush), leasing to the consumers the HandOff
+// reserves, and retries once when a cached partition id turned out to
+// belong to a deleted queue.
 func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, error) {
 	for attempt := 0; ; attempt++ {
 		plan, err := s.planPush(ctx, s.pool, items)
@@ -159,104 +159,83 @@ func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 			err = fmt.Errorf("committing the push: %w", err)
 		}
 	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("committing the push: %w", cerr)
+	}
 	if err != nil {
-		_ = br.Close()
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			// Leave the connection clean for the pool (it closes one that is not).
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
+		rollbackIfOpen(ctx, conn)
 		return err
 	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("committing the push: %w", err)
-	}
-	if plan.unmarked == 0 {
-		return nil
-	}
-	b = &pgx.Batch{}
-	queueReady(b, plan.partIDs)
-	br = conn.SendBatch(context.WithoutCancel(ctx), b)
-	rerr := readReady(br)
-	if cerr := br.Close(); rerr == nil {
-		rerr = cerr
-	}
-	if rerr != nil {
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	if plan.unmarked > 0 {
+		if err := sendReady(context.WithoutCancel(ctx), conn, plan.partIDs); err != nil {
+			rollbackIfOpen(ctx, conn)
+			s.markReady(context.WithoutCancel(ctx), plan.partIDs, err)
 		}
-		s.markReady(context.WithoutCancel(ctx), plan.partIDs, rerr)
 	}
 	return nil
 }
 
-// readySQL copies each partition's last_offset to its consumer rows that
-// lag behind it, which puts them in consumers_ready. It runs after the
-// push's commit, so it reads the offsets that commit wrote (or later
-// ones): a row only ever moves forward. The rows are locked in key order,
-// as acks lock them, and it waits for a row an ack or pop holds: that
-// holder read the row before this push was marked, and this marking (then
-// the push's wake-up) comes after it.
-const readySQL = `-- herald:ready
+// rollbackIfOpen leaves conn clean for the pool (which closes a connection
+// returned inside a transaction) after a batch that failed midway.
+func rollbackIfOpen(ctx context.Context, conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+}
+
+// readyUpdateSQL copies each partition's last_offset to its consumer rows
+// that lag behind it (of the partitions filter selects), which puts them in
+// consumers_ready; lock is the rows' locking clause. A row only ever moves
+// forward, and rows are locked in key order, as acks lock them.
+func readyUpdateSQL(name, filter, lock string) string {
+	return "-- herald:" + name + `
 WITH l AS (
 	SELECT c.partition_id, c.consumer_group, p.last_offset
 	FROM partitions p JOIN consumers c ON c.partition_id = p.id
-	WHERE p.id = ANY($1::uuid[]) AND c.last_offset < p.last_offset
+	WHERE ` + filter + ` c.last_offset < p.last_offset
 	ORDER BY c.partition_id, c.consumer_group
-	FOR NO KEY UPDATE OF c
+	` + lock + `
 )
 UPDATE consumers c SET last_offset = l.last_offset FROM l
 WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group AND c.last_offset < l.last_offset`
-
-// queueReady adds the ready marking of partIDs to b, in a transaction of
-// its own that commits without waiting for its WAL flush: it copies what
-// committed data says, and RepairReady redoes whatever a crash loses.
-func queueReady(b *pgx.Batch, partIDs []string) {
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit = off")
-	b.Queue(readySQL, partIDs)
-	b.Queue("COMMIT")
 }
 
-// readReady reads queueReady's results.
-func readReady(br pgx.BatchResults) error {
-	for range 4 {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("marking consumer rows ready: %w", err)
-		}
-	}
-	return nil
-}
-
-// markReady runs the ready marking of partIDs on its own: after a
-// transaction's pushes committed, or again after it failed with first. A
-// failure is logged (RepairReady, run by the hygiene loop, catches up).
-func (s *Store) markReady(ctx context.Context, partIDs []string, first error) {
-	b := &pgx.Batch{}
-	queueReady(b, partIDs)
-	br := s.pool.SendBatch(ctx, b)
-	err := readReady(br)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		s.log.Error().Err(err).AnErr("first", first).Int("partitions", len(partIDs)).
-			Msg("marking pushed partitions ready failed: their messages wait for the next repair")
-	}
-}
+// readySQL marks the partitions $1 after a push's commit, so it reads the
+// offsets that commit wrote (or later ones). It waits for a row an ack or
+// pop holds: that holder read the row before this push was marked, and
+// this marking (then the push's wake-up) comes after it.
+var readySQL = readyUpdateSQL("ready", "p.id = ANY($1::uuid[]) AND", "FOR NO KEY UPDATE OF c")
 
 // repairReadySQL is readySQL over every partition, skipping rows others
 // hold (whoever holds one now is a push's marking or will be followed by
 // one, or the next repair sees it).
-const repairReadySQL = `-- herald:ready_repair
-WITH l AS (
-	SELECT c.partition_id, c.consumer_group, p.last_offset
-	FROM consumers c JOIN partitions p ON p.id = c.partition_id
-	WHERE c.last_offset < p.last_offset
-	ORDER BY c.partition_id, c.consumer_group
-	FOR NO KEY UPDATE OF c SKIP LOCKED
-)
-UPDATE consumers c SET last_offset = l.last_offset FROM l
-WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group AND c.last_offset < l.last_offset`
+var repairReadySQL = readyUpdateSQL("ready_repair", "", "FOR NO KEY UPDATE OF c SKIP LOCKED")
+
+// sendReady runs the ready marking of partIDs on q in a transaction of its
+// own that commits without waiting for its WAL flush: it copies what
+// committed data says, and RepairReady redoes whatever a crash loses.
+func sendReady(ctx context.Context, q querier, partIDs []string) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
+	b.Queue(readySQL, partIDs)
+	b.Queue("COMMIT")
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("marking consumer rows ready: %w", err)
+	}
+	return nil
+}
+
+// markReady runs the ready marking of partIDs on a connection of its own:
+// after a transaction's pushes committed, or again after it failed with
+// first. A failure is logged (RepairReady, run by the hygiene loop,
+// catches up).
+func (s *Store) markReady(ctx context.Context, partIDs []string, first error) {
+	if err := sendReady(ctx, s.pool, partIDs); err != nil {
+		s.log.Error().Err(err).AnErr("first", first).Int("partitions", len(partIDs)).
+			Msg("marking pushed partitions ready failed: their messages wait for the next repair")
+	}
+}
 
 // RepairReady marks ready every consumer row whose partition got messages
 // it was not marked for: after a crash lost a push's marking (it commits
@@ -268,11 +247,11 @@ func (s *Store) RepairReady(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("repairing ready consumer rows: %w", err)
 	}
-	if n := tag.RowsAffected(); n > 0 {
+	n := tag.RowsAffected()
+	if n > 0 {
 		s.log.Warn().Int64("rows", n).Msg("marked consumer rows ready that a push had not marked (a crash or a failed marking)")
-		return n, nil
 	}
-	return 0, nil
+	return n, nil
 }
 
 // pushTx enqueues items inside an open transaction (the transaction endpoint).
@@ -615,8 +594,6 @@ func (p *pushPlan) read(br pgx.BatchResults) error {
 				p.handed = map[consumerKey]handedLease{}
 			}
 			p.handed[consumerKey{id, group}] = handedLease{from, to}
-		case 3:
-			p.unmarked = ord
 		case 2:
 			if p.created == nil {
 				p.created = map[string]map[int64]time.Time{}
@@ -627,6 +604,8 @@ func (p *pushPlan) read(br pgx.BatchResults) error {
 			if created != nil {
 				p.created[id][from] = *created
 			}
+		case 3:
+			p.unmarked = ord
 		}
 	}
 	rows.Close()

@@ -272,8 +272,7 @@ LIMIT $6`
 // leasableNow is the condition a consumer row c of the queue aliased q
 // meets when it may be leased now: no live lease, its partition past the
 // window buffer, its next message past the delay. Pops claim by it
-// (popLockSQL); the pre-flight reads by it too on queues with a window or a
-// delay.
+// (popLockSQL).
 func leasableNow(q string) string {
 	return strings.ReplaceAll(`(c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 	  AND ({q}.window_buffer = 0 OR (SELECT p.last_push_at FROM partitions p WHERE p.id = c.partition_id)

@@ -60,14 +60,11 @@ type Availability struct {
 // if not, when. Each (queue, group) is one range of consumers_ready, read in
 // the order pops take it and cut after want + 1 rows: the eligible ones come
 // first, then the soonest to free, so the cost does not grow with the
-// queue's partitions. On a queue with a window buffer or a delay, whose
-// first rows may all still be inside theirs, the eligible ones are read
-// too, as pop_lock reads them (one more range); a partition is reported
-// once. It reads consumer and partition rows (waiting =
+// queue's partitions. It reads consumer and partition rows (waiting =
 // last_offset − cursor − done), plus one index probe on messages per
 // partition of a queue with delayed processing. A queue the group is not
 // registered on is one row with has_consumer false, messages or not.
-var preflightSQL = `-- herald:preflight
+const preflightSQL = `-- herald:preflight
 WITH k AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
 	       WITH ORDINALITY AS k(qname, ns, task, pname, grp, want, ord)
@@ -88,46 +85,24 @@ WITH k AS (
 	       (c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
 	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit) AS dead_on_expiry
 	FROM kq
-	CROSS JOIN LATERAL (` + targetRange("", "greatest(kq.want, 1) + 1") + `) c
+	CROSS JOIN LATERAL (
+		SELECT c.* FROM consumers c
+		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
+		  AND (kq.pname = '' OR c.partition_id = (
+		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
+		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+		LIMIT greatest(kq.want, 1) + 1
+	) c
 	JOIN partitions p ON p.id = c.partition_id
-	UNION
-	-- On a queue with a window or a delay, partitions still inside theirs
-	-- can fill the range above: read the eligible ones too, with the
-	-- conditions pop_lock applies.
-	SELECT kq.ord, kq.name, p.id::text, p.name, kq.grp,
-	       c.last_offset - c.cursor - cardinality(c.done), true, NULL, NULL, NULL, false
-	FROM kq
-	CROSS JOIN LATERAL (` + targetRange("AND "+leasableNow("kq"), "greatest(kq.want, 1)") + `) c
-	JOIN partitions p ON p.id = c.partition_id
-	WHERE kq.window_buffer > 0 OR kq.delayed_processing > 0
 	UNION ALL
 	SELECT kq.ord, kq.name, '', '', kq.grp, 0, false, NULL, NULL, NULL, false
 	FROM kq
 	WHERE NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = kq.id AND g.name = kq.grp)
 )
-SELECT DISTINCT ON (ord, pid) ord, qname, pid, pname, grp, waiting, has_consumer, dead_on_expiry, eligible, eligible_at
-FROM (
-	SELECT rows.*,
-	       lease_until IS NULL AND window_until IS NULL AND (visible_at IS NULL OR visible_at <= now()) AS eligible,
-	       GREATEST(lease_until, window_until, CASE WHEN visible_at > now() THEN visible_at END) AS eligible_at
-	FROM rows
-) r
-ORDER BY ord, pid, eligible DESC`
-
-// targetRange is the pre-flight's read of one target's range of
-// consumers_ready (the target kq: its queue, group and partition, if any),
-// narrowed by cond, in the order pops take it, cut at limit rows.
-func targetRange(cond, limit string) string {
-	return `
-		SELECT c.* FROM consumers c
-		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
-		  AND (kq.pname = '' OR c.partition_id = (
-		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
-		  ` + cond + `
-		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
-		LIMIT ` + limit + `
-	`
-}
+SELECT ord, qname, pid, pname, grp, waiting, has_consumer, dead_on_expiry,
+       lease_until IS NULL AND window_until IS NULL AND (visible_at IS NULL OR visible_at <= now()) AS eligible,
+       GREATEST(lease_until, window_until, CASE WHEN visible_at > now() THEN visible_at END) AS eligible_at
+FROM rows`
 
 // Preflight checks, in one query, which partitions every target could be
 // served from. It takes no locks: the answer can be stale by the time of

@@ -252,21 +252,34 @@ func TestHole4_ReplayedMessageAvailableCoalesced(t *testing.T) {
 			}
 			return n
 		}
-		bound := int(elapsed/window) + 1
-		during := ordersWakes()
-		t.Logf("%d datagrams in %v: %d wake-ups of the queue meanwhile (bound %d)", sent, elapsed, during, bound)
-		assert.LessOrEqual(t, during, bound, "at most one per window")
+		// One per window the burst spanned, and the one at the end of the
+		// last window (which may fire before or after other/x is handled).
+		bound := int(elapsed/window) + 2
+		lastOrders := func() string {
+			v.wakes.mu.Lock()
+			defer v.wakes.mu.Unlock()
+			last := ""
+			for _, w := range v.wakes.got {
+				if strings.HasPrefix(w, "orders/") {
+					last = w
+				}
+			}
+			return last
+		}
 		v.wakes.mu.Lock()
 		assert.Contains(t, v.wakes.got, "other/x", "another queue is not held back")
 		v.wakes.mu.Unlock()
-		// The last wake-up covers every partition named meanwhile.
-		require.Eventually(t, func() bool {
-			v.wakes.mu.Lock()
-			defer v.wakes.mu.Unlock()
-			return len(v.wakes.got) > 0 && v.wakes.got[len(v.wakes.got)-1] == "orders/"
-		}, 5*time.Second, time.Millisecond, "a trailing queue-wide wake-up")
-		assert.True(t, quiet(v.wakes))
-		assert.Equal(t, during+1, ordersWakes(), "and one more at the end of the last window")
+		// The last wake-up of the queue comes after the last datagram and
+		// covers it: the whole queue when the window merged several, the
+		// last partition alone when it was the window's only one (a stalled
+		// sender on a loaded machine).
+		require.Eventually(t, func() bool { return quiet(v.wakes) }, 5*time.Second, time.Millisecond, "wake-ups stop")
+		assert.Contains(t, []string{"orders/", fmt.Sprintf("orders/p%d", sent-1)}, lastOrders(),
+			"a trailing wake-up naming the last partition")
+		total := ordersWakes()
+		t.Logf("%d datagrams in %v: %d wake-ups of the queue (bound %d)", sent, elapsed, total, bound)
+		assert.LessOrEqual(t, total, bound, "at most one per window")
+		assert.Less(t, total, sent/10, "datagrams are coalesced")
 		assert.Equal(t, "orders/p0", v.wakes.got[0], "the first wakes at once")
 	})
 

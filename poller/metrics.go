@@ -20,6 +20,7 @@ func (m *metrics) woke(source string) {
 type metrics struct {
 	wakeCounts sync.Map // source → *atomic.Uint64, for Wakeups
 	cycles     prometheus.Counter
+	claims     prometheus.Counter
 	preflight  prometheus.Histogram
 	intentions prometheus.Gauge
 	skipped    *prometheus.CounterVec
@@ -33,6 +34,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		cycles: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_poll_cycles_total",
 			Help: "Poll cycles that ran a pre-flight."}),
+		claims: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_poll_claims_total",
+			Help: "Poll cycles that claimed from a queue's ready rows for its only subscription, with no pre-flight."}),
 		preflight: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "herald_preflight_duration_seconds",
 			Help: "Duration of the pre-flight availability query.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		intentions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_intentions",
@@ -51,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.cycles, m.preflight, m.intentions, m.skipped, m.wakeups, m.double, m.delivered, m.handoffs} {
+	for _, c := range []prometheus.Collector{m.cycles, m.claims, m.preflight, m.intentions, m.skipped, m.wakeups, m.double, m.delivered, m.handoffs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

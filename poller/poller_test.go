@@ -2,6 +2,7 @@ package poller_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -448,4 +449,51 @@ func opsBetween(before, after map[string]uint64) map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// A subscription alone on a queue with a backlog is served by claims from
+// the queue's ready rows (Store.PopClaim), not by a pre-flight and a pop
+// per cycle; order per partition holds, nothing is delivered twice, and
+// once the backlog is gone the pre-flight takes over again.
+func TestIssue16_BacklogDrainsByClaimsWithoutPreflights(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
+	const parts, each = 60, 3
+	var items []queue.PushItem
+	for p := range parts {
+		for i := range each {
+			items = append(items, queue.PushItem{Queue: "q", Partition: fmt.Sprintf("p%02d", p),
+				Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, p*each+i))})
+		}
+	}
+	_, err := e.store.Push(context.Background(), items)
+	require.NoError(t, err)
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 2, Partitions: 8, Credit: 10})
+	last := map[string]int{}
+	seen := map[int]bool{}
+	deliveries := 0
+	for len(seen) < parts*each {
+		res := receive1(t, got)
+		deliveries++
+		for i, m := range res.Messages {
+			n := ns(res)[i]
+			require.False(t, seen[n], "message %d delivered twice", n)
+			seen[n] = true
+			if prev, ok := last[m.Partition]; ok {
+				require.Greater(t, n, prev, "order in %s", m.Partition)
+			}
+			last[m.Partition] = n
+		}
+		ackAll(t, e, in, res)
+	}
+	e.settled()
+	claims := metricValue(t, reg, "herald_poll_claims_total")
+	preflights := metricValue(t, reg, "herald_poll_cycles_total")
+	t.Logf("%d messages in %d deliveries: %.0f claims, %.0f pre-flights", parts*each, deliveries, claims, preflights)
+	assert.Greater(t, claims, 10.0)
+	assert.LessOrEqual(t, preflights, 6.0, "the pre-flight runs at the start and once the claims come back short")
+
+	// Caught up: a new message is found as before (push hint or pre-flight).
+	e.push("q", "p00", 1000, 1000)
+	assert.Equal(t, []int{1000}, ns(receive1(t, got)))
 }

@@ -37,6 +37,11 @@ type keyState struct {
 	handed     map[string]bool // partition id + "\x00" + group a push leased to an intention here
 	dueAt      time.Time       // a blocked partition becomes eligible then
 	remoteAt   time.Time       // the last wake-up from another instance
+	// claim: the key's only intention took all it could at its last
+	// delivery, so its queue has a backlog: the next cycle claims straight
+	// from the queue's ready rows (claimServe), with no pre-flight, until a
+	// claim comes back short or a sweep runs.
+	claim bool
 }
 
 func newWorker(p *Poller, idx int) *worker {
@@ -125,7 +130,7 @@ func (w *worker) run(ctx context.Context) {
 // With nothing dirty it sends no SQL at all.
 func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due time.Time) {
 	now := time.Now()
-	var work []*Intention
+	var work, claims []*Intention
 	var fast []hinted
 	w.mu.Lock()
 	for k, ks := range w.keys {
@@ -162,6 +167,14 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 			continue
 		}
 		ks.dirty, ks.hints, ks.handed = false, nil, nil
+		if ks.claim && !sweeping && len(live) == 1 && claimable(live[0]) {
+			if live[0].ready() {
+				claims = append(claims, live[0])
+			} else {
+				live[0].missed = true
+			}
+			continue
+		}
 		for _, in := range live {
 			if in.ready() {
 				work = append(work, in)
@@ -173,6 +186,9 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 	w.mu.Unlock()
 	if len(fast) > 0 {
 		worked, due = w.fastServe(ctx, fast, due)
+	}
+	for _, in := range claims {
+		worked = w.claimServe(ctx, in) || worked
 	}
 	if len(work) == 0 {
 		return worked, due
@@ -186,6 +202,63 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		}
 	}
 	return worked, due
+}
+
+// claimable reports whether an intention may be served by claimServe: a
+// subscription to any partition of one queue.
+func claimable(in *Intention) bool {
+	return in.Standing && in.Target.Queue != "" && in.Target.Partition == ""
+}
+
+// claimServe serves the only intention of a queue with a backlog: one
+// statement claims its partitions from the queue's ready rows and leases
+// them (Store.PopClaim), with no pre-flight: the pre-flight would have
+// listed the same rows, and decide given them all to the one intention.
+// A claim that comes back short of what the intention could take hands the
+// key back to the pre-flight, which also finds what a claim skips: a
+// partition inside its window or delay (its timer), an expired lease that
+// dead-letters, rows another pop held.
+func (w *worker) claimServe(ctx context.Context, in *Intention) (worked bool) {
+	p := w.p
+	p.metrics.claims.Inc()
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	w.mu.Lock()
+	if in.gone || !in.ready() {
+		in.missed = true // a push's hand-off holds its credit: looked at when it lets go
+		w.mu.Unlock()
+		return false
+	}
+	c := queue.Claim{Queue: in.Target.Queue, Group: in.Target.Group, Partitions: max(in.Partitions, 1),
+		Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck}
+	if !in.AutoAck {
+		c.LeaseID = queue.NewID()
+	}
+	// Claimed partitions all hold work: fewer than asked is no sign that
+	// one came back empty (deliver's partitions check), so none is planned.
+	pl := plan{total: c.Total}
+	unhold := w.hold(map[int]plan{0: pl}, func(int) *Intention { return in })
+	w.mu.Unlock()
+	got, err := p.store.PopClaim(ctx, c)
+	unhold()
+	if err != nil {
+		p.log.Error().Err(err).Msg("claiming pop failed")
+	}
+	res := got[0]
+	if res != nil {
+		w.deliver(ctx, in, res, false, pl)
+	}
+	if err == nil && res != nil && (len(res.Messages) >= c.Total || res.PartitionsClaimed >= c.Partitions) {
+		return true
+	}
+	// Short: the pre-flight looks at the queue next.
+	w.mu.Lock()
+	if ks := w.keys[in.key]; ks != nil {
+		ks.claim, ks.dirty = false, true
+	}
+	w.mu.Unlock()
+	w.signal()
+	return res != nil
 }
 
 // chunkByTarget splits intentions (in registration order) so that no chunk
@@ -527,7 +600,11 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	// by its credit (or batch) may find more: AddCredit looks then.
 	in.limited = full
 	more := false
-	if ks := w.keys[in.key]; ks != nil && full && in.ready() && !in.gone {
+	ks := w.keys[in.key]
+	if ks != nil {
+		ks.claim = full && claimable(in)
+	}
+	if ks != nil && full && in.ready() && !in.gone {
 		ks.dirty, more = true, true
 	}
 	w.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Assignment is one (partition, group) pair a poll cycle decided to lease
@@ -54,7 +56,55 @@ WITH a AS (
 	  AND NOT (c.lease_id IS NOT NULL AND c.lease_to > c.cursor
 	           AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)
 	FOR UPDATE OF c SKIP LOCKED
-), st AS (
+` + popLeaseSQL
+
+// popClaimSQL leases like popAssignedSQL for ONE intention, but claims
+// its partitions straight from the queue's ready rows (one range of
+// consumers_ready, as pop_lock reads it) instead of from assignments a
+// pre-flight made: for a subscription that is alone on its queue and group
+// and took all it could last time, the pre-flight would only have listed
+// the same rows. A row whose expired lease would dead-letter is left for the
+// pre-flight's path (Pop), as in popAssignedSQL.
+// $1 queue, $2 group, $3 partitions, $4 per partition, $5 total, $6 autoAck,
+// $7 lease id, $8 owner, $9 intention.
+var popClaimSQL = `-- herald:pop_claim
+WITH locked AS (
+	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, c.last_offset,
+	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
+	       $9::int AS intention, $4::int AS lim, $5::int AS total, $6::bool AS auto, $7::text AS lease,
+	       row_number() OVER (ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id) AS ord,
+	       q.name AS qname, q.lease_time, q.delayed_processing, p.name AS pname
+	FROM queues q
+	CROSS JOIN LATERAL (
+		SELECT c.* FROM consumers c
+		WHERE (c.partition_id, c.consumer_group) IN (
+			-- In claim order, as many as the messages they wait with cover
+			-- the total: no row is locked that could add nothing.
+			SELECT w.partition_id, w.consumer_group FROM (
+				SELECT c.partition_id, c.consumer_group, least(c.last_offset - c.cursor, $4) AS here,
+				       sum(least(c.last_offset - c.cursor, $4))
+				           OVER (ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id) AS upto
+				FROM consumers c
+				WHERE c.queue_id = q.id AND c.consumer_group = $2 AND ` + claimableRow + `
+				ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+				LIMIT $3
+			) w WHERE w.upto - w.here < $5)
+		  AND ` + claimableRow + `
+		FOR UPDATE SKIP LOCKED
+	) c
+	JOIN partitions p ON p.id = c.partition_id
+	WHERE q.name = $1
+` + popLeaseSQL
+
+// claimableRow is what popClaimSQL asks of a consumer row c of the queue q,
+// before and again after it locks the row.
+var claimableRow = `c.last_offset > c.cursor AND ` + leasableNow("q") + `
+	AND NOT (c.lease_id IS NOT NULL AND c.lease_to > c.cursor
+	         AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)`
+
+// popLeaseSQL is what popAssignedSQL and popClaimSQL share once their
+// consumer rows are locked (CTE locked); $8 is the lease owner.
+const popLeaseSQL = `), st AS (
 	SELECT l.*,
 	       CASE WHEN l.expired THEN (CASE WHEN l.attempt_seq = l.cursor + 1 THEN l.attempts + 1 ELSE 1 END)
 	            ELSE l.attempts END AS att,
@@ -97,6 +147,7 @@ WITH a AS (
 		leased_at = CASE WHEN r.ord IS NULL THEN c.leased_at ELSE now() END
 	FROM st s LEFT JOIN ranges r ON r.ord = s.ord
 	WHERE c.partition_id = s.partition_id AND c.consumer_group = s.consumer_group
+	  AND (r.ord IS NOT NULL OR s.expired) -- a row given nothing and charged nothing stays as it was
 )
 SELECT p.intention, s.partition_id::text, s.pname, s.qname, s.consumer_group, CASE WHEN s.auto THEN '' ELSE s.lease END,
        p.seq, p.id::text, p.transaction_id, coalesce(p.trace_id::text, ''), coalesce(p.producer_sub, ''),
@@ -148,6 +199,49 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	if err != nil {
 		return nil, fmt.Errorf("popping assigned partitions: %w", err)
 	}
+	return s.readLeased(ctx, rows)
+}
+
+// Claim is what PopClaim leases for one intention: up to Partitions of a
+// queue's ready partitions for Group, Limit messages from each, Total in all.
+type Claim struct {
+	Intention  int
+	Queue      string
+	Group      string
+	Partitions int
+	Limit      int
+	Total      int
+	AutoAck    bool
+	LeaseID    string // ignored with AutoAck
+}
+
+// PopClaim leases for one intention in one statement, claiming partitions
+// from the queue's ready rows in the order a pop claims them, with no
+// pre-flight (popClaimSQL). The result is keyed by c.Intention, absent when
+// nothing was leased. A partition whose expired lease would dead-letter is
+// never claimed here: the caller's pre-flight path handles it.
+func (s *Store) PopClaim(ctx context.Context, c Claim) (map[int]*PopResult, error) {
+	g := c.Group
+	if g == "" {
+		g = DefaultGroup
+	}
+	lease := c.LeaseID
+	if c.AutoAck || lease == "" {
+		lease = NewID() // unused with autoAck, but keeps the uuid cast valid
+	}
+	n := min(max(c.Partitions, 1), MaxPartitions)
+	rows, err := s.pool.Query(ctx, popClaimSQL, c.Queue, g, int32(n), int32(max(c.Limit, 1)), // #nosec G115 -- bounded
+		int32(max(c.Total, 1)), c.AutoAck, lease, s.cfg.InstanceID, int32(c.Intention)) // #nosec G115 -- a small id
+	if err != nil {
+		return nil, fmt.Errorf("claiming partitions: %w", err)
+	}
+	return s.readLeased(ctx, rows)
+}
+
+// readLeased reads what popLeaseSQL returns, per intention: the messages in
+// order, the partitions each claimed, and whether one it leased from holds
+// more.
+func (s *Store) readLeased(ctx context.Context, rows pgx.Rows) (map[int]*PopResult, error) {
 	defer rows.Close()
 	out := map[int]*PopResult{}
 	seenPart := map[int]map[string]bool{}

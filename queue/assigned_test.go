@@ -245,3 +245,87 @@ func TestEnsureConsumers_ConcurrentNoDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// PopClaim claims a queue's ready partitions in pop order with no
+// pre-flight, locks only as many as their waiting messages need for the
+// total, and leaves what the pre-flight's path must handle (a lease that
+// dead-letters on expiry, a partition inside its window) alone.
+func TestPopClaim(t *testing.T) {
+	s := newStore(t)
+	for i, part := range []string{"a", "b", "c", "d", "e"} {
+		push(t, s, "q", part, nums(3*i+1, 3*i+3)...)
+	}
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q"}}))
+	lease := queue.NewID()
+	got, err := s.PopClaim(ctxT(t), queue.Claim{Intention: 4, Queue: "q", Partitions: 5, Limit: 2, Total: 5, LeaseID: lease})
+	require.NoError(t, err)
+	require.Contains(t, got, 4)
+	res := got[4]
+	assert.Len(t, res.Messages, 5, "two from each of the first partitions, one from the third")
+	assert.Equal(t, 3, res.PartitionsClaimed)
+	assert.True(t, res.More, "a partition it leased from holds more")
+	for _, m := range res.Messages {
+		assert.Equal(t, lease, m.LeaseID)
+	}
+	var touched int
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT count(*) FROM consumers WHERE leased_at IS NOT NULL`).Scan(&touched))
+	assert.Equal(t, 3, touched, "rows whose messages the total did not need are not claimed")
+
+	// The leases hold: the next claim takes the two untouched partitions.
+	got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "q", Partitions: 5, Limit: 3, Total: 100, LeaseID: queue.NewID()})
+	require.NoError(t, err)
+	require.Contains(t, got, 1)
+	assert.Len(t, got[1].Messages, 6)
+	assert.Equal(t, 2, got[1].PartitionsClaimed)
+	assert.False(t, got[1].More)
+	got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "q", Partitions: 5, Limit: 3, Total: 100, LeaseID: queue.NewID()})
+	require.NoError(t, err)
+	assert.Empty(t, got, "everything ready is leased")
+
+	// An expired lease is claimed again, its attempt counted; one whose
+	// expiry dead-letters is left to Pop.
+	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second'`)
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = 1 })})
+	require.NoError(t, err)
+	got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "q", Partitions: 5, Limit: 1, Total: 100, AutoAck: true})
+	require.NoError(t, err)
+	require.Contains(t, got, 1)
+	assert.Len(t, got[1].Messages, 5)
+	for _, m := range got[1].Messages {
+		assert.Equal(t, 1, m.RetryCount)
+		assert.Empty(t, m.LeaseID)
+	}
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = 0 })})
+	require.NoError(t, err)
+	lease = queue.NewID()
+	got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "q", Partitions: 1, Limit: 1, Total: 1, LeaseID: lease})
+	require.NoError(t, err)
+	require.Contains(t, got, 1)
+	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second' WHERE lease_id = $1`, lease)
+	dead := got[1].Messages[0]
+	for range 3 {
+		got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "q", Partitions: 5, Limit: 5, Total: 100, AutoAck: true})
+		require.NoError(t, err)
+		if got[1] != nil {
+			for _, m := range got[1].Messages {
+				assert.NotEqual(t, dead.PartitionID, m.PartitionID, "the partition whose lease dead-letters is not claimed")
+			}
+		}
+	}
+	a := availability(t, s, queue.Target{Queue: "q", Partition: dead.Partition})[dead.Partition+"/"+queue.DefaultGroup]
+	assert.True(t, a.DeadOnExpiry, "the pre-flight reports it for Pop")
+
+	// A partition inside its window is not claimed.
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "w", Options: optsJSON(func(o *queue.Options) { o.WindowBuffer = 30 })})
+	require.NoError(t, err)
+	push(t, s, "w", "", nums(1, 1)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "w"}}))
+	got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "w", Partitions: 5, Limit: 5, Total: 5, LeaseID: queue.NewID()})
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	exec(t, s, `UPDATE partitions SET last_push_at = now() - interval '1 minute'`)
+	got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "w", Partitions: 5, Limit: 5, Total: 5, LeaseID: queue.NewID()})
+	require.NoError(t, err)
+	require.Contains(t, got, 1)
+	assert.Equal(t, []int{1}, payloads(t, got[1].Messages))
+}

@@ -43,6 +43,7 @@ func runDrain(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) 
 			if err := fillPartitions(ctx, srv.url, q, p); err != nil {
 				return nil, err
 			}
+			progress(log, "drain: %d partitions filled, draining by %s", p, transport)
 			until := time.Now().Add(cfg.Duration)
 			start := time.Now()
 			var n int

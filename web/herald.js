@@ -179,7 +179,8 @@ export class Herald {
   }
 
   _retry(code, reason) {
-    if (this._closed || this._subs.size === 0) {
+    if (this._closed) return; // close() reported "closed"; its socket's close event says nothing more
+    if (this._subs.size === 0) {
       this._setState({ state: "idle", attempt: 0, delay: 0 });
       return;
     }

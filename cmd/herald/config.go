@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -22,6 +23,9 @@ import (
 // and HERALD_* environment variables. A flag given on the command line wins
 // over its environment variable, which wins over the default.
 type config struct {
+	// listener, when set (herald demo binds its ports before anything
+	// else), is served instead of listening on Addr.
+	listener        net.Listener
 	Addr            string
 	DatabaseURL     string
 	DataDir         string
@@ -91,7 +95,7 @@ var options = []option{
 		func(c *config, v string) error { c.DataDir = v; return nil }},
 	{"log-level", "HERALD_LOG_LEVEL", "info", "debug, info, warn or error (request logs are debug)",
 		func(c *config, v string) error { c.LogLevel = v; return nil }},
-	{"log-format", "HERALD_LOG_FORMAT", "json", "json, or console for humans",
+	{"log-format", "HERALD_LOG_FORMAT", "auto", "auto (console lines when stderr is a terminal, JSON otherwise), json or console",
 		func(c *config, v string) error { c.LogFormat = v; return nil }},
 	{"body-limit", "HERALD_BODY_LIMIT", strconv.Itoa(gateway.BodyLimitDefault), "largest request body in bytes (413 above)",
 		func(c *config, v string) (err error) { c.BodyLimit, err = strconv.ParseInt(v, 10, 64); return err }},
@@ -250,11 +254,27 @@ func (c *config) validate() error {
 		return errors.New("--log-level must be debug, info, warn or error")
 	}
 	switch c.LogFormat {
-	case "json", "console":
+	case "auto", "json", "console":
 	default:
-		return errors.New("--log-format must be json or console")
+		return errors.New("--log-format must be auto, json or console")
+	}
+	for _, u := range []struct{ flag, url string }{{"--database-url", c.DatabaseURL}, {"--listen-database-url", c.ListenDatabaseURL}} {
+		if err := checkPostgresURL(u.flag, u.url); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// checkPostgresURL refuses a URL of another scheme with a message that says
+// what is expected (pgx alone answers "cannot parse"). A keyword/value
+// string ("host=… dbname=…") has no scheme and is left to pgx.
+func checkPostgresURL(flag, v string) error {
+	scheme, _, ok := strings.Cut(v, "://")
+	if !ok || scheme == "postgres" || scheme == "postgresql" {
+		return nil
+	}
+	return fmt.Errorf("%s must be a PostgreSQL URL (postgres://user:password@host:5432/database), not a %s:// URL", flag, scheme)
 }
 
 func validSecret(s string) bool {
@@ -275,18 +295,51 @@ Usage:
                            demo producer (herald demo -h for its flags)
   herald produce [flags]   push a few demo messages a second (herald produce -h)
   herald health [--url U]  exit 0 when U (default http://127.0.0.1:6632/health) answers 200
-  herald version           print the version
+  herald version           print the version (also herald --version, -v)
 
 Flags (each also read from its environment variable):
 `)
+	// Columns as wide as the longest flag and variable; the meaning wraps
+	// under its own column.
+	fw, ew := 0, 0
+	for _, o := range options {
+		fw, ew = max(fw, len(o.flag)+2), max(ew, len(o.env))
+	}
+	indent := strings.Repeat(" ", 2+fw+2+ew+2)
 	for _, o := range options {
 		def := o.def
 		if def == "" {
 			def = `""`
 		}
-		fmt.Fprintf(w, "  --%-18s %-24s %s (default %s)\n", o.flag, o.env, o.help, def)
+		lines := wrap(o.help+" (default "+def+")", max(helpWidth-len(indent), 30))
+		fmt.Fprintf(w, "  %-*s  %-*s  %s\n", fw, "--"+o.flag, ew, o.env, lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintf(w, "%s%s\n", indent, l)
+		}
 	}
 	_ = cmd
+}
+
+// helpWidth is the line length --help wraps its flag list to.
+const helpWidth = 120
+
+// wrap breaks s into lines of at most width characters at spaces (a longer
+// word gets a line of its own).
+func wrap(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = word
+		case len(line)+1+len(word) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			line = word
+		}
+	}
+	return append(lines, line)
 }
 
 // markdownTable renders the options as the README's configuration table.

@@ -10,11 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -89,6 +91,25 @@ func demo(ctx context.Context, c *demoConfig, stdout io.Writer, log zerolog.Logg
 	if err != nil {
 		return fmt.Errorf("resolving data dir: %w", err)
 	}
+	// Ports first, before PostgreSQL: a taken one fails in a moment.
+	lns := make([]net.Listener, 3)
+	defer func() {
+		for _, ln := range lns {
+			if ln != nil {
+				_ = ln.Close()
+			}
+		}
+	}()
+	for i, p := range c.ports {
+		if lns[i], err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err != nil {
+			return demoPortError(fmt.Sprintf("127.0.0.1:%d", p), "--ports", err)
+		}
+	}
+	for _, p := range c.syncPorts {
+		if err := probeUDP(fmt.Sprintf("127.0.0.1:%d", p)); err != nil {
+			return demoPortError(fmt.Sprintf("127.0.0.1:%d (UDP)", p), "--sync-ports", err)
+		}
+	}
 	fmt.Fprintf(stdout, "herald demo: starting PostgreSQL in %s …\n", dir)
 	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Logger: log.With().Str("component", "pgcluster").Logger()})
 	if err != nil {
@@ -120,6 +141,7 @@ func demo(ctx context.Context, c *demoConfig, stdout io.Writer, log zerolog.Logg
 		}
 		name := fmt.Sprintf("herald-%d", i+1)
 		cfg.Addr = fmt.Sprintf("127.0.0.1:%d", c.ports[i])
+		cfg.listener, lns[i] = lns[i], nil // serve owns it now
 		cfg.DatabaseURL = cluster.URL()
 		cfg.InstanceID, cfg.ServerID = name, name
 		cfg.SyncBind = fmt.Sprintf("127.0.0.1:%d", c.syncPorts[i])
@@ -160,6 +182,15 @@ func demo(ctx context.Context, c *demoConfig, stdout io.Writer, log zerolog.Logg
 	case err := <-errs:
 		return err
 	}
+}
+
+// demoPortError says which demo port is taken and how to choose others.
+func demoPortError(addr, flag string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s is already in use (another herald demo or herald serve?): stop it, or give the demo "+
+			"other ports, e.g. herald demo --ports 6640,6641,6642 --sync-ports 7640,7641,7642 (%s)", addr, flag)
+	}
+	return fmt.Errorf("cannot listen on %s (%s): %w", addr, flag, err)
 }
 
 // waitHealthy polls url until it answers 200, an instance fails, or ctx ends.

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -49,6 +50,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && slices.Contains([]string{"--version", "-version", "-v", "-V"}, args[0]) {
+		args[0] = "version"
+	}
 	cmd := "serve"
 	if len(args) > 0 && slices.Contains([]string{"serve", "migrate", "version", "help", "demo", "produce", "health"}, args[0]) {
 		cmd, args = args[0], args[1:]
@@ -71,10 +75,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "herald:", err)
 		return 2
 	}
+	zerolog.ErrorMarshalFunc = plainError
 	log := newLogger(cfg, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, cmd, cfg, log); err != nil {
+	err = serve(ctx, cmd, cfg, log)
+	switch {
+	case ctx.Err() != nil:
+		// SIGINT or SIGTERM: a stop the operator asked for, at any stage
+		// (an initdb or a migration it interrupted included).
+		ev := log.Info()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			ev = log.Warn().Err(err)
+		}
+		ev.Msg("herald stopped")
+		return 0
+	case err != nil:
 		log.Error().Err(err).Msg("herald stopped")
 		return 1
 	}
@@ -101,8 +117,11 @@ func runTool(cmd string, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "herald %s: stopped\n", cmd) // SIGINT or SIGTERM, at any stage
+		return 0
 	case err != nil:
-		fmt.Fprintf(stderr, "herald %s: %v\n", cmd, err)
+		fmt.Fprintf(stderr, "herald %s: %v\n", cmd, plainError(err))
 		return 1
 	}
 	return 0
@@ -110,10 +129,40 @@ func runTool(cmd string, args []string, stdout, stderr io.Writer) int {
 
 func newLogger(cfg *config, w io.Writer) zerolog.Logger {
 	lvl, _ := zerolog.ParseLevel(cfg.LogLevel)
-	if cfg.LogFormat == "console" {
+	if cfg.LogFormat == "console" || (cfg.LogFormat == "auto" && isTerminal(w)) {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+// plainError is an error as Herald logs it. A connection error from pgx
+// lists every attempt; with sslmode=prefer (a URL that names no sslmode)
+// the first is "tls error: server refused TLS connection", which says only
+// that the server does not do TLS and hides the real cause in the next
+// line: that attempt is dropped, and a single remaining one joins its line.
+func plainError(err error) any {
+	if err == nil {
+		return nil
+	}
+	lines := strings.Split(err.Error(), "\n")
+	kept := lines[:0:0]
+	for _, l := range lines {
+		if len(lines) > 2 && strings.Contains(l, "server refused TLS connection") {
+			continue
+		}
+		kept = append(kept, l)
+	}
+	if len(kept) == 2 && strings.HasPrefix(kept[1], "\t") {
+		return kept[0] + " " + strings.TrimSpace(kept[1])
+	}
+	return strings.Join(kept, "\n")
+}
+
+// isTerminal reports whether w is a person's terminal, as opposed to a file,
+// a pipe, /dev/null or a log collector.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && terminal(f)
 }
 
 func buildVersion() string {
@@ -152,6 +201,29 @@ func (ns notifiers) Notify(queue, partition string) {
 
 // serve wires database, store and gateway, and runs until ctx ends.
 func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (err error) {
+	// Ports first: a port in use is reported in a moment, before a private
+	// PostgreSQL is initialized, started and migrated for nothing.
+	var ln net.Listener
+	if cmd == "serve" {
+		if ln = cfg.listener; ln == nil {
+			if ln, err = listen(cfg.Addr, "--addr", "HERALD_ADDR"); err != nil {
+				return err
+			}
+		}
+		defer func() { _ = ln.Close() }() // the server's Shutdown closes it too
+		if len(cfg.SyncPeers) > 0 {
+			if err := probeUDP(cfg.SyncBind); err != nil {
+				return bindError(cfg.SyncBind, "--sync-bind", "HERALD_SYNC_BIND", err)
+			}
+		}
+		if cfg.PprofAddr != "" {
+			stopPprof, err := servePprof(cfg.PprofAddr, log)
+			if err != nil {
+				return err
+			}
+			defer stopPprof()
+		}
+	}
 	dbURL := cfg.DatabaseURL
 	var cluster *pgcluster.Cluster
 	if dbURL == "" {
@@ -197,10 +269,6 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	sup := supervise(cluster, pool, log)
 	defer sup.Stop()
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.Addr, err)
-	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	instance := cfg.InstanceID
 	if instance == "" {
@@ -347,13 +415,6 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		stopBg()
 		bg.Wait()
 	}()
-	if cfg.PprofAddr != "" {
-		stopPprof, err := servePprof(cfg.PprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer stopPprof()
-	}
 	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

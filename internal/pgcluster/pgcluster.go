@@ -250,7 +250,15 @@ func (s *server) initdb(ctx context.Context) error {
 	out, err := s.command(ctx, "initdb", "-D", tmp, "-U", "postgres", "--auth=trust",
 		"-E", "UTF8", "--locale=C", "--no-sync").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("initializing postgres cluster in %s: %w: %s", s.pgdata, err, bytes.TrimSpace(out))
+		if ctx.Err() != nil {
+			return fmt.Errorf("initializing postgres cluster in %s: %w", s.pgdata, ctx.Err())
+		}
+		// initdb's transcript is long: it goes to a file the error names.
+		logPath := filepath.Join(s.dir, "initdb.log")
+		if werr := os.WriteFile(logPath, out, 0o600); werr != nil {
+			return fmt.Errorf("initializing postgres cluster in %s: %w: %s", s.pgdata, err, bytes.TrimSpace(out))
+		}
+		return fmt.Errorf("initializing postgres cluster in %s: %w (initdb's output is in %s)", s.pgdata, err, logPath)
 	}
 	// Rename succeeds onto a missing or empty pgdata and fails on one with
 	// unrelated content, which we must not touch.

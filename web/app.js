@@ -15,9 +15,16 @@ const MAX_ROWS = 200;
 let clockOffset = 0;
 let bestRTT = Infinity;
 
-// Latencies received in the current second, and the chart's history.
+// Latencies received in the current second, and the chart's history. Only
+// a message pushed after its subscription started (or reconnected) has a
+// latency: one that waited in the queue before is a backlog, shown apart
+// (its age says how long it waited for a consumer, not how fast delivery is).
 let thisSecond = [];
-const history = []; // {p50, max} per second, the last 60
+const history = []; // per second, the last 60: null or {n, p50, max, sample}
+const SAMPLE = 200; // latencies kept per second for the chart's scale
+// The backlog drained so far, over every subscription: count and the
+// longest wait.
+const backlog = { n: 0, oldest: 0 };
 
 let cards = 0;
 // The open subscription cards' queues (card id → queue): the live panel
@@ -34,9 +41,40 @@ function randomID() {
   return "demo-" + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
+// fmtMS formats a duration with the precision it has: "<0.1 ms",
+// "0.4 ms", "12 ms", "16.8 s", "2.5 min".
+// The number and its unit stay on one line (a no-break space).
 function fmtMS(ms) {
   if (ms == null || !Number.isFinite(ms)) return "–";
-  return ms < 10 ? ms.toFixed(1) : Math.round(ms).toString();
+  if (ms < 0.1) return "<0.1\u00a0ms";
+  if (ms < 9.95) return `${ms.toFixed(1)}\u00a0ms`;
+  if (ms < 999.5) return `${Math.round(ms)}\u00a0ms`;
+  if (ms < 59950) return `${(ms / 1000).toFixed(1)}\u00a0s`;
+  const min = ms / 60000;
+  return `${min < 9.95 ? min.toFixed(1) : Math.round(min)}\u00a0min`;
+}
+
+// fmtUpTo is an upper bound, rounded up to the precision fmtMS shows.
+function fmtUpTo(ms) {
+  if (ms < 0.1) return fmtMS(0);
+  const step = ms < 10 ? 0.1 : ms < 1000 ? 1 : 100;
+  return `<${fmtMS(Math.ceil(ms / step - 1e-9) * step)}`;
+}
+
+// fmtEstimate shows a latency measured against the server's clock, whose
+// estimate is off by up to err ms: "≈12 ms", or an upper bound when the
+// error is as large as the value ("<0.6 ms" rather than "≈0.0 ms").
+function fmtEstimate(ms, err) {
+  if (!Number.isFinite(err)) return `≈${fmtMS(Math.max(0, ms))}`;
+  if (ms <= err) return fmtUpTo(Math.max(0, ms) + err);
+  // No tenths of a millisecond when the estimate is off by a millisecond or more.
+  if (err >= 1 && ms < 9.95) return `≈${Math.round(ms)}\u00a0ms`;
+  return `≈${fmtMS(ms)}`;
+}
+
+// plural(1, "stream") is "1 stream", plural(2, "stream") "2 streams".
+function plural(n, one, many = `${one}s`) {
+  return `${Number(n).toLocaleString("en")} ${n === 1 ? one : many}`;
 }
 
 function parseTime(s) {
@@ -70,12 +108,25 @@ function addSubscription(opts) {
   const tbody = card.querySelector("tbody");
   const ackAll = card.querySelector(".ack-all");
   let count = 0;
+  // When this subscription started, or last came back after a reconnect
+  // (performance time): what was pushed before waited as a backlog.
+  let since = performance.now();
+  let lastState = "";
+  const subBacklog = { n: 0, oldest: 0 };
+  // The messages this subscription has had (the most recent SEEN): one
+  // that comes again after a nack, or after a lease given back, which
+  // counts no attempt, is a redelivery.
+  const seen = new Set();
+  const SEEN = 100000;
+  const backlogEl = card.querySelector(".sub-backlog");
   // Rows waiting for a button, per delivery: a message delivered again
   // (a nack, an expired lease) gets a row and a lease of its own.
   const unsettled = new Map(); // row serial → {m, row}
   const rowOf = new WeakMap(); // message → its row
 
   const setState = (s) => {
+    if (s.state === "connected" && lastState === "reconnecting") since = performance.now();
+    lastState = s.state;
     stateEl.textContent = stateText(s);
     stateEl.className = `state ${s.state}`;
     card.dataset.state = s.state;
@@ -117,17 +168,47 @@ function addSubscription(opts) {
   };
 
   const onMessage = (m) => {
-    // Exact for what this page pushed; otherwise the server's createdAt
-    // against its clock as estimated (≈, within half a round trip).
-    let latency, exact = false;
+    // The wait since the push: exact for what this page pushed (from its
+    // own send); otherwise the server's createdAt against its clock as
+    // estimated, off by up to half the best round trip.
+    const now = performance.now();
     const sent = sentAt.get(m.transactionId);
+    let wait, err = 0, before;
     if (sent !== undefined) {
-      latency = performance.now() - sent;
-      exact = true;
+      wait = now - sent;
+      before = sent < since;
     } else {
-      latency = Math.max(0, performance.timeOrigin + performance.now() + clockOffset - parseTime(m.createdAt));
+      const created = parseTime(m.createdAt);
+      wait = performance.timeOrigin + now + clockOffset - created;
+      err = bestRTT / 2;
+      before = created < performance.timeOrigin + since + clockOffset;
     }
-    if (Number.isFinite(latency)) thisSecond.push(latency);
+    // A message pushed before the subscription started is a backlog; a
+    // later delivery of a message (a nack, an expired lease) is no push →
+    // receipt latency either.
+    const key = `${m.partitionId ?? m.partition}/${m.id ?? m.transactionId}`;
+    const again = seen.has(key) || (m.retryCount ?? 0) > 0;
+    seen.add(key);
+    if (seen.size > SEEN) seen.delete(seen.values().next().value);
+    const kind = before ? "backlog" : again ? "redelivery" : "live";
+    const shown = sent !== undefined ? fmtMS(Math.max(0, wait)) : fmtEstimate(wait, err);
+    let latencyText = shown;
+    if (kind === "live") {
+      if (Number.isFinite(wait)) thisSecond.push(Math.max(0, wait));
+    } else if (kind === "backlog") {
+      latencyText = `backlog, waited ${shown.replace(/^≈/, "")}`;
+      if (Number.isFinite(wait)) {
+        for (const b of [backlog, subBacklog]) {
+          b.n++;
+          b.oldest = Math.max(b.oldest, wait);
+        }
+        backlogEl.hidden = false;
+        backlogEl.textContent = backlogText(subBacklog);
+        showBacklog();
+      }
+    } else {
+      latencyText = "redelivery";
+    }
     count++;
     countEl.textContent = String(count);
     const row = document.createElement("tr");
@@ -135,12 +216,20 @@ function addSubscription(opts) {
     row.dataset.delivery = delivery;
     row.dataset.offset = String(m.offset ?? "");
     rowOf.set(m, row);
-    const cells = [m.partition, m.offset ?? "–", delivery, `${exact ? "" : "≈"}${fmtMS(latency)} ms`];
-    for (const text of cells) {
+    row.dataset.kind = kind;
+    const cells = [["partition", m.partition], ["offset", m.offset ?? "–"], ["delivery", delivery],
+      [kind === "live" ? "push → here" : "", latencyText, `latency ${kind}`]];
+    for (const [label, text, className] of cells) {
       const td = document.createElement("td");
       td.textContent = text;
+      if (label) td.dataset.label = label; // shown before the value on a phone
+      if (className) td.className = className;
       row.appendChild(td);
     }
+    const lat = row.lastElementChild;
+    if (kind === "redelivery") lat.title = "delivered again (after a nack or an expired lease): not a push → receipt latency";
+    else if (kind === "backlog") lat.title = "pushed before this subscription started: it waited in the queue, not in delivery";
+    else if (sent === undefined) lat.title = Number.isFinite(err) ? `estimated against the server's clock, ±${fmtMS(err)}` : "estimated against the server's clock";
     const data = document.createElement("td");
     data.className = "data";
     data.textContent = JSON.stringify(m.data);
@@ -262,7 +351,7 @@ $("push-form").addEventListener("submit", async (ev) => {
         out.textContent = `pushed ${sent} of ${count}`;
       }
     }
-    out.textContent = `pushed ${sent} to ${queue}`;
+    out.textContent = `pushed ${plural(sent, "message")} to ${queue}`;
     out.dataset.pushed = String(sent);
   } catch (e) {
     out.textContent = `push failed after ${sent}: ${e.message}`;
@@ -338,7 +427,8 @@ async function refreshNow() {
   }
   const st = all[0];
   $("instance").textContent = st.instance;
-  $("version").textContent = `· version ${st.version} · ${st.intentions} waiting · ${st.streams} streams`;
+  $("version").textContent = `· version ${st.version} · ${plural(st.streams, "stream")} open · ${plural(st.intentions, "consumer")} waiting`;
+  $("version").title = "streams: WebSocket and EventSource connections; consumers waiting: subscriptions and long-polls waiting for messages";
   renderPeers(st);
   renderQueues(all.map((s) => s.queue).filter(Boolean));
   const wk = $("wakeups");
@@ -346,13 +436,24 @@ async function refreshNow() {
   const sources = Object.entries(st.wakeups ?? {}).sort();
   if (sources.length === 0) wk.innerHTML = "<dt>none yet</dt><dd></dd>";
   for (const [source, n] of sources) {
-    const dt = document.createElement("dt");
-    dt.textContent = source;
-    const dd = document.createElement("dd");
-    dd.textContent = String(n);
-    wk.append(dt, dd);
+    // Plain words first, the metric's label (herald_wakeups_total{source}) after.
+    const dt = el("dt", "", WAKEUPS[source] ?? source);
+    dt.title = `herald_wakeups_total{source="${source}"}`;
+    if (WAKEUPS[source]) dt.append(" ", el("span", "src", `(${source})`));
+    wk.append(dt, el("dd", "", Number(n).toLocaleString("en")));
   }
 }
+
+// What each wake-up source means (poller, pgnotify and syncnet name them).
+const WAKEUPS = {
+  push: "a push to this instance",
+  notify: "a notification from PostgreSQL",
+  logical: "PostgreSQL's change stream",
+  syncnet: "a message from another instance",
+  register: "a new subscriber",
+  ack: "an ack that gave messages back",
+  release: "a consumer that left",
+};
 
 function renderPeers(st) {
   const ul = $("peers");
@@ -414,36 +515,125 @@ function renderQueues(list) {
   }
 }
 
+function backlogText(b) {
+  return `drained ${plural(b.n, "older message")} (backlog: pushed before the subscription started), oldest waited ${fmtMS(b.oldest)}`;
+}
+
+// showBacklog says under the chart what was drained as a backlog: never
+// points on it.
+function showBacklog() {
+  const p = $("backlog");
+  p.hidden = backlog.n === 0;
+  p.textContent = backlog.n ? `Not in the chart: ${backlogText(backlog)}.` : "";
+  p.dataset.count = String(backlog.n);
+  p.dataset.oldest = String(backlog.oldest);
+}
+
 function tick() {
   const lat = thisSecond.sort((a, b) => a - b);
   thisSecond = [];
-  history.push(lat.length ? { p50: lat[Math.floor(lat.length / 2)], max: lat[lat.length - 1], n: lat.length } : null);
+  let entry = null;
+  if (lat.length) {
+    // Every latency of the second, or an even spread of SAMPLE of them.
+    const step = Math.max(1, lat.length / SAMPLE);
+    const sample = [];
+    for (let k = 0; k < lat.length; k += step) sample.push(lat[Math.floor(k)]);
+    entry = { n: lat.length, p50: lat[Math.floor((lat.length - 1) / 2)], max: lat[lat.length - 1], sample };
+  }
+  history.push(entry);
   while (history.length > 60) history.shift();
   const last = history.at(-1);
-  $("chart-now").textContent = last ? `· last second: ${last.n} msgs, median ${fmtMS(last.p50)} ms, max ${fmtMS(last.max)} ms` : "";
+  $("chart-now").textContent = last
+    ? `Last second: ${plural(last.n, "message")}, median ${fmtMS(last.p50)}, slowest ${fmtMS(last.max)}.` : "";
   draw();
+}
+
+// quantile of weighted values [[v, w]], sorted by v.
+function quantile(vals, total, q) {
+  let acc = 0;
+  for (const [v, w] of vals) {
+    acc += w;
+    if (acc >= q * total - 1e-9) return v;
+  }
+  return vals.at(-1)[0];
+}
+
+// niceCeil rounds up to a round number: 1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8
+// times a power of ten.
+function niceCeil(v) {
+  const p = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * p >= v - 1e-9) return m * p;
+  return 10 * p;
+}
+
+// chartTop is the y-scale: the p99 of the minute's latencies, but at most
+// four times their median (or their p90 if higher), so that one slow
+// message among few does not flatten the rest: what lies above is marked.
+function chartTop(points) {
+  const vals = [];
+  let total = 0;
+  for (const p of points) {
+    const w = p.n / p.sample.length;
+    for (const v of p.sample) vals.push([v, w]);
+    total += p.n;
+  }
+  if (vals.length === 0) return 1;
+  vals.sort((a, b) => a[0] - b[0]);
+  const q = (f) => quantile(vals, total, f);
+  const robust = Math.min(q(0.99), Math.max(4 * q(0.5), q(0.9)));
+  return niceCeil(Math.max(0.5, robust * 1.1));
 }
 
 function draw() {
   const c = $("chart");
   const ctx = c.getContext("2d");
   const css = getComputedStyle(document.documentElement);
-  const w = c.width, h = c.height, pad = 24;
+  // Draw in CSS pixels on a backing store of the element's size.
+  const dpr = window.devicePixelRatio || 1;
+  const w = Math.max(200, c.clientWidth), h = Math.max(120, c.clientHeight);
+  if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) {
+    c.width = Math.round(w * dpr);
+    c.height = Math.round(h * dpr);
+  }
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.clearRect(0, 0, w, h);
+  // The plot area leaves room for the axis labels and for a whole dot
+  // at every edge.
+  const R = 3.5;
+  const x0 = 48, x1 = w - 12, y0 = 12, y1 = h - 24;
   const points = history.filter(Boolean);
-  c.dataset.points = String(points.length);
-  const top = Math.max(10, ...points.map((p) => p.max));
-  ctx.fillStyle = css.getPropertyValue("--muted");
+  const top = chartTop(points);
+  const x = (i) => x0 + ((x1 - x0) * i) / 59;
+  const y = (v) => y1 - ((y1 - y0) * Math.min(v, top)) / top;
+
   ctx.font = "11px system-ui, sans-serif";
-  ctx.fillText(`${fmtMS(top)}`, 2, 11);
-  ctx.fillText("0", 2, h - 4);
-  ctx.strokeStyle = css.getPropertyValue("--line");
-  ctx.beginPath();
-  ctx.moveTo(pad, h - pad / 2);
-  ctx.lineTo(w, h - pad / 2);
-  ctx.stroke();
-  const x = (i) => pad + ((w - pad) * i) / 59;
-  const y = (v) => h - pad / 2 - ((h - pad) * v) / top;
+  ctx.lineWidth = 1;
+  ctx.textBaseline = "middle";
+  for (const v of [0, top / 2, top]) {
+    ctx.strokeStyle = css.getPropertyValue("--line");
+    ctx.beginPath();
+    ctx.moveTo(x0, Math.round(y(v)) + 0.5);
+    ctx.lineTo(x1, Math.round(y(v)) + 0.5);
+    ctx.stroke();
+    ctx.fillStyle = css.getPropertyValue("--muted");
+    ctx.textAlign = "right";
+    ctx.fillText(v === 0 ? "0" : fmtMS(v), x0 - 6, y(v));
+  }
+  ctx.textBaseline = "alphabetic";
+  ctx.textAlign = "left";
+  ctx.fillText("60 s ago", x0, h - 6);
+  ctx.textAlign = "right";
+  ctx.fillText("now", x1, h - 6);
+  ctx.textAlign = "left";
+
+  if (points.length === 0) {
+    ctx.fillStyle = css.getPropertyValue("--muted");
+    ctx.textAlign = "center";
+    ctx.fillText("Each second in which messages pushed after subscribing arrive gets a point here.", (x0 + x1) / 2, (y0 + y1) / 2);
+    ctx.textAlign = "left";
+  }
+  const drawn = [];
+  let above = 0, highest = 0;
   for (const [key, color] of [["max", "--warn"], ["p50", "--accent"]]) {
     ctx.strokeStyle = css.getPropertyValue(color);
     ctx.lineWidth = 2;
@@ -460,14 +650,56 @@ function draw() {
       pen = true;
     });
     ctx.stroke();
-    ctx.fillStyle = ctx.strokeStyle;
     history.forEach((p, i) => {
       if (!p) return;
+      const xi = x(i + 60 - history.length), yi = y(p[key]);
       ctx.beginPath();
-      ctx.arc(x(i + 60 - history.length), y(p[key]), 2.5, 0, 2 * Math.PI);
+      if (p[key] > top) {
+        // Off the scale: a triangle at the top edge.
+        if (key === "max") above++;
+        highest = Math.max(highest, p[key]);
+        ctx.fillStyle = css.getPropertyValue("--bad");
+        ctx.moveTo(xi, yi - R);
+        ctx.lineTo(xi + R + 1, yi + R);
+        ctx.lineTo(xi - R - 1, yi + R);
+        ctx.closePath();
+      } else {
+        ctx.fillStyle = ctx.strokeStyle;
+        ctx.arc(xi, yi, R, 0, 2 * Math.PI);
+      }
       ctx.fill();
+      drawn.push({ key, x: xi, y: yi, r: R, v: p[key] });
     });
   }
+  // The newest second's median, written beside its dot: one message alone
+  // on the chart still says what it measured.
+  const li = history.findLastIndex(Boolean);
+  if (li >= 0) {
+    const p = history[li];
+    const xi = x(li + 60 - history.length), yi = y(p.p50);
+    ctx.fillStyle = css.getPropertyValue("--fg");
+    ctx.font = "600 11px system-ui, sans-serif";
+    const label = `median ${fmtMS(p.p50)}`;
+    const left = xi - R - 5 - ctx.measureText(label).width >= x0; // else on its right
+    ctx.textAlign = left ? "right" : "left";
+    ctx.textBaseline = "middle";
+    ctx.fillText(label, left ? xi - R - 5 : xi + R + 5, Math.min(y1 - 8, Math.max(y0 + 8, yi - 10)));
+    ctx.textAlign = "left";
+    ctx.textBaseline = "alphabetic";
+  }
+  // For tests and tools: what was drawn where, in CSS pixels.
+  c.dataset.points = String(points.length);
+  c.dataset.samples = String(points.reduce((n, p) => n + p.n, 0));
+  c.dataset.top = String(top);
+  c.dataset.above = String(above);
+  c.dataset.plot = JSON.stringify({ x0, y0, x1, y1, w, h });
+  c.dataset.drawn = JSON.stringify(drawn);
+  c.setAttribute("aria-label", points.length
+    ? `Latency chart, last 60 seconds: scale 0 to ${fmtMS(top)}; latest second ${plural(points.at(-1).n, "message")}, median ${fmtMS(points.at(-1).p50)}`
+    : "Latency chart, last 60 seconds: no message pushed after subscribing yet");
+  $("chart-above").textContent = above
+    ? `▲ off the scale: ${plural(above, "second")} peaked above ${fmtMS(top)} (highest ${fmtMS(highest)})` : "";
+  $("chart-above").className = above ? "above" : "";
 }
 
 // A few clock samples at start, then one every 10 s (a server restart or a
@@ -477,4 +709,14 @@ setInterval(syncClock, 10000);
 refresh();
 setInterval(refresh, 1000);
 setInterval(tick, 1000);
+addEventListener("resize", draw);
 draw();
+
+// For the browser test (cmd/herald): the formatting, the chart's scale for
+// a list of latencies, and a way to feed the chart latencies as deliveries
+// do (a slow outlier cannot be had on demand from a real server).
+window.heraldDemo = {
+  fmtMS, plural,
+  chartTop: (lat) => chartTop([{ n: lat.length, sample: [...lat].sort((a, b) => a - b) }]),
+  addLatency: (ms) => thisSecond.push(ms),
+};

@@ -89,7 +89,7 @@ func TestDemo_ThreeInstances(t *testing.T) {
 	))
 	waitJS(ctx, t, "three live instances in the panel", `document.querySelectorAll("#peers .dot.alive").length === 3`)
 	waitJS(ctx, t, "the producer's messages arrive", `Number(document.querySelector("#sub-1 .count").textContent) >= 40`)
-	waitJS(ctx, t, "the panel shows the subscription", `document.getElementById("version").textContent.includes("1 streams")`)
+	waitJS(ctx, t, "the panel shows the subscription", `document.getElementById("version").textContent.includes("1 stream open")`)
 	waitJS(ctx, t, "three seconds on the chart", `Number(document.getElementById("chart").dataset.points) >= 3`)
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)

@@ -2,14 +2,17 @@ package gateway
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/lestrrat-go/jwx/v3/jws"
+	"github.com/lestrrat-go/jwx/v3/jwt"
 )
 
 // Role is what a token may do. Each role includes the ones below it.
@@ -48,13 +51,26 @@ func (r Role) String() string {
 	return "none"
 }
 
-// Auth checks HS256 JWT bearer tokens (RFC 7519) signed with Secret. A token
-// must carry a role claim; sub names the producer; exp and nbf, when
-// present, are enforced.
+// Auth verifies JWT bearer tokens (RFC 7519) with github.com/lestrrat-go/jwx:
+// signed with Secret (HS256, HS384, HS512), with PublicKey (RS256/384/512,
+// PS256/384/512, ES256/384/512 by its curve, EdDSA) or with a key of the
+// JWKS set its kid names. The algorithm is taken from the key, never from
+// the token: "none", and a token that claims HMAC over a public key, fail.
+// A token must carry a role claim; sub names the bearer; exp and nbf, when
+// present, are enforced with Leeway; iss and aud when Issuer and Audience
+// are set.
 type Auth struct {
-	Secret []byte
+	Secret    []byte  // HMAC key; empty for none
+	PublicKey jwk.Key // a public key (from a PEM file); nil for none
+	JWKS      *JWKS   // keys published at a URL; nil for none
+	Issuer    string  // when set, iss must equal it
+	Audience  string  // when set, aud must contain it
 	// Leeway tolerates clock skew on exp and nbf.
 	Leeway time.Duration
+
+	once   sync.Once
+	static jwk.Set // Secret and PublicKey as keys with no kid
+	err    error
 }
 
 // Claims are the parts of a verified token Herald uses.
@@ -67,79 +83,116 @@ type Claims struct {
 // Token errors; each answers 401.
 var (
 	ErrNoToken      = errors.New("a bearer token is required")
-	ErrBadToken     = errors.New("the bearer token is not a valid HS256 JWT")
+	ErrBadToken     = errors.New("the bearer token is not a valid JWT signed with a key Herald knows")
 	ErrBadSignature = errors.New("the bearer token's signature does not match")
 	ErrExpired      = errors.New("the bearer token has expired")
 	ErrNotYetValid  = errors.New("the bearer token is not valid yet")
 	ErrNoRole       = errors.New("the bearer token has no valid role claim (read-only, read-write or admin)")
+	ErrBadIssuer    = errors.New("the bearer token's issuer or audience is not this server's")
+	ErrUnknownKey   = errors.New("the bearer token names a key (kid) Herald does not know")
 )
 
-var b64 = base64.RawURLEncoding
+// maxTokenBytes bounds a token Herald parses.
+const maxTokenBytes = 16 << 10
+
+// staticKeys makes the keys of Secret and PublicKey, once.
+func (a *Auth) staticKeys() (jwk.Set, error) {
+	a.once.Do(func() {
+		a.static = jwk.NewSet()
+		if len(a.Secret) > 0 {
+			k, err := jwk.Import(a.Secret)
+			if err != nil {
+				a.err = fmt.Errorf("auth secret: %w", err)
+				return
+			}
+			a.err = a.static.AddKey(k)
+		}
+		if a.PublicKey != nil && a.err == nil {
+			a.err = a.static.AddKey(a.PublicKey)
+		}
+	})
+	return a.static, a.err
+}
 
 // Verify checks a compact JWT and returns its claims.
 func (a *Auth) Verify(token string, now time.Time) (Claims, error) {
-	h, rest, ok1 := strings.Cut(token, ".")
-	p, sig, ok2 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || strings.Contains(sig, ".") {
+	if len(token) > maxTokenBytes || strings.Count(token, ".") != 2 {
 		return Claims{}, ErrBadToken
 	}
-	var header struct {
-		Alg string `json:"alg"`
-	}
-	hb, err := b64.DecodeString(h)
-	if err != nil || json.Unmarshal(hb, &header) != nil || header.Alg != "HS256" {
-		return Claims{}, ErrBadToken // alg "none" and asymmetric algorithms are refused here
-	}
-	got, err := b64.DecodeString(sig)
-	if err != nil {
+	msg, err := jws.ParseString(token)
+	if err != nil || len(msg.Signatures()) != 1 {
 		return Claims{}, ErrBadToken
 	}
-	mac := hmac.New(sha256.New, a.Secret)
-	mac.Write([]byte(token[:len(h)+1+len(p)]))
-	if !hmac.Equal(got, mac.Sum(nil)) {
-		return Claims{}, ErrBadSignature
-	}
-	var body struct {
-		Sub  string   `json:"sub"`
-		Role string   `json:"role"`
-		Exp  *float64 `json:"exp"`
-		Nbf  *float64 `json:"nbf"`
-	}
-	pb, err := b64.DecodeString(p)
-	if err != nil || json.Unmarshal(pb, &body) != nil {
-		return Claims{}, ErrBadToken
-	}
-	c := Claims{Subject: body.Sub}
-	if body.Exp != nil {
-		c.Expires = time.Unix(int64(*body.Exp), 0)
-		if now.After(c.Expires.Add(a.Leeway)) {
-			return Claims{}, ErrExpired
+	kid, _ := msg.Signatures()[0].ProtectedHeaders().KeyID()
+	var set jwk.Set
+	requireKid := false
+	if kid != "" && a.JWKS != nil {
+		if set, err = a.JWKS.keysFor(kid); err != nil {
+			return Claims{}, err
 		}
+		requireKid = true
+	} else if set, err = a.staticKeys(); err != nil {
+		return Claims{}, err
 	}
-	if body.Nbf != nil && now.Add(a.Leeway).Before(time.Unix(int64(*body.Nbf), 0)) {
+	opts := []jwt.ParseOption{
+		jwt.WithKeySet(set, jws.WithInferAlgorithmFromKey(true), jws.WithRequireKid(requireKid)),
+		jwt.WithAcceptableSkew(a.Leeway),
+		jwt.WithClock(jwt.ClockFunc(func() time.Time { return now })),
+	}
+	if a.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(a.Issuer))
+	}
+	if a.Audience != "" {
+		opts = append(opts, jwt.WithAudience(a.Audience))
+	}
+	t, err := jwt.ParseString(token, opts...)
+	switch {
+	case err == nil:
+	case errors.Is(err, jwt.TokenExpiredError()):
+		return Claims{}, ErrExpired
+	case errors.Is(err, jwt.TokenNotYetValidError()):
 		return Claims{}, ErrNotYetValid
+	case errors.Is(err, jwt.InvalidIssuerError()), errors.Is(err, jwt.InvalidAudienceError()):
+		return Claims{}, ErrBadIssuer
+	case errors.Is(err, jws.VerifyError()):
+		return Claims{}, ErrBadSignature
+	default:
+		return Claims{}, ErrBadToken
 	}
-	role, ok := ParseRole(body.Role)
+	var c Claims
+	c.Subject, _ = t.Subject()
+	if exp, ok := t.Expiration(); ok {
+		c.Expires = exp
+	}
+	var role string
+	if t.Get("role", &role) != nil {
+		return Claims{}, ErrNoRole
+	}
+	r, ok := ParseRole(role)
 	if !ok {
 		return Claims{}, ErrNoRole
 	}
-	c.Role = role
+	c.Role = r
 	return c, nil
 }
 
 // SignToken makes an HS256 JWT with sub, role and, unless ttl is zero, exp
-// (a negative ttl makes an expired token). For
-// operators' tooling and tests; Herald itself only verifies.
+// (a negative ttl makes an expired token). For operators' tooling (herald
+// token) and tests; Herald itself only verifies.
 func SignToken(secret []byte, sub, role string, ttl time.Duration) string {
-	claims := map[string]any{"sub": sub, "role": role, "iat": time.Now().Unix()}
+	b := jwt.NewBuilder().Subject(sub).IssuedAt(time.Now()).Claim("role", role)
 	if ttl != 0 {
-		claims["exp"] = time.Now().Add(ttl).Unix()
+		b = b.Expiration(time.Now().Add(ttl))
 	}
-	pb, _ := json.Marshal(claims)
-	s := b64.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + b64.EncodeToString(pb)
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(s))
-	return s + "." + b64.EncodeToString(mac.Sum(nil))
+	t, err := b.Build()
+	if err != nil {
+		panic(err) // only fixed, valid claims are set
+	}
+	out, err := jwt.Sign(t, jwt.WithKey(jwa.HS256(), secret))
+	if err != nil {
+		panic(err) // an HMAC key of any length signs
+	}
+	return string(out)
 }
 
 // bearer finds the token: the Authorization header, or the access_token

@@ -50,6 +50,10 @@ type config struct {
 	PreflightMax      int
 
 	AuthSecret        string
+	AuthPublicKey     string
+	AuthJWKSURL       string
+	AuthIssuer        string
+	AuthAudience      string
 	MaxSSEConnections int
 	SSEHeartbeat      time.Duration
 	SSEResumeGrace    time.Duration
@@ -129,13 +133,21 @@ var options = []option{
 		func(c *config, v string) (err error) { c.PreflightTimeout, err = time.ParseDuration(v); return err }},
 	{"preflight-max", "HERALD_PREFLIGHT_MAX", strconv.Itoa(poller.MaxIntentionsPerPreflight), "distinct waiting targets per pre-flight query; more are split",
 		func(c *config, v string) (err error) { c.PreflightMax, err = strconv.Atoi(v); return err }},
-	{"auth-secret", "HERALD_AUTH_SECRET", "", "HS256 secret (at least 32 bytes) of the bearer tokens every endpoint but /health and /metrics then requires; empty turns auth off",
+	{"auth-secret", "HERALD_AUTH_SECRET", "", "HMAC secret (at least 32 bytes) of the bearer tokens (HS256, HS384, HS512) every endpoint but /health and /metrics then requires; auth is on when this, --auth-public-key or --auth-jwks-url is set",
 		func(c *config, v string) error { c.AuthSecret = v; return nil }},
+	{"auth-public-key", "HERALD_AUTH_PUBLIC_KEY", "", "PEM file of a public key that verifies bearer tokens (RSA: RS256/384/512, PS256/384/512; EC: ES256/384/512; Ed25519: EdDSA); the algorithm comes from the key, never from the token",
+		func(c *config, v string) error { c.AuthPublicKey = v; return nil }},
+	{"auth-jwks-url", "HERALD_AUTH_JWKS_URL", "", "URL of a JWKS (an identity provider's jwks_uri) whose keys verify bearer tokens that name their kid; fetched at start, every 15 minutes, and on an unknown kid at most every 30 s; a failed fetch keeps the last good set",
+		func(c *config, v string) error { c.AuthJWKSURL = v; return nil }},
+	{"auth-issuer", "HERALD_AUTH_ISSUER", "", "when set, a token's iss must equal it",
+		func(c *config, v string) error { c.AuthIssuer = v; return nil }},
+	{"auth-audience", "HERALD_AUTH_AUDIENCE", "", "when set, a token's aud must contain it",
+		func(c *config, v string) error { c.AuthAudience = v; return nil }},
 	{"metrics-max-queues", "HERALD_METRICS_MAX_QUEUES", strconv.Itoa(gateway.MetricsMaxQueuesDefault), "distinct queues that get a queue label value of their own in /metrics (the first seen since start); the others share queue=\"__other__\"; 0 names none",
 		func(c *config, v string) (err error) { c.MetricsMaxQueues, err = strconv.Atoi(v); return err }},
 	{"metrics-group-labels", "HERALD_METRICS_GROUP_LABELS", "false", "name consumer groups in the group label of herald_messages_popped_total (as many as --metrics-max-queues, the rest \"__other__\"); off, a named group is \"__other__\" and queue mode \"__QUEUE_MODE__\"",
 		func(c *config, v string) (err error) { c.MetricsGroupLabels, err = strconv.ParseBool(v); return err }},
-	{"metrics-auth", "HERALD_METRICS_AUTH", "false", "require a bearer token with role admin on /metrics (needs --auth-secret); off, /metrics is open as /health is",
+	{"metrics-auth", "HERALD_METRICS_AUTH", "false", "require a bearer token with role admin on /metrics (needs auth on: --auth-secret, --auth-public-key or --auth-jwks-url); off, /metrics is open as /health is",
 		func(c *config, v string) (err error) { c.MetricsAuth, err = strconv.ParseBool(v); return err }},
 	{"sse-max-connections", "HERALD_SSE_MAX_CONNECTIONS", strconv.Itoa(gateway.MaxSSEConnectionsDefault), "SSE streams per instance; more are answered 200 with retry: and closed",
 		func(c *config, v string) (err error) { c.MaxSSEConnections, err = strconv.Atoi(v); return err }},
@@ -241,8 +253,8 @@ func (c *config) validate() error {
 		return errors.New("--drain-window must not be negative")
 	case c.MetricsMaxQueues < 0:
 		return errors.New("--metrics-max-queues must not be negative")
-	case c.MetricsAuth && c.AuthSecret == "":
-		return errors.New("--metrics-auth needs --auth-secret (there are no tokens to check without it)")
+	case c.MetricsAuth && !c.authOn():
+		return errors.New("--metrics-auth needs auth on (--auth-secret, --auth-public-key or --auth-jwks-url): there are no tokens to check without it")
 	case c.SyncFreshness <= 0 || c.SyncFreshness > time.Hour:
 		return errors.New("--sync-freshness must be positive and at most 1h (a wider window lets older datagrams be replayed)")
 	case len(c.SyncPeers) > 0 && !validSecret(c.SyncSecret):
@@ -264,6 +276,11 @@ func (c *config) validate() error {
 		}
 	}
 	return nil
+}
+
+// authOn reports whether tokens are required: some key is configured.
+func (c *config) authOn() bool {
+	return c.AuthSecret != "" || c.AuthPublicKey != "" || c.AuthJWKSURL != ""
 }
 
 // checkPostgresURL refuses a URL of another scheme with a message that says

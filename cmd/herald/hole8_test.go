@@ -42,7 +42,7 @@ func TestHole8_MetricsFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--metrics-max-queues", "-1"}, "--metrics-max-queues"},
-		{[]string{"--metrics-auth"}, "--metrics-auth needs --auth-secret"},
+		{[]string{"--metrics-auth"}, "--metrics-auth needs auth on"},
 		{[]string{"--metrics-group-labels=maybe"}, "invalid"},
 	} {
 		out.Reset()

@@ -345,8 +345,10 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		gwCfg.OnQueueDeleted = node.QueueDeleted
 		gwCfg.OnQueueConfigured = shared.Announce(node)
 	}
-	if cfg.AuthSecret != "" {
-		gwCfg.Auth = &gateway.Auth{Secret: []byte(cfg.AuthSecret), Leeway: 30 * time.Second}
+	if cfg.authOn() {
+		if gwCfg.Auth, err = newAuth(ctx, cfg, reg, log); err != nil {
+			return err
+		}
 	}
 	// The cached queue configs are read again every minute: a change whose
 	// broadcast was lost heals.

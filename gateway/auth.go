@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -78,6 +79,7 @@ type Claims struct {
 	Subject string
 	Role    Role
 	Expires time.Time // zero when the token does not expire
+	Rights  *Rights   // the herald claim; nil when absent (the role alone decides)
 }
 
 // Token errors; each answers 401.
@@ -163,6 +165,16 @@ func (a *Auth) Verify(token string, now time.Time) (Claims, error) {
 	c.Subject, _ = t.Subject()
 	if exp, ok := t.Expiration(); ok {
 		c.Expires = exp
+	}
+	var herald any
+	if t.Get("herald", &herald) == nil {
+		b, err := json.Marshal(herald)
+		if err != nil {
+			return Claims{}, ErrBadRights
+		}
+		if c.Rights, err = ParseRights(b); err != nil {
+			return Claims{}, err
+		}
 	}
 	var role string
 	if t.Get("role", &role) != nil {

@@ -216,6 +216,10 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 				s.fail(w, err)
 				return
 			}
+			if err := checkProduce(rightsOf(r.Context()), ops[i].Items); err != nil {
+				s.fail(w, err)
+				return
+			}
 			stampProducer(r.Context(), ops[i].Items)
 		case "ack":
 			if ops[i].Ack, err = parseAck(op, true); err != nil {

@@ -158,6 +158,9 @@ func boolParam(v, name string) (bool, error) {
 
 func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 	req, wait, timeout, err := parsePopRequest(r)
+	if err == nil {
+		err = checkConsume(rightsOf(r.Context()), req)
+	}
 	if err != nil {
 		s.fail(w, err)
 		return

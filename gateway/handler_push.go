@@ -67,6 +67,10 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if err := checkProduce(rightsOf(r.Context()), items); err != nil {
+		s.fail(w, err)
+		return
+	}
 	stampProducer(r.Context(), items)
 	results, err := s.store.Push(r.Context(), items)
 	if err != nil {

@@ -75,6 +75,9 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = req.Validate()
 	}
+	if err == nil {
+		err = checkConsume(rightsOf(r.Context()), req) // 403: EventSource does not retry it
+	}
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -335,6 +335,12 @@ func (c *wsConn) subscribe(f *wsFrame) {
 		c.ss.send(wsError(f.ID, "bad_request", msg))
 		return
 	}
+	if err := checkConsume(c.claims.Rights, req); err != nil {
+		// This subscription only: the connection and its others carry on.
+		c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
+		c.ss.send(wsError(f.ID, "forbidden", err.Error()))
+		return
+	}
 	batch, maxInFlight := f.Batch, f.MaxInFlight
 	if batch <= 0 {
 		batch = WSBatchDefault
@@ -448,6 +454,11 @@ func (c *wsConn) push(ctx context.Context, f *wsFrame) {
 		if c.claims.Role < RoleReadWrite {
 			c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
 			c.ss.send(wsError(f.ID, "forbidden", forbiddenError{have: c.claims.Role, need: RoleReadWrite}.Error()))
+			return
+		}
+		if err := checkProduce(c.claims.Rights, items); err != nil {
+			c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
+			c.ss.send(wsError(f.ID, "forbidden", err.Error()))
 			return
 		}
 		stampSubject(items, c.claims.Subject)

@@ -1,0 +1,179 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/gateway"
+)
+
+func TestIssue18_RightsPatterns(t *testing.T) {
+	r, err := gateway.ParseRights([]byte(`{"consume":["mail/alice","news","logs/*","t-*/inbox-*"],"produce":["mail/*"],"namespaces":["acme"]}`))
+	require.NoError(t, err)
+	for _, c := range []struct {
+		queue, partition string
+		want             bool
+	}{
+		{"mail", "alice", true},
+		{"mail", "bob", false},
+		{"mail", "", false}, // the whole queue needs a pattern for every partition
+		{"mail", "alice2", false},
+		{"news", "", true},
+		{"news", "any", true},
+		{"logs", "", true},
+		{"logs", "x", true},
+		{"t-1", "inbox-7", true},
+		{"t-1", "outbox", false},
+		{"t-1", "", false},
+		{"other", "alice", false},
+	} {
+		assert.Equal(t, c.want, r.MayConsume(c.queue, c.partition), "consume %s/%s", c.queue, c.partition)
+	}
+	assert.True(t, r.MayProduce("mail", "bob"))
+	assert.False(t, r.MayProduce("news", "x"))
+	assert.True(t, r.MayUseNamespace("acme", ""))
+	assert.True(t, r.MayUseNamespace("acme", "billing"))
+	assert.False(t, r.MayUseNamespace("", "billing"), "any namespace is not acme")
+	var none *gateway.Rights
+	assert.True(t, none.MayConsume("any", ""), "no claim: the role decides")
+
+	for _, bad := range []string{`[]`, `{"consume":"mail"}`, `{"consume":[""]}`, `{"consume":["a/b/c"]}`, `{"consume":["/p"]}`,
+		`{"consume":["q/"]}`, `{"read":["x"]}`, `{"consume":[1]}`, `{} {}`} {
+		_, err := gateway.ParseRights([]byte(bad))
+		assert.ErrorIs(t, err, gateway.ErrBadRights, bad)
+	}
+}
+
+// The README's example claim is one ParseRights reads.
+func TestIssue18_ReadmeClaimParses(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(b), "```json\n{\"sub\": \"alice\"")
+	require.True(t, ok, "the README's example claim")
+	block, _, _ := strings.Cut(`{"sub": "alice"`+rest, "```")
+	var token struct{ Herald json.RawMessage }
+	require.NoError(t, json.Unmarshal([]byte(block), &token))
+	r, err := gateway.ParseRights(token.Herald)
+	require.NoError(t, err)
+	assert.True(t, r.MayConsume("mail", "alice"))
+	assert.False(t, r.MayConsume("mail", "bob"))
+}
+
+func FuzzParseRights(f *testing.F) {
+	for _, s := range []string{`{"consume":["mail/alice"],"produce":["*"]}`, `{"namespaces":["a/b"]}`, `{}`, `{"consume":["**/*a*"]}`} {
+		f.Add([]byte(s), "mail", "alice")
+	}
+	f.Fuzz(func(t *testing.T, claim []byte, queue, partition string) {
+		r, err := gateway.ParseRights(claim)
+		if err != nil {
+			return
+		}
+		// Whatever the patterns, a whole-queue grant implies every partition.
+		if r.MayConsume(queue, "") && partition != "" {
+			require.True(t, r.MayConsume(queue, partition), "%s: %s/%s", claim, queue, partition)
+		}
+		_ = r.MayProduce(queue, partition)
+		_ = r.MayUseNamespace(queue, partition)
+	})
+}
+
+// mailbox mints a token for user whose rights are their own mailbox
+// partition of the queue mail (consume and produce), as a browser of that
+// user would hold.
+func mailbox(t *testing.T, user string) string {
+	return sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": user, "role": "read-write",
+		"exp":    time.Now().Add(time.Hour).Unix(),
+		"herald": map[string]any{"consume": []string{"mail/" + user}, "produce": []string{"mail/" + user}}})
+}
+
+// Issue 18: user A's token against user B's partition, on every transport
+// that reads or writes a partition: refused (403, or a forbidden error
+// frame for that subscription alone), and A's own traffic unaffected.
+func TestIssue18_TenantIsolation(t *testing.T) {
+	e := newAuthEnv(t)
+	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
+	push := func(tok, partition string) int {
+		return e.doAuth(http.MethodPost, "/api/v1/push", tok,
+			`{"items":[{"queue":"mail","partition":"`+partition+`","payload":{"to":"`+partition+`"}}]}`).status
+	}
+	require.Equal(t, http.StatusCreated, push(bob, "bob"), "bob writes his mailbox")
+	require.Equal(t, http.StatusCreated, push(alice, "alice"))
+
+	// Producing into another's mailbox, directly or in a transaction.
+	assert.Equal(t, http.StatusForbidden, push(alice, "bob"))
+	assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodPost, "/api/v1/push", alice,
+		`{"items":[{"queue":"mail","partition":"alice","payload":1},{"queue":"mail","partition":"bob","payload":2}]}`).status,
+		"one item refused refuses the request")
+	assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodPost, "/api/v1/transaction", alice,
+		`{"operations":[{"type":"push","items":[{"queue":"mail","partition":"bob","payload":1}]}]}`).status)
+
+	// Pops: another's partition, the whole queue, by namespace.
+	for _, path := range []string{"/api/v1/pop/queue/mail/partition/bob?wait=false", "/api/v1/pop/queue/mail?wait=false",
+		"/api/v1/pop?namespace=mail&wait=false", "/api/v1/pop?wait=false&task=x"} {
+		r := e.doAuth(http.MethodGet, path, alice, "")
+		assert.Equal(t, http.StatusForbidden, r.status, "%s: %s", path, r)
+	}
+	// SSE: another's partition, the whole queue.
+	for _, path := range []string{"/api/v1/sse/queue/mail/partition/bob?access_token=" + alice,
+		"/api/v1/sse/queue/mail?access_token=" + alice} {
+		c := e.openSSE(t, path, nil)
+		assert.Equal(t, http.StatusForbidden, c.res.StatusCode, path)
+	}
+
+	// WebSocket: the refused subscription gets its error, the connection
+	// and the allowed subscription carry on.
+	ws, err := dialToken(t, e, alice)
+	require.NoError(t, err)
+	send := func(frame string) {
+		require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(frame)))
+	}
+	read := func() map[string]any {
+		require.NoError(t, ws.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, data, err := ws.ReadMessage()
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(data, &m))
+		return m
+	}
+	send(`{"type":"subscribe","id":1,"queue":"mail","partition":"bob","autoAck":true}`)
+	m := read()
+	assert.Equal(t, "error", m["type"])
+	assert.Equal(t, "forbidden", m["code"])
+	send(`{"type":"subscribe","id":2,"queue":"mail","autoAck":true}`)
+	m = read()
+	assert.Equal(t, "forbidden", m["code"], "the whole queue")
+	send(`{"type":"push","id":3,"items":[{"queue":"mail","partition":"bob","payload":1}]}`)
+	m = read()
+	assert.Equal(t, "forbidden", m["code"])
+	send(`{"type":"subscribe","id":4,"queue":"mail","partition":"alice","autoAck":true}`)
+	m = read()
+	require.Equal(t, "subscribed", m["type"], "%v", m)
+	for m["type"] != "deliver" {
+		m = read()
+	}
+	b, _ := json.Marshal(m)
+	assert.Contains(t, string(b), `"to":"alice"`)
+	assert.NotContains(t, string(b), `"to":"bob"`)
+
+	// Bob's message is still his: nothing of alice's attempts touched it.
+	r := e.doAuth(http.MethodGet, "/api/v1/pop/queue/mail/partition/bob?wait=false", bob, "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.Contains(t, string(r.body), `"to":"bob"`)
+
+	// A token without the claim: the role alone decides, as before.
+	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	assert.Equal(t, http.StatusCreated, push(admin, "bob"))
+	// A malformed claim grants nothing: 401.
+	bad := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "x", "role": "admin",
+		"herald": map[string]any{"consume": "everything"}})
+	assert.Equal(t, http.StatusUnauthorized, push(bad, "bob"))
+}

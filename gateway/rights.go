@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// Rights narrow what a token's role allows to some queues and partitions:
+// the "herald" claim of a token,
+//
+//	{"herald": {"consume": ["mail/alice", "news"], "produce": ["mail/*"], "namespaces": ["tenant-a"]}}
+//
+// consume and produce list patterns over "queue" (every partition of the
+// queue) or "queue/partition" (that partition only); "*" in either part
+// matches any run of characters ("mail/*" is every partition of mail, "*"
+// every queue). namespaces lists the namespace (or "namespace/task")
+// patterns a pop by namespace and task may select. A token without the
+// claim is limited by its role alone (nil *Rights).
+type Rights struct {
+	Consume    []string `json:"consume,omitempty"`
+	Produce    []string `json:"produce,omitempty"`
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// Bounds of the claim.
+const (
+	maxRightsPatterns = 256 // per list
+	maxPatternBytes   = 512
+)
+
+// ErrBadRights: the herald claim is not of the documented shape.
+var ErrBadRights = errors.New(`the bearer token's "herald" claim is not {"consume":[patterns],"produce":[patterns],"namespaces":[patterns]}`)
+
+// ParseRights reads the herald claim. Unknown fields, a pattern that is
+// empty, too long or has more than one "/", and lists over the bound are
+// refused: a token that says something Herald cannot read grants nothing.
+func ParseRights(raw []byte) (*Rights, error) {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	var r Rights
+	if err := dec.Decode(&r); err != nil || dec.More() {
+		return nil, ErrBadRights
+	}
+	for _, list := range [][]string{r.Consume, r.Produce, r.Namespaces} {
+		if len(list) > maxRightsPatterns {
+			return nil, fmt.Errorf("%w: more than %d patterns in a list", ErrBadRights, maxRightsPatterns)
+		}
+		for _, p := range list {
+			q, part, two := strings.Cut(p, "/")
+			if p == "" || len(p) > maxPatternBytes || q == "" || (two && (part == "" || strings.Contains(part, "/"))) {
+				return nil, fmt.Errorf("%w: bad pattern %q", ErrBadRights, p)
+			}
+		}
+	}
+	return &r, nil
+}
+
+// MayConsume reports whether r lets its bearer read partition of queue;
+// partition "" asks for the whole queue (a pop or subscription that names
+// no partition), which only a pattern covering every partition grants.
+func (r *Rights) MayConsume(queue, partition string) bool {
+	return r == nil || allows(r.Consume, queue, partition)
+}
+
+// MayProduce reports whether r lets its bearer push to partition of queue.
+func (r *Rights) MayProduce(queue, partition string) bool {
+	return r == nil || allows(r.Produce, queue, partition)
+}
+
+// MayUseNamespace reports whether r lets a pop select queues by namespace
+// and task (either may be empty: any).
+func (r *Rights) MayUseNamespace(namespace, task string) bool {
+	if r == nil {
+		return true
+	}
+	return allows(r.Namespaces, namespace, task)
+}
+
+// allows matches (a, b) against patterns "A" (any b) or "A/B"; b == ""
+// needs a pattern whose second part matches anything.
+func allows(patterns []string, a, b string) bool {
+	for _, p := range patterns {
+		pa, pb, two := strings.Cut(p, "/")
+		if !glob(pa, a) {
+			continue
+		}
+		if !two || pb == "*" {
+			return true
+		}
+		if b != "" && glob(pb, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// glob matches s against pattern, where "*" matches any run of characters
+// (none included) and every other character itself.
+func glob(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, mid := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, mid)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(mid):]
+	}
+	return strings.HasSuffix(s, last)
+}
+
+// rightsOf returns the rights of the request's token: nil with auth off or
+// a token without the claim.
+func rightsOf(ctx context.Context) *Rights {
+	if c, ok := claimsOf(ctx); ok {
+		return c.Rights
+	}
+	return nil
+}
+
+// forbidden answers 403 with why.
+func forbidden(format string, args ...any) error {
+	return &badRequest{status: http.StatusForbidden, msg: fmt.Sprintf(format, args...)}
+}
+
+// checkProduce refuses items a token may not push (every item: one refused
+// refuses the request, nothing is stored).
+func checkProduce(r *Rights, items []queue.PushItem) error {
+	if r == nil {
+		return nil
+	}
+	for _, it := range items {
+		p := it.Partition
+		if p == "" {
+			p = queue.DefaultPartition
+		}
+		if !r.MayProduce(it.Queue, p) {
+			return forbidden("this token may not produce to %s/%s", it.Queue, p)
+		}
+	}
+	return nil
+}
+
+// checkConsume refuses a pop or subscription the token may not make: a
+// queue (whole, or one partition) outside its consume patterns, or a
+// namespace/task selection outside its namespaces.
+func checkConsume(r *Rights, req queue.PopRequest) error {
+	if r == nil {
+		return nil
+	}
+	if req.Queue == "" {
+		if !r.MayUseNamespace(req.Namespace, req.Task) {
+			return forbidden("this token may not pop by namespace %q and task %q", req.Namespace, req.Task)
+		}
+		return nil
+	}
+	if !r.MayConsume(req.Queue, req.Partition) {
+		if req.Partition == "" {
+			return forbidden("this token may not consume the whole queue %s: name a partition it may read", req.Queue)
+		}
+		return forbidden("this token may not consume %s/%s", req.Queue, req.Partition)
+	}
+	return nil
+}

@@ -116,6 +116,10 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
+	if err := s.checkAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
+		s.fail(w, err)
+		return
+	}
 	results, err := s.store.Ack(r.Context(), acks)
 	if err != nil {
 		s.fail(w, err)

@@ -111,6 +111,10 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 	qry := queue.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
 		Limit: limit, Offset: offset}
+	if r := rightsOf(r.Context()); r != nil && (qry.Queue == "" || !r.MayConsume(qry.Queue, qry.Partition)) {
+		s.fail(w, forbidden("this token may read the dead letters of queues (and partitions) it may consume only: name them"))
+		return
+	}
 	for _, f := range []struct {
 		name string
 		dst  *time.Time
@@ -177,6 +181,10 @@ func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if err := s.checkLease(r.Context(), rightsOf(r.Context()), r.PathValue("leaseId")); err != nil {
+		s.fail(w, err)
+		return
+	}
 	res, err := s.store.ExtendLease(r.Context(), r.PathValue("leaseId"), seconds)
 	if err != nil {
 		s.fail(w, err)
@@ -223,6 +231,10 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 			stampProducer(r.Context(), ops[i].Items)
 		case "ack":
 			if ops[i].Ack, err = parseAck(op, true); err != nil {
+				s.fail(w, err)
+				return
+			}
+			if err := s.checkAcks(r.Context(), rightsOf(r.Context()), []queue.Ack{ops[i].Ack}); err != nil {
 				s.fail(w, err)
 				return
 			}

@@ -234,6 +234,10 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 	case "ack":
 		c.ack(ctx, f)
 	case "renew":
+		if err := c.ss.s.checkLease(ctx, c.claims.Rights, f.LeaseID); err != nil {
+			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
+			return
+		}
 		res, err := c.ss.s.store.ExtendLease(ctx, f.LeaseID, f.Seconds)
 		if err != nil {
 			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
@@ -253,6 +257,10 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 // mistake (an input error) says what it was; a database fault says only
 // what failed (the details go to the log, as on HTTP).
 func wsStoreError(id json.RawMessage, err error, failed string) map[string]any {
+	var br *badRequest
+	if errors.As(err, &br) && br.status == http.StatusForbidden {
+		return wsError(id, "forbidden", br.msg)
+	}
 	if queue.IsInputError(err) {
 		return wsError(id, "bad_request", err.Error())
 	}
@@ -385,6 +393,10 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 	acks, subs, err := parseWSAcks(f.Items)
 	if err != nil {
 		c.ss.send(wsError(f.ID, "bad_request", err.Error()))
+		return
+	}
+	if err := c.ss.s.checkAcks(ctx, c.claims.Rights, acks); err != nil {
+		c.ss.send(wsStoreError(f.ID, err, "acknowledging failed"))
 		return
 	}
 	if c.acking == nil { // only the reader gets here

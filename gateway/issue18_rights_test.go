@@ -169,6 +169,40 @@ func TestIssue18_TenantIsolation(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	assert.Contains(t, string(r.body), `"to":"bob"`)
 
+	// Bob's lease, learned out of band by alice: she can neither ack nor
+	// extend it, over any path; bob still can.
+	var popped struct {
+		Messages []struct{ TransactionID, PartitionID, LeaseID string }
+	}
+	require.NoError(t, json.Unmarshal(r.body, &popped))
+	require.Len(t, popped.Messages, 1)
+	bm := popped.Messages[0]
+	ack := `{"transactionId":"` + bm.TransactionID + `","partitionId":"` + bm.PartitionID + `","leaseId":"` + bm.LeaseID + `"}`
+	for name, call := range map[string][2]string{
+		"ack":        {"/api/v1/ack", ack},
+		"ack batch":  {"/api/v1/ack/batch", `{"acknowledgments":[` + ack + `]}`},
+		"extend":     {"/api/v1/lease/" + bm.LeaseID + "/extend", `{"seconds":60}`},
+		"tx ack":     {"/api/v1/transaction", `{"operations":[{"type":"ack",` + ack[1:] + `]}`},
+		"failed ack": {"/api/v1/ack", ack[:len(ack)-1] + `,"status":"failed"}`},
+	} {
+		r := e.doAuth(http.MethodPost, call[0], alice, call[1])
+		assert.Equal(t, http.StatusForbidden, r.status, "%s: %s", name, r)
+	}
+	send(`{"type":"ack","id":5,"items":[` + ack + `]}`)
+	m = read()
+	assert.Equal(t, "forbidden", m["code"], "WebSocket ack: %v", m)
+	send(`{"type":"renew","id":6,"leaseId":"` + bm.LeaseID + `","seconds":60}`)
+	m = read()
+	assert.Equal(t, "forbidden", m["code"], "WebSocket renew: %v", m)
+	// The dead-letter queue: another's partition, the whole queue, every queue.
+	for _, path := range []string{"/api/v1/dlq?queue=mail&partition=bob", "/api/v1/dlq?queue=mail", "/api/v1/dlq"} {
+		assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodGet, path, alice, "").status, path)
+	}
+	assert.Equal(t, http.StatusOK, e.doAuth(http.MethodGet, "/api/v1/dlq?queue=mail&partition=alice", alice, "").status)
+	r = e.doAuth(http.MethodPost, "/api/v1/ack", bob, ack)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.Contains(t, string(r.body), `"success":true`, "bob's lease was untouched: he acks it")
+
 	// A token without the claim: the role alone decides, as before.
 	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
 	assert.Equal(t, http.StatusCreated, push(admin, "bob"))

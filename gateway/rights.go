@@ -175,3 +175,43 @@ func checkConsume(r *Rights, req queue.PopRequest) error {
 	}
 	return nil
 }
+
+// checkAcks refuses acks of messages in partitions the token may not
+// consume: a lease id or message learned out of band acks nothing. An
+// unknown partition id is left to the store, which refuses the item.
+func (s *Server) checkAcks(ctx context.Context, r *Rights, acks []queue.Ack) error {
+	if r == nil {
+		return nil
+	}
+	ids := make([]string, 0, len(acks))
+	for _, a := range acks {
+		ids = append(ids, a.PartitionID)
+	}
+	return s.checkPartitions(ctx, r, ids, "acknowledge messages of")
+}
+
+// checkLease refuses an extension of a lease held on partitions the token
+// may not consume.
+func (s *Server) checkLease(ctx context.Context, r *Rights, leaseID string) error {
+	if r == nil {
+		return nil
+	}
+	ids, err := s.store.LeasePartitions(ctx, leaseID)
+	if err != nil {
+		return err
+	}
+	return s.checkPartitions(ctx, r, ids, "extend a lease on")
+}
+
+func (s *Server) checkPartitions(ctx context.Context, r *Rights, ids []string, what string) error {
+	names, err := s.store.PartitionNames(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if n, ok := names[id]; ok && !r.MayConsume(n.Queue, n.Partition) {
+			return forbidden("this token may not %s %s/%s", what, n.Queue, n.Partition)
+		}
+	}
+	return nil
+}

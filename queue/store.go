@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -132,10 +133,16 @@ type Store struct {
 	pushes  *coalescer[pushReq, []PushResult]
 	acks    *coalescer[ackReq, []AckResult]
 	handOff atomic.Pointer[HandOff]
+	// partitionNames: id → (queue, name), for rights checks (PartitionNames).
+	partitionNames *lru.Cache[string, PartitionName]
 
 	partHits, partMisses, partEvictions atomic.Uint64
 	lastAnalyze                         atomic.Int64 // UnixNano of the last analyzeIfDue check
 }
+
+// partitionNamesCacheSize bounds the partition names kept for rights
+// checks (about 150 bytes each).
+const partitionNamesCacheSize = 100_000
 
 // PartitionCacheStats reports the partition id cache's counters.
 func (s *Store) PartitionCacheStats() syncnet.CacheStats {
@@ -162,6 +169,7 @@ func New(cfg Config) (*Store, error) {
 	cache := expirable.NewLRU[partKey, partRef](cfg.PartitionCacheSize, nil, PartitionCacheTTL)
 	s := &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache,
 		configs: cfg.Configs}
+	s.partitionNames, _ = lru.New[string, PartitionName](partitionNamesCacheSize) // size is positive: no error
 	if s.configs == nil {
 		s.configs = syncnet.NewSnapshot[QueueInfo](ConfigCacheSize)
 	}

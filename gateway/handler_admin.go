@@ -21,6 +21,10 @@ func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "queue is required")
 		return
 	}
+	if r := rightsOf(r.Context()); r != nil && !r.MayProduce(name, "") {
+		s.fail(w, forbidden("this token may configure only queues it may produce to whole: not %s", name))
+		return
+	}
 	req := queue.ConfigureRequest{Queue: name}
 	if req.Namespace, _, err = stringField(obj, "namespace"); err != nil {
 		s.fail(w, badRequestf("%v", err))
@@ -70,6 +74,10 @@ func sortedObject(v any) map[string]any {
 
 func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
+	if r := rightsOf(r.Context()); r != nil && !r.MayProduce(name, "") {
+		s.fail(w, forbidden("this token may delete only queues it may produce to whole: not %s", name))
+		return
+	}
 	existed, err := s.store.DeleteQueue(r.Context(), name)
 	if err != nil {
 		s.fail(w, err)

@@ -271,7 +271,8 @@ func (s *Server) routes() {
 			s.handle("GET /"+name, "web", RoleNone, page.ServeHTTP)
 		}
 	}
-	s.handle("GET /internal/api/status", "status", RoleReadOnly, s.handleStatus)
+	// Every queue's name and lag, every instance: not for a tenant's token.
+	s.handle("GET /internal/api/status", "status", RoleAdmin, s.handleStatus)
 	s.handle("OPTIONS /", "options", RoleNone, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.handle("/", "not_found", RoleNone, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)

@@ -312,6 +312,7 @@ Usage:
                            demo producer (herald demo -h for its flags)
   herald produce [flags]   push a few demo messages a second (herald produce -h)
   herald health [--url U]  exit 0 when U (default http://127.0.0.1:6632/health) answers 200
+  herald token [flags]     sign a development token with --auth-secret (herald token -h)
   herald version           print the version (also herald --version, -v)
 
 Flags (each also read from its environment variable):

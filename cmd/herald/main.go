@@ -54,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		args[0] = "version"
 	}
 	cmd := "serve"
-	if len(args) > 0 && slices.Contains([]string{"serve", "migrate", "version", "help", "demo", "produce", "health"}, args[0]) {
+	if len(args) > 0 && slices.Contains([]string{"serve", "migrate", "version", "help", "demo", "produce", "health", "token"}, args[0]) {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -63,6 +63,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "help":
 		usage(stdout, "serve")
+		return 0
+	case "token":
+		switch err := runToken(args, stdout, stderr); {
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case err != nil:
+			fmt.Fprintln(stderr, "herald token:", err)
+			return 2
+		}
 		return 0
 	case "demo", "produce", "health":
 		return runTool(cmd, args, stdout, stderr)

@@ -1,15 +1,18 @@
 package gateway_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -210,4 +213,53 @@ func TestIssue18_TenantIsolation(t *testing.T) {
 	bad := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "x", "role": "admin",
 		"herald": map[string]any{"consume": "everything"}})
 	assert.Equal(t, http.StatusUnauthorized, push(bad, "bob"))
+}
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Issue 18: tokens never reach the logs, whether sent as a header or in the
+// query string (EventSource, browser WebSockets), accepted or refused, at
+// the debug level where every request is logged.
+func TestIssue18_TokensNeverLogged(t *testing.T) {
+	var logs syncBuffer
+	e := newEnv(t, func(c *gateway.Config) {
+		c.Auth = &gateway.Auth{Secret: authSecret}
+		c.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel)
+	})
+	alice := mailbox(t, "alice")
+	expired := gateway.SignToken(authSecret, "x", "admin", -time.Hour)
+	forged := gateway.SignToken([]byte("not the server's secret, but long"), "x", "admin", time.Hour)
+	for _, tok := range []string{alice, expired, forged} {
+		e.doAuth(http.MethodPost, "/api/v1/push", tok, `{"items":[{"queue":"mail","partition":"alice","payload":1}]}`)
+		e.doAuth(http.MethodGet, "/api/v1/pop/queue/mail/partition/alice?wait=false&access_token="+tok, "", "")
+		e.doAuth(http.MethodGet, "/api/v1/pop/queue/mail/partition/bob?wait=false&access_token="+tok, "", "")
+		c := e.openSSE(t, "/api/v1/sse/queue/mail/partition/bob?access_token="+tok, nil)
+		_ = c.res.Body.Close()
+		if ws, err := dialToken(t, e, tok); err == nil {
+			_ = ws.Close()
+		}
+	}
+	out := logs.String()
+	require.Contains(t, out, "/api/v1/pop/queue/mail/partition/alice", "requests are logged at debug")
+	for _, tok := range []string{alice, expired, forged} {
+		sig := tok[strings.LastIndex(tok, ".")+1:]
+		assert.NotContains(t, out, sig, "a token's signature in the logs")
+		assert.NotContains(t, out, "access_token", "a query string in the logs")
+	}
 }

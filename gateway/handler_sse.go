@@ -105,6 +105,19 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "Last-Event-ID is not a resume token of this server")
 		return
 	}
+	if rights := rightsOf(r.Context()); rights != nil && len(marks) > 0 {
+		// A resume acks what the token covers: only on partitions this
+		// bearer may consume (another's token, learned out of band, acks
+		// nothing).
+		ids := make([]string, len(marks))
+		for i, m := range marks {
+			ids[i] = m.PartitionID
+		}
+		if err := s.checkPartitions(r.Context(), rights, ids, "resume a stream on"); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
 	if req.Group == "" {
 		req.Group = queue.DefaultGroup
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -262,4 +263,32 @@ func TestIssue18_TokensNeverLogged(t *testing.T) {
 		assert.NotContains(t, out, sig, "a token's signature in the logs")
 		assert.NotContains(t, out, "access_token", "a query string in the logs")
 	}
+}
+
+// Issue 18: an SSE resume token acks what it covers; another user's token,
+// learned out of band, is refused (403) and acks nothing, while its owner
+// resumes with it.
+func TestIssue18_ResumeTokenOfAnotherIsRefused(t *testing.T) {
+	e := newAuthEnv(t)
+	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
+	for i := range 3 {
+		require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", bob,
+			`{"items":[{"queue":"mail","partition":"bob","payload":`+strconv.Itoa(i+1)+`}]}`).status)
+	}
+	c := e.openSSE(t, "/api/v1/sse/queue/mail/partition/bob?batch=3&access_token="+bob, nil)
+	require.Equal(t, http.StatusOK, c.res.StatusCode)
+	var token string
+	_, token = c.next()
+	c.close()
+	require.NotEmpty(t, token)
+
+	stolen := e.openSSE(t, "/api/v1/sse/queue/mail/partition/alice?access_token="+alice+"&lastEventId="+token, nil)
+	assert.Equal(t, http.StatusForbidden, stolen.res.StatusCode, "bob's resume token on alice's stream")
+	_ = stolen.res.Body.Close()
+
+	// Bob resumes: message 1 was acked by his token, 2 and 3 come again.
+	c2 := e.openSSE(t, "/api/v1/sse/queue/mail/partition/bob?batch=3&access_token="+bob+"&lastEventId="+token, nil)
+	require.Equal(t, http.StatusOK, c2.res.StatusCode)
+	m, _ := c2.next()
+	assert.JSONEq(t, "2", string(m.Data))
 }

@@ -65,7 +65,10 @@ type Auth struct {
 	PublicKey jwk.Key // a public key (from a PEM file); nil for none
 	JWKS      *JWKS   // keys published at a URL; nil for none
 	Issuer    string  // when set, iss must equal it
-	Audience  string  // when set, aud must contain it
+	// Cookie, when set, names a cookie that may carry the token too (an
+	// EventSource cannot set headers; a cookie keeps the token out of URLs).
+	Cookie   string
+	Audience string // when set, aud must contain it
 	// Leeway tolerates clock skew on exp and nbf.
 	Leeway time.Duration
 
@@ -207,16 +210,23 @@ func SignToken(secret []byte, sub, role string, ttl time.Duration) string {
 	return string(out)
 }
 
-// bearer finds the token: the Authorization header, or the access_token
-// query parameter (EventSource and browser WebSockets cannot set headers).
-func bearer(r *http.Request) string {
+// bearer finds the token: the Authorization header, the access_token query
+// parameter (EventSource and browser WebSockets cannot set headers), or the
+// cookie named cookie when it is set.
+func bearer(r *http.Request, cookie string) string {
 	if h := r.Header.Get("Authorization"); h != "" {
 		if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
 			return strings.TrimSpace(tok)
 		}
 		return ""
 	}
-	return r.URL.Query().Get("access_token")
+	if t := r.URL.Query().Get("access_token"); t != "" || cookie == "" {
+		return t
+	}
+	if c, err := r.Cookie(cookie); err == nil {
+		return c.Value
+	}
+	return ""
 }
 
 type claimsKey struct{}
@@ -259,7 +269,7 @@ func (e forbiddenError) Error() string {
 func (e forbiddenError) Unwrap() error { return errForbidden }
 
 func (s *Server) checkToken(r *http.Request, need Role) (Claims, error) {
-	tok := bearer(r)
+	tok := bearer(r, s.cfg.Auth.Cookie)
 	if tok == "" {
 		s.metrics.authFailures.WithLabelValues("missing").Inc()
 		return Claims{}, ErrNoToken

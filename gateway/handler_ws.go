@@ -70,6 +70,8 @@ type wsFrame struct {
 	// renew
 	LeaseID string `json:"leaseId"`
 	Seconds int    `json:"seconds"`
+	// auth
+	Token string `json:"token"`
 }
 
 // wsConn is the WebSocket transport of a session: it reads and answers
@@ -247,6 +249,8 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 		c.ss.send(map[string]any{"type": "renew_result", "id": f.ID, "result": out})
 	case "push":
 		c.push(ctx, f)
+	case "auth":
+		c.auth(f)
 	default:
 		c.ss.s.metrics.wsBadFrames.Inc()
 		c.ss.send(wsError(f.ID, "unknown_type", "unknown frame type "+strconv.Quote(f.Type)))
@@ -376,6 +380,53 @@ func (c *wsConn) subscribe(f *wsFrame) {
 	// Reply before the first delivery can be queued.
 	c.ss.send(map[string]any{"type": "subscribed", "id": f.ID, "sub": sub.id})
 	c.ss.startSub(sub)
+}
+
+// auth takes a fresh token for the connection (before the old one
+// expires): the same subject, rights checked again. Subscriptions the new
+// token no longer allows end, each with its own forbidden error; the
+// connection then lives until the new token's exp. A token that fails
+// changes nothing: the connection still ends at the old exp.
+func (c *wsConn) auth(f *wsFrame) {
+	a := c.ss.s.cfg.Auth
+	if a == nil {
+		c.ss.send(wsError(f.ID, "bad_request", "auth is off on this server"))
+		return
+	}
+	claims, err := a.Verify(f.Token, time.Now())
+	switch {
+	case err != nil:
+		c.ss.s.metrics.authFailures.WithLabelValues("invalid").Inc()
+		c.ss.send(wsError(f.ID, "unauthorized", err.Error()))
+		return
+	case claims.Subject != c.claims.Subject:
+		c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
+		c.ss.send(wsError(f.ID, "forbidden", "a fresh token must name the same subject as the connection's"))
+		return
+	case claims.Role < RoleReadOnly:
+		c.ss.send(wsError(f.ID, "forbidden", forbiddenError{have: claims.Role, need: RoleReadOnly}.Error()))
+		return
+	}
+	c.claims = claims
+	c.ss.rearm(claims.Expires, claims.Expires.IsZero()) // at exp, as the first token
+	for _, sub := range c.ss.subscriptions() {
+		t := sub.in.Target
+		if err := checkConsume(claims.Rights, queue.PopRequest{Queue: t.Queue, Partition: t.Partition}); err != nil {
+			if c.ss.unsubscribe(sub.id) {
+				c.ss.send(map[string]any{"type": "error", "code": "forbidden", "sub": sub.id, "message": err.Error()})
+			}
+		}
+	}
+	c.ss.send(map[string]any{"type": "auth_result", "id": f.ID, "expiresAt": expiresJSON(claims.Expires)})
+}
+
+// expiresJSON is an expiry as the auth_result frame gives it: RFC 3339, or
+// null for a token that does not expire.
+func expiresJSON(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 func (c *wsConn) unsubscribe(f *wsFrame) {

@@ -292,3 +292,90 @@ func TestIssue18_ResumeTokenOfAnotherIsRefused(t *testing.T) {
 	m, _ := c2.next()
 	assert.JSONEq(t, "2", string(m.Data))
 }
+
+// Issue 18: a WebSocket takes a fresh token in an auth frame before exp:
+// rights are checked again (a subscription the new token no longer allows
+// ends with its own error, the others carry on) and the connection lives
+// past the old exp; a token of another subject, or an invalid one, changes
+// nothing.
+func TestIssue18_WebSocketAuthFrame(t *testing.T) {
+	e := newAuthEnv(t)
+	tok := func(ttl time.Duration, consume ...string) string {
+		return sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
+			"exp": time.Now().Add(ttl).Unix(), "herald": map[string]any{"consume": consume}})
+	}
+	ws, err := dialToken(t, e, tok(2*time.Second, "mail/alice", "news"))
+	require.NoError(t, err)
+	frames := make(chan map[string]any, 100)
+	closed := make(chan error, 1)
+	go func() {
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				closed <- err
+				return
+			}
+			var m map[string]any
+			if json.Unmarshal(data, &m) == nil {
+				frames <- m
+			}
+		}
+	}()
+	next := func(typ string) map[string]any {
+		t.Helper()
+		for {
+			select {
+			case m := <-frames:
+				if m["type"] == typ {
+					return m
+				}
+			case err := <-closed:
+				t.Fatalf("closed waiting for %s: %v", typ, err)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no %s frame", typ)
+			}
+		}
+	}
+	send := func(frame string) { require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(frame))) }
+	send(`{"type":"subscribe","id":1,"queue":"news","autoAck":true}`)
+	news := next("subscribed")["sub"]
+	send(`{"type":"subscribe","id":2,"queue":"mail","partition":"alice","autoAck":true}`)
+	mail := next("subscribed")["sub"]
+
+	send(`{"type":"auth","id":3,"token":"` + tok(time.Hour, "mail/alice") + `"}`)
+	m := next("error")
+	assert.Equal(t, "forbidden", m["code"])
+	assert.Equal(t, news, m["sub"], "the news subscription ends")
+	res := next("auth_result")
+	assert.NotNil(t, res["expiresAt"])
+
+	send(`{"type":"auth","id":4,"token":"` + mailbox(t, "bob") + `"}`)
+	assert.Equal(t, "forbidden", next("error")["code"], "another subject")
+	send(`{"type":"auth","id":5,"token":"garbage"}`)
+	assert.Equal(t, "unauthorized", next("error")["code"])
+
+	// Past the first token's exp: still open, the mail subscription served.
+	time.Sleep(2500 * time.Millisecond) // the old expiry, had it stayed armed, would have closed it
+	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", mailbox(t, "alice"),
+		`{"items":[{"queue":"mail","partition":"alice","payload":"after"}]}`).status)
+	d := next("deliver")
+	assert.Equal(t, mail, d["sub"])
+	send(`{"type":"ping","id":6}`)
+	next("pong")
+}
+
+// Issue 18: an EventSource cannot set headers; besides ?access_token= the
+// configured cookie carries the token (and only that cookie).
+func TestIssue18_TokenInACookie(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.Auth = &gateway.Auth{Secret: authSecret, Cookie: "herald_token"} })
+	alice := mailbox(t, "alice")
+	c := e.openSSE(t, "/api/v1/sse/queue/mail/partition/alice", http.Header{"Cookie": {"herald_token=" + alice}})
+	assert.Equal(t, http.StatusOK, c.res.StatusCode)
+	c.close()
+	c = e.openSSE(t, "/api/v1/sse/queue/mail/partition/bob", http.Header{"Cookie": {"herald_token=" + alice}})
+	assert.Equal(t, http.StatusForbidden, c.res.StatusCode, "the cookie's rights apply")
+	_ = c.res.Body.Close()
+	c = e.openSSE(t, "/api/v1/sse/queue/mail/partition/alice", http.Header{"Cookie": {"other=" + alice}})
+	assert.Equal(t, http.StatusUnauthorized, c.res.StatusCode, "another cookie carries nothing")
+	_ = c.res.Body.Close()
+}

@@ -181,6 +181,31 @@ func (ss *session) start() {
 	}
 }
 
+// rearm moves the token's expiry to at (a fresh token came), or drops it
+// when never is set.
+func (ss *session) rearm(at time.Time, never bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return
+	}
+	if ss.expiry != nil {
+		ss.expiry.Stop()
+		ss.expiry = nil
+	}
+	ss.opts.expires = time.Time{}
+	if never {
+		return
+	}
+	ss.opts.expires = at
+	ss.expiry = time.AfterFunc(time.Until(at), func() {
+		if ss.enter() {
+			defer ss.wg.Done()
+			ss.close(&disconnectTokenExpired)
+		}
+	})
+}
+
 // enter marks a callback under way (wait waits for it); false once the
 // session closed. The caller calls ss.wg.Done.
 func (ss *session) enter() bool {

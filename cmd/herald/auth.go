@@ -20,7 +20,7 @@ const authLeeway = 30 * time.Second
 // secret, a PEM public key, a JWKS URL (fetched now: Herald does not start
 // without its keys; refreshed until ctx ends), or several of them.
 func newAuth(ctx context.Context, cfg *config, reg prometheus.Registerer, log zerolog.Logger) (*gateway.Auth, error) {
-	a := &gateway.Auth{Secret: []byte(cfg.AuthSecret), Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, Leeway: authLeeway}
+	a := &gateway.Auth{Secret: []byte(cfg.AuthSecret), Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, Cookie: cfg.AuthCookie, Leeway: authLeeway}
 	if cfg.AuthPublicKey != "" {
 		b, err := os.ReadFile(cfg.AuthPublicKey) // #nosec G703 G304 -- the operator names the file
 		if err != nil {

@@ -53,6 +53,7 @@ type config struct {
 	AuthPublicKey     string
 	AuthJWKSURL       string
 	AuthIssuer        string
+	AuthCookie        string
 	AuthAudience      string
 	MaxSSEConnections int
 	SSEHeartbeat      time.Duration
@@ -139,6 +140,8 @@ var options = []option{
 		func(c *config, v string) error { c.AuthPublicKey = v; return nil }},
 	{"auth-jwks-url", "HERALD_AUTH_JWKS_URL", "", "URL of a JWKS (an identity provider's jwks_uri) whose keys verify bearer tokens that name their kid; fetched at start, every 15 minutes, and on an unknown kid at most every 30 s; a failed fetch keeps the last good set",
 		func(c *config, v string) error { c.AuthJWKSURL = v; return nil }},
+	{"auth-cookie", "HERALD_AUTH_COOKIE", "", "name of a cookie that may carry the bearer token (for EventSource, which cannot set headers, without the token in the URL); empty accepts none",
+		func(c *config, v string) error { c.AuthCookie = v; return nil }},
 	{"auth-issuer", "HERALD_AUTH_ISSUER", "", "when set, a token's iss must equal it",
 		func(c *config, v string) error { c.AuthIssuer = v; return nil }},
 	{"auth-audience", "HERALD_AUTH_AUDIENCE", "", "when set, a token's aud must contain it",

@@ -17,6 +17,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,8 +49,14 @@ const (
 // Options configure a Client. The zero value works against a server with
 // auth off.
 type Options struct {
-	// Token is a bearer token (HS256 JWT) sent on every request.
+	// Token is a bearer token (a JWT) sent on every request.
 	Token string
+	// TokenSource, when set, is asked for the token instead of Token: on
+	// every connection (so a reconnect, and a connection the server closed
+	// with 4501 because its token expired, gets a fresh one), on every push,
+	// and before the live connection's token expires (it is then sent in an
+	// auth frame, and the connection stays up). Cache in it as needed.
+	TokenSource func(ctx context.Context) (string, error)
 	// HTTPClient sends pushes; nil means a client with a 30 s timeout.
 	HTTPClient *http.Client
 	// MinBackoff and MaxBackoff bound the delay between reconnect attempts,
@@ -158,11 +165,27 @@ func (c *Client) state(s State) {
 	}
 }
 
+// token is the bearer token to send now: TokenSource's, else Token.
+func (c *Client) token(ctx context.Context) (string, error) {
+	if c.opts.TokenSource == nil {
+		return c.opts.Token, nil
+	}
+	t, err := c.opts.TokenSource(ctx)
+	if err != nil {
+		return "", fmt.Errorf("herald: token source: %w", err)
+	}
+	return t, nil
+}
+
 func (c *Client) dial(ctx context.Context) (*conn, error) {
 	d := websocket.Dialer{Subprotocols: []string{Subprotocol}, HandshakeTimeout: 10 * time.Second}
 	h := http.Header{}
-	if c.opts.Token != "" {
-		h.Set("Authorization", "Bearer "+c.opts.Token)
+	tok, err := c.token(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
+		h.Set("Authorization", "Bearer "+tok)
 	}
 	ws, res, err := d.DialContext(ctx, c.wsURL, h)
 	if res != nil && res.Body != nil {
@@ -174,7 +197,63 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		}
 		return nil, fmt.Errorf("herald: connecting to %s: %w", c.wsURL, err)
 	}
-	return newConn(c, ws), nil
+	cn := newConn(c, ws)
+	cn.expires = tokenExpiry(tok)
+	return cn, nil
+}
+
+// tokenExpiry reads a JWT's exp without verifying it (the server does):
+// zero when it has none or cannot be read.
+func tokenExpiry(tok string) time.Time {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return time.Time{}
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}
+	}
+	var claims struct {
+		Exp float64 `json:"exp"`
+	}
+	if json.Unmarshal(b, &claims) != nil || claims.Exp <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(int64(claims.Exp), 0)
+}
+
+// refresh sends cn a fresh token from TokenSource before its token
+// expires (at 80% of the time left, retrying until a second before exp),
+// until cn ends. Without a TokenSource, or a token without exp, it does
+// nothing: the server closes the connection at exp.
+func (c *Client) refresh(cn *conn) {
+	if c.opts.TokenSource == nil {
+		return
+	}
+	for exp := cn.expires; !exp.IsZero(); {
+		wait := time.Until(exp) * 4 / 5
+		if wait < 0 {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-cn.gone:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+		tok, err := c.token(ctx)
+		if err == nil {
+			_, err = cn.request(ctx, map[string]any{"type": "auth", "token": tok}, nil)
+		}
+		cancel()
+		if err == nil {
+			exp = tokenExpiry(tok)
+		} else if time.Until(exp) < time.Second {
+			return // the server closes it at exp; the reconnect asks for a token again
+		}
+	}
 }
 
 // run keeps a connection up: it serves one until it fails, then dials
@@ -194,6 +273,7 @@ func (c *Client) run(cn *conn) {
 		for _, s := range subs {
 			go s.attach(c.ctx, cn)
 		}
+		go c.refresh(cn)
 		err := cn.serve(c.ctx)
 		c.mu.Lock()
 		c.conn = nil
@@ -206,7 +286,10 @@ func (c *Client) run(cn *conn) {
 			return
 		}
 		var ce *CloseError
-		if errors.As(err, &ce) && ce.Terminal() {
+		// An expired token ends the connection with 4501: with a token
+		// source, the reconnect asks it for a fresh one.
+		expired := errors.As(err, &ce) && ce.Code == 4501 && c.opts.TokenSource != nil
+		if errors.As(err, &ce) && ce.Terminal() && !expired {
 			c.finish(err)
 			return
 		}
@@ -285,8 +368,12 @@ func (c *Client) Push(ctx context.Context, items ...PushItem) ([]PushResult, err
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.opts.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.opts.Token)
+	tok, err := c.token(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	res, err := c.http.Do(req)
 	if err != nil {

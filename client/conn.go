@@ -50,6 +50,7 @@ type conn struct {
 	subs    map[string]*Subscription // server sub id → subscription
 	gone    chan struct{}
 	err     error
+	expires time.Time // of the token it was opened with (or last sent in an auth frame); zero: none
 }
 
 type request struct {

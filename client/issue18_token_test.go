@@ -1,0 +1,63 @@
+package client_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/client"
+	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/queue/queuetest"
+)
+
+// Issue 18: the Go SDK takes a token provider, asked on every connection
+// and push and before the live token expires: a subscription outlives many
+// short-lived tokens without a reconnect.
+func TestIssue18_TokenSourceRefreshesBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s := startServer(t, queuetest.NewStore(t), "127.0.0.1:0", &gateway.Auth{Secret: secret})
+	var asked atomic.Int64
+	var reconnects atomic.Int64
+	c := dial(t, s, client.Options{
+		TokenSource: func(context.Context) (string, error) {
+			asked.Add(1)
+			return gateway.SignToken(secret, "svc", "read-write", 2*time.Second), nil
+		},
+		OnState: func(st client.State) {
+			if st.Kind == client.StateReconnecting {
+				reconnects.Add(1)
+			}
+		},
+	})
+	got := make(chan int, 10)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	go func() {
+		_ = c.Subscribe(ctx, client.SubscribeOptions{Queue: "sdk-refresh"}, func(_ context.Context, m *client.Message) error {
+			got <- int(m.Offset)
+			return nil
+		})
+	}()
+	push(t, c, "sdk-refresh", 1, 1)
+	<-got
+	// Past two tokens' lifetimes: the connection is refreshed, not closed.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && asked.Load() < 5 {
+		time.Sleep(100 * time.Millisecond) // waiting on the refresh timer itself
+	}
+	push(t, c, "sdk-refresh", 2, 2)
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery after the first tokens expired")
+	}
+	t.Logf("token source asked %d times, %d reconnects", asked.Load(), reconnects.Load())
+	assert.GreaterOrEqual(t, asked.Load(), int64(5), "asked at dial, pushes and before each expiry")
+	assert.Zero(t, reconnects.Load(), "refreshed in place, never closed with 4501")
+	require.NoError(t, c.Close())
+}

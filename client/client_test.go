@@ -315,8 +315,10 @@ func TestAuth_BadTokenIsTerminal(t *testing.T) {
 	var he *client.HTTPError
 	require.ErrorAs(t, err, &he)
 	assert.Equal(t, http.StatusForbidden, he.Status)
+	// Consuming leases: read-write, as the reference server's roles.
+	consumer := dial(t, s, client.Options{Token: gateway.SignToken(secret, "c", "read-write", time.Hour)})
 	var sub *string
-	collect(t, reader, client.SubscribeOptions{Queue: "sdk-auth"}, 1, func(_ context.Context, m *client.Message) error {
+	collect(t, consumer, client.SubscribeOptions{Queue: "sdk-auth"}, 1, func(_ context.Context, m *client.Message) error {
 		sub = m.ProducerSub
 		return nil
 	})

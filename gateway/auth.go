@@ -22,9 +22,9 @@ type Role int
 // Roles, from the least to the most allowed.
 const (
 	RoleNone      Role = iota
-	RoleReadOnly       // consume: pop, subscribe (WebSocket, SSE), ack, renew, read the DLQ
-	RoleReadWrite      // also produce: push, transactions
-	RoleAdmin          // also configure and delete queues, read internal stats
+	RoleReadOnly       // reads: the DLQ (and a WebSocket connection, whose frames need more)
+	RoleReadWrite      // push, pop, subscribe (WebSocket, SSE), ack, extend leases, configure, transactions
+	RoleAdmin          // also delete queues and read internal stats and status
 )
 
 // ParseRole reads a role claim.

@@ -60,23 +60,36 @@ func TestAuth_Tokens(t *testing.T) {
 	}
 	assert.Contains(t, e.doAuth(http.MethodPost, "/api/v1/push", expired, push).String(), "expired")
 
-	// Roles: read-only may consume, not produce; read-write may not configure.
+	// Roles, as the reference server's: read-only reads (the DLQ) and may
+	// neither produce nor consume (a pop leases, an ack writes);
+	// read-write pushes, pops, acks, extends and configures; admin also
+	// deletes and reads internal state.
 	assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodPost, "/api/v1/push", reader, push).status)
-	assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodPost, "/api/v1/configure", writer,
-		`{"queue":"authq","options":{}}`).status)
+	for _, path := range []string{"/api/v1/pop/queue/authq?wait=false", "/api/v1/pop?namespace=x&wait=false"} {
+		assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodGet, path, reader, "").status, path)
+	}
+	for _, path := range []string{"/api/v1/ack", "/api/v1/ack/batch", "/api/v1/lease/" + "00000000-0000-0000-0000-000000000000" + "/extend",
+		"/api/v1/configure"} {
+		assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodPost, path, reader, `{}`).status, path)
+	}
+	assert.Equal(t, http.StatusOK, e.doAuth(http.MethodGet, "/api/v1/dlq?queue=authq", reader, "").status)
+	assert.Equal(t, http.StatusOK, e.doAuth(http.MethodPost, "/api/v1/configure", writer,
+		`{"queue":"authq","options":{}}`).status, "read-write configures")
+	assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodDelete, "/api/v1/resources/queues/authq", writer, "").status)
+	assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodGet, "/internal/api/shared-state/stats", writer, "").status)
 	assert.Equal(t, http.StatusOK, e.doAuth(http.MethodPost, "/api/v1/configure", admin,
 		`{"queue":"authq","options":{}}`).status)
-	assert.Equal(t, http.StatusForbidden, e.doAuth(http.MethodGet, "/internal/api/shared-state/stats", writer, "").status)
 
 	// Push stamps the token's sub as producerSub, whatever the body says.
 	assert.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", writer, push).status)
-	r := e.doAuth(http.MethodGet, "/api/v1/pop/queue/authq", reader, "")
+	consumer := gateway.SignToken(authSecret, "consumer", "read-write", time.Hour)
+	r := e.doAuth(http.MethodGet, "/api/v1/pop/queue/authq", consumer, "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	assert.Contains(t, string(r.body), `"producerSub":"svc-orders"`)
 	assert.NotContains(t, string(r.body), "someone-else")
 
 	// The query parameter works too (EventSource cannot set headers).
-	assert.Equal(t, http.StatusNoContent, e.doAuth(http.MethodGet, "/api/v1/pop/queue/authq?access_token="+reader, "", "").status)
+	assert.Equal(t, http.StatusNoContent, e.doAuth(http.MethodGet, "/api/v1/pop/queue/authq?access_token="+consumer, "", "").status)
 
 	// Probes stay open.
 	assert.Equal(t, http.StatusOK, e.doAuth(http.MethodGet, "/health", "", "").status)
@@ -90,6 +103,10 @@ func TestAuth_SSE(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, r.status)
 	reader := gateway.SignToken(authSecret, "reader", "read-only", time.Hour)
 	c := e.openSSE(t, "/api/v1/sse/queue/authsse?access_token="+reader, nil)
+	require.Equal(t, http.StatusForbidden, c.res.StatusCode, "a stream leases: read-write")
+	_ = c.res.Body.Close()
+	consumer := gateway.SignToken(authSecret, "browser", "read-write", time.Hour)
+	c = e.openSSE(t, "/api/v1/sse/queue/authsse?access_token="+consumer, nil)
 	require.Equal(t, http.StatusOK, c.res.StatusCode)
 	writer := gateway.SignToken(authSecret, "w", "read-write", time.Hour)
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", writer,
@@ -136,16 +153,24 @@ func TestAuth_WebSocket(t *testing.T) {
 	err = readClose(t, ws)
 	assert.True(t, websocket.IsCloseError(err, gateway.CloseUnauthorized), "%v", err)
 
-	// read-only may subscribe but not push.
+	// read-only may connect, but neither push nor subscribe, ack or renew
+	// (they lease or settle messages); read-write may.
 	ws, err = dialToken(t, e, gateway.SignToken(authSecret, "r", "read-only", time.Hour))
 	require.NoError(t, err)
-	require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"push","id":1,"items":[{"queue":"authws","payload":1}]}`)))
 	require.NoError(t, ws.SetReadDeadline(time.Now().Add(5*time.Second)))
-	_, data, err := ws.ReadMessage()
+	for i, frame := range []string{`{"type":"push","id":1,"items":[{"queue":"authws","payload":1}]}`,
+		`{"type":"subscribe","id":2,"queue":"authws"}`, `{"type":"ack","id":3,"items":[]}`,
+		`{"type":"renew","id":4,"leaseId":"00000000-0000-0000-0000-000000000000"}`} {
+		require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(frame)))
+		_, data, err := ws.ReadMessage()
+		require.NoError(t, err)
+		assert.Contains(t, string(data), `"code":"forbidden"`, "frame %d", i)
+	}
+	ws, err = dialToken(t, e, gateway.SignToken(authSecret, "rw", "read-write", time.Hour))
 	require.NoError(t, err)
-	assert.Contains(t, string(data), `"code":"forbidden"`)
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(5*time.Second)))
 	require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"subscribe","id":2,"queue":"authws"}`)))
-	_, data, err = ws.ReadMessage()
+	_, data, err := ws.ReadMessage()
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `"subscribed"`)
 

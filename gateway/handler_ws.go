@@ -227,6 +227,15 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 		c.acks.Wait() // every frame but an ack sees the acks before it applied
 	}
 	switch f.Type {
+	case "subscribe", "ack", "renew":
+		// They lease or settle messages: the reference server's read-write.
+		if c.ss.s.cfg.Auth != nil && c.claims.Role < RoleReadWrite {
+			c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
+			c.ss.send(wsError(f.ID, "forbidden", forbiddenError{have: c.claims.Role, need: RoleReadWrite}.Error()))
+			return
+		}
+	}
+	switch f.Type {
 	case "ping":
 		c.ss.send(map[string]any{"type": "pong", "id": f.ID})
 	case "subscribe":

@@ -27,7 +27,7 @@ func TestHole6_SSEStreamClosesAtTokenExpiry(t *testing.T) {
 	})
 	admin := gateway.SignToken(authSecret, "ops", "admin", 0)
 	// exp is whole seconds: 3 s ahead is at least 2 s, time to see a delivery.
-	reader := gateway.SignToken(authSecret, "browser", "read-only", 3*time.Second)
+	reader := gateway.SignToken(authSecret, "browser", "read-write", 3*time.Second) // a stream leases: read-write
 	claims, err := (&gateway.Auth{Secret: authSecret}).Verify(reader, time.Now())
 	require.NoError(t, err)
 	exp := claims.Expires

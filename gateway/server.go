@@ -242,21 +242,21 @@ func New(cfg Config) (*Server, error) {
 
 func (s *Server) routes() {
 	s.handle("POST /api/v1/push", "push", RoleReadWrite, s.handlePush)
-	s.handle("GET /api/v1/pop/queue/{queue}", "pop", RoleReadOnly, s.handlePop)
-	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", RoleReadOnly, s.handlePop)
-	s.handle("GET /api/v1/pop", "pop_namespace", RoleReadOnly, s.handlePop)
-	s.handle("POST /api/v1/ack", "ack", RoleReadOnly, s.handleAck)
-	s.handle("POST /api/v1/ack/batch", "ack_batch", RoleReadOnly, s.handleAckBatch)
-	s.handle("POST /api/v1/lease/{leaseId}/extend", "lease_extend", RoleReadOnly, s.handleLeaseExtend)
+	s.handle("GET /api/v1/pop/queue/{queue}", "pop", RoleReadWrite, s.handlePop)
+	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", RoleReadWrite, s.handlePop)
+	s.handle("GET /api/v1/pop", "pop_namespace", RoleReadWrite, s.handlePop)
+	s.handle("POST /api/v1/ack", "ack", RoleReadWrite, s.handleAck)
+	s.handle("POST /api/v1/ack/batch", "ack_batch", RoleReadWrite, s.handleAckBatch)
+	s.handle("POST /api/v1/lease/{leaseId}/extend", "lease_extend", RoleReadWrite, s.handleLeaseExtend)
 	s.handle("POST /api/v1/transaction", "transaction", RoleReadWrite, s.handleTransaction)
-	s.handle("POST /api/v1/configure", "configure", RoleAdmin, s.handleConfigure)
+	s.handle("POST /api/v1/configure", "configure", RoleReadWrite, s.handleConfigure)
 	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", RoleAdmin, s.handleDeleteQueue)
 	s.handle("GET /api/v1/dlq", "dlq", RoleReadOnly, s.handleDLQ)
 	// Streams get no request metrics: they live for hours. The WebSocket
 	// checks its token itself, to answer with a close code a browser sees.
 	s.stream("GET /api/v1/ws", RoleNone, s.handleWS)
-	s.stream("GET /api/v1/sse/queue/{queue}", RoleReadOnly, s.handleSSE)
-	s.stream("GET /api/v1/sse/queue/{queue}/partition/{partition}", RoleReadOnly, s.handleSSE)
+	s.stream("GET /api/v1/sse/queue/{queue}", RoleReadWrite, s.handleSSE)
+	s.stream("GET /api/v1/sse/queue/{queue}/partition/{partition}", RoleReadWrite, s.handleSSE)
 	// Probes and scrapes stay open: orchestrators and Prometheus hold no
 	// token. Metrics.Auth closes /metrics, which names queues, to all but
 	// admins.

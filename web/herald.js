@@ -43,14 +43,28 @@ function lost(text) {
   return Object.assign(new Error(text), { transport: true });
 }
 
+/** tokenExpiry(jwt) → its exp in ms since the epoch, or 0 (read, not verified: the server verifies). */
+function tokenExpiry(tok) {
+  try {
+    const b = tok.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const exp = JSON.parse(atob(b + "===".slice((b.length + 3) % 4))).exp;
+    return typeof exp === "number" ? exp * 1000 : 0;
+  } catch {
+    return 0;
+  }
+}
+
 export class Herald {
   /**
    * @param {string} [base] the server's URL; default: this page's origin
-   * @param {{token?: string}} [opts] a bearer token when auth is on
+   * @param {{token?: string | (() => string | Promise<string>)}} [opts] a bearer token when auth is on,
+   *   or a function giving one: it is called on every connection, HTTP request and EventSource,
+   *   and before the live WebSocket's token expires (sent in an auth frame: the socket stays up)
    */
   constructor(base = globalThis.location?.origin ?? "", opts = {}) {
     this.base = base.replace(/\/$/, "");
     this.token = opts.token ?? "";
+    this._refresh = null; // timer of the live socket's token refresh
     this._subs = new Map(); // local id → subscription
     this._nextId = 1;
     this._ws = null;
@@ -74,9 +88,15 @@ export class Herald {
     for (const sub of this._subs.values()) sub.onState?.(s);
   }
 
-  _headers() {
+  /** _token() → the bearer token to send now ("" with auth off). */
+  async _token() {
+    return typeof this.token === "function" ? String((await this.token()) ?? "") : this.token;
+  }
+
+  async _headers() {
     const h = { "Content-Type": "application/json" };
-    if (this.token) h.Authorization = `Bearer ${this.token}`;
+    const tok = await this._token();
+    if (tok) h.Authorization = `Bearer ${tok}`;
     return h;
   }
 
@@ -97,7 +117,7 @@ export class Herald {
   /** pushItems([{queue, partition?, payload?, transactionId?, traceId?}]) → the push results. */
   async pushItems(items) {
     const res = await fetch(`${this.base}/api/v1/push`, {
-      method: "POST", headers: this._headers(), body: JSON.stringify({ items }),
+      method: "POST", headers: await this._headers(), body: JSON.stringify({ items }),
     });
     const body = await res.json().catch(() => null);
     if (!res.ok) throw new Error(body?.error ?? `push: HTTP ${res.status}`);
@@ -113,7 +133,7 @@ export class Herald {
       consumerGroup: m.consumerGroup, status };
     if (error !== undefined) body.error = String(error);
     const res = await fetch(`${this.base}/api/v1/ack`, {
-      method: "POST", headers: this._headers(), body: JSON.stringify(body),
+      method: "POST", headers: await this._headers(), body: JSON.stringify(body),
     });
     const out = await res.json().catch(() => null);
     if (!res.ok) throw new Error(out?.error ?? `ack: HTTP ${res.status}`);
@@ -141,19 +161,31 @@ export class Herald {
     return sub;
   }
 
-  _wsURL() {
+  _wsURL(tok) {
     const u = new URL(`${this.base || globalThis.location.origin}/api/v1/ws`);
     u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
-    if (this.token) u.searchParams.set("access_token", this.token);
+    if (tok) u.searchParams.set("access_token", tok);
     return u.toString();
   }
 
   _connect() {
-    if (this._ws || this._timer || this._closed) return;
+    if (this._ws || this._timer || this._closed || this._connecting) return;
     this._setState({ state: this._attempt ? "reconnecting" : "connecting", attempt: this._attempt, delay: 0 });
+    this._connecting = true;
+    this._token().then((tok) => {
+      this._connecting = false;
+      if (this._closed || this._ws) return;
+      this._open(tok);
+    }, (e) => {
+      this._connecting = false;
+      this._retry(0, `token: ${e?.message ?? e}`);
+    });
+  }
+
+  _open(tok) {
     let ws;
     try {
-      ws = new WebSocket(this._wsURL(), "herald.v1");
+      ws = new WebSocket(this._wsURL(tok), "herald.v1");
     } catch (e) {
       this._retry(0, String(e));
       return;
@@ -163,19 +195,39 @@ export class Herald {
       this._attempt = 0;
       this._setState({ state: "connected", attempt: 0, delay: 0 });
       for (const sub of this._subs.values()) sub._send();
+      this._armRefresh(ws, tok);
     };
     ws.onmessage = (ev) => this._frame(ev.data);
     ws.onclose = (ev) => {
       this._ws = null;
+      clearTimeout(this._refresh);
       for (const { reject } of this._pending.values()) reject(lost("connection closed"));
       this._pending.clear();
       for (const sub of this._subs.values()) sub.sub = null;
-      if (TERMINAL.has(ev.code)) {
+      // An expired token (4501) is not the end when a function gives fresh ones.
+      if (TERMINAL.has(ev.code) && !(ev.code === 4501 && typeof this.token === "function")) {
         this._setState({ state: "closed", attempt: this._attempt, delay: 0, code: ev.code, reason: ev.reason });
         return;
       }
       this._retry(ev.code, ev.reason);
     };
+  }
+
+  /** _armRefresh sends ws a fresh token (auth frame) at 80% of its token's life, while it is open. */
+  _armRefresh(ws, tok) {
+    clearTimeout(this._refresh);
+    const exp = tokenExpiry(tok);
+    if (typeof this.token !== "function" || !exp) return;
+    this._refresh = setTimeout(async () => {
+      if (this._ws !== ws) return;
+      try {
+        const fresh = await this._token();
+        await this._send({ type: "auth", token: fresh });
+        this._armRefresh(ws, fresh);
+      } catch {
+        // The server closes the socket at exp (4501); the reconnect asks for a token again.
+      }
+    }, Math.max(0, (exp - Date.now()) * 0.8));
   }
 
   _retry(code, reason) {
@@ -233,6 +285,7 @@ export class Herald {
   close() {
     this._closed = true;
     clearTimeout(this._timer);
+    clearTimeout(this._refresh);
     this._timer = null;
     this._subs.clear();
     this._ws?.close(1000);
@@ -255,42 +308,76 @@ export class Herald {
     if (opts.batch) q.set("batch", String(opts.batch));
     if (opts.maxInFlight) q.set("maxInFlight", String(opts.maxInFlight));
     if (mode === "server") q.set("autoAck", "true");
-    if (this.token) q.set("access_token", this.token);
-    const url = `${this.base}${path}?${q}`;
     const herald = this;
     let attempt = 0;
+    let closed = false;
+    let lastId = ""; // the last event's id: a reopened stream resumes after it
+    let timer = null;
     const handle = {
-      source: new EventSource(url),
+      source: null,
       ack: (m) => reported(opts, m, "completed", herald.ack(m, "completed")),
       nack: (m, err) => reported(opts, m, "failed", herald.ack(m, "failed", errorText(err))),
       close() {
-        this.source.close();
+        closed = true;
+        clearTimeout(timer);
+        this.source?.close();
         opts.onState?.({ state: "closed", attempt: 0, delay: 0 });
       },
     };
-    const es = handle.source;
+    const open = (tok) => {
+      if (closed) return;
+      const qq = new URLSearchParams(q);
+      if (tok) qq.set("access_token", tok);
+      if (lastId) qq.set("lastEventId", lastId);
+      const es = new EventSource(`${herald.base}${path}?${qq}`);
+      handle.source = es;
+      es.onopen = () => {
+        attempt = 0;
+        opts.onState?.({ state: "connected", attempt: 0, delay: 0 });
+      };
+      es.onerror = () => {
+        if (es.readyState === EventSource.CLOSED) {
+          if (handle.source === es) opts.onState?.({ state: "closed", attempt, delay: 0 });
+          return;
+        }
+        attempt++;
+        opts.onState?.({ state: "reconnecting", attempt, delay: null }); // the browser picks the delay (retry:)
+      };
+      es.onmessage = async (ev) => {
+        if (ev.lastEventId) lastId = ev.lastEventId;
+        let m;
+        try {
+          m = JSON.parse(ev.data);
+        } catch {
+          return;
+        }
+        await settle(mode, m, () => opts.onMessage?.(m, handle), handle);
+      };
+      // With a token function: before this token expires, reopen with a
+      // fresh one, resuming after the last event (the server acks what it
+      // covers and hands the rest back to this stream first).
+      const exp = typeof herald.token === "function" ? tokenExpiry(tok) : 0;
+      if (exp) {
+        clearTimeout(timer);
+        timer = setTimeout(async () => {
+          if (closed || handle.source !== es) return;
+          let fresh;
+          try {
+            fresh = await herald._token();
+          } catch {
+            return; // the stream ends at exp
+          }
+          es.close();
+          open(fresh);
+        }, Math.max(0, (exp - Date.now()) * 0.8));
+      }
+    };
     opts.onState?.({ state: "connecting", attempt: 0, delay: 0 });
-    es.onopen = () => {
-      attempt = 0;
-      opts.onState?.({ state: "connected", attempt: 0, delay: 0 });
-    };
-    es.onerror = () => {
-      if (es.readyState === EventSource.CLOSED) {
-        opts.onState?.({ state: "closed", attempt, delay: 0 });
-        return;
-      }
-      attempt++;
-      opts.onState?.({ state: "reconnecting", attempt, delay: null }); // the browser picks the delay (retry:)
-    };
-    es.onmessage = async (ev) => {
-      let m;
-      try {
-        m = JSON.parse(ev.data);
-      } catch {
-        return;
-      }
-      await settle(mode, m, () => opts.onMessage?.(m, handle), handle);
-    };
+    if (typeof this.token === "function") {
+      this._token().then(open, (e) => opts.onState?.({ state: "closed", attempt: 0, delay: 0, reason: `token: ${e?.message ?? e}` }));
+    } else {
+      open(this.token);
+    }
     return handle;
   }
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -171,6 +172,11 @@ func (j *JWKS) get(ctx context.Context) (jwk.Set, error) {
 		k, _ := set.Key(i)
 		if _, ok := k.KeyID(); !ok {
 			return nil, errors.New("JWKS has a key without kid")
+		}
+		// A key set is published: a symmetric key in it would let anyone
+		// who reads it sign tokens.
+		if k.KeyType() == jwa.OctetSeq() {
+			return nil, errors.New("JWKS has a symmetric (oct) key: only public keys verify tokens from a JWKS")
 		}
 	}
 	return set, nil

@@ -119,24 +119,31 @@ func (a *Auth) staticKeys() (jwk.Set, error) {
 	return a.static, a.err
 }
 
+// keysFor picks the keys token is verified with: the JWKS key its kid
+// names, or Secret and PublicKey. Only with a JWKS is the header read for
+// its kid first (jwt.ParseString reads it again while verifying).
+func (a *Auth) keysFor(token string) (set jwk.Set, requireKid bool, err error) {
+	if a.JWKS != nil {
+		msg, err := jws.ParseString(token)
+		if err != nil || len(msg.Signatures()) != 1 {
+			return nil, false, ErrBadToken
+		}
+		if kid, _ := msg.Signatures()[0].ProtectedHeaders().KeyID(); kid != "" {
+			set, err := a.JWKS.keysFor(kid)
+			return set, true, err
+		}
+	}
+	set, err = a.staticKeys()
+	return set, false, err
+}
+
 // Verify checks a compact JWT and returns its claims.
 func (a *Auth) Verify(token string, now time.Time) (Claims, error) {
 	if len(token) > maxTokenBytes || strings.Count(token, ".") != 2 {
 		return Claims{}, ErrBadToken
 	}
-	msg, err := jws.ParseString(token)
-	if err != nil || len(msg.Signatures()) != 1 {
-		return Claims{}, ErrBadToken
-	}
-	kid, _ := msg.Signatures()[0].ProtectedHeaders().KeyID()
-	var set jwk.Set
-	requireKid := false
-	if kid != "" && a.JWKS != nil {
-		if set, err = a.JWKS.keysFor(kid); err != nil {
-			return Claims{}, err
-		}
-		requireKid = true
-	} else if set, err = a.staticKeys(); err != nil {
+	set, requireKid, err := a.keysFor(token)
+	if err != nil {
 		return Claims{}, err
 	}
 	opts := []jwt.ParseOption{

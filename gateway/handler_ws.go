@@ -229,9 +229,7 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 	switch f.Type {
 	case "subscribe", "ack", "renew":
 		// They lease or settle messages: the reference server's read-write.
-		if c.ss.s.cfg.Auth != nil && c.claims.Role < RoleReadWrite {
-			c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
-			c.ss.send(wsError(f.ID, "forbidden", forbiddenError{have: c.claims.Role, need: RoleReadWrite}.Error()))
+		if !c.mayWrite(f) {
 			return
 		}
 	}
@@ -516,6 +514,17 @@ func parseWSPush(raw json.RawMessage) ([]queue.PushItem, error) {
 	return parsePushItems(arr)
 }
 
+// mayWrite reports whether the connection's token may send f (role
+// read-write, when auth is on); if not, it answers f's forbidden error.
+func (c *wsConn) mayWrite(f *wsFrame) bool {
+	if c.ss.s.cfg.Auth == nil || c.claims.Role >= RoleReadWrite {
+		return true
+	}
+	c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
+	c.ss.send(wsError(f.ID, "forbidden", forbiddenError{have: c.claims.Role, need: RoleReadWrite}.Error()))
+	return false
+}
+
 func (c *wsConn) push(ctx context.Context, f *wsFrame) {
 	items, err := parseWSPush(f.Items)
 	if err != nil {
@@ -523,9 +532,7 @@ func (c *wsConn) push(ctx context.Context, f *wsFrame) {
 		return
 	}
 	if c.ss.s.cfg.Auth != nil {
-		if c.claims.Role < RoleReadWrite {
-			c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
-			c.ss.send(wsError(f.ID, "forbidden", forbiddenError{have: c.claims.Role, need: RoleReadWrite}.Error()))
+		if !c.mayWrite(f) {
 			return
 		}
 		if err := checkProduce(c.claims.Rights, items); err != nil {

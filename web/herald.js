@@ -54,6 +54,12 @@ function tokenExpiry(tok) {
   }
 }
 
+/** refreshIn(jwt) → ms until a token function should be asked again (80% of the token's life left), or -1: no exp. */
+function refreshIn(tok) {
+  const exp = tokenExpiry(tok);
+  return exp ? Math.max(0, (exp - Date.now()) * 0.8) : -1;
+}
+
 export class Herald {
   /**
    * @param {string} [base] the server's URL; default: this page's origin
@@ -216,8 +222,8 @@ export class Herald {
   /** _armRefresh sends ws a fresh token (auth frame) at 80% of its token's life, while it is open. */
   _armRefresh(ws, tok) {
     clearTimeout(this._refresh);
-    const exp = tokenExpiry(tok);
-    if (typeof this.token !== "function" || !exp) return;
+    const wait = typeof this.token === "function" ? refreshIn(tok) : -1;
+    if (wait < 0) return;
     this._refresh = setTimeout(async () => {
       if (this._ws !== ws) return;
       try {
@@ -227,7 +233,7 @@ export class Herald {
       } catch {
         // The server closes the socket at exp (4501); the reconnect asks for a token again.
       }
-    }, Math.max(0, (exp - Date.now()) * 0.8));
+    }, wait);
   }
 
   _retry(code, reason) {
@@ -356,8 +362,8 @@ export class Herald {
       // With a token function: before this token expires, reopen with a
       // fresh one, resuming after the last event (the server acks what it
       // covers and hands the rest back to this stream first).
-      const exp = typeof herald.token === "function" ? tokenExpiry(tok) : 0;
-      if (exp) {
+      const wait = typeof herald.token === "function" ? refreshIn(tok) : -1;
+      if (wait >= 0) {
         clearTimeout(timer);
         timer = setTimeout(async () => {
           if (closed || handle.source !== es) return;
@@ -369,7 +375,7 @@ export class Herald {
           }
           es.close();
           open(fresh);
-        }, Math.max(0, (exp - Date.now()) * 0.8));
+        }, wait);
       }
     };
     opts.onState?.({ state: "connecting", attempt: 0, delay: 0 });

@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -186,11 +185,8 @@ func demo(ctx context.Context, c *demoConfig, stdout io.Writer, log zerolog.Logg
 
 // demoPortError says which demo port is taken and how to choose others.
 func demoPortError(addr, flag string, err error) error {
-	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("%s is already in use (another herald demo or herald serve?): stop it, or give the demo "+
-			"other ports, e.g. herald demo --ports 6640,6641,6642 --sync-ports 7640,7641,7642 (%s)", addr, flag)
-	}
-	return fmt.Errorf("cannot listen on %s (%s): %w", addr, flag, err)
+	return portError(addr, flag, err, "(another herald demo or herald serve?): stop it, or give the demo "+
+		"other ports, e.g. herald demo --ports 6640,6641,6642 --sync-ports 7640,7641,7642 ("+flag+")")
 }
 
 // waitHealthy polls url until it answers 200, an instance fails, or ctx ends.

@@ -23,19 +23,9 @@ func readmeBlock(t *testing.T, lang, first string) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	require.NoError(t, err)
-	var block []string
-	in := false
-	for _, l := range strings.Split(string(b), "\n") {
-		switch {
-		case !in && l == "```"+lang:
-			in, block = true, nil
-		case in && l == "```":
-			if len(block) > 0 && strings.HasPrefix(block[0], first) {
-				return block
-			}
-			in = false
-		case in:
-			block = append(block, l)
+	for _, block := range markdownBlocks(string(b), lang) {
+		if strings.HasPrefix(block, first) {
+			return strings.Split(block, "\n")
 		}
 	}
 	t.Fatalf("no ```%s block starting with %q in README.md", lang, first)

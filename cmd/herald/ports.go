@@ -28,9 +28,15 @@ func probeUDP(addr string) error {
 }
 
 func bindError(addr, flag, env string, err error) error {
+	return portError(addr, flag, err, fmt.Sprintf("(another herald, or another program, listens there): stop it, "+
+		"or choose another address with %s (or %s), e.g. %s %s", flag, env, flag, freeAddr(addr)))
+}
+
+// portError says that addr, chosen by flag, is taken (and fix, how to
+// choose another), or why else it cannot be bound.
+func portError(addr, flag string, err error, fix string) error {
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("%s is already in use (another herald, or another program, listens there): stop it, "+
-			"or choose another address with %s (or %s), e.g. %s %s", addr, flag, env, flag, freeAddr(addr))
+		return fmt.Errorf("%s is already in use %s", addr, fix)
 	}
 	return fmt.Errorf("cannot listen on %s (%s): %w", addr, flag, err)
 }

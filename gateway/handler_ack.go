@@ -120,6 +120,10 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 		s.fail(w, err)
 		return
 	}
+	holder := holderOf(r.Context())
+	for i := range acks {
+		acks[i].Holder = holder
+	}
 	results, err := s.store.Ack(r.Context(), acks)
 	if err != nil {
 		s.fail(w, err)
@@ -127,10 +131,19 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 	}
 	s.afterAck(acks, results)
 	out := make([]ackJSON, len(results))
+	foreign := 0
 	for i, res := range results {
 		out[i] = ackResultJSON(res)
+		if res.Error == queue.ErrTextForeign {
+			foreign++
+		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	status := http.StatusOK
+	if foreign > 0 && foreign == len(results) {
+		// Every item named another subject's delivery: nothing was done.
+		status = http.StatusForbidden
+	}
+	writeJSON(w, status, out)
 }
 
 // ackItemJSON holds the fields of an ack item, undecoded: a struct, not a

@@ -193,12 +193,16 @@ func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	res, err := s.store.ExtendLease(r.Context(), r.PathValue("leaseId"), seconds)
+	res, err := s.store.ExtendLease(r.Context(), r.PathValue("leaseId"), seconds, holderOf(r.Context()))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, []extendJSON{extendResultJSON(res)})
+	status := http.StatusOK
+	if res.Error == queue.ErrTextLeaseForeign {
+		status = http.StatusForbidden
+	}
+	writeJSON(w, status, []extendJSON{extendResultJSON(res)})
 }
 
 func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
@@ -266,7 +270,7 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.store.Transaction(r.Context(), ops, leases)
+	res, err := s.store.Transaction(r.Context(), ops, leases, holderOf(r.Context()))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -313,7 +317,11 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 		s.afterPush(pushed)
 		s.afterAck(acks, acked)
 	}
-	writeJSON(w, http.StatusOK, out)
+	status := http.StatusOK
+	if res.Forbidden {
+		status = http.StatusForbidden
+	}
+	writeJSON(w, status, out)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -159,8 +159,9 @@ func boolParam(v, name string) (bool, error) {
 func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 	req, wait, timeout, err := parsePopRequest(r)
 	if err == nil {
-		err = checkConsume(rightsOf(r.Context()), req)
+		err = checkConsume(rightsOf(r.Context()), &req)
 	}
+	req.Subject = subjectOf(r.Context())
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -193,9 +194,9 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		return
 	}
 	waiter := s.poller.Wait(poller.Intention{
-		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
+		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition, QueueMatch: req.QueueMatch,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
-		Batch: req.Batch, Partitions: req.Partitions, AutoAck: req.AutoAck,
+		Batch: req.Batch, Partitions: req.Partitions, AutoAck: req.AutoAck, Subject: req.Subject,
 		Deadline: time.Now().Add(timeout),
 	})
 	// Answer a little before the client's own timeout: Queen's Go client

@@ -148,6 +148,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, br.status, br.msg)
 	case queue.IsInputError(err):
 		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, queue.ErrForeign):
+		writeError(w, http.StatusForbidden, err.Error())
 	case errors.Is(err, errRequestCanceled):
 		// The client went away; nobody reads the answer.
 		w.WriteHeader(499)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -76,7 +77,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		err = req.Validate()
 	}
 	if err == nil {
-		err = checkConsume(rightsOf(r.Context()), req) // 403: EventSource does not retry it
+		err = checkConsume(rightsOf(r.Context()), &req) // 403: EventSource does not retry it
 	}
 	if err != nil {
 		s.fail(w, err)
@@ -154,7 +155,13 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	// Everything up to the token was received: acknowledge it, and give the
 	// rest of those leases back so this stream receives them again first.
 	if len(marks) > 0 && !req.AutoAck {
-		res, err := s.store.ResumeLeases(r.Context(), req.Group, marks)
+		res, err := s.store.ResumeLeases(r.Context(), req.Group, marks, holderOf(r.Context()))
+		if errors.Is(err, queue.ErrForeign) {
+			// Another subject's token, learned out of band: a terminal
+			// answer (EventSource gives up on any status but 200).
+			s.fail(w, err)
+			return
+		}
 		if err != nil {
 			s.log.Error().Err(err).Msg("resuming an SSE stream")
 			retryLater(w)
@@ -178,9 +185,10 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	st.ss = newSession(s, opts)
 	st.ss.t = st
 	sub, err := st.ss.subscribe(&poller.Intention{
-		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition,
+		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition, QueueMatch: req.QueueMatch,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
 		Batch: batch, Partitions: max(req.Partitions, streamPartitions(maxInFlight)), Credit: maxInFlight, AutoAck: req.AutoAck,
+		Subject: subjectOf(r.Context()),
 	})
 	if err != nil { // a new session has no subscription and is not draining
 		st.ss.close(nil)

@@ -247,9 +247,14 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
 			return
 		}
-		res, err := c.ss.s.store.ExtendLease(ctx, f.LeaseID, f.Seconds)
+		res, err := c.ss.s.store.ExtendLease(ctx, f.LeaseID, f.Seconds, c.claims.holder())
 		if err != nil {
 			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
+			return
+		}
+		if res.Error == queue.ErrTextLeaseForeign {
+			c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
+			c.ss.send(wsError(f.ID, "forbidden", res.Error))
 			return
 		}
 		out := extendResultJSON(res)
@@ -354,7 +359,7 @@ func (c *wsConn) subscribe(f *wsFrame) {
 		c.ss.send(wsError(f.ID, "bad_request", msg))
 		return
 	}
-	if err := checkConsume(c.claims.Rights, req); err != nil {
+	if err := checkConsume(c.claims.Rights, &req); err != nil {
 		// This subscription only: the connection and its others carry on.
 		c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
 		c.ss.send(wsError(f.ID, "forbidden", err.Error()))
@@ -375,6 +380,7 @@ func (c *wsConn) subscribe(f *wsFrame) {
 		Target: queue.Target{Queue: f.Queue, Partition: f.Partition, Group: f.ConsumerGroup,
 			SubscriptionMode: f.SubscriptionMode, SubscriptionFrom: f.SubscriptionFrom},
 		Batch: batch, Partitions: streamPartitions(maxInFlight), Credit: maxInFlight, AutoAck: f.AutoAck,
+		Subject: c.claims.Subject,
 	})
 	switch {
 	case errors.Is(err, errTooManySubs):
@@ -418,7 +424,7 @@ func (c *wsConn) auth(f *wsFrame) {
 	c.ss.rearm(claims.Expires, claims.Expires.IsZero()) // at exp, as the first token
 	for _, sub := range c.ss.subscriptions() {
 		t := sub.in.Target
-		if err := checkConsume(claims.Rights, queue.PopRequest{Queue: t.Queue, Partition: t.Partition}); err != nil {
+		if err := checkConsume(claims.Rights, &queue.PopRequest{Queue: t.Queue, Partition: t.Partition}); err != nil {
 			if c.ss.unsubscribe(sub.id) {
 				c.ss.send(map[string]any{"type": "error", "code": "forbidden", "sub": sub.id, "message": err.Error()})
 			}

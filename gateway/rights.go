@@ -100,6 +100,42 @@ func allows(patterns []string, a, b string) bool {
 	return false
 }
 
+// wholeQueues is a PostgreSQL regular expression matching the names of
+// the queues r lets its bearer consume whole (patterns "queue" and
+// "queue/*"); false when there are none.
+func (r *Rights) wholeQueues() (string, bool) {
+	var alts []string
+	for _, p := range r.Consume {
+		q, part, two := strings.Cut(p, "/")
+		if two && part != "*" {
+			continue
+		}
+		var b strings.Builder
+		for _, c := range q {
+			switch {
+			case c == '*':
+				b.WriteString(".*")
+			case c < 0x80 && !isAlnum(c):
+				// A backslash before any other character is that character.
+				b.WriteByte('\\')
+				b.WriteRune(c)
+			default:
+				b.WriteRune(c)
+			}
+		}
+		alts = append(alts, b.String())
+	}
+	if len(alts) == 0 {
+		return "", false
+	}
+	return "^(?:" + strings.Join(alts, "|") + ")$", true
+}
+
+// isAlnum reports whether c is an ASCII letter or digit.
+func isAlnum(c rune) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
 // glob matches s against pattern, where "*" matches any run of characters
 // (none included) and every other character itself.
 func glob(pattern, s string) bool {
@@ -156,8 +192,10 @@ func checkProduce(r *Rights, items []queue.PushItem) error {
 
 // checkConsume refuses a pop or subscription the token may not make: a
 // queue (whole, or one partition) outside its consume patterns, or a
-// namespace/task selection outside its namespaces.
-func checkConsume(r *Rights, req queue.PopRequest) error {
+// namespace/task selection outside its namespaces. A selection it may
+// make by namespace and task is narrowed to the queues the token may
+// consume whole (req.QueueMatch): only those are served.
+func checkConsume(r *Rights, req *queue.PopRequest) error {
 	if r == nil {
 		return nil
 	}
@@ -165,6 +203,11 @@ func checkConsume(r *Rights, req queue.PopRequest) error {
 		if !r.MayUseNamespace(req.Namespace, req.Task) {
 			return forbidden("this token may not pop by namespace %q and task %q", req.Namespace, req.Task)
 		}
+		match, ok := r.wholeQueues()
+		if !ok {
+			return forbidden("this token may consume no whole queue, so none of namespace %q and task %q", req.Namespace, req.Task)
+		}
+		req.QueueMatch = match
 		return nil
 	}
 	if !r.MayConsume(req.Queue, req.Partition) {
@@ -214,4 +257,27 @@ func (s *Server) checkPartitions(ctx context.Context, r *Rights, ids []string, w
 		}
 	}
 	return nil
+}
+
+// subjectOf is who the request's bearer is, as its deliveries record it:
+// the token's sub, or "" with auth off.
+func subjectOf(ctx context.Context) string {
+	c, _ := claimsOf(ctx)
+	return c.Subject
+}
+
+// holderOf is the subject acks, lease extensions and resumes of the
+// request are checked against (queue.Ack.Holder): the bearer's sub,
+// unless auth is off or the bearer is an admin, who may act on any lease.
+func holderOf(ctx context.Context) string {
+	c, _ := claimsOf(ctx)
+	return c.holder()
+}
+
+// holder is holderOf for claims at hand.
+func (c Claims) holder() string {
+	if c.Role >= RoleAdmin {
+		return ""
+	}
+	return c.Subject
 }

@@ -53,7 +53,7 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			limit := min(could, pp.Messages)
 			in.reserved += limit
 			out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(),
-				Limit: limit, Token: &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, could: could}})
+				Limit: limit, Subject: in.Subject, Token: &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, could: could}})
 			return true
 		})
 		w.mu.Unlock()

@@ -15,6 +15,9 @@ type Intention struct {
 	Batch      int  // messages per delivery; zero means 1
 	Partitions int  // partitions a wildcard intention may claim; zero means 1
 	AutoAck    bool // deliver at-most-once, keeping no lease
+	// Subject is who the consumer is (its token's sub; "" for none): the
+	// leases it gets record it (queue.Assignment.Subject).
+	Subject string
 	// Credit is how many messages it may take before AddCredit; zero means
 	// Batch. A long-poll takes one batch; a streaming subscription takes
 	// maxInFlight − unacked.
@@ -80,7 +83,7 @@ func targetKey(t queue.Target) string {
 	if t.Queue != "" {
 		return "q:" + t.Queue
 	}
-	return "n:" + t.Namespace + "\x00" + t.Task
+	return "n:" + t.Namespace + "\x00" + t.Task + "\x00" + t.QueueMatch
 }
 
 // Waiter is a one-shot intention whose delivery arrives on a channel: the

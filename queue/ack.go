@@ -41,6 +41,11 @@ type Ack struct {
 	Status        AckStatus
 	Group         string // zero means DefaultGroup
 	Error         string // recorded with a dead letter
+	// Holder, when set, is the subject (token sub) acking: the ack is
+	// refused (ErrTextForeign) when the group's messages on the partition
+	// were last leased to another subject. "" checks nothing (auth off, an
+	// admin).
+	Holder string
 }
 
 // Ack errors reported per item (they are results, not Go errors).
@@ -60,6 +65,9 @@ const (
 	// ErrTextReleased: an earlier item of the same request gave the message
 	// back (failed or retry); it is no longer under the lease.
 	ErrTextReleased = "Message was released by an earlier item of this request"
+	// ErrTextForeign: the message was leased to another subject than the
+	// ack's Holder.
+	ErrTextForeign = "Forbidden: the message was delivered to another subject"
 )
 
 // AckResult reports one acknowledgement, in request order.
@@ -272,6 +280,7 @@ type lockedConsumer struct {
 	deliveredTo int64  // the highest offset ever leased to the group here
 	lastOffset  int64  // the partition's last offset, as the row knows it
 	retryLimit  int
+	subject     string // who the last lease was for; "" for no one
 
 	// What earlier items of the request left: offsets given back (failed
 	// or retry), and the item whose ack makes the lease end with the
@@ -289,6 +298,8 @@ func (lc *lockedConsumer) covers(seq int64) bool {
 // refusal says why ack a of offset seq is refused, as the earlier items of
 // the request left the row, or "" when it may be applied:
 //
+//   - a Holder must be the subject of the row's last lease, if it had one
+//     (whatever else holds: another's message is not even acked twice);
 //   - naming a lease: it must be the live lease, and (unless seq is done
 //     already, when the ack is a harmless repeat) cover seq and not have
 //     given seq back earlier in the request;
@@ -297,6 +308,9 @@ func (lc *lockedConsumer) covers(seq int64) bool {
 //     have been delivered, and only a verdict (completed, dlq) is taken:
 //     failed and retry give a lease back, and there is none.
 func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
+	if a.Holder != "" && lc.subject != "" && a.Holder != lc.subject {
+		return ErrTextForeign
+	}
 	// The lease itself ends only after the last item (releasedBy), so the
 	// one live when the request started is live for all of its items.
 	if a.LeaseID != "" {
@@ -358,7 +372,7 @@ ORDER BY t.ord`
 const ackLockSQL = `-- herald:ack_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
-       c.attempts, c.attempt_seq, c.delivered_to, c.last_offset, q.retry_limit
+       c.attempts, c.attempt_seq, c.delivered_to, c.last_offset, q.retry_limit, coalesce(c.lease_subject, '')
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
 JOIN partitions p ON p.id = c.partition_id
@@ -440,7 +454,8 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []strin
 		lc := &lockedConsumer{releasedBy: -1}
 		var live bool
 		if err := rows.Scan(&k.partitionID, &k.group, &lc.st.cursor, &lc.st.done, &lc.st.leaseID, &live,
-			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.lastOffset, &lc.retryLimit); err != nil {
+			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.lastOffset, &lc.retryLimit,
+			&lc.subject); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return nil, fmt.Errorf("locking consumers: %w", err)
@@ -524,7 +539,7 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []strin
 	var u consumerUpdates
 	for _, k := range order {
 		if lc := locked[k]; lc.st.changed {
-			u.add(k.partitionID, k.group, &lc.st, -1, s.cfg.InstanceID)
+			u.add(k.partitionID, k.group, &lc.st, -1, s.cfg.InstanceID, "")
 		}
 	}
 	w := &pgx.Batch{}

@@ -20,6 +20,7 @@ type Assignment struct {
 	Total   int
 	AutoAck bool
 	LeaseID string // one per intention, shared by its assignments; ignored with AutoAck
+	Subject string // who the consumer is (its token's sub); "" for none
 }
 
 // popAssignedSQL leases every assigned (partition, group) and returns their
@@ -39,12 +40,12 @@ type Assignment struct {
 // #nosec G101 -- SQL text; "lease" is not a credential.
 const popAssignedSQL = `-- herald:pop_assigned
 WITH a AS (
-	SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::int[], $5::int[], $6::bool[], $7::text[])
-	       WITH ORDINALITY AS a(intention, pid, grp, lim, total, auto, lease, ord)
+	SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::int[], $5::int[], $6::bool[], $7::text[], $9::text[])
+	       WITH ORDINALITY AS a(intention, pid, grp, lim, total, auto, lease, subj, ord)
 ), locked AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, c.last_offset,
 	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
-	       a.intention, a.lim, a.total, a.auto, a.lease, a.ord,
+	       a.intention, a.lim, a.total, a.auto, a.lease, a.subj, a.ord,
 	       q.name AS qname, q.lease_time, q.delayed_processing, p.name AS pname
 	FROM a
 	JOIN consumers c ON c.partition_id = a.pid::uuid AND c.consumer_group = a.grp
@@ -66,12 +67,13 @@ WITH a AS (
 // the same rows. A row whose expired lease would dead-letter is left for the
 // pre-flight's path (Pop), as in popAssignedSQL.
 // $1 queue, $2 group, $3 partitions, $4 per partition, $5 total, $6 autoAck,
-// $7 lease id, $8 owner, $9 intention.
+// $7 lease id, $8 owner, $9 intention, $10 subject.
 var popClaimSQL = `-- herald:pop_claim
 WITH locked AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, c.last_offset,
 	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
 	       $9::int AS intention, $4::int AS lim, $5::int AS total, $6::bool AS auto, $7::text AS lease,
+	       $10::text AS subj,
 	       row_number() OVER (ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id) AS ord,
 	       q.name AS qname, q.lease_time, q.delayed_processing, p.name AS pname
 	FROM queues q
@@ -103,7 +105,8 @@ var claimableRow = `c.last_offset > c.cursor AND ` + leasableNow("q") + `
 	         AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)`
 
 // popLeaseSQL is what popAssignedSQL and popClaimSQL share once their
-// consumer rows are locked (CTE locked); $8 is the lease owner.
+// consumer rows are locked (CTE locked, with each row's subj); $8 is the
+// lease owner.
 const popLeaseSQL = `), st AS (
 	SELECT l.*,
 	       CASE WHEN l.expired THEN (CASE WHEN l.attempt_seq = l.cursor + 1 THEN l.attempts + 1 ELSE 1 END)
@@ -140,6 +143,7 @@ const popLeaseSQL = `), st AS (
 		            THEN ARRAY(SELECT d FROM unnest(c.done) d WHERE d > r.auto_cursor ORDER BY d) ELSE c.done END,
 		lease_id = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE s.lease::uuid END,
 		lease_owner = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE $8 END,
+		lease_subject = CASE WHEN r.ord IS NULL OR s.auto THEN c.lease_subject ELSE s.subj END,
 		lease_expires_at = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE now() + make_interval(secs => s.lease_time) END,
 		lease_from = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE r.lfrom END,
 		lease_to = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE r.lto END,
@@ -183,19 +187,19 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	n := len(as)
 	intention, lim, total := make([]int32, n), make([]int32, n), make([]int32, n)
 	pid, grp, lease := make([]string, n), make([]string, n), make([]string, n)
-	auto := make([]bool, n)
+	auto, subj := make([]bool, n), make([]*string, n)
 	for i, a := range as {
 		g := a.Group
 		if g == "" {
 			g = DefaultGroup
 		}
-		intention[i], pid[i], grp[i], lim[i], total[i], auto[i], lease[i] =
-			int32(a.Intention), a.PartitionID, g, int32(a.Limit), int32(a.Total), a.AutoAck, a.LeaseID
+		intention[i], pid[i], grp[i], lim[i], total[i], auto[i], lease[i], subj[i] =
+			int32(a.Intention), a.PartitionID, g, int32(a.Limit), int32(a.Total), a.AutoAck, a.LeaseID, optString(a.Subject)
 		if a.AutoAck {
 			lease[i] = NewID() // unused, but keeps the uuid cast valid
 		}
 	}
-	rows, err := s.pool.Query(ctx, popAssignedSQL, intention, pid, grp, lim, total, auto, lease, s.cfg.InstanceID)
+	rows, err := s.pool.Query(ctx, popAssignedSQL, intention, pid, grp, lim, total, auto, lease, s.cfg.InstanceID, subj)
 	if err != nil {
 		return nil, fmt.Errorf("popping assigned partitions: %w", err)
 	}
@@ -213,6 +217,7 @@ type Claim struct {
 	Total      int
 	AutoAck    bool
 	LeaseID    string // ignored with AutoAck
+	Subject    string // who the consumer is (its token's sub); "" for none
 }
 
 // PopClaim leases for one intention in one statement, claiming partitions
@@ -231,7 +236,8 @@ func (s *Store) PopClaim(ctx context.Context, c Claim) (map[int]*PopResult, erro
 	}
 	n := min(max(c.Partitions, 1), MaxPartitions)
 	rows, err := s.pool.Query(ctx, popClaimSQL, c.Queue, g, int32(n), int32(max(c.Limit, 1)), // #nosec G115 -- bounded
-		int32(max(c.Total, 1)), c.AutoAck, lease, s.cfg.InstanceID, int32(c.Intention)) // #nosec G115 -- a small id
+		int32(max(c.Total, 1)), c.AutoAck, lease, s.cfg.InstanceID, int32(c.Intention), // #nosec G115 -- a small id
+		optString(c.Subject))
 	if err != nil {
 		return nil, fmt.Errorf("claiming partitions: %w", err)
 	}

@@ -31,8 +31,9 @@ type Reservation struct {
 	PartitionID string
 	Group       string
 	LeaseID     string
-	Limit       int // the most messages to lease to it
-	Token       any // the HandOff's own
+	Limit       int    // the most messages to lease to it
+	Subject     string // who the consumer is (its token's sub); "" for none
+	Token       any    // the HandOff's own
 }
 
 // SetHandOff installs h (nil removes it). Call it before the store serves.
@@ -132,12 +133,13 @@ func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
 }
 
 // handOffArgs are the push insert's hand-off parameters.
-func (p *pushPlan) handOffArgs() (pids, groups, leases []string, limits []int32) {
+func (p *pushPlan) handOffArgs() (pids, groups, leases []string, limits []int32, subjects []*string) {
 	for _, r := range p.reserved {
 		pids = append(pids, r.PartitionID)
 		groups = append(groups, r.Group)
 		leases = append(leases, r.LeaseID)
 		limits = append(limits, int32(r.Limit))
+		subjects = append(subjects, optString(r.Subject))
 	}
-	return pids, groups, leases, limits
+	return pids, groups, leases, limits, subjects
 }

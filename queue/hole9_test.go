@@ -33,7 +33,7 @@ func TestHole9_TransactionMaxSizeAllOrNothing(t *testing.T) {
 			{Queue: "full", Payload: json.RawMessage(`{"n":3}`), TransactionID: "refused"},
 			{Queue: "full", Payload: json.RawMessage(`{"n":4}`)},
 		}},
-	}, nil)
+	}, nil, "")
 	require.NoError(t, err)
 	assert.False(t, res.Success, "a refused push fails the transaction")
 	assert.Equal(t, "PUSH operation failed: queue full is full: it holds its maxSize of 2 messages", res.Error)
@@ -58,7 +58,7 @@ func TestHole9_TransactionMaxSizeAllOrNothing(t *testing.T) {
 	res, err = s.Transaction(ctx, []queue.TxOp{
 		{Type: "push", Items: []queue.PushItem{{Queue: "full", Payload: json.RawMessage(`{"n":5}`)}}},
 		{Type: "push", Items: []queue.PushItem{{Queue: "full", Payload: json.RawMessage(`{"n":6}`)}}},
-	}, nil)
+	}, nil, "")
 	require.NoError(t, err)
 	assert.False(t, res.Success, "the second push exceeds maxSize")
 	require.Len(t, res.Results, 2)
@@ -68,7 +68,7 @@ func TestHole9_TransactionMaxSizeAllOrNothing(t *testing.T) {
 	// Within the limit it commits.
 	res, err = s.Transaction(ctx, []queue.TxOp{
 		{Type: "push", Items: []queue.PushItem{{Queue: "full", Payload: json.RawMessage(`{"n":8}`)}}},
-	}, nil)
+	}, nil, "")
 	require.NoError(t, err)
 	assert.True(t, res.Success, res.Error)
 }
@@ -95,7 +95,7 @@ func TestHole9_TransactionPushIndexes(t *testing.T) {
 			{Queue: "dst", Payload: json.RawMessage(`{"n":4}`)},
 			{Queue: "dst", Payload: json.RawMessage(`{"n":5}`)},
 		}},
-	}, []string{src.LeaseID})
+	}, []string{src.LeaseID}, "")
 	require.NoError(t, err)
 	require.True(t, res.Success, res.Error)
 	require.Len(t, res.Results, 6)

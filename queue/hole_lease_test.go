@@ -35,7 +35,7 @@ func TestHole1_ExtendLeaseSecondsBounded(t *testing.T) {
 	before := leaseExpiry(t, s, res.LeaseID)
 
 	for _, secs := range []int{1 << 31, 1<<31 - 1, 1 << 53, queue.MaxLeaseSeconds + 1, -1} {
-		ext, err := s.ExtendLease(ctxT(t), res.LeaseID, secs)
+		ext, err := s.ExtendLease(ctxT(t), res.LeaseID, secs, "")
 		require.Error(t, err, "seconds=%d", secs)
 		assert.True(t, queue.IsInputError(err), "seconds=%d is the client's fault (400): %v", secs, err)
 		assert.Nil(t, ext)
@@ -44,7 +44,7 @@ func TestHole1_ExtendLeaseSecondsBounded(t *testing.T) {
 	// The holder still holds it: no other consumer gets the message.
 	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q"}).Messages)
 
-	ext, err := s.ExtendLease(ctxT(t), res.LeaseID, queue.MaxLeaseSeconds)
+	ext, err := s.ExtendLease(ctxT(t), res.LeaseID, queue.MaxLeaseSeconds, "")
 	require.NoError(t, err)
 	assert.True(t, ext.Success)
 	assert.WithinDuration(t, time.Now().Add(queue.MaxLeaseSeconds*time.Second), ext.ExpiresAt, time.Minute)
@@ -205,7 +205,7 @@ func TestHole3_TransactionAcksFollowTheContract(t *testing.T) {
 	outside, err := s.Transaction(ctxT(t), []queue.TxOp{
 		{Type: "push", Items: dst},
 		{Type: "ack", Ack: queue.Ack{TransactionID: res[2].TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID}},
-	}, nil)
+	}, nil, "")
 	require.NoError(t, err)
 	assert.False(t, outside.Success)
 	assert.Equal(t, "ACK operation failed: "+queue.ErrTextOutsideLease, outside.Error)
@@ -214,7 +214,7 @@ func TestHole3_TransactionAcksFollowTheContract(t *testing.T) {
 		{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: queue.StatusFailed}},
 		{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: queue.StatusFailed}},
 		{Type: "push", Items: dst},
-	}, nil)
+	}, nil, "")
 	require.NoError(t, err)
 	assert.False(t, twice.Success, "the second failure names a lease the first ended")
 	assert.Equal(t, "ACK operation failed: "+queue.ErrTextInvalidLease, twice.Error)
@@ -237,17 +237,17 @@ func TestHole2_TransactionRequiredLeasesProveTheHolder(t *testing.T) {
 	m := leased.Messages[0]
 	ack := queue.TxOp{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID}}
 
-	unproven, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, nil)
+	unproven, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, nil, "")
 	require.NoError(t, err)
 	assert.False(t, unproven.Success)
 	assert.Equal(t, "ACK operation failed: "+queue.ErrTextLeaseRequired, unproven.Error)
 
 	other := "00000000-0000-4000-8000-000000000001"
-	wrong, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, []string{other})
+	wrong, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, []string{other}, "")
 	require.NoError(t, err)
 	assert.False(t, wrong.Success, "a lease that is not live proves nothing")
 
-	proven, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, []string{leased.LeaseID})
+	proven, err := s.Transaction(ctxT(t), []queue.TxOp{ack}, []string{leased.LeaseID}, "")
 	require.NoError(t, err)
 	assert.True(t, proven.Success, proven.Error)
 	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "src"}).Messages, "acked")

@@ -24,6 +24,14 @@ type PopRequest struct {
 	// Batch still bounds the total.
 	Partitions int
 	AutoAck    bool // advance the cursor at delivery, keep no lease (at-most-once)
+	// Subject is who pops (the token's sub; "" for none): the leases record
+	// it, and acks and extensions by another non-admin subject are refused
+	// (Ack.Holder).
+	Subject string
+	// QueueMatch narrows a selection by namespace and task (Queue empty)
+	// to the queues whose name matches this PostgreSQL regular expression
+	// (the queues a token may consume); "" narrows nothing.
+	QueueMatch string
 	// SubscriptionMode "new" (or SubscriptionFrom "now") makes a group that
 	// is new to the queue start after the messages already in it; a non-zero
 	// SubscriptionFrom starts it at that instant. Ignored for known groups.
@@ -113,8 +121,12 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 			}
 		}
 	}
-	if err := errors.Join(validText("namespace", r.Namespace), validText("task", r.Task)); err != nil {
+	if err := errors.Join(validText("namespace", r.Namespace), validText("task", r.Task),
+		validText("queue match", r.QueueMatch)); err != nil {
 		return nil, false, inputErrorf("%v", err)
+	}
+	if len(r.QueueMatch) > MaxQueueMatch {
+		return nil, false, inputErrorf("a queue match is at most %d bytes", MaxQueueMatch)
 	}
 	switch r.SubscriptionMode {
 	case "", "all":
@@ -141,13 +153,20 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 // the ones a filter variant does not use.
 const paramTypes = "$1::text IS NOT NULL AND $2::text IS NOT NULL AND $3::text IS NOT NULL AND $4::text IS NOT NULL"
 
+// MaxQueueMatch bounds PopRequest.QueueMatch and Target.QueueMatch.
+const MaxQueueMatch = 256 << 10
+
 // popFilter builds the WHERE fragment that selects queues. Parameters
-// $1..$4 are queue name, namespace, task, partition name.
+// $1..$4 are queue name (or, selecting by namespace and task, the
+// QueueMatch: see selector), namespace, task, partition name.
 func popFilter(r *PopRequest) string {
 	f := []string{paramTypes}
 	if r.Queue != "" {
 		f = append(f, "q.name = $1")
 	} else {
+		if r.QueueMatch != "" {
+			f = append(f, "q.name ~ $1")
+		}
 		if r.Namespace != "" {
 			f = append(f, "q.namespace = $2")
 		}
@@ -156,6 +175,16 @@ func popFilter(r *PopRequest) string {
 		}
 	}
 	return strings.Join(f, " AND ")
+}
+
+// selector is popFilter's $1: the queue's name, or for a selection by
+// namespace and task the QueueMatch (one parameter, so every statement
+// built on popFilter keeps its numbering).
+func (r *PopRequest) selector() string {
+	if r.Queue != "" {
+		return r.Queue
+	}
+	return r.QueueMatch
 }
 
 // groupMissingSQL lists the queues the request selects that do not know
@@ -205,7 +234,7 @@ ON CONFLICT DO NOTHING`
 func (s *Store) registerGroup(ctx context.Context, req *PopRequest, subNow bool, subFrom *time.Time) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, fmt.Sprintf(groupLockSQL, popFilter(req)),
-			req.Queue, req.Namespace, req.Task, req.Partition, req.Group)
+			req.selector(), req.Namespace, req.Task, req.Partition, req.Group)
 		if err != nil {
 			return err
 		}
@@ -298,11 +327,12 @@ CROSS JOIN LATERAL (
 ORDER BY c.ord, m.seq`
 
 // consumerUpdateSQL writes changed consumer rows back. A NULL ltime keeps
-// the expiry (and owner) of the lease the row already has.
+// the expiry (and owner and subject) of the lease the row already has.
 const consumerUpdateSQL = `-- herald:consumer_update
 UPDATE consumers c SET cursor = u.cur, done = u.done::bigint[], attempts = u.att, attempt_seq = u.aseq,
 	lease_id = u.lease::uuid,
 	lease_owner = CASE WHEN u.lease IS NULL THEN NULL ELSE coalesce(u.owner, c.lease_owner) END,
+	lease_subject = CASE WHEN u.ltime IS NULL THEN c.lease_subject ELSE u.subj END,
 	lease_expires_at = CASE WHEN u.lease IS NULL THEN NULL
 		WHEN u.ltime IS NULL THEN c.lease_expires_at ELSE now() + make_interval(secs => u.ltime) END,
 	lease_from = CASE WHEN u.lease IS NULL THEN NULL ELSE u.lfrom END,
@@ -310,8 +340,8 @@ UPDATE consumers c SET cursor = u.cur, done = u.done::bigint[], attempts = u.att
 	delivered_to = greatest(c.delivered_to, CASE WHEN u.lease IS NULL THEN 0 ELSE u.lto END),
 	leased_at = CASE WHEN u.ltime IS NULL THEN c.leased_at ELSE now() END
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::int[],
-            $8::bigint[], $9::bigint[], $10::text[], $11::text[])
-     AS u(pid, cur, done, att, aseq, lease, ltime, lfrom, lto, grp, owner)
+            $8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::text[])
+     AS u(pid, cur, done, att, aseq, lease, ltime, lfrom, lto, grp, owner, subj)
 WHERE c.partition_id = u.pid::uuid AND c.consumer_group = u.grp`
 
 // claimed is one locked consumer row during a pop.
@@ -361,7 +391,7 @@ var errUnregistered = errors.New("consumer group not registered on the queue")
 // register the group and run it again; otherwise such queues are skipped.
 func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register bool, res *PopResult) error {
 	filter := popFilter(req)
-	args := []any{req.Queue, req.Namespace, req.Task, req.Partition, req.Group}
+	args := []any{req.selector(), req.Namespace, req.Task, req.Partition, req.Group}
 	limit, one := 1, onePartition
 	if req.Partition == "" {
 		limit, one = req.Partitions, ""
@@ -479,7 +509,7 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 			if leased && !req.AutoAck {
 				lt = c.leaseTime
 			}
-			u.add(c.partitionID, req.Group, &c.st, lt, s.cfg.InstanceID)
+			u.add(c.partitionID, req.Group, &c.st, lt, s.cfg.InstanceID, req.Subject)
 		}
 	}
 	if res.PartitionsClaimed > 0 {
@@ -641,15 +671,15 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 
 // consumerUpdates batches consumer rows to write with consumerUpdateSQL.
 type consumerUpdates struct {
-	pid, done, lease, grp, owner []*string
-	cur, aseq, lfrom, lto        []int64
-	att                          []int32
-	ltime                        []*int32
+	pid, done, lease, grp, owner, subj []*string
+	cur, aseq, lfrom, lto              []int64
+	att                                []int32
+	ltime                              []*int32
 }
 
-// add queues a row. leaseTime ≥ 0 starts a new lease of that many seconds;
-// -1 keeps the expiry of an existing lease.
-func (u *consumerUpdates) add(partitionID, group string, st *cursorState, leaseTime int, owner string) {
+// add queues a row. leaseTime ≥ 0 starts a new lease of that many seconds,
+// held by owner for subject; -1 keeps the expiry of an existing lease.
+func (u *consumerUpdates) add(partitionID, group string, st *cursorState, leaseTime int, owner, subject string) {
 	u.pid = append(u.pid, &partitionID)
 	u.grp = append(u.grp, &group)
 	u.cur = append(u.cur, st.cursor)
@@ -664,9 +694,11 @@ func (u *consumerUpdates) add(partitionID, group string, st *cursorState, leaseT
 		lt := int32(leaseTime)
 		u.ltime = append(u.ltime, &lt)
 		u.owner = append(u.owner, &owner)
+		u.subj = append(u.subj, optString(subject))
 	} else {
 		u.ltime = append(u.ltime, nil)
 		u.owner = append(u.owner, nil)
+		u.subj = append(u.subj, nil)
 	}
 }
 
@@ -675,7 +707,7 @@ func (u *consumerUpdates) exec(ctx context.Context, q querier) error {
 		return nil
 	}
 	_, err := q.Exec(ctx, consumerUpdateSQL,
-		u.pid, u.cur, u.done, u.att, u.aseq, u.lease, u.ltime, u.lfrom, u.lto, u.grp, u.owner)
+		u.pid, u.cur, u.done, u.att, u.aseq, u.lease, u.ltime, u.lfrom, u.lto, u.grp, u.owner, u.subj)
 	if err != nil {
 		return fmt.Errorf("updating consumers: %w", err)
 	}
@@ -687,5 +719,5 @@ func (u *consumerUpdates) queue(b *pgx.Batch) {
 	if len(u.pid) == 0 {
 		return
 	}
-	b.Queue(consumerUpdateSQL, u.pid, u.cur, u.done, u.att, u.aseq, u.lease, u.ltime, u.lfrom, u.lto, u.grp, u.owner)
+	b.Queue(consumerUpdateSQL, u.pid, u.cur, u.done, u.att, u.aseq, u.lease, u.ltime, u.lfrom, u.lto, u.grp, u.owner, u.subj)
 }

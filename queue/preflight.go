@@ -14,6 +14,8 @@ type Target struct {
 	Task      string
 	Partition string // zero: any
 	Group     string // zero: DefaultGroup
+	// QueueMatch narrows a namespace/task target (as PopRequest.QueueMatch).
+	QueueMatch string
 	// Subscription options apply when the group is new to a queue (see
 	// PopRequest).
 	SubscriptionMode string
@@ -66,13 +68,14 @@ type Availability struct {
 // registered on is one row with has_consumer false, messages or not.
 const preflightSQL = `-- herald:preflight
 WITH k AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[])
-	       WITH ORDINALITY AS k(qname, ns, task, pname, grp, want, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[])
+	       WITH ORDINALITY AS k(qname, ns, task, pname, grp, want, qmatch, ord)
 ), kq AS (
 	SELECT k.ord, k.pname, k.grp, k.want, q.* FROM k JOIN queues q ON q.name = k.qname WHERE k.qname <> ''
 	UNION ALL
 	SELECT k.ord, k.pname, k.grp, k.want, q.* FROM k JOIN queues q
-	  ON (k.ns = '' OR q.namespace = k.ns) AND (k.task = '' OR q.task = k.task) WHERE k.qname = ''
+	  ON (k.ns = '' OR q.namespace = k.ns) AND (k.task = '' OR q.task = k.task) AND (k.qmatch = '' OR q.name ~ k.qmatch)
+	WHERE k.qname = ''
 ), rows AS (
 	SELECT kq.ord, kq.name AS qname, p.id::text AS pid, p.name AS pname, kq.grp,
 	       c.last_offset - c.cursor - cardinality(c.done) AS waiting, true AS has_consumer,
@@ -113,16 +116,17 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 	}
 	n := len(targets)
 	qn, ns, tk, pn, gr := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	qm := make([]string, n)
 	want := make([]int32, n)
 	for i, t := range targets {
 		g := t.Group
 		if g == "" {
 			g = DefaultGroup
 		}
-		qn[i], ns[i], tk[i], pn[i], gr[i] = t.Queue, t.Namespace, t.Task, t.Partition, g
+		qn[i], ns[i], tk[i], pn[i], gr[i], qm[i] = t.Queue, t.Namespace, t.Task, t.Partition, g, t.QueueMatch
 		want[i] = int32(min(max(t.Want, 1), MaxPartitions*100)) // #nosec G115 -- bounded above
 	}
-	rows, err := s.pool.Query(ctx, preflightSQL, qn, ns, tk, pn, gr, want)
+	rows, err := s.pool.Query(ctx, preflightSQL, qn, ns, tk, pn, gr, want, qm)
 	if err != nil {
 		return nil, fmt.Errorf("running pre-flight: %w", err)
 	}
@@ -156,6 +160,7 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
 	for _, t := range targets {
 		req := PopRequest{Queue: t.Queue, Namespace: t.Namespace, Task: t.Task, Partition: t.Partition, Group: t.Group,
+			QueueMatch:       t.QueueMatch,
 			SubscriptionMode: t.SubscriptionMode, SubscriptionFrom: t.SubscriptionFrom}
 		subFrom, subNow, err := req.normalize()
 		if err != nil {

@@ -472,7 +472,7 @@ SELECT lock_for_push($1::uuid[])`
 // statement. The consumer rows are marked after the commit (readySQL),
 // except those with nothing pending, which it marks itself (no pop can
 // take anything from them before it commits), and those it leases to the
-// consumers a HandOff reserved ($7–$10):
+// consumers a HandOff reserved ($7–$10, $12 their subjects):
 // a reserved group's row gets the lease of the partition's new messages
 // if it is caught up to them (its cursor at the old last offset, nothing
 // done above it, no lease) on a queue with no delay and no window. Rows:
@@ -504,8 +504,8 @@ WITH input AS (
 	FROM counts c WHERE p.id = c.partition_id
 	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base
 ), handoff AS (
-	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim
-	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[]) AS h(pid, grp, lease, lim)
+	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj
+	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[]) AS h(pid, grp, lease, lim, subj)
 ), lagging AS (
 	SELECT c.partition_id, c.consumer_group, c.last_offset, c.cursor
 	FROM bumped b JOIN consumers c ON c.partition_id = b.id
@@ -522,7 +522,7 @@ WITH input AS (
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 ), handed AS (
-	UPDATE consumers c SET lease_id = h.lease, lease_owner = $11,
+	UPDATE consumers c SET lease_id = h.lease, lease_owner = $11, lease_subject = h.subj,
 		lease_expires_at = now() + make_interval(secs => q.lease_time),
 		lease_from = b.base + 1, lease_to = least(b.last_offset, b.base + h.lim),
 		delivered_to = greatest(c.delivered_to, least(b.last_offset, b.base + h.lim)),
@@ -559,8 +559,8 @@ WHERE NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = l.partition_id A
 // hands off.
 func (p *pushPlan) queue(b *pgx.Batch, owner string) {
 	b.Queue(pushLockSQL, p.partIDs)
-	hp, hg, hl, hn := p.handOffArgs()
-	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, owner)
+	hp, hg, hl, hn, hs := p.handOffArgs()
+	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, owner, hs)
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {

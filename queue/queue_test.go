@@ -256,17 +256,17 @@ func TestLease_Extend(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "q", "", nums(1, 1)...)
 	res := pop(t, s, queue.PopRequest{Queue: "q"})
-	ext, err := s.ExtendLease(ctxT(t), res.LeaseID, 120)
+	ext, err := s.ExtendLease(ctxT(t), res.LeaseID, 120, "")
 	require.NoError(t, err)
 	assert.True(t, ext.Success)
 	assert.WithinDuration(t, time.Now().Add(120*time.Second), ext.ExpiresAt, 10*time.Second)
 
-	ext, err = s.ExtendLease(ctxT(t), "00000000-0000-0000-0000-000000000000", 0)
+	ext, err = s.ExtendLease(ctxT(t), "00000000-0000-0000-0000-000000000000", 0, "")
 	require.NoError(t, err)
 	assert.Equal(t, queue.ErrTextLeaseNotFound, ext.Error)
 
 	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second'`)
-	ext, err = s.ExtendLease(ctxT(t), res.LeaseID, 0)
+	ext, err = s.ExtendLease(ctxT(t), res.LeaseID, 0, "")
 	require.NoError(t, err)
 	assert.False(t, ext.Success)
 	assert.Equal(t, queue.ErrTextLeaseExpired, ext.Error)
@@ -378,7 +378,7 @@ func TestPop_SpecificAndMultiplePartitions(t *testing.T) {
 	}
 	assert.False(t, seen["p2"])
 	// One lease id covers both partitions: extend and ack work across them.
-	ext, err := s.ExtendLease(ctxT(t), many.LeaseID, 60)
+	ext, err := s.ExtendLease(ctxT(t), many.LeaseID, 60, "")
 	require.NoError(t, err)
 	assert.True(t, ext.Success)
 	for _, r := range ackAll(t, s, many, queue.StatusCompleted) {
@@ -412,7 +412,7 @@ func TestTransaction(t *testing.T) {
 	bad, err := s.Transaction(ctxT(t), []queue.TxOp{
 		{Type: "push", Items: []queue.PushItem{{Queue: "dst", Payload: json.RawMessage(`{"n":99}`)}}},
 		{Type: "ack", Ack: queue.Ack{TransactionID: "no-such-tx", PartitionID: m.PartitionID}},
-	}, nil)
+	}, nil, "")
 	require.NoError(t, err)
 	assert.False(t, bad.Success)
 	assert.Equal(t, "ACK operation failed: Message not found", bad.Error)
@@ -421,18 +421,18 @@ func TestTransaction(t *testing.T) {
 	good, err := s.Transaction(ctxT(t), []queue.TxOp{
 		{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID}},
 		{Type: "push", Items: []queue.PushItem{{Queue: "dst", Payload: json.RawMessage(`{"n":2}`)}}},
-	}, []string{res.LeaseID})
+	}, []string{res.LeaseID}, "")
 	require.NoError(t, err)
 	require.True(t, good.Success, good.Error)
 	require.Len(t, good.Results, 2)
 	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "dst"}).Messages))
 
 	stale, err := s.Transaction(ctxT(t), []queue.TxOp{{Type: "push", Items: []queue.PushItem{{Queue: "dst"}}}},
-		[]string{res.LeaseID})
+		[]string{res.LeaseID}, "")
 	require.NoError(t, err)
 	assert.False(t, stale.Success, "the required lease was released by the ack")
 
-	_, err = s.Transaction(ctxT(t), nil, nil)
+	_, err = s.Transaction(ctxT(t), nil, nil, "")
 	assert.True(t, queue.IsInputError(err))
 }
 

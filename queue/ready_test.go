@@ -93,7 +93,7 @@ func TestIssue16_PopCostIndependentOfPartitionCount(t *testing.T) {
 	cost := func(q string) (claim, preflight int64) {
 		claim = explainBuffers(t, s, queue.PopLockSQL, q, "", "", "", "g", 10)
 		preflight = explainBuffers(t, s, queue.PreflightSQL, []string{q}, []string{""}, []string{""}, []string{""},
-			[]string{"g"}, []int32{10})
+			[]string{"g"}, []int32{10}, []string{""})
 		return claim, preflight
 	}
 	fillPartitions(t, s, "small", 2000)
@@ -246,7 +246,7 @@ func TestIssue16_CoalescedPopIsLinearInAssignments(t *testing.T) {
 		pids[i], grps[i], leases[i], autos[i] = a.PartitionID, a.Group, lease, "false"
 	}
 	boolArr := "{" + strings.Join(autos, ",") + "}"
-	loops := maxLoops(explain(t, s, queue.PopAssignedSQL, ints, pids, grps, lims, tots, boolArr, leases, "me"))
+	loops := maxLoops(explain(t, s, queue.PopAssignedSQL, ints, pids, grps, lims, tots, boolArr, leases, "me", make([]string, n)))
 	t.Logf("%d assignments: a node ran at most %d times", n, loops)
 	assert.Less(t, loops, int64(4*n), "a node of the coalesced pop runs once per pair of assignments")
 }
@@ -268,7 +268,7 @@ func TestIssue16_CachedPlansFollowTableGrowth(t *testing.T) {
 	defer conn.Release()
 	_, err = conn.Exec(ctxT(t), "PREPARE stale AS "+queue.PreflightSQL) // the pool forces generic plans
 	require.NoError(t, err)
-	args := `('{%s}', '{""}', '{""}', '{""}', '{__QUEUE_MODE__}', '{100}')`
+	args := `('{%s}', '{""}', '{""}', '{""}', '{__QUEUE_MODE__}', '{100}', '{""}')`
 	_, err = conn.Exec(ctxT(t), "EXECUTE stale"+fmt.Sprintf(args, "small"))
 	require.NoError(t, err)
 
@@ -333,7 +333,7 @@ func TestIssue16_TransactionAckThenPushDoesNotDeadlock(t *testing.T) {
 					{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
 						LeaseID: m.LeaseID, Status: queue.StatusCompleted, Group: "g"}},
 					{Type: "push", Items: []queue.PushItem{{Queue: "txq", Partition: "p", Payload: json.RawMessage(`1`)}}},
-				}, nil); err != nil {
+				}, nil, ""); err != nil {
 					errs <- fmt.Errorf("transaction: %w", err)
 					return
 				}

@@ -28,7 +28,8 @@ type ResumeResult struct {
 
 const resumeLockSQL = `-- herald:resume_lock
 SELECT c.partition_id::text, c.cursor, c.done, coalesce(c.lease_id::text, ''),
-       coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq, q.name, p.name
+       coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq, q.name, p.name,
+       coalesce(c.lease_subject, '')
 FROM (SELECT DISTINCT pid::uuid AS pid FROM unnest($1::text[]) AS k(pid)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = $2
 JOIN partitions p ON p.id = c.partition_id
@@ -40,8 +41,10 @@ FOR UPDATE OF c`
 // lease is still the partition's lease (live or expired but not yet taken
 // over) acknowledges the lease's messages up to Through and gives the rest
 // back without counting an attempt, so they are delivered again at once.
-// Results are in the order of marks.
-func (s *Store) ResumeLeases(ctx context.Context, group string, marks []LeaseMark) ([]ResumeResult, error) {
+// Results are in the order of marks. With a holder other than "", a mark
+// of a lease leased to another subject refuses the whole call (ErrForeign):
+// a resume token is its earner's.
+func (s *Store) ResumeLeases(ctx context.Context, group string, marks []LeaseMark, holder string) ([]ResumeResult, error) {
 	if group == "" {
 		group = DefaultGroup
 	}
@@ -60,8 +63,8 @@ func (s *Store) ResumeLeases(ctx context.Context, group string, marks []LeaseMar
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		type row struct {
-			st               cursorState
-			queue, partition string
+			st                        cursorState
+			queue, partition, subject string
 		}
 		locked := map[string]*row{}
 		rows, err := tx.Query(ctx, resumeLockSQL, pids, group)
@@ -72,7 +75,7 @@ func (s *Store) ResumeLeases(ctx context.Context, group string, marks []LeaseMar
 			var pid string
 			r := &row{}
 			if err := rows.Scan(&pid, &r.st.cursor, &r.st.done, &r.st.leaseID, &r.st.leaseFrom, &r.st.leaseTo,
-				&r.st.attempts, &r.st.attemptSeq, &r.queue, &r.partition); err != nil {
+				&r.st.attempts, &r.st.attemptSeq, &r.queue, &r.partition, &r.subject); err != nil {
 				rows.Close()
 				return fmt.Errorf("locking consumers: %w", err)
 			}
@@ -92,6 +95,9 @@ func (s *Store) ResumeLeases(ctx context.Context, group string, marks []LeaseMar
 			if r.st.leaseID == "" || r.st.leaseID != m.LeaseID {
 				continue
 			}
+			if holder != "" && r.subject != "" && r.subject != holder {
+				return ErrForeign
+			}
 			out[i].Matched = true
 			for seq := max(r.st.leaseFrom, r.st.cursor+1); seq <= min(r.st.leaseTo, m.Through); seq++ {
 				if !r.st.isDone(seq) {
@@ -100,7 +106,7 @@ func (s *Store) ResumeLeases(ctx context.Context, group string, marks []LeaseMar
 				}
 			}
 			r.st.release()
-			u.add(m.PartitionID, group, &r.st, -1, s.cfg.InstanceID)
+			u.add(m.PartitionID, group, &r.st, -1, s.cfg.InstanceID, "")
 		}
 		return u.exec(ctx, tx)
 	})

@@ -209,6 +209,10 @@ func inputErrorf(format string, args ...any) error {
 	return &InputError{Msg: fmt.Sprintf(format, args...)}
 }
 
+// ErrForeign refuses a call that names another subject's lease (see
+// Ack.Holder); nothing was changed. Callers answer it with 403.
+var ErrForeign = errors.New("forbidden: a lease it names is held by another subject")
+
 // IsInputError reports whether err is a client's mistake: an InputError, or
 // a Postgres data exception (SQLSTATE class 22: a payload number out of
 // range, a \u0000 escape jsonb refuses), which only a value the client sent

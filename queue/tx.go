@@ -34,15 +34,20 @@ type TxResult struct {
 	TransactionID string
 	Success       bool
 	Error         string
-	Results       []TxOpResult
+	// Forbidden: it failed on another subject's lease (a required lease,
+	// or an ack's ErrTextForeign).
+	Forbidden bool
+	Results   []TxOpResult
 }
 
 // errTxAborted rolls the transaction back after a logical failure.
 var errTxAborted = errors.New("transaction aborted")
 
 // Transaction runs pushes and acks atomically: all commit or none do. Every
-// lease in requiredLeases must be live when it starts.
-func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []string) (*TxResult, error) {
+// lease in requiredLeases must be live when it starts and, with a holder
+// other than "", leased to it (or to no subject); its acks are made as
+// holder's (Ack.Holder).
+func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []string, holder string) (*TxResult, error) {
 	if len(ops) == 0 {
 		return nil, inputErrorf("operations array cannot be empty")
 	}
@@ -96,12 +101,17 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 			}
 		}
 		for _, l := range requiredLeases {
-			var live bool
+			var live, foreign bool
 			if ValidUUID(l) {
-				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM consumers WHERE lease_id = $1::uuid AND lease_expires_at > now())`,
-					l).Scan(&live); err != nil {
+				if err := tx.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(lease_subject <> $2), false)
+					FROM consumers WHERE lease_id = $1::uuid AND lease_expires_at > now()`,
+					l, holder).Scan(&live, &foreign); err != nil {
 					return fmt.Errorf("checking required lease: %w", err)
 				}
+			}
+			if holder != "" && foreign {
+				res.Error, res.Forbidden = "Required lease is held by another subject: "+l, true
+				return errTxAborted
 			}
 			if !live {
 				res.Error = "Required lease is not valid: " + l
@@ -128,14 +138,16 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 				// requiredLeases prove the request holds them: an ack
 				// naming no lease acts under the one its message is in
 				// (Queen's clients name the lease only there).
-				ars, err := s.ackTx(ctx, tx, []Ack{op.Ack}, requiredLeases, false)
+				a := op.Ack
+				a.Holder = holder
+				ars, err := s.ackTx(ctx, tx, []Ack{a}, requiredLeases, false)
 				if err != nil {
 					return err
 				}
 				ar := ars[0]
 				res.Results = append(res.Results, TxOpResult{Index: len(res.Results), Type: "ack", Ack: &ar})
 				if !ar.Success {
-					res.Error = "ACK operation failed: " + ar.Error
+					res.Error, res.Forbidden = "ACK operation failed: "+ar.Error, ar.Error == ErrTextForeign
 					return errTxAborted
 				}
 			}

@@ -150,7 +150,12 @@ function addSubscription(opts) {
     const m = e.herald?.message;
     const row = m && rowOf.get(m);
     if (!row) {
-      stateEl.title = e.message; // a subscribe that failed: not a row's
+      // A subscribe the server refused (a token without the right to
+      // this queue or partition, say): not a row's, the card's.
+      stateEl.textContent = `refused: ${e.message}`;
+      stateEl.title = e.message;
+      stateEl.className = "state refused";
+      card.dataset.state = "refused";
       return;
     }
     mark(row, "ack-failed", `${row.dataset.attempt ?? "ack"} failed: ${e.message}`);
@@ -368,6 +373,7 @@ $("push-form").addEventListener("submit", async (ev) => {
 // mid-way, so the error is at most half the round trip; the fastest of the
 // samples so far wins.
 async function syncClock() {
+  if (liveForbidden) return;
   const t0 = performance.now();
   try {
     const res = await fetch("/internal/api/status", { headers: authHeaders() });
@@ -400,13 +406,18 @@ function followedQueues() {
 async function fetchStatus(queue) {
   const url = queue ? `/internal/api/status?queue=${encodeURIComponent(queue)}` : "/internal/api/status";
   const res = await fetch(url, { headers: authHeaders() });
-  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  if (!res.ok) throw Object.assign(new Error(`HTTP ${res.status}`), { status: res.status });
   return res.json();
 }
 
+// liveForbidden: the token may not read /internal/api/status (it names
+// every queue and instance: admin only). Subscribing and pushing still
+// work; the live view says why it is empty and stops asking.
+let liveForbidden = false;
+
 let refreshing = false;
 async function refresh() {
-  if (refreshing) return; // a slow server: no pile-up of requests
+  if (refreshing || liveForbidden) return; // a slow server: no pile-up of requests
   refreshing = true;
   try {
     await refreshNow();
@@ -421,6 +432,13 @@ async function refreshNow() {
   try {
     all = await Promise.all(queues.length ? queues.map(fetchStatus) : [fetchStatus("")]);
   } catch (e) {
+    if (e.status === 403) {
+      liveForbidden = true;
+      $("instance").textContent = "not shown";
+      $("version").textContent = "· the live view needs an admin token; this one may still subscribe and push as its rights allow";
+      for (const id of ["peers", "queue-status", "wakeups"]) $(id).textContent = "needs an admin token";
+      return;
+    }
     $("instance").textContent = `unreachable (${e.message})`;
     $("peers").innerHTML = "";
     return;

@@ -109,3 +109,67 @@ func countOf(xs []string, x string) int {
 	}
 	return n
 }
+
+// Issue 18: the demo page runs with auth on and a user's token, not only
+// an admin's: alice's mailbox token subscribes to and pushes into her
+// partition; a subscription to bob's is refused on its card, a push into
+// it says why; the live view (admin only: it names every queue and
+// instance) says it needs an admin token instead of failing every second.
+func TestIssue18_DemoPageWithAUserToken(t *testing.T) {
+	bin := buildHerald(t)
+	secret := strings.Repeat("demopage-", 4)
+	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret)
+	tok, err := jwt.NewBuilder().Subject("alice").Claim("role", "read-write").Expiration(time.Now().Add(time.Hour)).
+		Claim("herald", map[string]any{"consume": []string{"mail/alice"}, "produce": []string{"mail/alice"}}).Build()
+	require.NoError(t, err)
+	signed, err := jwt.Sign(tok, jwt.WithKey(jwa.HS256(), []byte(secret)))
+	require.NoError(t, err)
+
+	ctx := browser(t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1280, 1100),
+		chromedp.Navigate(p.url+"?access_token="+string(signed)), chromedp.WaitVisible(chromedp.ID("subscribe"))))
+	waitJS(ctx, t, "the live view says it needs an admin token",
+		`document.getElementById("version").textContent.includes("needs an admin token")`)
+	subscribe := func(partition string) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.ID("queue"), "mail"),
+			chromedp.SetValue(chromedp.ID("partition"), partition),
+			chromedp.SetValue(chromedp.ID("transport"), "ws"),
+			chromedp.SetValue(chromedp.ID("ackmode"), "auto"),
+			chromedp.Click(chromedp.ID("subscribe")),
+		))
+	}
+	push := func(partition string, n int) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.ID("push-partition"), partition),
+			chromedp.SetValue(chromedp.ID("count"), fmt.Sprint(n)),
+			chromedp.SetValue(chromedp.ID("rate"), "0"),
+			chromedp.Click(chromedp.ID("push")),
+		))
+	}
+	subscribe("alice")
+	waitJS(ctx, t, "sub-1 connects", `document.getElementById("sub-1")?.dataset.state === "connected"`)
+	push("alice", 3)
+	waitJS(ctx, t, "alice's three messages arrive and are acked", `document.querySelectorAll("#sub-1 tbody tr.acked").length === 3`)
+
+	subscribe("bob")
+	waitJS(ctx, t, "sub-2 is refused", `document.getElementById("sub-2")?.dataset.state === "refused"`)
+	assert.Contains(t, evalJS[string](ctx, t, `document.querySelector("#sub-2 .state").textContent`), "may not consume mail/bob")
+	push("bob", 1)
+	waitJS(ctx, t, "the push into bob's mailbox fails", `document.getElementById("push-status").textContent.includes("failed")`)
+	assert.Contains(t, evalJS[string](ctx, t, `document.getElementById("push-status").textContent`), "may not produce to mail/bob")
+	assert.Equal(t, "connected", evalJS[string](ctx, t, `document.getElementById("sub-1").dataset.state`),
+		"alice's own subscription carries on")
+	shot(ctx, t, "issue18-demo-user-token.png", false)
+
+	// Nothing reached bob's mailbox.
+	req, err := http.NewRequest(http.MethodGet, p.url+"api/v1/pop/queue/mail/partition/bob?wait=false", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+gateway.SignToken([]byte(secret), "ops", "admin", time.Minute))
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusNoContent, res.StatusCode)
+}

@@ -273,6 +273,11 @@ func (s *Server) routes() {
 	}
 	// Every queue's name and lag, every instance: not for a tenant's token.
 	s.handle("GET /internal/api/status", "status", RoleAdmin, s.handleStatus)
+	// The reference server's admin, browsing and group API (issue 19).
+	s.consumerGroupRoutes() // handler_groups.go
+	s.traceRoutes()         // handler_traces.go
+	s.maintenanceRoutes()   // handler_maintenance.go
+	s.browseRoutes()        // handler_browse.go
 	s.handle("OPTIONS /", "options", RoleNone, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.handle("/", "not_found", RoleNone, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)

@@ -76,9 +76,6 @@ func TestErrors_BadRequests(t *testing.T) {
 		{"PopAutoAckYes", "GET", "/api/v1/pop/queue/q?autoAck=yes", ``, "autoAck must be true or false"},
 		{"PopTimeoutNegative", "GET", "/api/v1/pop/queue/q?wait=true&timeout=-1", ``, "timeout must be an integer of at least 0"},
 		{"PopPartitionsZero", "GET", "/api/v1/pop/queue/q?partitions=0", ``, "partitions must be an integer of at least 1"},
-		{"PopSubscriptionModeBogus", "GET", "/api/v1/pop/queue/q?subscriptionMode=bogus", ``, "subscriptionMode must be all, new or new-only"},
-		{"PopSubscriptionModeBogusWaiting", "GET", "/api/v1/pop/queue/q?subscriptionMode=bogus&wait=true&timeout=10000", ``,
-			"subscriptionMode must be all, new or new-only"},
 		{"PopSubscriptionFromBogus", "GET", "/api/v1/pop/queue/q?subscriptionFrom=yesterday", ``, "subscriptionFrom must be now or an RFC3339 time"},
 		{"PopNamespaceMissing", "GET", "/api/v1/pop", ``, "namespace or task is required (or use /api/v1/pop/queue/{queue})"},
 		// DLQ query parameters.

@@ -39,8 +39,10 @@ type assignment struct {
 //   - a (partition, group) goes to at most one candidate;
 //   - candidates that name a partition go first, then the rest; within
 //     each kind the oldest first;
-//   - a wildcard candidate gets the fullest eligible partitions (most
-//     waiting), up to its partition count, and no more once what they hold
+//   - a wildcard candidate gets the eligible partitions of the queues of
+//     highest priority first (a namespace or task target selects several),
+//     the fullest (most waiting) first within a priority, up to its
+//     partition count, and no more once what they hold
 //     (a batch at most from each) covers its budget;
 //   - a candidate with nothing viable is skipped, with a reason, and costs
 //     no query.
@@ -58,6 +60,9 @@ func decide(cands []candidate, avail []queue.Availability) (out []assignment, sk
 	for t := range byTarget {
 		ps := byTarget[t]
 		sort.SliceStable(ps, func(i, j int) bool {
+			if ps[i].Priority != ps[j].Priority {
+				return ps[i].Priority > ps[j].Priority // a namespace's urgent queues first
+			}
 			if ps[i].Waiting != ps[j].Waiting {
 				return ps[i].Waiting > ps[j].Waiting
 			}

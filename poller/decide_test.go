@@ -15,6 +15,11 @@ func part(target int, id string, waiting int64) queue.Availability {
 		Waiting: waiting, HasConsumer: true, Eligible: true}
 }
 
+func prio(a queue.Availability, priority int) queue.Availability {
+	a.Priority = priority
+	return a
+}
+
 // assigned renders assignments as "candidate:partition" in output order.
 func assigned(as []assignment) []string {
 	var out []string
@@ -46,6 +51,15 @@ func TestDecide(t *testing.T) {
 			cands: []candidate{{id: 0, seq: 1}, {id: 1, seq: 2}, {id: 2, seq: 3}},
 			avail: []queue.Availability{part(0, "p10", 10), part(0, "p100", 100), part(0, "p50", 50)},
 			want:  []string{"0:p100", "1:p50", "2:p10"},
+		},
+		{
+			// Issue 19: a namespace target's queues of higher priority
+			// first, however full the others are; fullest within one.
+			name:  "PriorityFirst",
+			cands: []candidate{{id: 0, seq: 1}, {id: 1, seq: 2}, {id: 2, seq: 3}, {id: 3, seq: 4}},
+			avail: []queue.Availability{prio(part(0, "low", 100), 0), prio(part(0, "high-a", 1), 5),
+				prio(part(0, "mid", 50), 2), prio(part(0, "high-b", 3), 5)},
+			want: []string{"0:high-b", "1:high-a", "2:mid", "3:low"},
 		},
 		{
 			// Seed 000, unit test 4: specific-partition requests first, even

@@ -128,12 +128,11 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 	if len(r.QueueMatch) > MaxQueueMatch {
 		return nil, false, inputErrorf("a queue match is at most %d bytes", MaxQueueMatch)
 	}
-	switch r.SubscriptionMode {
-	case "", "all":
-	case "new", "new-only": // new-only is the Go client's spelling
+	// As the reference server: "new" (or new-only, the Go client's
+	// spelling) starts after what is there; any other mode (all,
+	// from_beginning, …) reads from the beginning.
+	if r.SubscriptionMode == "new" || r.SubscriptionMode == "new-only" {
 		subNow = true
-	default:
-		return nil, false, inputErrorf("subscriptionMode must be all, new or new-only")
 	}
 	switch r.SubscriptionFrom {
 	case "":
@@ -144,7 +143,12 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 		if perr != nil {
 			return nil, false, inputErrorf("subscriptionFrom must be now or an RFC3339 time")
 		}
-		subFrom = &t
+		subFrom, subNow = &t, false // a time wins over mode new
+	}
+	if r.Group == DefaultGroup {
+		// Queue mode reads everything, whatever a request says (the
+		// reference server ignores subscriptions there).
+		return nil, false, nil
 	}
 	return subFrom, subNow, nil
 }
@@ -274,8 +278,10 @@ func readIDs(rows pgx.Rows) ([]string, error) {
 }
 
 // popLockSQL claims (partition, group) pairs that have work, no live lease,
-// are past the window buffer and whose next message is past the delay. The
-// least recently leased go first, so busy partitions cannot starve others.
+// are past the window buffer and whose next message is past the delay.
+// Queues of higher priority go first (a pop by namespace or task selects
+// several, as the reference server orders them), then the least recently
+// leased, so busy partitions cannot starve others.
 // Each selected queue is read as one range of consumers_ready: the cost does
 // not grow with its partitions. A pop over several queues locks up to $6
 // rows in each and keeps $6 (the others are free again at its commit).
@@ -295,7 +301,7 @@ CROSS JOIN LATERAL (
 ) c
 JOIN partitions p ON p.id = c.partition_id
 WHERE %[1]s
-ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+ORDER BY q.priority DESC, c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
 LIMIT $6`
 
 // leasableNow is the condition a consumer row c of the queue aliased q

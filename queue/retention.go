@@ -14,6 +14,10 @@ const (
 	RetentionCompleted = "completed_retention" // acknowledged by every group, older than completedRetentionSeconds
 	RetentionPartition = "partition_cleanup"   // empty, idle partitions (N counts partitions)
 	RetentionMaxWait   = "max_wait"            // not consumed within maxWaitTimeSeconds: moved to the DLQ
+	// RetentionMaxWaitUnread: older than maxWaitTimeSeconds on a queue no
+	// consumer group has subscribed to: deleted (there is no group whose
+	// dead-letter queue could take it), as the reference server does.
+	RetentionMaxWaitUnread = "max_wait_unread"
 )
 
 // MaxWaitError is the dead letter's error of a message nobody consumed in
@@ -62,6 +66,11 @@ var retentionRules = []struct{ reason, cond string }{
 	  AND NOT EXISTS (SELECT 1 FROM consumer_groups cg WHERE cg.queue_id = q.id AND NOT EXISTS (
 	      SELECT 1 FROM consumers c WHERE c.partition_id = m.partition_id AND c.consumer_group = cg.name
 	      AND (c.cursor >= m.seq OR m.seq = ANY (c.done))))`},
+	// maxWaitTimeSeconds on a queue no group reads yet (maxWaitSQL serves
+	// the queues groups read, per group, into their dead-letter queues).
+	{RetentionMaxWaitUnread, `q.max_wait_time_seconds > 0
+	  AND m.created_at < now() - make_interval(secs => q.max_wait_time_seconds)
+	  AND NOT EXISTS (SELECT 1 FROM consumer_groups cg WHERE cg.queue_id = q.id)`},
 }
 
 // retentionCursorsSQL moves the cursors of groups that had not reached

@@ -272,3 +272,33 @@ func TestRetention_MaxWait(t *testing.T) {
 	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT cursor FROM consumers WHERE consumer_group = 'busy'`).Scan(&cursor))
 	assert.EqualValues(t, 1, cursor, "busy, under a live lease, is untouched")
 }
+
+// Issue 19: maxWaitTimeSeconds covers a queue no consumer group has read
+// yet, with the reference server's effect: messages older than the limit
+// are deleted, on every partition (no group's dead-letter queue to take
+// them); younger ones stay, and a group subscribing later reads only those.
+// A queue without the option keeps everything.
+func TestIssue19_MaxWaitOnUnreadQueue(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "unread", Options: json.RawMessage(`{"maxWaitTimeSeconds":60}`)})
+	require.NoError(t, err)
+	for _, part := range []string{"a", "b"} {
+		push(t, s, "unread", part, nums(1, 3)...)
+		push(t, s, "kept", part, nums(1, 3)...)
+	}
+	age(t, s, "unread", 1, 2, 120)
+	age(t, s, "kept", 1, 3, 120)
+
+	deleted, ran, err := s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.EqualValues(t, 4, deletedBy(deleted, "unread", queue.RetentionMaxWaitUnread), "offsets 1–2 of both partitions")
+	assert.Zero(t, deletedBy(deleted, "kept", queue.RetentionMaxWaitUnread))
+	var dead int
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_letters`).Scan(&dead))
+	assert.Zero(t, dead, "deleted, not dead-lettered: no group to give them to")
+
+	res := pop(t, s, queue.PopRequest{Queue: "unread", Group: "late", Batch: 10, Partitions: 2})
+	assert.Equal(t, []int{3, 3}, payloads(t, res.Messages), "a group subscribing now reads what is left")
+}

@@ -1,4 +1,351 @@
 package gateway
 
-// consumerGroupRoutes registers the routes of consumer groups: list, lagging, details, delete, subscription, seek.
-func (s *Server) consumerGroupRoutes() {}
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+// consumerGroupRoutes registers the routes of consumer groups: list,
+// lagging, details, delete, subscription, seek. Roles as the reference
+// server's: reads read-only, seek and subscription read-write, deletes
+// admin. "lagging" is matched before {group}, as on the reference.
+func (s *Server) consumerGroupRoutes() {
+	s.handle("GET /api/v1/consumer-groups", "groups", RoleReadOnly, s.handleGroups)
+	s.handle("GET /api/v1/consumer-groups/lagging", "groups_lagging", RoleReadOnly, s.handleGroupsLagging)
+	s.handle("GET /api/v1/consumer-groups/{group}", "group", RoleReadOnly, s.handleGroup)
+	s.handle("DELETE /api/v1/consumer-groups/{group}", "group_delete", RoleAdmin, s.handleGroupDelete)
+	s.handle("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", "group_delete_queue", RoleAdmin, s.handleGroupDelete)
+	s.handle("POST /api/v1/consumer-groups/{group}/subscription", "group_subscription", RoleReadWrite, s.handleGroupSubscription)
+	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", "group_seek", RoleReadWrite, s.handleGroupSeek)
+	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", "group_seek_partition",
+		RoleReadWrite, s.handleGroupSeek)
+}
+
+// isoMillis is the admin API's timestamp: UTC, milliseconds, a Z.
+func isoMillis(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// isoMillisOrNil is isoMillis, or null for no time.
+func isoMillisOrNil(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return isoMillis(*t)
+}
+
+// groupState is the reference server's word for a group on a queue.
+func groupState(g queue.GroupSummary) string {
+	switch {
+	case g.MaxTimeLag > 300*time.Second:
+		return "Lagging"
+	case g.Consumed:
+		return "Stable"
+	}
+	return "Dead"
+}
+
+func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) {
+	groups, err := s.store.ConsumerGroups(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rights := rightsOf(r.Context())
+	out := make([]map[string]any, 0, len(groups))
+	for _, g := range groups {
+		if !rights.MayConsume(g.Queue, "") {
+			continue // a token that may not read a whole queue does not see who reads it
+		}
+		var mode any
+		if g.SubscriptionMode != "" {
+			mode = g.SubscriptionMode
+		}
+		out = append(out, map[string]any{
+			"name": g.Group, "topics": []string{g.Queue}, "queueName": g.Queue, "members": g.Members,
+			"partitionsWithLag": g.Lagging, "totalLag": nil, "maxTimeLag": int64(g.MaxTimeLag.Seconds()),
+			"state": groupState(g), "subscriptionMode": mode, "subscriptionTimestamp": isoMillisOrNil(g.SubscribedFrom),
+			"subscriptionCreatedAt": isoMillisOrNil(g.SubscribedAt),
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pageParams reads limit (default def) and offset.
+func pageParams(r *http.Request, def int) (limit, offset int, err error) {
+	q := r.URL.Query()
+	if limit, err = intParam(q.Get("limit"), "limit", 1, queue.MaxListLimit); err != nil {
+		return 0, 0, err
+	}
+	if limit == 0 {
+		limit = def
+	}
+	offset, err = intParam(q.Get("offset"), "offset", 0, 1<<30)
+	return limit, offset, err
+}
+
+func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) {
+	minLag := 3600
+	if v := r.URL.Query().Get("minLagSeconds"); v != "" {
+		var err error
+		if minLag, err = intParam(v, "minLagSeconds", 0, queue.MaxKeepSeconds); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
+	limit, offset, err := pageParams(r, 100)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	lags, err := s.store.Lagging(r.Context(), time.Duration(minLag)*time.Second, limit, offset)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rights := rightsOf(r.Context())
+	now := time.Now()
+	out := make([]map[string]any, 0, len(lags))
+	for _, l := range lags {
+		if !rights.MayConsume(l.Queue, l.Partition) {
+			continue
+		}
+		var owner any
+		if l.LeaseOwner != "" {
+			owner = l.LeaseOwner
+		}
+		lag := time.Duration(0)
+		if l.OldestUnconsumed != nil {
+			lag = now.Sub(*l.OldestUnconsumed)
+		}
+		out = append(out, map[string]any{
+			"consumer_group": l.Group, "queue_name": l.Queue, "partition_name": l.Partition, "partition_id": l.PartitionID,
+			"worker_id": owner, "offset_lag": l.OffsetLag, "time_lag_seconds": int64(lag.Seconds()),
+			"lag_hours": math.Round(lag.Hours()*100) / 100, "oldest_unconsumed_at": isoMillisOrNil(l.OldestUnconsumed),
+			"last_consumed_at": isoMillisOrNil(l.LastConsumed),
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
+	group := r.PathValue("group")
+	parts, truncated, err := s.store.GroupPartitions(r.Context(), group, r.URL.Query().Get("queue"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if len(parts) == 0 {
+		writeError(w, http.StatusNotFound, "Consumer group not found")
+		return
+	}
+	rights := rightsOf(r.Context())
+	now := time.Now()
+	out := map[string]any{}
+	for _, p := range parts {
+		if !rights.MayConsume(p.Queue, p.Partition) {
+			continue
+		}
+		q, _ := out[p.Queue].(map[string]any)
+		if q == nil {
+			q = map[string]any{"partitions": []map[string]any{}}
+			out[p.Queue] = q
+		}
+		var owner any
+		if p.LeaseOwner != "" {
+			owner = p.LeaseOwner
+		}
+		lag := int64(0)
+		if p.OldestUnconsumed != nil {
+			lag = int64(now.Sub(*p.OldestUnconsumed).Seconds())
+		}
+		q["partitions"] = append(q["partitions"].([]map[string]any), map[string]any{
+			"partition": p.Partition, "workerId": owner, "lastConsumedAt": isoMillisOrNil(p.LastConsumed),
+			"totalConsumed": p.Consumed, "offsetLag": p.OffsetLag, "timeLagSeconds": lag,
+			"leaseActive": p.LeaseExpires != nil, "leaseExpiresAt": isoMillisOrNil(p.LeaseExpires),
+		})
+	}
+	if len(out) == 0 {
+		s.fail(w, forbidden("this token may consume no partition of consumer group %s", group))
+		return
+	}
+	if truncated {
+		w.Header().Set("X-Herald-Truncated", "true") // more than queue.MaxGroupPartitions partitions
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// groupWide refuses a token with rights an act on every queue of a group:
+// its rights cannot be checked queue by queue before the act.
+func groupWide(r *http.Request, what string) error {
+	if rightsOf(r.Context()) != nil {
+		return forbidden("a token with rights may not %s on every queue at once: name the queue", what)
+	}
+	return nil
+}
+
+func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) {
+	group, queueName := r.PathValue("group"), r.PathValue("queue")
+	deleteMetadata := true
+	if v := r.URL.Query().Get("deleteMetadata"); v != "" {
+		var err error
+		if deleteMetadata, err = boolParam(v, "deleteMetadata"); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
+	var err error
+	if queueName == "" {
+		err = groupWide(r, "delete a consumer group")
+	} else if !rightsOf(r.Context()).MayConsume(queueName, "") {
+		err = forbidden("this token may not consume the whole queue %s", queueName)
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	res, err := s.store.DeleteGroup(r.Context(), group, queueName, deleteMetadata)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.afterGroupMoved(res.Released)
+	out := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": res.Partitions,
+		"metadataDeleted": res.MetadataDeleted}
+	if queueName != "" {
+		out["queueName"] = queueName
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// afterGroupMoved follows a deletion or a seek: the leases it ended are
+// released (their hints dropped, here and on the other instances) and the
+// queues are looked at again, here and elsewhere, since the group may
+// have messages to read again.
+func (s *Server) afterGroupMoved(released []queue.ReleasedLease) {
+	woken := map[string]bool{}
+	for _, l := range released {
+		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
+		if !woken[l.Queue] {
+			woken[l.Queue] = true
+			s.poller.Wake(poller.SourceRelease, l.Queue, "")
+			s.notify(l.Queue, "")
+		}
+	}
+}
+
+func (s *Server) handleGroupSubscription(w http.ResponseWriter, r *http.Request) {
+	group := r.PathValue("group")
+	obj, err := readObject(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	raw, ok := obj["subscriptionTimestamp"]
+	if !ok {
+		writeError(w, http.StatusBadRequest, "Missing subscriptionTimestamp in request body")
+		return
+	}
+	var ts string
+	if err := json.Unmarshal(raw, &ts); err != nil {
+		writeError(w, http.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 time string")
+		return
+	}
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 time string")
+		return
+	}
+	if err := groupWide(r, "move a consumer group's subscription"); err != nil {
+		s.fail(w, err)
+		return
+	}
+	n, err := s.store.SetSubscription(r.Context(), group, at)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "newTimestamp": ts, "rowsUpdated": n})
+}
+
+func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) {
+	group, queueName, partition := r.PathValue("group"), r.PathValue("queue"), r.PathValue("partition")
+	var to *time.Time
+	var toEnd bool
+	if partition == "" {
+		// The one-partition seek reads no body: it always goes to the end.
+		obj, err := readObject(r)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if raw, ok := obj["toEnd"]; ok && !isNull(raw) {
+			if err := json.Unmarshal(raw, &toEnd); err != nil {
+				writeError(w, http.StatusBadRequest, "toEnd must be true or false")
+				return
+			}
+		}
+		var ts string
+		if raw, ok := obj["timestamp"]; ok && !isNull(raw) {
+			if err := json.Unmarshal(raw, &ts); err != nil {
+				writeError(w, http.StatusBadRequest, "timestamp must be an RFC 3339 time string")
+				return
+			}
+		}
+		switch {
+		case toEnd:
+		case ts != "":
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "timestamp must be an RFC 3339 time string")
+				return
+			}
+			to = &at
+		default:
+			writeError(w, http.StatusBadRequest, "Must specify either 'toEnd': true or 'timestamp'")
+			return
+		}
+	}
+	if !rightsOf(r.Context()).MayConsume(queueName, partition) {
+		s.fail(w, forbidden("this token may not consume %s", joinQP(queueName, partition)))
+		return
+	}
+	res, err := s.store.Seek(r.Context(), group, queueName, partition, to)
+	if errors.Is(err, queue.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "Partition not found")
+		return
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.afterGroupMoved(res.Released)
+	if res.Partitions > 0 {
+		// Messages after the new position are to be read again.
+		s.poller.Wake(poller.SourceRelease, queueName, "")
+		s.notify(queueName, "")
+	}
+	if partition != "" {
+		writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
+			"partitionName": partition, "updated": res.Partitions > 0, "cursorMovedTo": isoMillisOrNil(res.MovedTo)})
+		return
+	}
+	var target any
+	if to != nil {
+		target = isoMillis(*to)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
+		"seekToEnd": toEnd, "targetTimestamp": target, "partitionsUpdated": res.Partitions})
+}
+
+// joinQP names a queue, or one of its partitions.
+func joinQP(q, p string) string {
+	if p == "" {
+		return "the whole queue " + q
+	}
+	return q + "/" + p
+}

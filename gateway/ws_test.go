@@ -218,7 +218,7 @@ func TestWS_BadFrames(t *testing.T) {
 	c.subscribe(`{"type":"subscribe","queue":"wsbad"}`)
 	for _, frame := range []string{`{not json`, `[1,2]`, `{"type":"fly"}`, `{"type":"subscribe","id":2}`,
 		`{"type":"ack","items":[{"transactionId":"x"}]}`, `{"type":"push","items":[{"queue":5}]}`,
-		`{"type":"unsubscribe","sub":"nope"}`, `{"type":"subscribe","queue":"q","subscriptionMode":"sometimes"}`} {
+		`{"type":"unsubscribe","sub":"nope"}`, `{"type":"subscribe","queue":"q","consumerGroup":"g","subscriptionFrom":"yesterday"}`} {
 		c.send(frame)
 		f := c.next("error")
 		assert.NotEmpty(t, string(f["code"]), frame)

@@ -216,8 +216,10 @@ SELECT count(*) FROM (SELECT 1 FROM partitions p WHERE p.queue_id = ANY($1::uuid
 // $4 subscribe-from.
 const groupRegisterSQL = `-- herald:group_register
 WITH g AS (
-	INSERT INTO consumer_groups (queue_id, name, subscribed_from)
-	SELECT id, $2, CASE WHEN $3::bool THEN now() ELSE $4::timestamptz END FROM unnest($1::uuid[]) AS id ORDER BY id
+	INSERT INTO consumer_groups (queue_id, name, subscribed_from, subscription_mode)
+	SELECT id, $2, CASE WHEN $3::bool THEN now() ELSE $4::timestamptz END,
+	       CASE WHEN $3::bool THEN 'new' WHEN $4::timestamptz IS NOT NULL THEN 'timestamp' END
+	FROM unnest($1::uuid[]) AS id ORDER BY id
 	ON CONFLICT DO NOTHING
 	RETURNING queue_id, subscribed_from
 )
@@ -338,7 +340,7 @@ const consumerUpdateSQL = `-- herald:consumer_update
 UPDATE consumers c SET cursor = u.cur, done = u.done::bigint[], attempts = u.att, attempt_seq = u.aseq,
 	lease_id = u.lease::uuid,
 	lease_owner = CASE WHEN u.lease IS NULL THEN NULL ELSE coalesce(u.owner, c.lease_owner) END,
-	lease_subject = CASE WHEN u.ltime IS NULL THEN c.lease_subject ELSE u.subj END,
+	lease_subject = CASE WHEN u.ltime IS NULL OR u.lease IS NULL THEN c.lease_subject ELSE u.subj END,
 	lease_expires_at = CASE WHEN u.lease IS NULL THEN NULL
 		WHEN u.ltime IS NULL THEN c.lease_expires_at ELSE now() + make_interval(secs => u.ltime) END,
 	lease_from = CASE WHEN u.lease IS NULL THEN NULL ELSE u.lfrom END,
@@ -512,8 +514,11 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 		}
 		if c.st.changed || leased {
 			lt := -1
-			if leased && !req.AutoAck {
+			switch {
+			case leased && !req.AutoAck:
 				lt = c.leaseTime
+			case leased:
+				lt = 0 // no lease (no lease id), but leased_at records the delivery
 			}
 			u.add(c.partitionID, req.Group, &c.st, lt, s.cfg.InstanceID, req.Subject)
 		}

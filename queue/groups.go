@@ -1,0 +1,423 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Consumer groups as an operator sees them: list, lag, details, and the
+// acts on a group's position (delete, seek, move its subscription). Every
+// read comes from consumer and partition rows (a group's waiting messages
+// on a partition are last_offset − cursor − cardinality(done)); only the
+// ages of the oldest unconsumed messages probe messages, one index lookup
+// per partition. Every write takes, in the one lock order, the queue rows
+// (FOR NO KEY UPDATE, as a group's registration does, so no partition is
+// created meanwhile with a row for a group being deleted) and then the
+// group's consumer rows in key order.
+
+// GroupSummary is one (group, queue) pair with consumer rows.
+type GroupSummary struct {
+	Group, Queue string
+	// Members is how many partitions of the queue the group has a row on;
+	// Lagging how many hold messages it has not finished.
+	Members, Lagging int
+	// MaxTimeLag is, over the lagging partitions, the age of the newest
+	// message (a lower bound of the lag, read without scanning messages).
+	MaxTimeLag time.Duration
+	// Consumed: the group has been delivered a message on some partition
+	// (its cursor may also stand where its subscription started).
+	Consumed bool
+	// SubscriptionMode is "new", "timestamp" or "" (from the beginning);
+	// SubscribedFrom the instant it counts from (nil: the beginning).
+	SubscriptionMode string
+	SubscribedFrom   *time.Time
+	SubscribedAt     *time.Time // when the group first read the queue
+}
+
+// groupListSQL summarizes every (group, queue) pair: one pass over the
+// consumer rows, no message read.
+const groupListSQL = `-- herald:group_list
+SELECT c.consumer_group, q.name, count(*),
+       count(*) FILTER (WHERE p.last_offset - c.cursor - cardinality(c.done) > 0),
+       coalesce(max(extract(epoch FROM now() - p.last_push_at))
+                FILTER (WHERE p.last_offset - c.cursor - cardinality(c.done) > 0), 0)::float8,
+       bool_or(c.leased_at IS NOT NULL),
+       coalesce(g.subscription_mode, ''), g.subscribed_from, g.created_at
+FROM consumers c
+JOIN partitions p ON p.id = c.partition_id
+JOIN queues q ON q.id = c.queue_id
+LEFT JOIN consumer_groups g ON g.queue_id = c.queue_id AND g.name = c.consumer_group
+GROUP BY c.consumer_group, q.name, g.subscription_mode, g.subscribed_from, g.created_at
+ORDER BY c.consumer_group, q.name`
+
+// ConsumerGroups lists every (group, queue) pair with consumer rows,
+// ordered by group then queue; queue mode (DefaultGroup) is listed too.
+func (s *Store) ConsumerGroups(ctx context.Context) ([]GroupSummary, error) {
+	rows, err := s.pool.Query(ctx, groupListSQL)
+	if err != nil {
+		return nil, fmt.Errorf("listing consumer groups: %w", err)
+	}
+	defer rows.Close()
+	out := []GroupSummary{}
+	for rows.Next() {
+		var g GroupSummary
+		var secs float64
+		if err := rows.Scan(&g.Group, &g.Queue, &g.Members, &g.Lagging, &secs, &g.Consumed, &g.SubscriptionMode,
+			&g.SubscribedFrom, &g.SubscribedAt); err != nil {
+			return nil, fmt.Errorf("listing consumer groups: %w", err)
+		}
+		g.MaxTimeLag = time.Duration(secs * float64(time.Second))
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing consumer groups: %w", err)
+	}
+	return out, nil
+}
+
+// PartitionLag is one partition's position for a group.
+type PartitionLag struct {
+	Group, Queue, Partition, PartitionID string
+	// LeaseOwner is the instance holding the group's live lease here ("":
+	// none); LeaseExpires its expiry.
+	LeaseOwner   string
+	LeaseExpires *time.Time
+	// Consumed is how many messages the group has finished here (offsets
+	// up to the cursor and those done above it); OffsetLag how many it has
+	// not (exact: offsets are dense).
+	Consumed, OffsetLag int64
+	// OldestUnconsumed is when the first message the group has not
+	// finished was pushed; LastConsumed when the one at its cursor was
+	// (nil when unknown: none, or deleted by retention).
+	OldestUnconsumed, LastConsumed *time.Time
+}
+
+// partitionLagColumns reads a PartitionLag from consumer row c, partition
+// p and queue q, probing messages for the two ages.
+const partitionLagColumns = `c.consumer_group AS grp, q.name AS qname, p.name AS pname, p.id::text AS pid,
+       CASE WHEN c.lease_expires_at > now() THEN coalesce(c.lease_owner, '') ELSE '' END AS owner,
+       CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS expires,
+       c.cursor + cardinality(c.done) AS consumed,
+       greatest(p.last_offset - c.cursor - cardinality(c.done), 0) AS lag,
+       (SELECT m.created_at FROM messages m WHERE m.partition_id = c.partition_id AND m.seq > c.cursor
+        AND m.seq <> ALL (c.done) ORDER BY m.seq LIMIT 1) AS oldest,
+       (SELECT m.created_at FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor) AS last_consumed`
+
+func scanPartitionLag(row pgx.Row) (PartitionLag, error) {
+	var l PartitionLag
+	err := row.Scan(&l.Group, &l.Queue, &l.Partition, &l.PartitionID, &l.LeaseOwner, &l.LeaseExpires,
+		&l.Consumed, &l.OffsetLag, &l.OldestUnconsumed, &l.LastConsumed)
+	return l, err
+}
+
+// laggingSQL lists (partition, group) pairs whose oldest unfinished
+// message is older than $1 seconds, the oldest first. It reads the consumer
+// rows with work (the partial index consumers_ready) and probes one
+// message per row.
+var laggingSQL = `-- herald:group_lagging
+SELECT * FROM (
+	SELECT ` + partitionLagColumns + `
+	FROM consumers c
+	JOIN partitions p ON p.id = c.partition_id
+	JOIN queues q ON q.id = c.queue_id
+	WHERE c.last_offset > c.cursor
+) x
+WHERE x.oldest < now() - make_interval(secs => $1)
+ORDER BY x.oldest, x.pid, x.grp
+LIMIT $2 OFFSET $3`
+
+// MaxListLimit bounds a page of an admin listing.
+const MaxListLimit = 1000
+
+// Lagging lists the (partition, group) pairs whose oldest unfinished
+// message waited longer than minLag, the most lagging first, a page of
+// limit after offset.
+func (s *Store) Lagging(ctx context.Context, minLag time.Duration, limit, offset int) ([]PartitionLag, error) {
+	if err := checkPage(limit, offset); err != nil {
+		return nil, err
+	}
+	if minLag < 0 {
+		return nil, inputErrorf("minLagSeconds must not be negative")
+	}
+	rows, err := s.pool.Query(ctx, laggingSQL, minLag.Seconds(), limit, offset)
+	if err != nil {
+		return nil, fmt.Errorf("listing lagging partitions: %w", err)
+	}
+	return collectLags(rows, "listing lagging partitions")
+}
+
+func checkPage(limit, offset int) error {
+	if limit < 1 || limit > MaxListLimit {
+		return inputErrorf("limit must be an integer between 1 and %d", MaxListLimit)
+	}
+	if offset < 0 || offset > 1<<30 {
+		return inputErrorf("offset must be an integer between 0 and %d", 1<<30)
+	}
+	return nil
+}
+
+func collectLags(rows pgx.Rows, what string) ([]PartitionLag, error) {
+	defer rows.Close()
+	out := []PartitionLag{}
+	for rows.Next() {
+		l, err := scanPartitionLag(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// MaxGroupPartitions bounds GroupPartitions' answer.
+const MaxGroupPartitions = 10000
+
+// GroupPartitions lists a group's position on every partition it has a row
+// on, by queue then partition name, at most MaxGroupPartitions (more is
+// reported by truncated). queueName, when set, narrows to one queue.
+func (s *Store) GroupPartitions(ctx context.Context, group, queueName string) (out []PartitionLag, truncated bool, err error) {
+	if err := ValidateName("consumerGroup", group); err != nil {
+		return nil, false, err
+	}
+	rows, err := s.pool.Query(ctx, `-- herald:group_partitions_read
+		SELECT `+partitionLagColumns+`
+		FROM consumers c
+		JOIN partitions p ON p.id = c.partition_id
+		JOIN queues q ON q.id = c.queue_id
+		WHERE c.consumer_group = $1 AND ($2 = '' OR q.name = $2)
+		ORDER BY q.name, p.name
+		LIMIT $3`, group, queueName, MaxGroupPartitions+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("reading consumer group %s: %w", group, err)
+	}
+	out, err = collectLags(rows, "reading consumer group "+group)
+	if len(out) > MaxGroupPartitions {
+		out, truncated = out[:MaxGroupPartitions], true
+	}
+	return out, truncated, err
+}
+
+// GroupDeleted reports a group deletion.
+type GroupDeleted struct {
+	Partitions      int  // consumer rows deleted (or reset, with the metadata kept)
+	MetadataDeleted bool // the subscription records went too
+	// Released are the live leases the deletion ended, for the poller and
+	// the other instances.
+	Released []ReleasedLease
+}
+
+// ReleasedLease is a live lease an admin act ended.
+type ReleasedLease struct{ Queue, Partition, PartitionID, Group string }
+
+// groupQueuesLockSQL locks the queues a group is registered on or has rows
+// on ($2: one queue by name, or '' for all), in id order.
+const groupQueuesLockSQL = `-- herald:group_queues_lock
+SELECT q.id::text FROM queues q
+WHERE ($2 = '' OR q.name = $2)
+  AND (EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = q.id AND g.name = $1)
+       OR EXISTS (SELECT 1 FROM consumers c WHERE c.queue_id = q.id AND c.consumer_group = $1))
+ORDER BY q.id
+FOR NO KEY UPDATE OF q`
+
+// groupRowsLockSQL locks the group's consumer rows on the queues $2, in
+// key order, and tells which hold a live lease.
+const groupRowsLockSQL = `-- herald:group_rows_lock
+SELECT c.partition_id::text, p.name, q.name, c.lease_expires_at > now() AND c.lease_id IS NOT NULL
+FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues q ON q.id = c.queue_id
+WHERE c.consumer_group = $1 AND c.queue_id = ANY ($2::uuid[])
+ORDER BY c.partition_id, c.consumer_group
+FOR UPDATE OF c`
+
+// groupResetSQL puts the group's rows on queues $2 back where its
+// subscription starts (as a first read would: after the messages older
+// than subscribed_from, or at the beginning), with no lease and nothing
+// done or attempted.
+const groupResetSQL = `-- herald:group_reset
+UPDATE consumers c SET cursor = x.start, done = '{}', delivered_to = x.start, attempts = 0, attempt_seq = 0,
+	lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
+	last_offset = greatest(c.last_offset, x.last_offset)
+FROM (
+	SELECT c2.partition_id, p.last_offset, CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
+		SELECT m.seq FROM messages m WHERE m.partition_id = c2.partition_id AND m.created_at < g.subscribed_from
+		ORDER BY m.seq DESC LIMIT 1), 0) END AS start
+	FROM consumers c2
+	JOIN partitions p ON p.id = c2.partition_id
+	LEFT JOIN consumer_groups g ON g.queue_id = c2.queue_id AND g.name = c2.consumer_group
+	WHERE c2.consumer_group = $1 AND c2.queue_id = ANY ($2::uuid[])
+) x
+WHERE c.partition_id = x.partition_id AND c.consumer_group = $1`
+
+// DeleteGroup forgets group's position on one queue (queueName) or on all
+// ('' ): its consumer rows and their leases go. With deleteMetadata its
+// subscription records go too, so its next read registers it afresh with
+// that read's subscription; without, its rows are put back where its
+// subscription starts, so its next read starts there again. Messages are
+// untouched. Deleting a group that has nothing is not an error.
+func (s *Store) DeleteGroup(ctx context.Context, group, queueName string, deleteMetadata bool) (*GroupDeleted, error) {
+	if err := ValidateName("consumerGroup", group); err != nil {
+		return nil, err
+	}
+	res := &GroupDeleted{MetadataDeleted: deleteMetadata}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		qids, rowsTouched, released, err := lockGroup(ctx, tx, group, queueName)
+		if err != nil || len(qids) == 0 {
+			return err
+		}
+		res.Partitions, res.Released = rowsTouched, released
+		if !deleteMetadata {
+			_, err := tx.Exec(ctx, groupResetSQL, group, qids)
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(`DELETE FROM consumers WHERE consumer_group = $1 AND queue_id = ANY ($2::uuid[])`, group, qids)
+		b.Queue(`DELETE FROM consumer_groups WHERE name = $1 AND queue_id = ANY ($2::uuid[])`, group, qids)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deleting consumer group %s: %w", group, err)
+	}
+	return res, nil
+}
+
+// lockGroup takes the locks of an act on group's rows (queues, then rows)
+// and reports the queues, how many rows, and the live leases among them.
+func lockGroup(ctx context.Context, tx pgx.Tx, group, queueName string) (qids []string, n int, released []ReleasedLease, err error) {
+	rows, err := tx.Query(ctx, groupQueuesLockSQL, group, queueName)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if qids, err = readIDs(rows); err != nil || len(qids) == 0 {
+		return nil, 0, nil, err
+	}
+	rows, err = tx.Query(ctx, groupRowsLockSQL, group, qids)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r ReleasedLease
+		var live *bool
+		if err := rows.Scan(&r.PartitionID, &r.Partition, &r.Queue, &live); err != nil {
+			return nil, 0, nil, err
+		}
+		n++
+		if live != nil && *live {
+			r.Group = group
+			released = append(released, r)
+		}
+	}
+	return qids, n, released, rows.Err()
+}
+
+// SeekResult reports a seek.
+type SeekResult struct {
+	Partitions int // rows moved
+	Released   []ReleasedLease
+	// MovedTo is, for a one-partition seek, when the message the cursor
+	// now stands on was pushed (nil: none).
+	MovedTo *time.Time
+}
+
+// ErrNotFound: the queue, partition or group named does not exist.
+var ErrNotFound = errors.New("not found")
+
+// seekSQL moves the cursors of the locked rows of group $1 on queue $2
+// (partition $4 only, when not '') to the end ($3 NULL) or after the last
+// message pushed at or before $3; nothing stays done, attempted or leased,
+// and only deliveries made after the seek may be acked without their lease
+// (delivered_to). Partitions with no message are left alone by a seek to
+// the end.
+const seekSQL = `-- herald:group_seek
+UPDATE consumers c SET cursor = x.target, done = '{}', delivered_to = x.target, attempts = 0, attempt_seq = 0,
+	lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
+	last_offset = greatest(c.last_offset, x.last_offset)
+FROM (
+	SELECT c2.partition_id, p.last_offset,
+	       CASE WHEN $3::timestamptz IS NULL THEN p.last_offset ELSE coalesce((
+	           SELECT m.seq FROM messages m WHERE m.partition_id = c2.partition_id AND m.created_at <= $3
+	           ORDER BY m.seq DESC LIMIT 1), 0) END AS target
+	FROM consumers c2 JOIN partitions p ON p.id = c2.partition_id JOIN queues q ON q.id = c2.queue_id
+	WHERE c2.consumer_group = $1 AND q.name = $2 AND ($4 = '' OR p.name = $4)
+	  AND ($3::timestamptz IS NOT NULL OR p.last_offset > 0)
+) x
+WHERE c.partition_id = x.partition_id AND c.consumer_group = $1
+RETURNING (SELECT m.created_at FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor)`
+
+// Seek moves group's position on queueName: to the end of every partition
+// (to nil) or to just after the last message pushed at or before *to, so
+// the messages after it are delivered again. partition, when set, narrows
+// it to one partition (ErrNotFound when the queue or partition does not
+// exist). Only partitions the group already has a row on move; every moved
+// row loses its lease (its holder's acks are refused; the messages are
+// delivered again).
+func (s *Store) Seek(ctx context.Context, group, queueName, partition string, to *time.Time) (*SeekResult, error) {
+	if err := errors.Join(ValidateName("consumerGroup", group), ValidateName("queue", queueName)); err != nil {
+		return nil, err
+	}
+	if partition != "" {
+		if err := ValidateName("partition", partition); err != nil {
+			return nil, err
+		}
+		var exists bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM partitions p JOIN queues q ON q.id = p.queue_id
+			WHERE q.name = $1 AND p.name = $2)`, queueName, partition).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("seeking: %w", err)
+		}
+		if !exists {
+			return nil, ErrNotFound
+		}
+	}
+	res := &SeekResult{}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		qids, _, released, err := lockGroup(ctx, tx, group, queueName)
+		if err != nil || len(qids) == 0 {
+			return err
+		}
+		for _, r := range released {
+			if partition == "" || r.Partition == partition {
+				res.Released = append(res.Released, r)
+			}
+		}
+		rows, err := tx.Query(ctx, seekSQL, group, queueName, to, partition)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var at *time.Time
+			if err := rows.Scan(&at); err != nil {
+				return err
+			}
+			res.Partitions++
+			res.MovedTo = at
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("seeking consumer group %s on %s: %w", group, queueName, err)
+	}
+	return res, nil
+}
+
+// SetSubscription moves the start of group's subscription on every queue
+// it is registered on to from (mode "timestamp"). Cursors do not move: it
+// counts where the group has no position yet (a deletion keeping the
+// metadata, then a read). It reports how many queues changed.
+func (s *Store) SetSubscription(ctx context.Context, group string, from time.Time) (int, error) {
+	if err := ValidateName("consumerGroup", group); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `-- herald:group_subscription
+		UPDATE consumer_groups SET subscribed_from = $2, subscription_mode = 'timestamp' WHERE name = $1`, group, from)
+	if err != nil {
+		return 0, fmt.Errorf("moving the subscription of %s: %w", group, err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -217,7 +217,7 @@ type GroupDeleted struct {
 type ReleasedLease struct{ Queue, Partition, PartitionID, Group string }
 
 // groupQueuesLockSQL locks the queues a group is registered on or has rows
-// on ($2: one queue by name, or '' for all), in id order.
+// on ($2: one queue by name, or ” for all), in id order.
 const groupQueuesLockSQL = `-- herald:group_queues_lock
 SELECT q.id::text FROM queues q
 WHERE ($2 = '' OR q.name = $2)
@@ -255,7 +255,7 @@ FROM (
 WHERE c.partition_id = x.partition_id AND c.consumer_group = $1`
 
 // DeleteGroup forgets group's position on one queue (queueName) or on all
-// ('' ): its consumer rows and their leases go. With deleteMetadata its
+// (” ): its consumer rows and their leases go. With deleteMetadata its
 // subscription records go too, so its next read registers it afresh with
 // that read's subscription; without, its rows are put back where its
 // subscription starts, so its next read starts there again. Messages are
@@ -329,7 +329,7 @@ type SeekResult struct {
 var ErrNotFound = errors.New("not found")
 
 // seekSQL moves the cursors of the locked rows of group $1 on queue $2
-// (partition $4 only, when not '') to the end ($3 NULL) or after the last
+// (partition $4 only, when not ”) to the end ($3 NULL) or after the last
 // message pushed at or before $3; nothing stays done, attempted or leased,
 // and only deliveries made after the seek may be acked without their lease
 // (delivered_to). Partitions with no message are left alone by a seek to

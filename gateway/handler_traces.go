@@ -1,4 +1,272 @@
 package gateway
 
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
 // traceRoutes registers the routes of traces: record and read notes attached to messages.
-func (s *Server) traceRoutes() {}
+func (s *Server) traceRoutes() {
+	s.handle("POST /api/v1/traces", "traces_record", RoleReadWrite, s.handleRecordTrace)
+	s.handle("GET /api/v1/traces/names", "traces_names", RoleReadOnly, s.handleTraceNames)
+	s.handle("GET /api/v1/traces/by-name/{name}", "traces_by_name", RoleReadOnly, s.handleTracesByName)
+	s.handle("GET /api/v1/traces/{partitionId}/{transactionId}", "traces_of_message", RoleReadOnly, s.handleTracesOf)
+}
+
+// The answers' items, keys in the reference server's (sorted) order.
+type (
+	traceJSON struct {
+		ConsumerGroup string   `json:"consumer_group"`
+		CreatedAt     string   `json:"created_at"`
+		Data          rawJSON  `json:"data"`
+		EventType     string   `json:"event_type"`
+		ID            string   `json:"id"`
+		TraceNames    []string `json:"trace_names"`
+		WorkerID      string   `json:"worker_id"`
+	}
+	namedTraceJSON struct {
+		ConsumerGroup  string   `json:"consumer_group"`
+		CreatedAt      string   `json:"created_at"`
+		Data           rawJSON  `json:"data"`
+		EventType      string   `json:"event_type"`
+		ID             string   `json:"id"`
+		MessagePayload rawJSON  `json:"message_payload"`
+		PartitionID    string   `json:"partition_id"`
+		PartitionName  string   `json:"partition_name"`
+		QueueName      string   `json:"queue_name"`
+		TraceNames     []string `json:"trace_names"`
+		TransactionID  string   `json:"transaction_id"`
+		WorkerID       string   `json:"worker_id"`
+	}
+	traceNameJSON struct {
+		LastSeen     string `json:"last_seen"`
+		MessageCount int64  `json:"message_count"`
+		TraceCount   int64  `json:"trace_count"`
+		TraceName    string `json:"trace_name"`
+	}
+	paginationJSON struct {
+		Limit  int `json:"limit"`
+		Offset int `json:"offset"`
+	}
+)
+
+// handleRecordTrace records a trace about one message: 201 with its id,
+// 404 when the message does not exist.
+func (s *Server) handleRecordTrace(w http.ResponseWriter, r *http.Request) {
+	obj, err := readObject(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var t queue.NewTrace
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"transactionId", &t.TransactionID}, {"partitionId", &t.PartitionID},
+		{"consumerGroup", &t.Group}, {"eventType", &t.EventType}} {
+		// consumerGroup and eventType: null or absent is the default.
+		if *f.dst, _, err = stringField(obj, f.key); err != nil {
+			s.fail(w, badRequestf("%v", err))
+			return
+		}
+	}
+	if t.TransactionID == "" || t.PartitionID == "" {
+		writeError(w, http.StatusBadRequest, "transactionId and partitionId are required")
+		return
+	}
+	data, ok := obj["data"]
+	if !ok {
+		writeError(w, http.StatusBadRequest, "data is required")
+		return
+	}
+	t.Data = data
+	if t.Names, err = traceNamesField(obj["traceNames"]); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if rt := rightsOf(r.Context()); rt != nil {
+		if err := s.checkPartitions(r.Context(), rt, []string{t.PartitionID}, "record traces on"); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
+	res, err := s.store.RecordTrace(r.Context(), t)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !res.Found {
+		writeError(w, http.StatusNotFound, "Message not found")
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"success": true, "traceId": res.ID})
+}
+
+// traceNamesField reads traceNames: a string (one name), an array of
+// strings, or null/absent (none).
+func traceNamesField(raw json.RawMessage) ([]string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}, nil
+	}
+	var names []string
+	if err := json.Unmarshal(raw, &names); err != nil {
+		return nil, badRequestf("traceNames must be a string or an array of strings")
+	}
+	return names, nil
+}
+
+// handleTracesOf lists the traces of one message, oldest first.
+func (s *Server) handleTracesOf(w http.ResponseWriter, r *http.Request) {
+	pid, txid := r.PathValue("partitionId"), r.PathValue("transactionId")
+	if rt := rightsOf(r.Context()); rt != nil {
+		if err := s.checkPartitions(r.Context(), rt, []string{pid}, "read the traces of"); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
+	traces, err := s.store.TracesOf(r.Context(), pid, txid)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := make([]traceJSON, len(traces))
+	for i, t := range traces {
+		out[i] = traceJSON{ConsumerGroup: t.Group, CreatedAt: formatMilli(t.CreatedAt), Data: rawJSON(t.Data),
+			EventType: t.EventType, ID: t.ID, TraceNames: t.Names, WorkerID: t.WorkerID}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"traces": out})
+}
+
+// handleTracesByName lists the traces carrying a name, oldest first, a page
+// at a time (limit, offset), optionally within [from, to).
+func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	qry := queue.TraceQuery{Name: r.PathValue("name")}
+	var err error
+	if qry.Limit, qry.Offset, err = tracePage(q.Get("limit"), q.Get("offset")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"from", &qry.From}, {"to", &qry.To}} {
+		if v := q.Get(f.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				s.fail(w, badRequestf("%s must be an RFC3339 time", f.name))
+				return
+			}
+			*f.dst = t
+		}
+	}
+	if rt := rightsOf(r.Context()); rt != nil {
+		qry.PartitionMatch = consumeMatch(rt)
+	}
+	page, err := s.store.TracesByName(r.Context(), qry)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := make([]namedTraceJSON, len(page.Traces))
+	for i, t := range page.Traces {
+		out[i] = namedTraceJSON{ConsumerGroup: t.Group, CreatedAt: formatMilli(t.CreatedAt), Data: rawJSON(t.Data),
+			EventType: t.EventType, ID: t.ID, MessagePayload: rawJSON(t.MessagePayload), PartitionID: t.PartitionID,
+			PartitionName: t.Partition, QueueName: t.Queue, TraceNames: t.Names, TransactionID: t.TransactionID,
+			WorkerID: t.WorkerID}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Pagination paginationJSON   `json:"pagination"`
+		Total      int64            `json:"total"`
+		Traces     []namedTraceJSON `json:"traces"`
+	}{paginationJSON{page.Limit, page.Offset}, page.Total, out})
+}
+
+// handleTraceNames lists the trace names, most recently seen first.
+func (s *Server) handleTraceNames(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var qry queue.TraceNamesQuery
+	var err error
+	if qry.Limit, qry.Offset, err = tracePage(q.Get("limit"), q.Get("offset")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if rt := rightsOf(r.Context()); rt != nil {
+		qry.PartitionMatch = consumeMatch(rt)
+	}
+	page, err := s.store.TraceNames(r.Context(), qry)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := make([]traceNameJSON, len(page.Names))
+	for i, n := range page.Names {
+		out[i] = traceNameJSON{LastSeen: formatMilli(n.LastSeen), MessageCount: n.Messages, TraceCount: n.Traces,
+			TraceName: n.Name}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Pagination paginationJSON  `json:"pagination"`
+		Total      int64           `json:"total"`
+		TraceNames []traceNameJSON `json:"trace_names"`
+	}{paginationJSON{page.Limit, page.Offset}, page.Total, out})
+}
+
+// tracePage reads limit (1 to queue.MaxTraceLimit; absent: 0, the
+// store's default) and offset (0 or more).
+func tracePage(limit, offset string) (int, int, error) {
+	l, err := intParam(limit, "limit", 1, queue.MaxTraceLimit)
+	if err != nil {
+		return 0, 0, err
+	}
+	o, err := intParam(offset, "offset", 0, 1<<30)
+	return l, o, err
+}
+
+// consumeMatch is a PostgreSQL regular expression over "queue" +
+// queue.PartitionMatchSep + "partition" that matches the partitions r lets
+// its bearer consume (the store's PartitionMatch). Trace reads by name and
+// the names list filter with it: a token limited to some partitions sees,
+// and counts, only the traces on those.
+func consumeMatch(r *Rights) string {
+	alts := make([]string, 0, len(r.Consume))
+	for _, p := range r.Consume {
+		q, part, two := strings.Cut(p, "/")
+		if !two {
+			part = "*" // "queue": every partition of it
+		}
+		alts = append(alts, globRegexp(q)+queue.PartitionMatchSep+globRegexp(part))
+	}
+	if len(alts) == 0 {
+		// No pattern: nothing. "queue<sep>partition" is never empty.
+		return "^$"
+	}
+	return "^(?:" + strings.Join(alts, "|") + ")$"
+}
+
+// globRegexp is a rights pattern part as a regular expression: "*" matches
+// any run of characters, every other character itself. No name holds the
+// separator (a control character), so ".*" never runs from the queue into
+// the partition.
+func globRegexp(pattern string) string {
+	var b strings.Builder
+	for _, c := range pattern {
+		switch {
+		case c == '*':
+			b.WriteString(".*")
+		case c < 0x80 && !isAlnum(c):
+			b.WriteByte('\\') // a backslash before any other character is that character
+			b.WriteRune(c)
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}

@@ -1,6 +1,7 @@
 // Package queue owns Herald's schema and every SQL statement: push, pop and
-// lease, ack, lease extension, configure, delete, the dead-letter queue and
-// atomic transactions. It knows nothing of HTTP, sockets or wake-ups.
+// lease, ack, lease extension, configure, delete, the dead-letter queue,
+// atomic transactions and traces (notes attached to messages, with their
+// own retention: traces.go). It knows nothing of HTTP, sockets or wake-ups.
 //
 // # Model
 //

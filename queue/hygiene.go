@@ -38,7 +38,7 @@ func (s *Store) SampleHygiene(ctx context.Context) (*Hygiene, error) {
 		       coalesce(greatest(last_vacuum, last_autovacuum), 'epoch'::timestamptz)
 		FROM pg_stat_user_tables
 		WHERE schemaname = current_schema()
-		  AND relname IN ('queues', 'partitions', 'messages', 'consumers', 'consumer_groups', 'dead_letters')`)
+		  AND relname IN ('queues', 'partitions', 'messages', 'consumers', 'consumer_groups', 'dead_letters', 'traces')`)
 	if err != nil {
 		return nil, fmt.Errorf("reading table stats: %w", err)
 	}
@@ -138,7 +138,8 @@ const XminWarnAfter = 5 * time.Minute
 // RunHygieneLoop samples every interval until ctx ends, hands each sample
 // to report, and warns when a session holds the xmin horizon too long. It
 // also repairs consumer rows a push did not mark ready (RepairReady): once
-// at its start, then every interval.
+// at its start, then every interval; and every interval deletes the traces
+// past Config.TraceRetention (PruneTraces).
 func (s *Store) RunHygieneLoop(ctx context.Context, interval time.Duration, report func(*Hygiene)) error {
 	repair := func() {
 		if _, err := s.RepairReady(ctx); err != nil && ctx.Err() == nil {
@@ -148,6 +149,7 @@ func (s *Store) RunHygieneLoop(ctx context.Context, interval time.Duration, repo
 	repair()
 	every(ctx, interval, func() {
 		repair()
+		s.pruneTraces(ctx)
 		s.analyzeIfDue(ctx)
 		h, err := s.SampleHygiene(ctx)
 		if err != nil {

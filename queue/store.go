@@ -60,6 +60,10 @@ type Config struct {
 	// OnPartitionDeleted, when set, is told of each partition retention
 	// deleted (syncnet's PARTITION_DELETED to the peers).
 	OnPartitionDeleted func(queue, partition string)
+	// TraceRetention: the hygiene loop deletes traces recorded longer ago
+	// than this (PruneTraces). Zero means TraceRetentionDefault; negative
+	// keeps them forever.
+	TraceRetention time.Duration
 	// EncryptionKey (32 bytes) encrypts the payloads of queues configured
 	// with encryptionEnabled (AES-256-GCM); nil: no key, and configuring
 	// such a queue is refused.
@@ -99,6 +103,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PartitionCleanupAfter == 0 {
 		c.PartitionCleanupAfter = PartitionCleanupDefault
+	}
+	if c.TraceRetention == 0 {
+		c.TraceRetention = TraceRetentionDefault
 	}
 	return c
 }

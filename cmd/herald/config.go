@@ -64,6 +64,7 @@ type config struct {
 	EncryptionKey        string
 	RetentionInterval    time.Duration
 	PartitionCleanupDays int
+	TraceRetention       time.Duration
 
 	SyncPeers     []string
 	SyncBind      string
@@ -174,6 +175,8 @@ var options = []option{
 		func(c *config, v string) (err error) { c.RetentionInterval, err = time.ParseDuration(v); return err }},
 	{"partition-cleanup-days", "HERALD_PARTITION_CLEANUP_DAYS", "7", "retention deletes partitions with no messages, no dead letters and no push or lease for this many days (and tells syncnet peers); 0 keeps them",
 		func(c *config, v string) (err error) { c.PartitionCleanupDays, err = strconv.Atoi(v); return err }},
+	{"trace-retention", "HERALD_TRACE_RETENTION", queue.TraceRetentionDefault.String(), "traces (POST /api/v1/traces) older than this are deleted, checked every 30 s by each instance in batches of 5,000; they outlive their message until then, and go with their queue; 0 keeps them forever",
+		func(c *config, v string) (err error) { c.TraceRetention, err = time.ParseDuration(v); return err }},
 	{"pprof-addr", "HERALD_PPROF_ADDR", "", "address of a separate listener serving Go's /debug/pprof profiles (e.g. 127.0.0.1:6060; keep it off public interfaces); empty serves none",
 		func(c *config, v string) error { c.PprofAddr = v; return nil }},
 	{"drain-window", "HERALD_DRAIN_WINDOW", "5s", "on shutdown, WebSocket and SSE connections are closed at random points of this window, so clients do not reconnect in one storm",
@@ -226,6 +229,8 @@ func (c *config) validate() error {
 		return errors.New("--encryption-key must be 64 hex characters")
 	case c.PartitionCleanupDays < 0:
 		return errors.New("--partition-cleanup-days must not be negative")
+	case c.TraceRetention < 0:
+		return errors.New("--trace-retention must not be negative (0 keeps traces forever)")
 	case c.RetentionInterval <= 0:
 		return errors.New("--retention-interval must be positive")
 	case c.ShutdownTimeout <= 0:

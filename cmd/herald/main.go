@@ -193,6 +193,15 @@ func cleanupAfter(days int) time.Duration {
 	return time.Duration(days) * 24 * time.Hour
 }
 
+// traceRetention is --trace-retention as queue.Config wants it (0: forever,
+// which the store spells as negative).
+func traceRetention(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // hygieneInterval is how often the storage gauges are sampled (three
 // catalog queries).
 const hygieneInterval = 30 * time.Second
@@ -295,6 +304,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	}
 	store, err := queue.New(queue.Config{Pool: pool, InstanceID: instance, Configs: configs, Logger: log, EncryptionKey: encKey,
 		PartitionCleanupAfter: cleanupAfter(cfg.PartitionCleanupDays),
+		TraceRetention:        traceRetention(cfg.TraceRetention),
 		OnPartitionDeleted: func(q, p string) {
 			if node != nil {
 				node.PartitionDeleted(q, p)

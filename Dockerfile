@@ -17,6 +17,10 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/herald /usr/local/bin/herald
 USER nonroot:nonroot
+# A directory the nonroot user may write: the push buffer of push
+# maintenance lives in ./.herald/buffer (--buffer-dir). Mount a volume there
+# to keep buffered pushes across containers, not only restarts.
+WORKDIR /home/nonroot
 # HTTP (API, WebSocket, SSE, the demo page) and syncnet (UDP).
 EXPOSE 6632/tcp 6633/udp
 HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=10 CMD ["/usr/local/bin/herald", "health"]

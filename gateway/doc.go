@@ -75,6 +75,20 @@
 // instance) neither loses nor repeats those messages. Server.Close gives
 // back what still waits.
 //
+// # Maintenance modes
+//
+// maintenance.go keeps this instance's copy of the two cluster-wide
+// switches (queue.SystemState) and its push buffer (spool.Dir).
+// RunMaintenance owns two goroutines: one reads the switches every
+// Config.MaintenanceRefresh and whenever RefreshMaintenance asks (the
+// switch's NOTIFY, a syncnet datagram), the other drains the buffer into
+// the queue whenever push maintenance is off and it holds something. While
+// push maintenance is on, pushes (HTTP, WebSocket) are appended to the
+// buffer and answered once it is fsynced; while pop maintenance is on,
+// pops answer 204 before any query, waiting long-polls are answered 204,
+// and the poller is paused. Lock order: maintenance.mu before a poller
+// worker's mutex (SetPaused); the spool's locks are its own.
+//
 // # Failures
 //
 // Bad input is answered 400 (413 for an oversized body) with

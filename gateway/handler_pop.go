@@ -166,6 +166,12 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if s.maint.pop.Load() {
+		// Pop maintenance: empty at once, even for wait=true; no query,
+		// no lease.
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	// While draining nothing new may wait: a long-poll is answered at once.
 	if !wait || s.isDraining() {
 		res, err := s.store.Pop(r.Context(), req)
@@ -193,6 +199,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		s.fail(w, err)
 		return
 	}
+	popOn := s.maint.popStarted() // closed if pop maintenance starts while it waits
 	waiter := s.poller.Wait(poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition, QueueMatch: req.QueueMatch,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
@@ -214,6 +221,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		return
 	case <-timer.C:
 	case <-s.draining:
+	case <-popOn:
 	case <-r.Context().Done():
 	}
 	res := waiter.Cancel()

@@ -72,6 +72,10 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stampProducer(r.Context(), items)
+	if s.maint.push.Load() {
+		s.bufferPush(w, items) // push maintenance: to disk, not to the database
+		return
+	}
 	results, err := s.store.Push(r.Context(), items)
 	if err != nil {
 		s.fail(w, err)

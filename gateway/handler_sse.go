@@ -433,8 +433,11 @@ func (st *sseStream) forget(pid string) {
 
 // Close releases at once the leases that closed SSE streams still hold for
 // a resume, and waits for releases under way and for WebSocket connections
-// to end (Drain closes them). Call it after the HTTP server has shut down.
+// to end (Drain closes them); then it closes the push buffer (what it
+// holds waits for the next start). Call it after the HTTP server has shut
+// down.
 func (s *Server) Close() {
+	defer s.maint.closeSpool()
 	s.streamWG.Wait()
 	s.graceMu.Lock()
 	s.closed = true

@@ -548,6 +548,10 @@ func (c *wsConn) push(ctx context.Context, f *wsFrame) {
 		}
 		stampSubject(items, c.claims.Subject)
 	}
+	if c.ss.s.maint.push.Load() {
+		c.bufferPush(f, items) // push maintenance: to disk, not to the database
+		return
+	}
 	results, err := c.ss.s.store.Push(ctx, items)
 	if err != nil {
 		c.ss.send(wsStoreError(f.ID, err, "pushing failed"))

@@ -98,6 +98,24 @@ type Config struct {
 	// OnQueueConfigured, when set, is told after a queue is configured
 	// (syncnet broadcasts its settings).
 	OnQueueConfigured func(info queue.QueueInfo)
+	// BufferDir is the directory of this instance's push buffer
+	// (spool.Dir): while push maintenance is on, pushes are appended there
+	// instead of written to the database, and drained into it when it
+	// ends. Empty means no buffer: a push during push maintenance is
+	// answered 503.
+	BufferDir string
+	// BufferMaxBytes bounds the push buffer file; zero means
+	// spool.MaxBytesDefault (256 MiB). A push that would pass it is
+	// answered 503.
+	BufferMaxBytes int64
+	// MaintenanceRefresh is how often RunMaintenance reads the maintenance
+	// switches again when nothing said they changed; zero means
+	// MaintenanceRefreshDefault (5 s).
+	MaintenanceRefresh time.Duration
+	// OnMaintenance, when set, is told after this instance switched a
+	// maintenance mode (pop: pop maintenance), so that the other instances
+	// read the switches now (syncnet). It must not block.
+	OnMaintenance func(pop, enabled bool)
 	// SharedState, when set, is shown by /internal/api/shared-state/stats
 	// (caches; syncnet's peers, presence and counters).
 	SharedState func() any
@@ -152,6 +170,9 @@ func (c Config) WithDefaults() Config {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.MaintenanceRefresh == 0 {
+		c.MaintenanceRefresh = MaintenanceRefreshDefault
+	}
 	return c
 }
 
@@ -166,8 +187,11 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.Poller is required")
 	case c.MaxWSConnections < 0 || c.MaxSSEConnections < 0:
 		return errors.New("gateway: Config.MaxWSConnections and MaxSSEConnections must not be negative")
-	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.SSELeaseCheck < 0 || c.WSLeaseCheck < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0:
+	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.SSELeaseCheck < 0 || c.WSLeaseCheck < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0 ||
+		c.MaintenanceRefresh < 0:
 		return errors.New("gateway: Config durations must not be negative")
+	case c.BufferMaxBytes < 0:
+		return errors.New("gateway: Config.BufferMaxBytes must not be negative")
 	}
 	return nil
 }
@@ -195,6 +219,7 @@ type Server struct {
 	sseCount   int
 	sseStreams map[*session]bool // running SSE sessions, for Drain
 	deliveries deliveries        // unacknowledged deliveries of this instance's streams (effects.go)
+	maint      *maintenance      // the maintenance modes and the push buffer (maintenance.go)
 
 	graceMu sync.Mutex
 	grace   map[*time.Timer]func() // leases of closed SSE streams, released after the grace period
@@ -236,6 +261,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.maint, err = newMaintenance(s); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }

@@ -46,6 +46,13 @@ func payload(queue string, partitions []string, sender string) string {
 	return b.String()
 }
 
+// StatePayload is the notification queue.Store.SetSystemFlag sends on the
+// channel when a cluster-wide switch (a maintenance mode) changed; it is
+// queue.StateNotifyPayload, spelled here so that pgnotify needs nothing of
+// queue (a test keeps the two equal). Its control character keeps it apart
+// from every wake-up: no queue name holds one.
+const StatePayload = "\x02system_state"
+
 // senderMark starts the sender line: a control character, which no queue
 // or partition name holds.
 const senderMark = "\x01"

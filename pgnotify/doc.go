@@ -9,6 +9,11 @@
 //	          ▼                                (after every (re)connect: WakeAll)
 //	   short tx, synchronous_commit off
 //
+// The same channel carries StatePayload, sent by the transaction that
+// switches a maintenance mode: the Listener hands it to OnState (and calls
+// OnState after every connect too), and the instance reads the switches
+// from the database again.
+//
 // A push never NOTIFYs inside its own transaction (a notifying transaction
 // takes a cluster-wide lock at commit) and never per row. The Notifier
 // coalesces per queue: a quiet queue is announced at once, a busy one gets at

@@ -46,6 +46,11 @@ type ListenerConfig struct {
 	// Self, when set, is this instance's NotifierConfig.Sender: its own
 	// notifications are skipped.
 	Self string
+	// OnState, when set, is called when the cluster-wide switches may have
+	// changed: on the notification their writer sends (StatePayload), and
+	// after every (re)connect, since one may have been missed. Called on
+	// the listener's goroutine; it must not block.
+	OnState func()
 	// PingInterval bounds each wait: a silent connection is pinged then, so
 	// a dead one is noticed. Zero means PingIntervalDefault.
 	PingInterval time.Duration
@@ -138,12 +143,19 @@ func (l *Listener) session(ctx context.Context, first *bool) (listened bool, err
 	}
 	// Anything may have changed while we were not listening.
 	l.cfg.Waker.WakeAll(SourceNotify)
+	if l.cfg.OnState != nil {
+		l.cfg.OnState()
+	}
 	l.log.Info().Str("channel", channelPrefix+schema).Msg("listening")
 	for {
 		wctx, cancel := context.WithTimeout(ctx, l.cfg.PingInterval)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
+		case err == nil && n.Payload == StatePayload:
+			if l.cfg.OnState != nil {
+				l.cfg.OnState()
+			}
 		case err == nil:
 			queue, parts, sender, ok := parsePayload(n.Payload)
 			if !ok || (sender != "" && sender == l.cfg.Self) {

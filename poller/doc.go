@@ -54,6 +54,13 @@
 // 5 s, ±10% jitter. In WakePoll mode push wake-ups are ignored and the
 // sweep does everything, as in the reference server (a benchmark baseline).
 //
+// # Pause
+//
+// SetPaused(true) (pop maintenance) makes every cycle return before its
+// first query and every push hand off to nobody; a cycle already past its
+// check gives back what it leased, uncounted. SetPaused(false) marks every
+// queue with waiting intentions, so subscriptions resume where they were.
+//
 // # Concurrency
 //
 // Run owns the worker goroutines (Config.Workers, default 2) and returns when

@@ -27,6 +27,9 @@ type reservation struct {
 
 // Reserve implements queue.HandOff.
 func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
+	if p.paused.Load() {
+		return nil // pop maintenance: the push leases to nobody
+	}
 	var out []queue.Reservation
 	for _, pp := range parts {
 		key := "q:" + pp.Queue

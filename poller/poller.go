@@ -30,6 +30,7 @@ type Poller struct {
 	workers []*worker
 	seq     atomic.Uint64
 	nsKeys  atomic.Int64 // registered intentions with a namespace/task target
+	paused  atomic.Bool  // pop maintenance: lease nothing (pause.go)
 }
 
 // New returns a Poller; nothing runs until Run.

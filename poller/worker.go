@@ -129,6 +129,9 @@ func (w *worker) run(ctx context.Context) {
 // it found work and the earliest time a blocked partition becomes eligible.
 // With nothing dirty it sends no SQL at all.
 func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due time.Time) {
+	if w.p.paused.Load() {
+		return false, time.Time{} // SetPaused(false) marks every key
+	}
 	now := time.Now()
 	var work, claims []*Intention
 	var fast []hinted
@@ -560,8 +563,12 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	if res.PartitionsClaimed < pl.partitions {
 		res.More = true // an assignment came back empty: taken or changed since the pre-flight
 	}
+	// Paused since the cycle began (pop maintenance): give the lease back,
+	// as for a consumer that left, and deliver nothing. An autoAck pop
+	// keeps no lease (its cursor moved already): delivered all the same.
+	paused := w.p.paused.Load() && res.LeaseID != ""
 	w.mu.Lock()
-	gone := in.gone
+	gone := in.gone || paused
 	if !gone && !in.Standing {
 		// A one-shot intention ends with this delivery, whatever Deliver
 		// answers: withdraw it first, so it is never counted (or served) as

@@ -304,6 +304,12 @@ type pushPlan struct {
 	unmarked int64
 }
 
+// ValidatePushItems checks items as Push does before it touches the
+// database: names, trace ids, transaction ids, producer subjects. A push
+// buffered on disk (push maintenance) is checked with it, so that what is
+// accepted then is what Push would have accepted.
+func ValidatePushItems(items []PushItem) error { return validatePushItems(items) }
+
 // validatePushItems checks names and ids before anything reaches the database.
 func validatePushItems(items []PushItem) error {
 	for _, it := range items {

@@ -33,8 +33,10 @@
 // Node is one instance on the mesh: heartbeats (ServerHealth: dead after
 // DeadAfter), consumer presence (announced on the first and last consumer
 // of a queue, re-announced every Announce), targeted MESSAGE_AVAILABLE,
-// QUEUE_CONFIG_SET/DELETE and PARTITION_DELETED news handed to callbacks,
-// and lease hints (hints.go). Snapshot (cache.go) is the copy-on-write map
+// QUEUE_CONFIG_SET/DELETE, PARTITION_DELETED and MAINTENANCE_MODE_SET /
+// POP_MAINTENANCE_MODE_SET news handed to callbacks (a maintenance datagram
+// only makes the receiver read the switches from the database again), and
+// lease hints (hints.go). Snapshot (cache.go) is the copy-on-write map
 // the queue config cache is made of; the queue package fills and reads it
 // through queue.ConfigCache, and internal/shared wires the two.
 package syncnet

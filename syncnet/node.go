@@ -78,6 +78,11 @@ type Config struct {
 	// OnPartitionDeleted, when set, is told that another instance deleted a
 	// partition (PARTITION_DELETED): drop its cached id.
 	OnPartitionDeleted func(queue, partition string)
+	// OnMaintenance, when set, is told that another instance switched a
+	// maintenance mode (MAINTENANCE_MODE_SET, or POP_MAINTENANCE_MODE_SET
+	// when pop): read the switches again from the database, which alone
+	// says what holds. Called on the receive goroutine; it must not block.
+	OnMaintenance func(pop, enabled bool)
 	// Drop, when set, is asked before each send; true drops the datagram
 	// (tests of a lossy network, or of a lost announcement).
 	Drop func(t Type) bool
@@ -485,6 +490,17 @@ func (n *Node) QueueConfigured(queue string, c QueueConfig, version uint64) {
 	n.send(QueueConfigSet, QueueConfigSetPayload{Config: c, Queue: queue, Version: version}, nil)
 }
 
+// MaintenanceSet tells every peer that a maintenance mode was switched
+// (MAINTENANCE_MODE_SET, or POP_MAINTENANCE_MODE_SET when pop), so that
+// they read the switches again now rather than at their next periodic read.
+func (n *Node) MaintenanceSet(pop, enabled bool) {
+	t := MaintenanceModeSet
+	if pop {
+		t = PopMaintenanceModeSet
+	}
+	n.send(t, MaintenancePayload{Enabled: enabled, TS: nowMS()}, nil)
+}
+
 // PartitionDeleted tells every peer that a partition is gone
 // (PARTITION_DELETED), so that they drop its cached id.
 func (n *Node) PartitionDeleted(queue, partition string) {
@@ -642,6 +658,15 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 		}
 		if n.cfg.OnPartitionDeleted != nil {
 			n.cfg.OnPartitionDeleted(m.Queue, m.Partition)
+		}
+	case MaintenanceModeSet, PopMaintenanceModeSet:
+		var m MaintenancePayload
+		if Unmarshal(p.Payload, &m) != nil {
+			n.drop("payload")
+			return
+		}
+		if n.cfg.OnMaintenance != nil {
+			n.cfg.OnMaintenance(p.Type == PopMaintenanceModeSet, m.Enabled)
 		}
 	case LeaseHintAcquired, LeaseHintReleased:
 		var m LeaseHintPayload

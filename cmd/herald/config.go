@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/spool"
 	"github.com/heraldmq/herald/syncnet"
 )
 
@@ -72,6 +74,9 @@ type config struct {
 	SyncFreshness time.Duration
 	ServerID      string
 
+	BufferDir      string
+	BufferMaxBytes int64
+
 	MetricsMaxQueues   int
 	MetricsGroupLabels bool
 	MetricsAuth        bool
@@ -97,7 +102,7 @@ var options = []option{
 		func(c *config, v string) error { c.Addr = v; return nil }},
 	{"database-url", "HERALD_DATABASE_URL", "", "PostgreSQL URL; empty starts a private PostgreSQL under --data-dir",
 		func(c *config, v string) error { c.DatabaseURL = v; return nil }},
-	{"data-dir", "HERALD_DATA_DIR", "./.herald", "directory of the private PostgreSQL (used only without --database-url)",
+	{"data-dir", "HERALD_DATA_DIR", "./.herald", "directory of the private PostgreSQL (used only without --database-url) and, unless --buffer-dir says otherwise, of the push buffer (<data-dir>/buffer, with or without --database-url)",
 		func(c *config, v string) error { c.DataDir = v; return nil }},
 	{"log-level", "HERALD_LOG_LEVEL", "info", "debug, info, warn or error (request logs are debug)",
 		func(c *config, v string) error { c.LogLevel = v; return nil }},
@@ -179,6 +184,10 @@ var options = []option{
 		func(c *config, v string) (err error) { c.TraceRetention, err = time.ParseDuration(v); return err }},
 	{"pprof-addr", "HERALD_PPROF_ADDR", "", "address of a separate listener serving Go's /debug/pprof profiles (e.g. 127.0.0.1:6060; keep it off public interfaces); empty serves none",
 		func(c *config, v string) error { c.PprofAddr = v; return nil }},
+	{"buffer-dir", "HERALD_BUFFER_DIR", "", "directory of this instance's push buffer, where pushes go during push maintenance (POST /api/v1/system/maintenance) until it ends and they are drained into the database; keep it on a persistent disk; empty means <data-dir>/buffer (instances sharing a directory take a file each), and if that cannot be created the instance runs without a buffer and answers such pushes 503",
+		func(c *config, v string) error { c.BufferDir = v; return nil }},
+	{"buffer-max-bytes", "HERALD_BUFFER_MAX_BYTES", strconv.Itoa(spool.MaxBytesDefault), "largest size of the push buffer file; a push during push maintenance that would pass it is answered 503",
+		func(c *config, v string) (err error) { c.BufferMaxBytes, err = strconv.ParseInt(v, 10, 64); return err }},
 	{"drain-window", "HERALD_DRAIN_WINDOW", "5s", "on shutdown, WebSocket and SSE connections are closed at random points of this window, so clients do not reconnect in one storm",
 		func(c *config, v string) (err error) { c.DrainWindow, err = time.ParseDuration(v); return err }},
 }
@@ -259,6 +268,8 @@ func (c *config) validate() error {
 		return errors.New("--sse-heartbeat and --sse-resume-grace must be positive")
 	case c.DrainWindow < 0:
 		return errors.New("--drain-window must not be negative")
+	case c.BufferMaxBytes < 1<<20:
+		return errors.New("--buffer-max-bytes must be at least 1048576 (1 MiB)")
 	case c.MetricsMaxQueues < 0:
 		return errors.New("--metrics-max-queues must not be negative")
 	case c.MetricsAuth && !c.authOn():
@@ -284,6 +295,15 @@ func (c *config) validate() error {
 		}
 	}
 	return nil
+}
+
+// bufferDir is the push buffer's directory: --buffer-dir, or
+// <data-dir>/buffer.
+func (c *config) bufferDir() string {
+	if c.BufferDir != "" {
+		return c.BufferDir
+	}
+	return filepath.Join(c.DataDir, "buffer")
 }
 
 // authOn reports whether tokens are required: some key is configured.

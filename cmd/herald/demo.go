@@ -142,6 +142,7 @@ func demo(ctx context.Context, c *demoConfig, stdout io.Writer, log zerolog.Logg
 		cfg.Addr = fmt.Sprintf("127.0.0.1:%d", c.ports[i])
 		cfg.listener, lns[i] = lns[i], nil // serve owns it now
 		cfg.DatabaseURL = cluster.URL()
+		cfg.DataDir = c.dataDir // the push buffer's too: <data-dir>/buffer, a file per instance
 		cfg.InstanceID, cfg.ServerID = name, name
 		cfg.SyncBind = fmt.Sprintf("127.0.0.1:%d", c.syncPorts[i])
 		cfg.SyncSecret = secret

@@ -217,6 +217,24 @@ func (ns notifiers) Notify(queue, partition string) {
 	}
 }
 
+// bufferDir is the push buffer's directory. --buffer-dir must be usable
+// (the gateway refuses to start otherwise); the default, <data-dir>/buffer,
+// may not be (a read-only working directory, with --database-url): then
+// this instance runs without a buffer, says so, and answers pushes 503
+// during push maintenance.
+func bufferDir(cfg *config, log zerolog.Logger) string {
+	dir := cfg.bufferDir()
+	if cfg.BufferDir != "" {
+		return dir
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil { // #nosec G703 -- the operator's --data-dir
+		log.Error().Err(err).Str("dir", dir).
+			Msg("no push buffer: pushes during push maintenance will be refused (503); set --buffer-dir to a writable directory")
+		return ""
+	}
+	return dir
+}
+
 // serve wires database, store and gateway, and runs until ctx ends.
 func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (err error) {
 	// Ports first: a port in use is reported in a moment, before a private
@@ -327,6 +345,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		SweepMin: cfg.SweepMin, SweepMax: cfg.SweepMax, PreflightTimeout: cfg.PreflightTimeout,
 		MaxIntentions: cfg.PreflightMax, Registerer: reg, Logger: log}
 	var pl *poller.Poller
+	var gw *gateway.Server // the node and the listener tell it of maintenance switches
 	if len(cfg.SyncPeers) > 0 {
 		serverID := cfg.ServerID
 		if serverID == "" {
@@ -337,6 +356,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		scfg := syncnet.Config{Bind: cfg.SyncBind, Peers: cfg.SyncPeers, Secret: cfg.SyncSecret, ServerID: serverID, Freshness: cfg.SyncFreshness,
 			Waker: syncnet.WakerFunc(func(source, q, p string) { pl.Wake(source, q, p) }), Registerer: reg, Logger: log}
 		shared.Hook(&scfg, store)
+		scfg.OnMaintenance = func(bool, bool) { gw.RefreshMaintenance() }
 		node, err = syncnet.New(scfg)
 		if err != nil {
 			return err
@@ -354,6 +374,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	gwCfg := gateway.Config{Store: store, Poller: pl, BodyLimit: cfg.BodyLimit, BodyReadTimeout: cfg.BodyReadTimeout, Version: buildVersion(), Instance: instance,
 		AllowedOrigins: cfg.AllowedOrigins, MaxWSConnections: cfg.MaxWSConnections, MaxSSEConnections: cfg.MaxSSEConnections,
 		SSEHeartbeat: cfg.SSEHeartbeat, SSEResumeGrace: cfg.SSEResumeGrace, DrainWindow: cfg.DrainWindow,
+		BufferDir: bufferDir(cfg, log), BufferMaxBytes: cfg.BufferMaxBytes,
 		Registry: reg, Logger: log}
 	gwCfg.Metrics = gateway.MetricsConfig{Queues: queueLabels, GroupLabels: cfg.MetricsGroupLabels, Auth: cfg.MetricsAuth}
 	gwCfg.SharedState = shared.Stats(configs, store, node)
@@ -363,6 +384,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if node != nil {
 		gwCfg.OnQueueDeleted = node.QueueDeleted
 		gwCfg.OnQueueConfigured = shared.Announce(node)
+		gwCfg.OnMaintenance = node.MaintenanceSet
 	}
 	if cfg.authOn() {
 		if gwCfg.Auth, err = newAuth(ctx, cfg, reg, log); err != nil {
@@ -393,7 +415,8 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		if err != nil {
 			return err
 		}
-		lcfg := pgnotify.ListenerConfig{Waker: pl, Self: self, Registerer: reg, Logger: log}
+		lcfg := pgnotify.ListenerConfig{Waker: pl, Self: self, Registerer: reg, Logger: log,
+			OnState: func() { gw.RefreshMaintenance() }}
 		if cfg.ListenDatabaseURL != "" {
 			lcfg.URL = cfg.ListenDatabaseURL
 		} else {
@@ -422,9 +445,13 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		gwCfg.Notifier = notifiers{gwCfg.Notifier, node}
 		runners = append(runners, node.Run)
 	}
-	gw, err := gateway.New(gwCfg)
-	if err != nil {
+	if gw, err = gateway.New(gwCfg); err != nil {
 		return err
+	}
+	// The maintenance switches, and the push buffer's drain.
+	runners = append(runners, gw.RunMaintenance)
+	if err := gw.LoadMaintenance(ctx); err != nil {
+		log.Warn().Err(err).Msg("reading the maintenance switches at start; they are read again every 5 s")
 	}
 	defer pl.Start()()
 	bgCtx, stopBg := context.WithCancel(context.Background())

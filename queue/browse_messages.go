@@ -166,12 +166,13 @@ WHERE ($1::text IS NULL OR q.name = $1) AND ($2::text IS NULL OR q.namespace = $
 
 // browseMessagePartitionsSQL declares the cursor of a listing's
 // partitions: those of queues $1 (NULL: every queue) named $2 (NULL: any),
-// pushed to since $3 less PushSlack (NULL: ever), in scope ($4/$5), that
-// may hold a message in state $6 (partitionsInState), most recently pushed first, with
-// what the candidates statement shows of them. The listing fetches it in
-// chunks; it ends with the transaction. Cost: the selected partitions rows
-// (the queues' index ranges, or for a state the consumer rows or dead
-// letters that can hold it) and one sort of them.
+// pushed to since $3 less PushSlack (NULL: ever), in scope ($4/$5, the
+// first %s), that may hold a message in state $6 (the second %s,
+// partitionsInState), most recently pushed first, with what the
+// candidates statement shows of them. The listing fetches it in chunks; it
+// ends with the transaction. Cost: the selected partitions rows (the
+// queues' index ranges, or for a state the consumer rows or dead letters
+// that can hold it) and one sort of them.
 const browseMessagePartitionsSQL = `-- herald:browse_message_partitions
 DECLARE herald_listing NO SCROLL CURSOR FOR
 SELECT p.id::text, p.name, p.last_offset, q.name, q.namespace, q.task, q.priority, p.last_push_at

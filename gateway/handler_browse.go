@@ -1,4 +1,518 @@
 package gateway
 
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
 // browseRoutes registers the routes of resources, messages and status reads.
-func (s *Server) browseRoutes() {}
+//
+// They answer what the reference server's dashboard and admin clients read,
+// computed live from partition and consumer rows (queue.BrowseQueues and
+// the rest say what each costs). Unlike the reference server they answer
+// the status they mean (404, 400) with a body, and honour limit and offset.
+// With a token whose rights (the herald claim) name queues and partitions,
+// lists show only what it may consume, and naming anything else is 403.
+func (s *Server) browseRoutes() {
+	s.handle("GET /api/v1/resources/overview", "resources_overview", RoleReadOnly, s.handleOverview)
+	s.handle("GET /api/v1/resources/namespaces", "resources_namespaces", RoleReadOnly, s.handleNamespaces)
+	s.handle("GET /api/v1/resources/tasks", "resources_tasks", RoleReadOnly, s.handleTasks)
+	s.handle("GET /api/v1/resources/queues", "resources_queues", RoleReadOnly, s.handleResourceQueues)
+	s.handle("GET /api/v1/resources/queues/{queue}", "resources_queue", RoleReadOnly, s.handleResourceQueue)
+	s.handle("GET /api/v1/resources/partitions", "resources_partitions", RoleReadOnly, s.handlePartitions)
+	s.handle("GET /api/v1/messages", "messages", RoleReadOnly, s.handleMessages)
+	s.handle("GET /api/v1/messages/{partitionId}/{transactionId}", "message", RoleReadOnly, s.handleMessage)
+	s.handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", RoleReadWrite, s.handleDeleteMessage)
+	s.handle("GET /api/v1/status", "status_dashboard", RoleReadOnly, s.handleStatusDashboard)
+	s.handle("GET /api/v1/status/queues", "status_queues", RoleReadOnly, s.handleStatusQueues)
+	s.handle("GET /api/v1/status/queues/{queue}", "status_queue", RoleReadOnly, s.handleStatusQueue)
+	s.handle("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", RoleReadOnly, s.handleStatusQueueMessages)
+	s.handle("GET /api/v1/status/analytics", "status_analytics", RoleReadOnly, s.handleStatusAnalytics)
+	s.handle("GET /api/v1/status/buffers", "status_buffers", RoleReadOnly, s.handleStatusBuffers)
+}
+
+// failBrowse answers err: 404 for what a browse names and does not find,
+// otherwise as fail does.
+func (s *Server) failBrowse(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, queue.ErrQueueNotFound):
+		writeError(w, http.StatusNotFound, queue.ErrQueueNotFound.Error())
+	case errors.Is(err, queue.ErrMessageNotFound):
+		writeError(w, http.StatusNotFound, queue.ErrMessageNotFound.Error())
+	default:
+		s.fail(w, err)
+	}
+}
+
+// browseScope is the part of the queues a token's rights let it read, as
+// the store's Scope: each consume pattern as a pair of regular expressions
+// (a pattern without a partition reads every partition). Nil without a
+// herald claim.
+func browseScope(r *Rights) *queue.Scope {
+	if r == nil {
+		return nil
+	}
+	sc := &queue.Scope{Queues: []string{}, Partitions: []string{}}
+	for _, p := range r.Consume {
+		q, part, two := strings.Cut(p, "/")
+		if !two {
+			part = "*"
+		}
+		sc.Queues = append(sc.Queues, "^"+globRegexp(q)+"$")
+		sc.Partitions = append(sc.Partitions, "^"+globRegexp(part)+"$")
+	}
+	return sc
+}
+
+// maySeeQueue reports whether r lets its bearer read some partition of
+// queue (a pattern naming the queue, whole or in part).
+func (r *Rights) maySeeQueue(queue string) bool {
+	if r == nil {
+		return true
+	}
+	for _, p := range r.Consume {
+		q, _, _ := strings.Cut(p, "/")
+		if glob(q, queue) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkQueueRead refuses a read naming a queue the token may read nothing of.
+func checkQueueRead(r *Rights, queue string) error {
+	if queue != "" && !r.maySeeQueue(queue) {
+		return forbidden("this token may not read queue %s", queue)
+	}
+	return nil
+}
+
+// pageParams reads limit (1..MaxBrowseLimit, def when absent) and offset.
+func pageParams(q url.Values, def int) (limit, offset int, err error) {
+	if limit, err = intParam(q.Get("limit"), "limit", 1, queue.MaxBrowseLimit); err != nil {
+		return 0, 0, err
+	}
+	if limit == 0 {
+		limit = def
+	}
+	if offset, err = intParam(q.Get("offset"), "offset", 0, queue.MaxBrowseOffset); err != nil {
+		return 0, 0, err
+	}
+	return limit, offset, nil
+}
+
+// timeParam reads an optional RFC 3339 time; def when absent.
+func timeParam(q url.Values, name string, def time.Time) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, badRequestf("%s must be an RFC 3339 time (2026-01-05T10:00:00.000Z)", name)
+	}
+	return t, nil
+}
+
+// timeRange reads from and to, defaulting to the span before now; from
+// must come before to.
+func timeRange(q url.Values, span time.Duration) (from, to time.Time, err error) {
+	now := time.Now()
+	if to, err = timeParam(q, "to", now); err != nil {
+		return
+	}
+	if from, err = timeParam(q, "from", to.Add(-span)); err != nil {
+		return
+	}
+	if !from.Before(to) {
+		err = badRequestf("from must be before to")
+	}
+	return
+}
+
+// nameParam reads an optional queue or partition name.
+func nameParam(q url.Values, param, kind string) (string, error) {
+	v := q.Get(param)
+	if v == "" {
+		return "", nil
+	}
+	if err := queue.ValidateName(kind, v); err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
+// optTime renders an optional time, or JSON null.
+func optTime(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := formatMilli(*t)
+	return &s
+}
+
+type countsJSON struct {
+	Total      int64 `json:"total"`
+	Pending    int64 `json:"pending"`
+	Processing int64 `json:"processing"`
+	Completed  int64 `json:"completed"`
+	Failed     int64 `json:"failed"`
+	DeadLetter int64 `json:"deadLetter"`
+}
+
+func countsOf(c queue.Counts) countsJSON {
+	return countsJSON{Total: c.Total, Pending: c.Pending, Processing: c.Processing, Completed: c.Completed,
+		Failed: c.Failed, DeadLetter: c.DeadLetter}
+}
+
+func (c *countsJSON) add(o queue.Counts) {
+	c.Total += o.Total
+	c.Pending += o.Pending
+	c.Processing += o.Processing
+	c.Completed += o.Completed
+	c.Failed += o.Failed
+	c.DeadLetter += o.DeadLetter
+}
+
+type spreadJSON struct {
+	Avg    float64 `json:"avg"`
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+func spreadOf(s queue.Spread) spreadJSON {
+	return spreadJSON{Avg: s.Avg, Median: s.Median, Min: s.Min, Max: s.Max}
+}
+
+type overviewJSON struct {
+	Queues     int        `json:"queues"`
+	Partitions int64      `json:"partitions"`
+	Namespaces int        `json:"namespaces"`
+	Tasks      int        `json:"tasks"`
+	Messages   countsJSON `json:"messages"`
+	Lag        struct {
+		Time   spreadJSON `json:"time"`
+		Offset spreadJSON `json:"offset"`
+	} `json:"lag"`
+	Throughput struct {
+		IngestedPerSecond  float64 `json:"ingestedPerSecond"`
+		ProcessedPerSecond float64 `json:"processedPerSecond"`
+	} `json:"throughput"`
+	Timestamp string `json:"timestamp"`
+	StatsAge  int    `json:"statsAge"`
+}
+
+// handleOverview sums every queue in scope. Cost: browseQueues over all
+// queues, the lag of the pairs with messages waiting, and the messages of
+// the last minute.
+func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
+	f := queue.StatusFilter{Scope: browseScope(rightsOf(r.Context()))}
+	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: f.Scope})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	lag, err := s.store.BrowseLag(r.Context(), f)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	ingested, err := s.store.BrowseIngested(r.Context(), f)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var out overviewJSON
+	namespaces, tasks := map[string]bool{}, map[string]bool{}
+	for _, q := range list.Queues {
+		out.Partitions += q.Partitions
+		out.Messages.add(q.Counts)
+		if q.Namespace != "" {
+			namespaces[q.Namespace] = true
+		}
+		if q.Task != "" {
+			tasks[q.Task] = true
+		}
+	}
+	out.Queues, out.Namespaces, out.Tasks = len(list.Queues), len(namespaces), len(tasks)
+	out.Lag.Time, out.Lag.Offset = spreadOf(lag.Seconds), spreadOf(lag.Offset)
+	out.Throughput.IngestedPerSecond = float64(ingested) / queue.IngestWindow.Seconds()
+	out.Timestamp = formatMilli(time.Now())
+	writeJSON(w, http.StatusOK, out)
+}
+
+type groupSummaryJSON struct {
+	Namespace  *string `json:"namespace,omitempty"` // one of the two
+	Task       *string `json:"task,omitempty"`
+	Queues     int     `json:"queues"`
+	Partitions int64   `json:"partitions"`
+	Messages   struct {
+		Total   int64 `json:"total"`
+		Pending int64 `json:"pending"`
+	} `json:"messages"`
+}
+
+func (s *Server) handleNamespaces(w http.ResponseWriter, r *http.Request) {
+	s.groupQueues(w, r, "namespaces", func(q queue.QueueSummary) string { return q.Namespace },
+		func(g *groupSummaryJSON, name string) { g.Namespace = &name })
+}
+
+func (s *Server) handleTasks(w http.ResponseWriter, r *http.Request) {
+	s.groupQueues(w, r, "tasks", func(q queue.QueueSummary) string { return q.Task },
+		func(g *groupSummaryJSON, name string) { g.Task = &name })
+}
+
+// groupQueues answers {list: [{namespace or task, queues, partitions,
+// messages}]}: the queues in scope grouped by of (those without one are
+// left out), sorted by name.
+func (s *Server) groupQueues(w http.ResponseWriter, r *http.Request, list string, of func(queue.QueueSummary) string,
+	name func(*groupSummaryJSON, string)) {
+	all, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: browseScope(rightsOf(r.Context()))})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	groups := map[string]*groupSummaryJSON{}
+	var names []string
+	for _, q := range all.Queues {
+		key := of(q)
+		if key == "" {
+			continue
+		}
+		g := groups[key]
+		if g == nil {
+			g = &groupSummaryJSON{}
+			name(g, key)
+			groups[key] = g
+			names = append(names, key)
+		}
+		g.Queues++
+		g.Partitions += q.Partitions
+		g.Messages.Total += q.Counts.Total
+		g.Messages.Pending += q.Counts.Pending
+	}
+	sort.Strings(names)
+	out := make([]*groupSummaryJSON, len(names))
+	for i, n := range names {
+		out[i] = groups[n]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{list: out})
+}
+
+type queueMessagesJSON struct {
+	Total      int64 `json:"total"`
+	Pending    int64 `json:"pending"`
+	Processing int64 `json:"processing"`
+}
+
+type queueItemJSON struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	Namespace  *string           `json:"namespace"`
+	Task       *string           `json:"task"`
+	CreatedAt  string            `json:"createdAt"`
+	Partitions int64             `json:"partitions"`
+	Messages   queueMessagesJSON `json:"messages"`
+}
+
+type paginationJSON struct {
+	Limit  int   `json:"limit"`
+	Offset int   `json:"offset"`
+	Total  int64 `json:"total"`
+}
+
+// queueItem is a queue of a list; waiting makes pending count what is
+// leased too (the reference server's /status/queues).
+func queueItem(q queue.QueueSummary, waiting bool) queueItemJSON {
+	m := queueMessagesJSON{Total: q.Counts.Total, Pending: q.Counts.Pending, Processing: q.Counts.Processing}
+	if waiting {
+		m.Pending = q.Counts.Waiting()
+	}
+	return queueItemJSON{ID: q.ID, Name: q.Name, Namespace: nullable(q.Namespace), Task: nullable(q.Task),
+		CreatedAt: formatMilli(q.CreatedAt), Partitions: q.Partitions, Messages: m}
+}
+
+// listQueues answers a page of queues newest first (the query's search,
+// namespace and task narrow it).
+func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, def int, waiting bool) {
+	q := r.URL.Query()
+	limit, offset, err := pageParams(q, def)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Search: q.Get("search"), Namespace: q.Get("namespace"),
+		Task: q.Get("task"), Limit: limit, Offset: offset, Scope: browseScope(rightsOf(r.Context()))})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	items := make([]queueItemJSON, len(list.Queues))
+	for i, qs := range list.Queues {
+		items[i] = queueItem(qs, waiting)
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Queues     []queueItemJSON `json:"queues"`
+		Pagination paginationJSON  `json:"pagination"`
+	}{items, paginationJSON{Limit: limit, Offset: offset, Total: list.Matching}})
+}
+
+func (s *Server) handleResourceQueues(w http.ResponseWriter, r *http.Request) {
+	s.listQueues(w, r, queue.MaxBrowseLimit, false)
+}
+
+// partitionPage reads the queue named by the path (or ?queue=) and a page of
+// its partitions, after the checks every such read makes.
+func (s *Server) partitionPage(r *http.Request, name string, def int, groups bool) (*queue.PartitionPage, int, int, error) {
+	q := r.URL.Query()
+	if name == "" {
+		return nil, 0, 0, badRequestf("queue is required")
+	}
+	if err := queue.ValidateName("queue", name); err != nil {
+		return nil, 0, 0, err
+	}
+	limit, offset, err := pageParams(q, def)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	rights := rightsOf(r.Context())
+	if err := checkQueueRead(rights, name); err != nil {
+		return nil, 0, 0, err
+	}
+	page, err := s.store.BrowsePartitions(r.Context(), queue.PartitionsQuery{Queue: name, Search: q.Get("search"),
+		After: q.Get("after"), Limit: limit, Offset: offset, Scope: browseScope(rights), Groups: groups})
+	return page, limit, offset, err
+}
+
+type resourcePartitionJSON struct {
+	ID            string     `json:"id"`
+	Name          string     `json:"name"`
+	CreatedAt     string     `json:"createdAt"`
+	Stats         countsJSON `json:"stats"`
+	OldestMessage *string    `json:"oldestMessage"`
+	NewestMessage *string    `json:"newestMessage"`
+}
+
+type resourceQueueJSON struct {
+	ID         string                  `json:"id"`
+	Name       string                  `json:"name"`
+	Namespace  *string                 `json:"namespace"`
+	Task       *string                 `json:"task"`
+	CreatedAt  string                  `json:"createdAt"`
+	Partitions []resourcePartitionJSON `json:"partitions"`
+	Totals     countsJSON              `json:"totals"`
+	Pagination paginationJSON          `json:"pagination"`
+}
+
+// handleResourceQueue answers one queue, its totals over every partition
+// in scope and a page of its partitions by name (limit ≤ 1000, default
+// 1000): a queue of 100,000 partitions is paged, not sent whole.
+func (s *Server) handleResourceQueue(w http.ResponseWriter, r *http.Request) {
+	page, limit, offset, err := s.partitionPage(r, r.PathValue("queue"), queue.MaxBrowseLimit, false)
+	if err != nil {
+		s.failBrowse(w, err)
+		return
+	}
+	qs := page.Queue
+	out := resourceQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: nullable(qs.Namespace), Task: nullable(qs.Task),
+		CreatedAt: formatMilli(qs.CreatedAt), Partitions: make([]resourcePartitionJSON, len(page.Partitions)),
+		Totals: countsOf(qs.Counts), Pagination: paginationJSON{Limit: limit, Offset: offset, Total: page.Matching}}
+	for i, p := range page.Partitions {
+		out.Partitions[i] = resourcePartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: formatMilli(p.CreatedAt),
+			Stats: countsOf(p.Counts), OldestMessage: optTime(p.Oldest), NewestMessage: optTime(p.Newest)}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type leaseJSON struct {
+	ID        string  `json:"id"`
+	Owner     string  `json:"owner"`
+	Subject   *string `json:"subject"`
+	From      int64   `json:"from"`
+	To        int64   `json:"to"`
+	ExpiresAt string  `json:"expiresAt"`
+	Live      bool    `json:"live"`
+}
+
+type partitionGroupJSON struct {
+	Name        string     `json:"name"`
+	Cursor      int64      `json:"cursor"`
+	Done        int64      `json:"done"`
+	Lag         int64      `json:"lag"`
+	Pending     int64      `json:"pending"`
+	Processing  int64      `json:"processing"`
+	DeliveredTo int64      `json:"deliveredTo"`
+	Attempts    int        `json:"attempts"`
+	LeasedAt    *string    `json:"leasedAt"`
+	Lease       *leaseJSON `json:"lease"`
+}
+
+type partitionJSON struct {
+	ID            string               `json:"id"`
+	Name          string               `json:"name"`
+	CreatedAt     string               `json:"createdAt"`
+	LastOffset    int64                `json:"lastOffset"`
+	LastPushAt    *string              `json:"lastPushAt"`
+	LastActivity  *string              `json:"lastActivity"`
+	OldestMessage *string              `json:"oldestMessage"`
+	NewestMessage *string              `json:"newestMessage"`
+	Messages      countsJSON           `json:"messages"`
+	Groups        []partitionGroupJSON `json:"groups"`
+}
+
+type partitionsJSON struct {
+	Queue      string          `json:"queue"`
+	Partitions []partitionJSON `json:"partitions"`
+	Pagination struct {
+		Limit  int     `json:"limit"`
+		Offset int     `json:"offset"`
+		After  *string `json:"after"`
+		Next   *string `json:"next"`
+		Total  int64   `json:"total"`
+	} `json:"pagination"`
+}
+
+// handlePartitions is Herald's (the reference server has no such route): a
+// queue's partitions by name, paged with limit/offset or keyset (after:
+// the last name of the previous page, as next gives it), searchable, with
+// each consumer group's cursor, lag and lease.
+func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	page, limit, offset, err := s.partitionPage(r, q.Get("queue"), 100, true)
+	if err != nil {
+		s.failBrowse(w, err)
+		return
+	}
+	parts := make([]partitionJSON, len(page.Partitions))
+	for i, p := range page.Partitions {
+		pj := partitionJSON{ID: p.ID, Name: p.Name, CreatedAt: formatMilli(p.CreatedAt), LastOffset: p.LastOffset,
+			LastPushAt: optTime(p.LastPushAt), LastActivity: optTime(p.LastActivity), OldestMessage: optTime(p.Oldest),
+			NewestMessage: optTime(p.Newest), Messages: countsOf(p.Counts), Groups: make([]partitionGroupJSON, len(p.Groups))}
+		for j, g := range p.Groups {
+			gj := partitionGroupJSON{Name: g.Group, Cursor: g.Cursor, Done: g.Done, Lag: g.Lag, Pending: g.Lag - g.Processing,
+				Processing: g.Processing, DeliveredTo: g.DeliveredTo, Attempts: g.Attempts, LeasedAt: optTime(g.LeasedAt)}
+			if l := g.Lease; l != nil {
+				gj.Lease = &leaseJSON{ID: l.ID, Owner: l.Owner, Subject: nullable(l.Subject), From: l.From, To: l.To,
+					ExpiresAt: formatMilli(l.ExpiresAt), Live: l.Live}
+			}
+			pj.Groups[j] = gj
+		}
+		parts[i] = pj
+	}
+	var next *string
+	if n := len(page.Partitions); n == limit {
+		next = &page.Partitions[n-1].Name
+	}
+	var out partitionsJSON
+	out.Queue, out.Partitions = page.Queue.Name, parts
+	out.Pagination.Limit, out.Pagination.Offset, out.Pagination.After = limit, offset, nullable(q.Get("after"))
+	out.Pagination.Next, out.Pagination.Total = next, page.Matching
+	writeJSON(w, http.StatusOK, out)
+}

@@ -75,19 +75,6 @@ func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// pageParams reads limit (default def) and offset.
-func pageParams(r *http.Request, def int) (limit, offset int, err error) {
-	q := r.URL.Query()
-	if limit, err = intParam(q.Get("limit"), "limit", 1, queue.MaxListLimit); err != nil {
-		return 0, 0, err
-	}
-	if limit == 0 {
-		limit = def
-	}
-	offset, err = intParam(q.Get("offset"), "offset", 0, 1<<30)
-	return limit, offset, err
-}
-
 func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) {
 	minLag := 3600
 	if v := r.URL.Query().Get("minLagSeconds"); v != "" {
@@ -97,7 +84,7 @@ func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	limit, offset, err := pageParams(r, 100)
+	limit, offset, err := pageParams(r.URL.Query(), 100)
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -48,7 +48,7 @@ type (
 		TraceCount   int64  `json:"trace_count"`
 		TraceName    string `json:"trace_name"`
 	}
-	paginationJSON struct {
+	tracePaginationJSON struct {
 		Limit  int `json:"limit"`
 		Offset int `json:"offset"`
 	}
@@ -184,10 +184,10 @@ func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request) {
 			WorkerID: t.WorkerID}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Pagination paginationJSON   `json:"pagination"`
-		Total      int64            `json:"total"`
-		Traces     []namedTraceJSON `json:"traces"`
-	}{paginationJSON{page.Limit, page.Offset}, page.Total, out})
+		Pagination tracePaginationJSON `json:"pagination"`
+		Total      int64               `json:"total"`
+		Traces     []namedTraceJSON    `json:"traces"`
+	}{tracePaginationJSON{page.Limit, page.Offset}, page.Total, out})
 }
 
 // handleTraceNames lists the trace names, most recently seen first.
@@ -213,10 +213,10 @@ func (s *Server) handleTraceNames(w http.ResponseWriter, r *http.Request) {
 			TraceName: n.Name}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Pagination paginationJSON  `json:"pagination"`
-		Total      int64           `json:"total"`
-		TraceNames []traceNameJSON `json:"trace_names"`
-	}{paginationJSON{page.Limit, page.Offset}, page.Total, out})
+		Pagination tracePaginationJSON `json:"pagination"`
+		Total      int64               `json:"total"`
+		TraceNames []traceNameJSON     `json:"trace_names"`
+	}{tracePaginationJSON{page.Limit, page.Offset}, page.Total, out})
 }
 
 // tracePage reads limit (1 to queue.MaxTraceLimit; absent: 0, the
@@ -249,24 +249,4 @@ func consumeMatch(r *Rights) string {
 		return "^$"
 	}
 	return "^(?:" + strings.Join(alts, "|") + ")$"
-}
-
-// globRegexp is a rights pattern part as a regular expression: "*" matches
-// any run of characters, every other character itself. No name holds the
-// separator (a control character), so ".*" never runs from the queue into
-// the partition.
-func globRegexp(pattern string) string {
-	var b strings.Builder
-	for _, c := range pattern {
-		switch {
-		case c == '*':
-			b.WriteString(".*")
-		case c < 0x80 && !isAlnum(c):
-			b.WriteByte('\\') // a backslash before any other character is that character
-			b.WriteRune(c)
-		default:
-			b.WriteRune(c)
-		}
-	}
-	return b.String()
 }

@@ -325,3 +325,20 @@ func TestIssue19_GroupRoutesRoles(t *testing.T) {
 		`{"subscriptionTimestamp":"2020-01-01T00:00:00Z"}`).status)
 	assert.False(t, strings.Contains(string(e.doAuth(http.MethodGet, "/api/v1/consumer-groups/lagging?minLagSeconds=0", alice, "").body), "bob"))
 }
+
+// Issue 19: a seek back over a message deleted from the middle of a
+// partition reads around it (the deleted offset counts as done), and the
+// group is not left waiting for it.
+func TestIssue19_SeekOverADeletedMessage(t *testing.T) {
+	e := newEnv(t)
+	pushed := e.push("holes", `1`, `2`, `3`)
+	assert.Equal(t, []string{"1", "2", "3"}, datas(t, e, "/api/v1/pop/queue/holes?consumerGroup=g&batch=10&autoAck=true&wait=false"))
+	r := e.do(http.MethodDelete, "/api/v1/messages/"+pushed[1].PartitionID+"/"+pushed[1].TransactionID, "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	r = e.post("/api/v1/consumer-groups/g/queues/holes/seek", `{"timestamp":"2000-01-01T00:00:00Z"}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.Equal(t, []string{"1", "3"}, datas(t, e, "/api/v1/pop/queue/holes?consumerGroup=g&batch=10&autoAck=true&wait=false"))
+	e.push("holes", `4`)
+	assert.Equal(t, []string{"4"}, datas(t, e, "/api/v1/pop/queue/holes?consumerGroup=g&batch=10&autoAck=true&wait=false"),
+		"not stuck at the deleted offset")
+}

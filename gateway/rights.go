@@ -110,20 +110,7 @@ func (r *Rights) wholeQueues() (string, bool) {
 		if two && part != "*" {
 			continue
 		}
-		var b strings.Builder
-		for _, c := range q {
-			switch {
-			case c == '*':
-				b.WriteString(".*")
-			case c < 0x80 && !isAlnum(c):
-				// A backslash before any other character is that character.
-				b.WriteByte('\\')
-				b.WriteRune(c)
-			default:
-				b.WriteRune(c)
-			}
-		}
-		alts = append(alts, b.String())
+		alts = append(alts, globRegexp(q))
 	}
 	if len(alts) == 0 {
 		return "", false
@@ -280,4 +267,24 @@ func (c Claims) holder() string {
 		return ""
 	}
 	return c.Subject
+}
+
+// globRegexp is a rights pattern part as a regular expression: "*" matches
+// any run of characters, every other character itself. No name holds the
+// separator (a control character), so ".*" never runs from the queue into
+// the partition.
+func globRegexp(pattern string) string {
+	var b strings.Builder
+	for _, c := range pattern {
+		switch {
+		case c == '*':
+			b.WriteString(".*")
+		case c < 0x80 && !isAlnum(c):
+			b.WriteByte('\\') // a backslash before any other character is that character
+			b.WriteRune(c)
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
 }

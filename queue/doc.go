@@ -33,6 +33,27 @@
 // queue one per partition, under the queue row's no-key-update lock and the
 // partitions' share locks, so one of the two always sees the other.
 //
+// # Deleted offsets
+//
+// A cursor moves only over a contiguous prefix of finished offsets, so an
+// offset whose message is gone must count as finished, or the cursor (and
+// the row's place in consumers_ready) would wait for it forever. Retention
+// removes a prefix and moves the cursors past it. DeleteMessage marks the
+// deleted offset done in every consumer row of the partition, under their
+// locks, and records it in message_holes when it lies between remaining
+// messages; a group's registration starts no lower than the partition's
+// first remaining message and takes the recorded holes above its start as
+// done. Whatever sets a cursor back (a seek) must do the same.
+//
+// # Browsing
+//
+// BrowseQueues, BrowsePartitions, BrowseMessages, BrowseMessage and the
+// status reads compute their figures when asked, from partition and
+// consumer rows (no statistics table, no message scan where those rows
+// give the answer), each in a read-only transaction planned for its
+// parameters (Store.browse): one queue may hold 100 partitions and the
+// next 100,000. Each statement states its cost.
+//
 // # Delivery
 //
 //	          pop                      ack completed (whole range)

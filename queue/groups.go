@@ -137,7 +137,7 @@ const MaxListLimit = 1000
 // message waited longer than minLag, the most lagging first, a page of
 // limit after offset.
 func (s *Store) Lagging(ctx context.Context, minLag time.Duration, limit, offset int) ([]PartitionLag, error) {
-	if err := checkPage(limit, offset); err != nil {
+	if err := checkListPage(limit, offset); err != nil {
 		return nil, err
 	}
 	if minLag < 0 {
@@ -150,7 +150,8 @@ func (s *Store) Lagging(ctx context.Context, minLag time.Duration, limit, offset
 	return collectLags(rows, "listing lagging partitions")
 }
 
-func checkPage(limit, offset int) error {
+// checkListPage bounds a page of an admin listing.
+func checkListPage(limit, offset int) error {
 	if limit < 1 || limit > MaxListLimit {
 		return inputErrorf("limit must be an integer between 1 and %d", MaxListLimit)
 	}
@@ -239,20 +240,38 @@ FOR UPDATE OF c`
 // subscription starts (as a first read would: after the messages older
 // than subscribed_from, or at the beginning), with no lease and nothing
 // done or attempted.
-const groupResetSQL = `-- herald:group_reset
-UPDATE consumers c SET cursor = x.start, done = '{}', delivered_to = x.start, attempts = 0, attempt_seq = 0,
+var groupResetSQL = `-- herald:group_reset
+UPDATE consumers c SET cursor = x.cursor, done = x.done, delivered_to = x.cursor, attempts = 0, attempt_seq = 0,
 	lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
 	last_offset = greatest(c.last_offset, x.last_offset)
 FROM (
-	SELECT c2.partition_id, p.last_offset, CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
-		SELECT m.seq FROM messages m WHERE m.partition_id = c2.partition_id AND m.created_at < g.subscribed_from
-		ORDER BY m.seq DESC LIMIT 1), 0) END AS start
+	SELECT c2.partition_id, p.last_offset, s.cursor, s.done
 	FROM consumers c2
 	JOIN partitions p ON p.id = c2.partition_id
 	LEFT JOIN consumer_groups g ON g.queue_id = c2.queue_id AND g.name = c2.consumer_group
+	CROSS JOIN LATERAL (SELECT greatest(CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
+		SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < g.subscribed_from
+		ORDER BY m.seq DESC LIMIT 1), 0) END, ` + firstRemaining + `) AS start) s0
+	` + holesAfterStart + `
 	WHERE c2.consumer_group = $1 AND c2.queue_id = ANY ($2::uuid[])
 ) x
 WHERE c.partition_id = x.partition_id AND c.consumer_group = $1`
+
+// firstRemaining is the offset before partition p's first remaining
+// message (its last offset when none remains): a position below it would
+// wait for messages retention or a delete removed.
+const firstRemaining = `coalesce((SELECT min(m.seq) FROM messages m WHERE m.partition_id = p.id) - 1, p.last_offset)`
+
+// holesAfterStart turns a start offset (s0.start) on partition p into a
+// consumer row's cursor and done, as a group's registration does: the
+// offsets deleted from the middle of the partition (message_holes) that
+// directly follow the start move the cursor, the others are done.
+const holesAfterStart = `CROSS JOIN LATERAL (
+	SELECT s0.start + count(*) FILTER (WHERE h.seq = s0.start + h.rn) AS cursor,
+	       coalesce(array_agg(h.seq ORDER BY h.seq) FILTER (WHERE h.seq <> s0.start + h.rn), '{}') AS done
+	FROM (SELECT h.seq, row_number() OVER (ORDER BY h.seq) AS rn
+	      FROM message_holes h WHERE h.partition_id = p.id AND h.seq > s0.start) h
+) s`
 
 // DeleteGroup forgets group's position on one queue (queueName) or on all
 // (” ): its consumer rows and their leases go. With deleteMetadata its
@@ -333,17 +352,20 @@ var ErrNotFound = errors.New("not found")
 // message pushed at or before $3; nothing stays done, attempted or leased,
 // and only deliveries made after the seek may be acked without their lease
 // (delivered_to). Partitions with no message are left alone by a seek to
-// the end.
-const seekSQL = `-- herald:group_seek
-UPDATE consumers c SET cursor = x.target, done = '{}', delivered_to = x.target, attempts = 0, attempt_seq = 0,
+// the end. A position never stands below a message retention or a delete
+// removed, and offsets deleted from the middle after it count as done
+// (firstRemaining, holesAfterStart), or the group would wait for them.
+var seekSQL = `-- herald:group_seek
+UPDATE consumers c SET cursor = x.cursor, done = x.done, delivered_to = x.cursor, attempts = 0, attempt_seq = 0,
 	lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
 	last_offset = greatest(c.last_offset, x.last_offset)
 FROM (
-	SELECT c2.partition_id, p.last_offset,
-	       CASE WHEN $3::timestamptz IS NULL THEN p.last_offset ELSE coalesce((
-	           SELECT m.seq FROM messages m WHERE m.partition_id = c2.partition_id AND m.created_at <= $3
-	           ORDER BY m.seq DESC LIMIT 1), 0) END AS target
+	SELECT c2.partition_id, p.last_offset, s.cursor, s.done
 	FROM consumers c2 JOIN partitions p ON p.id = c2.partition_id JOIN queues q ON q.id = c2.queue_id
+	CROSS JOIN LATERAL (SELECT greatest(CASE WHEN $3::timestamptz IS NULL THEN p.last_offset ELSE coalesce((
+		SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at <= $3
+		ORDER BY m.seq DESC LIMIT 1), 0) END, ` + firstRemaining + `) AS start) s0
+	` + holesAfterStart + `
 	WHERE c2.consumer_group = $1 AND q.name = $2 AND ($4 = '' OR p.name = $4)
 	  AND ($3::timestamptz IS NOT NULL OR p.last_offset > 0)
 ) x

@@ -212,8 +212,12 @@ SELECT count(*) FROM (SELECT 1 FROM partitions p WHERE p.queue_id = ANY($1::uuid
 
 // groupRegisterSQL records a group's first subscription to each queue and
 // gives it a consumer row on every partition, starting after the messages
-// older than its subscription. $1 queue ids, $2 group, $3 subscribe-now,
-// $4 subscribe-from.
+// older than its subscription, and never before the partition's first
+// remaining message (retention or a delete took those below it: a cursor
+// under them would wait for offsets that never come). Offsets deleted above
+// the start (message_holes) are finished for the new row as they are for
+// the others: the ones right after the start move its cursor, the rest go
+// into done. $1 queue ids, $2 group, $3 subscribe-now, $4 subscribe-from.
 const groupRegisterSQL = `-- herald:group_register
 WITH g AS (
 	INSERT INTO consumer_groups (queue_id, name, subscribed_from, subscription_mode)
@@ -223,11 +227,21 @@ WITH g AS (
 	ON CONFLICT DO NOTHING
 	RETURNING queue_id, subscribed_from
 )
-INSERT INTO consumers (partition_id, consumer_group, queue_id, last_offset, cursor)
-SELECT p.id, $2, p.queue_id, p.last_offset, CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
-	SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < g.subscribed_from
-	ORDER BY m.seq DESC LIMIT 1), 0) END
+INSERT INTO consumers (partition_id, consumer_group, queue_id, last_offset, cursor, done)
+SELECT p.id, $2, p.queue_id, p.last_offset, s.cursor, s.done
 FROM partitions p JOIN g ON g.queue_id = p.queue_id
+CROSS JOIN LATERAL (
+	SELECT greatest(CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
+		SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < g.subscribed_from
+		ORDER BY m.seq DESC LIMIT 1), 0) END,
+		coalesce((SELECT min(m.seq) FROM messages m WHERE m.partition_id = p.id) - 1, p.last_offset)) AS start
+) s0
+CROSS JOIN LATERAL (
+	SELECT s0.start + count(*) FILTER (WHERE h.seq = s0.start + h.rn) AS cursor,
+	       coalesce(array_agg(h.seq ORDER BY h.seq) FILTER (WHERE h.seq <> s0.start + h.rn), '{}') AS done
+	FROM (SELECT h.seq, row_number() OVER (ORDER BY h.seq) AS rn
+	      FROM message_holes h WHERE h.partition_id = p.id AND h.seq > s0.start) h
+) s
 ORDER BY p.id
 ON CONFLICT DO NOTHING`
 

@@ -1,0 +1,266 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+type busStatusJSON struct {
+	ConsumedBy  int `json:"consumedBy"`
+	TotalGroups int `json:"totalGroups"`
+}
+
+type messageItemJSON struct {
+	ID             string        `json:"id"`
+	TransactionID  string        `json:"transactionId"`
+	PartitionID    string        `json:"partitionId"`
+	QueuePath      string        `json:"queuePath"`
+	Queue          string        `json:"queue"`
+	Partition      string        `json:"partition"`
+	Namespace      *string       `json:"namespace"`
+	Task           *string       `json:"task"`
+	Status         string        `json:"status"`
+	QueueStatus    *string       `json:"queueStatus"`
+	BusStatus      busStatusJSON `json:"busStatus"`
+	TraceID        *string       `json:"traceId"`
+	ProducerSub    *string       `json:"producerSub"`
+	QueuePriority  int           `json:"queuePriority"`
+	CreatedAt      string        `json:"createdAt"`
+	LeaseExpiresAt *string       `json:"leaseExpiresAt"`
+}
+
+type modeJSON struct {
+	HasQueueMode   bool   `json:"hasQueueMode"`
+	BusGroupsCount int    `json:"busGroupsCount"`
+	Type           string `json:"type"`
+}
+
+func messageItem(m queue.MessageInfo) messageItemJSON {
+	return messageItemJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: nullable(m.Namespace),
+		Task: nullable(m.Task), Status: m.State, QueueStatus: nullable(m.QueueState),
+		BusStatus: busStatusJSON{ConsumedBy: m.ConsumedBy, TotalGroups: m.BusGroups}, TraceID: nullable(m.TraceID),
+		ProducerSub: nullable(m.ProducerSub), QueuePriority: m.Priority, CreatedAt: formatMilli(m.CreatedAt),
+		LeaseExpiresAt: optTime(m.LeaseExpiresAt)}
+}
+
+// messageQuery reads the filters of a message listing: queue, partition,
+// ns, task, status, from and to (the window before now by default, none
+// when window is 0; to is exclusive), limit and offset. A token's rights
+// narrow it; naming a queue or partition outside them is 403.
+func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.MessageQuery, error) {
+	q := r.URL.Query()
+	var qry queue.MessageQuery
+	var err error
+	if qry.Queue, err = nameParam(q, "queue", "queue"); err != nil {
+		return qry, err
+	}
+	if qry.Partition, err = nameParam(q, "partition", "partition"); err != nil {
+		return qry, err
+	}
+	qry.Namespace, qry.Task = q.Get("ns"), q.Get("task")
+	if qry.State = q.Get("status"); qry.State != "" && !queue.ValidState(qry.State) {
+		return qry, badRequestf("status must be pending, processing, completed or dead_letter")
+	}
+	if qry.Limit, qry.Offset, err = pageParams(q, defLimit); err != nil {
+		return qry, err
+	}
+	switch {
+	case window > 0:
+		if qry.From, qry.To, err = timeRange(q, window); err != nil {
+			return qry, err
+		}
+		if q.Get("to") == "" {
+			qry.To = time.Time{} // open: what arrives while the answer is read counts too
+		}
+	default: // no window unless asked for
+		if qry.From, err = timeParam(q, "from", time.Time{}); err != nil {
+			return qry, err
+		}
+		if qry.To, err = timeParam(q, "to", time.Time{}); err != nil {
+			return qry, err
+		}
+		if !qry.From.IsZero() && !qry.To.IsZero() && !qry.From.Before(qry.To) {
+			return qry, badRequestf("from must be before to")
+		}
+	}
+	rights := rightsOf(r.Context())
+	if err := checkQueueRead(rights, qry.Queue); err != nil {
+		return qry, err
+	}
+	if qry.Queue != "" && qry.Partition != "" && !rights.MayConsume(qry.Queue, qry.Partition) {
+		return qry, forbidden("this token may not read %s/%s", qry.Queue, qry.Partition)
+	}
+	qry.Scope = browseScope(rights)
+	return qry, nil
+}
+
+type messagesJSON struct {
+	Messages   []messageItemJSON `json:"messages"`
+	Mode       modeJSON          `json:"mode"`
+	Pagination struct {
+		Limit  int `json:"limit"`
+		Offset int `json:"offset"`
+	} `json:"pagination"`
+}
+
+// handleMessages lists messages newest first, without payloads.
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	qry, err := messageQuery(r, 200, time.Hour)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	list, err := s.store.BrowseMessages(r.Context(), qry)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	items := make([]messageItemJSON, len(list.Messages))
+	for i, m := range list.Messages {
+		items[i] = messageItem(m)
+	}
+	var out messagesJSON
+	out.Messages = items
+	out.Mode = modeJSON{HasQueueMode: list.Mode.QueueMode, BusGroupsCount: list.Mode.BusGroups, Type: list.Mode.Type()}
+	out.Pagination.Limit, out.Pagination.Offset = qry.Limit, qry.Offset
+	writeJSON(w, http.StatusOK, out)
+}
+
+// checkMessage refuses a path whose partition id is not a UUID (400) and
+// a message of a partition the token may not consume (403); a partition
+// that does not exist is ErrMessageNotFound.
+func (s *Server) checkMessage(r *http.Request, what string) (partitionID, transactionID string, err error) {
+	partitionID, transactionID = r.PathValue("partitionId"), r.PathValue("transactionId")
+	if !queue.ValidUUID(partitionID) {
+		return "", "", badRequestf("partitionId must be a UUID")
+	}
+	names, err := s.store.PartitionNames(r.Context(), []string{partitionID})
+	if err != nil {
+		return "", "", err
+	}
+	n, ok := names[partitionID]
+	if !ok {
+		return "", "", queue.ErrMessageNotFound
+	}
+	if !rightsOf(r.Context()).MayConsume(n.Queue, n.Partition) {
+		return "", "", forbidden("this token may not %s messages of %s/%s", what, n.Queue, n.Partition)
+	}
+	return partitionID, transactionID, nil
+}
+
+type messageGroupJSON struct {
+	Name           string  `json:"name"`
+	Consumed       bool    `json:"consumed"`
+	Status         string  `json:"status"`
+	LeaseExpiresAt *string `json:"leaseExpiresAt"`
+}
+
+type messageDetailJSON struct {
+	ID             string             `json:"id"`
+	TransactionID  string             `json:"transactionId"`
+	PartitionID    string             `json:"partitionId"`
+	QueuePath      string             `json:"queuePath"`
+	Queue          string             `json:"queue"`
+	Partition      string             `json:"partition"`
+	Namespace      *string            `json:"namespace"`
+	Task           *string            `json:"task"`
+	Status         string             `json:"status"`
+	Payload        rawJSON            `json:"payload"`
+	IsEncrypted    bool               `json:"isEncrypted"`
+	TraceID        *string            `json:"traceId"`
+	ProducerSub    *string            `json:"producerSub"`
+	CreatedAt      string             `json:"createdAt"`
+	ErrorMessage   *string            `json:"errorMessage"`
+	RetryCount     *int               `json:"retryCount"`
+	LeaseExpiresAt *string            `json:"leaseExpiresAt"`
+	QueueConfig    queueConfigJSON    `json:"queueConfig"`
+	Mode           messageModeJSON    `json:"mode"`
+	ConsumerGroups []messageGroupJSON `json:"consumerGroups"`
+}
+
+type queueConfigJSON struct {
+	LeaseTime  int `json:"leaseTime"`
+	RetryLimit int `json:"retryLimit"`
+	RetryDelay int `json:"retryDelay"`
+	TTL        int `json:"ttl"`
+	Priority   int `json:"priority"`
+}
+
+type messageModeJSON struct {
+	HasQueueMode     bool   `json:"hasQueueMode"`
+	BusGroupsCount   int    `json:"busGroupsCount"`
+	ConsumedByGroups int    `json:"consumedByGroups"`
+	Type             string `json:"type"`
+}
+
+// handleMessage answers one message with its payload (decrypted as a pop
+// decrypts it; null when it fails to), or, when the message is gone but
+// was dead-lettered, its dead-lettered copy.
+func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
+	pid, txid, err := s.checkMessage(r, "read")
+	if err != nil {
+		s.failBrowse(w, err)
+		return
+	}
+	d, err := s.store.BrowseMessage(r.Context(), pid, txid)
+	if err != nil {
+		s.failBrowse(w, err)
+		return
+	}
+	m := d.MessageInfo
+	mode := queue.Mode{QueueMode: m.QueueState != "", BusGroups: m.BusGroups}
+	out := messageDetailJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: nullable(m.Namespace),
+		Task: nullable(m.Task), Status: m.State, Payload: rawJSON(d.Data), IsEncrypted: d.Encrypted,
+		TraceID: nullable(m.TraceID), ProducerSub: nullable(m.ProducerSub), CreatedAt: formatMilli(m.CreatedAt),
+		ErrorMessage: d.ErrorMessage, RetryCount: d.RetryCount, LeaseExpiresAt: optTime(m.LeaseExpiresAt),
+		QueueConfig: queueConfigJSON{LeaseTime: d.Options.LeaseTime, RetryLimit: d.Options.RetryLimit,
+			RetryDelay: d.Options.RetryDelay, TTL: d.Options.TTL, Priority: d.Options.Priority},
+		Mode: messageModeJSON{HasQueueMode: mode.QueueMode, BusGroupsCount: mode.BusGroups, ConsumedByGroups: m.ConsumedBy,
+			Type: mode.Type()},
+		ConsumerGroups: make([]messageGroupJSON, len(d.Groups))}
+	for i, g := range d.Groups {
+		out.ConsumerGroups[i] = messageGroupJSON{Name: g.Group, Consumed: g.State == queue.StateCompleted ||
+			g.State == queue.StateDeadLetter, Status: g.State, LeaseExpiresAt: optTime(g.LeaseExpiresAt)}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type deletedJSON struct {
+	Success       bool   `json:"success"`
+	PartitionID   string `json:"partitionId"`
+	TransactionID string `json:"transactionId"`
+	Message       string `json:"message"`
+}
+
+// handleDeleteMessage deletes one message and its dead letters. Every
+// consumer group counts it as finished (queue.DeleteMessage): cursors move
+// over it, a live lease it ends is released (and its waiters woken), and
+// a stream of this instance holding it gets its credit back.
+func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
+	pid, txid, err := s.checkMessage(r, "delete")
+	if err != nil {
+		s.failBrowse(w, err)
+		return
+	}
+	res, err := s.store.DeleteMessage(r.Context(), pid, txid)
+	if err != nil {
+		s.failBrowse(w, err)
+		return
+	}
+	for _, l := range res.Leases {
+		s.deliveries.settle(deliveryKey{l.LeaseID, pid, txid})
+		switch {
+		case l.Released && l.Pending:
+			s.afterRelease(poller.SourceAck, res.Queue, res.Partition, pid, l.Group)
+		case l.Released:
+			s.poller.LeaseReleased(res.Queue, res.Partition, pid, l.Group)
+		}
+	}
+	writeJSON(w, http.StatusOK, deletedJSON{Success: true, PartitionID: pid, TransactionID: txid,
+		Message: "Message deleted successfully"})
+}

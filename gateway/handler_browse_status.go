@@ -1,0 +1,336 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// statusFilter reads the queue, namespace and task of a status read; a
+// queue outside the token's rights is 403.
+func statusFilter(r *http.Request, q url.Values) (queue.StatusFilter, error) {
+	name, err := nameParam(q, "queue", "queue")
+	if err != nil {
+		return queue.StatusFilter{}, err
+	}
+	rights := rightsOf(r.Context())
+	if err := checkQueueRead(rights, name); err != nil {
+		return queue.StatusFilter{}, err
+	}
+	return queue.StatusFilter{Queue: name, Namespace: q.Get("namespace"), Task: q.Get("task"), Scope: browseScope(rights)}, nil
+}
+
+// bucketMinutes is the reference server's bucket for a window: the longer
+// the window, the coarser.
+func bucketMinutes(window time.Duration) int {
+	switch {
+	case window <= time.Hour:
+		return 1
+	case window <= 6*time.Hour:
+		return 5
+	case window <= 24*time.Hour:
+		return 15
+	case window <= 7*24*time.Hour:
+		return 60
+	}
+	return 360
+}
+
+type statusQueueJSON struct {
+	ID            string  `json:"id"`
+	Name          string  `json:"name"`
+	Namespace     *string `json:"namespace"`
+	Task          *string `json:"task"`
+	Partitions    int64   `json:"partitions"`
+	TotalConsumed int64   `json:"totalConsumed"`
+}
+
+type opsJSON struct {
+	Push int64 `json:"push"`
+	Pop  int64 `json:"pop"`
+	Ack  int64 `json:"ack"`
+}
+
+type statusMessagesJSON struct {
+	countsJSON
+	Requests        opsJSON `json:"requests"`
+	BatchEfficiency opsJSON `json:"batchEfficiency"`
+}
+
+type errorCountJSON struct {
+	Error string `json:"error"`
+	Count int64  `json:"count"`
+}
+
+type statusJSON struct {
+	TimeRange struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+	} `json:"timeRange"`
+	BucketMinutes int                `json:"bucketMinutes"`
+	PointCount    int                `json:"pointCount"`
+	Throughput    []any              `json:"throughput"`
+	Queues        []statusQueueJSON  `json:"queues"`
+	Messages      statusMessagesJSON `json:"messages"`
+	Leases        struct {
+		Active               int64 `json:"active"`
+		PartitionsWithLeases int64 `json:"partitionsWithLeases"`
+		TotalBatchSize       int64 `json:"totalBatchSize"`
+		TotalAcked           int64 `json:"totalAcked"`
+	} `json:"leases"`
+	DeadLetterQueue struct {
+		TotalMessages      int64            `json:"totalMessages"`
+		AffectedPartitions int64            `json:"affectedPartitions"`
+		TopErrors          []errorCountJSON `json:"topErrors"`
+	} `json:"deadLetterQueue"`
+	Workers []any `json:"workers"`
+	Errors  struct {
+		DBErrors    int64 `json:"dbErrors"`
+		AckFailed   int64 `json:"ackFailed"`
+		DLQMessages int64 `json:"dlqMessages"`
+	} `json:"errors"`
+	StatsAge int `json:"statsAge"`
+}
+
+// handleStatusDashboard is the dashboard's main view, from what exists
+// now: queues, message figures, live leases and dead letters. Herald keeps
+// no time series (throughput buckets, workers, request counters), so those
+// are empty or zero; from and to are checked and echoed.
+func (s *Server) handleStatusDashboard(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, to, err := timeRange(q, time.Hour)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	f, err := statusFilter(r, q)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Name: f.Queue, Namespace: f.Namespace, Task: f.Task,
+		Scope: f.Scope})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	leases, err := s.store.BrowseLeases(r.Context(), f)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	dl, err := s.store.BrowseDeadLetters(r.Context(), f)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var out statusJSON
+	out.TimeRange.From, out.TimeRange.To = formatMilli(from), formatMilli(to)
+	out.BucketMinutes = bucketMinutes(to.Sub(from))
+	out.Throughput, out.Workers, out.Queues = []any{}, []any{}, []statusQueueJSON{}
+	for _, qs := range list.Queues {
+		out.Messages.add(qs.Counts)
+		if qs.Counts.Total > 0 {
+			out.Queues = append(out.Queues, statusQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: nullable(qs.Namespace),
+				Task: nullable(qs.Task), Partitions: qs.Partitions, TotalConsumed: qs.Counts.Completed})
+		}
+	}
+	out.Leases.Active, out.Leases.PartitionsWithLeases = leases.Active, leases.Partitions
+	out.Leases.TotalBatchSize, out.Leases.TotalAcked = leases.Size, leases.Acked
+	out.DeadLetterQueue.TotalMessages, out.DeadLetterQueue.AffectedPartitions = dl.Total, dl.Partitions
+	out.DeadLetterQueue.TopErrors = make([]errorCountJSON, len(dl.TopErrors))
+	for i, e := range dl.TopErrors {
+		out.DeadLetterQueue.TopErrors[i] = errorCountJSON{Error: e.Error, Count: e.Count}
+	}
+	out.Errors.DLQMessages = dl.Total
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleStatusQueues lists queues newest first; pending counts what is
+// leased too, as the reference server's does here.
+func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request) {
+	s.listQueues(w, r, 100, true)
+}
+
+type statusConfigJSON struct {
+	LeaseTime       int  `json:"leaseTime"`
+	RetryLimit      int  `json:"retryLimit"`
+	RetryDelay      int  `json:"retryDelay"`
+	TTL             int  `json:"ttl"`
+	MaxQueueSize    int  `json:"maxQueueSize"`
+	DeadLetterQueue bool `json:"deadLetterQueue"`
+}
+
+type statusPartitionJSON struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	CreatedAt string     `json:"createdAt"`
+	Messages  countsJSON `json:"messages"`
+	Stats     countsJSON `json:"stats"`
+	Cursor    struct {
+		TotalConsumed   int64 `json:"totalConsumed"`
+		BatchesConsumed int64 `json:"batchesConsumed"`
+	} `json:"cursor"`
+	LastActivity  *string `json:"lastActivity"`
+	OldestMessage *string `json:"oldestMessage"`
+	NewestMessage *string `json:"newestMessage"`
+}
+
+type statusTotalsJSON struct {
+	Messages countsJSON `json:"messages"`
+	countsJSON
+}
+
+type statusQueueDetailJSON struct {
+	Queue struct {
+		ID        string           `json:"id"`
+		Name      string           `json:"name"`
+		Namespace *string          `json:"namespace"`
+		Task      *string          `json:"task"`
+		Priority  int              `json:"priority"`
+		CreatedAt string           `json:"createdAt"`
+		Config    statusConfigJSON `json:"config"`
+	} `json:"queue"`
+	Partitions []statusPartitionJSON `json:"partitions"`
+	Totals     statusTotalsJSON      `json:"totals"`
+	Pagination paginationJSON        `json:"pagination"`
+}
+
+// handleStatusQueue answers one queue with its settings, totals and a page
+// of its partitions (limit ≤ 1000, default 1000).
+func (s *Server) handleStatusQueue(w http.ResponseWriter, r *http.Request) {
+	page, limit, offset, err := s.partitionPage(r, r.PathValue("queue"), queue.MaxBrowseLimit, false)
+	if err != nil {
+		s.failBrowse(w, err)
+		return
+	}
+	qs, o := page.Queue, page.Options
+	var out statusQueueDetailJSON
+	out.Queue.ID, out.Queue.Name, out.Queue.Namespace, out.Queue.Task = qs.ID, qs.Name, nullable(qs.Namespace), nullable(qs.Task)
+	out.Queue.Priority, out.Queue.CreatedAt = qs.Priority, formatMilli(qs.CreatedAt)
+	out.Queue.Config = statusConfigJSON{LeaseTime: o.LeaseTime, RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, TTL: o.TTL,
+		MaxQueueSize: o.MaxSize, DeadLetterQueue: o.DeadLetterQueue}
+	out.Partitions = make([]statusPartitionJSON, len(page.Partitions))
+	for i, p := range page.Partitions {
+		pj := statusPartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: formatMilli(p.CreatedAt), Messages: countsOf(p.Counts),
+			Stats: countsOf(p.Counts), LastActivity: optTime(p.LastActivity), OldestMessage: optTime(p.Oldest),
+			NewestMessage: optTime(p.Newest)}
+		pj.Cursor.TotalConsumed = p.Counts.Completed
+		out.Partitions[i] = pj
+	}
+	out.Totals = statusTotalsJSON{Messages: countsOf(qs.Counts), countsJSON: countsOf(qs.Counts)}
+	out.Pagination = paginationJSON{Limit: limit, Offset: offset, Total: page.Matching}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type statusMessageJSON struct {
+	ID            string `json:"id"`
+	TransactionID string `json:"transactionId"`
+	PartitionID   string `json:"partitionId"`
+	QueuePath     string `json:"queuePath"`
+	Queue         string `json:"queue"`
+	Partition     string `json:"partition"`
+	Status        string `json:"status"`
+	CreatedAt     string `json:"createdAt"`
+}
+
+// handleStatusQueueMessages answers a bare array of one queue's messages,
+// newest first (limit 50, offset), whatever their age.
+func (s *Server) handleStatusQueueMessages(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("queue")
+	if err := queue.ValidateName("queue", name); err != nil {
+		s.fail(w, err)
+		return
+	}
+	qry, err := messageQuery(r, 50, 0)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if err := checkQueueRead(rightsOf(r.Context()), name); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if _, err := s.store.QueueID(r.Context(), name); err != nil {
+		s.failBrowse(w, err)
+		return
+	}
+	qry.Queue = name
+	list, err := s.store.BrowseMessages(r.Context(), qry)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := make([]statusMessageJSON, len(list.Messages))
+	for i, m := range list.Messages {
+		out[i] = statusMessageJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+			QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Status: m.State,
+			CreatedAt: formatMilli(m.CreatedAt)}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type dataPointJSON struct {
+	Timestamp string `json:"timestamp"`
+	Messages  int64  `json:"messages"`
+}
+
+// bucketTime is the reference server's time-series timestamp: seconds.
+const bucketTime = "2006-01-02T15:04:05Z"
+
+// handleStatusAnalytics counts stored messages by creation time (minute,
+// hour or day buckets, every one of the range present).
+func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, to, err := timeRange(q, 24*time.Hour)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	interval := q.Get("interval")
+	if interval == "" {
+		interval = "hour"
+	}
+	if _, ok := queue.AnalyticsInterval(interval); !ok {
+		s.fail(w, badRequestf("interval must be minute, hour or day"))
+		return
+	}
+	f, err := statusFilter(r, q)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	buckets, err := s.store.BrowseAnalytics(r.Context(), f, from, to, interval)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	points := make([]dataPointJSON, len(buckets))
+	for i, b := range buckets {
+		points[i] = dataPointJSON{Timestamp: b.Start.UTC().Format(bucketTime), Messages: b.Messages}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		DataPoints []dataPointJSON `json:"dataPoints"`
+		Interval   string          `json:"interval"`
+		From       string          `json:"from"`
+		To         string          `json:"to"`
+	}{points, interval, formatMilli(from), formatMilli(to)})
+}
+
+// handleStatusBuffers answers as the reference server's does for its local
+// disk buffer, which Herald has none of: nothing pending or failed; whether
+// the database answers now.
+func (s *Server) handleStatusBuffers(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	healthy := s.store.Ping(ctx) == nil
+	writeJSON(w, http.StatusOK, struct {
+		Pending   int  `json:"pending"`
+		Failed    int  `json:"failed"`
+		DBHealthy bool `json:"dbHealthy"`
+		Worker    int  `json:"worker"`
+	}{DBHealthy: healthy})
+}

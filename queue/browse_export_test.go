@@ -1,0 +1,13 @@
+package queue
+
+// Statements of the browse, for the plan tests.
+var (
+	BrowseQueuesAllSQL         = browseQueuesAll
+	QueueTotalsAllSQL          = queueTotalsAll
+	BrowsePartitionsAllSQL     = browsePartitionsAll
+	CountPartitionsAllSQL      = countPartitionsAll
+	BrowseLagSQL               = browseLagSQL
+	BrowseLeasesSQL            = browseLeasesSQL
+	BrowseMessagePartitionsSQL = browseMessagePartitionsSQL
+	CandidatesSQL              = candidatesSQL
+)

@@ -327,10 +327,12 @@ func (s *Server) handleStatusBuffers(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	healthy := s.store.Ping(ctx) == nil
+	// pending: pushes this instance holds in its maintenance buffer,
+	// waiting for the end of push maintenance.
 	writeJSON(w, http.StatusOK, struct {
 		Pending   int  `json:"pending"`
 		Failed    int  `json:"failed"`
 		DBHealthy bool `json:"dbHealthy"`
 		Worker    int  `json:"worker"`
-	}{DBHealthy: healthy})
+	}{Pending: s.maint.stats().Records, DBHealthy: healthy})
 }

@@ -273,6 +273,8 @@ func TestMaintenance_PushBufferedThenDrained(t *testing.T) {
 	assert.Equal(t, 1, e.count(`SELECT count(*) FROM messages`))
 	assert.Equal(t, []string{"0"}, e.popAll("/api/v1/pop/queue/mq?autoAck=true&batch=100"))
 	assert.Equal(t, 6, e.srvBuffered())
+	// The reference's buffer read says so too.
+	assert.Contains(t, string(e.get("/api/v1/status/buffers").body), `"pending":6`)
 	assert.Equal(t, "6", e.metric("herald_buffer_messages"))
 	assert.Equal(t, "6", e.metric("herald_buffer_appended_total"))
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,4 +266,38 @@ func TestIssue18_NamespacePopServesPermittedQueuesOnly(t *testing.T) {
 			"namespaces": []string{"acme"}}})
 	r = e.doAuth(http.MethodGet, "/api/v1/pop?namespace=acme&wait=false", odd, "")
 	assert.Equal(t, http.StatusNoContent, r.status, "%s", r)
+}
+
+// Review of issue 18: a partition id in upper case names the same
+// partition (the store reads it in any case), so the rights check must
+// read it so too: another tenant's message is refused whatever the
+// spelling. And a token below admin without sub may not act on leases
+// delivered to a subject.
+func TestIssue18_RightsHoldForAnySpellingAndWithoutSub(t *testing.T) {
+	e := newAuthEnv(t)
+	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
+	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", bob,
+		`{"items":[{"queue":"mail","partition":"bob","payload":1}]}`).status)
+	r := e.doAuth(http.MethodGet, "/api/v1/pop/queue/mail/partition/bob?wait=false", bob, "")
+	require.Equal(t, http.StatusOK, r.status)
+	var popped struct{ Messages []leased }
+	require.NoError(t, json.Unmarshal(r.body, &popped))
+	m := popped.Messages[0]
+	upper := m
+	upper.PartitionID = strings.ToUpper(m.PartitionID)
+	for name, call := range map[string][3]string{
+		"ack":         {http.MethodPost, "/api/v1/ack", upper.ack("")},
+		"trace read":  {http.MethodGet, "/api/v1/traces/" + upper.PartitionID + "/" + m.TransactionID, ""},
+		"trace write": {http.MethodPost, "/api/v1/traces", `{"transactionId":"` + m.TransactionID + `","partitionId":"` + upper.PartitionID + `","data":{}}`},
+	} {
+		r := e.doAuth(call[0], call[1], alice, call[2])
+		assert.Equal(t, http.StatusForbidden, r.status, "%s: %s", name, r)
+	}
+
+	anonymous := gateway.SignToken(authSecret, "", "read-write", time.Hour)
+	r = e.doAuth(http.MethodPost, "/api/v1/lease/"+m.LeaseID+"/extend", anonymous, `{"seconds":60}`)
+	assert.Equal(t, http.StatusForbidden, r.status, "a token without sub: %s", r)
+	r = e.doAuth(http.MethodPost, "/api/v1/ack", anonymous, m.ack(""))
+	assert.Equal(t, http.StatusForbidden, r.status, "%s", r)
+	assert.True(t, strings.Contains(string(e.doAuth(http.MethodPost, "/api/v1/ack", bob, m.ack("")).body), `"success":true`))
 }

@@ -239,7 +239,9 @@ func (s *Server) checkPartitions(ctx context.Context, r *Rights, ids []string, w
 		return err
 	}
 	for _, id := range ids {
-		if n, ok := names[id]; ok && !r.MayConsume(n.Queue, n.Partition) {
+		// Ids come back in PostgreSQL's spelling (lower case); the store
+		// reads an id in any case, so the check must too.
+		if n, ok := names[strings.ToLower(id)]; ok && !r.MayConsume(n.Queue, n.Partition) {
 			return forbidden("this token may not %s %s/%s", what, n.Queue, n.Partition)
 		}
 	}
@@ -261,13 +263,22 @@ func holderOf(ctx context.Context) string {
 	return c.holder()
 }
 
-// holder is holderOf for claims at hand.
+// holder is holderOf for claims at hand. A token below admin without a
+// sub holds anonymousHolder, which no lease records: it may act only on
+// leases delivered to no subject.
 func (c Claims) holder() string {
-	if c.Role >= RoleAdmin {
+	switch {
+	case c.Role >= RoleAdmin || c.Role == RoleNone: // an admin; auth off (a verified token has a role)
 		return ""
+	case c.Subject == "":
+		return anonymousHolder
 	}
 	return c.Subject
 }
+
+// anonymousHolder is the holder of a token without sub (a control
+// character first: no identity provider issues it as a sub).
+const anonymousHolder = "\x01herald:no-subject"
 
 // globRegexp is a rights pattern part as a regular expression: "*" matches
 // any run of characters, every other character itself. No name holds the

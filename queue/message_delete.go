@@ -30,13 +30,15 @@ type CoveredLease struct {
 	Released, Pending bool
 }
 
-// deleteLockSQL takes the partition (KEY SHARE: pushes go on, a queue
-// deletion waits) and then every consumer row of it, in key order as acks
-// lock them, so that no pop, ack or retention run changes a cursor while
-// the message goes. $1 partition id.
+// deleteLockSQL takes the partition (NO KEY UPDATE, as a push does: a
+// group's registration, which share-locks the partitions it gives rows
+// to, waits for the delete, so its new rows see the message gone and the
+// hole recorded; a queue deletion waits too) and then every consumer row
+// of it, in key order as acks lock them, so that no pop, ack or retention
+// run changes a cursor while the message goes. $1 partition id.
 const deleteLockSQL = `-- herald:delete_message_lock
 WITH part AS (
-	SELECT p.id, p.name, p.queue_id FROM partitions p WHERE p.id = $1::uuid FOR KEY SHARE
+	SELECT p.id, p.name, p.queue_id FROM partitions p WHERE p.id = $1::uuid FOR NO KEY UPDATE
 )
 SELECT q.name, part.name, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,9 +24,13 @@ func TestIssue18_TokenSourceRefreshesBeforeExpiry(t *testing.T) {
 	s := startServer(t, queuetest.NewStore(t), "127.0.0.1:0", &gateway.Auth{Secret: secret})
 	var asked atomic.Int64
 	var reconnects atomic.Int64
+	fifth := make(chan struct{}) // closed when the source was asked five times
+	var once sync.Once
 	c := dial(t, s, client.Options{
 		TokenSource: func(context.Context) (string, error) {
-			asked.Add(1)
+			if asked.Add(1) >= 5 {
+				once.Do(func() { close(fifth) })
+			}
 			return gateway.SignToken(secret, "svc", "read-write", 2*time.Second), nil
 		},
 		OnState: func(st client.State) {
@@ -46,9 +51,9 @@ func TestIssue18_TokenSourceRefreshesBeforeExpiry(t *testing.T) {
 	push(t, c, "sdk-refresh", 1, 1)
 	<-got
 	// Past two tokens' lifetimes: the connection is refreshed, not closed.
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && asked.Load() < 5 {
-		time.Sleep(100 * time.Millisecond) // waiting on the refresh timer itself
+	select {
+	case <-fifth:
+	case <-time.After(5 * time.Second):
 	}
 	push(t, c, "sdk-refresh", 2, 2)
 	select {

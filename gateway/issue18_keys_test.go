@@ -257,9 +257,12 @@ func TestIssue18_JWKSRotation(t *testing.T) {
 
 	// Rotation: k1 removed, k2 published.
 	srv.serve(t, http.StatusOK, map[string]crypto.Signer{"k2": k2})
-	time.Sleep(250 * time.Millisecond) // past MinInterval since the start's fetch
-	_, err = a.Verify(sign(t, jwa.RS256(), k2, "k2", roleClaims("admin")), now)
-	require.NoError(t, err, "the new kid triggers a fetch")
+	// The new kid triggers a fetch, once MinInterval has passed since the
+	// start's.
+	require.Eventually(t, func() bool {
+		_, err := a.Verify(sign(t, jwa.RS256(), k2, "k2", roleClaims("admin")), now)
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond, "the new kid triggers a fetch")
 	_, err = a.Verify(sign(t, jwa.ES256(), k1, "k1", roleClaims("admin")), now)
 	assert.ErrorIs(t, err, gateway.ErrUnknownKey, "the removed kid is refused")
 	_, err = a.Verify(sign(t, jwa.HS256(), []byte("k2"), "k2", roleClaims("admin")), now)
@@ -284,9 +287,13 @@ func TestIssue18_JWKSRotation(t *testing.T) {
 		"huge":    func() { srv.serveRaw(http.StatusOK, append([]byte(`{"keys":[],"x":"`), make([]byte, 2<<20)...)) },
 	} {
 		bad()
-		time.Sleep(250 * time.Millisecond)
-		_, err := a.Verify(sign(t, jwa.RS256(), k2, "unknown-"+name, roleClaims("admin")), now)
-		assert.ErrorIs(t, err, gateway.ErrUnknownKey, name)
+		// An unknown kid fetches the bad set (once MinInterval allows).
+		fetched := srv.fetches.Load()
+		require.Eventually(t, func() bool {
+			_, err := a.Verify(sign(t, jwa.RS256(), k2, "unknown-"+name, roleClaims("admin")), now)
+			assert.ErrorIs(t, err, gateway.ErrUnknownKey, name)
+			return srv.fetches.Load() > fetched
+		}, 5*time.Second, 20*time.Millisecond, "%s: fetched", name)
 		_, err = a.Verify(sign(t, jwa.RS256(), k2, "k2", roleClaims("admin")), now)
 		assert.NoError(t, err, "%s: the last good set still verifies", name)
 	}

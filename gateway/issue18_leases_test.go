@@ -24,6 +24,14 @@ type leased struct {
 	LeaseID       string `json:"leaseId"`
 }
 
+// waitingFor waits (10 s at most) until the poller holds more intentions
+// than before: a long-poll sent meanwhile is waiting.
+func waitingFor(t *testing.T, e *env, before int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return e.p.Intentions() > before }, 10*time.Second, 5*time.Millisecond,
+		"the long-poll waits")
+}
+
 func (l leased) ack(extra string) string {
 	return `{"transactionId":"` + l.TransactionID + `","partitionId":"` + l.PartitionID + `","leaseId":"` +
 		l.LeaseID + `"` + extra + `}`
@@ -64,8 +72,9 @@ func TestIssue18_LeaseOfAnotherSubjectIsRefused(t *testing.T) {
 		},
 		"long-poll": func() leased {
 			got := make(chan resp, 1)
+			before := e.p.Intentions()
 			go func() { got <- e.doAuth(http.MethodGet, "/api/v1/pop/queue/by-poll?wait=true&timeout=10000", bob, "") }()
-			time.Sleep(300 * time.Millisecond) // waiting: the poller answers it
+			waitingFor(t, e, before) // the poller answers it
 			push("by-poll")
 			return popped(<-got)
 		},
@@ -242,10 +251,11 @@ func TestIssue18_NamespacePopServesPermittedQueuesOnly(t *testing.T) {
 	// Long-poll: waiting when a forbidden queue and a permitted one get a
 	// message, it answers with the permitted one's.
 	got := make(chan resp, 1)
+	before := e.p.Intentions()
 	go func() {
 		got <- e.doAuth(http.MethodGet, "/api/v1/pop?namespace=acme&batch=10&autoAck=true&wait=true&timeout=10000", alice, "")
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitingFor(t, e, before)
 	push("acme.c", "p1")
 	push("acme-a", "p1")
 	push("acme.b", "p3")

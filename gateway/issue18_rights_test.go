@@ -304,6 +304,7 @@ func TestIssue18_WebSocketAuthFrame(t *testing.T) {
 		return sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
 			"exp": time.Now().Add(ttl).Unix(), "herald": map[string]any{"consume": consume}})
 	}
+	firstExp := time.Now().Add(2 * time.Second)
 	ws, err := dialToken(t, e, tok(2*time.Second, "mail/alice", "news"))
 	require.NoError(t, err)
 	frames := make(chan map[string]any, 100)
@@ -355,7 +356,11 @@ func TestIssue18_WebSocketAuthFrame(t *testing.T) {
 	assert.Equal(t, "unauthorized", next("error")["code"])
 
 	// Past the first token's exp: still open, the mail subscription served.
-	time.Sleep(2500 * time.Millisecond) // the old expiry, had it stayed armed, would have closed it
+	select { // the old expiry, had it stayed armed, would have closed it
+	case err := <-closed:
+		t.Fatalf("closed at the first token's exp: %v", err)
+	case <-time.After(time.Until(firstExp.Add(500 * time.Millisecond))):
+	}
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", mailbox(t, "alice"),
 		`{"items":[{"queue":"mail","partition":"alice","payload":"after"}]}`).status)
 	d := next("deliver")

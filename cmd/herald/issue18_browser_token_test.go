@@ -76,9 +76,8 @@ func TestIssue18_BrowserSDKTokenFunction(t *testing.T) {
 	waitState(ctx, t, 10*time.Second, "first message on both", `window.__t.ws.length >= 1 && window.__t.sse.length >= 1`)
 	// Past the first three tokens' expiry.
 	waitState(ctx, t, 20*time.Second, "tokens asked for", `window.__t.asked >= 5`)
-	for time.Since(start) < 6500*time.Millisecond {
-		time.Sleep(100 * time.Millisecond) // the tokens' own clock: past the third one's exp
-	}
+	waitState(ctx, t, 10*time.Second, "past the third token's exp",
+		fmt.Sprintf(`Date.now() >= %d`, start.Add(6500*time.Millisecond).UnixMilli()))
 	pushAs(2)
 	waitState(ctx, t, 10*time.Second, "second message on both", `window.__t.ws.includes(2) && window.__t.sse.includes(2)`)
 	var rec struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -123,18 +124,9 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, forbidden("this token may read the dead letters of queues (and partitions) it may consume only: name them"))
 		return
 	}
-	for _, f := range []struct {
-		name string
-		dst  *time.Time
-	}{{"from", &qry.From}, {"to", &qry.To}} {
-		if v := q.Get(f.name); v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				s.fail(w, badRequestf("%s must be an RFC3339 time", f.name))
-				return
-			}
-			*f.dst = t
-		}
+	if err := fromTo(q, &qry.From, &qry.To); err != nil {
+		s.fail(w, err)
+		return
 	}
 	page, err := s.store.DLQ(r.Context(), qry)
 	if err != nil {
@@ -376,4 +368,21 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		out["shared"] = s.cfg.SharedState()
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// fromTo reads the optional RFC 3339 times "from" and "to" of a listing.
+func fromTo(q url.Values, from, to *time.Time) error {
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"from", from}, {"to", to}} {
+		if v := q.Get(f.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return badRequestf("%s must be an RFC3339 time", f.name)
+			}
+			*f.dst = t
+		}
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -155,18 +154,9 @@ func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	for _, f := range []struct {
-		name string
-		dst  *time.Time
-	}{{"from", &qry.From}, {"to", &qry.To}} {
-		if v := q.Get(f.name); v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				s.fail(w, badRequestf("%s must be an RFC3339 time", f.name))
-				return
-			}
-			*f.dst = t
-		}
+	if err := fromTo(q, &qry.From, &qry.To); err != nil {
+		s.fail(w, err)
+		return
 	}
 	if rt := rightsOf(r.Context()); rt != nil {
 		qry.PartitionMatch = consumeMatch(rt)

@@ -27,17 +27,6 @@ func (s *Server) consumerGroupRoutes() {
 		RoleReadWrite, s.handleGroupSeek)
 }
 
-// isoMillis is the admin API's timestamp: UTC, milliseconds, a Z.
-func isoMillis(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
-
-// isoMillisOrNil is isoMillis, or null for no time.
-func isoMillisOrNil(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return isoMillis(*t)
-}
-
 // groupState is the reference server's word for a group on a queue.
 func groupState(g queue.GroupSummary) string {
 	switch {
@@ -68,8 +57,8 @@ func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]any{
 			"name": g.Group, "topics": []string{g.Queue}, "queueName": g.Queue, "members": g.Members,
 			"partitionsWithLag": g.Lagging, "totalLag": nil, "maxTimeLag": int64(g.MaxTimeLag.Seconds()),
-			"state": groupState(g), "subscriptionMode": mode, "subscriptionTimestamp": isoMillisOrNil(g.SubscribedFrom),
-			"subscriptionCreatedAt": isoMillisOrNil(g.SubscribedAt),
+			"state": groupState(g), "subscriptionMode": mode, "subscriptionTimestamp": optTime(g.SubscribedFrom),
+			"subscriptionCreatedAt": optTime(g.SubscribedAt),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -112,8 +101,8 @@ func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]any{
 			"consumer_group": l.Group, "queue_name": l.Queue, "partition_name": l.Partition, "partition_id": l.PartitionID,
 			"worker_id": owner, "offset_lag": l.OffsetLag, "time_lag_seconds": int64(lag.Seconds()),
-			"lag_hours": math.Round(lag.Hours()*100) / 100, "oldest_unconsumed_at": isoMillisOrNil(l.OldestUnconsumed),
-			"last_consumed_at": isoMillisOrNil(l.LastConsumed),
+			"lag_hours": math.Round(lag.Hours()*100) / 100, "oldest_unconsumed_at": optTime(l.OldestUnconsumed),
+			"last_consumed_at": optTime(l.LastConsumed),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -151,9 +140,9 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
 			lag = int64(now.Sub(*p.OldestUnconsumed).Seconds())
 		}
 		q["partitions"] = append(q["partitions"].([]map[string]any), map[string]any{
-			"partition": p.Partition, "workerId": owner, "lastConsumedAt": isoMillisOrNil(p.LastConsumed),
+			"partition": p.Partition, "workerId": owner, "lastConsumedAt": optTime(p.LastConsumed),
 			"totalConsumed": p.Consumed, "offsetLag": p.OffsetLag, "timeLagSeconds": lag,
-			"leaseActive": p.LeaseExpires != nil, "leaseExpiresAt": isoMillisOrNil(p.LeaseExpires),
+			"leaseActive": p.LeaseExpires != nil, "leaseExpiresAt": optTime(p.LeaseExpires),
 		})
 	}
 	if len(out) == 0 {
@@ -318,12 +307,12 @@ func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) {
 	}
 	if partition != "" {
 		writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
-			"partitionName": partition, "updated": res.Partitions > 0, "cursorMovedTo": isoMillisOrNil(res.MovedTo)})
+			"partitionName": partition, "updated": res.Partitions > 0, "cursorMovedTo": optTime(res.MovedTo)})
 		return
 	}
 	var target any
 	if to != nil {
-		target = isoMillis(*to)
+		target = formatMilli(*to)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
 		"seekToEnd": toEnd, "targetTimestamp": target, "partitionsUpdated": res.Partitions})

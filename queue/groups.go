@@ -130,14 +130,11 @@ WHERE x.oldest < now() - make_interval(secs => $1)
 ORDER BY x.oldest, x.pid, x.grp
 LIMIT $2 OFFSET $3`
 
-// MaxListLimit bounds a page of an admin listing.
-const MaxListLimit = 1000
-
 // Lagging lists the (partition, group) pairs whose oldest unfinished
 // message waited longer than minLag, the most lagging first, a page of
 // limit after offset.
 func (s *Store) Lagging(ctx context.Context, minLag time.Duration, limit, offset int) ([]PartitionLag, error) {
-	if err := checkListPage(limit, offset); err != nil {
+	if err := checkPage(limit, offset); err != nil {
 		return nil, err
 	}
 	if minLag < 0 {
@@ -148,17 +145,6 @@ func (s *Store) Lagging(ctx context.Context, minLag time.Duration, limit, offset
 		return nil, fmt.Errorf("listing lagging partitions: %w", err)
 	}
 	return collectLags(rows, "listing lagging partitions")
-}
-
-// checkListPage bounds a page of an admin listing.
-func checkListPage(limit, offset int) error {
-	if limit < 1 || limit > MaxListLimit {
-		return inputErrorf("limit must be an integer between 1 and %d", MaxListLimit)
-	}
-	if offset < 0 || offset > 1<<30 {
-		return inputErrorf("offset must be an integer between 0 and %d", 1<<30)
-	}
-	return nil
 }
 
 func collectLags(rows pgx.Rows, what string) ([]PartitionLag, error) {

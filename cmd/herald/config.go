@@ -8,12 +8,12 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/server"
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
@@ -25,68 +25,22 @@ import (
 // and HERALD_* environment variables. A flag given on the command line wins
 // over its environment variable, which wins over the default.
 type config struct {
+	// The instance's settings; the fields below are the command's own.
+	server.Config
+
 	// listener, when set (herald demo binds its ports before anything
 	// else), is served instead of listening on Addr.
-	listener        net.Listener
-	Addr            string
-	DatabaseURL     string
-	DataDir         string
-	LogLevel        string
-	LogFormat       string
-	BodyLimit       int64
-	BodyReadTimeout time.Duration
-	InstanceID      string
-	DBMaxConns      int
-	PGPort          int
-	ShutdownTimeout time.Duration
-
-	PollWorkers       int
-	Wake              string
-	ListenDatabaseURL string
-	NotifyWindow      time.Duration
-	AllowedOrigins    []string
-	MaxWSConnections  int
-	SweepMin          time.Duration
-	SweepMax          time.Duration
-	PreflightTimeout  time.Duration
-	PreflightMax      int
-
-	AuthSecret        string
-	AuthPublicKey     string
-	AuthJWKSURL       string
-	AuthIssuer        string
-	AuthCookie        string
-	AuthAudience      string
-	MaxSSEConnections int
-	SSEHeartbeat      time.Duration
-	SSEResumeGrace    time.Duration
-	DrainWindow       time.Duration
-	PprofAddr         string
-
-	EncryptionKey        string
-	RetentionInterval    time.Duration
-	PartitionCleanupDays int
-	TraceRetention       time.Duration
-
-	SyncPeers     []string
-	SyncBind      string
-	SyncSecret    string
-	SyncFreshness time.Duration
-	ServerID      string
-
-	BufferDir      string
-	BufferMaxBytes int64
-
-	MetricsMaxQueues   int
-	MetricsGroupLabels bool
-	MetricsAuth        bool
+	listener  net.Listener
+	LogLevel  string
+	LogFormat string
+	PprofAddr string
 }
 
 // Wake modes of --wake.
 const (
-	WakeNotify  = "notify"  // in-process wake-ups, and NOTIFY between instances
-	WakeLogical = "logical" // in-process wake-ups, and the WAL's inserts via logical replication
-	WakePoll    = "poll"    // only the adaptive sweep (the reference server's way)
+	WakeNotify  = server.WakeNotify  // in-process wake-ups, and NOTIFY between instances
+	WakeLogical = server.WakeLogical // in-process wake-ups, and the WAL's inserts via logical replication
+	WakePoll    = server.WakePoll    // only the adaptive sweep (the reference server's way)
 )
 
 // option is one setting: its flag, environment variable, default and help.
@@ -272,7 +226,7 @@ func (c *config) validate() error {
 		return errors.New("--buffer-max-bytes must be at least 1048576 (1 MiB)")
 	case c.MetricsMaxQueues < 0:
 		return errors.New("--metrics-max-queues must not be negative")
-	case c.MetricsAuth && !c.authOn():
+	case c.MetricsAuth && !c.AuthOn():
 		return errors.New("--metrics-auth needs auth on (--auth-secret, --auth-public-key or --auth-jwks-url): there are no tokens to check without it")
 	case c.SyncFreshness <= 0 || c.SyncFreshness > time.Hour:
 		return errors.New("--sync-freshness must be positive and at most 1h (a wider window lets older datagrams be replayed)")
@@ -295,20 +249,6 @@ func (c *config) validate() error {
 		}
 	}
 	return nil
-}
-
-// bufferDir is the push buffer's directory: --buffer-dir, or
-// <data-dir>/buffer.
-func (c *config) bufferDir() string {
-	if c.BufferDir != "" {
-		return c.BufferDir
-	}
-	return filepath.Join(c.DataDir, "buffer")
-}
-
-// authOn reports whether tokens are required: some key is configured.
-func (c *config) authOn() bool {
-	return c.AuthSecret != "" || c.AuthPublicKey != "" || c.AuthJWKSURL != ""
 }
 
 // checkPostgresURL refuses a URL of another scheme with a message that says

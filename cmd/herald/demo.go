@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/heraldmq/herald/internal/pgcluster"
+	"github.com/heraldmq/herald/internal/server"
 )
 
 // `herald demo`: the docker-compose topology without Docker. One private
@@ -140,7 +141,7 @@ func demo(ctx context.Context, c *demoConfig, stdout io.Writer, log zerolog.Logg
 		}
 		name := fmt.Sprintf("herald-%d", i+1)
 		cfg.Addr = fmt.Sprintf("127.0.0.1:%d", c.ports[i])
-		cfg.listener, lns[i] = lns[i], nil // serve owns it now
+		cfg.Listener, lns[i] = lns[i], nil // the instance owns it now
 		cfg.DatabaseURL = cluster.URL()
 		cfg.DataDir = c.dataDir // the push buffer's too: <data-dir>/buffer, a file per instance
 		cfg.InstanceID, cfg.ServerID = name, name
@@ -155,8 +156,14 @@ func demo(ctx context.Context, c *demoConfig, stdout io.Writer, log zerolog.Logg
 		urls[i] = fmt.Sprintf("http://127.0.0.1:%d/", c.ports[i])
 		lvl, _ := zerolog.ParseLevel(c.logLevel)
 		ilog := log.Level(lvl).With().Str("instance", name).Logger()
+		sc := cfg.Config
+		sc.Logger, sc.Version = ilog, buildVersion()
 		wg.Go(func() {
-			if err := serve(ctx, "serve", cfg, ilog); err != nil {
+			srv, err := server.New(ctx, sc)
+			if err == nil {
+				err = srv.Run(ctx)
+			}
+			if err != nil {
 				errs <- fmt.Errorf("%s: %w", name, err)
 			}
 		})

@@ -1,13 +1,13 @@
-// Package shared is the glue between the queue store's caches and syncnet:
-// a queue's settings to and from QUEUE_CONFIG_SET, the node's callbacks
-// into the store, and the caches' stats and metrics. cmd/herald and the
-// multi-instance tests wire instances with it.
-package shared
+package server
+
+// The glue between the queue store's caches and syncnet: a queue's settings
+// to and from QUEUE_CONFIG_SET, the node's callbacks into the store, and
+// the caches' stats and metrics. Neither package knows the other; only the
+// assembly does.
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/syncnet"
 )
@@ -141,51 +141,5 @@ func RegisterMetrics(reg prometheus.Registerer, configs *syncnet.Snapshot[queue.
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_cache_evictions_total", Help: "Entries evicted to stay within the bound.",
 				ConstLabels: labels}, func() float64 { _, _, _, e := f(); return float64(e) }),
 		)
-	}
-}
-
-// RetentionReporter registers herald_retention_deleted_total{queue,reason}
-// and returns what the retention loop reports each run to. Queue label
-// values go through queues (nil: a limiter of
-// gateway.MetricsMaxQueuesDefault), so /metrics stays bounded however many
-// queues retention touches.
-func RetentionReporter(reg prometheus.Registerer, queues *gateway.LabelLimiter) func([]queue.RetentionDeleted) {
-	if queues == nil {
-		queues = gateway.NewLabelLimiter(gateway.MetricsMaxQueuesDefault)
-	}
-	deleted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_retention_deleted_total",
-		Help: "What retention removed, by queue and reason: messages (retention, completed_retention), messages moved to the DLQ (max_wait), partitions (partition_cleanup)."}, []string{"queue", "reason"})
-	reg.MustRegister(deleted)
-	return func(ds []queue.RetentionDeleted) {
-		for _, d := range ds {
-			deleted.WithLabelValues(queues.Value(d.Queue), d.Reason).Add(float64(d.N))
-		}
-	}
-}
-
-// HygieneReporter registers the storage gauges (herald_table_bytes,
-// herald_table_dead_rows, herald_table_live_rows by table;
-// herald_xmin_age and herald_xmin_held_seconds) and returns what the
-// hygiene loop reports each sample to.
-func HygieneReporter(reg prometheus.Registerer) func(*queue.Hygiene) {
-	bytes := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_table_bytes",
-		Help: "Size of Herald's tables with indexes and TOAST."}, []string{"table"})
-	dead := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_table_dead_rows",
-		Help: "Dead rows waiting for vacuum, by table."}, []string{"table"})
-	live := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_table_live_rows",
-		Help: "Live rows, by table (PostgreSQL's estimate)."}, []string{"table"})
-	xminAge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_xmin_age",
-		Help: "Age in transactions of the oldest snapshot a session or replication slot holds."})
-	xminHeld := prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_xmin_held_seconds",
-		Help: "How long the oldest transaction holding a snapshot has been open."})
-	reg.MustRegister(bytes, dead, live, xminAge, xminHeld)
-	return func(h *queue.Hygiene) {
-		for name, t := range h.Tables {
-			bytes.WithLabelValues(name).Set(float64(t.Bytes))
-			dead.WithLabelValues(name).Set(float64(t.Dead))
-			live.WithLabelValues(name).Set(float64(t.Live))
-		}
-		xminAge.Set(float64(h.OldestXminAge))
-		xminHeld.Set(h.OldestXminHeld.Seconds())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 // authLeeway is the clock skew tolerated on a token's exp and nbf.
 const authLeeway = 30 * time.Second
 
-// newAuth builds the token verifier from the --auth-* flags: an HMAC
+// newAuth builds the token verifier from the Auth* settings: an HMAC
 // secret, a PEM public key, a JWKS URL (fetched now: Herald does not start
 // without its keys; refreshed until ctx ends), or several of them.
-func newAuth(ctx context.Context, cfg *config, reg prometheus.Registerer, log zerolog.Logger) (*gateway.Auth, error) {
+func newAuth(ctx context.Context, cfg *Config, reg prometheus.Registerer, log zerolog.Logger) (*gateway.Auth, error) {
 	a := &gateway.Auth{Secret: []byte(cfg.AuthSecret), Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, Cookie: cfg.AuthCookie, Leeway: authLeeway}
 	if cfg.AuthPublicKey != "" {
 		b, err := os.ReadFile(cfg.AuthPublicKey) // #nosec G703 G304 -- the operator names the file

@@ -1,0 +1,190 @@
+package server
+
+import (
+	"errors"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/pgnotify"
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/syncnet"
+)
+
+// Wake modes: what wakes this instance's waiting consumers besides its own
+// pushes.
+const (
+	WakeNotify  = "notify"  // NOTIFY between instances (pgnotify.Notifier and Listener)
+	WakeLogical = "logical" // every insert, read from the WAL (pgnotify.Logical)
+	WakePoll    = "poll"    // the adaptive sweep only (the reference server's way)
+	// WakeLocal: this instance's pushes and syncnet only, no database wake
+	// source. Not offered by herald serve; tests use it to show that
+	// syncnet alone reaches the peers.
+	WakeLocal = "local"
+)
+
+// Config is one instance. cmd/herald fills it from flags and environment;
+// tests and herald demo fill it directly. Zero values mean the components'
+// defaults unless a field says otherwise.
+type Config struct {
+	// Listener is served, when set; otherwise Addr is listened on.
+	Listener net.Listener
+	// Addr is the HTTP listen address when Listener is nil.
+	Addr string
+
+	// DatabaseURL of PostgreSQL; empty starts a private PostgreSQL under
+	// DataDir/postgres (PGPort, 0 picks a free one), restarted if it dies.
+	DatabaseURL string
+	// ListenDatabaseURL: a separate connection for LISTEN; empty takes one
+	// from the pool.
+	ListenDatabaseURL string
+	DataDir           string
+	PGPort            int
+	DBMaxConns        int // 0: max(4, CPUs)
+
+	// InstanceID names this instance as lease owner; empty: hostname:port.
+	InstanceID string
+	// Version is shown by /health and the logs.
+	Version string
+
+	BodyLimit       int64
+	BodyReadTimeout time.Duration
+	// ShutdownTimeout bounds the wait for requests in flight at shutdown;
+	// zero means ShutdownTimeoutDefault.
+	ShutdownTimeout time.Duration
+
+	Wake             string // one of the Wake* modes; empty means WakeNotify
+	NotifyWindow     time.Duration
+	PollWorkers      int
+	SweepMin         time.Duration
+	SweepMax         time.Duration
+	PreflightTimeout time.Duration
+	PreflightMax     int
+
+	AllowedOrigins    []string
+	MaxWSConnections  int
+	MaxSSEConnections int
+	SSEHeartbeat      time.Duration
+	SSEResumeGrace    time.Duration
+	DrainWindow       time.Duration
+
+	// Tokens: any of AuthSecret (HMAC, ≥ 32 bytes), AuthPublicKey (a PEM
+	// file) or AuthJWKSURL turns auth on.
+	AuthSecret    string
+	AuthPublicKey string
+	AuthJWKSURL   string
+	AuthIssuer    string
+	AuthCookie    string
+	AuthAudience  string
+
+	EncryptionKey        string // 64 hex characters, or empty
+	RetentionInterval    time.Duration
+	PartitionCleanupDays int
+	// TraceRetention: 0 keeps traces forever (see queue.Config).
+	TraceRetention time.Duration
+
+	// SyncPeers, when any, start syncnet on SyncBind with SyncSecret (64
+	// hex characters). ServerID empty: hostname:sync-port.
+	SyncPeers     []string
+	SyncBind      string
+	SyncSecret    string
+	SyncFreshness time.Duration
+	ServerID      string
+	// Syncnet starts the node even without peers (tests link the nodes
+	// after they have bound their ports).
+	Syncnet bool
+
+	// BufferDir of the push-maintenance buffer; empty means
+	// DataDir/buffer, or no buffer when that cannot be created.
+	BufferDir      string
+	BufferMaxBytes int64
+
+	MetricsMaxQueues   int
+	MetricsGroupLabels bool
+	MetricsAuth        bool
+
+	// Registry for /metrics; nil: a new one with the Go and process
+	// collectors.
+	Registry *prometheus.Registry
+	Logger   zerolog.Logger
+
+	// Adjust lets tests and benchmarks change a component's settings
+	// that Config does not carry, just before the component is built.
+	Adjust Adjust
+}
+
+// Adjust holds optional edits of the components' own configs.
+type Adjust struct {
+	Store    func(*queue.Config)
+	Poller   func(*poller.Config)
+	Syncnet  func(*syncnet.Config)
+	Notifier func(*pgnotify.NotifierConfig)
+	Listener func(*pgnotify.ListenerConfig)
+	Logical  func(*pgnotify.LogicalConfig)
+	Gateway  func(*gateway.Config)
+}
+
+// ShutdownTimeoutDefault bounds the wait for requests in flight.
+const ShutdownTimeoutDefault = 10 * time.Second
+
+// RetentionIntervalDefault is how often retention runs.
+const RetentionIntervalDefault = 10 * time.Second
+
+// hygieneInterval is how often the storage gauges are sampled (three
+// catalog queries).
+const hygieneInterval = 30 * time.Second
+
+// WithDefaults returns a copy of c with the settings only the assembly
+// uses defaulted; the components default the rest themselves.
+func (c Config) WithDefaults() Config {
+	if c.Wake == "" {
+		c.Wake = WakeNotify
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = ShutdownTimeoutDefault
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = RetentionIntervalDefault
+	}
+	if c.SyncBind == "" {
+		c.SyncBind = "127.0.0.1:0"
+	}
+	return c
+}
+
+// Validate reports the first field the assembly cannot work with; the
+// components validate their own settings.
+func (c Config) Validate() error {
+	switch {
+	case c.Listener == nil && c.Addr == "":
+		return errors.New("server: Config.Listener or Config.Addr is required")
+	case c.DatabaseURL == "" && c.DataDir == "":
+		return errors.New("server: Config.DataDir is required without Config.DatabaseURL")
+	case c.Wake != WakeNotify && c.Wake != WakeLogical && c.Wake != WakePoll && c.Wake != WakeLocal:
+		return errors.New("server: Config.Wake must be notify, logical, poll or local")
+	case c.EncryptionKey != "" && len(c.EncryptionKey) != 64:
+		return errors.New("server: Config.EncryptionKey must be 64 hex characters")
+	case c.ShutdownTimeout < 0 || c.RetentionInterval < 0:
+		return errors.New("server: Config.ShutdownTimeout and Config.RetentionInterval must not be negative")
+	}
+	return nil
+}
+
+// AuthOn reports whether tokens are required: some key is configured.
+func (c *Config) AuthOn() bool {
+	return c.AuthSecret != "" || c.AuthPublicKey != "" || c.AuthJWKSURL != ""
+}
+
+// BufferDirOrDefault is the push buffer's directory: BufferDir, or
+// DataDir/buffer.
+func (c *Config) BufferDirOrDefault() string {
+	if c.BufferDir != "" {
+		return c.BufferDir
+	}
+	return filepath.Join(c.DataDir, "buffer")
+}

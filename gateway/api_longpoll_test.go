@@ -43,11 +43,11 @@ func (e *env) waitingPop(path string) <-chan resp {
 	out := make(chan resp, 1)
 	go func() {
 		defer close(out)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+path, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+path, nil)
 		if err != nil {
 			return
 		}
-		res, err := e.ts.Client().Do(req)
+		res, err := e.client.Do(req)
 		if err != nil {
 			return
 		}
@@ -169,12 +169,12 @@ func TestPop_LongPollClientGone(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-			e.ts.URL+"/api/v1/pop/queue/gone?wait=true&timeout=300000&consumerGroup=gone", nil)
+			e.url+"/api/v1/pop/queue/gone?wait=true&timeout=300000&consumerGroup=gone", nil)
 		if err != nil {
 			done <- err
 			return
 		}
-		res, err := e.ts.Client().Do(req)
+		res, err := e.client.Do(req)
 		if err == nil {
 			_ = res.Body.Close()
 		}
@@ -230,11 +230,11 @@ func TestPop_LongPollConcurrent(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			req, err := http.NewRequestWithContext(ctxT(t), http.MethodGet,
-				e.ts.URL+"/api/v1/pop/queue/many?wait=true&timeout=10000&batch=10", nil)
+				e.url+"/api/v1/pop/queue/many?wait=true&timeout=10000&batch=10", nil)
 			if !assert.NoError(t, err) {
 				return
 			}
-			res, err := e.ts.Client().Do(req)
+			res, err := e.client.Do(req)
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -310,8 +310,8 @@ func TestPop_LongPollDisconnectSwallowsNothing(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/api/v1/pop/queue/leave-%d?wait=true&timeout=10000", e.ts.URL, i), nil)
-			res, err := e.ts.Client().Do(req)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/api/v1/pop/queue/leave-%d?wait=true&timeout=10000", e.url, i), nil)
+			res, err := e.client.Do(req)
 			if err != nil {
 				return
 			}
@@ -397,7 +397,7 @@ func TestPop_IdleLongPollsCostOnlyTheSweep(t *testing.T) {
 	for i := range waiters {
 		wg.Go(func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
-				fmt.Sprintf("%s/api/v1/pop/queue/idle-%d?wait=true&timeout=60000", e.ts.URL, i%queues), nil)
+				fmt.Sprintf("%s/api/v1/pop/queue/idle-%d?wait=true&timeout=60000", e.url, i%queues), nil)
 			if res, err := client.Do(req); err == nil {
 				_ = res.Body.Close()
 			}

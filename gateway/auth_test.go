@@ -25,12 +25,12 @@ func newAuthEnv(t *testing.T) *env {
 // doAuth sends a request with a bearer token ("" sends none).
 func (e *env) doAuth(method, path, token, body string) resp {
 	e.t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(e.t), method, e.ts.URL+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctxT(e.t), method, e.url+path, strings.NewReader(body))
 	require.NoError(e.t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := e.ts.Client().Do(req)
+	res, err := e.client.Do(req)
 	require.NoError(e.t, err)
 	defer func() { _ = res.Body.Close() }()
 	b, err := io.ReadAll(res.Body)
@@ -119,7 +119,7 @@ func TestAuth_SSE(t *testing.T) {
 func dialToken(t *testing.T, e *env, token string) (*websocket.Conn, error) {
 	t.Helper()
 	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second}
-	url := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/api/v1/ws"
+	url := "ws" + strings.TrimPrefix(e.url, "http") + "/api/v1/ws"
 	if token != "" {
 		url += "?access_token=" + token
 	}

@@ -26,7 +26,7 @@ import (
 // and the bystanders lose nothing and see nothing twice or out of order.
 func TestBadInputSweep(t *testing.T) {
 	e := newEnv(t, func(c *gateway.Config) { c.BodyLimit = 64 << 10 })
-	host := strings.TrimPrefix(e.ts.URL, "http://")
+	host := strings.TrimPrefix(e.url, "http://")
 
 	// Bystanders: a producer every 5 ms and a long-poll consumer.
 	stop := make(chan struct{})
@@ -39,7 +39,7 @@ func TestBadInputSweep(t *testing.T) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			res, err := http.Post(e.ts.URL+"/api/v1/push", "application/json",
+			res, err := http.Post(e.url+"/api/v1/push", "application/json",
 				strings.NewReader(fmt.Sprintf(`{"items":[{"queue":"bystander","payload":{"n":%d}}]}`, pushed)))
 			if !assert.NoError(t, err) {
 				return
@@ -55,7 +55,7 @@ func TestBadInputSweep(t *testing.T) {
 	go func() {
 		defer close(consumed)
 		for {
-			res, err := http.Get(e.ts.URL + "/api/v1/pop/queue/bystander?wait=true&timeout=500&batch=100&autoAck=true")
+			res, err := http.Get(e.url + "/api/v1/pop/queue/bystander?wait=true&timeout=500&batch=100&autoAck=true")
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -116,7 +116,7 @@ func TestBadInputSweep(t *testing.T) {
 	for _, c := range cases {
 		for range 4 { // each several times, all at once
 			wg.Go(func() {
-				req, err := http.NewRequest(c.method, e.ts.URL+c.path, strings.NewReader(c.body))
+				req, err := http.NewRequest(c.method, e.url+c.path, strings.NewReader(c.body))
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -137,7 +137,7 @@ func TestBadInputSweep(t *testing.T) {
 
 	// Malformed WebSocket frames get an error frame; the connection and
 	// its other traffic carry on.
-	ws, wsRes, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(e.ts.URL, "http")+"/api/v1/ws", nil)
+	ws, wsRes, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/ws", nil)
 	require.NoError(t, err)
 	_ = wsRes.Body.Close()
 	for _, frame := range []string{"{", "[]", "\xff\xfe", `{"type":"nope"}`, `{"type":"subscribe"}`} {
@@ -214,7 +214,7 @@ func TestBadInputSweep(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return e.srv.Streams() == 0 }, 20*time.Second, 10*time.Millisecond,
 		"every hostile stream is gone once its client is")
-	u, _ := url.Parse(e.ts.URL + "/health")
+	u, _ := url.Parse(e.url + "/health")
 	res, err := http.Get(u.String())
 	require.NoError(t, err)
 	_ = res.Body.Close()

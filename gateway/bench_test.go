@@ -52,7 +52,7 @@ func latencySamples(b *testing.B, e *env, n, queues int) []time.Duration {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := client.Get(fmt.Sprintf("%s/api/v1/pop/queue/lat-%d?wait=true&timeout=10000&autoAck=true", e.ts.URL, q))
+				res, err := client.Get(fmt.Sprintf("%s/api/v1/pop/queue/lat-%d?wait=true&timeout=10000&autoAck=true", e.url, q))
 				if err != nil {
 					b.Error(err)
 					return
@@ -72,7 +72,7 @@ func latencySamples(b *testing.B, e *env, n, queues int) []time.Duration {
 		for q := range queues {
 			pushed[q] = time.Now()
 			body := fmt.Sprintf(`{"items":[{"queue":"lat-%d","payload":{"round":%d}}]}`, q, round)
-			res, err := client.Post(e.ts.URL+"/api/v1/push", "application/json", strings.NewReader(body))
+			res, err := client.Post(e.url+"/api/v1/push", "application/json", strings.NewReader(body))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -101,7 +101,7 @@ func idleQueriesPerSecond(b *testing.B, e *env, waiters, queues int, window time
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
-				fmt.Sprintf("%s/api/v1/pop/queue/idle-%d?wait=true&timeout=300000", e.ts.URL, i%queues), nil)
+				fmt.Sprintf("%s/api/v1/pop/queue/idle-%d?wait=true&timeout=300000", e.url, i%queues), nil)
 			res, err := client.Do(req)
 			if err == nil {
 				_ = res.Body.Close()

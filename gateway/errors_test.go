@@ -220,12 +220,12 @@ func TestCORS(t *testing.T) {
 	check(e.do("DELETE", "/api/v1/resources/queues/q", ""))    // 200
 
 	for _, path := range []string{"/api/v1/push", "/api/v1/pop/queue/q", "/api/v1/ack", "/health", "/", "/anything/else"} {
-		req, err := http.NewRequestWithContext(ctxT(t), http.MethodOptions, e.ts.URL+path, nil)
+		req, err := http.NewRequestWithContext(ctxT(t), http.MethodOptions, e.url+path, nil)
 		require.NoError(t, err)
 		req.Header.Set("Origin", "https://example.com")
 		req.Header.Set("Access-Control-Request-Method", "POST")
 		req.Header.Set("Access-Control-Request-Headers", "content-type")
-		res, err := e.ts.Client().Do(req)
+		res, err := e.client.Do(req)
 		require.NoError(t, err)
 		require.NoError(t, res.Body.Close())
 		assert.Equal(t, http.StatusNoContent, res.StatusCode, "OPTIONS %s", path)

@@ -28,11 +28,13 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // env is one gateway on a store in a schema of its own, served over real HTTP.
 type env struct {
-	t     testing.TB
-	store *queue.Store
-	srv   *gateway.Server
-	ts    *httptest.Server
-	p     *poller.Poller
+	t      testing.TB
+	store  *queue.Store
+	srv    *gateway.Server
+	ts     *httptest.Server // nil on an instance of internal/server
+	url    string           // the server's base URL
+	client *http.Client
+	p      *poller.Poller
 }
 
 // newEnv starts a gateway; cfg may adjust the Config (Store is set already).
@@ -71,7 +73,7 @@ func newEnvOn(t testing.TB, store *queue.Store, pcfg func(*poller.Config), cfg .
 	// Registered after pgtest's cleanups, so it runs first: no request is
 	// left using the pool when it closes.
 	t.Cleanup(ts.Close)
-	return &env{t: t, store: store, srv: srv, ts: ts, p: p}
+	return &env{t: t, store: store, srv: srv, ts: ts, url: ts.URL, client: ts.Client(), p: p}
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -101,12 +103,12 @@ func (e *env) doCtx(ctx context.Context, method, path, body string) resp {
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, e.ts.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, e.url+path, rd)
 	require.NoError(e.t, err)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := e.ts.Client().Do(req)
+	res, err := e.client.Do(req)
 	require.NoError(e.t, err)
 	defer func() { _ = res.Body.Close() }()
 	b, err := io.ReadAll(res.Body)

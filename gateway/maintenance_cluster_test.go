@@ -1,11 +1,8 @@
 package gateway_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,110 +10,52 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
-	"github.com/heraldmq/herald/internal/pgtest"
-	"github.com/heraldmq/herald/internal/shared"
-	"github.com/heraldmq/herald/pgnotify"
-	"github.com/heraldmq/herald/queue"
-	"github.com/heraldmq/herald/syncnet"
+	"github.com/heraldmq/herald/internal/server"
+	"github.com/heraldmq/herald/internal/server/servertest"
 )
 
-// newCluster starts two instances on one schema, each with its own pool,
-// store, poller, gateway, push buffer and maintenance loop, as cmd/herald
-// wires them. via says how an instance hears of a switch made on the
-// other: "notify" (the switch's NOTIFY, through a pgnotify Listener),
-// "syncnet" (a MAINTENANCE_MODE_SET datagram on loopback) or "periodic"
-// (neither: only its own periodic read, every 200 ms here). With notify
-// and syncnet the periodic read is a minute, so only the message explains
-// a prompt switch.
+// newCluster starts two instances on one schema (internal/server, as
+// herald serve runs them), each with its own push buffer. via says how an
+// instance hears of a switch made on the other: "notify" (the switch's
+// NOTIFY, through the LISTEN connection), "syncnet" (a
+// MAINTENANCE_MODE_SET datagram on loopback) or "periodic" (neither: only
+// its own periodic read, every 200 ms here). With notify and syncnet the
+// periodic read is a minute, so only the message explains a prompt switch.
 func newCluster(t *testing.T, via string) (a, b *env) {
 	t.Helper()
-	dsn := pgtest.DSN(t)
-	pool, err := queue.NewPool(context.Background(), dsn, 0)
-	require.NoError(t, err)
-	_, err = queue.Migrate(context.Background(), pool)
-	pool.Close()
-	require.NoError(t, err)
-	var nodes []*syncnet.Node
-	var ins []*env
-	for _, name := range []string{"a", "b"} {
-		pool, err := queue.NewPool(context.Background(), dsn, 0)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		store, err := queue.New(queue.Config{Pool: pool, InstanceID: name})
-		require.NoError(t, err)
-		var srv *gateway.Server // told of switches by the listener or the node
-		refresh := func() { srv.RefreshMaintenance() }
-		var runs []func(context.Context) error
-		var ready <-chan struct{}
-		cfg := func(c *gateway.Config) {
-			c.BufferDir, c.MaintenanceRefresh, c.Instance = t.TempDir(), time.Minute, name
-		}
-		var extra func(*gateway.Config)
-		switch via {
-		case "notify":
-			ls, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: nopWaker{}, OnState: refresh,
-				BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
-			require.NoError(t, err)
-			runs, ready = append(runs, ls.Run), ls.Connected()
-		case "syncnet":
-			scfg := syncnet.Config{Bind: "127.0.0.1:0", Secret: strings.Repeat("cd", 32), ServerID: name + ":1",
-				Waker: syncnet.WakerFunc(func(string, string, string) {}), Heartbeat: 100 * time.Millisecond,
-				Announce: 200 * time.Millisecond, OnMaintenance: func(bool, bool) { refresh() }}
-			shared.Hook(&scfg, store)
-			node, err := syncnet.New(scfg)
-			require.NoError(t, err)
-			nodes = append(nodes, node)
-			runs = append(runs, node.Run)
-			extra = func(c *gateway.Config) { c.OnMaintenance = node.MaintenanceSet }
-		case "periodic":
-			extra = func(c *gateway.Config) { c.MaintenanceRefresh = 200 * time.Millisecond }
-		default:
-			t.Fatalf("unknown via %q", via)
-		}
-		e := newEnvOn(t, store, nil, cfg, func(c *gateway.Config) {
-			if extra != nil {
-				extra(c)
-			}
-		})
-		srv = e.srv
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for _, run := range runs {
-			wg.Go(func() { _ = run(ctx) })
-		}
-		t.Cleanup(func() {
-			cancel()
-			wg.Wait()
-		})
-		e.runMaintenance()
-		if ready != nil {
-			select {
-			case <-ready:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the listener did not start")
-			}
-		}
-		ins = append(ins, e)
+	dsn := servertest.SharedDSN(t)
+	mode := map[string]string{"notify": "notify", "syncnet": "syncnet", "periodic": "none"}[via]
+	if mode == "" {
+		t.Fatalf("unknown via %q", via)
 	}
-	if len(nodes) == 2 {
-		nodes[0].SetPeers([]string{nodes[1].Addr().String()})
-		nodes[1].SetPeers([]string{nodes[0].Addr().String()})
+	var ins []*servertest.Instance
+	var envs []*env
+	for _, name := range []string{"a", "b"} {
+		in := servertest.Start(t, dsn, mode, func(c *server.Config) {
+			c.InstanceID, c.BufferDir = name, t.TempDir()
+			c.Adjust.Gateway = func(g *gateway.Config) {
+				g.MaintenanceRefresh = time.Minute
+				if via == "periodic" {
+					g.MaintenanceRefresh = 200 * time.Millisecond
+				}
+			}
+		})
+		ins = append(ins, in)
+		envs = append(envs, &env{t: t, store: in.Store(), srv: in.Gateway(), url: in.URL(), client: http.DefaultClient, p: in.Poller()})
+	}
+	if via == "syncnet" {
+		servertest.Link(ins...)
 		require.Eventually(t, func() bool {
-			for _, n := range nodes {
-				if st := n.Stats(); len(st.Peers) != 1 || !st.Peers[0].Alive {
+			for _, in := range ins {
+				if st := in.Node().Stats(); len(st.Peers) != 1 || !st.Peers[0].Alive {
 					return false
 				}
 			}
 			return true
 		}, 10*time.Second, 10*time.Millisecond, "the nodes hear each other")
 	}
-	return ins[0], ins[1]
+	return envs[0], envs[1]
 }
-
-type nopWaker struct{}
-
-func (nopWaker) Wake(string, string, string) {}
-func (nopWaker) WakeAll(string)              {}
 
 // within waits up to bound for cond, checking every 5 ms.
 func within(t *testing.T, bound time.Duration, cond func() bool, msg string) {

@@ -41,13 +41,13 @@ type sseClient struct {
 func (e *env) openSSE(t *testing.T, path string, header http.Header) *sseClient {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+path, nil)
 	require.NoError(t, err)
 	req.Header.Set("Accept", "text/event-stream")
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	res, err := e.ts.Client().Do(req) //nolint:bodyclose // closed by sseClient.close
+	res, err := e.client.Do(req) //nolint:bodyclose // closed by sseClient.close
 	if err != nil {
 		cancel()
 		require.NoError(t, err)

@@ -28,7 +28,7 @@ type wsClient struct {
 func (e *env) dialWS(t *testing.T) *wsClient {
 	t.Helper()
 	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second}
-	ws, res, err := d.Dial("ws"+strings.TrimPrefix(e.ts.URL, "http")+"/api/v1/ws", nil)
+	ws, res, err := d.Dial("ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/ws", nil)
 	require.NoError(t, err)
 	_ = res.Body.Close()
 	assert.Equal(t, gateway.WSSubprotocol, ws.Subprotocol())
@@ -259,7 +259,7 @@ func TestWS_OriginAndConnectionLimits(t *testing.T) {
 		c.AllowedOrigins = []string{"https://app.example"}
 		c.MaxWSConnections = 1
 	})
-	url := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/api/v1/ws"
+	url := "ws" + strings.TrimPrefix(e.url, "http") + "/api/v1/ws"
 	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second}
 	_, res, err := d.Dial(url, http.Header{"Origin": {"https://evil.example"}})
 	require.Error(t, err)
@@ -345,7 +345,7 @@ func TestWS_OrderAcrossReconnect(t *testing.T) {
 func TestWS_SlowReaderHoldsCredit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	url := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/api/v1/ws"
+	url := "ws" + strings.TrimPrefix(e.url, "http") + "/api/v1/ws"
 	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}}
 	ws, res, err := d.Dial(url, nil)
 	require.NoError(t, err)

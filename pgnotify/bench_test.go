@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldmq/herald/internal/server/servertest"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -25,14 +26,14 @@ func BenchmarkCrossInstance(b *testing.B) {
 	for _, mode := range []string{"syncnet", "notify", "logical", "poll"} {
 		for _, queues := range []int{1, 10} {
 			b.Run(fmt.Sprintf("wake=%s/queues=%d", mode, queues), func(b *testing.B) {
-				dsn := sharedDSN(b)
+				dsn := servertest.SharedDSN(b)
 				producer := "none"
 				if mode == "notify" || mode == "syncnet" {
 					producer = mode
 				}
-				a, c := newInstanceMode(b, dsn, producer), newInstanceMode(b, dsn, mode)
+				a, c := servertest.Start(b, dsn, producer), servertest.Start(b, dsn, mode)
 				if mode == "syncnet" {
-					link(a, c)
+					servertest.Link(a, c)
 				}
 				n := 1000
 				if mode == "poll" && queues == 1 {
@@ -50,17 +51,17 @@ func BenchmarkCrossInstance(b *testing.B) {
 	}
 }
 
-func crossSamples(b *testing.B, a, c *instance, n, queues int) []time.Duration {
+func crossSamples(b *testing.B, a, c *servertest.Instance, n, queues int) []time.Duration {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4 * queues}}
 	defer client.CloseIdleConnections()
 	var out []time.Duration
 	for round := 0; len(out) < n; round++ {
-		before := c.poller.Intentions()
+		before := c.Poller().Intentions()
 		returned := make([]time.Time, queues)
 		var wg sync.WaitGroup
 		for q := range queues {
 			wg.Go(func() {
-				res, err := client.Get(fmt.Sprintf("%s/api/v1/pop/queue/x-%d?wait=true&timeout=10000&autoAck=true", c.ts.URL, q))
+				res, err := client.Get(fmt.Sprintf("%s/api/v1/pop/queue/x-%d?wait=true&timeout=10000&autoAck=true", c.URL(), q))
 				if err != nil {
 					b.Error(err)
 					return
@@ -73,13 +74,13 @@ func crossSamples(b *testing.B, a, c *instance, n, queues int) []time.Duration {
 				}
 			})
 		}
-		if !waitFor(10*time.Second, nil, func() bool { return c.poller.Intentions() >= before+queues }) {
+		if !servertest.WaitFor(10*time.Second, nil, func() bool { return c.Poller().Intentions() >= before+queues }) {
 			b.Fatalf("round %d: long-polls did not all wait", round)
 		}
 		pushed := make([]time.Time, queues)
 		for q := range queues {
 			pushed[q] = time.Now()
-			res, err := client.Post(a.ts.URL+"/api/v1/push", "application/json",
+			res, err := client.Post(a.URL()+"/api/v1/push", "application/json",
 				strings.NewReader(fmt.Sprintf(`{"items":[{"queue":"x-%d","payload":{"r":%d}}]}`, q, round)))
 			if err != nil {
 				b.Fatal(err)
@@ -103,10 +104,10 @@ func crossSamples(b *testing.B, a, c *instance, n, queues int) []time.Duration {
 func BenchmarkPushWithListeners(b *testing.B) {
 	for _, listeners := range []int{0, 3} {
 		b.Run(fmt.Sprintf("listeners=%d", listeners), func(b *testing.B) {
-			dsn := sharedDSN(b)
-			a := newInstanceMode(b, dsn, "notify")
+			dsn := servertest.SharedDSN(b)
+			a := servertest.Start(b, dsn, "notify")
 			for range listeners {
-				newInstanceMode(b, dsn, "notify")
+				servertest.Start(b, dsn, "notify")
 			}
 			items := make([]queue.PushItem, 10)
 			for i := range items {
@@ -115,14 +116,14 @@ func BenchmarkPushWithListeners(b *testing.B) {
 			start := time.Now()
 			n := 0
 			for b.Loop() {
-				if _, err := a.store.Push(context.Background(), items); err != nil {
+				if _, err := a.Store().Push(context.Background(), items); err != nil {
 					b.Fatal(err)
 				}
-				a.notifier.Notify("tp", "Default")
+				a.Notifier().Notify("tp", "Default")
 				n++
 			}
 			b.ReportMetric(float64(n*len(items))/time.Since(start).Seconds(), "msgs/s")
-			b.ReportMetric(float64(a.notifier.Sent()), "notifies")
+			b.ReportMetric(float64(a.Notifier().Sent()), "notifies")
 		})
 	}
 }

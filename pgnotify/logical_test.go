@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/internal/server/servertest"
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/queue/queuetest"
 )
@@ -16,16 +17,16 @@ import (
 // In logical mode a long-poll on B gets a message pushed through A, which
 // sends no NOTIFY at all: the insert itself, read from the WAL, wakes B.
 func TestLogical_CrossInstance(t *testing.T) {
-	dsn := sharedDSN(t)
-	a, b := newInstanceMode(t, dsn, "none"), newInstanceMode(t, dsn, "logical")
-	assert.LessOrEqual(t, crossLatency(t, a, b, "lq"), 50*time.Millisecond)
+	dsn := servertest.SharedDSN(t)
+	a, b := servertest.Start(t, dsn, "none"), servertest.Start(t, dsn, "logical")
+	assert.LessOrEqual(t, servertest.CrossLatency(t, a, b, "lq"), 50*time.Millisecond)
 
 	// Any producer: a plain SQL call to the push function wakes B too.
-	got := b.longPoll("lq", 10*time.Second)
-	_, err := a.store.Pool().Exec(context.Background(), `SELECT push('lq', 'p9', '{"sql":1}', NULL)`)
+	got := b.LongPoll("lq", 10*time.Second)
+	_, err := a.Store().Pool().Exec(context.Background(), `SELECT push('lq', 'p9', '{"sql":1}', NULL)`)
 	require.NoError(t, err)
-	ans := wait(t, got, 10*time.Second)
-	require.Equal(t, http.StatusOK, ans.status, ans.body)
+	ans := servertest.Wait(t, got, 10*time.Second)
+	require.Equal(t, http.StatusOK, ans.Status, ans.Body)
 }
 
 // The temporary slot disappears when the instance stops.

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/internal/server/servertest"
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/queue"
 )
@@ -16,7 +17,7 @@ import (
 // OnState (not as a wake-up), and so does every (re)connect.
 func TestListener_OnState(t *testing.T) {
 	require.Equal(t, queue.StateNotifyPayload, pgnotify.StatePayload, "the writer and the listener agree")
-	dsn := sharedDSN(t)
+	dsn := servertest.SharedDSN(t)
 	writer, err := queue.NewPool(context.Background(), dsn, 0)
 	require.NoError(t, err)
 	t.Cleanup(writer.Close)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -28,9 +27,6 @@ type config struct {
 	// The instance's settings; the fields below are the command's own.
 	server.Config
 
-	// listener, when set (herald demo binds its ports before anything
-	// else), is served instead of listening on Addr.
-	listener  net.Listener
 	LogLevel  string
 	LogFormat string
 	PprofAddr string

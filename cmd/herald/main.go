@@ -181,7 +181,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 	if cmd == "migrate" {
 		return server.Migrate(ctx, sc)
 	}
-	if sc.Listener = cfg.listener; sc.Listener == nil {
+	if sc.Listener == nil {
 		if sc.Listener, err = listen(cfg.Addr, "--addr", "HERALD_ADDR"); err != nil {
 			return err
 		}

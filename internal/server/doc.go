@@ -1,0 +1,64 @@
+// Package server assembles one Herald instance from one Config: the
+// database (a private PostgreSQL when no URL is given), the queue store,
+// the poller, syncnet, the wake sources of pgnotify and the HTTP gateway.
+// `herald serve`, `herald demo` and the multi-instance tests (through
+// servertest) build instances with it; herald-bench and the reliability
+// suite run the herald binary, which does. It holds no logic a component
+// should own: it builds their Configs, connects their callbacks, and
+// starts and stops them in one order.
+//
+// # Start and stop order
+//
+//	New                                   Run                      stop (Run, when ctx ends)
+//	 1 listener (Config.Listener or Addr)  8 poller workers         a gateway.Drain: no new leases; streams
+//	 2 private PostgreSQL (no URL)         9 loops, one errgroup:     closed over DrainWindow, leases given back
+//	 3 pool, migrations                      syncnet node, notifier, b HTTP server Shutdown (ShutdownTimeout)
+//	 4 supervisor (private PostgreSQL)       listener | logical,      c gateway.Close: SSE resume leases released
+//	 5 store (encryption key checked)        config refresh,          d loops cancelled, awaited (errgroup.Wait)
+//	 6 syncnet node and poller               retention, hygiene,      e poller workers stopped
+//	 7 wake source, gateway,                 maintenance             f supervisor, pool, private PostgreSQL,
+//	   maintenance switches read          10 HTTP serving; Ready       listener (Close)
+//	                                         once the wake source
+//	                                         listens
+//
+// The loops stop after the HTTP server, so that streams draining still
+// reach a working instance (acks, lease releases, NOTIFYs); the pool closes
+// last. New releases what it acquired when a later step fails; Close does
+// the same for an instance that never ran.
+//
+// The syncnet node and the poller know each other (the poller reports its
+// consumers' presence and leases to the node, the node wakes the poller),
+// as do the gateway and the maintenance messages (the node and the LISTEN
+// connection tell the gateway to re-read the switches): those callbacks
+// capture the Server and read its fields, all set before Run starts
+// anything that could call them.
+//
+// # Glue
+//
+// Neither queue nor syncnet knows the other: this package converts a
+// queue's settings to and from QUEUE_CONFIG_SET (WireConfig, InfoFromWire),
+// points the node's callbacks at the store's caches (Hook), exports the
+// caches' counters (RegisterMetrics) and the shared state the admin API
+// shows (Stats).
+//
+// # Concurrency
+//
+// Run owns every goroutine it starts: the poller's workers (stopped by the
+// function Start returned), the loops (one errgroup on a context of their
+// own, cancelled after the HTTP server has shut down), the HTTP server's
+// Serve goroutine and the Ready signal's. The private PostgreSQL's
+// supervisor goroutine is New's, stopped by Close; a JWKS key set's
+// refresher (Config.AuthJWKSURL) lives as long as the ctx given to New (the
+// process's, in herald serve). Accessors (Store,
+// Poller, …) may be called from any goroutine once New returned.
+//
+// # Failures
+//
+// New fails on a port in use, a database that cannot be reached or
+// migrated, a wrong encryption key, or unreadable auth keys; everything it
+// had started is released. Run returns when ctx ends (nil), when HTTP
+// serving fails, when a loop returns an error while it should be running
+// (the other components are stopped in order first), or when the private
+// PostgreSQL stays down after the supervisor's restarts; the error says
+// which. Errors releasing the private PostgreSQL are joined to the result.
+package server

@@ -14,6 +14,15 @@ import (
 	"github.com/heraldmq/herald/internal/server/servertest"
 )
 
+// newInstance starts a whole instance (internal/server, as herald serve
+// runs it) on dsn, a schema other instances may share; mode is a
+// servertest mode (its wake source). The env talks to it over HTTP.
+func newInstance(t *testing.T, dsn, mode string, adjust ...func(*server.Config)) (*env, *servertest.Instance) {
+	t.Helper()
+	in := servertest.Start(t, dsn, mode, adjust...)
+	return &env{t: t, store: in.Store(), srv: in.Gateway(), url: in.URL(), client: http.DefaultClient, p: in.Poller()}, in
+}
+
 // newCluster starts two instances on one schema (internal/server, as
 // herald serve runs them), each with its own push buffer. via says how an
 // instance hears of a switch made on the other: "notify" (the switch's
@@ -31,7 +40,7 @@ func newCluster(t *testing.T, via string) (a, b *env) {
 	var ins []*servertest.Instance
 	var envs []*env
 	for _, name := range []string{"a", "b"} {
-		in := servertest.Start(t, dsn, mode, func(c *server.Config) {
+		e, in := newInstance(t, dsn, mode, func(c *server.Config) {
 			c.InstanceID, c.BufferDir = name, t.TempDir()
 			c.Adjust.Gateway = func(g *gateway.Config) {
 				g.MaintenanceRefresh = time.Minute
@@ -41,7 +50,7 @@ func newCluster(t *testing.T, via string) (a, b *env) {
 			}
 		})
 		ins = append(ins, in)
-		envs = append(envs, &env{t: t, store: in.Store(), srv: in.Gateway(), url: in.URL(), client: http.DefaultClient, p: in.Poller()})
+		envs = append(envs, e)
 	}
 	if via == "syncnet" {
 		servertest.Link(ins...)

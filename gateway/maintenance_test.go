@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/server"
+	"github.com/heraldmq/herald/internal/server/servertest"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/queue/queuetest"
 )
@@ -390,11 +392,13 @@ func (e *env) storedPayloads(q string) []int {
 // every message once, in order.
 func TestMaintenance_CrashedDrainRerunsAtStart(t *testing.T) {
 	t.Parallel()
-	store := queuetest.NewStore(t)
+	dsn := servertest.SharedDSN(t)
 	dir := t.TempDir()
-	cfg := func(c *gateway.Config) { c.BufferDir, c.MaintenanceRefresh = dir, 100*time.Millisecond }
-	a := newEnvOn(t, store, nil, cfg)
-	stopA := a.runMaintenance()
+	cfg := func(c *server.Config) {
+		c.BufferDir = dir
+		c.Adjust.Gateway = func(g *gateway.Config) { g.MaintenanceRefresh = 100 * time.Millisecond }
+	}
+	a, instA := newInstance(t, dsn, "notify", cfg)
 	a.setMaintenance("", true)
 	var items []string
 	for i := 1; i <= 20; i++ {
@@ -402,8 +406,13 @@ func TestMaintenance_CrashedDrainRerunsAtStart(t *testing.T) {
 	}
 	a.pushBuffered("[" + strings.Join(items, ",") + "]")
 	// The switch goes off while this instance is gone: its buffer stays.
-	stopA()
-	_, err := store.SetSystemFlag(ctxT(t), queue.StateMaintenance, false)
+	instA.Stop()
+	pool, err := queue.NewPool(ctxT(t), dsn, 0)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := queue.New(queue.Config{Pool: pool})
+	require.NoError(t, err)
+	_, err = store.SetSystemFlag(ctxT(t), queue.StateMaintenance, false)
 	require.NoError(t, err)
 	// The crashed drain had stored the first seven.
 	var first []queue.PushItem
@@ -413,8 +422,7 @@ func TestMaintenance_CrashedDrainRerunsAtStart(t *testing.T) {
 	_, err = store.Push(ctxT(t), first)
 	require.NoError(t, err)
 
-	b := newEnvOn(t, store, nil, cfg)
-	b.runMaintenance()
+	b, _ := newInstance(t, dsn, "notify", cfg)
 	eventually(t, func() bool { return b.count(`SELECT count(*) FROM messages`) == 20 }, "the start-up drain stores the rest")
 	eventually(t, func() bool { return b.srvBuffered() == 0 }, "and empties the buffer")
 	want := make([]int, 20)

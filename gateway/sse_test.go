@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/server"
+	"github.com/heraldmq/herald/internal/server/servertest"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/queue/queuetest"
 )
@@ -230,8 +232,9 @@ func (e *env) pushTo(q, partition string, payloads ...string) {
 // maxInFlight holds the stream until acks (posted to this instance, or to
 // another: found by the stream's lease check) give the credit back.
 func TestSSE_MaxInFlightAndAcks(t *testing.T) {
-	e := newEnv(t)
-	other := newEnvOn(t, e.store, nil)
+	dsn := servertest.SharedDSN(t)
+	e, _ := newInstance(t, dsn, "notify")
+	other, _ := newInstance(t, dsn, "notify")
 	c := e.openSSE(t, "/api/v1/sse/queue/sse-credit?maxInFlight=2&batch=1", nil)
 	for i := 1; i <= 5; i++ {
 		e.pushTo("sse-credit", "p"+strconv.Itoa(i), strconv.Itoa(i))
@@ -254,8 +257,9 @@ func TestSSE_MaxInFlightAndAcks(t *testing.T) {
 // received before the token is acknowledged, the rest comes again, in
 // order per partition, and nothing twice.
 func TestSSE_ResumeOnSecondInstance(t *testing.T) {
-	a := newEnv(t, func(c *gateway.Config) { c.SSEResumeGrace = 200 * time.Millisecond })
-	b := newEnvOn(t, a.store, nil)
+	dsn := servertest.SharedDSN(t)
+	a, _ := newInstance(t, dsn, "notify", func(c *server.Config) { c.SSEResumeGrace = 200 * time.Millisecond })
+	b, _ := newInstance(t, dsn, "notify")
 	a.post("/api/v1/configure", `{"queue":"sse-resume","options":{"leaseTime":300}}`)
 	a.pushTo("sse-resume", "a", payloads(6, 1)...)
 	a.pushTo("sse-resume", "b", payloads(6, 101)...)

@@ -38,5 +38,5 @@
 // only makes the receiver read the switches from the database again), and
 // lease hints (hints.go). Snapshot (cache.go) is the copy-on-write map
 // the queue config cache is made of; the queue package fills and reads it
-// through queue.ConfigCache, and internal/shared wires the two.
+// through queue.ConfigCache, and internal/server wires the two.
 package syncnet

@@ -33,8 +33,13 @@ import (
 // Instance is one running Herald.
 type Instance struct {
 	*server.Server
-	T testing.TB
+	T    testing.TB
+	stop func()
 }
+
+// Stop stops the instance and waits until it has (as at the end of the
+// test; calling it again does nothing).
+func (in *Instance) Stop() { in.stop() }
 
 // SharedDSN is one migrated schema for several instances.
 func SharedDSN(t testing.TB) string {
@@ -127,12 +132,16 @@ func Start(t testing.TB, dsn, mode string, adjust ...func(*server.Config)) *Inst
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("instance %s stopped: %v", srv.Instance(), err)
-		}
-	})
+	var once sync.Once
+	in.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("instance %s stopped: %v", srv.Instance(), err)
+			}
+		})
+	}
+	t.Cleanup(in.stop)
 	select {
 	case <-srv.Ready():
 	case err := <-done:

@@ -52,6 +52,14 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "opening the test directory to postgres:", err)
 		return 1
 	}
+	// The server's source is the module next door, in a checkout of the
+	// repository; a copy of this module from the module proxy has none.
+	mod, err := os.ReadFile(filepath.Join("..", "go.mod"))
+	if err != nil || !strings.HasPrefix(string(mod), "module github.com/heraldmq/herald\n") {
+		fmt.Fprintln(os.Stderr, "the SDK's tests build cmd/herald from the server module in client/..: "+
+			"run them in a checkout of github.com/heraldmq/herald")
+		return 1
+	}
 	heraldBin, heraldDir = filepath.Join(tmp, "herald"), filepath.Join(tmp, "data")
 	build := exec.Command("go", "build", "-C", "..", "-o", heraldBin, "./cmd/herald")
 	if out, err := build.CombinedOutput(); err != nil {

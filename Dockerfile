@@ -8,7 +8,10 @@
 # starts without one needs initdb, which this image does not carry.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
+# The Go SDK is a module of its own that go.mod replaces with ./client:
+# its go.mod must be there before the download.
 COPY go.mod go.sum ./
+COPY client/go.mod client/go.sum ./client/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

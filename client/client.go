@@ -1,17 +1,3 @@
-// Package client is Herald's Go SDK: a WebSocket consumer that keeps its
-// subscriptions across reconnects, acknowledges what its handlers finish and
-// never takes more than maxInFlight unacknowledged messages, and an HTTP
-// producer.
-//
-// A Client holds one WebSocket connection for all its subscriptions. When the
-// connection drops (a restart, a deploy, a network blip) it reconnects with
-// exponential back-off and full jitter and subscribes again; messages that
-// were in hand but not acknowledged were given back by the server when the
-// connection closed and are delivered again, in order. Delivery is
-// at-least-once: a handler may see a message twice, never zero times.
-//
-// The client does not import the server: it speaks the protocol documented
-// in the README (WebSocket subprotocol herald.v1, JSON frames).
 package client
 
 import (

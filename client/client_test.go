@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,72 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/client"
-	"github.com/heraldmq/herald/gateway"
-	"github.com/heraldmq/herald/internal/pgtest"
-	"github.com/heraldmq/herald/poller"
-	"github.com/heraldmq/herald/queue"
-	"github.com/heraldmq/herald/queue/queuetest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// server is a real Herald (gateway and poller) on a real socket that can be
-// stopped and started again on the same address.
-type server struct {
-	t     *testing.T
-	store *queue.Store
-	addr  string
-	auth  *gateway.Auth
-
-	http *http.Server
-	gw   *gateway.Server
-	stop func()
-}
-
-func startServer(t *testing.T, store *queue.Store, addr string, auth *gateway.Auth) *server {
-	t.Helper()
-	s := &server{t: t, store: store, addr: addr, auth: auth}
-	s.start()
-	t.Cleanup(s.shutdown)
-	return s
-}
-
-func (s *server) start() {
-	s.t.Helper()
-	ln, err := net.Listen("tcp", s.addr)
-	require.NoError(s.t, err)
-	s.addr = ln.Addr().String()
-	p, err := poller.New(poller.Config{Store: s.store})
-	require.NoError(s.t, err)
-	s.stop = p.Start()
-	s.gw, err = gateway.New(gateway.Config{Store: s.store, Poller: p, Auth: s.auth})
-	require.NoError(s.t, err)
-	s.http = &http.Server{Handler: s.gw.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = s.http.Serve(ln) }()
-}
-
-// shutdown stops the server as cmd/herald does.
-func (s *server) shutdown() {
-	if s.http == nil {
-		return
-	}
-	s.gw.Drain()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s.gw.WaitStreams(ctx)
-	_ = s.http.Shutdown(ctx)
-	s.gw.Close()
-	s.stop()
-	s.http = nil
-}
-
-func (s *server) url() string { return "http://" + s.addr }
-
-func newServer(t *testing.T) *server {
-	return startServer(t, queuetest.NewStore(t), "127.0.0.1:0", nil)
-}
-
-func dial(t *testing.T, s *server, opts client.Options) *client.Client {
+func dial(t *testing.T, s *herald, opts client.Options) *client.Client {
 	t.Helper()
 	if opts.MinBackoff == 0 {
 		opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
@@ -92,12 +26,6 @@ func dial(t *testing.T, s *server, opts client.Options) *client.Client {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func push(t *testing.T, c *client.Client, q string, from, n int) {
@@ -111,11 +39,9 @@ func push(t *testing.T, c *client.Client, q string, from, n int) {
 	require.Len(t, res, n)
 }
 
-// cursor is how far the queue-mode consumer has acknowledged.
-func cursor(t *testing.T, s *server) int {
-	var n int
-	require.NoError(t, s.store.Pool().QueryRow(ctxT(t), `SELECT coalesce(max(cursor), 0) FROM consumers`).Scan(&n))
-	return n
+// cursor is how far the queue-mode consumer of queue has acknowledged.
+func cursor(t *testing.T, s *herald, queue string) int {
+	return s.groupPositions(t, queue)["__QUEUE_MODE__"].Cursor
 }
 
 // collect subscribes until n messages arrived and returns their payloads.
@@ -164,20 +90,20 @@ func seq(from, n int) []int {
 
 func TestSubscribe_AcksOnNil(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
+	s := shared
 	c := dial(t, s, client.Options{})
 	push(t, c, "sdk-ack", 1, 20)
 	got := collect(t, c, client.SubscribeOptions{Queue: "sdk-ack", Batch: 5}, 20, nil)
 	assert.Equal(t, seq(1, 20), got)
-	require.Eventually(t, func() bool { return cursor(t, s) == 20 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return cursor(t, s, "sdk-ack") == 20 }, 10*time.Second, 10*time.Millisecond,
 		"every message acknowledged")
 }
 
 func TestSubscribe_ErrorFailsThenDLQ(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
+	s := shared
 	c := dial(t, s, client.Options{})
-	s.post(`/api/v1/configure`, `{"queue":"sdk-fail","options":{"retryLimit":2}}`)
+	s.post(t, `/api/v1/configure`, `{"queue":"sdk-fail","options":{"retryLimit":2}}`)
 	push(t, c, "sdk-fail", 1, 2)
 	var retries []int
 	got := collect(t, c, client.SubscribeOptions{Queue: "sdk-fail", Batch: 1}, 4, func(_ context.Context, m *client.Message) error {
@@ -196,14 +122,14 @@ func TestSubscribe_ErrorFailsThenDLQ(t *testing.T) {
 			Data         json.RawMessage
 		} `json:"messages"`
 	}
-	require.NoError(t, json.Unmarshal(s.get("/api/v1/dlq?queue=sdk-fail"), &dlq))
+	s.get(t, "/api/v1/dlq?queue=sdk-fail", &dlq)
 	require.Len(t, dlq.Messages, 1)
 	assert.Contains(t, fmt.Sprint(dlq), "cannot process 1")
 }
 
 func TestSubscribe_ManualAck(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
+	s := shared
 	c := dial(t, s, client.Options{})
 	push(t, c, "sdk-manual", 1, 2)
 	first := true
@@ -216,12 +142,12 @@ func TestSubscribe_ManualAck(t *testing.T) {
 			return m.Ack(ctx)
 		})
 	assert.Equal(t, []int{1, 1, 2}, got)
-	require.Eventually(t, func() bool { return cursor(t, s) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return cursor(t, s, "sdk-manual") == 2 }, 10*time.Second, 10*time.Millisecond)
 }
 
 func TestSubscribe_AutoAckAndGroups(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
+	s := shared
 	c := dial(t, s, client.Options{})
 	push(t, c, "sdk-groups", 1, 5)
 	for _, g := range []string{"a", "b"} {
@@ -235,7 +161,7 @@ func TestSubscribe_AutoAckAndGroups(t *testing.T) {
 // holds.
 func TestReconnect_ServerRestart(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
+	s := newHerald(t)
 	var mu sync.Mutex
 	var states []client.StateKind
 	c := dial(t, s, client.Options{OnState: func(st client.State) {
@@ -275,14 +201,11 @@ func TestReconnect_ServerRestart(t *testing.T) {
 		}
 	}
 	receive(5)
-	s.shutdown()
-	// Pushed while no server runs (another instance would take them).
-	for i := 6; i <= 10; i++ {
-		raw, _ := json.Marshal(i)
-		_, err := s.store.Push(ctx, []queue.PushItem{{Queue: "sdk-restart", Payload: raw}})
-		require.NoError(t, err)
-	}
-	s.start()
+	require.NoError(t, s.stop())
+	// Pushed while this server is down, through another instance on the
+	// same database.
+	push(t, dial(t, shared, client.Options{}), "sdk-restart", 6, 5)
+	require.NoError(t, s.start(), "restarting on %s", s.addr)
 	receive(10)
 	cancel()
 	require.NoError(t, <-errc)
@@ -297,26 +220,30 @@ func TestReconnect_ServerRestart(t *testing.T) {
 	}
 }
 
+// closeUnauthorized is the server's close code for a missing, bad or
+// expired token (gateway.CloseUnauthorized).
+const closeUnauthorized = 4501
+
 func TestAuth_BadTokenIsTerminal(t *testing.T) {
 	t.Parallel()
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	s := startServer(t, queuetest.NewStore(t), "127.0.0.1:0", &gateway.Auth{Secret: secret})
+	const secret = "0123456789abcdef0123456789abcdef"
+	s := newHerald(t, "--auth-secret", secret)
 	bad := dial(t, s, client.Options{Token: "not-a-token"})
 	err := bad.Subscribe(ctxT(t), client.SubscribeOptions{Queue: "sdk-auth"}, func(context.Context, *client.Message) error { return nil })
 	var ce *client.CloseError
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, gateway.CloseUnauthorized, ce.Code)
+	assert.Equal(t, closeUnauthorized, ce.Code)
 	assert.True(t, ce.Terminal())
 
-	good := dial(t, s, client.Options{Token: gateway.SignToken(secret, "sdk", "read-write", time.Hour)})
+	good := dial(t, s, client.Options{Token: signToken(t, secret, "sdk", "read-write", time.Hour)})
 	push(t, good, "sdk-auth", 1, 1)
-	reader := dial(t, s, client.Options{Token: gateway.SignToken(secret, "r", "read-only", time.Hour)})
+	reader := dial(t, s, client.Options{Token: signToken(t, secret, "r", "read-only", time.Hour)})
 	_, err = reader.Push(ctxT(t), client.PushItem{Queue: "sdk-auth", Payload: 1})
 	var he *client.HTTPError
 	require.ErrorAs(t, err, &he)
 	assert.Equal(t, http.StatusForbidden, he.Status)
 	// Consuming leases: read-write, as the reference server's roles.
-	consumer := dial(t, s, client.Options{Token: gateway.SignToken(secret, "c", "read-write", time.Hour)})
+	consumer := dial(t, s, client.Options{Token: signToken(t, secret, "c", "read-write", time.Hour)})
 	var sub *string
 	collect(t, consumer, client.SubscribeOptions{Queue: "sdk-auth"}, 1, func(_ context.Context, m *client.Message) error {
 		sub = m.ProducerSub
@@ -328,7 +255,7 @@ func TestAuth_BadTokenIsTerminal(t *testing.T) {
 
 func TestPush_Duplicates(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
+	s := shared
 	c := dial(t, s, client.Options{})
 	res, err := c.Push(ctxT(t), client.PushItem{Queue: "sdk-dup", Payload: map[string]int{"n": 1}, TransactionID: "t1"},
 		client.PushItem{Queue: "sdk-dup", Payload: json.RawMessage(`{"n":2}`), TransactionID: "t1"})
@@ -340,23 +267,4 @@ func TestPush_Duplicates(t *testing.T) {
 	var he *client.HTTPError
 	require.ErrorAs(t, err, &he)
 	assert.Equal(t, http.StatusBadRequest, he.Status)
-}
-
-func (s *server) post(path, body string) {
-	s.t.Helper()
-	res, err := http.Post(s.url()+path, "application/json", strings.NewReader(body))
-	require.NoError(s.t, err)
-	_ = res.Body.Close()
-	require.Equal(s.t, http.StatusOK, res.StatusCode)
-}
-
-func (s *server) get(path string) []byte {
-	s.t.Helper()
-	res, err := http.Get(s.url() + path)
-	require.NoError(s.t, err)
-	defer func() { _ = res.Body.Close() }()
-	b, err := io.ReadAll(res.Body)
-	require.NoError(s.t, err)
-	require.Equal(s.t, http.StatusOK, res.StatusCode, "%s", b)
-	return b
 }

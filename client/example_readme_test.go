@@ -4,15 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
-	"testing"
 	"time"
 
 	"github.com/heraldmq/herald/client"
-	"github.com/heraldmq/herald/gateway"
-	"github.com/heraldmq/herald/poller"
-	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 // The Go SDK example of the README ("### Go SDK"), verbatim:
@@ -74,75 +68,14 @@ func pushAndBill(ctx context.Context, base, token string) error {
 	return <-done
 }
 
-// The README's example against a real Herald on a free port.
+// The README's example against the real Herald TestMain started.
 func Example_readme() {
-	base, shutdown := startExampleServer()
-	defer shutdown()
-
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := pushAndBill(ctx, base, ""); err != nil {
+	if err := pushAndBill(ctx, shared.url(), ""); err != nil {
 		fmt.Println("error:", err)
 	}
 	// Output:
 	// pushed: queued
 	// billed o-1: 9.50
-}
-
-// startExampleServer starts a real Herald (gateway and poller) on the test
-// database, in a schema of its own, as startServer does for tests; an
-// Example has no *testing.T, so exampleTB stands in for one.
-func startExampleServer() (base string, shutdown func()) {
-	tb := &exampleTB{}
-	store := queuetest.NewStore(tb)
-	p, err := poller.New(poller.Config{Store: store})
-	if err != nil {
-		panic(err)
-	}
-	stopPoller := p.Start()
-	gw, err := gateway.New(gateway.Config{Store: store, Poller: p})
-	if err != nil {
-		panic(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), func() {
-		gw.Drain()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		gw.WaitStreams(ctx)
-		_ = srv.Shutdown(ctx)
-		gw.Close()
-		stopPoller()
-		tb.cleanup()
-	}
-}
-
-// exampleTB is the testing.TB that pgtest and queuetest need, for an
-// Example: a failure panics (which fails the test binary with the
-// message), and cleanup runs the registered cleanups, last first. The
-// embedded interface is nil: only the methods below may be called.
-type exampleTB struct {
-	testing.TB
-	cleanups []func()
-}
-
-func (*exampleTB) Helper()                        {}
-func (*exampleTB) Name() string                   { return "Example_readme" }
-func (*exampleTB) Logf(string, ...any)            {}
-func (*exampleTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
-func (*exampleTB) Errorf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
-func (*exampleTB) Fatal(a ...any)                 { panic(fmt.Sprint(a...)) }
-func (*exampleTB) Error(a ...any)                 { panic(fmt.Sprint(a...)) }
-func (tb *exampleTB) Cleanup(f func())            { tb.cleanups = append(tb.cleanups, f) }
-func (*exampleTB) Context() context.Context       { return context.Background() }
-func (tb *exampleTB) cleanup() {
-	for i := len(tb.cleanups) - 1; i >= 0; i-- {
-		tb.cleanups[i]()
-	}
-	tb.cleanups = nil
 }

@@ -11,8 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/client"
-	"github.com/heraldmq/herald/gateway"
-	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 // Issue 18: the Go SDK takes a token provider, asked on every connection
@@ -20,18 +18,18 @@ import (
 // short-lived tokens without a reconnect.
 func TestIssue18_TokenSourceRefreshesBeforeExpiry(t *testing.T) {
 	t.Parallel()
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	s := startServer(t, queuetest.NewStore(t), "127.0.0.1:0", &gateway.Auth{Secret: secret})
+	const secret = "0123456789abcdef0123456789abcdef"
+	s := newHerald(t, "--auth-secret", secret)
 	var asked atomic.Int64
 	var reconnects atomic.Int64
 	fifth := make(chan struct{}) // closed when the source was asked five times
 	var once sync.Once
 	c := dial(t, s, client.Options{
-		TokenSource: func(context.Context) (string, error) {
+		TokenSource: func(ctx context.Context) (string, error) {
 			if asked.Add(1) >= 5 {
 				once.Do(func() { close(fifth) })
 			}
-			return gateway.SignToken(secret, "svc", "read-write", 2*time.Second), nil
+			return heraldToken(ctx, secret, "svc", "read-write", 2*time.Second)
 		},
 		OnState: func(st client.State) {
 			if st.Kind == client.StateReconnecting {

@@ -5,7 +5,7 @@ go 1.26.8
 require (
 	github.com/centrifugal/centrifuge v0.40.1
 	github.com/gorilla/websocket v1.5.3
-	github.com/heraldmq/herald v0.0.0
+	github.com/heraldmq/herald/client v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
@@ -52,4 +52,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/heraldmq/herald => ../..
+// Herald is measured through its Go SDK, built from this tree.
+replace github.com/heraldmq/herald/client => ../../client

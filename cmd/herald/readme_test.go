@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -220,4 +221,52 @@ func TestIssue17_GitHubSlug(t *testing.T) {
 	if slugs["not-a-heading"] {
 		t.Errorf("headingSlugs: a line in a code block is not a heading")
 	}
+}
+
+// Issue 20: the README's test command is the one `make test` runs and the
+// one .ci/run runs, and it reaches the Go SDK, a module of its own that
+// `go test ./...` at the root does not.
+func TestIssue20_ReadmeTestCommandIsMakeTestAndCI(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(repoRoot, name))
+		require.NoError(t, err)
+		return string(b)
+	}
+	var readme, makeTest string // the quick start's command; the Development section's `make test` line
+	for l := range strings.Lines(read("README.md")) {
+		cmd, comment, _ := strings.Cut(strings.TrimSpace(l), "#")
+		cmd, comment = strings.TrimSpace(cmd), strings.TrimSpace(comment)
+		switch {
+		case strings.HasSuffix(comment, "(make test)"):
+			readme = cmd
+		case cmd == "make test":
+			makeTest = comment
+		}
+	}
+	require.NotEmpty(t, readme, "the README's quick start has a command marked (make test)")
+	assert.Equal(t, readme, makeTest, "the README's Development section says what make test runs")
+	assert.Contains(t, readme, "(cd client && go test", "the whole suite includes the SDK's module")
+
+	var recipe []string
+	inTest := false
+	for l := range strings.Lines(read("Makefile")) {
+		switch {
+		case strings.HasPrefix(l, "test:"):
+			inTest = true
+		case inTest && strings.HasPrefix(l, "\t"):
+			recipe = append(recipe, strings.TrimSpace(l))
+		default:
+			inTest = false
+		}
+	}
+	assert.Equal(t, []string{readme}, recipe, "make test runs the README's test command")
+
+	ran := false
+	for l := range strings.Lines(read(".ci/run")) {
+		// set -e does not stop on a failure inside an && list, hence the || exit 1.
+		if l = strings.TrimSpace(l); l == readme || l == readme+" || exit 1" {
+			ran = true
+		}
+	}
+	assert.True(t, ran, ".ci/run runs the README's test command: %s", readme)
 }

@@ -1,0 +1,75 @@
+// Package client is Herald's Go SDK: a WebSocket consumer that keeps its
+// subscriptions across reconnects, acknowledges what its handlers finish and
+// never takes more than MaxInFlight unacknowledged messages, and an HTTP
+// producer.
+//
+// It is a Go module of its own (github.com/heraldmq/herald/client) and
+// requires nothing from the server module: it speaks the protocol
+// documented in the README (WebSocket subprotocol herald.v1, JSON frames;
+// pushes over HTTP), so a program that imports it resolves only
+// gorilla/websocket (and this module's test libraries). Its tests run a
+// herald built from the server module next door as a separate process.
+//
+// A Client holds one WebSocket connection for all its subscriptions:
+//
+//	Dial ──► connected ──(read error, close 4000–4499)──► reconnecting
+//	             ▲                                          │ back-off, dial
+//	             └───────────── resubscribe ◄───────────────┘
+//	connected ──(close 4500–4999, or Close)──► closed: every Subscribe returns
+//
+// When the connection drops (a restart, a deploy, a network blip) it
+// reconnects with exponential back-off and full jitter and subscribes
+// again; messages that were in hand but not acknowledged were given back by
+// the server when the connection closed and are delivered again, in order.
+// Delivery is at-least-once: a handler may see a message twice, never zero
+// times.
+//
+// # Concurrency
+//
+// A Client and its methods are safe for concurrent use. Dial starts one
+// goroutine per Client, which Close waits for: it reads the connection
+// (routing deliveries to subscriptions and answers to the calls waiting on
+// them), and when the connection ends it redials and starts the
+// resubscriptions. Beside it, per connection, a short-lived goroutine per
+// subscription sends its subscribe frame and waits for the answer, and
+// with a TokenSource one goroutine sends a fresh token before the live one
+// expires; both end with the connection.
+//
+// Callbacks and the goroutines that call them:
+//
+//   - a Handler runs on the goroutine that called Subscribe, one message at
+//     a time in delivery order; the reader hands it messages through a
+//     channel of 2×MaxInFlight, which the server's credit never overfills;
+//   - Options.OnState runs on the Client's goroutine, so a slow one delays
+//     the reconnect; it must not call Close;
+//   - Options.TokenSource runs on the goroutine of Dial or Push, on the
+//     Client's goroutine before a reconnect, and on the refresh goroutine;
+//     it may be called concurrently.
+//
+// The mutexes (the Client's, each connection's state and write locks, each
+// Subscription's) are never held together: each guards its own fields for
+// a few statements and none is held while a frame is written or a
+// callback runs, except the write lock around the write itself.
+//
+// # Failures
+//
+// A connection that fails or that the server closes with a code in
+// 4000–4499 (4000 draining, 4001 a client that read too slowly) is
+// redialled; OnState reports each
+// attempt with its error and delay. A close in 4500–4999 is terminal: every
+// Subscribe returns a *CloseError and the Client is done — except 4501 (the
+// token expired) with a TokenSource, which reconnects with a fresh token.
+// A subscription the server refuses (a *ServerError, e.g. code forbidden
+// for a token without the right) ends that Subscribe alone. After Close,
+// running and later Subscribe calls return ErrClosed.
+//
+// Acknowledgements are bound to the connection that delivered the message:
+// an ack that can no longer be sent returns ErrLeaseLost (the message comes
+// again); one whose answer was lost returns ErrAckUnknown (it was applied,
+// or the message comes again): key side effects on the transactionId. In automatic
+// mode a handler's error fails the message with the error's text (retried,
+// then dead-lettered after the queue's retry limit); a handler interrupted
+// by its context leaves the message unacknowledged. Push returns an
+// *HTTPError for a refused request; a duplicate transactionId is a result
+// (status "duplicate"), not an error.
+package client

@@ -52,12 +52,14 @@
 //
 // Locks: Node.mu guards the peers, their state and presence, and the local
 // consumer counts; Node.cmu the stats counters. The only nesting is
-// Node.mu before cmu (Stats; Notify counting its per-peer decisions).
-// The wake limiter's mu, Replay's mu and a
-// Snapshot's mu are each taken alone. No lock is held while a datagram is
-// sent, a peer name is resolved, or a callback runs: the Waker and the
-// On* callbacks are called on the receive goroutine (or a wake timer's),
-// with nothing held, and must not block, or the socket is not read.
+// Node.mu before cmu (Stats; Notify counting its per-peer decisions). The
+// wake limiter's mu, Replay's mu and a Snapshot's mu are each taken alone.
+// No lock is held while a datagram is sent, a peer name is resolved, or a
+// callback runs: the Waker and the On* callbacks are called on the receive
+// goroutine (or a wake timer's) with nothing held, and must not block, or
+// the socket is not read. SetLocal is poller.Config's OnPresence, which the
+// poller calls under a worker's mutex: it takes Node.mu after that mutex
+// and sends its datagram there.
 //
 // # Failures
 //

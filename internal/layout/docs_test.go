@@ -1,6 +1,7 @@
 package layout_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -24,8 +25,9 @@ import (
 //     "Herald-bench "), as Go's own commands do (go.dev/doc/comment#cmd).
 //     No other non-test file of the package carries a package comment, so
 //     go doc shows the one that is kept up to date.
-//   - a package whose non-test code starts goroutines (a go statement, or a
-//     call of a method named Go: errgroup.Group.Go, sync.WaitGroup.Go) says
+//   - a package whose non-test code starts goroutines (a go statement, a
+//     call of a method named Go: errgroup.Group.Go, sync.WaitGroup.Go, or
+//     time.AfterFunc) says
 //     who owns them and what happens on failure: its doc.go has the headings
 //     "# Concurrency" and "# Failures".
 //   - a file a doc.go names (`replay.go`, `docs/design.md`,
@@ -109,7 +111,7 @@ func packages(t *testing.T, root string) []*pkg {
 			p.files, p.names = append(p.files, f), append(p.names, e.Name())
 			if p.goStart == "" {
 				if pos := startsGoroutine(f); pos.IsValid() {
-					p.goStart = fset.Position(pos).String()
+					p.goStart = fmt.Sprintf("%s/%s:%d", rel, e.Name(), fset.Position(pos).Line)
 				}
 			}
 		}
@@ -127,8 +129,9 @@ func packages(t *testing.T, root string) []*pkg {
 	return out
 }
 
-// startsGoroutine is the position of the first go statement or call of a
-// method named Go in f; not valid when there is none.
+// startsGoroutine is the position of the first go statement, call of a
+// method named Go, or time.AfterFunc (its func runs on a goroutine of its
+// own) in f; not valid when there is none.
 func startsGoroutine(f *ast.File) token.Pos {
 	var at token.Pos
 	ast.Inspect(f, func(n ast.Node) bool {
@@ -139,7 +142,7 @@ func startsGoroutine(f *ast.File) token.Pos {
 		case *ast.GoStmt:
 			at = n.Pos()
 		case *ast.CallExpr:
-			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Go" {
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Go" || sel.Sel.Name == "AfterFunc") {
 				at = n.Pos()
 			}
 		}

@@ -17,9 +17,9 @@
 // stopped in order, and signal.NotifyContext ends them.
 //
 // Without --database-url, serve runs a private PostgreSQL under the data
-// directory (internal/pgcluster): initdb on first run, a free port, and
-// a restart on the same port if it dies; on exit it is stopped unless
-// another herald on the same directory still uses it.
+// directory (internal/pgcluster): initdb on first run, --pg-port or a free
+// port, and a restart on the same port if it dies; on exit it is stopped
+// unless another herald on the same directory still uses it.
 //
 // # Concurrency
 //

@@ -1,15 +1,14 @@
 // Package gateway is Herald's HTTP server: the v1 REST API of the reference
-// server (push, pop, ack, lease, transaction, configure, delete, DLQ),
-// /health, /metrics and the stats endpoint. It holds no queue logic: each
-// handler checks its input, calls queue.Store and shapes the answer exactly as
-// docs/api.md says (field names, key order, status codes).
-//
-// # Concurrency
-//
-// Handlers run on net/http's goroutines. A waiting long-poll (wait=true)
-// registers an intention with the poller and holds no database connection:
-// the poller leases for it and hands the result to the waiting handler, or
-// its timeout answers 204.
+// server (push, pop, ack, lease extension, transaction, configure, delete,
+// DLQ), its admin, browsing, consumer-group, trace and maintenance routes,
+// WebSocket and SSE streams, HTTP long-poll, bearer-token auth, /health,
+// /metrics, the stats and status endpoints, and the demo page (web). It
+// holds no queue logic: each handler checks its input and the token's
+// rights, calls queue.Store, and shapes the answer exactly as docs/api.md
+// says (field names, key order, status codes). Files go by prefix:
+// handler_*.go per route group, session*.go for streams, maintenance*.go,
+// auth.go, jwks.go and rights.go for tokens, effects.go for what follows a
+// push, an ack or a release (metrics, wake-ups, credit).
 //
 // # Streams: one session behind every transport
 //
@@ -24,35 +23,89 @@
 // writes (deliver frames; events whose ids are resume tokens), reads
 // frames, and pings or sends heartbeats.
 //
-//	poller worker ── deliver ──▶ ┌─ session ───────────┐ ── writer ──▶ transport.write
+//	poller ───────── deliver ──▶ ┌─ session ───────────┐ ── writer ──▶ transport.write
 //	afterAck ─────── settled ──▶ │ subs, inflight, out │
 //	lease check, expiry, drain ▶ └─────────────────────┘ ── close(d) ─▶ transport.close
 //
-// Goroutines of a session:
+// A session's life; close runs once, whoever calls it first:
 //
-//   - the connection's own: a WebSocket's reader (each frame is handled on
-//     a short-lived stack, onStack), or the goroutine an SSE stream parks in
-//     a read until its client leaves (on HTTP/2 the handler's). It ends the
+//	open ── subscribe, startSub ──▶ leasing ── Drain ──▶ draining ── its point of
+//	  │                                │       (intentions       the drain window
+//	  │                                │        withdrawn)       (SSE: flush) ──┐
+//	  └────────────────────────────────┴──── close(d) ◀──────────────────────────┘
+//	         client gone, write failed (nil); slow consumer 4001; bad frames
+//	         4500; token expired 4501; frame too big 1009; drain 4000
+//	  close: intentions withdrawn, transport closed with d, leases given back
+//	         (at once, or after SSEResumeGrace for what an SSE stream wrote)
+//
+// An SSE stream resumes on any instance: each event's id is a token
+// (sse_token.go) naming, per partition, the lease and the highest offset
+// written. A stream that reconnects with Last-Event-ID acks what the token
+// covers and gives the rest of those leases back (queue.ResumeLeases), so
+// it receives them again first:
+//
+//	instance A: events id=T1..Tn ─▶ connection lost ─▶ leases kept SSEResumeGrace
+//	instance B: GET …/sse, Last-Event-ID: Tn ─▶ ack ≤ Tn, release the rest ─▶ stream
+//
+// # Concurrency
+//
+// Handlers run on net/http's goroutines; a waiting long-poll (wait=true)
+// parks in its handler on a poller intention and holds no database
+// connection. Per stream, and nothing else while idle:
+//
+//   - the connection's own goroutine: a WebSocket's reader (each frame is
+//     handled on a short-lived stack, onStack; each ack frame is applied on
+//     a goroutine of its own, at most 64 at once, so that back-to-back acks
+//     share transactions), or, for SSE, the goroutine parked in a read
+//     until the client leaves (on HTTP/2, the handler's). It ends the
 //     session (close(nil)) and waits (wait) for the writer, the timer
-//     callbacks and a close under way before the connection counts as gone.
+//     callbacks and a close under way before the stream counts as gone.
 //   - the writer, started when something is queued, gone when the queue is
-//     empty: an idle connection has no goroutine but its own.
+//     empty.
 //   - timer callbacks: the WebSocket ping, the SSE heartbeat, the lease
 //     check (acks on other instances, expired leases: every 2 s on SSE,
-//     every 30 s on a WebSocket, only while deliveries are unacknowledged)
-//     and the token's expiry.
-//   - callers that must not block: poller workers (deliver), the ack paths
-//     (settled), Drain's goroutine per session, waiting out its point of
-//     the drain window.
+//     every 30 s on a WebSocket, only while deliveries are unacknowledged),
+//     the token's expiry, and, per lease kept for a resume, its release.
+//   - callers that must not block: the poller (deliver, on a worker or on
+//     a push's goroutine for a hand-off), the ack paths (settled), and
+//     Drain's goroutine per session, waiting out its point of the window.
 //
-// Lock order: session.mu before a poller worker's mutex (only to register
-// an intention, so a drain either sees its cancel func or stops it) and
-// before sseStream.tmu (the resume token, through partitionSettled).
-// sseStream.wmu and wsConn.pmu are taken alone; Server.wsMu and sseMu are
-// never held with a session's mutex. The store, AddCredit, Release and an
-// intention's cancel are called without session.mu.
+// RunMaintenance runs on its caller's goroutine until ctx ends, reading
+// the maintenance switches (maintenance.go), and owns one more that drains
+// the push buffer (spool.Dir) when there is one. JWKS.Start refreshes the
+// key set on a goroutine that ends with its ctx.
 //
-// What happens on each failure:
+// Lock order. Server.wsMu, Server.sseMu and Server.graceMu are each taken
+// alone (Drain holds wsMu or sseMu only to list the sessions, starting a
+// goroutine per session). Nested locks:
+//
+//	session.mu ──▶ poller worker's mutex  (startSub → Poller.Register, so that
+//	                                       a drain sees the cancel func or stops it)
+//	session.mu ──▶ sseStream.tmu          (forgetLocked → partitionSettled)
+//	maintenance.mu ─▶ poller worker's mutex (apply → Poller.SetPaused)
+//
+// sseStream.wmu (held across one socket write, under its 10 s deadline),
+// wsConn.pmu, JWKS.mu and LabelLimiter.mu are taken alone; Server.deliveries
+// is a sync.Map. The poller calls into the gateway with a worker's mutex
+// held only for an intention's Hold, an atomic load (session.held), so no
+// order runs the other way. No gateway mutex is held during a store call, a lease
+// release, AddCredit, an intention's cancel, or a transport's write or
+// close (TestLockOrder_ReleaseAfterCloseHoldsNoLock checks the release
+// that once ran under graceMu).
+//
+// # Failures
+//
+// Bad input is answered 400 with {"error": "..."} (413 for a body over
+// Config.BodyLimit, 408 for one not received within BodyReadTimeout) and
+// never reaches the database; a missing or invalid token 401, a role or
+// rights that do not allow the request 403. Per-item failures (a stale
+// lease, an unknown message) are 200 with success:false, because clients
+// retry 5xx. A database fault is 500 with a generic text; the details go
+// to the log at error level. Limits answer so that clients come back
+// later: too many WebSockets 503 with Retry-After, too many SSE streams
+// 200 with a retry: delay.
+//
+// On a stream:
 //
 //   - a write fails or misses its 10 s deadline, or the client leaves: the
 //     session ends and gives its leases back.
@@ -69,30 +122,10 @@
 //   - a lease check fails: retried at the next tick; a release fails: logged,
 //     and the lease expires in time. Nothing is lost either way.
 //
-// On close a WebSocket gives every lease back at once; an SSE stream gives
-// back at once what it had not written, and keeps what it wrote for
-// Config.SSEResumeGrace, so that a resume with Last-Event-ID (on any
-// instance) neither loses nor repeats those messages. Server.Close gives
-// back what still waits.
-//
-// # Maintenance modes
-//
-// maintenance.go keeps this instance's copy of the two cluster-wide
-// switches (queue.SystemState) and its push buffer (spool.Dir).
-// RunMaintenance owns two goroutines: one reads the switches every
-// Config.MaintenanceRefresh and whenever RefreshMaintenance asks (the
-// switch's NOTIFY, a syncnet datagram), the other drains the buffer into
-// the queue whenever push maintenance is off and it holds something. While
-// push maintenance is on, pushes (HTTP, WebSocket) are appended to the
-// buffer and answered once it is fsynced; while pop maintenance is on,
-// pops answer 204 before any query, waiting long-polls are answered 204,
-// and the poller is paused. Lock order: maintenance.mu before a poller
-// worker's mutex (SetPaused); the spool's locks are its own.
-//
-// # Failures
-//
-// Bad input is answered 400 (413 for an oversized body) with
-// {"error": "..."} and never reaches the database; per-item failures (a stale
-// lease, an unknown message) are 200 with success:false, because clients
-// retry 5xx. Only database faults give 500; they are logged at error level.
+// Database loss: requests answer 500 and streams keep their connections;
+// their subscriptions lease again when the poller reaches the database.
+// During push maintenance pushes go to the buffer (503 when there is none,
+// or it is full); during pop maintenance pops and waiting long-polls answer
+// 204 and the poller is paused. A read of the switches that fails keeps
+// what was last read and is tried again every Config.MaintenanceRefresh.
 package gateway

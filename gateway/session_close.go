@@ -122,12 +122,15 @@ func (ss *session) close(d *Disconnect) {
 }
 
 // releaseLater gives a closed session's lease back after the resume grace
-// period. Server.Close runs whatever is still pending.
+// period. Server.Close runs whatever is still pending. The release is a
+// query: it never runs under graceMu, which the grace timers and every
+// closing stream take.
 func (s *Server) releaseLater(lease string, msgs []queue.Message) {
 	release := func() { s.poller.Release(context.Background(), lease, msgs) }
 	s.graceMu.Lock()
-	defer s.graceMu.Unlock()
 	if s.closed {
+		// A stream that ended after Server.Close: nothing waits for a resume.
+		s.graceMu.Unlock()
 		release()
 		return
 	}
@@ -143,5 +146,6 @@ func (s *Server) releaseLater(lease string, msgs []queue.Message) {
 			release()
 		}
 	})
-	s.grace[t] = release
+	s.grace[t] = release // before the timer's func can look: it takes graceMu
+	s.graceMu.Unlock()
 }

@@ -14,12 +14,16 @@
 // never removed: a process that opened a removed file would lock an inode
 // no path leads to.
 //
-//	push-<n>.buf   records, appended:
+//	push-<n>.buf   a 16-byte header: "hspool01", then a random epoch
+//	               (8 bytes) drawn each time the file starts empty;
+//	               then records, appended:
 //	               offset size
 //	               0      4    length n of the data, big-endian
 //	               4      4    CRC-32C (Castagnoli) of the data
 //	               8      n    the data
-//	push-<n>.pos   the drained prefix of push-<n>.buf, in bytes (decimal)
+//	push-<n>.pos   "<epoch, hex> <drained prefix of push-<n>.buf, bytes>";
+//	               a position of another epoch (written before a
+//	               truncation) counts as none
 //
 // Append writes a request's records with one write and returns after an
 // fsync (appends that arrive during an fsync share the next one). Open
@@ -32,11 +36,14 @@
 //
 // # Concurrency
 //
-// Every method is safe for concurrent use. A segment's mu guards its
-// file's length, drained position and record count; appends write under
-// the owned segment's mu and fsync under syncMu; one Drain runs at a time
-// (drainMu) and reads records without mu, since appends only add past what
-// it reads. Lock order: drainMu before mu, syncMu before mu.
+// Every method is safe for concurrent use; the package starts no
+// goroutine. A segment's mu guards its file's length, drained position and
+// record count; appends write under the owned segment's mu and fsync under
+// syncMu; one Drain runs at a time (drainMu) and reads records without mu,
+// since appends only add past what it reads. Lock order: drainMu before mu,
+// syncMu before mu. Drain calls its Store with drainMu held (and mu not),
+// so Close, which takes drainMu, waits for the batch being stored: the
+// caller's stop func and ctx bound that wait.
 //
 // # Failures
 //
@@ -44,5 +51,9 @@
 // write that fails is cut back off the file; if even that fails the Dir
 // refuses every later Append (the process must restart). A record whose
 // checksum fails mid-file (the disk changed it) ends the scan there: what
-// follows is cut off and logged.
+// follows is cut off and logged. A slot file without the header's magic is
+// not this package's: Open and Drain log it and pass it by. A Store
+// error ends the drain where it stopped; the rest waits for the next
+// Drain. A position that cannot be written is logged: the records after
+// the last one written are offered again after a restart.
 package spool

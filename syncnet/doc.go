@@ -36,7 +36,41 @@
 // QUEUE_CONFIG_SET/DELETE, PARTITION_DELETED and MAINTENANCE_MODE_SET /
 // POP_MAINTENANCE_MODE_SET news handed to callbacks (a maintenance datagram
 // only makes the receiver read the switches from the database again), and
-// lease hints (hints.go). Snapshot (cache.go) is the copy-on-write map
-// the queue config cache is made of; the queue package fills and reads it
-// through queue.ConfigCache, and internal/server wires the two.
+// lease hints (hints.go). Snapshot (cache.go) is a copy-on-write map that
+// the queue package's config cache is built on; the Node itself does not
+// use it.
+//
+// # Concurrency
+//
+// Node.Run owns the node's goroutines and returns when they have ended: it
+// sends heartbeats, presence re-announcements and expiries from its own
+// goroutine, and starts one receive goroutine that reads the socket until
+// Run closes it. Coalesced wake-ups fire from timers (time.AfterFunc), which
+// Run stops as it returns. The methods the rest of Herald calls (Notify,
+// SetLocal, LeaseAcquired/Released, LeasedElsewhere, the QueueConfigured
+// family) run on their caller's goroutine and send their datagram there.
+//
+// Locks: Node.mu guards the peers, their state and presence, and the local
+// consumer counts; Node.cmu the stats counters. The only nesting is
+// Node.mu before cmu (Stats; Notify counting its per-peer decisions). The
+// wake limiter's mu, Replay's mu and a Snapshot's mu are each taken alone.
+// No lock is held while a datagram is sent, a peer name is resolved, or a
+// callback runs: the Waker and the On* callbacks are called on the receive
+// goroutine (or a wake timer's) with nothing held, and must not block, or
+// the socket is not read. SetLocal is poller.Config's OnPresence, which the
+// poller calls under a worker's mutex: it takes Node.mu after that mutex
+// and sends its datagram there.
+//
+// # Failures
+//
+// A datagram that does not decode, fails its signature, is this node's
+// own, or is refused by Replay is dropped and counted by reason
+// (herald_syncnet_dropped_total, Stats' counters); nothing from the
+// network panics. A payload that does not unmarshal is dropped the same
+// way. A peer name that does not resolve is logged and tried again every
+// Resolve; a failed send is not retried (the next heartbeat or
+// re-announcement heals it). A peer silent for DeadAfter is treated as
+// dead: it gets no wake-ups, and its lease hints are ignored. Whatever is
+// lost costs latency, never a message: the poller's sweep and the
+// database find the rest.
 package syncnet

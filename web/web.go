@@ -1,5 +1,3 @@
-// Package web is the demo page and the browser SDK (herald.js), plain
-// HTML, CSS and ES modules with no build step, embedded in the binary.
 package web
 
 import (

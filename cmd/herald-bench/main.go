@@ -1,16 +1,3 @@
-// Command herald-bench measures a Herald server: push → receipt latency per
-// transport, end-to-end throughput, and the cost of idle connections.
-//
-//	herald-bench [flags] [scenario ...]
-//
-// Scenarios (default: all): latency, throughput, idle, connections (a
-// ramp: connect rate and RSS per connection) and cluster (three instances,
-// cross-instance latency with syncnet on and off).
-// Without --url
-// it starts `herald serve` (the binary next to herald-bench, or --herald)
-// on a private PostgreSQL in a temporary directory, and measures that
-// process; with --url it measures a running server (give --pid for its
-// memory and CPU).
 package main
 
 import (

@@ -1,13 +1,3 @@
-// Command herald runs the Herald server.
-//
-//	herald [serve]   serve the HTTP API (default)
-//	herald migrate   apply migrations and exit
-//	herald version   print the version
-//
-// Without a database URL it runs a private PostgreSQL under the data
-// directory: initdb on first run, start on a free port, restart it on the
-// same port if it dies (exit 1 when five restarts in a row fail), stop on
-// exit.
 package main
 
 import (

@@ -11,7 +11,13 @@
 //	Dir/pgdata          the cluster (initdb'd once, reused afterwards)
 //	Dir/postgres.log    the server log
 //	Dir/.s.PGSQL.<port> the Unix socket, unless Dir is too long for one
-//	Dir/start.lock      serializes Start calls
+//	Dir/start.lock      serializes Start calls (and Release's stop)
+//	Dir/users.lock      a shared flock per Cluster handle: who uses it
+//
+// Stop shuts the postmaster down if this handle started it. Release stops
+// it if no other handle, in this process or another, still uses it (its
+// shared lock on users.lock turns exclusive), whoever started it: the last
+// of several servers sharing one private cluster stops it.
 //
 // # Running as root
 //
@@ -31,7 +37,7 @@
 // it. Starts on one Dir are serialized by a flock on Dir/start.lock, so
 // racing first starts run initdb and pg_ctl once.
 //
-// # Failure handling
+// # Failures
 //
 // A postmaster that dies without cleaning up (kill -9, OOM killer, power
 // loss) leaves postmaster.pid behind. Start treats it as stale unless the

@@ -1,5 +1,3 @@
-// Package queuetest gives tests a migrated queue.Store on the test database
-// of internal/pgtest, in a schema of its own.
 package queuetest
 
 import (

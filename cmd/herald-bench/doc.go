@@ -1,0 +1,38 @@
+// Herald-bench measures a Herald server: push → receipt latency per
+// transport and wake mode, end-to-end throughput, the cost of idle
+// connections, a connection ramp, cross-instance latency, and the drain of
+// many partitions; it prints a table and writes a JSON results file with
+// an HTML report beside it (--out).
+//
+//	herald-bench [flags] [scenario ...]
+//
+// Scenarios (default: all, idle first so that its memory baseline is a
+// fresh server): idle, connections (a ramp: connect rate and RSS per
+// connection), latency, throughput, drain and cluster (three instances,
+// cross-instance latency with syncnet on and off). Without --url it starts
+// `herald serve` (the binary next to herald-bench, or --herald) on a
+// private PostgreSQL in a temporary directory and measures that process;
+// with --url it measures a running server (give --pid for its memory and
+// CPU). A list of --wake modes measures latency once per mode, each on a
+// server of its own.
+//
+// # Concurrency
+//
+// Each scenario runs its producers, consumers and ack loops on goroutines
+// of a sync.WaitGroup it waits for before it reports; the idle and
+// connections scenarios hold their sockets in child processes of this
+// binary (herald-bench with the holder argument: one process cannot hold
+// 20,000 sockets under a common file limit), each watched by a goroutine
+// that reads its "ready" line. A started server is watched by a goroutine
+// waiting for its exit. SIGINT or SIGTERM cancels the context every
+// scenario runs under.
+//
+// # Failures
+//
+// A bad flag, scenario or --drain-partitions value exits 2 before anything
+// starts. A server that does not answer /health within 2 minutes, or exits
+// while starting, and any scenario's error, end the run with exit 1 and the
+// scenario's name; a server it started is stopped (SIGTERM, then kill after
+// 30 s) and its directory removed either way. Nothing is retried: a
+// benchmark that hides a failure would report a false figure.
+package main

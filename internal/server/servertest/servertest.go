@@ -1,6 +1,3 @@
-// Package servertest runs whole Herald instances (internal/server) for
-// multi-instance tests: several instances on one migrated schema, each with
-// the wake source under test, and the HTTP helpers those tests share.
 package servertest
 
 import (

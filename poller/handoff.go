@@ -75,7 +75,6 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	in.reserved -= r.Limit // the credit it held
 	look := w.lookIfMissed(in)
 	if res != nil {
-		w.partitionIDs.Add(res.Queue+"\x00"+res.Partition, t.partitionID)
 		if ks := w.keys[t.key]; ks != nil {
 			if ks.handed == nil {
 				ks.handed = map[string]bool{}

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -23,10 +21,6 @@ type worker struct {
 
 	mu   sync.Mutex
 	keys map[string]*keyState
-
-	// partitionIDs maps "queue\x00partition" to the partition id, learned
-	// from pre-flights, so a push hint can be served without one.
-	partitionIDs *lru.Cache[string, string]
 }
 
 // keyState is one queue (or namespace pattern) with waiting intentions.
@@ -45,13 +39,8 @@ type keyState struct {
 }
 
 func newWorker(p *Poller, idx int) *worker {
-	ids, _ := lru.New[string, string](partitionIDCacheSize) // size is positive: no error
-	return &worker{p: p, idx: idx, wake: make(chan struct{}, 1), keys: map[string]*keyState{}, partitionIDs: ids}
+	return &worker{p: p, idx: idx, wake: make(chan struct{}, 1), keys: map[string]*keyState{}}
 }
-
-// partitionIDCacheSize bounds the partition ids a worker remembers for the
-// fast path (about 100 bytes each).
-const partitionIDCacheSize = 10000
 
 func (w *worker) signal() {
 	select {
@@ -60,19 +49,19 @@ func (w *worker) signal() {
 	}
 }
 
-// markGone ends an intention. Called with mu held; idempotent.
-func (w *worker) markGone(in *Intention) {
+// markGone ends an intention and reports whether it ended now (it is
+// idempotent). Called with mu held: the caller tells OnPresence
+// (Poller.withdrawn) once it has let go of mu.
+func (w *worker) markGone(in *Intention) bool {
 	if in.gone {
-		return
+		return false
 	}
 	in.gone = true
 	w.p.metrics.intentions.Dec()
-	if f := w.p.cfg.OnPresence; f != nil {
-		f(in.Target.Queue, false)
-	}
 	if in.Target.Queue == "" {
 		w.p.nsKeys.Add(-1)
 	}
+	return true
 }
 
 func (w *worker) markNamespaceKeysDirty() bool {
@@ -133,14 +122,14 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		return false, time.Time{} // SetPaused(false) marks every key
 	}
 	now := time.Now()
-	var work, claims []*Intention
+	var work, claims, expired []*Intention
 	var fast []hinted
 	w.mu.Lock()
 	for k, ks := range w.keys {
 		live := ks.intentions[:0]
 		for _, in := range ks.intentions {
-			if !in.gone && !in.Deadline.IsZero() && now.After(in.Deadline) {
-				w.markGone(in)
+			if !in.gone && !in.Deadline.IsZero() && now.After(in.Deadline) && w.markGone(in) {
+				expired = append(expired, in)
 			}
 			if !in.gone {
 				live = append(live, in)
@@ -187,6 +176,7 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		}
 	}
 	w.mu.Unlock()
+	w.p.withdrawn(expired...)
 	if len(fast) > 0 {
 		worked, due = w.fastServe(ctx, fast, due)
 	}
@@ -348,7 +338,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	dueAt := map[string]time.Time{}
 	for _, a := range avail {
 		if a.PartitionID != "" {
-			w.partitionIDs.Add(a.Queue+"\x00"+a.Partition, a.PartitionID)
+			p.store.NotePartitionID(a.Queue, a.Partition, a.PartitionID) // for the fast path
 		}
 		switch {
 		case !a.HasConsumer:
@@ -569,13 +559,17 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	paused := w.p.paused.Load() && res.LeaseID != ""
 	w.mu.Lock()
 	gone := in.gone || paused
+	ended := false
 	if !gone && !in.Standing {
 		// A one-shot intention ends with this delivery, whatever Deliver
 		// answers: withdraw it first, so it is never counted (or served) as
 		// still waiting once its consumer holds the messages.
-		w.markGone(in)
+		ended = w.markGone(in)
 	}
 	w.mu.Unlock()
+	if ended {
+		w.p.withdrawn(in)
+	}
 	// A standing intention may have leased several batches: its consumer
 	// gets them a batch at a time.
 	parts := []*queue.PopResult{res}
@@ -698,90 +692,45 @@ type hinted struct {
 
 // fastServe serves push hints without a pre-flight: the pushed partition is
 // assigned straight away, per consumer group, to the oldest intention that
-// wants it (one naming it first), and ONE coalesced pop leases them all; it
-// re-checks everything under its row locks. Whatever this cannot settle (an
-// unknown partition id, an assignment that came back empty: no consumer row
-// yet, a delay, a lease) falls back to a full cycle with a pre-flight.
+// wants it (one naming it first; decideFast), and ONE coalesced pop leases
+// them all; it re-checks everything under its row locks. Whatever this
+// cannot settle (an unknown partition id, an assignment that came back
+// empty: no consumer row yet, a delay, a lease) falls back to a full cycle
+// with a pre-flight.
 //
 // A partition that a lease hint says another live instance holds is not
 // popped at all: its key is looked at again when the hint lapses (due), or
 // sooner when the holder's release wakes it.
+//
+// In four steps, the mutex held only for the third: read the partition ids
+// (the store's cache) and the lease hints; snapshot the intentions, decide
+// and hold their credit; pop; deliver.
 func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (worked bool, _ time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	var as []queue.Assignment
-	var owners []*Intention
-	var fallback []string
+	fitems := make([]fastItem, len(items))
+	hints := map[hintKey]leaseHint{}
+	for i, h := range items {
+		fitems[i] = w.hintedItem(h, hints)
+	}
+
 	type audit struct {
 		owner       int
 		partitionID string
 	}
+	var as []queue.Assignment
+	var owners []*Intention
 	var audits []audit
-	hintedUntil := map[string]time.Time{} // key → when a hint-skipped partition is looked at again
-	popped := map[int]bool{}              // owners with an assignment
-	partial := map[int]bool{}             // owners that could not claim every hinted partition
+	partial := map[int]bool{} // owners that could not claim every hinted partition
 	w.mu.Lock()
-	for _, h := range items {
-		queueName := strings.TrimPrefix(h.key, "q:")
-		// An intention may take up to its Partitions of the hinted
-		// partitions, merged into one delivery under one lease.
-		owner := map[*Intention]int{}
-		claimed := map[*Intention]int{}
-		leases := map[*Intention]string{}
-		for part := range h.hints {
-			pid, ok := w.partitionIDs.Get(queueName + "\x00" + part)
-			if !ok {
-				fallback = append(fallback, h.key)
-				continue
-			}
-			eachByPreference(h.intentions, part, func(in *Intention) bool {
-				if h.handed[pid+"\x00"+in.Target.Group] {
-					return true // the push leased it to this group already
-				}
-				if !in.ready() {
-					in.missed = true
-					return false
-				}
-				idx, seen := owner[in]
-				if !seen {
-					idx = len(owners)
-					owner[in] = idx
-					owners = append(owners, in)
-					if !in.AutoAck {
-						leases[in] = queue.NewID()
-					}
-				}
-				if claimed[in] >= max(in.Partitions, 1) {
-					partial[idx] = true // a hinted partition it could not claim
-					return false
-				}
-				audited := false
-				if hints := w.p.cfg.Hints; hints != nil {
-					until, check := hints.LeasedElsewhere(pid, groupName(in.Target.Group))
-					if !until.IsZero() {
-						// Another live instance holds it: no pop, look again
-						// when the hint lapses (or its release wakes us).
-						w.p.metrics.skipped.WithLabelValues("lease_hint").Inc()
-						if u, ok := hintedUntil[h.key]; !ok || until.Before(u) {
-							hintedUntil[h.key] = until
-						}
-						return true
-					}
-					audited = check
-				}
-				claimed[in]++
-				popped[idx] = true
-				if audited {
-					audits = append(audits, audit{idx, pid})
-				}
-				as = append(as, queue.Assignment{Intention: idx, PartitionID: pid, Group: in.Target.Group,
-					Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[in],
-					Subject: in.Subject})
-				return true
-			})
-		}
+	for i, h := range items {
+		fitems[i].cands = fastCands(h.intentions)
 	}
-	for k, until := range hintedUntil {
+	pl := decideFast(fitems, hints)
+	for _, m := range pl.missed {
+		items[m[0]].intentions[m[1]].missed = true
+	}
+	for k, until := range pl.hintedUntil {
 		if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || until.Before(ks.dueAt)) {
 			ks.dueAt = until
 		}
@@ -789,9 +738,35 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 			due = until
 		}
 	}
+	owner := map[[2]int]int{}
+	var leases []string
+	for _, a := range pl.assigns {
+		k := [2]int{a.item, a.cand}
+		in := items[a.item].intentions[a.cand]
+		idx, ok := owner[k]
+		if !ok {
+			idx = len(owners)
+			owner[k] = idx
+			owners = append(owners, in)
+			lease := ""
+			if !in.AutoAck {
+				lease = queue.NewID() // the hinted partitions it claims, under one lease
+			}
+			leases = append(leases, lease)
+			partial[idx] = pl.partial[k]
+		}
+		if a.audit {
+			audits = append(audits, audit{idx, a.partitionID})
+		}
+		as = append(as, queue.Assignment{Intention: idx, PartitionID: a.partitionID, Group: in.Target.Group,
+			Limit: a.limit, Total: a.total, AutoAck: in.AutoAck, LeaseID: leases[idx], Subject: in.Subject})
+	}
 	planned := plansOf(as)
 	unhold := w.hold(planned, func(i int) *Intention { return owners[i] })
 	w.mu.Unlock()
+
+	w.p.metrics.skipped.WithLabelValues("lease_hint").Add(float64(pl.hintSkips))
+	fallback := pl.fallback
 	if len(as) > 0 {
 		worked = true
 		got, err := w.p.store.PopAssigned(ctx, as)
@@ -808,7 +783,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 		for i, in := range owners {
 			if res := got[i]; res != nil {
 				w.deliver(ctx, in, res, !partial[i], planned[i])
-			} else if popped[i] {
+			} else {
 				fallback = append(fallback, in.key)
 			}
 		}
@@ -824,4 +799,49 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 		w.signal()
 	}
 	return worked, due
+}
+
+// hintedItem is h for decideFast, but for its intentions (fastCands, under
+// the mutex): the ids of its hinted partitions from the store's cache, and
+// into hints what Config.Hints says of each (partition, group) its
+// intentions may be given. Called with no lock held: both are calls out of
+// the poller. h's maps are the worker's alone once cycle took them.
+func (w *worker) hintedItem(h hinted, hints map[hintKey]leaseHint) fastItem {
+	queueName := strings.TrimPrefix(h.key, "q:")
+	it := fastItem{key: h.key, handed: h.handed}
+	var groups []string
+	for _, in := range h.intentions {
+		if !slices.Contains(groups, in.Target.Group) { // Target is read-only once registered
+			groups = append(groups, in.Target.Group)
+		}
+	}
+	for part := range h.hints {
+		pid, _ := w.p.store.CachedPartitionID(queueName, part)
+		it.parts = append(it.parts, fastPart{name: part, id: pid})
+		if pid == "" || w.p.cfg.Hints == nil {
+			continue
+		}
+		for _, g := range groups {
+			k := hintKey{pid, groupName(g)}
+			if _, asked := hints[k]; asked || h.handed[pid+"\x00"+g] {
+				continue
+			}
+			until, audit := w.p.cfg.Hints.LeasedElsewhere(k.partitionID, k.group)
+			hints[k] = leaseHint{until: until, audit: audit}
+		}
+	}
+	return it
+}
+
+// fastCands snapshots intentions for decideFast. Called with mu held.
+func fastCands(ins []*Intention) []fastCand {
+	out := make([]fastCand, len(ins))
+	for i, in := range ins {
+		out[i] = fastCand{group: in.Target.Group, partition: in.Target.Partition, gone: in.gone, partitions: in.Partitions}
+		if !in.gone {
+			out[i].ready = in.ready()
+			out[i].limit, out[i].total = min(in.Batch, in.free()), in.take()
+		}
+	}
+	return out
 }

@@ -147,7 +147,7 @@ func testDeliverBlocked(t *testing.T) {
 			return err
 		}
 		select {
-		case res := <-subGot: // Settle delivered it on this goroutine
+		case res := <-subGot: // Settle delivered it when the push was over
 			handed = ns(res)
 			return nil
 		case <-time.After(5 * time.Second):

@@ -15,8 +15,10 @@ type WakeMode string
 
 // Wake modes.
 const (
-	// WakePush: pushes (and later NOTIFY, syncnet) wake the queues they
-	// touch at once; the sweep is only a safety net.
+	// WakePush: pushes, through this instance or another (syncnet,
+	// NOTIFY, logical replication), wake the queues they touch at once, and
+	// pushes through this instance hand off to waiting subscriptions; the
+	// sweep is only a safety net.
 	WakePush WakeMode = "push"
 	// WakePoll: push wake-ups are ignored and only the adaptive sweep finds
 	// new messages, as the reference server does; a benchmark baseline.
@@ -67,14 +69,18 @@ type Config struct {
 	// OnPresence, when set, is told of every intention registered (true)
 	// and withdrawn (false), by queue ("" for a namespace/task intention,
 	// which may match any queue): syncnet announces which instances have
-	// consumers. It is called with a worker's lock held and must not block.
+	// consumers. It is called with no poller lock held, on the goroutine
+	// that registers, withdraws (cancel, a one-shot's delivery) or expires
+	// the intention (a worker's), and must not block; an intention's
+	// registration is told before its withdrawal.
 	// It answers true when a registration is news to the other instances:
 	// its queue is then checked again PresenceGrace later, so a push
 	// elsewhere before the announcement arrived is not missed.
 	OnPresence func(queue string, present bool) (news bool)
 	// Hints, when set, shares lease hints with other instances (syncnet):
 	// this poller tells it the leases it takes and gives back, and skips
-	// a push wake-up's pop of a partition another live instance holds.
+	// a push wake-up's pop of a partition another live instance holds. Its
+	// methods are called with no poller lock held and must not block.
 	Hints LeaseHints
 	// Registerer receives the poller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer

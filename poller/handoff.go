@@ -75,7 +75,6 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	in.reserved -= r.Limit // the credit it held
 	look := w.lookIfMissed(in)
 	if res != nil {
-		w.partitionIDs.Add(res.Queue+"\x00"+res.Partition, t.partitionID)
 		if ks := w.keys[t.key]; ks != nil {
 			if ks.handed == nil {
 				ks.handed = map[string]bool{}
@@ -92,4 +91,25 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	}
 	p.metrics.handoffs.Inc()
 	w.deliver(context.Background(), in, res, true, plan{total: t.could, partitions: 1})
+}
+
+// eachByPreference offers a partition to intentions in the order a push's
+// hand-off gives it, the order decideFast gives a hinted partition in: those
+// naming it first, then the others, oldest first; gone ones and those naming
+// another partition are skipped. take returns true once the intention's
+// group is settled for the partition (served, or known not to need it); the
+// group's later intentions are then skipped. Called with the worker's mutex.
+func eachByPreference(ins []*Intention, partition string, take func(*Intention) bool) {
+	done := map[string]bool{}
+	for _, specific := range []bool{true, false} {
+		for _, in := range ins {
+			if in.gone || done[in.Target.Group] || specific != (in.Target.Partition != "") ||
+				(specific && in.Target.Partition != partition) {
+				continue
+			}
+			if take(in) {
+				done[in.Target.Group] = true
+			}
+		}
+	}
 }

@@ -27,14 +27,17 @@ type Intention struct {
 	// Standing intentions stay registered after a delivery (subscriptions);
 	// the others end with their first delivery (long-polls).
 	Standing bool
-	// Deliver receives leased messages. A poller worker calls it and it
-	// must not block. It returns false when the consumer is gone; the poller
-	// then releases the lease at once, so nothing waits for it to expire.
+	// Deliver receives leased messages. A poller worker calls it, or the
+	// goroutine of a push that handed messages off to it (a standing
+	// intention), with no poller lock held; it must not block. It returns
+	// false when the consumer is gone; the poller then releases the lease at
+	// once, so nothing waits for it to expire.
 	Deliver func(*queue.PopResult) bool
 	// Hold, when set and true, makes the intention take nothing for now, as
 	// if it had no credit: its consumer cannot take more (a full write
-	// buffer). It must be cheap and must not block. Call AddCredit(in, 0)
-	// once it may take again.
+	// buffer). It is read with the worker's mutex held, the one callback
+	// that is (doc.go, Concurrency): it must be a plain load that takes no
+	// lock and calls nothing. Call AddCredit(in, 0) once it may take again.
 	Hold func() bool
 
 	// Set at registration, then guarded by the owning worker's mutex.

@@ -101,6 +101,12 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	if in.Target.Queue == "" {
 		p.nsKeys.Add(1)
 	}
+	// Told before the intention is visible, so that its withdrawal (by a
+	// delivery, its deadline or cancel) is always told after.
+	news := false
+	if f := p.cfg.OnPresence; f != nil {
+		news = f(in.Target.Queue, true)
+	}
 	w := p.workerFor(in.key)
 	w.mu.Lock()
 	ks := w.keys[in.key]
@@ -110,30 +116,41 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	}
 	ks.intentions = append(ks.intentions, in)
 	ks.dirty = true
-	if f := p.cfg.OnPresence; f != nil {
-		if f(in.Target.Queue, true) {
-			// Other instances learn of this consumer a moment from now; a
-			// push they make meanwhile may not be announced to us. Look
-			// again once they know.
-			key := in.key
-			time.AfterFunc(PresenceGrace, func() {
-				w.mu.Lock()
-				if ks := w.keys[key]; ks != nil {
-					ks.dirty = true
-				}
-				w.mu.Unlock()
-				w.signal()
-			})
-		}
-	}
 	w.mu.Unlock()
+	if news {
+		// Other instances learn of this consumer a moment from now; a push
+		// they make meanwhile may not be announced to us. Look again once
+		// they know.
+		key := in.key
+		time.AfterFunc(PresenceGrace, func() {
+			w.mu.Lock()
+			if ks := w.keys[key]; ks != nil {
+				ks.dirty = true
+			}
+			w.mu.Unlock()
+			w.signal()
+		})
+	}
 	p.metrics.intentions.Inc()
 	p.metrics.woke(SourceRegister)
 	w.signal()
 	return func() {
 		w.mu.Lock()
-		w.markGone(in)
+		ended := w.markGone(in)
 		w.mu.Unlock()
+		if ended {
+			p.withdrawn(in)
+		}
+	}
+}
+
+// withdrawn tells OnPresence of intentions that ended. Called with no lock
+// held.
+func (p *Poller) withdrawn(ins ...*Intention) {
+	if f := p.cfg.OnPresence; f != nil {
+		for _, in := range ins {
+			f(in.Target.Queue, false)
+		}
 	}
 }
 

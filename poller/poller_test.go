@@ -375,7 +375,7 @@ func ackAll(t *testing.T, e *env, in *poller.Intention, res *queue.PopResult) {
 	t.Helper()
 	var acks []queue.Ack
 	for _, m := range res.Messages {
-		acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID})
+		acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Group: m.Group})
 	}
 	out, err := e.store.Ack(context.Background(), acks)
 	require.NoError(t, err)

@@ -8,14 +8,12 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/heraldmq/herald/queue"
 )
 
 // worker runs the poll cycle for the queues hashed to it. Its mutex guards
 // its keys and the mutable fields of their intentions; it is never held
-// during a query or a Deliver call.
+// during a query or a callback (doc.go, Concurrency).
 type worker struct {
 	p    *Poller
 	idx  int
@@ -23,10 +21,6 @@ type worker struct {
 
 	mu   sync.Mutex
 	keys map[string]*keyState
-
-	// partitionIDs maps "queue\x00partition" to the partition id, learned
-	// from pre-flights, so a push hint can be served without one.
-	partitionIDs *lru.Cache[string, string]
 }
 
 // keyState is one queue (or namespace pattern) with waiting intentions.
@@ -45,13 +39,8 @@ type keyState struct {
 }
 
 func newWorker(p *Poller, idx int) *worker {
-	ids, _ := lru.New[string, string](partitionIDCacheSize) // size is positive: no error
-	return &worker{p: p, idx: idx, wake: make(chan struct{}, 1), keys: map[string]*keyState{}, partitionIDs: ids}
+	return &worker{p: p, idx: idx, wake: make(chan struct{}, 1), keys: map[string]*keyState{}}
 }
-
-// partitionIDCacheSize bounds the partition ids a worker remembers for the
-// fast path (about 100 bytes each).
-const partitionIDCacheSize = 10000
 
 func (w *worker) signal() {
 	select {
@@ -60,19 +49,19 @@ func (w *worker) signal() {
 	}
 }
 
-// markGone ends an intention. Called with mu held; idempotent.
-func (w *worker) markGone(in *Intention) {
+// markGone ends an intention and reports whether it ended now (it is
+// idempotent). Called with mu held: the caller tells OnPresence
+// (Poller.withdrawn) once it has let go of mu.
+func (w *worker) markGone(in *Intention) bool {
 	if in.gone {
-		return
+		return false
 	}
 	in.gone = true
 	w.p.metrics.intentions.Dec()
-	if f := w.p.cfg.OnPresence; f != nil {
-		f(in.Target.Queue, false)
-	}
 	if in.Target.Queue == "" {
 		w.p.nsKeys.Add(-1)
 	}
+	return true
 }
 
 func (w *worker) markNamespaceKeysDirty() bool {
@@ -133,14 +122,14 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		return false, time.Time{} // SetPaused(false) marks every key
 	}
 	now := time.Now()
-	var work, claims []*Intention
+	var work, claims, expired []*Intention
 	var fast []hinted
 	w.mu.Lock()
 	for k, ks := range w.keys {
 		live := ks.intentions[:0]
 		for _, in := range ks.intentions {
-			if !in.gone && !in.Deadline.IsZero() && now.After(in.Deadline) {
-				w.markGone(in)
+			if !in.gone && !in.Deadline.IsZero() && now.After(in.Deadline) && w.markGone(in) {
+				expired = append(expired, in)
 			}
 			if !in.gone {
 				live = append(live, in)
@@ -187,6 +176,7 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 		}
 	}
 	w.mu.Unlock()
+	w.p.withdrawn(expired...)
 	if len(fast) > 0 {
 		worked, due = w.fastServe(ctx, fast, due)
 	}
@@ -348,7 +338,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	dueAt := map[string]time.Time{}
 	for _, a := range avail {
 		if a.PartitionID != "" {
-			w.partitionIDs.Add(a.Queue+"\x00"+a.Partition, a.PartitionID)
+			p.store.NotePartitionID(a.Queue, a.Partition, a.PartitionID) // for the fast path
 		}
 		switch {
 		case !a.HasConsumer:
@@ -535,293 +525,10 @@ func (w *worker) markDirty(chunk []*Intention, targets map[int]bool, cands []can
 	w.signal()
 }
 
-// plan is what a pop was asked to take for one intention.
-type plan struct {
-	total      int // the most messages (Assignment.Total): taking that many means there may be more
-	partitions int // the partitions assigned: one that came back empty may hold more
-}
-
-// plansOf sums up as per intention.
-func plansOf(as []queue.Assignment) map[int]plan {
-	out := map[int]plan{}
-	for _, a := range as {
-		pl := out[a.Intention]
-		pl.total = a.Total
-		pl.partitions++
-		out[a.Intention] = pl
-	}
-	return out
-}
-
-// deliver hands res to its intention, or releases the lease at once if the
-// consumer is gone. pl is what the pop was asked to take for it.
-// allClaimed says that every partition known to have work for the
-// intention was assigned to it this cycle (a fast-path cycle that skipped
-// none of its hints); otherwise claiming as many partitions as it may
-// means others may wait.
-func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool, pl plan) {
-	if res.PartitionsClaimed < pl.partitions {
-		res.More = true // an assignment came back empty: taken or changed since the pre-flight
-	}
-	// Paused since the cycle began (pop maintenance): give the lease back,
-	// as for a consumer that left, and deliver nothing. An autoAck pop
-	// keeps no lease (its cursor moved already): delivered all the same.
-	paused := w.p.paused.Load() && res.LeaseID != ""
-	w.mu.Lock()
-	gone := in.gone || paused
-	if !gone && !in.Standing {
-		// A one-shot intention ends with this delivery, whatever Deliver
-		// answers: withdraw it first, so it is never counted (or served) as
-		// still waiting once its consumer holds the messages.
-		w.markGone(in)
-	}
-	w.mu.Unlock()
-	// A standing intention may have leased several batches: its consumer
-	// gets them a batch at a time.
-	parts := []*queue.PopResult{res}
-	if in.Standing {
-		parts = splitBatches(res, in.Batch)
-	}
-	for i, part := range parts {
-		if gone || !in.Deliver(part) {
-			for _, rest := range parts[i:] {
-				w.p.Release(ctx, rest.LeaseID, rest.Messages)
-			}
-			return
-		}
-	}
-	w.p.metrics.delivered.Inc()
-	w.p.LeasesTaken(res)
-	if !in.Standing {
-		return
-	}
-	w.mu.Lock()
-	in.credit -= len(res.Messages)
-	// All it could take, a partition it left messages in, or as many
-	// partitions as it may take (when others may have work) means there may
-	// be more: look again now. Otherwise it drained what it took, and every
-	// other change marks its queue by itself (a push, an ack, a timer), so a
-	// cycle with a pre-flight would find nothing.
-	full := len(res.Messages) >= pl.total || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
-	// Credit coming back to an intention whose last take was cut short
-	// by its credit (or batch) may find more: AddCredit looks then.
-	in.limited = full
-	more := false
-	ks := w.keys[in.key]
-	if ks != nil {
-		ks.claim = full && claimable(in)
-	}
-	if ks != nil && full && in.ready() && !in.gone {
-		ks.dirty, more = true, true
-	}
-	w.mu.Unlock()
-	if more {
-		w.signal()
-	}
-}
-
-// splitBatches cuts res into results of at most batch messages, in order,
-// each counting the partitions it holds.
-func splitBatches(res *queue.PopResult, batch int) []*queue.PopResult {
-	if len(res.Messages) <= batch {
-		return []*queue.PopResult{res}
-	}
-	var out []*queue.PopResult
-	for msgs := res.Messages; len(msgs) > 0; {
-		n := min(batch, len(msgs))
-		part := *res
-		part.Messages, msgs = msgs[:n:n], msgs[n:]
-		part.Queue, part.Partition, part.PartitionID = part.Messages[0].Queue, part.Messages[0].Partition, part.Messages[0].PartitionID
-		part.PartitionsClaimed = 1
-		for i := 1; i < n; i++ {
-			if part.Messages[i].PartitionID != part.Messages[i-1].PartitionID {
-				part.PartitionsClaimed++
-			}
-		}
-		if len(out) > 0 {
-			part.DeadLettered = nil // counted once, with the first
-		}
-		out = append(out, &part)
-	}
-	return out
-}
-
 // groupName is a target's group as the database names it.
 func groupName(g string) string {
 	if g == "" {
 		return queue.DefaultGroup
 	}
 	return g
-}
-
-// tookFrom reports whether res holds messages of a partition.
-func tookFrom(res *queue.PopResult, partitionID string) bool {
-	if res == nil {
-		return false
-	}
-	for _, m := range res.Messages {
-		if m.PartitionID == partitionID {
-			return true
-		}
-	}
-	return false
-}
-
-// eachByPreference offers a partition to intentions in the order a
-// fast-path cycle and a push's hand-off give it: those naming it first, then
-// the others, oldest first; gone ones and those naming another partition are
-// skipped. take returns true once the intention's group is settled for the
-// partition (served, or known not to need it); the group's later
-// intentions are then skipped. Called with the worker's mutex.
-func eachByPreference(ins []*Intention, partition string, take func(*Intention) bool) {
-	done := map[string]bool{}
-	for _, specific := range []bool{true, false} {
-		for _, in := range ins {
-			if in.gone || done[in.Target.Group] || specific != (in.Target.Partition != "") ||
-				(specific && in.Target.Partition != partition) {
-				continue
-			}
-			if take(in) {
-				done[in.Target.Group] = true
-			}
-		}
-	}
-}
-
-// hinted is a queue whose only news is a push to known partitions.
-type hinted struct {
-	key        string
-	hints      map[string]bool
-	handed     map[string]bool // as keyState.handed
-	intentions []*Intention
-}
-
-// fastServe serves push hints without a pre-flight: the pushed partition is
-// assigned straight away, per consumer group, to the oldest intention that
-// wants it (one naming it first), and ONE coalesced pop leases them all; it
-// re-checks everything under its row locks. Whatever this cannot settle (an
-// unknown partition id, an assignment that came back empty: no consumer row
-// yet, a delay, a lease) falls back to a full cycle with a pre-flight.
-//
-// A partition that a lease hint says another live instance holds is not
-// popped at all: its key is looked at again when the hint lapses (due), or
-// sooner when the holder's release wakes it.
-func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (worked bool, _ time.Time) {
-	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	var as []queue.Assignment
-	var owners []*Intention
-	var fallback []string
-	type audit struct {
-		owner       int
-		partitionID string
-	}
-	var audits []audit
-	hintedUntil := map[string]time.Time{} // key → when a hint-skipped partition is looked at again
-	popped := map[int]bool{}              // owners with an assignment
-	partial := map[int]bool{}             // owners that could not claim every hinted partition
-	w.mu.Lock()
-	for _, h := range items {
-		queueName := strings.TrimPrefix(h.key, "q:")
-		// An intention may take up to its Partitions of the hinted
-		// partitions, merged into one delivery under one lease.
-		owner := map[*Intention]int{}
-		claimed := map[*Intention]int{}
-		leases := map[*Intention]string{}
-		for part := range h.hints {
-			pid, ok := w.partitionIDs.Get(queueName + "\x00" + part)
-			if !ok {
-				fallback = append(fallback, h.key)
-				continue
-			}
-			eachByPreference(h.intentions, part, func(in *Intention) bool {
-				if h.handed[pid+"\x00"+in.Target.Group] {
-					return true // the push leased it to this group already
-				}
-				if !in.ready() {
-					in.missed = true
-					return false
-				}
-				idx, seen := owner[in]
-				if !seen {
-					idx = len(owners)
-					owner[in] = idx
-					owners = append(owners, in)
-					if !in.AutoAck {
-						leases[in] = queue.NewID()
-					}
-				}
-				if claimed[in] >= max(in.Partitions, 1) {
-					partial[idx] = true // a hinted partition it could not claim
-					return false
-				}
-				audited := false
-				if hints := w.p.cfg.Hints; hints != nil {
-					until, check := hints.LeasedElsewhere(pid, groupName(in.Target.Group))
-					if !until.IsZero() {
-						// Another live instance holds it: no pop, look again
-						// when the hint lapses (or its release wakes us).
-						w.p.metrics.skipped.WithLabelValues("lease_hint").Inc()
-						if u, ok := hintedUntil[h.key]; !ok || until.Before(u) {
-							hintedUntil[h.key] = until
-						}
-						return true
-					}
-					audited = check
-				}
-				claimed[in]++
-				popped[idx] = true
-				if audited {
-					audits = append(audits, audit{idx, pid})
-				}
-				as = append(as, queue.Assignment{Intention: idx, PartitionID: pid, Group: in.Target.Group,
-					Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, LeaseID: leases[in],
-					Subject: in.Subject})
-				return true
-			})
-		}
-	}
-	for k, until := range hintedUntil {
-		if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || until.Before(ks.dueAt)) {
-			ks.dueAt = until
-		}
-		if due.IsZero() || until.Before(due) {
-			due = until
-		}
-	}
-	planned := plansOf(as)
-	unhold := w.hold(planned, func(i int) *Intention { return owners[i] })
-	w.mu.Unlock()
-	if len(as) > 0 {
-		worked = true
-		got, err := w.p.store.PopAssigned(ctx, as)
-		unhold()
-		if err != nil {
-			w.p.log.Error().Err(err).Msg("coalesced pop failed")
-		}
-		for _, a := range audits {
-			if err == nil {
-				// The hint was right if the database had nothing to lease.
-				w.p.cfg.Hints.HintAudited(!tookFrom(got[a.owner], a.partitionID))
-			}
-		}
-		for i, in := range owners {
-			if res := got[i]; res != nil {
-				w.deliver(ctx, in, res, !partial[i], planned[i])
-			} else if popped[i] {
-				fallback = append(fallback, in.key)
-			}
-		}
-	}
-	if len(fallback) > 0 {
-		w.mu.Lock()
-		for _, k := range fallback {
-			if ks := w.keys[k]; ks != nil {
-				ks.dirty = true
-			}
-		}
-		w.mu.Unlock()
-		w.signal()
-	}
-	return worked, due
 }

@@ -1,0 +1,126 @@
+package poller
+
+import (
+	"context"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// Delivery: what every path (pre-flight cycle, fast path, claim, hand-off)
+// does with what it leased. Called with no lock held; deliver takes the
+// worker's mutex around the intention's state, never around Deliver.
+
+// plan is what a pop was asked to take for one intention.
+type plan struct {
+	total      int // the most messages (Assignment.Total): taking that many means there may be more
+	partitions int // the partitions assigned: one that came back empty may hold more
+}
+
+// plansOf sums up as per intention.
+func plansOf(as []queue.Assignment) map[int]plan {
+	out := map[int]plan{}
+	for _, a := range as {
+		pl := out[a.Intention]
+		pl.total = a.Total
+		pl.partitions++
+		out[a.Intention] = pl
+	}
+	return out
+}
+
+// deliver hands res to its intention, or releases the lease at once if the
+// consumer is gone. pl is what the pop was asked to take for it.
+// allClaimed says that every partition known to have work for the
+// intention was assigned to it this cycle (a fast-path cycle that skipped
+// none of its hints); otherwise claiming as many partitions as it may
+// means others may wait.
+func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool, pl plan) {
+	if res.PartitionsClaimed < pl.partitions {
+		res.More = true // an assignment came back empty: taken or changed since the pre-flight
+	}
+	// Paused since the cycle began (pop maintenance): give the lease back,
+	// as for a consumer that left, and deliver nothing. An autoAck pop
+	// keeps no lease (its cursor moved already): delivered all the same.
+	paused := w.p.paused.Load() && res.LeaseID != ""
+	w.mu.Lock()
+	gone := in.gone || paused
+	ended := false
+	if !gone && !in.Standing {
+		// A one-shot intention ends with this delivery, whatever Deliver
+		// answers: withdraw it first, so it is never counted (or served) as
+		// still waiting once its consumer holds the messages.
+		ended = w.markGone(in)
+	}
+	w.mu.Unlock()
+	if ended {
+		w.p.withdrawn(in)
+	}
+	// A standing intention may have leased several batches: its consumer
+	// gets them a batch at a time.
+	parts := []*queue.PopResult{res}
+	if in.Standing {
+		parts = splitBatches(res, in.Batch)
+	}
+	for i, part := range parts {
+		if gone || !in.Deliver(part) {
+			for _, rest := range parts[i:] {
+				w.p.Release(ctx, rest.LeaseID, rest.Messages)
+			}
+			return
+		}
+	}
+	w.p.metrics.delivered.Inc()
+	w.p.LeasesTaken(res)
+	if !in.Standing {
+		return
+	}
+	w.mu.Lock()
+	in.credit -= len(res.Messages)
+	// All it could take, a partition it left messages in, or as many
+	// partitions as it may take (when others may have work) means there may
+	// be more: look again now. Otherwise it drained what it took, and every
+	// other change marks its queue by itself (a push, an ack, a timer), so a
+	// cycle with a pre-flight would find nothing.
+	full := len(res.Messages) >= pl.total || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
+	// Credit coming back to an intention whose last take was cut short
+	// by its credit (or batch) may find more: AddCredit looks then.
+	in.limited = full
+	more := false
+	ks := w.keys[in.key]
+	if ks != nil {
+		ks.claim = full && claimable(in)
+	}
+	if ks != nil && full && in.ready() && !in.gone {
+		ks.dirty, more = true, true
+	}
+	w.mu.Unlock()
+	if more {
+		w.signal()
+	}
+}
+
+// splitBatches cuts res into results of at most batch messages, in order,
+// each counting the partitions it holds.
+func splitBatches(res *queue.PopResult, batch int) []*queue.PopResult {
+	if len(res.Messages) <= batch {
+		return []*queue.PopResult{res}
+	}
+	var out []*queue.PopResult
+	for msgs := res.Messages; len(msgs) > 0; {
+		n := min(batch, len(msgs))
+		part := *res
+		part.Messages, msgs = msgs[:n:n], msgs[n:]
+		part.Queue, part.Partition, part.PartitionID = part.Messages[0].Queue, part.Messages[0].Partition, part.Messages[0].PartitionID
+		part.PartitionsClaimed = 1
+		for i := 1; i < n; i++ {
+			if part.Messages[i].PartitionID != part.Messages[i-1].PartitionID {
+				part.PartitionsClaimed++
+			}
+		}
+		if len(out) > 0 {
+			part.DeadLettered = nil // counted once, with the first
+		}
+		out = append(out, &part)
+	}
+	return out
+}

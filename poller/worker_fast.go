@@ -1,0 +1,190 @@
+package poller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// The fast path: a queue whose only news is a push to known partitions is
+// served without a pre-flight (worker.cycle hands such queues here).
+
+// hinted is a queue whose only news is a push to known partitions.
+type hinted struct {
+	key        string
+	hints      map[string]bool
+	handed     map[string]bool // as keyState.handed
+	intentions []*Intention
+}
+
+// fastServe serves push hints without a pre-flight: the pushed partition is
+// assigned straight away, per consumer group, to the oldest intention that
+// wants it (one naming it first; decideFast), and ONE coalesced pop leases
+// them all; it re-checks everything under its row locks. Whatever this
+// cannot settle (an unknown partition id, an assignment that came back
+// empty: no consumer row yet, a delay, a lease) falls back to a full cycle
+// with a pre-flight.
+//
+// A partition that a lease hint says another live instance holds is not
+// popped at all: its key is looked at again when the hint lapses (due), or
+// sooner when the holder's release wakes it.
+//
+// In four steps, the mutex held only for the third: read the partition ids
+// (the store's cache) and the lease hints; snapshot the intentions, decide
+// and hold their credit; pop; deliver.
+func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (worked bool, _ time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	fitems := make([]fastItem, len(items))
+	hints := map[hintKey]leaseHint{}
+	for i, h := range items {
+		fitems[i] = w.hintedItem(h, hints)
+	}
+
+	type audit struct {
+		owner       int
+		partitionID string
+	}
+	var as []queue.Assignment
+	var owners []*Intention
+	var audits []audit
+	partial := map[int]bool{} // owners that could not claim every hinted partition
+	w.mu.Lock()
+	for i, h := range items {
+		fitems[i].cands = fastCands(h.intentions)
+	}
+	pl := decideFast(fitems, hints)
+	for _, m := range pl.missed {
+		items[m[0]].intentions[m[1]].missed = true
+	}
+	for k, until := range pl.hintedUntil {
+		if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || until.Before(ks.dueAt)) {
+			ks.dueAt = until
+		}
+		if due.IsZero() || until.Before(due) {
+			due = until
+		}
+	}
+	owner := map[[2]int]int{}
+	var leases []string
+	for _, a := range pl.assigns {
+		k := [2]int{a.item, a.cand}
+		in := items[a.item].intentions[a.cand]
+		idx, ok := owner[k]
+		if !ok {
+			idx = len(owners)
+			owner[k] = idx
+			owners = append(owners, in)
+			lease := ""
+			if !in.AutoAck {
+				lease = queue.NewID() // the hinted partitions it claims, under one lease
+			}
+			leases = append(leases, lease)
+			partial[idx] = pl.partial[k]
+		}
+		if a.audit {
+			audits = append(audits, audit{idx, a.partitionID})
+		}
+		as = append(as, queue.Assignment{Intention: idx, PartitionID: a.partitionID, Group: in.Target.Group,
+			Limit: a.limit, Total: a.total, AutoAck: in.AutoAck, LeaseID: leases[idx], Subject: in.Subject})
+	}
+	planned := plansOf(as)
+	unhold := w.hold(planned, func(i int) *Intention { return owners[i] })
+	w.mu.Unlock()
+
+	w.p.metrics.skipped.WithLabelValues("lease_hint").Add(float64(pl.hintSkips))
+	fallback := pl.fallback
+	if len(as) > 0 {
+		worked = true
+		got, err := w.p.store.PopAssigned(ctx, as)
+		unhold()
+		if err != nil {
+			w.p.log.Error().Err(err).Msg("coalesced pop failed")
+		}
+		for _, a := range audits {
+			if err == nil {
+				// The hint was right if the database had nothing to lease.
+				w.p.cfg.Hints.HintAudited(!tookFrom(got[a.owner], a.partitionID))
+			}
+		}
+		for i, in := range owners {
+			if res := got[i]; res != nil {
+				w.deliver(ctx, in, res, !partial[i], planned[i])
+			} else {
+				fallback = append(fallback, in.key)
+			}
+		}
+	}
+	if len(fallback) > 0 {
+		w.mu.Lock()
+		for _, k := range fallback {
+			if ks := w.keys[k]; ks != nil {
+				ks.dirty = true
+			}
+		}
+		w.mu.Unlock()
+		w.signal()
+	}
+	return worked, due
+}
+
+// hintedItem is h for decideFast, but for its intentions (fastCands, under
+// the mutex): the ids of its hinted partitions from the store's cache, and
+// into hints what Config.Hints says of each (partition, group) its
+// intentions may be given. Called with no lock held: both are calls out of
+// the poller. h's maps are the worker's alone once cycle took them.
+func (w *worker) hintedItem(h hinted, hints map[hintKey]leaseHint) fastItem {
+	queueName := strings.TrimPrefix(h.key, "q:")
+	it := fastItem{key: h.key, handed: h.handed}
+	var groups []string
+	for _, in := range h.intentions {
+		if !slices.Contains(groups, in.Target.Group) { // Target is read-only once registered
+			groups = append(groups, in.Target.Group)
+		}
+	}
+	for part := range h.hints {
+		pid, _ := w.p.store.CachedPartitionID(queueName, part)
+		it.parts = append(it.parts, fastPart{name: part, id: pid})
+		if pid == "" || w.p.cfg.Hints == nil {
+			continue
+		}
+		for _, g := range groups {
+			k := hintKey{pid, groupName(g)}
+			if _, asked := hints[k]; asked || h.handed[pid+"\x00"+g] {
+				continue
+			}
+			until, audit := w.p.cfg.Hints.LeasedElsewhere(k.partitionID, k.group)
+			hints[k] = leaseHint{until: until, audit: audit}
+		}
+	}
+	return it
+}
+
+// fastCands snapshots intentions for decideFast. Called with mu held.
+func fastCands(ins []*Intention) []fastCand {
+	out := make([]fastCand, len(ins))
+	for i, in := range ins {
+		out[i] = fastCand{group: in.Target.Group, partition: in.Target.Partition, gone: in.gone, partitions: in.Partitions}
+		if !in.gone {
+			out[i].ready = in.ready()
+			out[i].limit, out[i].total = min(in.Batch, in.free()), in.take()
+		}
+	}
+	return out
+}
+
+// tookFrom reports whether res holds messages of a partition.
+func tookFrom(res *queue.PopResult, partitionID string) bool {
+	if res == nil {
+		return false
+	}
+	for _, m := range res.Messages {
+		if m.PartitionID == partitionID {
+			return true
+		}
+	}
+	return false
+}

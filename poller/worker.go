@@ -338,7 +338,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	dueAt := map[string]time.Time{}
 	for _, a := range avail {
 		if a.PartitionID != "" {
-			p.store.NotePartitionID(a.Queue, a.Partition, a.PartitionID) // for the fast path
+			p.store.NotePartitionID(a.Queue, a.Partition, a.QueueID, a.PartitionID) // for the fast path
 		}
 		switch {
 		case !a.HasConsumer:

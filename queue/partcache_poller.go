@@ -20,21 +20,15 @@ func (s *Store) CachedPartitionID(queue, partition string) (string, bool) {
 	return ref.partitionID, true
 }
 
-// NotePartitionID records a partition id read from the database (a
-// pre-flight's row). The cache also holds the queue's id, which pushes use:
-// the entry is added only while the queue's settings are cached (they give
-// it), and an entry already there for the same partition id is left as it
-// is.
-func (s *Store) NotePartitionID(queue, partition, partitionID string) {
+// NotePartitionID records a partition id and its queue's id read from the
+// database (a pre-flight's row); an entry already there for the same ids is
+// left as it is.
+func (s *Store) NotePartitionID(queue, partition, queueID, partitionID string) {
 	k := partKey{queue, partition}
-	if ref, ok := s.parts.Peek(k); ok && ref.partitionID == partitionID {
+	if ref, ok := s.parts.Peek(k); ok && ref.partitionID == partitionID && ref.queueID == queueID {
 		return
 	}
-	info, ok := s.CachedConfig(queue)
-	if !ok || info.ID == "" {
-		return
-	}
-	if s.parts.Add(k, partRef{queueID: info.ID, partitionID: partitionID}) {
+	if s.parts.Add(k, partRef{queueID: queueID, partitionID: partitionID}) {
 		s.partEvictions.Add(1)
 	}
 }

@@ -5,12 +5,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/queue"
 )
 
 // The poller reads the store's partition-id cache and notes the ids its
-// pre-flights read: a noted entry is as good as one a push resolved (a
-// later push needs no lookup), and nothing is noted for a queue whose
-// settings (and so its id) are not cached.
+// pre-flights read (the queue's id with the partition's, so that the entry
+// never pairs ids of two incarnations of a queue): a noted entry is as good
+// as one a push resolved (a later push needs no lookup); a miss costs the
+// lookup.
 func TestStore_PartitionIDCacheForThePoller(t *testing.T) {
 	s := newStore(t)
 	res := push(t, s, "pc", "p1", map[string]int{"n": 1})
@@ -22,10 +25,16 @@ func TestStore_PartitionIDCacheForThePoller(t *testing.T) {
 	_, ok = s.CachedPartitionID("pc", "p2")
 	assert.False(t, ok)
 
-	s.ForgetPartition("pc", "p1")
+	info, ok := s.CachedConfig("pc")
+	require.True(t, ok)
+	s.ForgetQueue("pc")
 	_, ok = s.CachedPartitionID("pc", "p1")
 	require.False(t, ok)
-	s.NotePartitionID("pc", "p1", pid)
+	av, err := s.Preflight(t.Context(), []queue.Target{{Queue: "pc", Want: 1}})
+	require.NoError(t, err)
+	require.NotEmpty(t, av)
+	assert.Equal(t, info.ID, av[0].QueueID, "the pre-flight reads the queue's id")
+	s.NotePartitionID("pc", "p1", av[0].QueueID, pid)
 	got, ok = s.CachedPartitionID("pc", "p1")
 	assert.True(t, ok, "noted")
 	assert.Equal(t, pid, got)
@@ -35,10 +44,7 @@ func TestStore_PartitionIDCacheForThePoller(t *testing.T) {
 	assert.Equal(t, pid, res[0].PartitionID)
 	assert.Equal(t, before["resolve_partitions"], stats.Snapshot()["resolve_partitions"], "the noted id served the push")
 
-	s.ForgetQueue("pc")
-	s.NotePartitionID("pc", "p1", pid)
-	_, ok = s.CachedPartitionID("pc", "p1")
-	assert.False(t, ok, "no queue id known: nothing noted")
+	s.ForgetPartition("pc", "p1")
 	before = stats.Snapshot()
 	push(t, s, "pc", "p1", map[string]int{"n": 3})
 	assert.Greater(t, stats.Snapshot()["resolve_partitions"], before["resolve_partitions"], "a miss costs the lookup")

@@ -35,6 +35,7 @@ type Target struct {
 type Availability struct {
 	Target      int // index into the targets passed to Preflight
 	Queue       string
+	QueueID     string
 	PartitionID string
 	Partition   string
 	Group       string
@@ -80,7 +81,7 @@ WITH k AS (
 	  ON (k.ns = '' OR q.namespace = k.ns) AND (k.task = '' OR q.task = k.task) AND (k.qmatch = '' OR q.name ~ k.qmatch)
 	WHERE k.qname = ''
 ), rows AS (
-	SELECT kq.ord, kq.name AS qname, kq.priority, p.id::text AS pid, p.name AS pname, kq.grp,
+	SELECT kq.ord, kq.name AS qname, kq.id::text AS qid, kq.priority, p.id::text AS pid, p.name AS pname, kq.grp,
 	       c.last_offset - c.cursor - cardinality(c.done) AS waiting, true AS has_consumer,
 	       CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease_until,
 	       CASE WHEN kq.window_buffer > 0 AND p.last_push_at > now() - make_interval(secs => kq.window_buffer)
@@ -101,11 +102,11 @@ WITH k AS (
 	) c
 	JOIN partitions p ON p.id = c.partition_id
 	UNION ALL
-	SELECT kq.ord, kq.name, kq.priority, '', '', kq.grp, 0, false, NULL, NULL, NULL, false
+	SELECT kq.ord, kq.name, kq.id::text, kq.priority, '', '', kq.grp, 0, false, NULL, NULL, NULL, false
 	FROM kq
 	WHERE NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = kq.id AND g.name = kq.grp)
 )
-SELECT ord, qname, priority, pid, pname, grp, waiting, has_consumer, dead_on_expiry,
+SELECT ord, qname, qid, priority, pid, pname, grp, waiting, has_consumer, dead_on_expiry,
        lease_until IS NULL AND window_until IS NULL AND (visible_at IS NULL OR visible_at <= now()) AS eligible,
        GREATEST(lease_until, window_until, CASE WHEN visible_at > now() THEN visible_at END) AS eligible_at
 FROM rows`
@@ -139,7 +140,7 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 		var a Availability
 		var ord int64
 		var at *time.Time
-		if err := rows.Scan(&ord, &a.Queue, &a.Priority, &a.PartitionID, &a.Partition, &a.Group, &a.Waiting, &a.HasConsumer,
+		if err := rows.Scan(&ord, &a.Queue, &a.QueueID, &a.Priority, &a.PartitionID, &a.Partition, &a.Group, &a.Waiting, &a.HasConsumer,
 			&a.DeadOnExpiry, &a.Eligible, &at); err != nil {
 			return nil, fmt.Errorf("reading pre-flight: %w", err)
 		}

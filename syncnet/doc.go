@@ -58,8 +58,8 @@
 // callback runs: the Waker and the On* callbacks are called on the receive
 // goroutine (or a wake timer's) with nothing held, and must not block, or
 // the socket is not read. SetLocal is poller.Config's OnPresence, which the
-// poller calls under a worker's mutex: it takes Node.mu after that mutex
-// and sends its datagram there.
+// poller calls with none of its locks held (on the registering or the
+// withdrawing goroutine).
 //
 // # Failures
 //

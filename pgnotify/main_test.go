@@ -39,7 +39,7 @@ type instance struct {
 	listener *pgnotify.Listener
 	logical  *pgnotify.Logical
 	node     *syncnet.Node
-	configs  *syncnet.Snapshot[queue.QueueInfo]
+	configs  *queue.ConfigSnapshot
 	ts       *httptest.Server
 }
 

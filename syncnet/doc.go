@@ -36,7 +36,7 @@
 // QUEUE_CONFIG_SET/DELETE, PARTITION_DELETED and MAINTENANCE_MODE_SET /
 // POP_MAINTENANCE_MODE_SET news handed to callbacks (a maintenance datagram
 // only makes the receiver read the switches from the database again), and
-// lease hints (hints.go). Snapshot (cache.go) is the copy-on-write map
-// the queue config cache is made of; the queue package fills and reads it
-// through queue.ConfigCache, and internal/shared wires the two.
+// lease hints (hints.go). The queue config cache itself is the queue
+// package's (queue.ConfigSnapshot); the node only carries the news that
+// keeps the instances' caches in step, through the callbacks.
 package syncnet

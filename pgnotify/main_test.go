@@ -149,7 +149,7 @@ func newInstanceMode(t testing.TB, dsn, mode string) *instance {
 		runs = append(runs, in.notifier.Run, in.listener.Run)
 		ready = in.listener.Connected()
 	case "logical":
-		in.logical, err = pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: pool, Waker: p,
+		in.logical, err = pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: pool, Tables: store, Waker: p,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, in.logical.Check(context.Background()))

@@ -430,7 +430,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		runners = append(runners, nt.Run, ls.Run)
 	}
 	if cfg.Wake == WakeLogical {
-		lg, err := pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: pool, Waker: pl, Registerer: reg, Logger: log})
+		lg, err := pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: pool, Tables: store, Waker: pl, Registerer: reg, Logger: log})
 		if err != nil {
 			return err
 		}

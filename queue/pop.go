@@ -408,10 +408,48 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 // errUnregistered: the pop's group is not registered on a queue it selects.
 var errUnregistered = errors.New("consumer group not registered on the queue")
 
-// popTx leases in tx. With register, a queue that does not know the group
-// yet fails it with errUnregistered (before anything is written), for Pop to
-// register the group and run it again; otherwise such queues are skipped.
+// popTx leases in tx: claimPartitions locks the consumer rows, expireLeases
+// (no database) charges the expired leases among them, fetchClaimed reads
+// the messages after their cursors, decidePop (no database) leases what
+// was read, and one batch writes the dead letters and the rows. With
+// register, a queue that does not know the group yet fails it with
+// errUnregistered (before anything is written), for Pop to register the
+// group and run it again; otherwise such queues are skipped.
 func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register bool, res *PopResult) error {
+	claims, err := claimPartitions(ctx, tx, req, register)
+	if err != nil || len(claims) == 0 {
+		return err
+	}
+	dead := expireLeases(claims, req.Group, res)
+	leaseID := NewID()
+	if req.AutoAck {
+		leaseID = ""
+	}
+	bad, err := s.fetchClaimed(ctx, tx, req, claims, leaseID, res)
+	if err != nil {
+		return err
+	}
+	rows := decidePop(claims, req, leaseID, res)
+	var u consumerUpdates
+	for _, r := range rows {
+		u.add(r.claim.partitionID, req.Group, &r.claim.st, r.leaseTime, s.cfg.InstanceID, req.Subject)
+	}
+	w := &pgx.Batch{}
+	queueDeadLetters(w, append(dead, bad...))
+	u.queue(w)
+	if w.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, w).Close(); err != nil {
+		return fmt.Errorf("writing the lease: %w", err)
+	}
+	return nil
+}
+
+// claimPartitions locks the consumer rows req may lease, up to
+// req.Partitions (one with req.Partition), claiming again a few times when
+// rows it could have had were locked by others.
+func claimPartitions(ctx context.Context, tx pgx.Tx, req *PopRequest, register bool) ([]*claimed, error) {
 	filter := popFilter(req)
 	args := []any{req.selector(), req.Namespace, req.Task, req.Partition, req.Group}
 	limit, one := 1, onePartition
@@ -426,34 +464,34 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
-		return fmt.Errorf("checking consumer group: %w", err)
+		return nil, fmt.Errorf("checking consumer group: %w", err)
 	}
 	missing, err := readIDs(rows)
 	if err != nil {
 		_ = br.Close()
-		return fmt.Errorf("checking consumer group: %w", err)
+		return nil, fmt.Errorf("checking consumer group: %w", err)
 	}
 	if len(missing) > 0 && register {
 		_ = br.Close()
-		return errUnregistered
+		return nil, errUnregistered
 	}
 	rows, err = br.Query()
 	if err != nil {
 		_ = br.Close()
-		return fmt.Errorf("claiming partitions: %w", err)
+		return nil, fmt.Errorf("claiming partitions: %w", err)
 	}
 	claims, err := readClaims(rows)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("claiming partitions: %w", err)
+		return nil, fmt.Errorf("claiming partitions: %w", err)
 	}
 	eligible := len(claims)
 	if len(claims) < limit {
 		// Fewer than it may take: were rows skipped for a lock?
 		if err := tx.QueryRow(ctx, popEligibleSQL(lockSQL), append(args, limit)...).Scan(&eligible); err != nil {
-			return fmt.Errorf("claiming partitions: %w", err)
+			return nil, fmt.Errorf("claiming partitions: %w", err)
 		}
 	}
 	for try := 0; try < claimRetries && len(claims) < min(limit, eligible); try++ {
@@ -462,85 +500,15 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 		// partition.
 		rows, err := tx.Query(ctx, lockSQL, append(args, limit)...)
 		if err != nil {
-			return fmt.Errorf("claiming partitions: %w", err)
+			return nil, fmt.Errorf("claiming partitions: %w", err)
 		}
 		more, err := readClaims(rows)
 		if err != nil {
-			return fmt.Errorf("claiming partitions: %w", err)
+			return nil, fmt.Errorf("claiming partitions: %w", err)
 		}
 		claims = mergeClaims(claims, more, limit)
 	}
-	if len(claims) == 0 {
-		return nil
-	}
-
-	// An expired lease counts as a failed attempt of its first pending offset.
-	var dead []deadLetter
-	for _, c := range claims {
-		if c.st.leaseID == "" {
-			continue
-		}
-		seq := c.st.firstPending()
-		if seq <= c.st.leaseTo {
-			if isDead, retries := c.st.fail(seq, c.retryLimit); isDead {
-				dead = append(dead, deadLetter{partitionID: c.partitionID, seq: seq, group: req.Group,
-					err: "lease expired", retries: retries})
-				if res.DeadLettered == nil {
-					res.DeadLettered = map[string]int{}
-				}
-				res.DeadLettered[c.queue]++
-				c.st.markDone(seq)
-			}
-		}
-		c.st.release()
-	}
-	if err := insertDeadLetters(ctx, tx, dead); err != nil {
-		return err
-	}
-
-	leaseID := NewID()
-	if req.AutoAck {
-		leaseID = ""
-	}
-	if err := s.fetchClaimed(ctx, tx, req, claims, leaseID, res); err != nil {
-		return err
-	}
-
-	var u consumerUpdates
-	for _, c := range claims {
-		leased := len(c.msgs) > 0
-		if leased {
-			if req.AutoAck {
-				for _, m := range c.msgs {
-					c.st.markDone(m.Offset)
-				}
-			} else {
-				c.st.leaseID = leaseID
-				c.st.leaseFrom = c.msgs[0].Offset
-				c.st.leaseTo = c.msgs[len(c.msgs)-1].Offset
-				c.st.changed = true
-			}
-			if res.PartitionsClaimed == 0 {
-				res.Queue, res.Partition, res.PartitionID = c.queue, c.partition, c.partitionID
-			}
-			res.PartitionsClaimed++
-			res.Messages = append(res.Messages, c.msgs...)
-		}
-		if c.st.changed || leased {
-			lt := -1
-			switch {
-			case leased && !req.AutoAck:
-				lt = c.leaseTime
-			case leased:
-				lt = 0 // no lease (no lease id), but leased_at records the delivery
-			}
-			u.add(c.partitionID, req.Group, &c.st, lt, s.cfg.InstanceID, req.Subject)
-		}
-	}
-	if res.PartitionsClaimed > 0 {
-		res.LeaseID = leaseID
-	}
-	return u.exec(ctx, tx)
+	return claims, nil
 }
 
 // claimRetries bounds how often a pop claims again after skipping rows
@@ -601,18 +569,18 @@ const maxFetchRounds = 8
 // fetchClaimed reads the messages of the claimed partitions into their
 // msgs, in offset order, up to req.Batch in all. Rows are fetched enough
 // per partition to fill the batch after skipping offsets done out of order.
-// A payload that fails to decrypt is not delivered: the message is
-// dead-lettered for the group (DecryptError) and marked done, and the
-// partition is read further so that the batch still fills in order.
+// A payload that fails to decrypt is not delivered: the message is marked
+// done and returned in bad, to be dead-lettered for the group
+// (DecryptError), and the partition is read further so that the batch
+// still fills in order.
 func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, claims []*claimed, leaseID string,
-	res *PopResult) error {
+	res *PopResult) (bad []deadLetter, err error) {
 	remaining := req.Batch
 	stopped := make([]bool, len(claims))
 	after := make([]int64, len(claims)) // the next read starts after this offset
 	for i, c := range claims {
 		after[i] = c.st.cursor
 	}
-	var bad []deadLetter
 	for round := 0; round < maxFetchRounds && remaining > 0; round++ {
 		var idx []int // claims read this round
 		var pids []string
@@ -631,7 +599,7 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 		}
 		rows, err := tx.Query(ctx, popFetchSQL, pids, curs, lims, delays)
 		if err != nil {
-			return fmt.Errorf("reading messages: %w", err)
+			return nil, fmt.Errorf("reading messages: %w", err)
 		}
 		read := make([]int, len(idx))
 		failed := 0
@@ -642,7 +610,7 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 			var visible bool
 			if err := rows.Scan(&ord, &m.Offset, &m.ID, &m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &visible); err != nil {
 				rows.Close()
-				return fmt.Errorf("reading messages: %w", err)
+				return nil, fmt.Errorf("reading messages: %w", err)
 			}
 			k := int(ord - 1)
 			i := idx[k]
@@ -679,7 +647,7 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("reading messages: %w", err)
+			return nil, fmt.Errorf("reading messages: %w", err)
 		}
 		if failed == 0 {
 			break // as many rows as one read can give
@@ -691,7 +659,7 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 		}
 	}
 	res.undecryptable += len(bad)
-	return insertDeadLetters(ctx, tx, bad)
+	return bad, nil
 }
 
 // consumerUpdates batches consumer rows to write with consumerUpdateSQL.

@@ -21,17 +21,34 @@
 // skip queues nobody listens to. SQL producers use the push SQL function,
 // which notifies itself.
 //
+// Logical is the other wake source (--wake logical): a temporary pgoutput
+// slot streams the inserts into the messages table, so any producer's
+// insert wakes its queue with no NOTIFY at all. The package speaks the
+// replication protocol (pglogrepl) but writes no SQL on Herald's tables:
+// the publication it reads and the queue of an inserted message's
+// partition come from the queue store through the Tables interface
+// (queue.Store satisfies it). What SQL stays here is the wake protocol
+// itself and the server's state: LISTEN, pg_notify, current_schema (the
+// channel's name), pg_notification_queue_usage (the Listener's ping) and
+// SHOW wal_level (Logical.Check).
+//
 // # Concurrency
 //
-// Notifier.Run and Listener.Run each own one goroutine and return when their
-// context ends. Notify is safe from any goroutine and never blocks.
+// Notifier.Run, Listener.Run and Logical.Run each own one goroutine and
+// return when their context ends. Notify is safe from any goroutine and
+// never blocks. Waker.Wake and WakeAll are called on the Listener's and
+// Logical's own goroutine; Tables.PartitionOf on Logical's, once per
+// inserted message.
 //
 // # Failures
 //
 // NOTIFY is an optimisation: a lost one costs latency, never a message (the
 // poller's sweep finds it). The Listener reconnects with exponential
 // back-off and ±10% jitter, and after every connect wakes every queue once,
-// because notifications sent while it was away are gone. The channel carries
-// the schema, so instances on different schemas of one database ignore each
-// other.
+// because notifications sent while it was away are gone; Logical does the
+// same with a new temporary slot (the old one died with its connection, so
+// a stopped instance holds no WAL back). An insert whose partition Tables
+// cannot name is logged at debug and dropped: the sweep covers it. The
+// channel and the publication carry the schema, so instances on different
+// schemas of one database ignore each other.
 package pgnotify

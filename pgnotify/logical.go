@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,9 +26,13 @@ const StatusIntervalDefault = 10 * time.Second
 
 // LogicalConfig configures a Logical wake source.
 type LogicalConfig struct {
-	// Pool is the instance's pool: it names the schema (search_path), looks
-	// up partitions, and creates the publication. Required.
+	// Pool is the instance's pool: the replication connection is opened
+	// with its settings (so on its schema), and Check reads the server's
+	// wal_level through it. Required.
 	Pool *pgxpool.Pool
+	// Tables is what the stream needs of Herald's tables (queue.Store
+	// provides it). Required.
+	Tables Tables
 	// Waker receives the wake-ups. Required.
 	Waker Waker
 	// StatusInterval: see StatusIntervalDefault; zero means the default.
@@ -44,6 +46,19 @@ type LogicalConfig struct {
 	Logger zerolog.Logger
 }
 
+// Tables is the part of the queue store a Logical asks: pgnotify writes no
+// SQL on Herald's tables (they belong to the queue package).
+type Tables interface {
+	// MessagePublication creates, if missing, the publication of the
+	// inserts into the messages table of the pool's schema, and returns
+	// its name.
+	MessagePublication(ctx context.Context) (string, error)
+	// PartitionOf returns the queue and name of a partition id. It is asked
+	// once per inserted message, on the stream's goroutine: answers
+	// should be cached (ids never change their names).
+	PartitionOf(ctx context.Context, partitionID string) (queue, partition string, err error)
+}
+
 // Logical wakes queues from the write-ahead log: a temporary pgoutput slot
 // streams the inserts into the messages table through a publication, so
 // every insert, from any producer (HTTP, the push SQL function, plain
@@ -53,7 +68,6 @@ type LogicalConfig struct {
 type Logical struct {
 	cfg    LogicalConfig
 	log    zerolog.Logger
-	names  *lru.Cache[string, [2]string] // partition id → queue, partition
 	slot   string
 	ready  chan struct{}
 	events prometheus.Counter
@@ -62,8 +76,8 @@ type Logical struct {
 
 // NewLogical returns a Logical source; nothing happens until Run.
 func NewLogical(cfg LogicalConfig) (*Logical, error) {
-	if cfg.Pool == nil || cfg.Waker == nil {
-		return nil, errors.New("pgnotify: LogicalConfig.Pool and LogicalConfig.Waker are required")
+	if cfg.Pool == nil || cfg.Waker == nil || cfg.Tables == nil {
+		return nil, errors.New("pgnotify: LogicalConfig.Pool, LogicalConfig.Waker and LogicalConfig.Tables are required")
 	}
 	if cfg.StatusInterval == 0 {
 		cfg.StatusInterval = StatusIntervalDefault
@@ -74,13 +88,9 @@ func NewLogical(cfg LogicalConfig) (*Logical, error) {
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = BackoffMaxDefault
 	}
-	names, err := lru.New[string, [2]string](10000)
-	if err != nil {
-		return nil, err
-	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	l := &Logical{cfg: cfg, log: cfg.Logger.With().Str("component", "logical").Logger(), names: names,
+	l := &Logical{cfg: cfg, log: cfg.Logger.With().Str("component", "logical").Logger(),
 		slot: "herald_" + hex.EncodeToString(b[:]), ready: make(chan struct{}),
 		events: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_logical_inserts_total",
 			Help: "Message inserts seen on the replication stream."}),
@@ -126,12 +136,8 @@ func (l *Logical) Run(ctx context.Context) error {
 }
 
 func (l *Logical) session(ctx context.Context, first *bool) (started bool, err error) {
-	var schema string
-	if err := l.cfg.Pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return false, fmt.Errorf("reading the current schema: %w", err)
-	}
-	publication := "herald_" + schema
-	if err := l.ensurePublication(ctx, publication, schema); err != nil {
+	publication, err := l.cfg.Tables.MessagePublication(ctx)
+	if err != nil {
 		return false, err
 	}
 	cfg := l.cfg.Pool.Config().ConnConfig.Config.Copy()
@@ -236,47 +242,11 @@ func (l *Logical) handle(ctx context.Context, data []byte, relations map[uint32]
 			return
 		}
 		l.events.Inc()
-		names, err := l.partition(ctx, string(col.Data))
+		q, p, err := l.cfg.Tables.PartitionOf(ctx, string(col.Data))
 		if err != nil {
 			l.log.Debug().Err(err).Msg("unknown partition of an inserted message")
 			return
 		}
-		l.cfg.Waker.Wake(SourceLogical, names[0], names[1])
+		l.cfg.Waker.Wake(SourceLogical, q, p)
 	}
-}
-
-// partition maps a partition id to its queue and partition names.
-func (l *Logical) partition(ctx context.Context, id string) ([2]string, error) {
-	if n, ok := l.names.Get(id); ok {
-		return n, nil
-	}
-	var n [2]string
-	err := l.cfg.Pool.QueryRow(ctx, `-- herald:logical_partition
-		SELECT q.name, p.name FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE p.id = $1::uuid`, id).Scan(&n[0], &n[1])
-	if err != nil {
-		return n, err
-	}
-	l.names.Add(id, n)
-	return n, nil
-}
-
-// ensurePublication publishes the schema's message inserts.
-func (l *Logical) ensurePublication(ctx context.Context, name, schema string) error {
-	var exists bool
-	if err := l.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, name).Scan(&exists); err != nil {
-		return fmt.Errorf("looking up publication %s: %w", name, err)
-	}
-	if exists {
-		return nil
-	}
-	_, err := l.cfg.Pool.Exec(ctx, `CREATE PUBLICATION `+pgx.Identifier{name}.Sanitize()+` FOR TABLE `+
-		pgx.Identifier{schema, "messages"}.Sanitize()+` WITH (publish = 'insert')`)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
-		return nil // another instance created it meanwhile
-	}
-	if err != nil {
-		return fmt.Errorf("creating publication %s: %w", name, err)
-	}
-	return nil
 }

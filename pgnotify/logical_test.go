@@ -32,7 +32,7 @@ func TestLogical_CrossInstance(t *testing.T) {
 // The temporary slot disappears when the instance stops.
 func TestLogical_SlotGoneAfterStop(t *testing.T) {
 	store := queuetest.NewStore(t)
-	l, err := pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: store.Pool(), Waker: nopWaker{}})
+	l, err := pgnotify.NewLogical(pgnotify.LogicalConfig{Pool: store.Pool(), Tables: store, Waker: nopWaker{}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

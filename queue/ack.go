@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -272,90 +271,6 @@ func normalizeAcks(acks []Ack) error {
 	return nil
 }
 
-type consumerKey struct{ partitionID, group string }
-
-type lockedConsumer struct {
-	st          cursorState
-	liveLease   string // the lease id when the request started, if unexpired
-	deliveredTo int64  // the highest offset ever leased to the group here
-	lastOffset  int64  // the partition's last offset, as the row knows it
-	retryLimit  int
-	subject     string // who the last lease was for; "" for no one
-
-	// What earlier items of the request left: offsets given back (failed
-	// or retry), and the item whose ack makes the lease end with the
-	// request (-1: none). The lease itself ends only after the last item,
-	// so one request may fail one message and finish the others.
-	givenBack  map[int64]bool
-	releasedBy int
-}
-
-// covers reports whether seq lies in the lease's range.
-func (lc *lockedConsumer) covers(seq int64) bool {
-	return seq >= lc.st.leaseFrom && seq <= lc.st.leaseTo
-}
-
-// refusal says why ack a of offset seq is refused, as the earlier items of
-// the request left the row, or "" when it may be applied:
-//
-//   - a Holder must be the subject of the row's last lease, if it had one
-//     (whatever else holds: another's message is not even acked twice);
-//   - naming a lease: it must be the live lease, and (unless seq is done
-//     already, when the ack is a harmless repeat) cover seq and not have
-//     given seq back earlier in the request;
-//   - naming none: a done seq is a harmless repeat; otherwise no lease may be
-//     live (only its holder, who knows its id, may act under it), seq must
-//     have been delivered, and only a verdict (completed, dlq) is taken:
-//     failed and retry give a lease back, and there is none.
-func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
-	if a.Holder != "" && lc.subject != "" && a.Holder != lc.subject {
-		return ErrTextForeign
-	}
-	// The lease itself ends only after the last item (releasedBy), so the
-	// one live when the request started is live for all of its items.
-	if a.LeaseID != "" {
-		switch {
-		case a.LeaseID != lc.liveLease:
-			return ErrTextInvalidLease
-		case lc.st.isDone(seq):
-			return ""
-		case lc.givenBack[seq]:
-			return ErrTextReleased
-		case !lc.covers(seq):
-			return ErrTextOutsideLease
-		}
-		return ""
-	}
-	switch {
-	case lc.st.isDone(seq):
-		return ""
-	case lc.liveLease != "":
-		return ErrTextLeaseRequired
-	case seq > lc.deliveredTo:
-		return ErrTextNotLeased
-	case a.Status == StatusFailed || a.Status == StatusRetry:
-		return ErrTextNoLiveLease
-	}
-	return ""
-}
-
-// giveBack returns seq to the queue: the lease ends with the request, and no
-// later item of it may act on seq under the lease.
-func (lc *lockedConsumer) giveBack(seq int64, i int) {
-	if lc.givenBack == nil {
-		lc.givenBack = map[int64]bool{}
-	}
-	lc.givenBack[seq] = true
-	lc.releaseAfter(i)
-}
-
-// releaseAfter marks the lease to end with the request because of item i.
-func (lc *lockedConsumer) releaseAfter(i int) {
-	if lc.releasedBy < 0 {
-		lc.releasedBy = i
-	}
-}
-
 // ackResolveSQL finds each acked message by (partition, transaction id).
 // The lookup is a scalar subquery so that it always probes the unique
 // (partition_id, transaction_id) index: as a join, the generic plan may
@@ -380,22 +295,41 @@ JOIN queues q ON q.id = p.queue_id
 ORDER BY c.partition_id, c.consumer_group
 FOR UPDATE OF c`
 
-// ackTx acknowledges on q. standalone opens and commits its own transaction
-// in the same round trips as its reads and writes; otherwise q is a
-// transaction the caller owns. proven are lease ids the request showed it
-// holds (a transaction's requiredLeases): an ack naming no lease acts under
-// one of them as if it had named it.
+// ackTx acknowledges on q in three steps: readAck locks the consumer rows
+// and finds the messages, decideAck (no database) applies the items to the
+// rows in memory, writeAck writes what changed. standalone opens and
+// commits its own transaction in the same round trips as the reads and
+// writes; otherwise q is a transaction the caller owns. proven are lease
+// ids the request showed it holds (a transaction's requiredLeases): an ack
+// naming no lease acts under one of them as if it had named it.
 func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []string, standalone bool) ([]AckResult, error) {
-	out := make([]AckResult, len(acks))
 	if len(acks) == 0 {
-		return out, nil
+		return []AckResult{}, nil
 	}
-	pids := make([]*string, len(acks))
-	txids := make([]string, len(acks))
-	var lockP, lockG []string
 	if err := normalizeAcks(acks); err != nil {
 		return nil, err
 	}
+	st, err := readAck(ctx, q, acks, standalone)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := decideAck(st, acks, proven)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.writeAck(ctx, q, plan, standalone); err != nil {
+		return nil, err
+	}
+	return plan.results, nil
+}
+
+// readAck is ackTx's one read round trip (BEGIN first when standalone): it
+// finds each item's message and locks the consumer rows the items name,
+// in key order.
+func readAck(ctx context.Context, q querier, acks []Ack, standalone bool) (ackState, error) {
+	pids := make([]*string, len(acks))
+	txids := make([]string, len(acks))
+	var lockP, lockG []string
 	for i := range acks {
 		a := &acks[i]
 		txids[i] = a.TransactionID
@@ -405,7 +339,6 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []strin
 			lockP = append(lockP, a.PartitionID)
 			lockG = append(lockG, a.Group)
 		}
-		out[i] = AckResult{Index: i, TransactionID: a.TransactionID}
 	}
 	b := &pgx.Batch{}
 	if standalone {
@@ -414,146 +347,83 @@ func (s *Store) ackTx(ctx context.Context, q querier, acks []Ack, proven []strin
 	b.Queue(ackResolveSQL, pids, txids)
 	b.Queue(ackLockSQL, lockP, lockG)
 	br := q.SendBatch(ctx, b)
+	st, err := readAckResults(br, len(acks), standalone)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("locking consumers: %w", cerr)
+	}
+	return st, err
+}
+
+// readAckResults reads readAck's batch.
+func readAckResults(br pgx.BatchResults, n int, standalone bool) (ackState, error) {
+	st := ackState{msgs: make([]ackedMessage, n), locked: map[consumerKey]*lockedConsumer{}}
 	if standalone {
 		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("beginning: %w", err)
+			return st, fmt.Errorf("beginning: %w", err)
 		}
 	}
-	seqs := make([]*int64, len(acks))
 	rows, err := br.Query()
 	if err != nil {
-		_ = br.Close()
-		return nil, fmt.Errorf("resolving acked messages: %w", err)
+		return st, fmt.Errorf("resolving acked messages: %w", err)
 	}
 	for rows.Next() {
 		var ord int64
-		var seq *int64
-		var qn, pn string
-		if err := rows.Scan(&ord, &qn, &pn, &seq); err != nil {
+		var m ackedMessage
+		if err := rows.Scan(&ord, &m.queue, &m.partition, &m.seq); err != nil {
 			rows.Close()
-			_ = br.Close()
-			return nil, fmt.Errorf("resolving acked messages: %w", err)
+			return st, fmt.Errorf("resolving acked messages: %w", err)
 		}
-		out[ord-1].Queue, out[ord-1].Partition = qn, pn
-		seqs[ord-1] = seq
+		st.msgs[ord-1] = m
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		_ = br.Close()
-		return nil, fmt.Errorf("resolving acked messages: %w", err)
+		return st, fmt.Errorf("resolving acked messages: %w", err)
 	}
-	locked := map[consumerKey]*lockedConsumer{}
 	rows, err = br.Query()
 	if err != nil {
-		_ = br.Close()
-		return nil, fmt.Errorf("locking consumers: %w", err)
+		return st, fmt.Errorf("locking consumers: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var k consumerKey
-		lc := &lockedConsumer{releasedBy: -1}
+		lc := &lockedConsumer{}
 		var live bool
 		if err := rows.Scan(&k.partitionID, &k.group, &lc.st.cursor, &lc.st.done, &lc.st.leaseID, &live,
 			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.lastOffset, &lc.retryLimit,
 			&lc.subject); err != nil {
-			rows.Close()
-			_ = br.Close()
-			return nil, fmt.Errorf("locking consumers: %w", err)
+			return st, fmt.Errorf("locking consumers: %w", err)
 		}
 		if live {
 			lc.liveLease = lc.st.leaseID
 		}
-		locked[k] = lc
+		st.locked[k] = lc
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		_ = br.Close()
-		return nil, fmt.Errorf("locking consumers: %w", err)
+		return st, fmt.Errorf("locking consumers: %w", err)
 	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("locking consumers: %w", err)
-	}
+	return st, nil
+}
 
-	var dead []deadLetter
-	var order []consumerKey
-	touched := map[consumerKey]bool{}
-	for i, a := range acks {
-		r := &out[i]
-		if seqs[i] == nil {
-			r.Error = ErrTextNotFound
-			continue
-		}
-		seq := *seqs[i]
-		k := consumerKey{a.PartitionID, a.Group}
-		lc := locked[k]
-		if lc == nil {
-			r.Error = ErrTextNotLeased
-			continue
-		}
-		if a.LeaseID == "" && lc.liveLease != "" && slices.Contains(proven, lc.liveLease) {
-			a.LeaseID = lc.liveLease
-		}
-		if r.Error = lc.refusal(a, seq); r.Error != "" {
-			continue
-		}
-		r.Success, r.LeaseID = true, a.LeaseID
-		if lc.st.isDone(seq) {
-			continue // acked before: acks are idempotent
-		}
-		if !touched[k] {
-			touched[k] = true
-			order = append(order, k)
-		}
-		switch a.Status {
-		case StatusCompleted, StatusSuccess:
-			lc.st.markDone(seq)
-		case StatusDLQ:
-			dead = append(dead, deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error, retries: lc.st.retryCount(seq)})
-			lc.st.markDone(seq)
-			r.DLQ = true
-		case StatusFailed:
-			if isDead, retries := lc.st.fail(seq, lc.retryLimit); isDead {
-				dead = append(dead, deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error, retries: retries})
-				lc.st.markDone(seq)
-				r.DLQ = true
-			} else {
-				lc.giveBack(seq, i)
-			}
-		case StatusRetry:
-			lc.giveBack(seq, i)
-		default:
-			return nil, inputErrorf("unknown ack status %q", a.Status)
-		}
-		if lc.st.leaseComplete() {
-			lc.releaseAfter(i)
-		}
-	}
-	for _, k := range order {
-		lc := locked[k]
-		if lc.releasedBy >= 0 && lc.st.leaseID != "" {
-			lc.st.release()
-			out[lc.releasedBy].LeaseReleased = true
-			out[lc.releasedBy].Pending = lc.st.cursor < lc.lastOffset
-		}
-	}
+// writeAck is ackTx's one write round trip: the dead letters, the changed
+// consumer rows, and COMMIT when standalone.
+func (s *Store) writeAck(ctx context.Context, q querier, plan ackPlan, standalone bool) error {
 	var u consumerUpdates
-	for _, k := range order {
-		if lc := locked[k]; lc.st.changed {
-			u.add(k.partitionID, k.group, &lc.st, -1, s.cfg.InstanceID, "")
-		}
+	for _, r := range plan.rows {
+		u.add(r.key.partitionID, r.key.group, r.st, -1, s.cfg.InstanceID, "")
 	}
 	w := &pgx.Batch{}
-	queueDeadLetters(w, dead)
+	queueDeadLetters(w, plan.dead)
 	u.queue(w)
 	if standalone {
 		w.Queue("COMMIT")
 	}
-	if w.Len() > 0 {
-		if err := q.SendBatch(ctx, w).Close(); err != nil {
-			return nil, fmt.Errorf("applying acknowledgements: %w", err)
-		}
+	if w.Len() == 0 {
+		return nil
 	}
-	return out, nil
+	if err := q.SendBatch(ctx, w).Close(); err != nil {
+		return fmt.Errorf("applying acknowledgements: %w", err)
+	}
+	return nil
 }
 
 // deadLetter is a message to copy into dead_letters.

@@ -17,7 +17,7 @@ type QueueInfo struct {
 	Version   int64 // bumped by every configure
 }
 
-// ConfigCache is an advisory cache of queue settings (syncnet.Snapshot is
+// ConfigCache is an advisory cache of queue settings (ConfigSnapshot is
 // one). Reads must not block. Nothing read from it decides correctness: a
 // stale entry costs at most a retry, a missing one a lookup.
 type ConfigCache interface {

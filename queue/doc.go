@@ -1,7 +1,12 @@
 // Package queue owns Herald's schema and every SQL statement: push, pop and
 // lease, ack, lease extension, configure, delete, the dead-letter queue,
 // atomic transactions and traces (notes attached to messages, with their
-// own retention: traces.go). It knows nothing of HTTP, sockets or wake-ups.
+// own retention: traces.go), and what the other packages need to know of
+// the tables (the publication a logical-replication stream reads, a
+// partition's names: publication.go). It knows nothing of HTTP, sockets or
+// wake-ups, and imports no other Herald package (internal/layout checks
+// it): the poller calls it, the wiring hands its callbacks (HandOff,
+// Config.OnPartitionDeleted) and its caches' news in.
 //
 // # Model
 //
@@ -74,10 +79,42 @@
 // once for the rest of the request; the lease itself ends after the last
 // item. Lease durations are bounded by MaxLeaseSeconds.
 //
+// # Read, decide, write
+//
+// An ack and a pop each read the consumer rows under lock, decide with no
+// database, and write what they decided. Ack (ackTx): readAck finds the
+// messages and locks the rows in one round trip; decideAck applies the
+// items to the rows in memory (ack_decide.go: the refusal rules above, the
+// cursor over the contiguous done prefix, retries, dead letters, the
+// lease's end) and returns an ackPlan; writeAck writes the dead letters
+// and rows in one round trip, with COMMIT. Pop (popTx): claimPartitions
+// locks the rows, expireLeases charges their expired leases (pop_decide.go),
+// fetchClaimed reads the messages after the cursors, decidePop leases
+// them, and one batch writes the dead letters and rows. What stays in SQL
+// is what the index decides in the same round trip as the lock: which rows
+// are claimable at all (popLockSQL: no live lease, past the window and the
+// delay), and the coalesced pop (PopAssigned), whose lease decision is one
+// statement for many consumers.
+//
 // # Concurrency
 //
-// Store is safe for concurrent use and holds no state but an LRU of
-// partition ids. Pops claim (partition, group) rows with FOR UPDATE SKIP
+// Store is safe for concurrent use. Its memory holds only advisory caches,
+// each safe on its own, none decisive: the queue configs (a ConfigCache,
+// by default a ConfigSnapshot: lock-free reads, writers serialised by its
+// mutex; shared with syncnet's news through the wiring), the partition ids
+// (an expirable LRU, which runs one expiry goroutine per Store for the
+// life of the process: golang-lru v2 has no Close), and the partition
+// names (an LRU). The package starts no other goroutine. Pushes and acks
+// are merged by coalescers that have no goroutine either: callers take
+// turns running the merged transaction (below). RunConfigRefresh,
+// RunRetentionLoop and RunHygieneLoop run on the goroutine that calls
+// them, until its context ends, and then return nil: the wiring starts
+// each in a goroutine it owns. A HandOff's Reserve and Settle are called
+// on the goroutine of the caller that runs the merged push. The in-memory
+// mutexes (a coalescer's, a ConfigSnapshot's writers', the id
+// generator's) are never held while taking another or calling out.
+//
+// Pops claim (partition, group) rows with FOR UPDATE SKIP
 // LOCKED, so concurrent pops never lease the same pair and never wait. Locks
 // are taken in one order: queue row, partition rows by id, consumer rows
 // by (partition, group). Pushes lock their partitions (lock_partitions),
@@ -93,7 +130,18 @@
 //
 // # Failures
 //
-// Client mistakes come back as *InputError (IsInputError); everything else is
-// a database fault wrapped with what was being done. Per-item outcomes (a
-// duplicate push, an ack with a stale lease) are results, not errors.
+// Client mistakes come back as *InputError (IsInputError); callers branch
+// on a few sentinels (ErrNotFound, ErrQueueNotFound, ErrMessageNotFound,
+// ErrForeign); everything else is a database fault wrapped with what was
+// being done. Per-item outcomes (a duplicate push, an ack with a stale
+// lease) are results, not errors. A merged push or ack transaction that
+// fails is run again request by request, so one bad request cannot fail
+// its neighbours; a request already taken into a merged run runs to its
+// end (under a 30 s bound) even if its caller gives up. The background
+// loops log a failed run and try again at the next tick. A stale cache
+// entry costs a retry or a lookup, never a wrong answer: the database
+// decides. A crash between a push's commit and its ready marking loses no
+// message (RepairReady, at start and in the hygiene loop), and a payload
+// that no longer decrypts is dead-lettered (DecryptError) rather than
+// blocking its partition.
 package queue

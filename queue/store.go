@@ -15,8 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
-
-	"github.com/heraldmq/herald/syncnet"
 )
 
 // DefaultGroup is the consumer group of plain queue mode (competing consumers).
@@ -69,7 +67,7 @@ type Config struct {
 	// such a queue is refused.
 	EncryptionKey []byte
 	// Configs caches queue settings; nil means a cache of the store's own
-	// (syncnet.Snapshot of ConfigCacheSize entries). Pass one to share it,
+	// (a ConfigSnapshot of ConfigCacheSize entries). Pass one to share it,
 	// or to read its stats.
 	// Pushes to new partitions of a cached queue skip creating the queue.
 	Configs ConfigCache
@@ -152,10 +150,10 @@ type Store struct {
 const partitionNamesCacheSize = 100_000
 
 // PartitionCacheStats reports the partition id cache's counters.
-func (s *Store) PartitionCacheStats() syncnet.CacheStats {
-	st := syncnet.CacheStats{Entries: s.parts.Len(), Max: s.cfg.PartitionCacheSize, Hits: s.partHits.Load(),
+func (s *Store) PartitionCacheStats() CacheStats {
+	st := CacheStats{Entries: s.parts.Len(), Max: s.cfg.PartitionCacheSize, Hits: s.partHits.Load(),
 		Misses: s.partMisses.Load(), Evictions: s.partEvictions.Load()}
-	st.HitRate = syncnet.HitRate(st.Hits, st.Misses)
+	st.HitRate = HitRate(st.Hits, st.Misses)
 	return st
 }
 
@@ -178,7 +176,7 @@ func New(cfg Config) (*Store, error) {
 		configs: cfg.Configs}
 	s.partitionNames, _ = lru.New[string, PartitionName](partitionNamesCacheSize) // size is positive: no error
 	if s.configs == nil {
-		s.configs = syncnet.NewSnapshot[QueueInfo](ConfigCacheSize)
+		s.configs = NewConfigCache()
 	}
 	if cfg.EncryptionKey != nil {
 		sl, err := newSealer(cfg.EncryptionKey)

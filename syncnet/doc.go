@@ -36,9 +36,9 @@
 // QUEUE_CONFIG_SET/DELETE, PARTITION_DELETED and MAINTENANCE_MODE_SET /
 // POP_MAINTENANCE_MODE_SET news handed to callbacks (a maintenance datagram
 // only makes the receiver read the switches from the database again), and
-// lease hints (hints.go). Snapshot (cache.go) is a copy-on-write map that
-// the queue package's config cache is built on; the Node itself does not
-// use it.
+// lease hints (hints.go). The node keeps no cache of Herald's data: the
+// queue config cache is the queue package's, kept in step by the callbacks
+// internal/server points at the store.
 //
 // # Concurrency
 //
@@ -53,7 +53,7 @@
 // Locks: Node.mu guards the peers, their state and presence, and the local
 // consumer counts; Node.cmu the stats counters. The only nesting is
 // Node.mu before cmu (Stats; Notify counting its per-peer decisions). The
-// wake limiter's mu, Replay's mu and a Snapshot's mu are each taken alone.
+// wake limiter's mu and Replay's mu are each taken alone.
 // No lock is held while a datagram is sent, a peer name is resolved, or a
 // callback runs: the Waker and the On* callbacks are called on the receive
 // goroutine (or a wake timer's) with nothing held, and must not block, or

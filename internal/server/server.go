@@ -36,7 +36,7 @@ type Server struct {
 	instance string
 	reg      *prometheus.Registry
 
-	configs  *syncnet.Snapshot[queue.QueueInfo]
+	configs  *queue.ConfigSnapshot
 	store    *queue.Store
 	node     *syncnet.Node
 	poller   *poller.Poller
@@ -132,7 +132,7 @@ func (s *Server) buildStore(ctx context.Context) error {
 		}
 		encKey = k
 	}
-	s.configs = NewConfigCache()
+	s.configs = queue.NewConfigCache()
 	qc := queue.Config{Pool: s.db.pool, InstanceID: s.instance, Configs: s.configs, Logger: s.log, EncryptionKey: encKey,
 		PartitionCleanupAfter: cleanupAfter(s.cfg.PartitionCleanupDays),
 		TraceRetention:        traceRetention(s.cfg.TraceRetention),
@@ -284,7 +284,7 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 		s.wakeReady = s.listener.Connected()
 		s.runners = append(s.runners, runner{"notifier", s.notifier.Run}, runner{"listener", s.listener.Run})
 	case WakeLogical:
-		lc := pgnotify.LogicalConfig{Pool: s.db.pool, Waker: s.poller, Registerer: s.reg, Logger: s.log}
+		lc := pgnotify.LogicalConfig{Pool: s.db.pool, Tables: s.store, Waker: s.poller, Registerer: s.reg, Logger: s.log}
 		if c.Adjust.Logical != nil {
 			c.Adjust.Logical(&lc)
 		}
@@ -417,7 +417,7 @@ func (s *Server) Gateway() *gateway.Server { return s.gw }
 func (s *Server) Node() *syncnet.Node { return s.node }
 
 // Configs is the queue config cache the store reads and syncnet updates.
-func (s *Server) Configs() *syncnet.Snapshot[queue.QueueInfo] { return s.configs }
+func (s *Server) Configs() *queue.ConfigSnapshot { return s.configs }
 
 // Notifier is the NOTIFY sender; nil unless Wake is notify.
 func (s *Server) Notifier() *pgnotify.Notifier { return s.notifier }

@@ -12,12 +12,6 @@ import (
 	"github.com/heraldmq/herald/syncnet"
 )
 
-// NewConfigCache returns a queue config cache for queue.Config.Configs
-// whose stats the caller keeps a handle on.
-func NewConfigCache() *syncnet.Snapshot[queue.QueueInfo] {
-	return syncnet.NewSnapshot[queue.QueueInfo](queue.ConfigCacheSize)
-}
-
 // Hook sets the node's callbacks that keep the store's caches in step with
 // other instances: deleted queues and partitions are forgotten, configured
 // queues cached (or, from a peer that sends no id, forgotten).
@@ -99,12 +93,12 @@ type State struct {
 
 // CacheStats are the caches' counters.
 type CacheStats struct {
-	QueueConfig  syncnet.CacheStats `json:"queueConfig"`
-	PartitionIDs syncnet.CacheStats `json:"partitionIds"`
+	QueueConfig  queue.CacheStats `json:"queueConfig"`
+	PartitionIDs queue.CacheStats `json:"partitionIds"`
 }
 
 // Stats returns gateway.Config's SharedState.
-func Stats(configs *syncnet.Snapshot[queue.QueueInfo], store *queue.Store, node *syncnet.Node) func() any {
+func Stats(configs *queue.ConfigSnapshot, store *queue.Store, node *syncnet.Node) func() any {
 	return func() any {
 		st := State{Enabled: node != nil, Running: node != nil,
 			Caches: CacheStats{QueueConfig: configs.Stats(), PartitionIDs: store.PartitionCacheStats()}}
@@ -118,7 +112,7 @@ func Stats(configs *syncnet.Snapshot[queue.QueueInfo], store *queue.Store, node 
 
 // RegisterMetrics exports the caches' counters as
 // herald_cache_{hits,misses,evictions}_total{cache} and herald_cache_entries.
-func RegisterMetrics(reg prometheus.Registerer, configs *syncnet.Snapshot[queue.QueueInfo], store *queue.Store) {
+func RegisterMetrics(reg prometheus.Registerer, configs *queue.ConfigSnapshot, store *queue.Store) {
 	stats := map[string]func() (entries int, hits, misses, evictions uint64){
 		"queue_config": func() (int, uint64, uint64, uint64) {
 			s := configs.Stats()

@@ -1,73 +1,12 @@
 package syncnet
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func TestSnapshot(t *testing.T) {
-	s := NewSnapshot[int](3)
-	_, ok := s.Get("a")
-	assert.False(t, ok)
-	s.Set("a", 1, nil)
-	v, ok := s.Get("a")
-	assert.True(t, ok)
-	assert.Equal(t, 1, v)
-
-	newer := func(v int) func(int) bool { return func(old int) bool { return v >= old } }
-	s.Set("a", 0, newer(0))
-	v, _ = s.Peek("a")
-	assert.Equal(t, 1, v, "an older version is refused")
-	s.Set("a", 2, newer(2))
-	v, _ = s.Peek("a")
-	assert.Equal(t, 2, v)
-
-	s.Set("b", 1, nil)
-	s.Set("c", 1, nil)
-	s.Set("d", 1, nil) // full: one entry goes
-	assert.Equal(t, 3, s.Len())
-	_, ok = s.Peek("d")
-	assert.True(t, ok)
-
-	s.Replace(map[string]int{"d": 9}, []string{"b", "c", "a"})
-	assert.ElementsMatch(t, []string{"d"}, s.Keys())
-	s.Delete("d")
-	s.Delete("d")
-	assert.Zero(t, s.Len())
-	assert.Equal(t, CacheStats{Max: 3, Hits: 1, Misses: 1, Evictions: 1, HitRate: 0.5}, s.Stats())
-}
-
-// Readers never block on, nor see a half-made, write (go test -race).
-func TestSnapshot_ConcurrentReaders(t *testing.T) {
-	s := NewSnapshot[int](0)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if v, ok := s.Get("k"); ok {
-					assert.GreaterOrEqual(t, v, 0)
-				}
-			}
-		})
-	}
-	for i := range 1000 {
-		s.Set("k", i, nil)
-	}
-	close(stop)
-	wg.Wait()
-	v, _ := s.Peek("k")
-	assert.Equal(t, 999, v)
-}
 
 // QUEUE_CONFIG_SET and PARTITION_DELETED reach the peers' callbacks.
 func TestNode_ConfigAndPartitionNews(t *testing.T) {

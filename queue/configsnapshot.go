@@ -1,4 +1,4 @@
-package syncnet
+package queue
 
 import (
 	"maps"
@@ -6,29 +6,35 @@ import (
 	"sync/atomic"
 )
 
-// Snapshot is a bounded copy-on-write map for data read on every request
-// and written rarely (queue configs): a read is one atomic load and a map
-// lookup, with no lock; a write copies the map under a mutex and publishes
-// the copy. When full, a write evicts an arbitrary entry: the cache is
-// advisory, and a miss only costs a lookup in the database.
-type Snapshot[V any] struct {
+// ConfigSnapshot is the ConfigCache the store uses unless given another: a
+// bounded copy-on-write map, since queue settings are read on every request
+// and written rarely. A read is one atomic load and a map lookup, with no
+// lock; a write copies the map under a mutex and publishes the copy. When
+// full, a write evicts an arbitrary entry: the cache is advisory, and a
+// miss only costs a lookup in the database.
+type ConfigSnapshot struct {
 	max int
 	mu  sync.Mutex // serialises writers
-	cur atomic.Pointer[map[string]V]
+	cur atomic.Pointer[map[string]QueueInfo]
 
 	hits, misses, evictions atomic.Uint64
 }
 
-// NewSnapshot returns an empty Snapshot holding at most max entries.
-func NewSnapshot[V any](max int) *Snapshot[V] {
-	s := &Snapshot[V]{max: max}
-	m := map[string]V{}
+// NewConfigCache returns an empty ConfigSnapshot of ConfigCacheSize
+// entries, for Config.Configs when the caller wants its stats.
+func NewConfigCache() *ConfigSnapshot { return newConfigSnapshot(ConfigCacheSize) }
+
+// newConfigSnapshot returns an empty ConfigSnapshot holding at most max
+// entries (zero: no bound).
+func newConfigSnapshot(max int) *ConfigSnapshot {
+	s := &ConfigSnapshot{max: max}
+	m := map[string]QueueInfo{}
 	s.cur.Store(&m)
 	return s
 }
 
 // Get returns the cached value of key, counting a hit or a miss.
-func (s *Snapshot[V]) Get(key string) (V, bool) {
+func (s *ConfigSnapshot) Get(key string) (QueueInfo, bool) {
 	v, ok := (*s.cur.Load())[key]
 	if ok {
 		s.hits.Add(1)
@@ -39,21 +45,21 @@ func (s *Snapshot[V]) Get(key string) (V, bool) {
 }
 
 // Peek is Get without counting.
-func (s *Snapshot[V]) Peek(key string) (V, bool) {
+func (s *ConfigSnapshot) Peek(key string) (QueueInfo, bool) {
 	v, ok := (*s.cur.Load())[key]
 	return v, ok
 }
 
 // Set stores v under key; accept, when not nil, is asked with the cached
 // value (if any) and may refuse the write (v is an older version).
-func (s *Snapshot[V]) Set(key string, v V, accept func(old V) bool) {
+func (s *ConfigSnapshot) Set(key string, v QueueInfo, accept func(old QueueInfo) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := *s.cur.Load()
 	if o, ok := old[key]; ok && accept != nil && !accept(o) {
 		return
 	}
-	next := make(map[string]V, len(old)+1)
+	next := make(map[string]QueueInfo, len(old)+1)
 	maps.Copy(next, old)
 	if _, ok := next[key]; !ok && s.max > 0 && len(next) >= s.max {
 		for k := range next { // map order is random enough
@@ -67,7 +73,7 @@ func (s *Snapshot[V]) Set(key string, v V, accept func(old V) bool) {
 }
 
 // Delete removes key.
-func (s *Snapshot[V]) Delete(key string) {
+func (s *ConfigSnapshot) Delete(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := *s.cur.Load()
@@ -80,7 +86,7 @@ func (s *Snapshot[V]) Delete(key string) {
 }
 
 // Keys returns the cached keys.
-func (s *Snapshot[V]) Keys() []string {
+func (s *ConfigSnapshot) Keys() []string {
 	m := *s.cur.Load()
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -91,7 +97,7 @@ func (s *Snapshot[V]) Keys() []string {
 
 // Replace publishes fresh values for the given keys and drops the keys in
 // gone, in one copy (a periodic refresh from the database).
-func (s *Snapshot[V]) Replace(fresh map[string]V, gone []string) {
+func (s *ConfigSnapshot) Replace(fresh map[string]QueueInfo, gone []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := maps.Clone(*s.cur.Load())
@@ -103,9 +109,10 @@ func (s *Snapshot[V]) Replace(fresh map[string]V, gone []string) {
 }
 
 // Len is the number of cached entries.
-func (s *Snapshot[V]) Len() int { return len(*s.cur.Load()) }
+func (s *ConfigSnapshot) Len() int { return len(*s.cur.Load()) }
 
-// CacheStats are a cache's counters.
+// CacheStats are an advisory cache's counters (the config cache, the
+// partition id cache).
 type CacheStats struct {
 	Entries   int    `json:"entries"`
 	Max       int    `json:"max"`
@@ -117,7 +124,7 @@ type CacheStats struct {
 }
 
 // Stats reports the counters.
-func (s *Snapshot[V]) Stats() CacheStats {
+func (s *ConfigSnapshot) Stats() CacheStats {
 	st := CacheStats{Entries: s.Len(), Max: s.max, Hits: s.hits.Load(), Misses: s.misses.Load(),
 		Evictions: s.evictions.Load()}
 	st.HitRate = HitRate(st.Hits, st.Misses)

@@ -1,0 +1,205 @@
+package queue
+
+import "slices"
+
+// The decision of an ack transaction, with no database: readAck (ack.go)
+// reads an ackState under the row locks, decideAck turns it and the items
+// into an ackPlan, writeAck writes the plan. Everything a request's items
+// carry from one to the next lives in its lockedConsumer.
+
+// ackState is what an ack transaction read: each item's message, and the
+// consumer rows the items name, locked.
+type ackState struct {
+	msgs   []ackedMessage // by item
+	locked map[consumerKey]*lockedConsumer
+}
+
+// ackedMessage is an item's message as the resolve read found it.
+type ackedMessage struct {
+	queue, partition string // "" when the partition does not exist
+	seq              *int64 // nil: no such message
+}
+
+// ackPlan is what decideAck made of the items: their results, the messages
+// to dead-letter, and the consumer rows to write back, in the order the
+// items first changed them.
+type ackPlan struct {
+	results []AckResult
+	dead    []deadLetter
+	rows    []consumerRow
+}
+
+// consumerRow is a consumer row to write back.
+type consumerRow struct {
+	key consumerKey
+	st  *cursorState
+}
+
+// decideAck applies acks, in order, to the rows of st (changed in place:
+// they are the transaction's working copy). Each item is checked against
+// what the items before it left (lockedConsumer.refusal); a lease given
+// back or finished ends after the last item. It fails only on a status
+// normalizeAcks would not have let through.
+func decideAck(st ackState, acks []Ack, proven []string) (ackPlan, error) {
+	plan := ackPlan{results: make([]AckResult, len(acks))}
+	for _, lc := range st.locked {
+		lc.givenBack, lc.releasedBy = nil, -1
+	}
+	var order []consumerKey
+	touched := map[consumerKey]bool{}
+	for i, a := range acks {
+		m := st.msgs[i]
+		r := &plan.results[i]
+		*r = AckResult{Index: i, TransactionID: a.TransactionID, Queue: m.queue, Partition: m.partition}
+		if m.seq == nil {
+			r.Error = ErrTextNotFound
+			continue
+		}
+		seq := *m.seq
+		k := consumerKey{a.PartitionID, a.Group}
+		lc := st.locked[k]
+		if lc == nil {
+			r.Error = ErrTextNotLeased
+			continue
+		}
+		if a.LeaseID == "" && lc.liveLease != "" && slices.Contains(proven, lc.liveLease) {
+			a.LeaseID = lc.liveLease
+		}
+		if r.Error = lc.refusal(a, seq); r.Error != "" {
+			continue
+		}
+		r.Success, r.LeaseID = true, a.LeaseID
+		if lc.st.isDone(seq) {
+			continue // acked before: acks are idempotent
+		}
+		if !touched[k] {
+			touched[k] = true
+			order = append(order, k)
+		}
+		switch a.Status {
+		case StatusCompleted, StatusSuccess:
+			lc.st.markDone(seq)
+		case StatusDLQ:
+			plan.dead = append(plan.dead, deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error,
+				retries: lc.st.retryCount(seq)})
+			lc.st.markDone(seq)
+			r.DLQ = true
+		case StatusFailed:
+			if isDead, retries := lc.st.fail(seq, lc.retryLimit); isDead {
+				plan.dead = append(plan.dead, deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error,
+					retries: retries})
+				lc.st.markDone(seq)
+				r.DLQ = true
+			} else {
+				lc.giveBack(seq, i)
+			}
+		case StatusRetry:
+			lc.giveBack(seq, i)
+		default:
+			return ackPlan{}, inputErrorf("unknown ack status %q", a.Status)
+		}
+		if lc.st.leaseComplete() {
+			lc.releaseAfter(i)
+		}
+	}
+	for _, k := range order {
+		lc := st.locked[k]
+		if lc.releasedBy >= 0 && lc.st.leaseID != "" {
+			lc.st.release()
+			plan.results[lc.releasedBy].LeaseReleased = true
+			plan.results[lc.releasedBy].Pending = lc.st.cursor < lc.lastOffset
+		}
+		if lc.st.changed {
+			plan.rows = append(plan.rows, consumerRow{k, &lc.st})
+		}
+	}
+	return plan, nil
+}
+
+// consumerKey names a consumer row: a (partition, group) pair.
+type consumerKey struct{ partitionID, group string }
+
+// lockedConsumer is a consumer row an ack transaction locked, as read, and
+// what the request's items did to it so far.
+type lockedConsumer struct {
+	st          cursorState
+	liveLease   string // the lease id when the request started, if unexpired
+	deliveredTo int64  // the highest offset ever leased to the group here
+	lastOffset  int64  // the partition's last offset, as the row knows it
+	retryLimit  int
+	subject     string // who the last lease was for; "" for no one
+
+	// What earlier items of the request left (decideAck starts them
+	// afresh): offsets given back (failed or retry), and the item whose
+	// ack makes the lease end with the request (-1: none). The lease
+	// itself ends only after the last item, so one request may fail one
+	// message and finish the others.
+	givenBack  map[int64]bool
+	releasedBy int
+}
+
+// covers reports whether seq lies in the lease's range.
+func (lc *lockedConsumer) covers(seq int64) bool {
+	return seq >= lc.st.leaseFrom && seq <= lc.st.leaseTo
+}
+
+// refusal says why ack a of offset seq is refused, as the earlier items of
+// the request left the row, or "" when it may be applied:
+//
+//   - a Holder must be the subject of the row's last lease, if it had one
+//     (whatever else holds: another's message is not even acked twice);
+//   - naming a lease: it must be the live lease, and (unless seq is done
+//     already, when the ack is a harmless repeat) cover seq and not have
+//     given seq back earlier in the request;
+//   - naming none: a done seq is a harmless repeat; otherwise no lease may be
+//     live (only its holder, who knows its id, may act under it), seq must
+//     have been delivered, and only a verdict (completed, dlq) is taken:
+//     failed and retry give a lease back, and there is none.
+func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
+	if a.Holder != "" && lc.subject != "" && a.Holder != lc.subject {
+		return ErrTextForeign
+	}
+	// The lease itself ends only after the last item (releasedBy), so the
+	// one live when the request started is live for all of its items.
+	if a.LeaseID != "" {
+		switch {
+		case a.LeaseID != lc.liveLease:
+			return ErrTextInvalidLease
+		case lc.st.isDone(seq):
+			return ""
+		case lc.givenBack[seq]:
+			return ErrTextReleased
+		case !lc.covers(seq):
+			return ErrTextOutsideLease
+		}
+		return ""
+	}
+	switch {
+	case lc.st.isDone(seq):
+		return ""
+	case lc.liveLease != "":
+		return ErrTextLeaseRequired
+	case seq > lc.deliveredTo:
+		return ErrTextNotLeased
+	case a.Status == StatusFailed || a.Status == StatusRetry:
+		return ErrTextNoLiveLease
+	}
+	return ""
+}
+
+// giveBack returns seq to the queue: the lease ends with the request, and no
+// later item of it may act on seq under the lease.
+func (lc *lockedConsumer) giveBack(seq int64, i int) {
+	if lc.givenBack == nil {
+		lc.givenBack = map[int64]bool{}
+	}
+	lc.givenBack[seq] = true
+	lc.releaseAfter(i)
+}
+
+// releaseAfter marks the lease to end with the request because of item i.
+func (lc *lockedConsumer) releaseAfter(i int) {
+	if lc.releasedBy < 0 {
+		lc.releasedBy = i
+	}
+}

@@ -41,15 +41,17 @@ var design = map[string]rule{
 	"spool":              {},
 	"web":                {},
 	"gateway":            {imports: []string{"poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
-	"client":             {tests: assembly}, // the SDK's tests run a server
 	"internal/pgcluster": {},
 	"internal/pgtest":    {imports: []string{"internal/pgcluster"}},
 	"internal/backoff":   {},
 	"internal/layout":    {},
 	// The assembly: every component, no command.
 	"internal/server": {imports: assembly, tests: assembly},
-	// Going away (issue 20): the glue internal/server replaces.
-	"internal/shared":  {imports: []string{"gateway", "queue", "syncnet"}, tests: []string{"gateway", "queue", "syncnet"}},
+	// Whole instances for the multi-instance tests.
+	"internal/server/servertest": {imports: assembly},
+	// The chaos suite runs the herald binary; its files carry a build tag.
+	"reliability": {},
+	// client is the SDK's own module (github.com/heraldmq/herald/client).
 	"cmd/herald":       {imports: assembly, tests: slices.Concat(assembly, []string{"client"})},
 	"cmd/herald-bench": {imports: []string{"client"}, tests: slices.Concat(assembly, []string{"client"})},
 }

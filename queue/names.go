@@ -25,18 +25,18 @@ func (s *Store) PartitionNames(ctx context.Context, ids []string) (map[string]Pa
 		return out, nil
 	}
 	rows, err := s.pool.Query(ctx, `-- herald:partition_names
-SELECT p.id::text, q.name, p.name FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE p.id = ANY($1::uuid[])`, missing)
+SELECT p.id::text, q.id::text, q.name, p.name FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE p.id = ANY($1::uuid[])`, missing)
 	if err != nil {
 		return nil, fmt.Errorf("reading partition names: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id string
+		var id, queueID string
 		var n PartitionName
-		if err := rows.Scan(&id, &n.Queue, &n.Partition); err != nil {
+		if err := rows.Scan(&id, &queueID, &n.Queue, &n.Partition); err != nil {
 			return nil, fmt.Errorf("reading partition names: %w", err)
 		}
-		s.partitionNames.Add(id, n)
+		s.notePartition(partKey{n.Queue, n.Partition}, partRef{queueID: queueID, partitionID: id})
 		out[id] = n
 	}
 	return out, rows.Err()

@@ -28,7 +28,13 @@ func (s *Store) NotePartitionID(queue, partition, queueID, partitionID string) {
 	if ref, ok := s.parts.Peek(k); ok && ref.partitionID == partitionID && ref.queueID == queueID {
 		return
 	}
-	if s.parts.Add(k, partRef{queueID: queueID, partitionID: partitionID}) {
+	s.notePartition(k, partRef{queueID: queueID, partitionID: partitionID})
+}
+
+// notePartition adds a partition to both indexes of the partition cache.
+func (s *Store) notePartition(k partKey, ref partRef) {
+	if s.parts.Add(k, ref) {
 		s.partEvictions.Add(1)
 	}
+	s.partitionNames.Add(ref.partitionID, PartitionName{Queue: k.queue, Partition: k.partition})
 }

@@ -24,6 +24,12 @@ func TestStore_PartitionIDCacheForThePoller(t *testing.T) {
 	assert.Equal(t, pid, got)
 	_, ok = s.CachedPartitionID("pc", "p2")
 	assert.False(t, ok)
+	// Both directions are one cache: the push filled the reverse index too.
+	stats := s.QueryStats()
+	names, err := s.PartitionNames(t.Context(), []string{pid})
+	require.NoError(t, err)
+	assert.Equal(t, queue.PartitionName{Queue: "pc", Partition: "p1"}, names[pid])
+	assert.Zero(t, stats.Snapshot()["partition_names"], "names of a partition the push resolved: no query")
 
 	info, ok := s.CachedConfig("pc")
 	require.True(t, ok)
@@ -38,7 +44,6 @@ func TestStore_PartitionIDCacheForThePoller(t *testing.T) {
 	got, ok = s.CachedPartitionID("pc", "p1")
 	assert.True(t, ok, "noted")
 	assert.Equal(t, pid, got)
-	stats := s.QueryStats()
 	before := stats.Snapshot()
 	res = push(t, s, "pc", "p1", map[string]int{"n": 2})
 	assert.Equal(t, pid, res[0].PartitionID)

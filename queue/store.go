@@ -126,8 +126,9 @@ func (c Config) Validate() error {
 }
 
 // Store runs every queue operation against PostgreSQL. It is safe for
-// concurrent use; all state lives in the database except an advisory cache of
-// partition ids, which is dropped on delete and re-checked on use.
+// concurrent use; all state lives in the database except advisory caches:
+// queue settings (configs) and partitions (parts, partitionNames), which
+// are dropped on delete and re-checked on use.
 type Store struct {
 	pool    *pgxpool.Pool
 	cfg     Config
@@ -138,7 +139,11 @@ type Store struct {
 	pushes  *coalescer[pushReq, []PushResult]
 	acks    *coalescer[ackReq, []AckResult]
 	handOff atomic.Pointer[HandOff]
-	// partitionNames: id → (queue, name), for rights checks (PartitionNames).
+	// The one cache of partitions, in two directions, filled together
+	// (notePartition): parts maps (queue, name) → ids, for pushes and the
+	// poller's hinted pops; partitionNames maps id → (queue, name), for
+	// rights checks (PartitionNames) and the logical stream (PartitionOf).
+	// An id never changes its names, so the reverse index needs no expiry.
 	partitionNames *lru.Cache[string, PartitionName]
 
 	partHits, partMisses, partEvictions atomic.Uint64
@@ -378,9 +383,7 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 		}
 		k.queue, ref.queueID = info.Name, info.ID
 		out[k] = ref
-		if s.parts.Add(k, ref) {
-			s.partEvictions.Add(1)
-		}
+		s.notePartition(k, ref)
 		s.cacheConfig(info)
 	}
 	rows.Close()

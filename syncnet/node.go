@@ -264,6 +264,18 @@ func (n *Node) resolve() {
 	}
 }
 
+// Close closes the socket of a node whose Run never ran (New binds it);
+// Run closes it itself when it returns.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	if err := n.conn.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("closing the syncnet socket: %w", err)
+	}
+	return nil
+}
+
 // Run sends heartbeats and presence and receives until ctx ends; then it
 // closes the socket.
 func (n *Node) Run(ctx context.Context) error {

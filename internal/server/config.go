@@ -82,7 +82,8 @@ type Config struct {
 	AuthCookie    string
 	AuthAudience  string
 
-	EncryptionKey        string // 64 hex characters, or empty
+	EncryptionKey string // 64 hex characters, or empty
+	// RetentionInterval: zero means queue.RetentionIntervalDefault.
 	RetentionInterval    time.Duration
 	PartitionCleanupDays int
 	// TraceRetention: 0 keeps traces forever (see queue.Config).
@@ -132,9 +133,6 @@ type Adjust struct {
 // ShutdownTimeoutDefault bounds the wait for requests in flight.
 const ShutdownTimeoutDefault = 10 * time.Second
 
-// RetentionIntervalDefault is how often retention runs.
-const RetentionIntervalDefault = 10 * time.Second
-
 // hygieneInterval is how often the storage gauges are sampled (three
 // catalog queries).
 const hygieneInterval = 30 * time.Second
@@ -147,9 +145,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = ShutdownTimeoutDefault
-	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = RetentionIntervalDefault
 	}
 	if c.SyncBind == "" {
 		c.SyncBind = "127.0.0.1:0"

@@ -23,7 +23,10 @@
 //
 // The loops stop after the HTTP server, so that streams draining still
 // reach a working instance (acks, lease releases, NOTIFYs); the pool closes
-// last. New releases what it acquired when a later step fails; Close does
+// last. The exception is a loop that fails: the errgroup cancels the other
+// loops at once, and the HTTP server is then drained and shut down without
+// them (no loop returns an error while it should run today; the rule is
+// for the future). New releases what it acquired when a later step fails; Close does
 // the same for an instance that never ran.
 //
 // The syncnet node and the poller know each other (the poller reports its
@@ -36,10 +39,10 @@
 // # Glue
 //
 // Neither queue nor syncnet knows the other: this package converts a
-// queue's settings to and from QUEUE_CONFIG_SET (WireConfig, InfoFromWire),
-// points the node's callbacks at the store's caches (Hook), exports the
-// caches' counters (RegisterMetrics) and the shared state the admin API
-// shows (Stats).
+// queue's settings to and from QUEUE_CONFIG_SET (wireConfig, infoFromWire),
+// points the node's callbacks at the store's caches (hook), exports the
+// caches' counters (registerCacheMetrics) and the shared state the admin API
+// shows (sharedState).
 //
 // # Concurrency
 //
@@ -58,7 +61,7 @@
 // migrated, a wrong encryption key, or unreadable auth keys; everything it
 // had started is released. Run returns when ctx ends (nil), when HTTP
 // serving fails, when a loop returns an error while it should be running
-// (the other components are stopped in order first), or when the private
+// (the other loops stop at once, then the rest in order), or when the private
 // PostgreSQL stays down after the supervisor's restarts; the error says
 // which. Errors releasing the private PostgreSQL are joined to the result.
 package server

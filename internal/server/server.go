@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,7 @@ type Server struct {
 	wakeReady <-chan struct{}
 	ready     chan struct{}
 
+	ran       atomic.Bool // Run started: it stops what New built
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -153,7 +155,7 @@ func (s *Server) buildStore(ctx context.Context) error {
 	if err := s.store.CheckEncryption(ctx); err != nil {
 		return err
 	}
-	RegisterMetrics(s.reg, s.configs, s.store)
+	registerCacheMetrics(s.reg, s.configs, s.store)
 	return nil
 }
 
@@ -180,7 +182,7 @@ func (s *Server) buildPollerAndNode() error {
 			Waker: syncnet.WakerFunc(func(source, q, p string) { s.poller.Wake(source, q, p) }),
 			// The gateway exists before any datagram is read (Run).
 			OnMaintenance: func(bool, bool) { s.gw.RefreshMaintenance() }}
-		Hook(&sc, s.store)
+		hook(&sc, s.store)
 		if c.Adjust.Syncnet != nil {
 			c.Adjust.Syncnet(&sc)
 		}
@@ -213,13 +215,13 @@ func (s *Server) gatewayConfig(ctx context.Context) (gateway.Config, error) {
 		SSEHeartbeat: c.SSEHeartbeat, SSEResumeGrace: c.SSEResumeGrace, DrainWindow: c.DrainWindow,
 		BufferDir: bufferDir(c, s.log), BufferMaxBytes: c.BufferMaxBytes, Registry: s.reg, Logger: s.log,
 		Metrics:     gateway.MetricsConfig{Queues: queueLabels, GroupLabels: c.MetricsGroupLabels, Auth: c.MetricsAuth},
-		SharedState: Stats(s.configs, s.store, s.node)}
+		SharedState: sharedState(s.configs, s.store, s.node)}
 	if s.sup != nil {
 		gc.Database = s.sup.health
 	}
 	if s.node != nil {
 		gc.OnQueueDeleted = s.node.QueueDeleted
-		gc.OnQueueConfigured = Announce(s.node)
+		gc.OnQueueConfigured = announce(s.node)
 		gc.OnMaintenance = s.node.MaintenanceSet
 	}
 	if c.AuthOn() {
@@ -309,6 +311,7 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 // cannot be restarted, then stops everything in the order the package doc
 // gives and releases what New acquired. It returns the failure, if any.
 func (s *Server) Run(ctx context.Context) (err error) {
+	s.ran.Store(true)
 	defer func() { err = errors.Join(err, s.Close()) }()
 	stopPoller := s.poller.Start()
 	defer stopPoller()
@@ -376,14 +379,24 @@ func (s *Server) signalReady(ctx context.Context) {
 	close(s.ready)
 }
 
-// Close releases what New acquired: the supervisor, the pool, the private
-// PostgreSQL (stopped unless another herald on its data directory still
-// uses it) and the listener. Run calls it; calling it again does nothing.
+// Close releases what New acquired: for an instance that never ran, the
+// syncnet socket and the gateway's push buffer (Run stops those itself);
+// then the supervisor, the pool, the private PostgreSQL (stopped unless
+// another herald on its data directory still uses it) and the listener.
+// Run calls it; calling it again does nothing.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		if !s.ran.Load() {
+			if s.node != nil {
+				s.closeErr = s.node.Close()
+			}
+			if s.gw != nil {
+				s.gw.Close()
+			}
+		}
 		s.sup.Stop()
 		if s.db != nil {
-			s.closeErr = s.db.close(s.log)
+			s.closeErr = errors.Join(s.closeErr, s.db.close(s.log))
 		}
 		if s.ln != nil {
 			_ = s.ln.Close() // the HTTP server's Shutdown closed it already, when it ran

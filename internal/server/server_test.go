@@ -92,7 +92,11 @@ func TestServer_FailingLoopStopsTheInstance(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	<-s.Ready()
+	select {
+	case <-s.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready within 10 s")
+	}
 	close(fail)
 	select {
 	case err := <-done:

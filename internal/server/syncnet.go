@@ -12,22 +12,22 @@ import (
 	"github.com/heraldmq/herald/syncnet"
 )
 
-// Hook sets the node's callbacks that keep the store's caches in step with
+// hook sets the node's callbacks that keep the store's caches in step with
 // other instances: deleted queues and partitions are forgotten, configured
 // queues cached (or, from a peer that sends no id, forgotten).
-func Hook(cfg *syncnet.Config, store *queue.Store) {
+func hook(cfg *syncnet.Config, store *queue.Store) {
 	cfg.OnQueueDeleted = store.ForgetQueue
 	cfg.OnPartitionDeleted = store.ForgetPartition
 	cfg.OnQueueConfig = func(q string, c syncnet.QueueConfig, version uint64) {
-		store.PeerConfigured(InfoFromWire(q, c, version))
+		store.PeerConfigured(infoFromWire(q, c, version))
 	}
 }
 
-// Announce returns gateway.Config's OnQueueConfigured: the node broadcasts
+// announce returns gateway.Config's OnQueueConfigured: the node broadcasts
 // the new settings.
-func Announce(node *syncnet.Node) func(queue.QueueInfo) {
+func announce(node *syncnet.Node) func(queue.QueueInfo) {
 	return func(info queue.QueueInfo) {
-		node.QueueConfigured(info.Name, WireConfig(info), uint64(max(info.Version, 0))) // #nosec G115 -- not negative
+		node.QueueConfigured(info.Name, wireConfig(info), uint64(max(info.Version, 0))) // #nosec G115 -- not negative
 	}
 }
 
@@ -39,8 +39,8 @@ func u64(v int) uint64 {
 	return uint64(v)
 }
 
-// WireConfig is info as QUEUE_CONFIG_SET carries it.
-func WireConfig(info queue.QueueInfo) syncnet.QueueConfig {
+// wireConfig is info as QUEUE_CONFIG_SET carries it.
+func wireConfig(info queue.QueueInfo) syncnet.QueueConfig {
 	o := info.Options
 	return syncnet.QueueConfig{
 		CompletedRetentionSeconds: u64(o.CompletedRetentionSeconds), DelayedProcessing: u64(o.DelayedProcessing),
@@ -61,10 +61,10 @@ func toInt(v uint64) int {
 	return int(v)
 }
 
-// InfoFromWire is a peer's QUEUE_CONFIG_SET as the config cache holds it. An
+// infoFromWire is a peer's QUEUE_CONFIG_SET as the config cache holds it. An
 // entry that fails validation, or lacks an id or version (the reference
 // server sends neither), carries no id: the store then only drops its own.
-func InfoFromWire(name string, c syncnet.QueueConfig, version uint64) queue.QueueInfo {
+func infoFromWire(name string, c syncnet.QueueConfig, version uint64) queue.QueueInfo {
 	o := queue.Options{
 		LeaseTime: toInt(c.LeaseTime), RetryLimit: toInt(c.RetryLimit), RetryDelay: toInt(c.RetryDelay),
 		DelayedProcessing: toInt(c.DelayedProcessing), WindowBuffer: toInt(c.WindowBuffer), MaxSize: toInt(c.MaxSize),
@@ -97,8 +97,8 @@ type CacheStats struct {
 	PartitionIDs queue.CacheStats `json:"partitionIds"`
 }
 
-// Stats returns gateway.Config's SharedState.
-func Stats(configs *queue.ConfigSnapshot, store *queue.Store, node *syncnet.Node) func() any {
+// sharedState returns gateway.Config's SharedState.
+func sharedState(configs *queue.ConfigSnapshot, store *queue.Store, node *syncnet.Node) func() any {
 	return func() any {
 		st := State{Enabled: node != nil, Running: node != nil,
 			Caches: CacheStats{QueueConfig: configs.Stats(), PartitionIDs: store.PartitionCacheStats()}}
@@ -110,9 +110,9 @@ func Stats(configs *queue.ConfigSnapshot, store *queue.Store, node *syncnet.Node
 	}
 }
 
-// RegisterMetrics exports the caches' counters as
+// registerCacheMetrics exports the caches' counters as
 // herald_cache_{hits,misses,evictions}_total{cache} and herald_cache_entries.
-func RegisterMetrics(reg prometheus.Registerer, configs *queue.ConfigSnapshot, store *queue.Store) {
+func registerCacheMetrics(reg prometheus.Registerer, configs *queue.ConfigSnapshot, store *queue.Store) {
 	stats := map[string]func() (entries int, hits, misses, evictions uint64){
 		"queue_config": func() (int, uint64, uint64, uint64) {
 			s := configs.Stats()

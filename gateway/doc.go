@@ -81,6 +81,9 @@
 //
 //	session.mu ──▶ poller worker's mutex  (startSub → Poller.Register, so that
 //	                                       a drain sees the cancel func or stops it)
+//	session.mu ──▶ syncnet Node.mu        (the same Register, after the worker's
+//	                                       mutex is released: OnPresence = Node.SetLocal,
+//	                                       which may send one UDP datagram)
 //	session.mu ──▶ sseStream.tmu          (forgetLocked → partitionSettled)
 //	maintenance.mu ─▶ poller worker's mutex (apply → Poller.SetPaused)
 //

@@ -34,8 +34,9 @@
 //
 // # Concurrency
 //
-// Notifier.Run, Listener.Run and Logical.Run each own one goroutine and
-// return when their context ends. Notify is safe from any goroutine and
+// Notifier.Run, Listener.Run and Logical.Run each run on their caller's
+// goroutine (internal/server's errgroup) and return when their context
+// ends. Notify is safe from any goroutine and
 // never blocks. Waker.Wake and WakeAll are called on the Listener's and
 // Logical's own goroutine; Tables.PartitionOf on Logical's, once per
 // inserted message.

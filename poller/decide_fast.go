@@ -108,43 +108,61 @@ func decideFast(items []fastItem, hints map[hintKey]leaseHint) fastPlan {
 				}
 				continue
 			}
-			done := map[string]bool{} // groups settled for this partition
-			for _, specific := range []bool{true, false} {
-				for ci, c := range it.cands {
-					if c.gone || done[c.group] || specific != (c.partition != "") ||
-						(specific && c.partition != part.name) {
-						continue
-					}
-					if it.handed[part.id+"\x00"+c.group] {
-						done[c.group] = true // the push leased it to this group already
-						continue
-					}
-					if !c.ready {
-						if k := [2]int{ii, ci}; !missed[k] {
-							missed[k] = true
-							pl.missed = append(pl.missed, k)
-						}
-						continue
-					}
-					if claimed[ci] >= max(c.partitions, 1) {
-						pl.partial[[2]int{ii, ci}] = true // a hinted partition it could not claim
-						continue
-					}
-					done[c.group] = true
-					h := hints[hintKey{part.id, groupName(c.group)}]
-					if !h.until.IsZero() {
-						pl.hintSkips++
-						if u, ok := pl.hintedUntil[it.key]; !ok || h.until.Before(u) {
-							pl.hintedUntil[it.key] = h.until
-						}
-						continue
-					}
-					claimed[ci]++
-					pl.assigns = append(pl.assigns, fastAssign{item: ii, cand: ci, partitionID: part.id,
-						limit: c.limit, total: c.total, audit: h.audit})
+			byPreference(len(it.cands), func(i int) (string, string, bool) {
+				return it.cands[i].group, it.cands[i].partition, it.cands[i].gone
+			}, part.name, func(ci int) bool {
+				c := it.cands[ci]
+				if it.handed[part.id+"\x00"+c.group] {
+					return true // the push leased it to this group already
 				}
-			}
+				if !c.ready {
+					if k := [2]int{ii, ci}; !missed[k] {
+						missed[k] = true
+						pl.missed = append(pl.missed, k)
+					}
+					return false
+				}
+				if claimed[ci] >= max(c.partitions, 1) {
+					pl.partial[[2]int{ii, ci}] = true // a hinted partition it could not claim
+					return false
+				}
+				h := hints[hintKey{part.id, groupName(c.group)}]
+				if !h.until.IsZero() {
+					pl.hintSkips++
+					if u, ok := pl.hintedUntil[it.key]; !ok || h.until.Before(u) {
+						pl.hintedUntil[it.key] = h.until
+					}
+					return true
+				}
+				claimed[ci]++
+				pl.assigns = append(pl.assigns, fastAssign{item: ii, cand: ci, partitionID: part.id,
+					limit: c.limit, total: c.total, audit: h.audit})
+				return true
+			})
 		}
 	}
 	return pl
+}
+
+// byPreference offers a partition to n candidates (cand gives each one's
+// group, the partition it names or "", and whether it is gone) in the one
+// order both the hand-off and the fast path use: those naming the
+// partition first, then the others, each oldest first (the order of the
+// candidates); gone ones and those naming another partition are skipped.
+// take returns true once the candidate's group is settled for the
+// partition (served, or known not to need it); the group's later
+// candidates are then skipped. Pure: it only calls cand and take.
+func byPreference(n int, cand func(i int) (group, partition string, gone bool), partition string, take func(i int) bool) {
+	done := map[string]bool{}
+	for _, specific := range []bool{true, false} {
+		for i := range n {
+			group, named, gone := cand(i)
+			if gone || done[group] || specific != (named != "") || (specific && named != partition) {
+				continue
+			}
+			if take(i) {
+				done[group] = true
+			}
+		}
+	}
 }

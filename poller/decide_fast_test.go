@@ -2,6 +2,7 @@ package poller
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -191,6 +192,38 @@ func TestDecideFast(t *testing.T) {
 			// Pure: the same input gives the same output.
 			again := decideFast(tc.items, tc.hints)
 			assert.Equal(t, fastAssigned(pl.assigns), fastAssigned(again.assigns))
+		})
+	}
+}
+
+// The one preference order of the hand-off and the fast path: candidates
+// naming the partition first, then the others, oldest first; one per
+// group once its group is settled; gone ones and those naming another
+// partition never.
+func TestByPreference(t *testing.T) {
+	type c struct {
+		group, partition string
+		gone             bool
+	}
+	cands := []c{{"g1", "", false}, {"g1", "p", false}, {"g2", "", false}, {"g3", "q", false},
+		{"g4", "", true}, {"g2", "p", false}, {"g5", "", false}, {"g5", "", false}}
+	for _, tc := range []struct {
+		name    string
+		settles func(i int) bool
+		want    []int
+	}{
+		{"every take settles", func(int) bool { return true }, []int{1, 5, 6}},
+		{"nothing settles", func(int) bool { return false }, []int{1, 5, 0, 2, 6, 7}},
+		{"g5's first does not settle", func(i int) bool { return i != 6 }, []int{1, 5, 6, 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []int
+			byPreference(len(cands), func(i int) (string, string, bool) {
+				return cands[i].group, cands[i].partition, cands[i].gone
+			}, "p", func(i int) bool { got = append(got, i); return tc.settles(i) })
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("offered %v, want %v", got, tc.want)
+			}
 		})
 	}
 }

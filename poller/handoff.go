@@ -94,22 +94,10 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 }
 
 // eachByPreference offers a partition to intentions in the order a push's
-// hand-off gives it, the order decideFast gives a hinted partition in: those
-// naming it first, then the others, oldest first; gone ones and those naming
-// another partition are skipped. take returns true once the intention's
-// group is settled for the partition (served, or known not to need it); the
-// group's later intentions are then skipped. Called with the worker's mutex.
+// hand-off gives it: byPreference's, which decideFast gives a hinted
+// partition in. Called with the worker's mutex.
 func eachByPreference(ins []*Intention, partition string, take func(*Intention) bool) {
-	done := map[string]bool{}
-	for _, specific := range []bool{true, false} {
-		for _, in := range ins {
-			if in.gone || done[in.Target.Group] || specific != (in.Target.Partition != "") ||
-				(specific && in.Target.Partition != partition) {
-				continue
-			}
-			if take(in) {
-				done[in.Target.Group] = true
-			}
-		}
-	}
+	byPreference(len(ins), func(i int) (string, string, bool) {
+		return ins[i].Target.Group, ins[i].Target.Partition, ins[i].gone
+	}, partition, func(i int) bool { return take(ins[i]) })
 }

@@ -107,15 +107,49 @@ func TestServer_FailingLoopStopsTheInstance(t *testing.T) {
 	assert.Error(t, s.Store().Ping(context.Background()), "the pool is closed")
 }
 
+// freeUDP is a loopback UDP address free right now.
+func freeUDP(t *testing.T) string {
+	t.Helper()
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := c.LocalAddr().String()
+	require.NoError(t, c.Close())
+	return addr
+}
+
 // New gives back what it took when a later step fails: here the auth key
-// file is missing, after the database was opened and migrated.
+// file is missing, after the database was opened and migrated and the
+// syncnet socket bound.
 func TestServer_NewReleasesOnError(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	cfg := testConfig(t)
 	cfg.Listener, cfg.AuthPublicKey = ln, "/nonexistent/key.pem"
+	cfg.Syncnet, cfg.SyncBind, cfg.SyncSecret = true, freeUDP(t), strings.Repeat("ab", 32)
 	_, err = New(context.Background(), cfg)
 	require.ErrorContains(t, err, "--auth-public-key")
 	_, err = ln.Accept()
 	assert.ErrorIs(t, err, net.ErrClosed, "the listener was closed")
+	c, err := net.ListenPacket("udp", cfg.SyncBind)
+	require.NoError(t, err, "the syncnet socket was closed")
+	_ = c.Close()
+}
+
+// An instance built and closed without running gives back its syncnet
+// socket and its push buffer (a file lock): the next one on the same
+// address and directory starts.
+func TestServer_CloseWithoutRun(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Syncnet, cfg.SyncBind, cfg.SyncSecret = true, freeUDP(t), strings.Repeat("ab", 32)
+	cfg.BufferDir = t.TempDir()
+	for range 2 {
+		cfg.Registry = prometheus.NewRegistry()
+		s, err := New(context.Background(), cfg)
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+	}
+	cfg.Registry = prometheus.NewRegistry()
+	s, err := New(context.Background(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, run(t, s)())
 }

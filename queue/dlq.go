@@ -12,9 +12,9 @@ import (
 
 // DLQQuery filters the dead-letter listing.
 type DLQQuery struct {
-	Queue     string    // zero: all queues
-	Group     string    // zero: all groups
-	Partition string    // zero: all partitions
+	Queue     string // zero: all queues
+	Group     string // zero: all groups
+	Partition string // zero: all partitions
 	// Error keeps the dead letters whose error text contains it, in any
 	// case; zero: all.
 	Error    string

@@ -65,7 +65,15 @@ type DLQSelection struct {
 	IDs    []int64
 	Filter DLQQuery
 	Limit  int // 1..MaxDLQSelection; zero means 1,000
+	// Allow, when set, must allow the queue and partition of every dead
+	// letter selected, or nothing is done (ErrDLQForbidden): the rights of
+	// a token, checked on what the selection finds.
+	Allow func(queue, partition string) bool
 }
+
+// ErrDLQForbidden: a dead letter selected lies outside DLQSelection.Allow;
+// nothing was changed.
+var ErrDLQForbidden = errors.New("a dead letter selected lies outside the allowed queues and partitions")
 
 // DLQOutcome is what became of one dead letter.
 type DLQOutcome struct {
@@ -144,6 +152,9 @@ func selectDeadLetters(ctx context.Context, q querier, sel DLQSelection) ([]dlqR
 		var r dlqRef
 		if err := rows.Scan(&r.ID, &r.PartitionID, &r.seq, &r.Group, &r.Queue, &r.Partition); err != nil {
 			return nil, fmt.Errorf("selecting dead letters: %w", err)
+		}
+		if sel.Allow != nil && !sel.Allow(r.Queue, r.Partition) {
+			return nil, ErrDLQForbidden
 		}
 		out = append(out, r)
 	}
@@ -248,8 +259,8 @@ func (s *Store) dlqTx(ctx context.Context, what string, f func(pgx.Tx) error) er
 			break
 		}
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrDLQForbidden) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	return nil
+	return err
 }

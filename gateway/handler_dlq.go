@@ -322,7 +322,9 @@ func (s *Server) afterReplay(res *queue.DLQActResult) {
 			woken = append(woken, k)
 		}
 	}
-	sort.Slice(woken, func(i, j int) bool { return woken[i].queue+"\x00"+woken[i].partition < woken[j].queue+"\x00"+woken[j].partition })
+	sort.Slice(woken, func(i, j int) bool {
+		return woken[i].queue+"\x00"+woken[i].partition < woken[j].queue+"\x00"+woken[j].partition
+	})
 	for _, k := range woken {
 		s.poller.Wake(poller.SourceRelease, k.queue, k.partition)
 		s.notify(k.queue, k.partition)

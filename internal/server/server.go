@@ -229,9 +229,9 @@ func (s *Server) gatewayConfig(ctx context.Context) (gateway.Config, error) {
 		}
 	}
 	retained := gateway.RetentionMetrics(s.reg, queueLabels)
-	// Table sizes, dead rows and the xmin horizon, for /metrics and a
-	// warning when a transaction holds the horizon over 5 minutes.
-	hygiene := gateway.HygieneMetrics(s.reg)
+	// Table sizes, dead rows, the xmin horizon, slots, consumer backlog
+	// and dead letters, for /metrics and a warning when a transaction holds the horizon over 5 minutes.
+	hygiene := gateway.HygieneMetrics(s.reg, gc.Metrics)
 	s.runners = append(s.runners,
 		// The cached queue configs are read again every minute: a change
 		// whose broadcast was lost heals.

@@ -135,8 +135,9 @@ const ShutdownTimeoutDefault = 10 * time.Second
 // RetentionIntervalDefault is how often retention runs.
 const RetentionIntervalDefault = 10 * time.Second
 
-// hygieneInterval is how often the storage gauges are sampled (three
-// catalog queries).
+// hygieneInterval is how often the storage and backlog gauges are sampled
+// (three catalog queries and two bounded ones over consumers and
+// dead_letters, see queue/hygiene_backlog.go).
 const hygieneInterval = 30 * time.Second
 
 // WithDefaults returns a copy of c with the settings only the assembly

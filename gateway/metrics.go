@@ -207,6 +207,12 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 		Help: "Connections acquired from the pool."}, func() float64 { return float64(pool.Stat().AcquireCount()) }))
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_empty_acquires_total",
 		Help: "Acquires that had to wait for a connection."}, func() float64 { return float64(pool.Stat().EmptyAcquireCount()) }))
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_acquire_wait_seconds_total",
+		Help: "Time acquires spent waiting for a connection (the pool was empty): its rate over the rate of herald_db_pool_empty_acquires_total is the mean wait."},
+		func() float64 { return pool.Stat().EmptyAcquireWaitTime().Seconds() }))
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_canceled_acquires_total",
+		Help: "Acquires given up because their context ended while waiting for a connection."},
+		func() float64 { return float64(pool.Stat().CanceledAcquireCount()) }))
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_decrypt_failures_total",
 		Help: "Encrypted payloads that failed to decrypt (tampered, or copied from another message): dead-lettered, never delivered."},
 		func() float64 { return float64(store.DecryptFailures()) }))

@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"time"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -70,6 +71,7 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		}
 	}
 	w.p.metrics.delivered.Inc()
+	w.p.metrics.observeDelivered(res, time.Now())
 	w.p.LeasesTaken(res)
 	if !in.Standing {
 		return

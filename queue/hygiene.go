@@ -19,6 +19,16 @@ type Hygiene struct {
 	OldestXminAge  int64
 	OldestXminHeld time.Duration
 	OldestXminBy   string // application_name and pid of that session
+	// SlotRetainedBytes is the WAL the replication slot furthest behind
+	// keeps on disk (zero without slots); InactiveSlots counts the slots
+	// no client streams from, which retain WAL until dropped.
+	SlotRetainedBytes int64
+	InactiveSlots     int64
+	// Backlog is what consumer groups have not finished, the BacklogTop
+	// pairs with the most waiting; DeadLetters the BacklogTop largest
+	// dead-letter queues (hygiene_backlog.go).
+	Backlog     []GroupBacklog
+	DeadLetters []DeadLetterCount
 }
 
 // TableStats are one table's size and dead rows.
@@ -29,8 +39,10 @@ type TableStats struct {
 	Vacuumed time.Time // last (auto)vacuum, zero if never
 }
 
-// SampleHygiene reads table sizes, dead rows and the oldest xmin horizon
-// (three cheap catalog queries).
+// SampleHygiene reads table sizes, dead rows, the oldest xmin horizon and
+// the replication slots (three cheap catalog queries), and the consumer
+// backlog and dead-letter counts (two bounded queries, see
+// hygiene_backlog.go).
 func (s *Store) SampleHygiene(ctx context.Context) (*Hygiene, error) {
 	h := &Hygiene{Tables: map[string]TableStats{}}
 	rows, err := s.pool.Query(ctx, `-- herald:hygiene_tables
@@ -71,11 +83,20 @@ func (s *Store) SampleHygiene(ctx context.Context) (*Hygiene, error) {
 	}
 	h.OldestXminHeld = time.Duration(held * float64(time.Second))
 	var slotAge int64
+	// On a standby pg_current_wal_lsn fails; the received position stands
+	// in for it there.
 	if err := s.pool.QueryRow(ctx, `-- herald:hygiene_slots
-		SELECT coalesce(max(greatest(age(xmin), age(catalog_xmin))), 0) FROM pg_replication_slots`).Scan(&slotAge); err != nil {
+		SELECT coalesce(max(greatest(age(xmin), age(catalog_xmin))), 0),
+		       coalesce(max(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
+		                                         ELSE pg_current_wal_lsn() END, restart_lsn)), 0)::bigint,
+		       count(*) FILTER (WHERE NOT active)
+		FROM pg_replication_slots`).Scan(&slotAge, &h.SlotRetainedBytes, &h.InactiveSlots); err != nil {
 		return nil, fmt.Errorf("reading replication slots: %w", err)
 	}
 	h.OldestXminAge = max(h.OldestXminAge, slotAge)
+	if err := s.sampleBacklog(ctx, h); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 

@@ -565,6 +565,15 @@ func (n *Node) expire() {
 		}
 	}
 	n.m.alive.Set(float64(alive))
+	// A configured peer is dead when it has not been heard from within
+	// DeadAfter, was never heard from, or its name does not resolve.
+	dead := max(len(n.cfg.Peers)-len(n.peers), 0)
+	for _, p := range n.peers {
+		if st := n.byID[p.id]; p.id == "" || st == nil || now.Sub(st.lastBeat) > n.cfg.DeadAfter {
+			dead++
+		}
+	}
+	n.m.dead.Set(float64(dead))
 }
 
 // receive reads datagrams until the socket closes.
@@ -791,7 +800,7 @@ type nodeMetrics struct {
 	sent, received, dropped *prometheus.CounterVec
 	targeted, hints         *prometheus.CounterVec
 	broadcast               prometheus.Counter
-	alive                   prometheus.Gauge
+	alive, dead             prometheus.Gauge
 }
 
 func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
@@ -811,9 +820,11 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 			Help: "MESSAGE_AVAILABLE sent to every peer."}),
 		alive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_syncnet_peers_alive",
 			Help: "Peers heard from within the dead threshold."}),
+		dead: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_syncnet_peers_dead",
+			Help: "Configured peers not heard from within the dead threshold (or never, or whose name does not resolve)."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.sent, m.received, m.dropped, m.targeted, m.hints, m.broadcast, m.alive} {
+		for _, c := range []prometheus.Collector{m.sent, m.received, m.dropped, m.targeted, m.hints, m.broadcast, m.alive, m.dead} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

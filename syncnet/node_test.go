@@ -102,6 +102,8 @@ func TestNode_TargetedWakeups(t *testing.T) {
 		_, complete := a.HasSubscribers("invoices")
 		return has && known && complete
 	}, 5*time.Second, 10*time.Millisecond, "A learns C's presence, and knows B's")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.dead) == 0 }, 2*time.Second, 10*time.Millisecond,
+		"no configured peer dead once all are heard")
 	has, known := a.HasSubscribers("invoices")
 	assert.False(t, has)
 	assert.True(t, known, "presence is complete: nobody has invoices")
@@ -131,6 +133,7 @@ func TestNode_TargetedWakeups(t *testing.T) {
 	a.Notify("orders", "p2")
 	assert.Equal(t, before, sentTo(t, a, MessageAvailable), "nothing to a dead peer or one without consumers")
 	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.alive) == 1 }, 2*time.Second, 10*time.Millisecond, "only B alive")
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.dead), "C dead (issue 21: the peer-dead alert)")
 
 	// The last consumer leaving announces it.
 	b.SetLocal("x", true)

@@ -133,8 +133,9 @@ type Adjust struct {
 // ShutdownTimeoutDefault bounds the wait for requests in flight.
 const ShutdownTimeoutDefault = 10 * time.Second
 
-// hygieneInterval is how often the storage gauges are sampled (three
-// catalog queries).
+// hygieneInterval is how often the storage and backlog gauges are sampled
+// (three catalog queries and two bounded ones over consumers and
+// dead_letters, see queue/hygiene_backlog.go).
 const hygieneInterval = 30 * time.Second
 
 // WithDefaults returns a copy of c with the settings only the assembly

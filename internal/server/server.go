@@ -51,7 +51,9 @@ type Server struct {
 	// listens (nil: nothing to wait for).
 	runners   []runner
 	wakeReady <-chan struct{}
-	ready     chan struct{}
+	// hygiene is what the hygiene loop reports each sample to.
+	hygiene func(*queue.Hygiene)
+	ready   chan struct{}
 
 	ran       atomic.Bool // Run started: it stops what New built
 	closeOnce sync.Once
@@ -231,9 +233,10 @@ func (s *Server) gatewayConfig(ctx context.Context) (gateway.Config, error) {
 		}
 	}
 	retained := gateway.RetentionMetrics(s.reg, queueLabels)
-	// Table sizes, dead rows and the xmin horizon, for /metrics and a
-	// warning when a transaction holds the horizon over 5 minutes.
-	hygiene := gateway.HygieneMetrics(s.reg)
+	// Table sizes, dead rows, the xmin horizon, slots, consumer backlog
+	// and dead letters, for /metrics and a warning when a transaction holds the horizon over 5 minutes.
+	hygiene := gateway.HygieneMetrics(s.reg, gc.Metrics)
+	s.hygiene = hygiene
 	s.runners = append(s.runners,
 		// The cached queue configs are read again every minute: a change
 		// whose broadcast was lost heals.
@@ -440,6 +443,17 @@ func (s *Server) Listener() *pgnotify.Listener { return s.listener }
 
 // Logical is the replication listener; nil unless Wake is logical.
 func (s *Server) Logical() *pgnotify.Logical { return s.logical }
+
+// SampleHygiene takes a hygiene sample now and reports it to /metrics,
+// as the hygiene loop does every 30 s (a test need not wait for it).
+func (s *Server) SampleHygiene(ctx context.Context) error {
+	h, err := s.store.SampleHygiene(ctx)
+	if err != nil {
+		return err
+	}
+	s.hygiene(h)
+	return nil
+}
 
 // Registry is the Prometheus registry /metrics shows.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }

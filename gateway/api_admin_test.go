@@ -414,8 +414,11 @@ func TestDLQ(t *testing.T) {
 		byID[m.ID] = m
 	}
 	for _, raw := range msgs {
-		assert.Equal(t, []string{"consumerGroup", "createdAt", "data", "errorMessage", "failedAt", "id", "partition", "partitionId",
-			"producerSub", "queue", "retryCount", "traceId", "transactionId"}, keys(t, raw))
+		// The reference server's keys, plus messageId: Herald's id is the
+		// dead letter's own (replay and purge name it), the message's id
+		// moved to messageId.
+		assert.Equal(t, []string{"consumerGroup", "createdAt", "data", "errorMessage", "failedAt", "id", "messageId", "partition",
+			"partitionId", "producerSub", "queue", "retryCount", "traceId", "transactionId"}, keys(t, raw))
 		var d struct {
 			ConsumerGroup string          `json:"consumerGroup"`
 			CreatedAt     string          `json:"createdAt"`
@@ -423,6 +426,7 @@ func TestDLQ(t *testing.T) {
 			ErrorMessage  string          `json:"errorMessage"`
 			FailedAt      string          `json:"failedAt"`
 			ID            string          `json:"id"`
+			MessageID     string          `json:"messageId"`
 			Partition     string          `json:"partition"`
 			PartitionID   string          `json:"partitionId"`
 			ProducerSub   *string         `json:"producerSub"`
@@ -431,8 +435,9 @@ func TestDLQ(t *testing.T) {
 			TransactionID string          `json:"transactionId"`
 		}
 		require.NoError(t, json.Unmarshal(raw, &d))
-		m, ok := byID[d.ID]
+		m, ok := byID[d.MessageID]
 		require.True(t, ok, "unexpected dead letter %s", raw)
+		assert.Regexp(t, `^[1-9][0-9]*$`, d.ID)
 		assert.Equal(t, m.TransactionID, d.TransactionID)
 		assert.Equal(t, m.PartitionID, d.PartitionID)
 		assert.Equal(t, "golden-dlq", d.Queue)

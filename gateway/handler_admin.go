@@ -90,60 +90,6 @@ func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "existed": existed, "queue": name})
 }
 
-type dlqMessageJSON struct {
-	ConsumerGroup string  `json:"consumerGroup"`
-	CreatedAt     string  `json:"createdAt"`
-	Data          rawJSON `json:"data"`
-	ErrorMessage  *string `json:"errorMessage"`
-	FailedAt      string  `json:"failedAt"`
-	ID            string  `json:"id"`
-	Partition     string  `json:"partition"`
-	PartitionID   string  `json:"partitionId"`
-	ProducerSub   *string `json:"producerSub"`
-	Queue         string  `json:"queue"`
-	RetryCount    int     `json:"retryCount"`
-	TraceID       *string `json:"traceId"`
-	TransactionID string  `json:"transactionId"`
-}
-
-func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, err := intParam(q.Get("limit"), "limit", 1, queue.MaxDLQLimit)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	offset, err := intParam(q.Get("offset"), "offset", 0, 1<<30)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	qry := queue.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
-		Limit: limit, Offset: offset}
-	if r := rightsOf(r.Context()); r != nil && (qry.Queue == "" || !r.MayConsume(qry.Queue, qry.Partition)) {
-		s.fail(w, forbidden("this token may read the dead letters of queues (and partitions) it may consume only: name them"))
-		return
-	}
-	if err := fromTo(q, &qry.From, &qry.To); err != nil {
-		s.fail(w, err)
-		return
-	}
-	page, err := s.store.DLQ(r.Context(), qry)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	msgs := make([]dlqMessageJSON, len(page.Messages))
-	for i, d := range page.Messages {
-		msgs[i] = dlqMessageJSON{ConsumerGroup: d.Group, CreatedAt: formatMilli(d.CreatedAt), Data: rawJSON(d.Data),
-			ErrorMessage: nullable(d.ErrorMessage), FailedAt: formatMilli(d.FailedAt), ID: d.ID, Partition: d.Partition,
-			PartitionID: d.PartitionID, ProducerSub: nullable(d.ProducerSub), Queue: d.Queue, RetryCount: d.RetryCount,
-			TraceID: nullable(d.TraceID), TransactionID: d.TransactionID}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "total": page.Total,
-		"pagination": map[string]int{"limit": page.Limit, "offset": page.Offset}})
-}
-
 type extendJSON struct {
 	Error     *string `json:"error"`
 	ExpiresAt *string `json:"expiresAt"`

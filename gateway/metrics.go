@@ -139,6 +139,8 @@ type metrics struct {
 	popped      queueCounter
 	acks        queueCounter
 	dlq         queueCounter
+	dlqReplayed queueCounter
+	dlqPurged   queueCounter
 	wsBadFrames prometheus.Counter
 
 	wsConns        prometheus.Gauge
@@ -170,6 +172,8 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 		acks:       counter("herald_acks_total", "Successful acknowledgements by status.", "queue", "status"),
 		dlq: counter("herald_messages_dead_lettered_total",
 			"Messages moved to the dead-letter queue (by an ack, or by a pop after too many expired leases).", "queue"),
+		dlqReplayed: counter("herald_dlq_replayed_total", "Dead letters replayed (POST /api/v1/dlq/replay).", "queue"),
+		dlqPurged:   counter("herald_dlq_purged_total", "Dead letters purged (POST /api/v1/dlq/purge).", "queue"),
 	}
 	m.popped.second = groupLabel(cfg, queues)
 	m.wsBadFrames = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_ws_bad_frames_total",
@@ -187,7 +191,7 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 	m.slowBodies = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_http_slow_body_total",
 		Help: "Requests whose body was not received within the body read timeout (answered 408, connection closed)."})
 	cs := []prometheus.Collector{m.slowBodies, m.requests, m.duration, m.pushed.vec, m.duplicates.vec, m.popped.vec, m.acks.vec,
-		m.dlq.vec, m.wsBadFrames,
+		m.dlq.vec, m.dlqReplayed.vec, m.dlqPurged.vec, m.wsBadFrames,
 		m.wsConns, m.sseStreams, m.sseRefused, m.sseResumedAcks, m.authFailures}
 	pool := store.Pool()
 	gauge := func(name, help string, f func() float64) {

@@ -279,7 +279,7 @@ func (s *Server) routes() {
 	s.handle("POST /api/v1/transaction", "transaction", RoleReadWrite, s.handleTransaction)
 	s.handle("POST /api/v1/configure", "configure", RoleReadWrite, s.handleConfigure)
 	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", RoleAdmin, s.handleDeleteQueue)
-	s.handle("GET /api/v1/dlq", "dlq", RoleReadOnly, s.handleDLQ)
+	s.dlqRoutes() // handler_dlq.go
 	// Streams get no request metrics: they live for hours. The WebSocket
 	// checks its token itself, to answer with a close code a browser sees.
 	s.stream("GET /api/v1/ws", RoleNone, s.handleWS)

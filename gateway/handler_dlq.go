@@ -1,0 +1,352 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+// The dead-letter routes: the listing (the reference server's, with
+// Herald's filters), one dead letter, and Herald's own replay and purge.
+// Replay and purge are admin acts; with a rights claim they reach only
+// the queues and partitions the token may consume.
+
+// dlqRoutes registers the dead-letter routes.
+func (s *Server) dlqRoutes() {
+	s.handle("GET /api/v1/dlq", "dlq", RoleReadOnly, s.handleDLQ)
+	s.handle("GET /api/v1/dlq/{id}", "dlq_one", RoleReadOnly, s.handleDLQOne)
+	s.handle("POST /api/v1/dlq/replay", "dlq_replay", RoleAdmin, s.handleDLQReplay)
+	s.handle("POST /api/v1/dlq/purge", "dlq_purge", RoleAdmin, s.handleDLQPurge)
+}
+
+type dlqMessageJSON struct {
+	ConsumerGroup string  `json:"consumerGroup"`
+	CreatedAt     string  `json:"createdAt"`
+	Data          rawJSON `json:"data"`
+	ErrorMessage  *string `json:"errorMessage"`
+	FailedAt      string  `json:"failedAt"`
+	ID            string  `json:"id"`        // the dead letter's own id (replay and purge name it)
+	MessageID     string  `json:"messageId"` // the message's id (the reference server's id)
+	Partition     string  `json:"partition"`
+	PartitionID   string  `json:"partitionId"`
+	ProducerSub   *string `json:"producerSub"`
+	Queue         string  `json:"queue"`
+	RetryCount    int     `json:"retryCount"`
+	TraceID       *string `json:"traceId"`
+	TransactionID string  `json:"transactionId"`
+}
+
+func dlqJSON(d queue.DeadLetter) dlqMessageJSON {
+	return dlqMessageJSON{ConsumerGroup: d.Group, CreatedAt: formatMilli(d.CreatedAt), Data: rawJSON(d.Data),
+		ErrorMessage: nullable(d.ErrorMessage), FailedAt: formatMilli(d.FailedAt), ID: d.RowID, MessageID: d.ID,
+		Partition: d.Partition, PartitionID: d.PartitionID, ProducerSub: nullable(d.ProducerSub), Queue: d.Queue,
+		RetryCount: d.RetryCount, TraceID: nullable(d.TraceID), TransactionID: d.TransactionID}
+}
+
+func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := intParam(q.Get("limit"), "limit", 1, queue.MaxDLQLimit)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	offset, err := intParam(q.Get("offset"), "offset", 0, 1<<30)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	qry := queue.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
+		Error: q.Get("error"), Limit: limit, Offset: offset}
+	if r := rightsOf(r.Context()); r != nil && (qry.Queue == "" || !r.MayConsume(qry.Queue, qry.Partition)) {
+		s.fail(w, forbidden("this token may read the dead letters of queues (and partitions) it may consume only: name them"))
+		return
+	}
+	if err := fromTo(q, &qry.From, &qry.To); err != nil {
+		s.fail(w, err)
+		return
+	}
+	page, err := s.store.DLQ(r.Context(), qry)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	msgs := make([]dlqMessageJSON, len(page.Messages))
+	for i, d := range page.Messages {
+		msgs[i] = dlqJSON(d)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "total": page.Total,
+		"pagination": map[string]int{"limit": page.Limit, "offset": page.Offset}})
+}
+
+// parseDLQID reads a dead letter's id: a positive decimal integer.
+func parseDLQID(v string) (int64, bool) {
+	id, err := strconv.ParseInt(v, 10, 64)
+	return id, err == nil && id > 0 && strconv.FormatInt(id, 10) == v
+}
+
+func (s *Server) handleDLQOne(w http.ResponseWriter, r *http.Request) {
+	id, ok := parseDLQID(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusBadRequest, "id must be a dead letter's id (a positive integer)")
+		return
+	}
+	d, err := s.store.DeadLetterByID(r.Context(), id)
+	if errors.Is(err, queue.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "Dead letter not found")
+		return
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !rightsOf(r.Context()).MayConsume(d.Queue, d.Partition) {
+		s.fail(w, forbidden("this token may not consume %s", joinQP(d.Queue, d.Partition)))
+		return
+	}
+	writeJSON(w, http.StatusOK, dlqJSON(*d))
+}
+
+// dlqAct is a parsed replay or purge body.
+type dlqAct struct {
+	sel queue.DLQSelection
+	ids []string // ids mode: the ids as asked, each once, in order
+}
+
+// parseDLQAct reads {"ids": ["12", …]} or {"filter": {…}, "limit": n}.
+// Every field is checked: an unknown one is refused, as a typo in a
+// destructive act must not widen it.
+func parseDLQAct(r *http.Request) (*dlqAct, error) {
+	obj, err := readObject(r)
+	if err != nil {
+		return nil, err
+	}
+	for k := range obj {
+		if k != "ids" && k != "filter" && k != "limit" {
+			return nil, badRequestf("unknown field %q: the body is {\"ids\": [...]} or {\"filter\": {...}, \"limit\": n}", k)
+		}
+	}
+	rawIDs, rawFilter := obj["ids"], obj["filter"]
+	act := &dlqAct{}
+	switch {
+	case !isNull(rawIDs) && !isNull(rawFilter):
+		return nil, badRequestf("give either ids or filter, not both")
+	case !isNull(rawIDs):
+		if !isNull(obj["limit"]) {
+			return nil, badRequestf("limit goes with filter; ids name their dead letters")
+		}
+		var ids []json.RawMessage
+		if err := json.Unmarshal(rawIDs, &ids); err != nil {
+			return nil, badRequestf("ids must be an array of dead-letter ids (strings)")
+		}
+		if len(ids) == 0 || len(ids) > queue.MaxDLQSelection {
+			return nil, badRequestf("ids must hold 1 to %d ids", queue.MaxDLQSelection)
+		}
+		seen := make(map[int64]bool, len(ids))
+		act.sel.IDs = make([]int64, 0, len(ids))
+		for _, raw := range ids {
+			var v string
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return nil, badRequestf("ids must be an array of dead-letter ids (strings)")
+			}
+			id, ok := parseDLQID(v)
+			if !ok {
+				return nil, badRequestf("bad id %q: a dead letter's id is a positive integer", v)
+			}
+			if !seen[id] {
+				seen[id] = true
+				act.sel.IDs = append(act.sel.IDs, id)
+				act.ids = append(act.ids, v)
+			}
+		}
+	case !isNull(rawFilter):
+		if err := parseDLQFilter(rawFilter, &act.sel.Filter); err != nil {
+			return nil, err
+		}
+		if !isNull(obj["limit"]) {
+			n, _, err := intField(obj, "limit")
+			if err != nil || n < 1 || n > queue.MaxDLQSelection {
+				return nil, badRequestf("limit must be an integer between 1 and %d", queue.MaxDLQSelection)
+			}
+			act.sel.Limit = n
+		}
+	default:
+		return nil, badRequestf("give ids (an array of dead-letter ids) or filter (an object)")
+	}
+	return act, nil
+}
+
+// parseDLQFilter reads a replay or purge filter: the listing's filters.
+func parseDLQFilter(raw json.RawMessage, f *queue.DLQQuery) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var in struct {
+		Queue         *string `json:"queue"`
+		ConsumerGroup *string `json:"consumerGroup"`
+		Partition     *string `json:"partition"`
+		Error         *string `json:"error"`
+		From          *string `json:"from"`
+		To            *string `json:"to"`
+	}
+	if err := dec.Decode(&in); err != nil {
+		return badRequestf("filter must be an object of queue, consumerGroup, partition, error, from, to (strings): %v", err)
+	}
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	f.Queue, f.Group, f.Partition, f.Error = str(in.Queue), str(in.ConsumerGroup), str(in.Partition), str(in.Error)
+	for _, t := range []struct {
+		name string
+		v    *string
+		dst  *time.Time
+	}{{"from", in.From, &f.From}, {"to", in.To, &f.To}} {
+		if t.v != nil && *t.v != "" {
+			at, err := time.Parse(time.RFC3339Nano, *t.v)
+			if err != nil {
+				return badRequestf("filter.%s must be an RFC3339 time", t.name)
+			}
+			*t.dst = at
+		}
+	}
+	return nil
+}
+
+// authorizeDLQAct narrows act to the token's rights: a filter must name a
+// queue (and partition) the token may consume; ids are checked on what
+// they find (queue.DLQSelection.Allow).
+func authorizeDLQAct(r *http.Request, act *dlqAct) error {
+	rights := rightsOf(r.Context())
+	if rights == nil {
+		return nil
+	}
+	if act.sel.IDs == nil {
+		f := act.sel.Filter
+		if f.Queue == "" || !rights.MayConsume(f.Queue, f.Partition) {
+			return forbidden("this token may act on the dead letters of queues (and partitions) it may consume only: name them in the filter")
+		}
+		return nil
+	}
+	act.sel.Allow = rights.MayConsume
+	return nil
+}
+
+// dlqItemJSON is one dead letter's outcome.
+type dlqItemJSON struct {
+	ID     string  `json:"id"`
+	Status string  `json:"status"`
+	Reason *string `json:"reason"`
+}
+
+// dlqActAnswer writes a replay's or purge's answer: the count under
+// doneKey, the skipped ones by reason, and in ids mode one item per id
+// asked, in the order asked.
+func dlqActAnswer(w http.ResponseWriter, act *dlqAct, res *queue.DLQActResult, doneKey string) {
+	n := 0
+	skipped := map[string]int{}
+	byID := make(map[int64]queue.DLQOutcome, len(res.Items))
+	for _, o := range res.Items {
+		byID[o.ID] = o
+		if o.Status == queue.DLQSkipped {
+			skipped[o.Reason]++
+		} else {
+			n++
+		}
+	}
+	out := map[string]any{doneKey: n, "skipped": skipped}
+	if act.sel.IDs != nil {
+		items := make([]dlqItemJSON, len(act.ids))
+		for i, id := range act.sel.IDs {
+			o := byID[id]
+			items[i] = dlqItemJSON{ID: act.ids[i], Status: o.Status, Reason: nullable(o.Reason)}
+		}
+		out["items"] = items
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) dlqActFail(w http.ResponseWriter, err error) {
+	if errors.Is(err, queue.ErrDLQForbidden) {
+		s.fail(w, forbidden("this token may not consume the queue or partition of a dead letter named: nothing was done"))
+		return
+	}
+	s.fail(w, err)
+}
+
+func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) {
+	act, err := parseDLQAct(r)
+	if err == nil {
+		err = authorizeDLQAct(r, act)
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	res, err := s.store.ReplayDeadLetters(r.Context(), act.sel)
+	if err != nil {
+		s.dlqActFail(w, err)
+		return
+	}
+	s.afterReplay(res)
+	dlqActAnswer(w, act, res, "replayed")
+}
+
+// afterReplay counts a replay and wakes whoever waits on the partitions
+// that have a message again, here and on the other instances, as a seek
+// does; the expired leases it settled are released.
+func (s *Server) afterReplay(res *queue.DLQActResult) {
+	for q, n := range res.Done {
+		s.metrics.dlqReplayed.WithLabelValues(q).Add(float64(n))
+	}
+	for q, n := range res.DeadLettered {
+		s.metrics.dlq.WithLabelValues(q).Add(float64(n))
+	}
+	for _, l := range res.Released {
+		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
+	}
+	type qp struct{ queue, partition string }
+	var woken []qp
+	seen := map[qp]bool{}
+	for _, o := range res.Items {
+		k := qp{o.Queue, o.Partition}
+		if o.Status == queue.DLQReplayed && !seen[k] {
+			seen[k] = true
+			woken = append(woken, k)
+		}
+	}
+	sort.Slice(woken, func(i, j int) bool {
+		return woken[i].queue+"\x00"+woken[i].partition < woken[j].queue+"\x00"+woken[j].partition
+	})
+	for _, k := range woken {
+		s.poller.Wake(poller.SourceRelease, k.queue, k.partition)
+		s.notify(k.queue, k.partition)
+	}
+}
+
+func (s *Server) handleDLQPurge(w http.ResponseWriter, r *http.Request) {
+	act, err := parseDLQAct(r)
+	if err == nil {
+		err = authorizeDLQAct(r, act)
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	res, err := s.store.PurgeDeadLetters(r.Context(), act.sel)
+	if err != nil {
+		s.dlqActFail(w, err)
+		return
+	}
+	for q, n := range res.Done {
+		s.metrics.dlqPurged.WithLabelValues(q).Add(float64(n))
+	}
+	dlqActAnswer(w, act, res, "purged")
+}

@@ -1,0 +1,277 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// rewind makes offset seq unfinished again, and nothing else:
+//
+//	seq above the cursor: seq leaves done (if it was there);
+//	seq at or below it:   the cursor goes back to seq − 1 and every offset
+//	                      in (seq, old cursor] joins done, so they stay
+//	                      finished.
+//
+// The next pop of the pair then reads seq first (it skips done offsets),
+// and once seq is acked the cursor moves over the done run again
+// (markDone). The failed attempts counted for seq start again from zero;
+// those of another pending offset are left alone.
+func (s *cursorState) rewind(seq int64) {
+	if seq <= 0 {
+		return
+	}
+	if seq > s.cursor {
+		if i, found := slices.BinarySearch(s.done, seq); found {
+			s.done = slices.Delete(s.done, i, i+1)
+		}
+	} else {
+		done := make([]int64, 0, int(s.cursor-seq)+len(s.done))
+		for o := seq + 1; o <= s.cursor; o++ {
+			done = append(done, o)
+		}
+		s.done = append(done, s.done...)
+		s.cursor = seq - 1
+	}
+	if s.attemptSeq == seq || s.attemptSeq == 0 || s.isDone(s.attemptSeq) {
+		s.attempts, s.attemptSeq = 0, seq
+	}
+	s.changed = true
+}
+
+// replayRow is a consumer row a replay locked.
+type replayRow struct {
+	st         cursorState
+	live       bool // its lease is unexpired
+	retryLimit int
+}
+
+// messageKey names a message.
+type messageKey struct {
+	partitionID string
+	seq         int64
+}
+
+// replayPlan is what decideReplay made of the selection.
+type replayPlan struct {
+	items    []DLQOutcome
+	replayed []int64         // dead letters to delete
+	rows     []consumerKey   // consumer rows to write, in key order
+	dead     []deadLetter    // from the expired leases it settled
+	released []ReleasedLease // those leases
+	deadBy   map[string]int  // and per queue
+}
+
+// decideReplay decides, with no database, the fate of each selected dead
+// letter (refs, in id order) given what the locks found: there, the dead
+// letters still present; rows, the consumer rows; msgs, the messages still
+// stored. An expired lease on a row it rewinds is settled first, as the
+// group's next pop would (a failed attempt of the first pending offset):
+// left in place, that pop would charge the attempt to the replayed offset,
+// now the first pending one.
+func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*replayRow, msgs map[messageKey]bool) replayPlan {
+	plan := replayPlan{items: make([]DLQOutcome, 0, len(refs))}
+	touched := map[consumerKey]bool{}
+	for _, r := range refs {
+		o := r.DLQOutcome
+		o.Status = DLQSkipped
+		k := consumerKey{r.PartitionID, r.Group}
+		row := rows[k]
+		switch {
+		case !there[r.ID]:
+			o.Reason = ReasonNotFound
+		case row == nil:
+			o.Reason = ReasonGroupGone
+		case row.live:
+			o.Reason = ReasonLeased
+		case !msgs[messageKey{r.PartitionID, r.seq}]:
+			o.Reason = ReasonMessageGone
+		case row.st.cursor-r.seq > MaxReplayDistance:
+			o.Reason = ReasonTooFar
+		default:
+			if row.st.leaseID != "" {
+				c := &claimed{partitionID: r.PartitionID, partition: r.Partition, queue: r.Queue, st: row.st,
+					retryLimit: row.retryLimit}
+				pr := &PopResult{}
+				plan.dead = append(plan.dead, expireLeases([]*claimed{c}, r.Group, pr)...)
+				for q, n := range pr.DeadLettered {
+					if plan.deadBy == nil {
+						plan.deadBy = map[string]int{}
+					}
+					plan.deadBy[q] += n
+				}
+				row.st = c.st
+				plan.released = append(plan.released, ReleasedLease{Queue: r.Queue, Partition: r.Partition,
+					PartitionID: r.PartitionID, Group: r.Group})
+			}
+			row.st.rewind(r.seq)
+			o.Status, o.Reason = DLQReplayed, ""
+			plan.replayed = append(plan.replayed, r.ID)
+			if !touched[k] {
+				touched[k] = true
+				plan.rows = append(plan.rows, k)
+			}
+		}
+		plan.items = append(plan.items, o)
+	}
+	slices.SortFunc(plan.rows, func(a, b consumerKey) int {
+		if c := compareStrings(a.partitionID, b.partitionID); c != 0 {
+			return c
+		}
+		return compareStrings(a.group, b.group)
+	})
+	return plan
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// replayLockSQL locks the consumer rows of the selected dead letters, in
+// key order, as acks lock them.
+const replayLockSQL = `-- herald:dlq_replay_lock
+SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
+       coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
+       c.attempts, c.attempt_seq, q.retry_limit
+FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
+JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
+JOIN queues q ON q.id = c.queue_id
+ORDER BY c.partition_id, c.consumer_group
+FOR UPDATE OF c`
+
+// replayMessagesSQL finds the messages still stored, KEY SHARE locked so
+// that retention (which skips locked rows) keeps them until the replay
+// commits.
+const replayMessagesSQL = `-- herald:dlq_replay_messages
+SELECT m.partition_id::text, m.seq FROM messages m
+JOIN unnest($1::uuid[], $2::bigint[]) AS u(pid, seq) ON m.partition_id = u.pid AND m.seq = u.seq
+ORDER BY m.partition_id, m.seq
+FOR KEY SHARE OF m`
+
+// ReplayDeadLetters puts the selected dead letters back: each message is
+// pending again for its own consumer group only, on its own partition, in
+// its place (see rewind), and its dead letter is deleted. A dead letter is
+// skipped, unchanged, when it is gone already (not_found: a second replay
+// changes nothing), its group holds a live lease on the partition (leased),
+// its message is gone (message_gone), it lies too far behind the cursor
+// (too_far) or its group has no row there any more (group_gone).
+//
+// Cost: one transaction of five statements, whatever the selection's
+// size; it holds the selected pairs' consumer rows for that long.
+func (s *Store) ReplayDeadLetters(ctx context.Context, sel DLQSelection) (*DLQActResult, error) {
+	if err := sel.normalize(); err != nil {
+		return nil, err
+	}
+	var res *DLQActResult
+	err := s.dlqTx(ctx, "replaying dead letters", func(tx pgx.Tx) error {
+		refs, err := selectDeadLetters(ctx, tx, sel)
+		if err != nil {
+			return err
+		}
+		rows, err := lockReplayRows(ctx, tx, refs)
+		if err != nil {
+			return err
+		}
+		msgs, err := lockReplayMessages(ctx, tx, refs)
+		if err != nil {
+			return err
+		}
+		ids := make([]int64, len(refs))
+		for i, r := range refs {
+			ids[i] = r.ID
+		}
+		there, err := lockDeadLetters(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		plan := decideReplay(refs, there, rows, msgs)
+		var u consumerUpdates
+		for _, k := range plan.rows {
+			u.add(k.partitionID, k.group, &rows[k].st, -1, "", "")
+		}
+		w := &pgx.Batch{}
+		queueDeadLetters(w, plan.dead)
+		if len(plan.replayed) > 0 {
+			w.Queue(`-- herald:dlq_replay_delete
+				DELETE FROM dead_letters WHERE id = ANY ($1::bigint[])`, plan.replayed)
+		}
+		u.queue(w)
+		if w.Len() > 0 {
+			if err := tx.SendBatch(ctx, w).Close(); err != nil {
+				return fmt.Errorf("writing the replay: %w", err)
+			}
+		}
+		res = &DLQActResult{Items: withMissing(sel, plan.items), Done: map[string]int{}, Released: plan.released,
+			DeadLettered: plan.deadBy}
+		for _, o := range plan.items {
+			if o.Status == DLQReplayed {
+				res.Done[o.Queue]++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func lockReplayRows(ctx context.Context, tx pgx.Tx, refs []dlqRef) (map[consumerKey]*replayRow, error) {
+	pids := make([]string, len(refs))
+	grps := make([]string, len(refs))
+	for i, r := range refs {
+		pids[i], grps[i] = r.PartitionID, r.Group
+	}
+	rows, err := tx.Query(ctx, replayLockSQL, pids, grps)
+	if err != nil {
+		return nil, fmt.Errorf("locking consumers: %w", err)
+	}
+	defer rows.Close()
+	out := map[consumerKey]*replayRow{}
+	for rows.Next() {
+		var k consumerKey
+		r := &replayRow{}
+		if err := rows.Scan(&k.partitionID, &k.group, &r.st.cursor, &r.st.done, &r.st.leaseID, &r.live,
+			&r.st.leaseFrom, &r.st.leaseTo, &r.st.attempts, &r.st.attemptSeq, &r.retryLimit); err != nil {
+			return nil, fmt.Errorf("locking consumers: %w", err)
+		}
+		out[k] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("locking consumers: %w", err)
+	}
+	return out, nil
+}
+
+func lockReplayMessages(ctx context.Context, tx pgx.Tx, refs []dlqRef) (map[messageKey]bool, error) {
+	pids := make([]string, len(refs))
+	seqs := make([]int64, len(refs))
+	for i, r := range refs {
+		pids[i], seqs[i] = r.PartitionID, r.seq
+	}
+	rows, err := tx.Query(ctx, replayMessagesSQL, pids, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("locking messages: %w", err)
+	}
+	defer rows.Close()
+	out := map[messageKey]bool{}
+	for rows.Next() {
+		var k messageKey
+		if err := rows.Scan(&k.partitionID, &k.seq); err != nil {
+			return nil, fmt.Errorf("locking messages: %w", err)
+		}
+		out[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("locking messages: %w", err)
+	}
+	return out, nil
+}

@@ -33,8 +33,7 @@ func TestIssue21_Console(t *testing.T) {
 	seed := seedConsole(t, admin)
 
 	ctx := browser(t)
-	desktop := func() { require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1366, 900))) }
-	desktop()
+	desktop(ctx, t)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(p.url+"console"), chromedp.WaitVisible(chromedp.ID("token"))))
 
 	t.Run("AuthOnNeedsAnAdminToken", func(t *testing.T) {
@@ -65,7 +64,7 @@ func TestIssue21_Console(t *testing.T) {
 		assert.Equal(t, "true", evalJS[string](ctx, t, `document.getElementById("pause").getAttribute("aria-pressed")`))
 		shot(ctx, t, "console-overview.png", false)
 		phone(ctx, t, "console-overview-phone.png")
-		desktop()
+		desktop(ctx, t)
 		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#pause"))))
 	})
 
@@ -88,7 +87,7 @@ func TestIssue21_Console(t *testing.T) {
 		assert.Contains(t, text(ctx, t, `#partitions tr[data-partition="us"] li[data-group="billing"]`), "cursor 3 · lag 0")
 		shot(ctx, t, "console-queue.png", false)
 		phone(ctx, t, "console-queue-phone.png")
-		desktop()
+		desktop(ctx, t)
 	})
 
 	t.Run("MessagesAndTraces", func(t *testing.T) {
@@ -247,7 +246,7 @@ func goTo(ctx context.Context, t *testing.T, hash, ready string) {
 
 func text(ctx context.Context, t *testing.T, selector string) string {
 	t.Helper()
-	return evalJS[string](ctx, t, fmt.Sprintf(`document.querySelector(%q)?.innerText ?? "(no %s)"`, selector, selector))
+	return evalJS[string](ctx, t, fmt.Sprintf(`document.querySelector(%q)?.innerText ?? %q`, selector, "(no "+selector+")"))
 }
 
 func assertAllLabelled(ctx context.Context, t *testing.T) {
@@ -256,11 +255,24 @@ func assertAllLabelled(ctx context.Context, t *testing.T) {
 		"every control has a label")
 }
 
+// desktop sets a desktop's viewport (1366×900), the mobile emulation of
+// phone undone.
+func desktop(ctx context.Context, t *testing.T) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateReset(), chromedp.EmulateViewport(1366, 900)))
+}
+
 // phone takes a screenshot at a phone's width and checks that the page
 // itself does not scroll sideways (wide tables scroll inside their box).
 func phone(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)))
-	waitJS(ctx, t, "the page fits 390 px", `document.documentElement.scrollWidth <= 390`)
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.documentElement.scrollWidth <= 390`,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second)))
+	if err != nil {
+		wide := evalJS[string](ctx, t, `[...document.querySelectorAll("body *")].filter((e) => e.getBoundingClientRect().right > 391 &&
+			!e.closest(".table-wrap")).slice(0, 8).map((e) => e.tagName + "." + e.className + "#" + e.id + " " + Math.round(e.getBoundingClientRect().right)).join("; ")`)
+		t.Errorf("%s: the page is wider than 390 px: %s", name, wide)
+	}
 	shot(ctx, t, name, false)
 }

@@ -158,7 +158,14 @@ export async function render(root, { params }) {
     const body = ids ? { ids } : { filter: Object.fromEntries(Object.entries(apiFilter).filter(([, v]) => v)), limit: BULK };
     try {
       const r = await api("POST", `/dlq/${verb}`, body);
-      outcome.replaceChildren(result(verb, r));
+      // Dead letters skipped because their group held a lease may go
+      // back once it ends: one click asks again.
+      const leased = (r.items ?? []).filter((it) => it.reason === "leased").map((it) => String(it.id));
+      const again = leased.length && verb === "replay"
+        ? h("button", { type: "button", id: "dlq-retry", className: "secondary", on: { click: () => act("replay", leased) } },
+          `Retry the ${leased.length} skipped (leased)`)
+        : null;
+      outcome.replaceChildren(result(verb, r, again));
     } catch (e) {
       outcome.replaceChildren(errorBox(e, verb === "replay" ? "Replaying" : "Purging"));
     }
@@ -181,14 +188,23 @@ function details(d) {
     h("h3", {}, "Payload"), pre(json(d.data)));
 }
 
+// Why a dead letter was skipped, in the operator's words.
+const reasons = {
+  leased: "its group holds a lease on the partition now: retry once the lease ends",
+  not_found: "no such dead letter any more (replayed or purged before)",
+  message_gone: "retention or a delete removed the message: it cannot be put back in its place",
+  too_far: "the group's cursor is over 50,000 offsets past it: push its payload again instead",
+  group_gone: "the group was deleted from that partition",
+};
+
 // result shows what a replay or purge did, in total and per item.
-function result(verb, r) {
+function result(verb, r, again) {
   const done = verb === "replay" ? r.replayed : r.purged;
   const skipped = Object.entries(r.skipped ?? {}).filter(([, n]) => n > 0);
   const head = `${verb === "replay" ? "Replayed" : "Purged"} ${done ?? 0}` +
     (skipped.length ? `; skipped ${skipped.map(([k, n]) => `${n} ${k.replace(/_/g, " ")}`).join(", ")}` : "") + ".";
   const items = r.items ?? [];
-  return h("div", { className: "outcome" },
+  return section(verb === "replay" ? "Replay outcome" : "Purge outcome",
     notice(head, skipped.length ? "warn" : "ok"),
     items.length ? table({
       caption: `${verb} outcome per dead letter`,
@@ -196,5 +212,7 @@ function result(verb, r) {
       columns: [{ label: "dead letter" }, { label: "outcome" }, { label: "reason" }],
       rows: items.map((it) => ({ attrs: { dataset: { id: String(it.id), status: it.status } },
         cells: [String(it.id), it.status, it.reason ? it.reason.replace(/_/g, " ") : "—"] })),
-    }) : null);
+    }) : null,
+    skipped.length ? h("ul", { className: "reasons muted" }, skipped.map(([k]) => h("li", {}, h("strong", {}, k.replace(/_/g, " ")), `: ${reasons[k] ?? k}`))) : null,
+    again);
 }

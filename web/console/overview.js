@@ -123,6 +123,7 @@ function queuesSection(r, queues) {
   const oldest = {};
   for (const l of r.lagging.ok ?? []) oldest[l.queue_name] = Math.max(oldest[l.queue_name] ?? 0, l.time_lag_seconds ?? 0);
   const rates = r.rates.ok ? rateSeries(r.rates.ok) : null;
+  const read = new Set((r.groups.ok ?? []).map((g) => g.queueName));
   const interval = r.rates.ok?.intervalSeconds ?? r.rates.ok?.interval ?? 10;
   const rows = queues.map((q) => ({
     attrs: { dataset: { queue: q.name } },
@@ -131,7 +132,10 @@ function queuesSection(r, queues) {
       { v: count(q.partitions), title: exact(q.partitions) },
       { v: count(q.messages.pending), title: `${exact(q.messages.pending)} waiting, not leased` },
       { v: count(q.messages.processing), title: exact(q.messages.processing) },
-      { v: q.name in oldest ? duration(oldest[q.name]) : "—", title: "age of the oldest message a group waits for" },
+      q.name in oldest
+        ? { v: duration(oldest[q.name]), title: "age of the oldest message a group waits for" }
+        : { v: read.has(q.name) ? "0\u00a0s" : "no group", title: read.has(q.name) ? "every group is up to date" : "no consumer group reads this queue yet",
+          className: read.has(q.name) ? "" : "muted" },
       rates ? rateCell(rates[q.name]?.pushed, "pushed", interval) : "—",
       rates ? rateCell(rates[q.name]?.acked, "acked", interval) : "—",
       { v: count(q.messages.total), title: `${exact(q.messages.total)} pushed ever` },

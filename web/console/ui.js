@@ -84,23 +84,45 @@ export function sparkline(values, label) {
   return svg;
 }
 
+// The answer of the confirmation dialog open now, if any. It is settled
+// by the button pressed (or Escape) as it happens, not by the dialog's
+// close event: that one is queued, and can arrive after the next dialog
+// has opened.
+let pending = null;
+
+function settle(v) {
+  const r = pending;
+  pending = null;
+  r?.(v);
+}
+
+let wired = false;
+function wire(dlg) {
+  if (wired) return;
+  wired = true;
+  document.getElementById("confirm-ok").addEventListener("click", () => settle(true));
+  document.getElementById("confirm-cancel").addEventListener("click", () => settle(false));
+  dlg.addEventListener("cancel", () => settle(false)); // Escape
+}
+
 /**
  * confirm({title, body, ok, danger}) → a promise of true when the operator
  * confirmed in the modal dialog, false when they cancelled or pressed Escape.
  */
 export function confirm({ title, body, ok = "Confirm", danger = true }) {
   const dlg = document.getElementById("confirm");
+  wire(dlg);
+  settle(false); // one dialog at a time
   document.getElementById("confirm-title").textContent = title;
   const b = document.getElementById("confirm-body");
   b.replaceChildren(...(Array.isArray(body) ? body : [body]).map((x) => (x instanceof Node ? x : document.createTextNode(x))));
   const okButton = document.getElementById("confirm-ok");
   okButton.textContent = ok;
   okButton.className = danger ? "danger" : "";
-  dlg.returnValue = "";
-  dlg.showModal();
-  document.getElementById("confirm-cancel").focus();
   return new Promise((resolve) => {
-    dlg.addEventListener("close", () => resolve(dlg.returnValue === "ok"), { once: true });
+    pending = resolve;
+    if (!dlg.open) dlg.showModal();
+    document.getElementById("confirm-cancel").focus();
   });
 }
 

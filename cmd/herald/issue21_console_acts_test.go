@@ -150,7 +150,7 @@ func consoleGroups(ctx context.Context, t *testing.T, a *adminClient) {
 		at.dispatchEvent(new Event("input")); return true; })()`)
 	assert.True(t, evalJS[bool](ctx, t, `document.getElementById("seek-time").checked`))
 	confirmDialog(ctx, t, true)
-	waitJS(ctx, t, "billing sought back", `document.getElementById("group-result").innerText.includes("Sought billing on orders to 20")`)
+	waitJS(ctx, t, "billing sought back", `document.getElementById("group-result").innerText.includes("Moved billing on orders back to ")`)
 	waitJS(ctx, t, "billing's lag is every message", fmt.Sprintf(`document.querySelector(%q)?.innerText === "8"`, row("billing")+" td.lag"))
 	assert.Equal(t, int64(8), groupLag(t, a, "orders", "billing"), "the API agrees")
 	shot(ctx, t, "console-groups.png", false)

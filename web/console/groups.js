@@ -1,7 +1,7 @@
 // groups.js: consumer groups with their lag, and the acts on them: seek to
 // a time or to the end, delete on one queue or everywhere, each after a
 // confirmation; the result is shown and the lag read again.
-import { ago, api, count, duration, enc, exact, get } from "./api.js";
+import { ago, api, count, duration, enc, exact, get, when } from "./api.js";
 import { badge, confirm, errorBox, h, link, notice, section, table } from "./ui.js";
 
 const LAG_QUEUES = 50;
@@ -10,7 +10,7 @@ const LAG_QUEUES = 50;
 export async function render(root) {
   root.append(h("div", { className: "page-head" }, h("h1", {}, "Consumer groups")));
   const flash = h("div", { id: "group-result", "aria-live": "polite" });
-  const body = h("div", { id: "groups" }, h("p", { className: "muted" }, "Loading…"));
+  const body = h("div", { id: "groups", className: "card" }, h("p", { className: "muted" }, "Loading…"));
   root.append(flash, body);
 
   async function load() {
@@ -81,7 +81,7 @@ export async function render(root) {
     }
     try {
       const r = await api("POST", `/consumer-groups/${enc(group)}/queues/${enc(queue)}/seek`, req);
-      show(notice(`Sought ${group} on ${queue} ${r.seekToEnd ? "to the end" : `to ${r.targetTimestamp}`}: ${r.partitionsUpdated} partition(s) moved.`));
+      show(notice(`Moved ${group} on ${queue} ${r.seekToEnd ? "to the end" : `back to ${when(r.targetTimestamp)}`}: ${r.partitionsUpdated} partition(s) moved.`));
     } catch (e) {
       show(errorBox(e, "Seek"));
     }

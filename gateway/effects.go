@@ -59,6 +59,7 @@ func (s *Server) afterPush(results []queue.PushResult) {
 			continue // nothing stored
 		}
 		s.metrics.pushed.WithLabelValues(res.Queue).Inc()
+		s.metrics.rates.add(res.Queue, 1, 0)
 		k := qp{res.Queue, res.Partition}
 		if !seen[k] {
 			seen[k] = true
@@ -83,6 +84,7 @@ func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
 	flush := func() {
 		if run.n > 0 {
 			s.metrics.acks.WithLabelValues(run.queue, string(run.status)).Add(float64(run.n))
+			s.metrics.rates.add(run.queue, 0, int64(run.n))
 		}
 	}
 	defer flush()

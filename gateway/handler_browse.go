@@ -35,6 +35,7 @@ func (s *Server) browseRoutes() {
 	s.handle("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", RoleReadOnly, s.handleStatusQueueMessages)
 	s.handle("GET /api/v1/status/analytics", "status_analytics", RoleReadOnly, s.handleStatusAnalytics)
 	s.handle("GET /api/v1/status/buffers", "status_buffers", RoleReadOnly, s.handleStatusBuffers)
+	s.handle("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates) // rates.go
 }
 
 // failBrowse answers err: 404 for what a browse names and does not find,

@@ -248,3 +248,42 @@ func TestIssue21_DLQBadInput(t *testing.T) {
 		})
 	}
 }
+
+// Issue 21: GET /api/v1/status/rates counts this instance's pushes and
+// acks per queue.
+func TestIssue21_StatusRates(t *testing.T) {
+	e := newEnv(t)
+	e.push("ratesq", `1`, `2`, `3`)
+	res := e.pop("/api/v1/pop/queue/ratesq?batch=2&wait=false")
+	for _, m := range res.Messages {
+		e.ack(m, "completed", "")
+	}
+	r := e.get("/api/v1/status/rates")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var out struct {
+		IntervalSeconds int `json:"intervalSeconds"`
+		Samples         int `json:"samples"`
+		Since           string
+		Queues          []struct {
+			Queue         string
+			Pushed, Acked []int64
+		}
+	}
+	require.NoError(t, json.Unmarshal(r.body, &out))
+	assert.Equal(t, 10, out.IntervalSeconds)
+	assert.Equal(t, 30, out.Samples)
+	require.Len(t, out.Queues, 1)
+	q := out.Queues[0]
+	assert.Equal(t, "ratesq", q.Queue)
+	require.Len(t, q.Pushed, 30)
+	sum := func(xs []int64) (n int64) {
+		for _, x := range xs {
+			n += x
+		}
+		return n
+	}
+	assert.Equal(t, int64(3), sum(q.Pushed))
+	assert.Equal(t, int64(2), sum(q.Acked))
+	r = e.get("/api/v1/status/rates?queue=nope")
+	assert.Contains(t, string(r.body), `"queues":[]`)
+}

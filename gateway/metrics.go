@@ -141,6 +141,7 @@ type metrics struct {
 	dlq         queueCounter
 	dlqReplayed queueCounter
 	dlqPurged   queueCounter
+	rates       *rates // push and ack samples for GET /api/v1/status/rates (rates.go)
 	wsBadFrames prometheus.Counter
 
 	wsConns        prometheus.Gauge
@@ -176,6 +177,7 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 		dlqPurged:   counter("herald_dlq_purged_total", "Dead letters purged (POST /api/v1/dlq/purge).", "queue"),
 	}
 	m.popped.second = groupLabel(cfg, queues)
+	m.rates = newRates(queues)
 	m.wsBadFrames = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_ws_bad_frames_total",
 		Help: "WebSocket frames that were not the protocol (answered with an error frame)."})
 	m.wsConns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_ws_connections",

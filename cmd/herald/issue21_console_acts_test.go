@@ -93,7 +93,8 @@ func consoleDLQ(ctx context.Context, t *testing.T, a *adminClient, seed *console
 	goTo(ctx, t, "#/dlq", `!!document.querySelector("#dlq-error")`)
 	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#dlq-queue"), "orders"), chromedp.SetValue(chromedp.CSS("#dlq-error"), "timeout"),
 		chromedp.Click(chromedp.CSS(`#dlq-filter button[type="submit"]`))))
-	waitJS(ctx, t, "one timeout", `document.querySelectorAll("#dlq-list tr[data-id]").length === 1 && location.hash.includes("error=timeout")`)
+	waitJS(ctx, t, "one timeout", `document.querySelector("#dlq-list")?.dataset.query?.includes("error=timeout") &&
+		document.querySelectorAll("#dlq-list tr[data-id]").length === 1`)
 	// A cancelled purge does nothing.
 	click(ctx, t, "#dlq-purge-all")
 	confirmDialog(ctx, t, false)

@@ -57,6 +57,8 @@ func TestIssue21_Console(t *testing.T) {
 		assert.Contains(t, text(ctx, t, "#overview"), "shipping")
 		assert.Contains(t, text(ctx, t, "#overview"), "syncnet is off")
 		assert.NotEqual(t, "—", text(ctx, t, `#overview tr[data-queue="orders"] td:nth-child(5)`), "the oldest pending age")
+		assert.True(t, evalJS[bool](ctx, t, `!!document.querySelector('#overview tr[data-queue="orders"] td:nth-child(6) svg.spark polyline')`),
+			"orders' push rate is drawn (/api/v1/status/rates)")
 		assertAllLabelled(ctx, t)
 		stamp := text(ctx, t, "#refreshed")
 		waitJS(ctx, t, "auto-refresh within 5 s", fmt.Sprintf(`document.getElementById("refreshed").textContent !== %q`, stamp))

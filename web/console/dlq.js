@@ -66,6 +66,8 @@ export async function render(root, { params }) {
     }
     selected.clear();
     draw();
+    // Which filter this list shows (tests wait on it, not on the hash).
+    list.dataset.query = query(filter);
   }
 
   function draw() {

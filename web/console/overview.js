@@ -112,10 +112,15 @@ function rateSeries(ans) {
   return out;
 }
 
+// rateCell: the sparkline of a queue's counts per interval and the mean
+// rate over the last minute (the last interval is still running: alone it
+// would read low).
 function rateCell(values, what, seconds) {
-  if (!values) return { v: "—", title: "no rate yet" };
-  const last = values.length ? values[values.length - 1] / seconds : 0;
-  return { v: h("span", { className: "rate" }, sparkline(values, `${what} per 10 s, last 5 minutes`), ` ${count(last)}/s`) };
+  if (!values) return { v: "—", title: `nothing ${what} on this instance since it started` };
+  const recent = values.slice(-Math.max(1, Math.round(60 / seconds)));
+  const perSec = recent.reduce((a, b) => a + b, 0) / (recent.length * seconds);
+  return { v: h("span", { className: "rate" }, sparkline(values, `${what} per ${seconds} s on this instance, last ${values.length} intervals`),
+    ` ${count(perSec)}/s`), title: `${what} on this instance: ${values.join(", ")} per ${seconds} s, oldest first; the rate is the last minute's mean` };
 }
 
 function queuesSection(r, queues) {
@@ -124,7 +129,7 @@ function queuesSection(r, queues) {
   for (const l of r.lagging.ok ?? []) oldest[l.queue_name] = Math.max(oldest[l.queue_name] ?? 0, l.time_lag_seconds ?? 0);
   const rates = r.rates.ok ? rateSeries(r.rates.ok) : null;
   const read = new Set((r.groups.ok ?? []).map((g) => g.queueName));
-  const interval = r.rates.ok?.intervalSeconds ?? r.rates.ok?.interval ?? 10;
+  const interval = r.rates.ok?.intervalSeconds ?? 10;
   const rows = queues.map((q) => ({
     attrs: { dataset: { queue: q.name } },
     cells: [

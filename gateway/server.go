@@ -299,6 +299,10 @@ func (s *Server) routes() {
 			s.handle("GET /"+name, "web", RoleNone, page.ServeHTTP)
 		}
 	}
+	// The operator console (web/console/): static files like the demo
+	// page's; every API call it makes carries the admin token pasted into it.
+	s.handle("GET /console", "console", RoleNone, page.ServeHTTP)
+	s.handle("GET /console/", "console", RoleNone, page.ServeHTTP)
 	// Every queue's name and lag, every instance: not for a tenant's token.
 	s.handle("GET /internal/api/status", "status", RoleAdmin, s.handleStatus)
 	// The reference server's admin, browsing and group API (issue 19).

@@ -149,6 +149,33 @@ export class Herald {
   }
 
   /**
+   * request(method, path, body) → the parsed JSON answer of any API call ("/api/v1/..."), null
+   * for an empty one, sent with this Herald's token. Rejects with an Error whose status is the
+   * HTTP status (0: no answer, the server unreachable) and body the server's answer.
+   */
+  async request(method, path, body = undefined) {
+    let res;
+    try {
+      res = await fetch(`${this.base}${path}`, {
+        method, headers: await this._headers(), body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (e) {
+      throw Object.assign(new Error(`network error: ${e?.message ?? e}`), { status: 0, body: null });
+    }
+    const text = await res.text();
+    let out = null;
+    try {
+      out = text ? JSON.parse(text) : null;
+    } catch {
+      out = text;
+    }
+    if (!res.ok) {
+      throw Object.assign(new Error(out?.error ?? `${method} ${path}: HTTP ${res.status}`), { status: res.status, body: out });
+    }
+    return out;
+  }
+
+  /**
    * subscribe({queue, partition, consumerGroup, batch, maxInFlight, ack: "auto"|"manual"|"server",
    *            onMessage(m, sub), onAck(m, status, result), onState(s), onError(e)})
    *   → a subscription {ack(m), nack(m, err), close()}.

@@ -8,15 +8,30 @@ import (
 	"strings"
 )
 
-//go:embed index.html app.css app.js herald.js
+//go:embed index.html app.css app.js herald.js console
 var files embed.FS
 
-// Files are the page's files: index.html, app.css, app.js and herald.js.
+// Files are the embedded files: the demo page's index.html, app.css,
+// app.js, the SDK herald.js, and the operator console under console/.
 func Files() fs.FS { return files }
 
-// Names lists the files served at /<name>.
+// Names lists the files served at /<name>: the demo page's and the SDK,
+// not the console's (served under /console/).
 func Names() []string {
 	entries, _ := fs.ReadDir(files, ".")
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// ConsoleNames lists the operator console's files, served at
+// /console/<name> (index.html also at /console).
+func ConsoleNames() []string {
+	entries, _ := fs.ReadDir(files, "console")
 	var out []string
 	for _, e := range entries {
 		out = append(out, e.Name())
@@ -24,17 +39,22 @@ func Names() []string {
 	return out
 }
 
-// Handler serves the files: "/" is index.html, "/<name>" the others. The
-// page is small and versioned with the binary, so browsers revalidate it
-// every time (no-cache) and get 304s.
+// Handler serves the files: "/" is index.html, "/<name>" the others,
+// "/console" (and "/console/") the console's index.html and
+// "/console/<name>" its other files. The pages are small and versioned
+// with the binary, so browsers revalidate them every time (no-cache) and
+// get 304s.
 func Handler() http.Handler {
 	fileServer := http.FileServerFS(files)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
-		if name == "" {
+		switch name {
+		case "":
 			name = "index.html"
+		case "console":
+			name = "console/index.html"
 		}
-		if _, err := fs.Stat(files, name); err != nil {
+		if st, err := fs.Stat(files, name); err != nil || st.IsDir() {
 			http.NotFound(w, r)
 			return
 		}
@@ -43,9 +63,9 @@ func Handler() http.Handler {
 		if strings.HasSuffix(name, ".js") {
 			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
 		}
-		if name == "index.html" {
-			// FileServer redirects /index.html to /; serve it directly.
-			http.ServeFileFS(w, r, files, "index.html")
+		if path.Base(name) == "index.html" {
+			// FileServer redirects …/index.html to …/; serve it directly.
+			http.ServeFileFS(w, r, files, name)
 			return
 		}
 		fileServer.ServeHTTP(w, r)

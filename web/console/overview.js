@@ -1,0 +1,211 @@
+// overview.js: the console's first page, refreshed every 5 s (pausable):
+// totals, queues with depth, oldest pending age and push/ack rates, groups
+// with their lag, the DLQ count and the instances.
+import { ago, api, count, duration, enc, exact, get } from "./api.js";
+import { badge, errorBox, h, link, section, sparkline, stat, table } from "./ui.js";
+
+const REFRESH_MS = 5000;
+// Queues whose groups' exact lag is read (one status call each per refresh).
+const LAG_QUEUES = 25;
+let paused = false;
+
+/** render(root) draws the overview and refreshes it until the returned stop is called. */
+export async function render(root, _route, live) {
+  const toggle = h("button", { type: "button", className: "secondary", id: "pause", "aria-pressed": String(paused) });
+  const stamp = h("span", { className: "muted", id: "refreshed", "aria-live": "off" });
+  const body = h("div", { id: "overview" });
+  const label = () => {
+    toggle.textContent = paused ? "Resume auto-refresh" : "Pause auto-refresh";
+    toggle.setAttribute("aria-pressed", String(paused));
+  };
+  label();
+  toggle.addEventListener("click", () => {
+    paused = !paused;
+    label();
+    if (!paused) refresh();
+  });
+  root.append(h("div", { className: "page-head" }, h("h1", {}, "Overview"), h("div", { className: "tools" }, stamp, toggle)), body);
+
+  let busy = false;
+  async function refresh() {
+    if (busy || !live()) return; // a slow server: no pile-up of requests
+    busy = true;
+    try {
+      const parts = await load();
+      if (!live()) return;
+      body.replaceChildren(...parts);
+      stamp.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    } finally {
+      busy = false;
+    }
+  }
+  await refresh();
+  const timer = setInterval(() => {
+    if (!paused) refresh();
+  }, REFRESH_MS);
+  return () => clearInterval(timer);
+}
+
+// settle runs every read at once; each answer or error is drawn on its own.
+async function settle(reads) {
+  const out = await Promise.allSettled(Object.values(reads));
+  const keys = Object.keys(reads);
+  return Object.fromEntries(out.map((r, i) => [keys[i], r.status === "fulfilled" ? { ok: r.value } : { err: r.reason }]));
+}
+
+async function load() {
+  const r = await settle({
+    overview: get("/resources/overview"),
+    queues: get("/resources/queues", { limit: 200 }),
+    rates: get("/status/rates"),
+    groups: get("/consumer-groups"),
+    lagging: get("/consumer-groups/lagging", { minLagSeconds: 0, limit: 1000 }),
+    dlq: get("/dlq", { limit: 1 }),
+    maint: get("/system/maintenance"),
+    shared: get("/system/shared-state"),
+  });
+  const queues = r.queues.ok?.queues ?? [];
+  // Exact lag per group, from the per-queue status (admin).
+  const names = [...new Set([...queues.map((q) => q.name), ...(r.groups.ok ?? []).map((g) => g.queueName)])].slice(0, LAG_QUEUES);
+  const status = await settle(Object.fromEntries(names.map((n) => [n, api("GET", `/internal/api/status?queue=${enc(n)}`)])));
+  return [
+    totals(r),
+    maintenanceBanner(r.maint),
+    queuesSection(r, queues),
+    groupsSection(r, status),
+    instancesSection(r.shared),
+  ].filter(Boolean);
+}
+
+function totals(r) {
+  if (r.overview.err) return errorBox(r.overview.err, "Totals");
+  const o = r.overview.ok;
+  const dl = r.dlq.ok?.total;
+  return h("div", { className: "stats", id: "totals" },
+    stat("queues", exact(o.queues)),
+    stat("partitions", count(o.partitions), exact(o.partitions)),
+    stat("pending", count(o.messages.pending), "messages waiting for a group, not leased"),
+    stat("processing", count(o.messages.processing), "messages under a live lease"),
+    stat("dead letters", dl === undefined ? "—" : count(dl), "rows in the dead-letter queue (one per message and group)",
+      { id: "dlq-count" }),
+    stat("max lag", duration(o.lag.time.max), "the oldest message a group waits for, over every queue"),
+    stat("pushed/s", count(o.throughput.ingestedPerSecond), "messages pushed in the last minute ÷ 60"));
+}
+
+function maintenanceBanner(m) {
+  if (!m.ok) return null;
+  const on = [m.ok.maintenanceMode && "push", m.ok.popMaintenanceMode && "pop"].filter(Boolean);
+  if (!on.length) return null;
+  return h("div", { className: "alert warn", role: "status" },
+    `Maintenance on: ${on.join(" and ")}. `, link("#/system", "Switch it off"));
+}
+
+// rateSeries reads the rates route's answer as {queue: {pushed: [], acked: []}}.
+function rateSeries(ans) {
+  const out = {};
+  const list = Array.isArray(ans?.queues) ? ans.queues : Object.entries(ans?.queues ?? {}).map(([queue, v]) => ({ queue, ...v }));
+  for (const q of list) {
+    const name = q.queue ?? q.name;
+    const pick = (k) => (q[k] ?? q.samples?.map((s) => s[k]) ?? []);
+    out[name] = { pushed: pick("pushed"), acked: pick("acked") };
+  }
+  return out;
+}
+
+// rateCell: the sparkline of a queue's counts per interval and the mean
+// rate over the last minute (the last interval is still running: alone it
+// would read low).
+function rateCell(values, what, seconds) {
+  if (!values) return { v: "—", title: `nothing ${what} on this instance since it started` };
+  const recent = values.slice(-Math.max(1, Math.round(60 / seconds)));
+  const perSec = recent.reduce((a, b) => a + b, 0) / (recent.length * seconds);
+  return { v: h("span", { className: "rate" }, sparkline(values, `${what} per ${seconds} s on this instance, last ${values.length} intervals`),
+    ` ${count(perSec)}/s`), title: `${what} on this instance: ${values.join(", ")} per ${seconds} s, oldest first; the rate is the last minute's mean` };
+}
+
+function queuesSection(r, queues) {
+  if (r.queues.err) return section("Queues", errorBox(r.queues.err, "Queues"));
+  const oldest = {};
+  for (const l of r.lagging.ok ?? []) oldest[l.queue_name] = Math.max(oldest[l.queue_name] ?? 0, l.time_lag_seconds ?? 0);
+  const rates = r.rates.ok ? rateSeries(r.rates.ok) : null;
+  const read = new Set((r.groups.ok ?? []).map((g) => g.queueName));
+  const interval = r.rates.ok?.intervalSeconds ?? 10;
+  const rows = queues.map((q) => ({
+    attrs: { dataset: { queue: q.name } },
+    cells: [
+      link(`#/queue/${enc(q.name)}`, q.name),
+      { v: count(q.partitions), title: exact(q.partitions) },
+      { v: count(q.messages.pending), title: `${exact(q.messages.pending)} waiting, not leased` },
+      { v: count(q.messages.processing), title: exact(q.messages.processing) },
+      q.name in oldest
+        ? { v: duration(oldest[q.name]), title: "age of the oldest message a group waits for" }
+        : { v: read.has(q.name) ? "0\u00a0s" : "no group", title: read.has(q.name) ? "every group is up to date" : "no consumer group reads this queue yet",
+          className: read.has(q.name) ? "" : "muted" },
+      rates ? rateCell(rates[q.name]?.pushed, "pushed", interval) : "—",
+      rates ? rateCell(rates[q.name]?.acked, "acked", interval) : "—",
+      { v: count(q.messages.total), title: `${exact(q.messages.total)} pushed ever` },
+    ],
+  }));
+  const more = r.queues.ok.pagination?.total > queues.length
+    ? h("p", { className: "muted" }, `Showing the ${queues.length} newest of ${exact(r.queues.ok.pagination.total)} queues.`) : null;
+  const ratesNote = r.rates.err
+    ? h("p", { className: "muted small" }, `Rates unavailable: ${r.rates.err.status === 404 ? "this server has no /api/v1/status/rates" : r.rates.err.message}.`)
+    : null;
+  return section("Queues", table({
+    caption: "Queues",
+    className: "queues",
+    columns: [{ label: "queue" }, { label: "partitions", num: true }, { label: "depth", num: true, title: "pending: waiting, not leased" },
+      { label: "processing", num: true }, { label: "oldest pending", num: true }, { label: "push rate", num: true },
+      { label: "ack rate", num: true }, { label: "total", num: true }],
+    rows,
+    empty: "No queue yet: a push or a subscription creates one.",
+  }), more, ratesNote);
+}
+
+function groupsSection(r, status) {
+  if (r.groups.err) return section("Consumer groups", errorBox(r.groups.err, "Consumer groups"));
+  const rows = r.groups.ok.map((g) => {
+    const st = status[g.queueName]?.ok?.queue?.groups?.find((x) => x.group === g.name);
+    return {
+      attrs: { dataset: { group: g.name, queue: g.queueName } },
+      cells: [
+        link(`#/group/${enc(g.name)}`, g.name),
+        link(`#/queue/${enc(g.queueName)}`, g.queueName),
+        st ? { v: count(st.lag), title: `${exact(st.lag)} messages not finished` } : "—",
+        { v: count(g.partitionsWithLag), title: `of ${exact(g.members)} partitions` },
+        st ? count(st.leased) : "—",
+        { v: duration(g.maxTimeLag), title: "age of the newest message it has not finished (a lower bound of its lag in time)" },
+        badge(g.state, g.state === "Lagging" ? "warn" : g.state === "Dead" ? "muted" : "ok"),
+      ],
+    };
+  });
+  return section("Consumer groups", table({
+    caption: "Consumer groups",
+    className: "groups",
+    columns: [{ label: "group" }, { label: "queue" }, { label: "lag", num: true }, { label: "partitions lagging", num: true },
+      { label: "leased", num: true }, { label: "time lag", num: true }, { label: "state" }],
+    rows,
+    empty: "No consumer group has read anything yet.",
+  }));
+}
+
+function instancesSection(shared) {
+  if (shared.err) return section("Instances", errorBox(shared.err, "Instances"));
+  const s = shared.ok;
+  const sync = s.syncnet;
+  if (!sync) {
+    return section("Instances", h("p", { id: "instances" }, "This instance only: syncnet is off (no peers to show)."));
+  }
+  const local = Object.entries(sync.localConsumers ?? {}).map(([q, n]) => `${q} (${n})`);
+  const rows = [[h("strong", {}, `${sync.serverId} (this)`), badge("alive", "ok"), local.length ? local.join(", ") : "none", "—"]];
+  for (const p of sync.peers ?? []) {
+    rows.push([p.id || p.name, badge(p.alive ? "alive" : "dead", p.alive ? "ok" : "bad"),
+      !p.presenceKnown ? "not known yet" : p.queuesWithSubscribers?.length ? p.queuesWithSubscribers.join(", ") : "none",
+      p.lastHeartbeat ? ago(p.lastHeartbeat) : "—"]);
+  }
+  return section("Instances", table({
+    caption: "Instances sharing this database",
+    columns: [{ label: "instance" }, { label: "state" }, { label: "consumers (queue, count)" }, { label: "last heartbeat" }],
+    rows,
+  }));
+}

@@ -414,10 +414,9 @@ func TestDLQ(t *testing.T) {
 		byID[m.ID] = m
 	}
 	for _, raw := range msgs {
-		// The reference server's keys, plus messageId: Herald's id is the
-		// dead letter's own (replay and purge name it), the message's id
-		// moved to messageId.
-		assert.Equal(t, []string{"consumerGroup", "createdAt", "data", "errorMessage", "failedAt", "id", "messageId", "partition",
+		// The reference server's keys (id is the message's), plus dlqId:
+		// the dead letter's own, which replay and purge name.
+		assert.Equal(t, []string{"consumerGroup", "createdAt", "data", "errorMessage", "failedAt", "id", "dlqId", "partition",
 			"partitionId", "producerSub", "queue", "retryCount", "traceId", "transactionId"}, keys(t, raw))
 		var d struct {
 			ConsumerGroup string          `json:"consumerGroup"`
@@ -425,8 +424,8 @@ func TestDLQ(t *testing.T) {
 			Data          json.RawMessage `json:"data"`
 			ErrorMessage  string          `json:"errorMessage"`
 			FailedAt      string          `json:"failedAt"`
-			ID            string          `json:"id"`
-			MessageID     string          `json:"messageId"`
+			ID            string          `json:"dlqId"`
+			MessageID     string          `json:"id"`
 			Partition     string          `json:"partition"`
 			PartitionID   string          `json:"partitionId"`
 			ProducerSub   *string         `json:"producerSub"`

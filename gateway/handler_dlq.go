@@ -32,8 +32,8 @@ type dlqMessageJSON struct {
 	Data          rawJSON `json:"data"`
 	ErrorMessage  *string `json:"errorMessage"`
 	FailedAt      string  `json:"failedAt"`
-	ID            string  `json:"id"`        // the dead letter's own id (replay and purge name it)
-	MessageID     string  `json:"messageId"` // the message's id (the reference server's id)
+	ID            string  `json:"id"`    // the message's id, as the reference server's
+	DLQID         string  `json:"dlqId"` // the dead letter's own id (replay, purge and GET /dlq/{dlqId} name it)
 	Partition     string  `json:"partition"`
 	PartitionID   string  `json:"partitionId"`
 	ProducerSub   *string `json:"producerSub"`
@@ -45,7 +45,7 @@ type dlqMessageJSON struct {
 
 func dlqJSON(d queue.DeadLetter) dlqMessageJSON {
 	return dlqMessageJSON{ConsumerGroup: d.Group, CreatedAt: formatMilli(d.CreatedAt), Data: rawJSON(d.Data),
-		ErrorMessage: nullable(d.ErrorMessage), FailedAt: formatMilli(d.FailedAt), ID: d.RowID, MessageID: d.ID,
+		ErrorMessage: nullable(d.ErrorMessage), FailedAt: formatMilli(d.FailedAt), ID: d.ID, DLQID: d.RowID,
 		Partition: d.Partition, PartitionID: d.PartitionID, ProducerSub: nullable(d.ProducerSub), Queue: d.Queue,
 		RetryCount: d.RetryCount, TraceID: nullable(d.TraceID), TransactionID: d.TransactionID}
 }

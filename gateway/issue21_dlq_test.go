@@ -18,8 +18,8 @@ import (
 
 // dlqItem is an element of GET /api/v1/dlq's messages.
 type dlqItem struct {
-	ID            string          `json:"id"`
-	MessageID     string          `json:"messageId"`
+	ID            string          `json:"dlqId"`
+	MessageID     string          `json:"id"`
 	Data          json.RawMessage `json:"data"`
 	ErrorMessage  string          `json:"errorMessage"`
 	ConsumerGroup string          `json:"consumerGroup"`

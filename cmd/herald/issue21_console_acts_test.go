@@ -35,7 +35,7 @@ func click(ctx context.Context, t *testing.T, selector string) {
 type dlqList struct {
 	Total    int `json:"total"`
 	Messages []struct {
-		ID            string `json:"id"`
+		ID            string `json:"dlqId"`
 		TransactionID string `json:"transactionId"`
 	} `json:"messages"`
 }

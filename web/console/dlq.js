@@ -19,7 +19,7 @@ const fields = [
 ];
 
 /** dlID(d) → the dead letter's own id, which replay and purge name. */
-const dlID = (d) => String(d.id);
+const dlID = (d) => String(d.dlqId);
 
 // iso reads a datetime-local value (local time) as an RFC 3339 time.
 function iso(v) {

@@ -59,14 +59,18 @@ func TestHandler(t *testing.T) {
 func TestHandler_Console(t *testing.T) {
 	ts := httptest.NewServer(web.Handler())
 	defer ts.Close()
-	get := func(p string) (*http.Response, string) {
+	type answer struct {
+		StatusCode int
+		Header     http.Header
+	}
+	get := func(p string) (answer, string) {
 		t.Helper()
 		res, err := http.Get(ts.URL + p)
 		require.NoError(t, err)
 		defer func() { _ = res.Body.Close() }()
 		b, err := io.ReadAll(res.Body)
 		require.NoError(t, err)
-		return res, string(b)
+		return answer{res.StatusCode, res.Header}, string(b)
 	}
 	for _, p := range []string{"/console", "/console/"} {
 		res, body := get(p)

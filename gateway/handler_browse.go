@@ -36,6 +36,7 @@ func (s *Server) browseRoutes() {
 	s.handle("GET /api/v1/status/analytics", "status_analytics", RoleReadOnly, s.handleStatusAnalytics)
 	s.handle("GET /api/v1/status/buffers", "status_buffers", RoleReadOnly, s.handleStatusBuffers)
 	s.handle("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates) // rates.go
+	s.handle("GET /api/v1/status/backlog", "status_backlog", RoleAdmin, s.handleBacklog) // backlog.go
 }
 
 // failBrowse answers err: 404 for what a browse names and does not find,

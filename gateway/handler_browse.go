@@ -35,7 +35,7 @@ func (s *Server) browseRoutes() {
 	s.handle("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", RoleReadOnly, s.handleStatusQueueMessages)
 	s.handle("GET /api/v1/status/analytics", "status_analytics", RoleReadOnly, s.handleStatusAnalytics)
 	s.handle("GET /api/v1/status/buffers", "status_buffers", RoleReadOnly, s.handleStatusBuffers)
-	s.handle("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates) // rates.go
+	s.handle("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates)    // rates.go
 	s.handle("GET /api/v1/status/backlog", "status_backlog", RoleAdmin, s.handleBacklog) // backlog.go
 }
 

@@ -57,6 +57,13 @@ func TestIssue21_Console(t *testing.T) {
 		assert.Contains(t, text(ctx, t, "#overview"), "shipping")
 		assert.Contains(t, text(ctx, t, "#overview"), "syncnet is off")
 		assert.NotEqual(t, "—", text(ctx, t, `#overview tr[data-queue="orders"] td:nth-child(5)`), "the oldest pending age")
+		assert.Equal(t, "3", text(ctx, t, `#overview tr[data-queue="orders"] td:nth-child(9)`), "orders' dead letters (/status/backlog)")
+		assert.Equal(t, "3", text(ctx, t, `#overview tr[data-group="billing"][data-queue="orders"] td:nth-child(6)`), "billing's dead letters")
+		assert.NotEqual(t, "—", text(ctx, t, `#overview tr[data-group="billing"][data-queue="orders"] td:nth-child(5)`),
+			"billing's oldest pending age")
+		assert.True(t, evalJS[bool](ctx, t, `(() => { const rs = performance.getEntriesByType("resource").map((e) => e.name);
+			return rs.some((n) => n.includes("/api/v1/status/backlog")) && !rs.some((n) => n.includes("/internal/api/status?queue=")); })()`),
+			"one backlog call per refresh, no status call per queue")
 		assert.True(t, evalJS[bool](ctx, t, `!!document.querySelector('#overview tr[data-queue="orders"] td:nth-child(6) svg.spark polyline')`),
 			"orders' push rate is drawn (/api/v1/status/rates)")
 		assertAllLabelled(ctx, t)

@@ -389,7 +389,7 @@ func (s *Server) partitionPage(r *http.Request, name string, def int, groups boo
 		return nil, 0, 0, err
 	}
 	page, err := s.store.BrowsePartitions(r.Context(), queue.PartitionsQuery{Queue: name, Search: q.Get("search"),
-		After: q.Get("after"), Limit: limit, Offset: offset, Scope: browseScope(rights), Groups: groups})
+		Prefix: q.Get("prefix"), After: q.Get("after"), Limit: limit, Offset: offset, Scope: browseScope(rights), Groups: groups})
 	return page, limit, offset, err
 }
 

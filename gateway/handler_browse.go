@@ -35,7 +35,8 @@ func (s *Server) browseRoutes() {
 	s.handle("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", RoleReadOnly, s.handleStatusQueueMessages)
 	s.handle("GET /api/v1/status/analytics", "status_analytics", RoleReadOnly, s.handleStatusAnalytics)
 	s.handle("GET /api/v1/status/buffers", "status_buffers", RoleReadOnly, s.handleStatusBuffers)
-	s.handle("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates) // rates.go
+	s.handle("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates)    // rates.go
+	s.handle("GET /api/v1/status/backlog", "status_backlog", RoleAdmin, s.handleBacklog) // backlog.go
 }
 
 // failBrowse answers err: 404 for what a browse names and does not find,
@@ -388,7 +389,7 @@ func (s *Server) partitionPage(r *http.Request, name string, def int, groups boo
 		return nil, 0, 0, err
 	}
 	page, err := s.store.BrowsePartitions(r.Context(), queue.PartitionsQuery{Queue: name, Search: q.Get("search"),
-		After: q.Get("after"), Limit: limit, Offset: offset, Scope: browseScope(rights), Groups: groups})
+		Prefix: q.Get("prefix"), After: q.Get("after"), Limit: limit, Offset: offset, Scope: browseScope(rights), Groups: groups})
 	return page, limit, offset, err
 }
 

@@ -6,6 +6,9 @@ var (
 	QueueTotalsAllSQL          = queueTotalsAll
 	BrowsePartitionsAllSQL     = browsePartitionsAll
 	CountPartitionsAllSQL      = countPartitionsAll
+	PrefixPartitionsAllSQL     = prefixPartitionsAll
+	CountPrefixAllSQL          = countPrefixAll
+	PrefixEnd                  = prefixEnd
 	BrowseLagSQL               = browseLagSQL
 	BrowseLeasesSQL            = browseLeasesSQL
 	BrowseMessagePartitionsSQL = browseMessagePartitionsSQL

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -60,6 +61,12 @@ type Lease struct {
 type PartitionsQuery struct {
 	Queue  string
 	Search string // part of the name, any case; "" for all
+	// Prefix is the start of the name, case-sensitive; "" for all. It
+	// reads a range of the partitions_name_prefix index, so it costs the
+	// partitions that match, where Search reads every partition of the
+	// queue. With it the names are in byte order (COLLATE "C"), After
+	// too. Not with Search.
+	Prefix string
 	After  string // keyset: names after this one; "" from the first
 	Limit  int    // zero means MaxBrowseLimit
 	Offset int
@@ -77,7 +84,10 @@ type PartitionPage struct {
 
 // browsePartitionsSQL pages a queue's partitions by name with their
 // figures. $1 queue id, $2 queue name (for the scope), $3 after, $4 search
-// ("" for none), $5 limit, $6 offset, $7/$8 scope.
+// ("" for none) or prefix, $5 limit, $6 offset, $7/$8 scope, $9 the least
+// name above every name that starts with the prefix (prefix mode only).
+// The %[1]s is the name condition (bySearch or byPrefix), %[2]s the
+// scope's, %[3]s and %[4]s the orders (by the collation, or by bytes).
 //
 // Cost: an index range of partitions (queue_id, name) from $3, offset
 // included (index entries, not rows, for the ones skipped), then per
@@ -89,10 +99,9 @@ const browsePartitionsSQL = `-- herald:browse_partitions
 WITH pg AS (
 	SELECT p.id, p.name, p.created_at, p.last_offset, p.last_push_at
 	FROM partitions p
-	WHERE p.queue_id = $1::uuid AND p.name > $3::text
-	  AND ($4::text = '' OR strpos(lower(p.name), lower($4)) > 0)
-	  AND ` + "%s" + `
-	ORDER BY p.name
+	WHERE p.queue_id = $1::uuid AND %[1]s
+	  AND %[2]s
+	ORDER BY %[3]s
 	LIMIT $5 OFFSET $6
 )
 SELECT pg.id::text, pg.name, pg.created_at, pg.last_offset, pg.last_push_at, st.leased_at,
@@ -110,22 +119,63 @@ CROSS JOIN LATERAL (
 	                           ` + leasedUndoneSQL + ` AS leased) w
 	WHERE c.partition_id = pg.id
 ) st
-ORDER BY pg.name`
+ORDER BY %[4]s`
 
 // countPartitionsSQL counts what browsePartitionsSQL pages, $3 and the
-// paging left out. Cost: the queue's entries of partitions (queue_id,
-// name), and its rows only for a search or a scope (names are in the
-// index: an index-only scan when the visibility map allows).
+// paging left out: $3 is the search or the prefix, $6 the prefix's upper
+// bound. Cost: the queue's entries of partitions (queue_id, name), and
+// its rows only for a search or a scope (names are in the index: an
+// index-only scan when the visibility map allows); for a prefix, the
+// matching range of partitions_name_prefix.
 const countPartitionsSQL = `-- herald:count_partitions
 SELECT count(*) FROM partitions p
-WHERE p.queue_id = $1::uuid AND ($3::text = '' OR strpos(lower(p.name), lower($3)) > 0) AND ` + "%s"
+WHERE p.queue_id = $1::uuid AND %[1]s AND %[2]s`
+
+// The name conditions: by substring (any case) in the collation's order,
+// or by prefix in byte order, a range of partitions_name_prefix (the
+// COLLATE "C" of each comparison lets the planner use that index, with a
+// generic plan too: no LIKE pattern to read at planning).
+const (
+	bySearch      = `p.name > $3::text AND ($4::text = '' OR strpos(lower(p.name), lower($4)) > 0) AND $9::text IS NULL`
+	byPrefix      = `p.name COLLATE "C" > $3::text AND p.name COLLATE "C" >= $4::text AND p.name COLLATE "C" < $9::text`
+	countSearch   = `($3::text = '' OR strpos(lower(p.name), lower($3)) > 0) AND $6::text IS NULL`
+	countPrefix   = `p.name COLLATE "C" >= $3::text AND p.name COLLATE "C" < $6::text`
+	allPartitions = "$2::text IS NOT NULL AND $7::text[] IS NULL AND $8::text[] IS NULL"
+	allCounted    = "$2::text IS NOT NULL AND $4::text[] IS NULL AND $5::text[] IS NULL"
+	byBytes       = `p.name COLLATE "C"`
+)
 
 var (
-	browsePartitionsScoped = fmt.Sprintf(browsePartitionsSQL, inScope("$2::text", "p.name", 7, 8))
-	browsePartitionsAll    = fmt.Sprintf(browsePartitionsSQL, "$2::text IS NOT NULL AND $7::text[] IS NULL AND $8::text[] IS NULL")
-	countPartitionsScoped  = fmt.Sprintf(countPartitionsSQL, inScope("$2::text", "p.name", 4, 5))
-	countPartitionsAll     = fmt.Sprintf(countPartitionsSQL, "$2::text IS NOT NULL AND $4::text[] IS NULL AND $5::text[] IS NULL")
+	browsePartitionsScoped = fmt.Sprintf(browsePartitionsSQL, bySearch, inScope("$2::text", "p.name", 7, 8), "p.name", "pg.name")
+	browsePartitionsAll    = fmt.Sprintf(browsePartitionsSQL, bySearch, allPartitions, "p.name", "pg.name")
+	prefixPartitionsScoped = fmt.Sprintf(browsePartitionsSQL, byPrefix, inScope("$2::text", "p.name", 7, 8), byBytes, `pg.name COLLATE "C"`)
+	prefixPartitionsAll    = fmt.Sprintf(browsePartitionsSQL, byPrefix, allPartitions, byBytes, `pg.name COLLATE "C"`)
+	countPartitionsScoped  = fmt.Sprintf(countPartitionsSQL, countSearch, inScope("$2::text", "p.name", 4, 5))
+	countPartitionsAll     = fmt.Sprintf(countPartitionsSQL, countSearch, allCounted)
+	countPrefixScoped      = fmt.Sprintf(countPartitionsSQL, countPrefix, inScope("$2::text", "p.name", 4, 5))
+	countPrefixAll         = fmt.Sprintf(countPartitionsSQL, countPrefix, allCounted)
 )
+
+// prefixEnd is the least string above every string that starts with
+// prefix, in byte order: prefix with its last code point raised by one
+// (UTF-8's byte order is code point order), trailing U+10FFFF dropped
+// first. ok is false when there is none (prefix is all U+10FFFF).
+func prefixEnd(prefix string) (string, bool) {
+	rs := []rune(prefix)
+	for len(rs) > 0 {
+		last := rs[len(rs)-1]
+		if last < utf8.MaxRune {
+			next := last + 1
+			if next >= 0xD800 && next <= 0xDFFF {
+				next = 0xE000 // surrogates are no code points of a string
+			}
+			rs[len(rs)-1] = next
+			return string(rs), true
+		}
+		rs = rs[:len(rs)-1]
+	}
+	return "", false
+}
 
 // partitionGroupsSQL reads the consumer rows of some partitions. Cost: a
 // primary-key range per partition.
@@ -156,8 +206,19 @@ func (s *Store) BrowsePartitions(ctx context.Context, qry PartitionsQuery) (*Par
 	if err := checkPage(qry.Limit, qry.Offset); err != nil {
 		return nil, err
 	}
-	if err := errors.Join(validText("search", qry.Search), validText("after", qry.After)); err != nil {
+	if err := errors.Join(validText("search", qry.Search), validText("prefix", qry.Prefix), validText("after", qry.After)); err != nil {
 		return nil, inputErrorf("%v", err)
+	}
+	var end *string // the prefix's upper bound: nil without a prefix
+	if qry.Prefix != "" {
+		if qry.Search != "" {
+			return nil, inputErrorf("give search or prefix, not both")
+		}
+		e, ok := prefixEnd(qry.Prefix)
+		if !ok {
+			return nil, inputErrorf("prefix must hold a code point below U+10FFFF")
+		}
+		end = &e
 	}
 	if err := qry.Scope.validate(); err != nil {
 		return nil, err
@@ -182,6 +243,13 @@ func (s *Store) BrowsePartitions(ctx context.Context, qry PartitionsQuery) (*Par
 		if qry.Scope != nil {
 			totals, list1, count = queueTotalsScoped, browsePartitionsScoped, countPartitionsScoped
 		}
+		match := qry.Search
+		if end != nil {
+			match, list1, count = qry.Prefix, prefixPartitionsAll, countPrefixAll
+			if qry.Scope != nil {
+				list1, count = prefixPartitionsScoped, countPrefixScoped
+			}
+		}
 		var total, waiting, pending, processing, failed, dead int64
 		var grouped bool
 		if err := tx.QueryRow(ctx, totals, qs.ID, qry.Queue, a, b).Scan(&qs.Partitions, &total, &grouped, &waiting,
@@ -189,10 +257,10 @@ func (s *Store) BrowsePartitions(ctx context.Context, qry PartitionsQuery) (*Par
 			return fmt.Errorf("reading the figures of %s: %w", qry.Queue, err)
 		}
 		qs.Counts = figures(total, grouped, waiting, pending, processing, failed, dead)
-		if err := tx.QueryRow(ctx, count, qs.ID, qry.Queue, qry.Search, a, b).Scan(&page.Matching); err != nil {
+		if err := tx.QueryRow(ctx, count, qs.ID, qry.Queue, match, a, b, end).Scan(&page.Matching); err != nil {
 			return fmt.Errorf("counting partitions of %s: %w", qry.Queue, err)
 		}
-		rows, err := tx.Query(ctx, list1, qs.ID, qry.Queue, qry.After, qry.Search, qry.Limit, qry.Offset, a, b)
+		rows, err := tx.Query(ctx, list1, qs.ID, qry.Queue, qry.After, match, qry.Limit, qry.Offset, a, b, end)
 		if err != nil {
 			return fmt.Errorf("listing partitions of %s: %w", qry.Queue, err)
 		}

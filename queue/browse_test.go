@@ -188,10 +188,17 @@ func TestBrowse_DeleteOnlyDeadLetters(t *testing.T) {
 // plan's root. Arguments are literals; nil is NULL.
 func explainCustom(t *testing.T, s *queue.Store, sql string, args ...any) map[string]any {
 	t.Helper()
+	return explainMode(t, s, "force_custom_plan", sql, args...)
+}
+
+// explainMode is explainCustom with plan_cache_mode mode: force_generic_plan
+// shows the plan a pooled connection keeps for a statement it has run often.
+func explainMode(t *testing.T, s *queue.Store, mode, sql string, args ...any) map[string]any {
+	t.Helper()
 	tx, err := s.Pool().Begin(ctxT(t))
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctxT(t), "SET LOCAL plan_cache_mode = force_custom_plan")
+	_, err = tx.Exec(ctxT(t), "SET LOCAL plan_cache_mode = "+mode)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctxT(t), "PREPARE explained AS "+sql)
 	require.NoError(t, err)
@@ -257,10 +264,10 @@ func TestBrowse_QueueReadStaysIndexBacked(t *testing.T) {
 	bigID, smallID := id("big"), id("small")
 
 	// One page of 100 partitions: the same work in both queues.
-	smallPage := blocks(explainCustom(t, s, queue.BrowsePartitionsAllSQL, smallID, "small", "", "", 100, 0, nil, nil))
-	first := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "", "", 100, 0, nil, nil)
-	keyset := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "p77777", "", 100, 0, nil, nil)
-	offset := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "", "", 100, 50000, nil, nil)
+	smallPage := blocks(explainCustom(t, s, queue.BrowsePartitionsAllSQL, smallID, "small", "", "", 100, 0, nil, nil, nil))
+	first := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "", "", 100, 0, nil, nil, nil)
+	keyset := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "p77777", "", 100, 0, nil, nil, nil)
+	offset := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "", "", 100, 50000, nil, nil, nil)
 	t.Logf("a page of 100 partitions: %d blocks in a queue of 100; of %d: %d (first), %d (keyset), %d (offset 50,000)",
 		smallPage, big, blocks(first), blocks(keyset), blocks(offset))
 	for name, p := range map[string]map[string]any{"first": first, "keyset": keyset, "offset": offset} {

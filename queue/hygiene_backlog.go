@@ -91,8 +91,38 @@ FROM (SELECT queue_id, consumer_group, count(*) AS n FROM dead_letters GROUP BY 
 JOIN queues q ON q.id = d.queue_id
 ORDER BY d.n DESC, q.name, d.consumer_group`
 
-// sampleBacklog fills h.Backlog and h.DeadLetters.
+// BacklogSample is the backlog part of one hygiene sample and when it was
+// taken.
+type BacklogSample struct {
+	At          time.Time
+	Backlog     []GroupBacklog
+	DeadLetters []DeadLetterCount
+}
+
+// LatestBacklog returns the backlog of the latest hygiene sample
+// (RunHygieneLoop, SampleHygiene), so a reader costs no query: its
+// figures are up to one hygiene interval old. Before the first sample it
+// takes one (the same two bounded queries) and keeps it; concurrent
+// callers then share that one read.
+func (s *Store) LatestBacklog(ctx context.Context) (*BacklogSample, error) {
+	if b := s.lastBacklog.Load(); b != nil {
+		return b, nil
+	}
+	s.backlogFirst.Lock()
+	defer s.backlogFirst.Unlock()
+	if b := s.lastBacklog.Load(); b != nil {
+		return b, nil // taken while this caller waited
+	}
+	if err := s.sampleBacklog(ctx, &Hygiene{}); err != nil {
+		return nil, err
+	}
+	return s.lastBacklog.Load(), nil
+}
+
+// sampleBacklog fills h.Backlog and h.DeadLetters, and keeps them for
+// LatestBacklog.
 func (s *Store) sampleBacklog(ctx context.Context, h *Hygiene) error {
+	at := time.Now()
 	rows, err := s.pool.Query(ctx, backlogSQL, BacklogTop, BacklogAgeSample)
 	if err != nil {
 		return fmt.Errorf("reading consumer lag: %w", err)
@@ -115,5 +145,6 @@ func (s *Store) sampleBacklog(ctx context.Context, h *Hygiene) error {
 	if err != nil {
 		return fmt.Errorf("counting dead letters: %w", err)
 	}
+	s.lastBacklog.Store(&BacklogSample{At: at, Backlog: h.Backlog, DeadLetters: h.DeadLetters})
 	return nil
 }

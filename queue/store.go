@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -148,6 +149,11 @@ type Store struct {
 
 	partHits, partMisses, partEvictions atomic.Uint64
 	lastAnalyze                         atomic.Int64 // UnixNano of the last analyzeIfDue check
+	// lastBacklog is the backlog part of the latest hygiene sample, for
+	// LatestBacklog; backlogFirst serialises the one read taken before
+	// the hygiene loop's first sample (hygiene_backlog.go).
+	lastBacklog  atomic.Pointer[BacklogSample]
+	backlogFirst sync.Mutex
 }
 
 // partitionNamesCacheSize bounds the partition names kept for rights

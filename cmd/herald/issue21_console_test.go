@@ -57,6 +57,13 @@ func TestIssue21_Console(t *testing.T) {
 		assert.Contains(t, text(ctx, t, "#overview"), "shipping")
 		assert.Contains(t, text(ctx, t, "#overview"), "syncnet is off")
 		assert.NotEqual(t, "—", text(ctx, t, `#overview tr[data-queue="orders"] td:nth-child(5)`), "the oldest pending age")
+		assert.Equal(t, "3", text(ctx, t, `#overview tr[data-queue="orders"] td:nth-child(9)`), "orders' dead letters (/status/backlog)")
+		assert.Equal(t, "3", text(ctx, t, `#overview tr[data-group="billing"][data-queue="orders"] td:nth-child(6)`), "billing's dead letters")
+		assert.NotEqual(t, "—", text(ctx, t, `#overview tr[data-group="billing"][data-queue="orders"] td:nth-child(5)`),
+			"billing's oldest pending age")
+		assert.True(t, evalJS[bool](ctx, t, `(() => { const rs = performance.getEntriesByType("resource").map((e) => e.name);
+			return rs.some((n) => n.includes("/api/v1/status/backlog")) && !rs.some((n) => n.includes("/internal/api/status?queue=")); })()`),
+			"one backlog call per refresh, no status call per queue")
 		assert.True(t, evalJS[bool](ctx, t, `!!document.querySelector('#overview tr[data-queue="orders"] td:nth-child(6) svg.spark polyline')`),
 			"orders' push rate is drawn (/api/v1/status/rates)")
 		assertAllLabelled(ctx, t)
@@ -74,13 +81,32 @@ func TestIssue21_Console(t *testing.T) {
 		goTo(ctx, t, "#/queue/big", `!!document.querySelector("#partitions .page-of")`)
 		assert.Equal(t, "page 1 of 40 (2,000 partitions)", text(ctx, t, "#partitions .page-of"))
 		assert.Equal(t, 50, evalJS[int](ctx, t, `document.querySelectorAll("#partitions tbody tr").length`), "one page, not 2,000 rows")
+		// Keyset pages: Next asks for the names after the page's last, Previous goes back.
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#partitions .pager button:last-child"))))
+		waitJS(ctx, t, "page 2", `document.querySelector("#partitions .page-of")?.textContent === "page 2 of 40 (2,000 partitions)"`)
+		assert.Equal(t, "p-0050", text(ctx, t, "#partitions tbody tr td:first-child"))
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#partitions .pager button:last-child"))))
+		waitJS(ctx, t, "page 3", `document.querySelector("#partitions .page-of")?.textContent === "page 3 of 40 (2,000 partitions)"`)
+		assert.Equal(t, "p-0100", text(ctx, t, "#partitions tbody tr td:first-child"))
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#partitions .pager button:first-child"))))
+		waitJS(ctx, t, "back to page 2", `document.querySelector("#partitions .page-of")?.textContent === "page 2 of 40 (2,000 partitions)"`)
+		assert.Equal(t, "p-0050", text(ctx, t, "#partitions tbody tr td:first-child"))
+		assert.True(t, evalJS[bool](ctx, t, `(() => { const rs = performance.getEntriesByType("resource").map((e) => e.name)
+			.filter((n) => n.includes("/api/v1/resources/partitions?"));
+			return rs.some((n) => n.includes("after=p-0099")) && !rs.some((n) => n.includes("offset=")); })()`),
+			"pages by keyset (after), never by offset")
 		require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#partition-search"), "p-1234"),
 			chromedp.Click(chromedp.CSS(`form[role="search"] button`))))
 		waitJS(ctx, t, "the search's page", `document.querySelector("#partitions .page-of")?.textContent === "page 1 of 1 (1 matching)"`)
 		assert.Equal(t, "p-1234", text(ctx, t, "#partitions tbody tr td:first-child"))
 		assert.True(t, evalJS[bool](ctx, t, `performance.getEntriesByType("resource").some((e) =>
-			e.name.includes("/api/v1/resources/partitions?") && e.name.includes("search=p-1234") && e.name.includes("limit=50"))`),
-			"the search ran on the server, a page at a time")
+			e.name.includes("/api/v1/resources/partitions?") && e.name.includes("prefix=p-1234") && e.name.includes("limit=50"))`),
+			"the search ran on the server by prefix (an index range), a page at a time")
+		// "contains": a substring, any case.
+		require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#partition-search"), "P-199"),
+			chromedp.Click(chromedp.CSS("#partition-contains")), chromedp.Click(chromedp.CSS(`form[role="search"] button`))))
+		waitJS(ctx, t, "the substring's page", `document.querySelector("#partitions .page-of")?.textContent === "page 1 of 1 (10 matching)"`)
+		assert.Equal(t, "p-1990", text(ctx, t, "#partitions tbody tr td:first-child"))
 
 		// orders: each group's cursor and lag, shipping's live lease on asia.
 		goTo(ctx, t, "#/queue/orders", `!!document.querySelector('#partitions tr[data-partition="asia"]')`)

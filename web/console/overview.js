@@ -1,12 +1,13 @@
 // overview.js: the console's first page, refreshed every 5 s (pausable):
-// totals, queues with depth, oldest pending age and push/ack rates, groups
-// with their lag, the DLQ count and the instances.
-import { ago, api, count, duration, enc, exact, get } from "./api.js";
+// totals, queues with depth, oldest pending age, dead letters and push/ack
+// rates, groups with their lag, the DLQ count and the instances. Lag,
+// oldest pending age and dead letters per (queue, group) come from one
+// call, /status/backlog: the hygiene loop's latest sample (up to 30 s old,
+// the 100 pairs with the most waiting), which costs the server no query.
+import { ago, count, duration, enc, exact, get } from "./api.js";
 import { badge, errorBox, h, link, section, sparkline, stat, table } from "./ui.js";
 
 const REFRESH_MS = 5000;
-// Queues whose groups' exact lag is read (one status call each per refresh).
-const LAG_QUEUES = 25;
 let paused = false;
 
 /** render(root) draws the overview and refreshes it until the returned stop is called. */
@@ -59,20 +60,18 @@ async function load() {
     queues: get("/resources/queues", { limit: 200 }),
     rates: get("/status/rates"),
     groups: get("/consumer-groups"),
-    lagging: get("/consumer-groups/lagging", { minLagSeconds: 0, limit: 1000 }),
+    backlog: get("/status/backlog"),
     dlq: get("/dlq", { limit: 1 }),
     maint: get("/system/maintenance"),
     shared: get("/system/shared-state"),
   });
   const queues = r.queues.ok?.queues ?? [];
-  // Exact lag per group, from the per-queue status (admin).
-  const names = [...new Set([...queues.map((q) => q.name), ...(r.groups.ok ?? []).map((g) => g.queueName)])].slice(0, LAG_QUEUES);
-  const status = await settle(Object.fromEntries(names.map((n) => [n, api("GET", `/internal/api/status?queue=${enc(n)}`)])));
+  const backlog = r.backlog.ok ? backlogIndex(r.backlog.ok) : null;
   return [
     totals(r),
     maintenanceBanner(r.maint),
-    queuesSection(r, queues),
-    groupsSection(r, status),
+    queuesSection(r, queues, backlog),
+    groupsSection(r, backlog),
     instancesSection(r.shared),
   ].filter(Boolean);
 }
@@ -123,10 +122,48 @@ function rateCell(values, what, seconds) {
     ` ${count(perSec)}/s`), title: `${what} on this instance: ${values.join(", ")} per ${seconds} s, oldest first; the rate is the last minute's mean` };
 }
 
-function queuesSection(r, queues) {
+// backlogIndex reads /status/backlog's answer: each pair by "queue\u0000group",
+// and per queue the oldest pending age (the oldest over its groups; null when
+// none waits) and the dead letters (summed over its groups). full says the
+// sample reached its bound: a pair absent from it may lag all the same.
+function backlogIndex(ans) {
+  const pairs = new Map();
+  const queues = new Map();
+  for (const g of ans.groups ?? []) {
+    pairs.set(`${g.queue}\u0000${g.group}`, g);
+    const q = queues.get(g.queue) ?? { oldest: null, deadLetters: 0 };
+    if (g.oldestPendingAgeSeconds != null) q.oldest = Math.max(q.oldest ?? 0, g.oldestPendingAgeSeconds);
+    q.deadLetters += g.deadLetters;
+    queues.set(g.queue, q);
+  }
+  return { pairs, queues, full: (ans.groups ?? []).filter((g) => g.lag > 0).length >= (ans.top ?? 100), sampledAt: ans.sampledAt };
+}
+
+// sampled: the tooltip's note on how fresh the backlog figures are.
+function sampled(b) {
+  return `sampled ${ago(b.sampledAt)} (the server samples every 30 s)`;
+}
+
+// oldestCell: a queue's oldest pending age from the backlog sample.
+function oldestCell(b, name, read) {
+  if (!b) return { v: "—", title: "backlog unavailable" };
+  const q = b.queues.get(name);
+  if (q?.oldest != null) return { v: duration(q.oldest), title: `age of the oldest message a group waits for; ${sampled(b)}` };
+  if (!read) return { v: "no group", title: "no consumer group reads this queue yet", className: "muted" };
+  if (b.full) return { v: "—", title: "not among the 100 groups with the most waiting" };
+  return { v: "0\u00a0s", title: `every group is up to date; ${sampled(b)}` };
+}
+
+// deadLettersCell: a queue's dead letters over its groups, linked to the list.
+function deadLettersCell(b, name) {
+  if (!b) return { v: "—", title: "backlog unavailable" };
+  const n = b.queues.get(name)?.deadLetters ?? 0;
+  if (!n) return { v: "0", title: `no dead letter; ${sampled(b)}`, className: "muted" };
+  return { v: link(`#/dlq?queue=${enc(name)}`, count(n)), title: `${exact(n)} dead letters over its groups; ${sampled(b)}` };
+}
+
+function queuesSection(r, queues, backlog) {
   if (r.queues.err) return section("Queues", errorBox(r.queues.err, "Queues"));
-  const oldest = {};
-  for (const l of r.lagging.ok ?? []) oldest[l.queue_name] = Math.max(oldest[l.queue_name] ?? 0, l.time_lag_seconds ?? 0);
   const rates = r.rates.ok ? rateSeries(r.rates.ok) : null;
   const read = new Set((r.groups.ok ?? []).map((g) => g.queueName));
   const interval = r.rates.ok?.intervalSeconds ?? 10;
@@ -137,13 +174,11 @@ function queuesSection(r, queues) {
       { v: count(q.partitions), title: exact(q.partitions) },
       { v: count(q.messages.pending), title: `${exact(q.messages.pending)} waiting, not leased` },
       { v: count(q.messages.processing), title: exact(q.messages.processing) },
-      q.name in oldest
-        ? { v: duration(oldest[q.name]), title: "age of the oldest message a group waits for" }
-        : { v: read.has(q.name) ? "0\u00a0s" : "no group", title: read.has(q.name) ? "every group is up to date" : "no consumer group reads this queue yet",
-          className: read.has(q.name) ? "" : "muted" },
+      oldestCell(backlog, q.name, read.has(q.name)),
       rates ? rateCell(rates[q.name]?.pushed, "pushed", interval) : "—",
       rates ? rateCell(rates[q.name]?.acked, "acked", interval) : "—",
       { v: count(q.messages.total), title: `${exact(q.messages.total)} pushed ever` },
+      deadLettersCell(backlog, q.name),
     ],
   }));
   const more = r.queues.ok.pagination?.total > queues.length
@@ -151,29 +186,38 @@ function queuesSection(r, queues) {
   const ratesNote = r.rates.err
     ? h("p", { className: "muted small" }, `Rates unavailable: ${r.rates.err.status === 404 ? "this server has no /api/v1/status/rates" : r.rates.err.message}.`)
     : null;
+  const backlogNote = r.backlog.err
+    ? h("p", { className: "muted small" }, `Backlog unavailable: ${r.backlog.err.status === 404 ? "this server has no /api/v1/status/backlog" : r.backlog.err.message}.`)
+    : null;
   return section("Queues", table({
     caption: "Queues",
     className: "queues",
     columns: [{ label: "queue" }, { label: "partitions", num: true }, { label: "depth", num: true, title: "pending: waiting, not leased" },
       { label: "processing", num: true }, { label: "oldest pending", num: true }, { label: "push rate", num: true },
-      { label: "ack rate", num: true }, { label: "total", num: true }],
+      { label: "ack rate", num: true }, { label: "total", num: true }, { label: "dead letters", num: true }],
     rows,
     empty: "No queue yet: a push or a subscription creates one.",
-  }), more, ratesNote);
+  }), more, ratesNote, backlogNote);
 }
 
-function groupsSection(r, status) {
+function groupsSection(r, backlog) {
   if (r.groups.err) return section("Consumer groups", errorBox(r.groups.err, "Consumer groups"));
   const rows = r.groups.ok.map((g) => {
-    const st = status[g.queueName]?.ok?.queue?.groups?.find((x) => x.group === g.name);
+    const b = backlog?.pairs.get(`${g.queueName}\u0000${g.name}`);
+    // A pair absent from a sample that did not reach its bound has nothing waiting.
+    const known = b || (backlog && !backlog.full);
+    const fresh = backlog ? `; ${sampled(backlog)}` : "";
     return {
       attrs: { dataset: { group: g.name, queue: g.queueName } },
       cells: [
         link(`#/group/${enc(g.name)}`, g.name),
         link(`#/queue/${enc(g.queueName)}`, g.queueName),
-        st ? { v: count(st.lag), title: `${exact(st.lag)} messages not finished` } : "—",
+        known ? { v: count(b?.lag ?? 0), title: `${exact(b?.lag ?? 0)} messages not finished${fresh}` } : "—",
         { v: count(g.partitionsWithLag), title: `of ${exact(g.members)} partitions` },
-        st ? count(st.leased) : "—",
+        b?.oldestPendingAgeSeconds != null
+          ? { v: duration(b.oldestPendingAgeSeconds), title: `age of the oldest message it has not finished${fresh}` }
+          : known ? { v: "—", title: `nothing waits${fresh}`, className: "muted" } : "—",
+        known ? { v: count(b?.deadLetters ?? 0), title: `dead letters of this group${fresh}` } : "—",
         { v: duration(g.maxTimeLag), title: "age of the newest message it has not finished (a lower bound of its lag in time)" },
         badge(g.state, g.state === "Lagging" ? "warn" : g.state === "Dead" ? "muted" : "ok"),
       ],
@@ -183,7 +227,7 @@ function groupsSection(r, status) {
     caption: "Consumer groups",
     className: "groups",
     columns: [{ label: "group" }, { label: "queue" }, { label: "lag", num: true }, { label: "partitions lagging", num: true },
-      { label: "leased", num: true }, { label: "time lag", num: true }, { label: "state" }],
+      { label: "oldest pending", num: true }, { label: "dead letters", num: true }, { label: "time lag", num: true }, { label: "state" }],
     rows,
     empty: "No consumer group has read anything yet.",
   }));

@@ -1,16 +1,36 @@
 // queue.js: one queue: its totals, each group's lag, and its partitions a
 // page at a time, searchable by name: the server pages and searches
 // (/resources/partitions), so a queue of 100,000 partitions costs one page.
+// Pages follow each other by keyset (after: the last name of the page
+// before), never by offset, which the server caps and which costs the
+// index entries it skips; Previous pops a stack of the after cursors that
+// led here. The search is by prefix (an index range) unless "contains" is
+// ticked (a substring, any case: it reads every partition of the queue).
 import { ago, api, count, enc, exact, get, query } from "./api.js";
 import { badge, errorBox, h, link, pager, section, stat, table } from "./ui.js";
 
 const PAGE = 50;
 
-/** render(root, {args: [queue], params: {search, offset}}) draws a queue's page. */
+// trail is the after cursor of each page up to the one shown, for one
+// queue and search: cursors[i] opened page i + 1 ("" the first).
+let trail = { key: "", cursors: [""] };
+
+/** render(root, {args: [queue], params: {search, contains, after, page}}) draws a queue's page. */
 export async function render(root, { args, params }) {
   const name = args[0];
   const search = params.search ?? "";
-  const offset = Math.max(0, Number(params.offset) || 0);
+  const contains = params.contains === "1";
+  const after = params.after ?? "";
+  let page = Math.max(1, Math.floor(Number(params.page)) || 1);
+  const key = JSON.stringify([name, search, contains]);
+  if (trail.key !== key) trail = { key, cursors: [""] };
+  if (trail.cursors[page - 1] !== after) {
+    // Opened from a link or a reload: the pages before are not known; a
+    // Previous from here goes to the first.
+    page = after ? 2 : 1;
+    trail.cursors = after ? ["", after] : [""];
+  }
+  trail.cursors.length = page;
   root.append(h("div", { className: "page-head" },
     h("h1", {}, h("span", { className: "muted" }, "Queue "), name),
     h("div", { className: "tools" }, link(`#/dlq?queue=${enc(name)}`, "Dead letters of this queue"))));
@@ -44,24 +64,31 @@ export async function render(root, { args, params }) {
     root.append(section("Consumer groups", errorBox(status.reason, "Group lag")));
   }
 
-  const input = h("input", { id: "partition-search", name: "search", type: "search", value: search, placeholder: "part of a name", autocomplete: "off" });
+  const input = h("input", { id: "partition-search", name: "search", type: "search", value: search, placeholder: "start of a name", autocomplete: "off" });
+  const anywhere = h("input", { id: "partition-contains", type: "checkbox", checked: contains });
   const form = h("form", { className: "inline-form", role: "search", on: {
     submit: (ev) => {
       ev.preventDefault();
-      location.hash = `#/queue/${enc(name)}${query({ search: input.value.trim() })}`;
+      location.hash = `#/queue/${enc(name)}${query({ search: input.value.trim(), contains: anywhere.checked ? "1" : "" })}`;
     },
-  } }, h("label", { for: "partition-search" }, "Search partitions"), input, h("button", { type: "submit" }, "Search"));
+  } }, h("label", { for: "partition-search" }, "Search partitions"), input,
+  h("label", { className: "check", title: "a substring, any case: reads every partition of the queue (slow past 100,000)" },
+    anywhere, " contains"),
+  h("button", { type: "submit" }, "Search"));
   const list = h("div", { id: "partitions" }, h("p", { className: "muted" }, "Loading partitions…"));
   root.append(section("Partitions", form, list));
 
   try {
-    const page = await get("/resources/partitions", { queue: name, search, limit: PAGE, offset });
-    const go = (o) => {
-      location.hash = `#/queue/${enc(name)}${query({ search, offset: o || "" })}`;
+    const ans = await get("/resources/partitions", { queue: name, [contains ? "search" : "prefix"]: search, after, limit: PAGE });
+    const go = (p, cursor) => {
+      location.hash = `#/queue/${enc(name)}${query({ search, contains: contains ? "1" : "", after: cursor, page: p > 1 ? p : "" })}`;
     };
+    const next = ans.pagination.next;
     list.replaceChildren(
-      pager({ offset, limit: PAGE, total: page.pagination.total, go, noun: search ? "matching" : "partitions" }),
-      partitionsTable(name, page.partitions, search),
+      pager({ page, limit: PAGE, total: ans.pagination.total, noun: search ? "matching" : "partitions",
+        prev: page > 1 ? () => go(page - 1, trail.cursors[page - 2]) : null,
+        next: next ? () => { trail.cursors[page] = next; go(page + 1, next); } : null }),
+      partitionsTable(name, ans.partitions, search),
     );
   } catch (e) {
     list.replaceChildren(errorBox(e, "Reading the partitions"));

@@ -141,16 +141,23 @@ export function notice(text, kind = "ok") {
 
 /**
  * pager({offset, limit, total, go(offset)}) → "page 3 of 40 (1,990 items)"
- * with Previous and Next buttons.
+ * with Previous and Next buttons. For keyset paging give page, prev and
+ * next instead of offset and go (prev, next: functions, or null when
+ * there is no such page).
  */
-export function pager({ offset, limit, total, go, noun = "items" }) {
+export function pager({ offset = 0, limit, total, go, noun = "items", page, prev, next }) {
   const pages = Math.max(1, Math.ceil(total / limit));
-  const page = Math.floor(offset / limit) + 1;
+  const keyset = page !== undefined;
+  if (!keyset) {
+    page = Math.floor(offset / limit) + 1;
+    prev = offset > 0 ? () => go(Math.max(0, offset - limit)) : null;
+    next = offset + limit < total ? () => go(offset + limit) : null;
+  }
   return h("div", { className: "pager" },
-    h("button", { type: "button", className: "secondary", disabled: offset <= 0, on: { click: () => go(Math.max(0, offset - limit)) } }, "‹ Previous"),
+    h("button", { type: "button", className: "secondary", disabled: !prev, on: { click: () => prev?.() } }, "‹ Previous"),
     h("span", { className: "page-of", "aria-live": "polite" },
       `page ${page.toLocaleString("en-US")} of ${pages.toLocaleString("en-US")} (${total.toLocaleString("en-US")} ${noun})`),
-    h("button", { type: "button", className: "secondary", disabled: offset + limit >= total, on: { click: () => go(offset + limit) } }, "Next ›"));
+    h("button", { type: "button", className: "secondary", disabled: !next || page >= pages, on: { click: () => next?.() } }, "Next ›"));
 }
 
 /** section(title, ...children) → a titled card. */

@@ -1,4 +1,4 @@
-.PHONY: run test lint bench bench-go bench-peers build demo chaos chaos-short
+.PHONY: check-monitoring run test lint bench bench-go bench-peers build demo chaos chaos-short
 
 run:
 	go run ./cmd/herald
@@ -46,3 +46,8 @@ bench-peers: build
 
 build:
 	go build -o bin/herald ./cmd/herald
+
+# The alert rules through Prometheus's own checker (builds promtool once,
+# a few minutes; not part of make test, which checks every metric they use).
+check-monitoring:
+	go run github.com/prometheus/prometheus/cmd/promtool@v0.316.0 check rules deploy/prometheus/alerts.yml

@@ -29,10 +29,11 @@ import (
 // MaxDLQSelection bounds how many dead letters one replay or purge acts on.
 const MaxDLQSelection = 10000
 
-// MaxReplayDistance bounds how far behind its group's cursor a replayed
-// offset may lie: every offset between them goes into the consumer row's
-// done array, which each pop and ack of the pair reads whole, so it must
-// stay small (50,000 offsets are 400 kB of bigint).
+// MaxReplayDistance bounds the consumer row's done array a replay leaves:
+// every offset between the replayed one and the cursor joins it, and each
+// pop and ack of the pair reads it whole, so it must stay small (50,000
+// offsets are 400 kB of bigint). Offsets already there count too, so that
+// replays one after the other cannot grow it past the bound.
 const MaxReplayDistance = 50000
 
 // Replay and purge outcomes (DLQOutcome.Status, Reason).
@@ -50,9 +51,13 @@ const (
 	// moving its cursor under the holder would change what its acks mean.
 	// Nothing changed: retry later.
 	ReasonLeased = "leased"
-	// ReasonTooFar: the offset lies more than MaxReplayDistance behind the
-	// group's cursor.
+	// ReasonTooFar: the done array would grow past MaxReplayDistance (the
+	// offset lies that far behind the group's cursor, with what is done
+	// already).
 	ReasonTooFar = "too_far"
+	// ReasonExpired: the queue's maxWaitTimeSeconds has passed for the
+	// message; put back, the next retention run would dead-letter it again.
+	ReasonExpired = "expired"
 	// ReasonGroupGone: the group has no position on the partition any more
 	// (it was deleted); the dead letter stays.
 	ReasonGroupGone = "group_gone"

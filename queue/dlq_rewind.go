@@ -71,7 +71,7 @@ type replayPlan struct {
 // group's next pop would (a failed attempt of the first pending offset):
 // left in place, that pop would charge the attempt to the replayed offset,
 // now the first pending one.
-func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*replayRow, msgs map[messageKey]bool) replayPlan {
+func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*replayRow, msgs map[messageKey]storedMessage) replayPlan {
 	plan := replayPlan{items: make([]DLQOutcome, 0, len(refs))}
 	touched := map[consumerKey]bool{}
 	for _, r := range refs {
@@ -86,9 +86,11 @@ func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*rep
 			o.Reason = ReasonGroupGone
 		case row.live:
 			o.Reason = ReasonLeased
-		case !msgs[messageKey{r.PartitionID, r.seq}]:
+		case !msgs[messageKey{r.PartitionID, r.seq}].stored:
 			o.Reason = ReasonMessageGone
-		case row.st.cursor-r.seq > MaxReplayDistance:
+		case msgs[messageKey{r.PartitionID, r.seq}].expired:
+			o.Reason = ReasonExpired
+		case row.st.cursor-r.seq+int64(len(row.st.done)) > MaxReplayDistance:
 			o.Reason = ReasonTooFar
 		default:
 			if row.st.leaseID != "" {
@@ -151,10 +153,18 @@ FOR UPDATE OF c`
 // that retention (which skips locked rows) keeps them until the replay
 // commits.
 const replayMessagesSQL = `-- herald:dlq_replay_messages
-SELECT m.partition_id::text, m.seq FROM messages m
+SELECT m.partition_id::text, m.seq,
+       q.max_wait_time_seconds > 0 AND m.created_at < now() - make_interval(secs => q.max_wait_time_seconds)
+FROM messages m
 JOIN unnest($1::uuid[], $2::bigint[]) AS u(pid, seq) ON m.partition_id = u.pid AND m.seq = u.seq
+JOIN partitions p ON p.id = m.partition_id
+JOIN queues q ON q.id = p.queue_id
 ORDER BY m.partition_id, m.seq
 FOR KEY SHARE OF m`
+
+// storedMessage is what replay learns of a selected message: that it is
+// still stored, and whether its queue's maxWaitTimeSeconds has passed.
+type storedMessage struct{ stored, expired bool }
 
 // ReplayDeadLetters puts the selected dead letters back: each message is
 // pending again for its own consumer group only, on its own partition, in
@@ -251,7 +261,7 @@ func lockReplayRows(ctx context.Context, tx pgx.Tx, refs []dlqRef) (map[consumer
 	return out, nil
 }
 
-func lockReplayMessages(ctx context.Context, tx pgx.Tx, refs []dlqRef) (map[messageKey]bool, error) {
+func lockReplayMessages(ctx context.Context, tx pgx.Tx, refs []dlqRef) (map[messageKey]storedMessage, error) {
 	pids := make([]string, len(refs))
 	seqs := make([]int64, len(refs))
 	for i, r := range refs {
@@ -262,13 +272,14 @@ func lockReplayMessages(ctx context.Context, tx pgx.Tx, refs []dlqRef) (map[mess
 		return nil, fmt.Errorf("locking messages: %w", err)
 	}
 	defer rows.Close()
-	out := map[messageKey]bool{}
+	out := map[messageKey]storedMessage{}
 	for rows.Next() {
 		var k messageKey
-		if err := rows.Scan(&k.partitionID, &k.seq); err != nil {
+		var expired bool
+		if err := rows.Scan(&k.partitionID, &k.seq, &expired); err != nil {
 			return nil, fmt.Errorf("locking messages: %w", err)
 		}
-		out[k] = true
+		out[k] = storedMessage{stored: true, expired: expired}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("locking messages: %w", err)

@@ -80,19 +80,27 @@ func TestIssue21_DecideReplay(t *testing.T) {
 		{"p4", "g"}:       {st: cursorState{cursor: 5, leaseID: "X", leaseFrom: 6, leaseTo: 7}, retryLimit: 0},
 		{"p1", "another"}: {st: cursorState{cursor: 10}},
 	}
-	msgs := map[messageKey]bool{{"p1", 4}: true, {"p1", 8}: true, {"p2", 2}: true, {"p3", 5}: true, {"p4", 3}: true}
+	// p7: two replays far apart on one row; each alone within the bound,
+	// the second would take the done array past it (30,000 + 24,999).
+	rows[consumerKey{"p7", "g"}] = &replayRow{st: cursorState{cursor: 60000}}
+	msgs := map[messageKey]storedMessage{{"p1", 4}: {stored: true}, {"p1", 8}: {stored: true}, {"p2", 2}: {stored: true},
+		{"p3", 5}: {stored: true}, {"p4", 3}: {stored: true}, {"p1", 2}: {stored: true, expired: true},
+		{"p7", 30000}: {stored: true}, {"p7", 5000}: {stored: true}}
 	refs := []dlqRef{ref(1, "p1", "g", 4), ref(2, "p1", "g", 8), ref(3, "p2", "g", 2), ref(4, "p1", "g", 9),
-		ref(5, "p3", "g", 5), ref(6, "p9", "g", 1), ref(7, "p4", "g", 3), ref(8, "p1", "g", 4)}
-	there := map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true}
+		ref(5, "p3", "g", 5), ref(6, "p9", "g", 1), ref(7, "p4", "g", 3), ref(8, "p1", "g", 4), ref(9, "p1", "g", 2),
+		ref(10, "p7", "g", 30000), ref(11, "p7", "g", 5000)}
+	there := map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 9: true, 10: true, 11: true}
 	plan := decideReplay(refs, there, rows, msgs)
 	got := map[int64]string{}
 	for _, o := range plan.items {
 		got[o.ID] = o.Status + " " + o.Reason
 	}
 	assert.Equal(t, map[int64]string{1: "replayed ", 2: "replayed ", 3: "skipped leased", 4: "skipped message_gone",
-		5: "skipped too_far", 6: "skipped group_gone", 7: "replayed ", 8: "skipped not_found"}, got)
-	assert.Equal(t, []int64{1, 2, 7}, plan.replayed)
-	assert.Equal(t, []consumerKey{{"p1", "g"}, {"p4", "g"}}, plan.rows)
+		5: "skipped too_far", 6: "skipped group_gone", 7: "replayed ", 8: "skipped not_found", 9: "skipped expired",
+		10: "replayed ", 11: "skipped too_far"}, got)
+	assert.Equal(t, []int64{1, 2, 7, 10}, plan.replayed)
+	assert.Equal(t, []consumerKey{{"p1", "g"}, {"p4", "g"}, {"p7", "g"}}, plan.rows)
+	assert.Len(t, rows[consumerKey{"p7", "g"}].st.done, 30000, "the bound holds over replays one after the other")
 	p1 := rows[consumerKey{"p1", "g"}].st
 	assert.Equal(t, int64(3), p1.cursor)
 	assert.Equal(t, []int64{5, 6, 7, 9, 10}, p1.done, "4 and 8 pending again, the rest finished")

@@ -149,6 +149,16 @@ func TestIssue21_DLQReplaySkips(t *testing.T) {
 	assert.Equal(t, queue.ReasonMessageGone, res.Items[0].Reason)
 	assert.Contains(t, deadLetters(t, s, "g"), 3)
 
+	// expired: the queue's maxWaitTimeSeconds has passed for the message
+	// (retention would dead-letter it again); the dead letter stays.
+	exec(t, s, `UPDATE queues SET max_wait_time_seconds = 60 WHERE name = 'q'`)
+	exec(t, s, `UPDATE messages SET created_at = now() - interval '2 minutes' WHERE seq = 4`)
+	res, err = s.ReplayDeadLetters(ctxT(t), queue.DLQSelection{IDs: rowIDs(t, dl[4])})
+	require.NoError(t, err)
+	assert.Equal(t, queue.ReasonExpired, res.Items[0].Reason)
+	assert.Contains(t, deadLetters(t, s, "g"), 4)
+	exec(t, s, `UPDATE queues SET max_wait_time_seconds = 0 WHERE name = 'q'`)
+
 	// too_far: the cursor stands more than MaxReplayDistance past it.
 	exec(t, s, `UPDATE consumers SET cursor = cursor + $1 WHERE consumer_group = 'g'`, queue.MaxReplayDistance)
 	res, err = s.ReplayDeadLetters(ctxT(t), queue.DLQSelection{IDs: rowIDs(t, dl[4])})

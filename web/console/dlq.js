@@ -196,6 +196,7 @@ const reasons = {
   not_found: "no such dead letter any more (replayed or purged before)",
   message_gone: "retention or a delete removed the message: it cannot be put back in its place",
   too_far: "the group's cursor is over 50,000 offsets past it: push its payload again instead",
+  expired: "the queue's maxWaitTimeSeconds has passed for it: retention would dead-letter it again; push its payload again or raise maxWaitTimeSeconds",
   group_gone: "the group was deleted from that partition",
 };
 

@@ -107,7 +107,8 @@ func (s *Server) handleDLQOne(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !rightsOf(r.Context()).MayConsume(d.Queue, d.Partition) {
-		s.fail(w, forbidden("this token may not consume %s", joinQP(d.Queue, d.Partition)))
+		// As if it did not exist: another tenant's ids are not confirmed.
+		writeError(w, http.StatusNotFound, "Dead letter not found")
 		return
 	}
 	writeJSON(w, http.StatusOK, dlqJSON(*d))
@@ -273,14 +274,6 @@ func dlqActAnswer(w http.ResponseWriter, act *dlqAct, res *queue.DLQActResult, d
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) dlqActFail(w http.ResponseWriter, err error) {
-	if errors.Is(err, queue.ErrDLQForbidden) {
-		s.fail(w, forbidden("this token may not consume the queue or partition of a dead letter named: nothing was done"))
-		return
-	}
-	s.fail(w, err)
-}
-
 func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) {
 	act, err := parseDLQAct(r)
 	if err == nil {
@@ -292,7 +285,7 @@ func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.store.ReplayDeadLetters(r.Context(), act.sel)
 	if err != nil {
-		s.dlqActFail(w, err)
+		s.fail(w, err)
 		return
 	}
 	s.afterReplay(res)
@@ -342,7 +335,7 @@ func (s *Server) handleDLQPurge(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.store.PurgeDeadLetters(r.Context(), act.sel)
 	if err != nil {
-		s.dlqActFail(w, err)
+		s.fail(w, err)
 		return
 	}
 	for q, n := range res.Done {

@@ -70,15 +70,12 @@ type DLQSelection struct {
 	IDs    []int64
 	Filter DLQQuery
 	Limit  int // 1..MaxDLQSelection; zero means 1,000
-	// Allow, when set, must allow the queue and partition of every dead
-	// letter selected, or nothing is done (ErrDLQForbidden): the rights of
-	// a token, checked on what the selection finds.
+	// Allow, when set, is the rights of a token, checked on what the
+	// selection finds: a dead letter it does not allow is treated as one
+	// that does not exist (not_found), so that a token learns nothing of
+	// another tenant's dead letters, not even that an id exists.
 	Allow func(queue, partition string) bool
 }
-
-// ErrDLQForbidden: a dead letter selected lies outside DLQSelection.Allow;
-// nothing was changed.
-var ErrDLQForbidden = errors.New("a dead letter selected lies outside the allowed queues and partitions")
 
 // DLQOutcome is what became of one dead letter.
 type DLQOutcome struct {
@@ -159,7 +156,7 @@ func selectDeadLetters(ctx context.Context, q querier, sel DLQSelection) ([]dlqR
 			return nil, fmt.Errorf("selecting dead letters: %w", err)
 		}
 		if sel.Allow != nil && !sel.Allow(r.Queue, r.Partition) {
-			return nil, ErrDLQForbidden
+			continue // as if it did not exist
 		}
 		out = append(out, r)
 	}
@@ -264,8 +261,8 @@ func (s *Store) dlqTx(ctx context.Context, what string, f func(pgx.Tx) error) er
 			break
 		}
 	}
-	if err != nil && !errors.Is(err, ErrDLQForbidden) {
+	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	return err
+	return nil
 }

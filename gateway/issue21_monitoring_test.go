@@ -77,6 +77,12 @@ func TestIssue21_DashboardAndAlertsUseRealMetrics(t *testing.T) {
 		t.Errorf("%s is used by the dashboard or the alerts but is not in /metrics", name)
 	}
 	t.Logf("%d metric names used; registered with no series in this run: %v", len(metricNames(exprs)), byDescriptor)
+	labels := familyLabels(t, in.Registry())
+	for _, expr := range exprs {
+		for _, bad := range unknownLabels(expr, labels) {
+			t.Errorf("%s: %s", bad, expr)
+		}
+	}
 	for _, name := range []string{"herald_consumer_lag_messages", "herald_oldest_pending_age_seconds", "herald_dead_letters",
 		"herald_delivery_latency_seconds", "herald_messages_dead_lettered_total", "herald_messages_duplicate_total"} {
 		assert.Contains(t, families, name, "the traffic makes %s appear", name)
@@ -401,3 +407,88 @@ func (p probe) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (p probe) Collect(chan<- prometheus.Metric) {}
+
+// familyLabels are the label names each gathered family's series carry
+// (a family with no series yet is absent: its labels are unknown).
+func familyLabels(t *testing.T, reg *prometheus.Registry) map[string]map[string]bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if out[mf.GetName()] == nil {
+				out[mf.GetName()] = map[string]bool{}
+			}
+			for _, lp := range m.GetLabel() {
+				out[mf.GetName()][lp.GetName()] = true
+			}
+		}
+		if mf.GetType().String() == "HISTOGRAM" && out[mf.GetName()] != nil {
+			out[mf.GetName()]["le"] = true
+		}
+	}
+	return out
+}
+
+var (
+	selector = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\{([^{}]*)\}`)
+	matcher  = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)`)
+	listed   = regexp.MustCompile(`\b(?:by|without)\s*\(([^()]*)\)`)
+)
+
+// scrapeLabels are added by Prometheus to every series it scrapes.
+var scrapeLabels = map[string]bool{"instance": true, "job": true}
+
+// unknownLabels are the label names expr matches on a metric, or groups
+// by, that the metric's series (any of the expression's metrics, for a
+// grouping) do not carry: a misspelt label selects nothing, silently.
+// Metrics whose labels are unknown (no series in this run) are skipped.
+func unknownLabels(expr string, labels map[string]map[string]bool) []string {
+	s := stripStrings(expr)
+	family := func(name string) map[string]bool {
+		if l, ok := labels[name]; ok {
+			return l
+		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok {
+				return labels[base]
+			}
+		}
+		return nil
+	}
+	var out []string
+	var known []map[string]bool
+	for _, m := range selector.FindAllStringSubmatch(s, -1) {
+		l := family(m[1])
+		if l == nil {
+			continue
+		}
+		known = append(known, l)
+		for _, mm := range matcher.FindAllStringSubmatch(m[2], -1) {
+			if name := mm[1]; name != "__name__" && !l[name] && !scrapeLabels[name] {
+				out = append(out, fmt.Sprintf("%s has no label %q", m[1], name))
+			}
+		}
+	}
+	for _, name := range metricNames([]string{expr}) {
+		if l := family(name); l != nil {
+			known = append(known, l)
+		}
+	}
+	if len(known) == 0 {
+		return out
+	}
+	for _, m := range listed.FindAllStringSubmatch(s, -1) {
+		for _, name := range strings.Split(m[1], ",") {
+			name = strings.TrimSpace(name)
+			if name == "" || scrapeLabels[name] {
+				continue
+			}
+			if !slices.ContainsFunc(known, func(l map[string]bool) bool { return l[name] }) {
+				out = append(out, fmt.Sprintf("no metric of the expression has label %q to group by", name))
+			}
+		}
+	}
+	return out
+}

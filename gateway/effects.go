@@ -63,8 +63,7 @@ func (s *Server) afterPush(results []queue.PushResult) {
 		k := qp{res.Queue, res.Partition}
 		if !seen[k] {
 			seen[k] = true
-			s.poller.Wake(poller.SourcePush, res.Queue, res.Partition)
-			s.notify(res.Queue, res.Partition)
+			s.wakeEverywhere(poller.SourcePush, res.Queue, res.Partition)
 		}
 	}
 }
@@ -121,6 +120,14 @@ func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
 			}
 		}
 	}
+}
+
+// wakeEverywhere says a partition (or, partition "", a whole queue) may
+// have work: to this instance's poller, and to the other instances (NOTIFY,
+// syncnet).
+func (s *Server) wakeEverywhere(source, queueName, partition string) {
+	s.poller.Wake(source, queueName, partition)
+	s.notify(queueName, partition)
 }
 
 // afterRelease wakes whoever waits on a partition whose lease was given

@@ -2,10 +2,10 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 
@@ -275,6 +275,21 @@ func dlqActAnswer(w http.ResponseWriter, act *dlqAct, res *queue.DLQActResult, d
 }
 
 func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) {
+	s.dlqAct(w, r, "replayed", s.store.ReplayDeadLetters, s.afterReplay)
+}
+
+func (s *Server) handleDLQPurge(w http.ResponseWriter, r *http.Request) {
+	s.dlqAct(w, r, "purged", s.store.PurgeDeadLetters, func(res *queue.DLQActResult) {
+		for q, n := range res.Done {
+			s.metrics.dlqPurged.WithLabelValues(q).Add(float64(n))
+		}
+	})
+}
+
+// dlqAct runs a replay or a purge: the body parsed and checked against the
+// token's rights, the store's act, what follows it, the answer.
+func (s *Server) dlqAct(w http.ResponseWriter, r *http.Request, verb string,
+	run func(context.Context, queue.DLQSelection) (*queue.DLQActResult, error), after func(*queue.DLQActResult)) {
 	act, err := parseDLQAct(r)
 	if err == nil {
 		err = authorizeDLQAct(r, act)
@@ -283,18 +298,18 @@ func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	res, err := s.store.ReplayDeadLetters(r.Context(), act.sel)
+	res, err := run(r.Context(), act.sel)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.afterReplay(res)
-	dlqActAnswer(w, act, res, "replayed")
+	after(res)
+	dlqActAnswer(w, act, res, verb)
 }
 
-// afterReplay counts a replay and wakes whoever waits on the partitions
-// that have a message again, here and on the other instances, as a seek
-// does; the expired leases it settled are released.
+// afterReplay counts a replay, releases the expired leases it settled, and
+// wakes whoever waits on the partitions that have a message again, here
+// and on the other instances, as a seek does.
 func (s *Server) afterReplay(res *queue.DLQActResult) {
 	for q, n := range res.Done {
 		s.metrics.dlqReplayed.WithLabelValues(q).Add(float64(n))
@@ -305,41 +320,11 @@ func (s *Server) afterReplay(res *queue.DLQActResult) {
 	for _, l := range res.Released {
 		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
 	}
-	type qp struct{ queue, partition string }
-	var woken []qp
-	seen := map[qp]bool{}
+	woken := map[[2]string]bool{}
 	for _, o := range res.Items {
-		k := qp{o.Queue, o.Partition}
-		if o.Status == queue.DLQReplayed && !seen[k] {
-			seen[k] = true
-			woken = append(woken, k)
+		if k := [2]string{o.Queue, o.Partition}; o.Status == queue.DLQReplayed && !woken[k] {
+			woken[k] = true
+			s.wakeEverywhere(poller.SourceRelease, o.Queue, o.Partition)
 		}
 	}
-	sort.Slice(woken, func(i, j int) bool {
-		return woken[i].queue+"\x00"+woken[i].partition < woken[j].queue+"\x00"+woken[j].partition
-	})
-	for _, k := range woken {
-		s.poller.Wake(poller.SourceRelease, k.queue, k.partition)
-		s.notify(k.queue, k.partition)
-	}
-}
-
-func (s *Server) handleDLQPurge(w http.ResponseWriter, r *http.Request) {
-	act, err := parseDLQAct(r)
-	if err == nil {
-		err = authorizeDLQAct(r, act)
-	}
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	res, err := s.store.PurgeDeadLetters(r.Context(), act.sel)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	for q, n := range res.Done {
-		s.metrics.dlqPurged.WithLabelValues(q).Add(float64(n))
-	}
-	dlqActAnswer(w, act, res, "purged")
 }

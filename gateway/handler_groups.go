@@ -208,8 +208,7 @@ func (s *Server) afterGroupMoved(released []queue.ReleasedLease) {
 		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
 		if !woken[l.Queue] {
 			woken[l.Queue] = true
-			s.poller.Wake(poller.SourceRelease, l.Queue, "")
-			s.notify(l.Queue, "")
+			s.wakeEverywhere(poller.SourceRelease, l.Queue, "")
 		}
 	}
 }
@@ -302,8 +301,7 @@ func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) {
 	s.afterGroupMoved(res.Released)
 	if res.Partitions > 0 {
 		// Messages after the new position are to be read again.
-		s.poller.Wake(poller.SourceRelease, queueName, "")
-		s.notify(queueName, "")
+		s.wakeEverywhere(poller.SourceRelease, queueName, "")
 	}
 	if partition != "" {
 		writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,

@@ -13,14 +13,7 @@ func (p *Poller) SetPaused(paused bool) {
 	if p.paused.Swap(paused) == paused || paused {
 		return
 	}
-	for _, w := range p.workers {
-		w.mu.Lock()
-		for _, ks := range w.keys {
-			ks.dirty = true
-		}
-		w.mu.Unlock()
-		w.signal()
-	}
+	p.markAllDirty()
 }
 
 // Paused reports whether SetPaused(true) is in force.

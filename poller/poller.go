@@ -239,6 +239,12 @@ func (p *Poller) WakeAll(source string) {
 	if p.cfg.Mode == WakePoll {
 		return
 	}
+	p.markAllDirty()
+}
+
+// markAllDirty marks every key of every worker dirty and signals the
+// workers: each looks at all its queues in its next cycle.
+func (p *Poller) markAllDirty() {
 	for _, w := range p.workers {
 		w.mu.Lock()
 		for _, ks := range w.keys {

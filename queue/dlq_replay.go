@@ -187,21 +187,27 @@ func withMissing(sel DLQSelection, found []DLQOutcome) []DLQOutcome {
 const dlqLockSQL = `-- herald:dlq_lock
 SELECT d.id FROM dead_letters d WHERE d.id = ANY ($1::bigint[]) ORDER BY d.id FOR UPDATE`
 
-func lockDeadLetters(ctx context.Context, q querier, ids []int64) (map[int64]bool, error) {
+// lockDeadLetters locks the dead letters of refs that are still there:
+// their ids, in refs' order, and which of them it found.
+func lockDeadLetters(ctx context.Context, q querier, refs []dlqRef) (ids []int64, there map[int64]bool, err error) {
+	ids = make([]int64, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+	}
 	rows, err := q.Query(ctx, dlqLockSQL, ids)
 	if err != nil {
-		return nil, fmt.Errorf("locking dead letters: %w", err)
+		return nil, nil, fmt.Errorf("locking dead letters: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[int64]bool, len(ids))
+	there = make(map[int64]bool, len(ids))
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("locking dead letters: %w", err)
+			return nil, nil, fmt.Errorf("locking dead letters: %w", err)
 		}
-		out[id] = true
+		there[id] = true
 	}
-	return out, rows.Err()
+	return ids, there, rows.Err()
 }
 
 // PurgeDeadLetters deletes the selected dead letters. The messages stay
@@ -217,11 +223,7 @@ func (s *Store) PurgeDeadLetters(ctx context.Context, sel DLQSelection) (*DLQAct
 		if err != nil {
 			return err
 		}
-		ids := make([]int64, len(refs))
-		for i, r := range refs {
-			ids[i] = r.ID
-		}
-		there, err := lockDeadLetters(ctx, tx, ids)
+		ids, there, err := lockDeadLetters(ctx, tx, refs)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -119,22 +120,12 @@ func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*rep
 		plan.items = append(plan.items, o)
 	}
 	slices.SortFunc(plan.rows, func(a, b consumerKey) int {
-		if c := compareStrings(a.partitionID, b.partitionID); c != 0 {
+		if c := cmp.Compare(a.partitionID, b.partitionID); c != 0 {
 			return c
 		}
-		return compareStrings(a.group, b.group)
+		return cmp.Compare(a.group, b.group)
 	})
 	return plan
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // replayLockSQL locks the consumer rows of the selected dead letters, in
@@ -194,11 +185,7 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, sel DLQSelection) (*DLQAc
 		if err != nil {
 			return err
 		}
-		ids := make([]int64, len(refs))
-		for i, r := range refs {
-			ids[i] = r.ID
-		}
-		there, err := lockDeadLetters(ctx, tx, ids)
+		_, there, err := lockDeadLetters(ctx, tx, refs)
 		if err != nil {
 			return err
 		}

@@ -222,14 +222,20 @@ WHERE c.consumer_group = $1 AND c.queue_id = ANY ($2::uuid[])
 ORDER BY c.partition_id, c.consumer_group
 FOR UPDATE OF c`
 
+// placeConsumers moves consumer rows to the cursor and done set of a
+// subquery x (with its partition's last_offset): no lease, nothing
+// attempted, and only deliveries made afterwards ackable without their
+// lease (delivered_to). Group resets and seeks both end this way.
+const placeConsumers = `UPDATE consumers c SET cursor = x.cursor, done = x.done, delivered_to = x.cursor, attempts = 0, attempt_seq = 0,
+	lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
+	last_offset = greatest(c.last_offset, x.last_offset)`
+
 // groupResetSQL puts the group's rows on queues $2 back where its
 // subscription starts (as a first read would: after the messages older
 // than subscribed_from, or at the beginning), with no lease and nothing
 // done or attempted.
 var groupResetSQL = `-- herald:group_reset
-UPDATE consumers c SET cursor = x.cursor, done = x.done, delivered_to = x.cursor, attempts = 0, attempt_seq = 0,
-	lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
-	last_offset = greatest(c.last_offset, x.last_offset)
+` + placeConsumers + `
 FROM (
 	SELECT c2.partition_id, p.last_offset, s.cursor, s.done
 	FROM consumers c2
@@ -351,9 +357,7 @@ var ErrNotFound = errors.New("not found")
 // removed, and offsets deleted from the middle after it count as done
 // (firstRemaining, holesAfterStart), or the group would wait for them.
 var seekSQL = `-- herald:group_seek
-UPDATE consumers c SET cursor = x.cursor, done = x.done, delivered_to = x.cursor, attempts = 0, attempt_seq = 0,
-	lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
-	last_offset = greatest(c.last_offset, x.last_offset)
+` + placeConsumers + `
 FROM (
 	SELECT c2.partition_id, p.last_offset, s.cursor, s.done
 	FROM consumers c2 JOIN partitions p ON p.id = c2.partition_id JOIN queues q ON q.id = c2.queue_id

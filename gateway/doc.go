@@ -54,14 +54,17 @@
 // connection. Per stream, and nothing else while idle:
 //
 //   - the connection's own goroutine: a WebSocket's reader (each frame is
-//     handled on a short-lived stack, onStack; each ack frame is applied on
-//     a goroutine of its own, at most 64 at once, so that back-to-back acks
-//     share transactions), or, for SSE, the goroutine parked in a read
+//     handled on another goroutine's stack, so the reader's stays small;
+//     each ack frame is applied on a goroutine of its own, at most 64 at
+//     once, so that back-to-back acks share transactions), or, for SSE, the goroutine parked in a read
 //     until the client leaves (on HTTP/2, the handler's). It ends the
 //     session (close(nil)) and waits (wait) for the writer, the timer
 //     callbacks and a close under way before the stream counts as gone.
 //   - the writer, started when something is queued, gone when the queue is
 //     empty.
+//   - frame handling, ack application and writers run on warmStacks
+//     (stacks.go): up to 64 goroutines kept between uses, so their grown
+//     stacks are not grown again for every message; Close ends them.
 //   - timer callbacks: the WebSocket ping, the SSE heartbeat, the lease
 //     check (acks on other instances, expired leases: every 2 s on SSE,
 //     every 30 s on a WebSocket, only while deliveries are unacknowledged),

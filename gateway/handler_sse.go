@@ -438,6 +438,7 @@ func (st *sseStream) forget(pid string) {
 // down.
 func (s *Server) Close() {
 	defer s.maint.closeSpool()
+	defer s.stacks.close()
 	s.streamWG.Wait()
 	s.graceMu.Lock()
 	s.closed = true

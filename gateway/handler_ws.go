@@ -190,7 +190,9 @@ func (c *wsConn) reader(ctx context.Context) {
 		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(wsReadTimeout))
 		ok := true
-		onStack(func() {
+		// The deep calls of handling a frame (JSON, SQL) would grow this
+		// long-lived goroutine's stack for good: they run on a kept one.
+		c.ss.s.stacks.do(func() {
 			var f wsFrame
 			// A text frame must be UTF-8 (RFC 6455 §5.6); JSON decoding
 			// would silently replace bad bytes in names.
@@ -207,19 +209,6 @@ func (c *wsConn) reader(ctx context.Context) {
 			c.ss.send(wsError(nil, "bad_frame", "frames are JSON text objects with a type"))
 		}
 	}
-}
-
-// onStack runs f on a short-lived goroutine and waits for it. A connection's
-// long-lived goroutine spends its life parked in a read; the deep calls of
-// handling a frame (JSON, SQL) would grow its stack for good, so they run
-// on a stack that goes away with them.
-func onStack(f func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	<-done
 }
 
 func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
@@ -474,7 +463,7 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 		return
 	}
 	c.acks.Add(1)
-	go func() {
+	c.ss.s.stacks.goDo(func() {
 		defer func() {
 			<-c.acking
 			c.acks.Done()
@@ -485,7 +474,7 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 			return
 		}
 		c.ss.send(map[string]any{"type": "ack_result", "id": f.ID, "results": out})
-	}()
+	})
 }
 
 // parseWSAcks decodes the items of an ack frame, and the sub each names

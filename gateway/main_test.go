@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgtest"
@@ -24,7 +25,13 @@ import (
 	"github.com/heraldmq/herald/queue/queuetest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// Most tests leave their gateway to the end of the binary without Close:
+// the goroutines its warmStacks keeps end a second after their last work
+// (or at Close, which TestWarmStacks_KeepsAndEnds checks), after goleak
+// has looked.
+func TestMain(m *testing.M) {
+	pgtest.Main(m, goleak.IgnoreTopFunction("github.com/heraldmq/herald/gateway.(*warmStacks).keep"))
+}
 
 // env is one gateway on a store in a schema of its own, served over real HTTP.
 type env struct {

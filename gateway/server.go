@@ -214,6 +214,7 @@ type Server struct {
 	wsMu     sync.Mutex
 	wsConns  map[*session]bool // WebSocket sessions
 	streamWG sync.WaitGroup    // the goroutines of open WebSocket and SSE connections
+	stacks   *warmStacks       // goroutines for the streams' deep work (stacks.go)
 
 	sseMu      sync.Mutex
 	sseCount   int
@@ -250,6 +251,7 @@ func New(cfg Config) (*Server, error) {
 		draining: make(chan struct{}),
 		wsConns:  map[*session]bool{},
 		grace:    map[*time.Timer]func(){},
+		stacks:   newWarmStacks(),
 
 		sseStreams: map[*session]bool{},
 	}

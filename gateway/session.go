@@ -336,7 +336,7 @@ func (ss *session) enqueueLocked(it outItem) bool {
 	if !ss.writing {
 		ss.writing = true
 		ss.wg.Add(1)
-		go ss.write()
+		ss.s.stacks.goDo(ss.write)
 	}
 	return true
 }

@@ -119,8 +119,12 @@
 // are taken in one order: queue row, partition rows by id, consumer rows
 // by (partition, group). Pushes lock their partitions (lock_partitions),
 // their markings after the commit the partitions' consumer rows, acks the
-// consumer rows they need, a registration the queue then its partitions, so
-// none of them can deadlock another. Pushes
+// consumer rows they need, a registration the queue then its partitions;
+// every other statement that locks or writes several rows of one table
+// (a lease's extension or release, retention's cursor moves, the idle
+// partitions' cleanup) locks them first in key order in a CTE (ORDER BY
+// … FOR NO KEY UPDATE), so none of them can deadlock another
+// (lockorder_test.go). Pushes
 // that arrive while Config.PushFlushers pushes are in flight wait and are
 // merged into one transaction (coalescer); so are acks while
 // Config.AckFlushers acks are in flight, but only acks on (partition, group)

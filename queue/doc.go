@@ -46,9 +46,11 @@
 // removes a prefix and moves the cursors past it. DeleteMessage marks the
 // deleted offset done in every consumer row of the partition, under their
 // locks, and records it in message_holes when it lies between remaining
-// messages; a group's registration starts no lower than the partition's
-// first remaining message and takes the recorded holes above its start as
-// done. Whatever sets a cursor back (a seek) must do the same.
+// messages. Completed retention takes messages every group finished out of
+// order and records nothing, so whatever places a cursor without history
+// (a group's registration, a seek, a reset) starts no lower than the
+// partition's first remaining message and counts every offset above its
+// start with no message as done (gapsAfterStart: one ordered index scan).
 //
 // # Browsing
 //

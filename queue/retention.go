@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,19 +36,34 @@ type RetentionDeleted struct {
 	N      int64
 }
 
-// retentionSQL deletes up to $1 messages of one rule (%s: the rule's
-// condition on m, p, q), skipping rows another transaction holds and
-// messages under a live lease (an ack of them must still find them). It
-// returns the queue and partition of each deleted message.
-const retentionSQL = `-- herald:retention_delete
+// retentionVictims is what a message m must be for retention to delete
+// it: %s (the rule's condition on m, p, q) and under no live lease (an ack
+// of it must still find it).
+const retentionVictims = `messages m JOIN partitions p ON p.id = m.partition_id JOIN queues q ON q.id = p.queue_id
+	WHERE %[1]s
+	  AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = m.partition_id
+	                  AND c.lease_expires_at > now() AND m.seq BETWEEN c.lease_from AND c.lease_to)`
+
+// retentionLockSQL locks up to $1 messages of one rule, skipping rows
+// another transaction holds (a replay holds the message it puts back).
+var retentionLockSQL = `-- herald:retention_lock
+SELECT m.partition_id::text, m.seq FROM ` + retentionVictims + `
+LIMIT $1
+FOR UPDATE OF m SKIP LOCKED`
+
+// retentionDeleteSQL deletes the locked messages ($1, $2) that still
+// match the rule, and returns the queue and partition of each. It is a
+// statement of its own, after the locks, so its snapshot holds whatever
+// committed before them: decided on the locking statement's snapshot, a
+// message whose dead letter was replayed (pending for its group again)
+// while that statement scanned was deleted, and the group waited on its
+// offset forever. A replay that commits later waited for the lock and
+// finds the message gone.
+var retentionDeleteSQL = `-- herald:retention_delete
 WITH victims AS (
 	SELECT m.partition_id, m.seq, q.name AS qname
-	FROM messages m JOIN partitions p ON p.id = m.partition_id JOIN queues q ON q.id = p.queue_id
-	WHERE %s
-	  AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = m.partition_id
-	                  AND c.lease_expires_at > now() AND m.seq BETWEEN c.lease_from AND c.lease_to)
-	LIMIT $1
-	FOR UPDATE OF m SKIP LOCKED
+	FROM unnest($1::uuid[], $2::bigint[]) AS v(pid, seq) JOIN ` + strings.Replace(retentionVictims,
+	"WHERE", "ON m.partition_id = v.pid AND m.seq = v.seq\n\tWHERE", 1) + `
 ), del AS (
 	DELETE FROM messages m USING victims v
 	WHERE m.partition_id = v.partition_id AND m.seq = v.seq
@@ -126,7 +142,7 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 	for _, rule := range retentionRules {
 		for {
 			began := time.Now()
-			n, parts, err := deleteBatch(ctx, conn, fmt.Sprintf(retentionSQL, rule.cond), batch, func(q string, k int64) {
+			n, parts, err := deleteBatch(ctx, conn, rule.cond, batch, func(q string, k int64) {
 				totals[[2]string{q, rule.reason}] += k
 			})
 			if err != nil {
@@ -310,25 +326,61 @@ func (s *Store) cleanPartitions(ctx context.Context, conn *pgxpool.Conn, count f
 	return nil
 }
 
-func deleteBatch(ctx context.Context, conn *pgxpool.Conn, sql string, batch int, add func(string, int64)) (int64, []string, error) {
-	rows, err := conn.Query(ctx, sql, batch)
+// deleteBatch deletes up to batch messages of the rule cond in one
+// transaction: retentionLockSQL, then retentionDeleteSQL. It reports how
+// many it locked (fewer than batch: the rule has no more for now) and the
+// partitions it deleted from.
+func deleteBatch(ctx context.Context, conn *pgxpool.Conn, cond string, batch int, add func(string, int64)) (int64, []string, error) {
+	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	defer rows.Close()
-	var total int64
-	var parts []string
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, fmt.Sprintf(retentionLockSQL, cond), batch)
+	if err != nil {
+		return 0, nil, err
+	}
+	var pids []string
+	var seqs []int64
+	for rows.Next() {
+		var pid string
+		var seq int64
+		if err := rows.Scan(&pid, &seq); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		pids, seqs = append(pids, pid), append(seqs, seq)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(pids) == 0 {
+		return 0, nil, err
+	}
+	rows, err = tx.Query(ctx, fmt.Sprintf(retentionDeleteSQL, cond), pids, seqs)
+	if err != nil {
+		return 0, nil, err
+	}
+	var parts, queues []string
+	var counts []int64
 	for rows.Next() {
 		var q, pid string
 		var n int64
 		if err := rows.Scan(&q, &pid, &n); err != nil {
+			rows.Close()
 			return 0, nil, err
 		}
-		total += n
-		parts = append(parts, pid)
-		add(q, n)
+		parts, queues, counts = append(parts, pid), append(queues, q), append(counts, n)
 	}
-	return total, parts, rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, nil, err
+	}
+	for i, q := range queues {
+		add(q, counts[i])
+	}
+	return int64(len(pids)), parts, nil
 }
 
 func collect(totals map[[2]string]int64) []RetentionDeleted {

@@ -20,11 +20,11 @@ import (
 // deadlock (40P01) and one request fails. Retention's cursor moves and
 // ExtendLease / ReleaseLease by lease id updated their rows in scan order.
 //
-// lockOrderCase checks one statement over consumer rows without waiting for a deadlock's
-// luck: the row with the smallest key is moved physically last (so a scan
-// reaches it last) and held; the statement runs and must wait for it; while
-// it waits, it must hold none of the other rows (a statement that locks in
-// key order has not reached them yet).
+// lockOrderCase checks one statement over consumer rows without waiting
+// for a deadlock's luck: the row with the smallest key is moved physically
+// last (so a scan reaches it last) and held; the statement runs and must
+// wait for it; while it waits, it must hold none of the other rows (a
+// statement that locks in key order has not reached them yet).
 type lockOrderCase struct {
 	keys   []string // WHERE clauses of the rows the statement locks
 	marker string   // the statement's "-- herald:" name, to find it waiting

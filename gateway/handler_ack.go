@@ -100,7 +100,7 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) {
 	acks := make([]queue.Ack, len(arr))
 	for i, raw := range arr {
 		var item ackItemJSON
-		if !decodeObject(raw, &item) {
+		if !item.decode(raw) {
 			writeError(w, http.StatusBadRequest, "Each acknowledgment must be an object")
 			return
 		}
@@ -149,11 +149,28 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 // ackItemJSON holds the fields of an ack item, undecoded: a struct, not a
 // map per item (batches under load carry a hundred items).
 type ackItemJSON struct {
-	TransactionID json.RawMessage `json:"transactionId"`
-	PartitionID   json.RawMessage `json:"partitionId"`
-	LeaseID       json.RawMessage `json:"leaseId"`
-	ConsumerGroup json.RawMessage `json:"consumerGroup"`
-	Status        json.RawMessage `json:"status"`
-	Error         json.RawMessage `json:"error"`
-	Sub           json.RawMessage `json:"sub"`
+	TransactionID, PartitionID, LeaseID, ConsumerGroup, Status, Error, Sub json.RawMessage
+}
+
+// decode reads an ack item's fields from raw, a JSON object, matching
+// names exactly (see eachMember); false when raw is not an object.
+func (it *ackItemJSON) decode(raw json.RawMessage) bool {
+	return eachMember(raw, func(name []byte, v json.RawMessage) {
+		switch string(name) {
+		case "transactionId":
+			it.TransactionID = v
+		case "partitionId":
+			it.PartitionID = v
+		case "leaseId":
+			it.LeaseID = v
+		case "consumerGroup":
+			it.ConsumerGroup = v
+		case "status":
+			it.Status = v
+		case "error":
+			it.Error = v
+		case "sub":
+			it.Sub = v
+		}
+	})
 }

@@ -108,10 +108,8 @@ func stampSubject(items []queue.PushItem, sub string) {
 func parsePushItems(arr []json.RawMessage) ([]queue.PushItem, error) {
 	items := make([]queue.PushItem, len(arr))
 	for i, raw := range arr {
-		// A struct, not a map: one allocation per field instead of a map
-		// per item.
 		var f pushItemJSON
-		if !decodeObject(raw, &f) {
+		if !f.decode(raw) {
 			return nil, badRequestf("Each item must be an object")
 		}
 		q, present, err := stringValue(f.Queue, "queue")
@@ -134,13 +132,29 @@ func parsePushItems(arr []json.RawMessage) ([]queue.PushItem, error) {
 	return items, nil
 }
 
-// pushItemJSON holds the fields of a push item, undecoded.
+// pushItemJSON holds the fields of a push item, undecoded: a struct, not a
+// map per item.
 type pushItemJSON struct {
-	Queue         json.RawMessage `json:"queue"`
-	Partition     json.RawMessage `json:"partition"`
-	TransactionID json.RawMessage `json:"transactionId"`
-	TraceID       json.RawMessage `json:"traceId"`
-	Payload       json.RawMessage `json:"payload"`
+	Queue, Partition, TransactionID, TraceID, Payload json.RawMessage
+}
+
+// decode reads a push item's fields from raw, a JSON object, matching
+// names exactly (see eachMember); false when raw is not an object.
+func (f *pushItemJSON) decode(raw json.RawMessage) bool {
+	return eachMember(raw, func(name []byte, v json.RawMessage) {
+		switch string(name) {
+		case "queue":
+			f.Queue = v
+		case "partition":
+			f.Partition = v
+		case "transactionId":
+			f.TransactionID = v
+		case "traceId":
+			f.TraceID = v
+		case "payload":
+			f.Payload = v
+		}
+	})
 }
 
 // fail answers an error: client mistakes 4xx with their message, anything

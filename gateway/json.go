@@ -161,13 +161,6 @@ func arrayField(obj map[string]json.RawMessage, key string) ([]json.RawMessage, 
 	return arr, true
 }
 
-// decodeObject decodes raw, a value the decoder has validated, into v (a
-// struct of the fields wanted) if it is a JSON object.
-func decodeObject(raw json.RawMessage, v any) bool {
-	trimmed := bytes.TrimLeft(raw, " \t\r\n")
-	return len(trimmed) > 0 && trimmed[0] == '{' && json.Unmarshal(raw, v) == nil
-}
-
 // objectOf decodes one array element that must be an object.
 func objectOf(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 	var obj map[string]json.RawMessage

@@ -351,6 +351,18 @@ func (s *Store) deadLetterUndecryptable(ctx context.Context, bad []Message) {
 	s.countDecryptFailures(n)
 }
 
+// releaseLeaseSQL ends lease $1 on every row it spans, locking them in
+// key order first (as extendLeaseSQL, and for the same deadlock).
+const releaseLeaseSQL = `-- herald:release_lease
+WITH lk AS (
+	SELECT c.partition_id, c.consumer_group FROM consumers c WHERE c.lease_id = $1::uuid
+	ORDER BY c.partition_id, c.consumer_group
+	FOR NO KEY UPDATE OF c
+)
+UPDATE consumers c SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL
+FROM lk
+WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND c.lease_id = $1::uuid`
+
 // ReleaseLease gives the (partition, group) pairs held under leaseID back at
 // once, without counting a failed attempt: for a consumer that went away
 // before it received what was leased for it.
@@ -358,9 +370,7 @@ func (s *Store) ReleaseLease(ctx context.Context, leaseID string) error {
 	if !ValidUUID(leaseID) {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, `-- herald:release_lease
-		UPDATE consumers SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL
-		WHERE lease_id = $1::uuid`, leaseID)
+	_, err := s.pool.Exec(ctx, releaseLeaseSQL, leaseID)
 	if err != nil {
 		return fmt.Errorf("releasing lease %s: %w", leaseID, err)
 	}

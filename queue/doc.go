@@ -46,9 +46,11 @@
 // removes a prefix and moves the cursors past it. DeleteMessage marks the
 // deleted offset done in every consumer row of the partition, under their
 // locks, and records it in message_holes when it lies between remaining
-// messages; a group's registration starts no lower than the partition's
-// first remaining message and takes the recorded holes above its start as
-// done. Whatever sets a cursor back (a seek) must do the same.
+// messages. Completed retention takes messages every group finished out of
+// order and records nothing, so whatever places a cursor without history
+// (a group's registration, a seek, a reset) starts no lower than the
+// partition's first remaining message and counts every offset above its
+// start with no message as done (gapsAfterStart: one ordered index scan).
 //
 // # Browsing
 //
@@ -119,8 +121,12 @@
 // are taken in one order: queue row, partition rows by id, consumer rows
 // by (partition, group). Pushes lock their partitions (lock_partitions),
 // their markings after the commit the partitions' consumer rows, acks the
-// consumer rows they need, a registration the queue then its partitions, so
-// none of them can deadlock another. Pushes
+// consumer rows they need, a registration the queue then its partitions;
+// every other statement that locks or writes several rows of one table
+// (a lease's extension or release, retention's cursor moves, the idle
+// partitions' cleanup) locks them first in key order in a CTE (ORDER BY
+// … FOR NO KEY UPDATE), so none of them can deadlock another
+// (lockorder_test.go). Pushes
 // that arrive while Config.PushFlushers pushes are in flight wait and are
 // merged into one transaction (coalescer); so are acks while
 // Config.AckFlushers acks are in flight, but only acks on (partition, group)

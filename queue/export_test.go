@@ -28,3 +28,10 @@ func (s *Store) AckRunning() int {
 
 // PopAssignedSQL is exported for the plan tests.
 const PopAssignedSQL = popAssignedSQL
+
+// Retention's statements, for the lock-order tests.
+const (
+	RetentionCursorsSQL = retentionCursorsSQL
+	DonePrefixSQL       = donePrefixSQL
+	CleanPartitionsSQL  = cleanPartitionsSQL
+)

@@ -355,7 +355,7 @@ var ErrNotFound = errors.New("not found")
 // (delivered_to). Partitions with no message are left alone by a seek to
 // the end. A position never stands below a message retention or a delete
 // removed, and offsets deleted from the middle after it count as done
-// (firstRemaining, holesAfterStart), or the group would wait for them.
+// (firstRemaining, gapsAfterStart), or the group would wait for them.
 var seekSQL = `-- herald:group_seek
 ` + placeConsumers + `
 FROM (

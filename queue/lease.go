@@ -22,6 +22,25 @@ const (
 // a lease pinned for years is a partition nobody else can read.
 const MaxLeaseSeconds = 24 * 60 * 60
 
+// extendLeaseSQL pushes the expiry of the live rows of lease $1 to now +
+// $2 seconds (NULL: the queue's lease time), for holder $3 (NULL: any).
+// A lease of a multi-partition pop spans several consumer rows: they are
+// locked first in key order (lk), as pushes and acks lock them; updated in
+// the order of the lease_id index, a push's marking or an ack holding one
+// and waiting for another deadlocked with it (40P01: one of them failed).
+const extendLeaseSQL = `-- herald:extend_lease
+WITH lk AS (
+	SELECT c.partition_id, c.consumer_group FROM consumers c
+	WHERE c.lease_id = $1::uuid AND c.lease_expires_at > now()
+	  AND ($3::text IS NULL OR c.lease_subject IS NULL OR c.lease_subject = $3)
+	ORDER BY c.partition_id, c.consumer_group
+	FOR NO KEY UPDATE OF c
+)
+UPDATE consumers c SET lease_expires_at = now() + make_interval(secs => coalesce($2::int, q.lease_time))
+FROM lk, queues q
+WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND q.id = c.queue_id
+RETURNING c.lease_expires_at`
+
 // ExtendResult reports a lease extension.
 type ExtendResult struct {
 	LeaseID   string
@@ -49,12 +68,7 @@ func (s *Store) ExtendLease(ctx context.Context, leaseID string, seconds int, ho
 		v := int32(seconds) // bounded above
 		secs = &v
 	}
-	err := s.pool.QueryRow(ctx, `-- herald:extend_lease
-		UPDATE consumers c SET lease_expires_at = now() + make_interval(secs => coalesce($2::int, q.lease_time))
-		FROM partitions p JOIN queues q ON q.id = p.queue_id
-		WHERE c.lease_id = $1::uuid AND p.id = c.partition_id AND c.lease_expires_at > now()
-		  AND ($3::text IS NULL OR c.lease_subject IS NULL OR c.lease_subject = $3)
-		RETURNING c.lease_expires_at`, leaseID, secs, optString(holder)).Scan(&res.ExpiresAt)
+	err := s.pool.QueryRow(ctx, extendLeaseSQL, leaseID, secs, optString(holder)).Scan(&res.ExpiresAt)
 	// Several rows share one lease id after a multi-partition pop; RETURNING
 	// then yields one per row and QueryRow reads the first, which is enough.
 	if err == nil {

@@ -34,11 +34,14 @@ SELECT count(*) FROM (SELECT 1 FROM partitions p WHERE p.queue_id = ANY($1::uuid
 // gives it a consumer row on every partition, starting after the messages
 // older than its subscription, and never before the partition's first
 // remaining message (retention or a delete took those below it: a cursor
-// under them would wait for offsets that never come). Offsets deleted above
-// the start (message_holes) are finished for the new row as they are for
-// the others: the ones right after the start move its cursor, the rest go
-// into done. $1 queue ids, $2 group, $3 subscribe-now, $4 subscribe-from.
-const groupRegisterSQL = `-- herald:group_register
+// under them would wait for offsets that never come). Every offset above
+// the start with no message is finished for the new row (gapsAfterStart, as
+// for a seek): deleted one by one (message_holes records those), or by
+// completed retention, which takes a message every group finished out of
+// order and records nothing; the ones right after the start move its
+// cursor, the rest go into done. $1 queue ids, $2 group, $3 subscribe-now,
+// $4 subscribe-from.
+var groupRegisterSQL = `-- herald:group_register
 WITH g AS (
 	INSERT INTO consumer_groups (queue_id, name, subscribed_from, subscription_mode)
 	SELECT id, $2, CASE WHEN $3::bool THEN now() ELSE $4::timestamptz END,
@@ -53,15 +56,9 @@ FROM partitions p JOIN g ON g.queue_id = p.queue_id
 CROSS JOIN LATERAL (
 	SELECT greatest(CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
 		SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < g.subscribed_from
-		ORDER BY m.seq DESC LIMIT 1), 0) END,
-		coalesce((SELECT min(m.seq) FROM messages m WHERE m.partition_id = p.id) - 1, p.last_offset)) AS start
+		ORDER BY m.seq DESC LIMIT 1), 0) END, ` + firstRemaining + `) AS start
 ) s0
-CROSS JOIN LATERAL (
-	SELECT s0.start + count(*) FILTER (WHERE h.seq = s0.start + h.rn) AS cursor,
-	       coalesce(array_agg(h.seq ORDER BY h.seq) FILTER (WHERE h.seq <> s0.start + h.rn), '{}') AS done
-	FROM (SELECT h.seq, row_number() OVER (ORDER BY h.seq) AS rn
-	      FROM message_holes h WHERE h.partition_id = p.id AND h.seq > s0.start) h
-) s
+` + gapsAfterStart + `
 ORDER BY p.id
 ON CONFLICT DO NOTHING`
 

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,19 +36,34 @@ type RetentionDeleted struct {
 	N      int64
 }
 
-// retentionSQL deletes up to $1 messages of one rule (%s: the rule's
-// condition on m, p, q), skipping rows another transaction holds and
-// messages under a live lease (an ack of them must still find them). It
-// returns the queue and partition of each deleted message.
-const retentionSQL = `-- herald:retention_delete
+// retentionVictims is what a message m must be for retention to delete
+// it: %s (the rule's condition on m, p, q) and under no live lease (an ack
+// of it must still find it).
+const retentionVictims = `messages m JOIN partitions p ON p.id = m.partition_id JOIN queues q ON q.id = p.queue_id
+	WHERE %[1]s
+	  AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = m.partition_id
+	                  AND c.lease_expires_at > now() AND m.seq BETWEEN c.lease_from AND c.lease_to)`
+
+// retentionLockSQL locks up to $1 messages of one rule, skipping rows
+// another transaction holds (a replay holds the message it puts back).
+var retentionLockSQL = `-- herald:retention_lock
+SELECT m.partition_id::text, m.seq FROM ` + retentionVictims + `
+LIMIT $1
+FOR UPDATE OF m SKIP LOCKED`
+
+// retentionDeleteSQL deletes the locked messages ($1, $2) that still
+// match the rule, and returns the queue and partition of each. It is a
+// statement of its own, after the locks, so its snapshot holds whatever
+// committed before them: decided on the locking statement's snapshot, a
+// message whose dead letter was replayed (pending for its group again)
+// while that statement scanned was deleted, and the group waited on its
+// offset forever. A replay that commits later waited for the lock and
+// finds the message gone.
+var retentionDeleteSQL = `-- herald:retention_delete
 WITH victims AS (
 	SELECT m.partition_id, m.seq, q.name AS qname
-	FROM messages m JOIN partitions p ON p.id = m.partition_id JOIN queues q ON q.id = p.queue_id
-	WHERE %s
-	  AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = m.partition_id
-	                  AND c.lease_expires_at > now() AND m.seq BETWEEN c.lease_from AND c.lease_to)
-	LIMIT $1
-	FOR UPDATE OF m SKIP LOCKED
+	FROM unnest($1::uuid[], $2::bigint[]) AS v(pid, seq) JOIN ` + strings.Replace(retentionVictims,
+	"WHERE", "ON m.partition_id = v.pid AND m.seq = v.seq\n\tWHERE", 1) + `
 ), del AS (
 	DELETE FROM messages m USING victims v
 	WHERE m.partition_id = v.partition_id AND m.seq = v.seq
@@ -76,16 +92,25 @@ var retentionRules = []struct{ reason, cond string }{
 // retentionCursorsSQL moves the cursors of groups that had not reached
 // messages retention deleted past them (so nothing waits for what is
 // gone): up to the partition's first remaining message, or its last offset.
-// A group under a live lease is left for the next run.
+// A group under a live lease is left for the next run. It spans many
+// partitions' rows: they are locked first in key order (lk), as pushes and
+// acks lock them; updated in scan order, a multi-partition push's marking
+// or an ack holding one and waiting for another deadlocked with it.
 const retentionCursorsSQL = `-- herald:retention_cursors
-UPDATE consumers c SET cursor = x.floor, attempts = 0, attempt_seq = 0,
-	done = ARRAY(SELECT d FROM unnest(c.done) d WHERE d > x.floor ORDER BY d)
-FROM (
+WITH x AS (
 	SELECT p.id, coalesce((SELECT min(m.seq) FROM messages m WHERE m.partition_id = p.id) - 1, p.last_offset) AS floor
 	FROM partitions p WHERE p.id = ANY ($1::uuid[])
-) x
-WHERE c.partition_id = x.id AND c.cursor < x.floor
-  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())`
+), lk AS (
+	SELECT c.partition_id, c.consumer_group, x.floor
+	FROM x JOIN consumers c ON c.partition_id = x.id
+	WHERE c.cursor < x.floor AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+	ORDER BY c.partition_id, c.consumer_group
+	FOR NO KEY UPDATE OF c
+)
+UPDATE consumers c SET cursor = lk.floor, attempts = 0, attempt_seq = 0,
+	done = ARRAY(SELECT d FROM unnest(c.done) d WHERE d > lk.floor ORDER BY d)
+FROM lk
+WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group`
 
 // RunRetention applies the queues' retention settings once, unless another
 // instance is running it (a PostgreSQL advisory lock, held for the run):
@@ -117,7 +142,7 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 	for _, rule := range retentionRules {
 		for {
 			began := time.Now()
-			n, parts, err := deleteBatch(ctx, conn, fmt.Sprintf(retentionSQL, rule.cond), batch, func(q string, k int64) {
+			n, parts, err := deleteBatch(ctx, conn, rule.cond, batch, func(q string, k int64) {
 				totals[[2]string{q, rule.reason}] += k
 			})
 			if err != nil {
@@ -197,20 +222,27 @@ WITH c AS (
 SELECT qname, count(*) FROM expired GROUP BY 1`
 
 // donePrefixSQL moves cursors over the done offsets that directly follow
-// them (what maxWaitSQL marked), as an ack would.
+// them (what maxWaitSQL marked), as an ack would. The rows are locked
+// first in key order (lk, as retentionCursorsSQL), and how far each moves
+// is counted from the locked row's own cursor and done.
 const donePrefixSQL = `-- herald:retention_done_prefix
-UPDATE consumers c SET cursor = c.cursor + x.n,
-	done = ARRAY(SELECT d FROM unnest(c.done) d WHERE d > c.cursor + x.n ORDER BY d),
-	attempts = CASE WHEN c.attempt_seq <= c.cursor + x.n THEN 0 ELSE c.attempts END,
-	attempt_seq = CASE WHEN c.attempt_seq <= c.cursor + x.n THEN 0 ELSE c.attempt_seq END
-FROM (
-	SELECT cc.partition_id, cc.consumer_group, (
-		SELECT count(*) FROM (SELECT d, row_number() OVER (ORDER BY d) AS rn FROM unnest(cc.done) d WHERE d > cc.cursor) y
-		WHERE y.d = cc.cursor + y.rn) AS n
-	FROM consumers cc
-	WHERE cardinality(cc.done) > 0 AND (cc.lease_expires_at IS NULL OR cc.lease_expires_at <= now())
-) x
-WHERE c.partition_id = x.partition_id AND c.consumer_group = x.consumer_group AND x.n > 0`
+WITH lk AS (
+	SELECT c.partition_id, c.consumer_group, c.cursor, c.done FROM consumers c
+	WHERE cardinality(c.done) > 0 AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+	ORDER BY c.partition_id, c.consumer_group
+	FOR NO KEY UPDATE OF c
+), x AS (
+	SELECT lk.partition_id, lk.consumer_group, lk.cursor + (
+		SELECT count(*) FROM (SELECT d, row_number() OVER (ORDER BY d) AS rn FROM unnest(lk.done) d WHERE d > lk.cursor) y
+		WHERE y.d = lk.cursor + y.rn) AS cur
+	FROM lk
+)
+UPDATE consumers c SET cursor = x.cur,
+	done = ARRAY(SELECT d FROM unnest(c.done) d WHERE d > x.cur ORDER BY d),
+	attempts = CASE WHEN c.attempt_seq <= x.cur THEN 0 ELSE c.attempts END,
+	attempt_seq = CASE WHEN c.attempt_seq <= x.cur THEN 0 ELSE c.attempt_seq END
+FROM x
+WHERE c.partition_id = x.partition_id AND c.consumer_group = x.consumer_group AND x.cur > c.cursor`
 
 // expireWaiting runs maxWaitSQL once (then the cursor step) and reports
 // how many messages it dead-lettered.
@@ -246,15 +278,23 @@ func (s *Store) expireWaiting(ctx context.Context, conn *pgxpool.Conn, batch int
 // letters and saw no push and no lease for $1 seconds. A push racing with
 // it either finds the partition gone (its lock takes no row: it looks the
 // partition up again and recreates it) or bumps last_push_at first, which
-// the delete re-checks on the locked row.
+// the delete re-checks on the locked row. The rows are locked first, in id
+// order as pushes lock them, skipping those a push holds (that partition
+// is not idle): deleted in scan order, one held while a multi-partition
+// push held another deadlocked.
 const cleanPartitionsSQL = `-- herald:retention_partitions
-DELETE FROM partitions p USING queues q
-WHERE q.id = p.queue_id
-  AND coalesce(p.last_push_at, p.created_at) < now() - make_interval(secs => $1)
-  AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.partition_id = p.id)
-  AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.partition_id = p.id)
-  AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = p.id
-                  AND (c.lease_expires_at > now() OR c.leased_at > now() - make_interval(secs => $1)))
+WITH idle AS (
+	SELECT p.id FROM partitions p
+	WHERE coalesce(p.last_push_at, p.created_at) < now() - make_interval(secs => $1)
+	  AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.partition_id = p.id)
+	  AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.partition_id = p.id)
+	  AND NOT EXISTS (SELECT 1 FROM consumers c WHERE c.partition_id = p.id
+	                  AND (c.lease_expires_at > now() OR c.leased_at > now() - make_interval(secs => $1)))
+	ORDER BY p.id
+	FOR UPDATE OF p SKIP LOCKED
+)
+DELETE FROM partitions p USING idle, queues q
+WHERE p.id = idle.id AND q.id = p.queue_id
 RETURNING q.name, p.name`
 
 func (s *Store) cleanPartitions(ctx context.Context, conn *pgxpool.Conn, count func(queue string)) error {
@@ -286,25 +326,61 @@ func (s *Store) cleanPartitions(ctx context.Context, conn *pgxpool.Conn, count f
 	return nil
 }
 
-func deleteBatch(ctx context.Context, conn *pgxpool.Conn, sql string, batch int, add func(string, int64)) (int64, []string, error) {
-	rows, err := conn.Query(ctx, sql, batch)
+// deleteBatch deletes up to batch messages of the rule cond in one
+// transaction: retentionLockSQL, then retentionDeleteSQL. It reports how
+// many it locked (fewer than batch: the rule has no more for now) and the
+// partitions it deleted from.
+func deleteBatch(ctx context.Context, conn *pgxpool.Conn, cond string, batch int, add func(string, int64)) (int64, []string, error) {
+	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	defer rows.Close()
-	var total int64
-	var parts []string
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, fmt.Sprintf(retentionLockSQL, cond), batch)
+	if err != nil {
+		return 0, nil, err
+	}
+	var pids []string
+	var seqs []int64
+	for rows.Next() {
+		var pid string
+		var seq int64
+		if err := rows.Scan(&pid, &seq); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		pids, seqs = append(pids, pid), append(seqs, seq)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(pids) == 0 {
+		return 0, nil, err
+	}
+	rows, err = tx.Query(ctx, fmt.Sprintf(retentionDeleteSQL, cond), pids, seqs)
+	if err != nil {
+		return 0, nil, err
+	}
+	var parts, queues []string
+	var counts []int64
 	for rows.Next() {
 		var q, pid string
 		var n int64
 		if err := rows.Scan(&q, &pid, &n); err != nil {
+			rows.Close()
 			return 0, nil, err
 		}
-		total += n
-		parts = append(parts, pid)
-		add(q, n)
+		parts, queues, counts = append(parts, pid), append(queues, q), append(counts, n)
 	}
-	return total, parts, rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, nil, err
+	}
+	for i, q := range queues {
+		add(q, counts[i])
+	}
+	return int64(len(pids)), parts, nil
 }
 
 func collect(totals map[[2]string]int64) []RetentionDeleted {

@@ -66,7 +66,9 @@ type Availability struct {
 // if not, when. Each (queue, group) is one range of consumers_ready, read in
 // the order pops take it and cut after want + 1 rows: the eligible ones come
 // first, then the soonest to free, so the cost does not grow with the
-// queue's partitions. It reads consumer and partition rows (waiting =
+// queue's partitions. On a queue with a window buffer or a delay, whose
+// first rows may all be inside theirs, the eligible ones are read as well
+// (one more range, as pop_lock reads them). It reads consumer and partition rows (waiting =
 // last_offset − cursor − done), plus one index probe on messages per
 // partition of a queue with delayed processing. A queue the group is not
 // registered on is one row with has_consumer false, messages or not.
@@ -90,7 +92,8 @@ WITH k AS (
 	            SELECT m.created_at + make_interval(secs => kq.delayed_processing) FROM messages m
 	            WHERE m.partition_id = p.id AND m.seq = c.cursor + 1) END AS visible_at,
 	       (c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
-	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit) AS dead_on_expiry
+	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit) AS dead_on_expiry,
+	       false AS again
 	FROM kq
 	CROSS JOIN LATERAL (
 		SELECT c.* FROM consumers c
@@ -102,14 +105,47 @@ WITH k AS (
 	) c
 	JOIN partitions p ON p.id = c.partition_id
 	UNION ALL
-	SELECT kq.ord, kq.name, kq.id::text, kq.priority, '', '', kq.grp, 0, false, NULL, NULL, NULL, false
+	-- A queue with a window or a delay: partitions still inside theirs can
+	-- fill the range above (with pushes more often than the window, for as
+	-- long as they go on), so its eligible ones are read too, with the
+	-- conditions pop_lock applies. Gated on the queue's row, this range is
+	-- never read for the other queues; a partition in both ranges is
+	-- reported once (Preflight drops its row marked again).
+	SELECT kq.ord, kq.name, kq.id::text, kq.priority, p.id::text, p.name, kq.grp,
+	       c.last_offset - c.cursor - cardinality(c.done), true, NULL, NULL, NULL,
+	       (c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
+	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit), true
+	FROM kq
+	CROSS JOIN LATERAL (
+		SELECT c.* FROM consumers c
+		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
+		  AND (kq.pname = '' OR c.partition_id = (
+		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
+		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+		  AND (kq.window_buffer = 0 OR (SELECT p2.last_push_at FROM partitions p2 WHERE p2.id = c.partition_id)
+		       <= now() - make_interval(secs => kq.window_buffer))
+		  AND (kq.delayed_processing = 0 OR EXISTS (
+		       SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
+		       AND m.created_at <= now() - make_interval(secs => kq.delayed_processing)))
+		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
+		LIMIT greatest(kq.want, 1)
+	) c
+	JOIN partitions p ON p.id = c.partition_id
+	WHERE kq.window_buffer > 0 OR kq.delayed_processing > 0
+	UNION ALL
+	SELECT kq.ord, kq.name, kq.id::text, kq.priority, '', '', kq.grp, 0, false, NULL, NULL, NULL, false, false
 	FROM kq
 	WHERE NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = kq.id AND g.name = kq.grp)
 )
-SELECT ord, qname, qid, priority, pid, pname, grp, waiting, has_consumer, dead_on_expiry,
+SELECT ord, qname, qid, priority, pid, pname, grp, waiting, has_consumer, dead_on_expiry, again,
        lease_until IS NULL AND window_until IS NULL AND (visible_at IS NULL OR visible_at <= now()) AS eligible,
        GREATEST(lease_until, window_until, CASE WHEN visible_at > now() THEN visible_at END) AS eligible_at
 FROM rows`
+
+type targetPartition struct {
+	target    int
+	partition string
+}
 
 // Preflight checks, in one query, which partitions every target could be
 // served from. It takes no locks: the answer can be stale by the time of
@@ -136,13 +172,32 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 	}
 	defer rows.Close()
 	var out []Availability
+	// The partitions reported for a target, built only once a row of the
+	// second range of a queue with a window or a delay comes.
+	var seen map[targetPartition]bool
 	for rows.Next() {
 		var a Availability
 		var ord int64
+		var again bool
 		var at *time.Time
 		if err := rows.Scan(&ord, &a.Queue, &a.QueueID, &a.Priority, &a.PartitionID, &a.Partition, &a.Group, &a.Waiting, &a.HasConsumer,
-			&a.DeadOnExpiry, &a.Eligible, &at); err != nil {
+			&a.DeadOnExpiry, &again, &a.Eligible, &at); err != nil {
 			return nil, fmt.Errorf("reading pre-flight: %w", err)
+		}
+		if again {
+			if seen == nil {
+				seen = make(map[targetPartition]bool, len(out))
+				for _, o := range out {
+					seen[targetPartition{o.Target, o.PartitionID}] = true
+				}
+			}
+			k := targetPartition{int(ord - 1), a.PartitionID}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+		} else if seen != nil {
+			seen[targetPartition{int(ord - 1), a.PartitionID}] = true
 		}
 		a.Target = int(ord - 1)
 		if at != nil {

@@ -125,8 +125,9 @@
 // every other statement that locks or writes several rows of one table
 // (a lease's extension or release, retention's cursor moves, the idle
 // partitions' cleanup) locks them first in key order in a CTE (ORDER BY
-// … FOR NO KEY UPDATE), so none of them can deadlock another
-// (lockorder_test.go). Pushes
+// … FOR NO KEY UPDATE), and a transaction (/transaction) locks every row
+// its operations write before the first runs (lockTxRows), so none of
+// them can deadlock another (lockorder_test.go). Pushes
 // that arrive while Config.PushFlushers pushes are in flight wait and are
 // merged into one transaction (coalescer); so are acks while
 // Config.AckFlushers acks are in flight, but only acks on (partition, group)

@@ -2,9 +2,11 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,4 +244,39 @@ func TestIssue16_PartitionCleanupLocksInKeyOrder(t *testing.T) {
 	var left []string
 	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT coalesce(array_agg(format('id = %L', id)), '{}') FROM partitions`).Scan(&left))
 	require.Equal(t, []string{first}, left, "the idle partitions went, the held one stayed")
+}
+
+// A transaction's acks lock their consumer rows in key order, with the
+// rows its pushes write, before any operation runs: run one by one in the
+// order the client listed them, acks of [p3, p2, p1, p0] held p3..p1 while
+// waiting for p0, and ExtendLease of a lease over them (p0 first) could
+// deadlock with it (review of issue 16).
+func TestIssue16_TransactionAcksLockInKeyOrder(t *testing.T) {
+	s := newStore(t)
+	for i := range 4 {
+		push(t, s, "txq", fmt.Sprint("p", i), nums(1, 1)...)
+	}
+	res := pop(t, s, queue.PopRequest{Queue: "txq", Partitions: 4, Batch: 4})
+	require.Len(t, res.Messages, 4)
+	msgs := slices.Clone(res.Messages)
+	slices.SortFunc(msgs, func(a, b queue.Message) int { return strings.Compare(a.PartitionID, b.PartitionID) })
+	var keys []string
+	var ops []queue.TxOp
+	for _, m := range msgs {
+		keys = append(keys, fmt.Sprintf("partition_id = '%s' AND consumer_group = '%s'", m.PartitionID, queue.DefaultGroup))
+	}
+	for _, m := range slices.Backward(msgs) {
+		ops = append(ops, queue.TxOp{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+			LeaseID: m.LeaseID, Status: queue.StatusCompleted}})
+	}
+	ops = append(ops, queue.TxOp{Type: "push", Items: []queue.PushItem{{Queue: "txq", Partition: "p9", Payload: json.RawMessage(`1`)}}})
+	// marker "": on the code before, the statement left waiting was an
+	// ack's own lock, after it had taken the rows above.
+	lockOrderCase{keys: keys, marker: "", run: func(ctx context.Context) error {
+		r, err := s.Transaction(ctx, ops, nil, "")
+		if err == nil && !r.Success {
+			err = fmt.Errorf("transaction failed: %s", r.Error)
+		}
+		return err
+	}}.check(t, s)
 }

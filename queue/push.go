@@ -467,12 +467,6 @@ func optString(s string) *string {
 const pushLockSQL = `-- herald:push_lock
 SELECT lock_partitions($1::uuid[])`
 
-// pushLockAllSQL locks the partitions and then all their consumer rows, in
-// that order (lock_for_push): for a transaction, whose acks lock consumer
-// rows between its pushes.
-const pushLockAllSQL = `-- herald:push_lock_all
-SELECT lock_for_push($1::uuid[])`
-
 // pushInsertSQL finds duplicates, numbers the fresh rows densely per
 // partition from last_offset, bumps last_offset and inserts, in one
 // statement. The consumer rows are marked after the commit (readySQL),

@@ -89,16 +89,17 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 	}
 	res := &TxResult{TransactionID: NewID(), Results: []TxOpResult{}}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Then they are locked first, with their consumer rows (which a
-		// push may write), in the one lock order: an ack before a push in
-		// ops must not hold a consumer row while the push waits for a
-		// partition another push holds while waiting for that row, nor take
-		// a row another transaction's push holds while that one waits for a
-		// row this one acked.
-		if len(pushParts) > 0 {
-			if _, err := tx.Exec(ctx, pushLockAllSQL, pushParts); err != nil {
-				return fmt.Errorf("locking partitions: %w", err)
-			}
+		// Then every row the operations write is locked before the first
+		// runs, in the one lock order: the pushes' partitions by id, then
+		// the consumer rows of those partitions (which a push may write)
+		// and of the acks' (partition, group) pairs together, by key. Taken
+		// op by op, an ack before a push would hold a consumer row while
+		// the push waited for a partition another push held while waiting
+		// for that row, and acks listed against key order would hold one row
+		// while waiting for a lower one that an ExtendLease, a retention
+		// step or another transaction holds while waiting for the first.
+		if err := lockTxRows(ctx, tx, pushParts, ops); err != nil {
+			return err
 		}
 		for _, l := range requiredLeases {
 			var live, foreign bool
@@ -167,4 +168,49 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 	}
 	res.Success = true
 	return res, nil
+}
+
+// txLockPartitionsSQL and txLockConsumersSQL lock what a transaction's
+// operations write, in the lock order every statement follows: partitions
+// by id, then consumer rows by (partition, group). FOR UPDATE, as an ack's
+// own lock (ackLockSQL) takes them.
+const txLockPartitionsSQL = `-- herald:tx_lock_partitions
+SELECT count(*) FROM (SELECT 1 FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE) x`
+
+const txLockConsumersSQL = `-- herald:tx_lock_consumers
+SELECT count(*) FROM (
+	SELECT 1 FROM consumers c
+	WHERE c.partition_id = ANY($1::uuid[])
+	   OR (c.partition_id, c.consumer_group) IN (SELECT * FROM unnest($2::uuid[], $3::text[]))
+	ORDER BY c.partition_id, c.consumer_group
+	FOR UPDATE OF c
+) x`
+
+// lockTxRows locks the partitions pushParts (sorted) and the consumer rows
+// of those partitions and of the acks of ops, in one round trip. An ack
+// whose partition id is not a UUID locks nothing here (it finds no message).
+func lockTxRows(ctx context.Context, tx pgx.Tx, pushParts []string, ops []TxOp) error {
+	var ackParts, ackGroups []string
+	for _, op := range ops {
+		if op.Type != "ack" || !ValidUUID(op.Ack.PartitionID) {
+			continue
+		}
+		g := op.Ack.Group
+		if g == "" {
+			g = DefaultGroup
+		}
+		ackParts, ackGroups = append(ackParts, op.Ack.PartitionID), append(ackGroups, g)
+	}
+	if len(pushParts) == 0 && len(ackParts) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	if len(pushParts) > 0 {
+		b.Queue(txLockPartitionsSQL, pushParts)
+	}
+	b.Queue(txLockConsumersSQL, pushParts, ackParts, ackGroups)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("locking the transaction's rows: %w", err)
+	}
+	return nil
 }

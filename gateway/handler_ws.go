@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -72,6 +74,38 @@ type wsFrame struct {
 	Seconds int    `json:"seconds"`
 	// auth
 	Token string `json:"token"`
+}
+
+// wsFrameFields are wsFrame's member names, as written.
+var wsFrameFields = func() []string {
+	t := reflect.TypeFor[wsFrame]()
+	out := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		out = append(out, name)
+	}
+	return out
+}()
+
+// miscasedFrameField returns the first member of frame (a JSON object)
+// whose name is a frame field's spelt in other case, or "". encoding/json
+// reads "TYPE" as type; field names are case-sensitive, as push and ack
+// items are (json_members.go), so such a frame is refused rather than
+// read as something the client did not write.
+func miscasedFrameField(frame []byte) string {
+	found := ""
+	eachMember(frame, func(name []byte, _ json.RawMessage) {
+		if found != "" {
+			return
+		}
+		for _, f := range wsFrameFields {
+			if string(name) != f && strings.EqualFold(string(name), f) {
+				found = string(name)
+				return
+			}
+		}
+	})
+	return found
 }
 
 // wsConn is the WebSocket transport of a session: it reads and answers
@@ -197,6 +231,11 @@ func (c *wsConn) reader(ctx context.Context) {
 			// A text frame must be UTF-8 (RFC 6455 §5.6); JSON decoding
 			// would silently replace bad bytes in names.
 			if ok = kind == websocket.TextMessage && utf8.Valid(data) && json.Unmarshal(data, &f) == nil; ok {
+				if name := miscasedFrameField(data); name != "" {
+					c.ss.send(wsError(f.ID, "bad_request", "unknown field "+strconv.Quote(name)+
+						": frame field names are case-sensitive"))
+					return
+				}
 				c.handle(ctx, &f)
 			}
 		})

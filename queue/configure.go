@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -110,11 +112,35 @@ func (o *Options) overlay(raw json.RawMessage) error {
 			return r.errorf()
 		}
 	}
-	if err := json.Unmarshal(raw, o); err != nil {
+	// Only the names as written: encoding/json would read "LEASETIME" as
+	// leaseTime, and JSON.parse (the reference) reads it as an unknown
+	// name, ignored.
+	exact := make(map[string]json.RawMessage, len(fields))
+	for name, v := range fields {
+		if optionNames[name] {
+			exact[name] = v
+		}
+	}
+	b, err := json.Marshal(exact)
+	if err != nil {
+		return inputErrorf("options: %v", err)
+	}
+	if err := json.Unmarshal(b, o); err != nil {
 		return inputErrorf("options: %v", err)
 	}
 	return nil
 }
+
+// optionNames are Options' JSON names.
+var optionNames = func() map[string]bool {
+	t := reflect.TypeFor[Options]()
+	out := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		out[name] = true
+	}
+	return out
+}()
 
 // ConfigureRequest creates a queue or changes its settings.
 type ConfigureRequest struct {

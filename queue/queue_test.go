@@ -497,6 +497,18 @@ func TestConfigure_MergeAndReplace(t *testing.T) {
 	assert.True(t, queue.IsInputError(err), "%v", err)
 }
 
+// Option names match as written, as the reference's JSON.parse reads them:
+// "LeaseTime" is an unknown name, ignored (encoding/json applied it).
+func TestConfigure_OptionNamesAreCaseSensitive(t *testing.T) {
+	s := newStore(t)
+	res, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q",
+		Options: json.RawMessage(`{"LeaseTime":60,"RETRYLIMIT":9,"priority":2}`)})
+	require.NoError(t, err)
+	assert.Equal(t, queue.DefaultOptions().LeaseTime, res.Options.LeaseTime)
+	assert.Equal(t, queue.DefaultOptions().RetryLimit, res.Options.RetryLimit)
+	assert.Equal(t, 2, res.Options.Priority)
+}
+
 // Values Postgres cannot store are the client's fault: an InputError (400),
 // never a server fault, and nothing is stored.
 func TestBadInput_IsInputError(t *testing.T) {

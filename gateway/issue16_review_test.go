@@ -56,3 +56,26 @@ func TestIssue16_WindowedPartitionsDoNotStarveAQuietOne(t *testing.T) {
 	require.NotEmpty(t, body.Messages)
 	assert.Equal(t, "quiet", body.Messages[0].Partition)
 }
+
+// Review of issue 16: a WebSocket frame's own fields were read without
+// regard to case ({"TYPE":"ack","ITEMS":[…]} acked), while push and ack
+// items match exactly. A frame naming a field in other case is refused
+// with a bad_request naming it; unknown fields are still ignored.
+func TestIssue16_WSFrameFieldNamesAreCaseSensitive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.dialWS(t)
+	for _, frame := range []string{
+		`{"TYPE":"ping","id":1}`,
+		`{"type":"ping","ID":1}`,
+		`{"type":"subscribe","Queue":"wsc","id":1}`,
+	} {
+		c.send(frame)
+		f := c.next("error")
+		assert.JSONEq(t, `"bad_request"`, string(f["code"]), frame)
+		assert.Contains(t, string(f["message"]), "case-sensitive", frame)
+	}
+	c.send(`{"type":"ping","id":2,"extra":true}`)
+	f := c.next("pong")
+	assert.JSONEq(t, `2`, string(f["id"]))
+}

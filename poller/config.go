@@ -25,9 +25,10 @@ const (
 	WakePoll WakeMode = "poll"
 )
 
-// PresenceGrace is how long after a queue's first consumer registers it is
-// checked again (see Config.OnPresence): time for other instances to hear.
-const PresenceGrace = 50 * time.Millisecond
+// PresenceGraceDefault is how long after a queue's first consumer
+// registers it is checked again (see Config.OnPresence): time for other
+// instances to hear.
+const PresenceGraceDefault = 50 * time.Millisecond
 
 // Defaults of Config fields.
 const (
@@ -77,6 +78,8 @@ type Config struct {
 	// its queue is then checked again PresenceGrace later, so a push
 	// elsewhere before the announcement arrived is not missed.
 	OnPresence func(queue string, present bool) (news bool)
+	// PresenceGrace: zero means PresenceGraceDefault.
+	PresenceGrace time.Duration
 	// Hints, when set, shares lease hints with other instances (syncnet):
 	// this poller tells it the leases it takes and gives back, and skips
 	// a push wake-up's pop of a partition another live instance holds. Its
@@ -120,6 +123,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxIntentions == 0 {
 		c.MaxIntentions = MaxIntentionsPerPreflight
+	}
+	if c.PresenceGrace == 0 {
+		c.PresenceGrace = PresenceGraceDefault
 	}
 	return c
 }

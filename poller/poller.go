@@ -122,7 +122,7 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 		// they make meanwhile may not be announced to us. Look again once
 		// they know.
 		key := in.key
-		time.AfterFunc(PresenceGrace, func() {
+		time.AfterFunc(p.cfg.PresenceGrace, func() {
 			w.mu.Lock()
 			if ks := w.keys[key]; ks != nil {
 				ks.dirty = true

@@ -61,6 +61,18 @@ type Availability struct {
 	DeadOnExpiry bool
 }
 
+// preflightReady selects a target's ready consumer rows (of its one
+// partition when it names one), and preflightDeadOnExpiry marks an expired
+// lease whose next failed attempt dead-letters: both ranges of
+// preflightSQL read them.
+const (
+	preflightReady = `c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
+		  AND (kq.pname = '' OR c.partition_id = (
+		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))`
+	preflightDeadOnExpiry = `(c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
+	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit)`
+)
+
 // preflightSQL answers, in one statement, for every target: partitions
 // with unfinished messages for the group, whether each can be leased now and
 // if not, when. Each (queue, group) is one range of consumers_ready, read in
@@ -91,15 +103,12 @@ WITH k AS (
 	       CASE WHEN kq.delayed_processing > 0 THEN (
 	            SELECT m.created_at + make_interval(secs => kq.delayed_processing) FROM messages m
 	            WHERE m.partition_id = p.id AND m.seq = c.cursor + 1) END AS visible_at,
-	       (c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
-	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit) AS dead_on_expiry,
+	       ` + preflightDeadOnExpiry + ` AS dead_on_expiry,
 	       false AS again
 	FROM kq
 	CROSS JOIN LATERAL (
 		SELECT c.* FROM consumers c
-		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
-		  AND (kq.pname = '' OR c.partition_id = (
-		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
+		WHERE ` + preflightReady + `
 		ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id
 		LIMIT greatest(kq.want, 1) + 1
 	) c
@@ -113,14 +122,11 @@ WITH k AS (
 	-- reported once (Preflight drops its row marked again).
 	SELECT kq.ord, kq.name, kq.id::text, kq.priority, p.id::text, p.name, kq.grp,
 	       c.last_offset - c.cursor - cardinality(c.done), true, NULL, NULL, NULL,
-	       (c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
-	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit), true
+	       ` + preflightDeadOnExpiry + `, true
 	FROM kq
 	CROSS JOIN LATERAL (
 		SELECT c.* FROM consumers c
-		WHERE c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor
-		  AND (kq.pname = '' OR c.partition_id = (
-		       SELECT p1.id FROM partitions p1 WHERE p1.queue_id = kq.id AND p1.name = kq.pname))
+		WHERE ` + preflightReady + `
 		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 		  AND (kq.window_buffer = 0 OR (SELECT p2.last_push_at FROM partitions p2 WHERE p2.id = c.partition_id)
 		       <= now() - make_interval(secs => kq.window_buffer))

@@ -36,6 +36,13 @@ import (
 // NOTIFY or datagram leaves it behind.
 const MaintenanceRefreshDefault = 5 * time.Second
 
+// MaintenanceRefreshListening is the same for an instance that LISTENs
+// (wake mode notify): a switch's NOTIFY reaches it while it listens, and it
+// reads the switches again each time it starts listening, so the periodic
+// read only heals what neither covers; at 5 s it was a third of an idle
+// instance's statements.
+const MaintenanceRefreshListening = 30 * time.Second
+
 // maintenanceReadTimeout bounds one read of the switches.
 const maintenanceReadTimeout = 5 * time.Second
 

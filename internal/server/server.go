@@ -120,7 +120,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// The maintenance switches, and the push buffer's drain.
 	s.runners = append(s.runners, runner{"maintenance", s.gw.RunMaintenance})
 	if err := s.gw.LoadMaintenance(ctx); err != nil {
-		s.log.Warn().Err(err).Msg("reading the maintenance switches at start; they are read again every 5 s")
+		s.log.Warn().Err(err).Msg("reading the maintenance switches at start; they are read again periodically")
 	}
 	return s, nil
 }
@@ -286,6 +286,9 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 			return err
 		}
 		gc.Notifier = s.notifier
+		if gc.MaintenanceRefresh == 0 {
+			gc.MaintenanceRefresh = gateway.MaintenanceRefreshListening
+		}
 		s.wakeReady = s.listener.Connected()
 		s.runners = append(s.runners, runner{"notifier", s.notifier.Run}, runner{"listener", s.listener.Run})
 	case WakeLogical:

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
@@ -152,4 +153,24 @@ func TestServer_CloseWithoutRun(t *testing.T) {
 	s, err := New(context.Background(), cfg)
 	require.NoError(t, err)
 	require.NoError(t, run(t, s)())
+}
+
+// An instance that LISTENs reads the maintenance switches every 30 s
+// instead of every 5 s (a NOTIFY reaches it, and it reads them again each
+// time it starts listening): at 5 s the read was a third of an idle
+// instance's statements (issue 16, point 5). Without a listener, 5 s.
+func TestServer_MaintenanceRefreshFollowsTheWakeMode(t *testing.T) {
+	for _, c := range []struct {
+		wake string
+		want time.Duration
+	}{{WakeNotify, gateway.MaintenanceRefreshListening}, {WakePoll, 0 /* the gateway's default, 5 s */}} {
+		cfg := testConfig(t)
+		cfg.Wake = c.wake
+		got := time.Duration(-1)
+		cfg.Adjust.Gateway = func(g *gateway.Config) { got = g.MaintenanceRefresh }
+		s, err := New(context.Background(), cfg)
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		assert.Equal(t, c.want, got, c.wake)
+	}
 }

@@ -224,11 +224,16 @@ SELECT qname, count(*) FROM expired GROUP BY 1`
 // donePrefixSQL moves cursors over the done offsets that directly follow
 // them (what maxWaitSQL marked), as an ack would. The rows are locked
 // first in key order (lk, as retentionCursorsSQL), and how far each moves
-// is counted from the locked row's own cursor and done.
+// is counted from the locked row's own cursor and done. Only rows whose
+// next offset is done are locked: locking every row with something done
+// waited for each one an ack held, with nothing to move there. A row an
+// ack changed meanwhile is checked again as locked (its new version), and
+// how far it moves is counted from that.
 const donePrefixSQL = `-- herald:retention_done_prefix
 WITH lk AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done FROM consumers c
-	WHERE cardinality(c.done) > 0 AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+	WHERE cardinality(c.done) > 0 AND c.cursor + 1 = ANY (c.done)
+	  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 ), x AS (
@@ -326,6 +331,13 @@ func (s *Store) cleanPartitions(ctx context.Context, conn *pgxpool.Conn, count f
 	return nil
 }
 
+// retentionHook, set only by tests (SetRetentionHook), is called inside
+// deleteBatch's transaction at each step: "locked" (the victims are
+// locked, nothing deleted yet) and "deleted" (before COMMIT), so that a
+// test can run a concurrent act at that very point instead of racing for
+// it.
+var retentionHook func(step string)
+
 // deleteBatch deletes up to batch messages of the rule cond in one
 // transaction: retentionLockSQL, then retentionDeleteSQL. It reports how
 // many it locked (fewer than batch: the rule has no more for now) and the
@@ -355,6 +367,9 @@ func deleteBatch(ctx context.Context, conn *pgxpool.Conn, cond string, batch int
 	if err := rows.Err(); err != nil || len(pids) == 0 {
 		return 0, nil, err
 	}
+	if retentionHook != nil {
+		retentionHook("locked")
+	}
 	rows, err = tx.Query(ctx, fmt.Sprintf(retentionDeleteSQL, cond), pids, seqs)
 	if err != nil {
 		return 0, nil, err
@@ -373,6 +388,9 @@ func deleteBatch(ctx context.Context, conn *pgxpool.Conn, cond string, batch int
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, nil, err
+	}
+	if retentionHook != nil {
+		retentionHook("deleted")
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, nil, err

@@ -48,3 +48,9 @@ func SetRetentionHook(t testing.TB, f func(step string)) {
 
 // GroupRegisterSQL is exported for the plan tests.
 var GroupRegisterSQL = groupRegisterSQL
+
+// SeekSQL and GroupResetSQL are exported for the plan tests.
+var (
+	SeekSQL       = seekSQL
+	GroupResetSQL = groupResetSQL
+)

@@ -264,10 +264,13 @@ const firstRemaining = `coalesce((SELECT min(m.seq) FROM messages m WHERE m.part
 // the start with no message. One index range of the holes: no message is
 // read per offset, and the holes are few (below).
 //
-// Retention takes a message from the middle only when every group has
-// finished it, so a hole above the first remaining message lies in the
-// done set of every group that has not finished that message: there are
-// never more of them than the largest done set of those groups.
+// The holes are few. Completed retention takes a message from the middle
+// only when every group has finished it, and DeleteMessage marks it done
+// for every group, so a hole above the first remaining message lies in
+// the done set of every group that has not finished that message: never
+// more of them than the largest done set of those groups. (Age retention
+// deletes by creation time, out of offset order only across pushes that
+// committed in another order than they began.)
 const holesAfterStart = `CROSS JOIN LATERAL (
 	SELECT s0.start + count(*) FILTER (WHERE h.seq = s0.start + h.rn) AS cursor,
 	       coalesce(array_agg(h.seq ORDER BY h.seq) FILTER (WHERE h.seq <> s0.start + h.rn), '{}') AS done

@@ -493,7 +493,7 @@ func lockVictimQueues(ctx context.Context, tx pgx.Tx, pids []string, seqs []int6
 	if len(locked) == len(distinct) {
 		return pids, seqs, nil
 	}
-	keep := pids[:0:0]
+	var keep []string
 	var keepSeqs []int64
 	for i, q := range qids {
 		if slices.Contains(locked, q) {

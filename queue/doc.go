@@ -45,12 +45,20 @@
 // the row's place in consumers_ready) would wait for it forever. Retention
 // removes a prefix and moves the cursors past it. DeleteMessage marks the
 // deleted offset done in every consumer row of the partition, under their
-// locks, and records it in message_holes when it lies between remaining
-// messages. Completed retention takes messages every group finished out of
-// order and records nothing, so whatever places a cursor without history
-// (a group's registration, a seek, a reset) starts no lower than the
-// partition's first remaining message and counts every offset above its
-// start with no message as done (gapsAfterStart: one ordered index scan).
+// locks. Both record, in the transaction that deletes, the offsets they
+// take above the partition's first remaining message in message_holes
+// (completed retention takes messages every group finished out of order
+// from the middle), and forget the partition's holes below it; each
+// retention run also sweeps stale ones. Whatever places a cursor without
+// history (a group's registration, a seek, a reset) starts no lower than
+// the partition's first remaining message and counts the holes above its
+// start as done (holesAfterStart: two index probes of messages and a range
+// of holes per partition, whatever the partition holds). A retention
+// batch share-locks the queues it deletes from before its delete statement
+// (skipping a locked one), and those acts lock their queues first (FOR NO
+// KEY UPDATE), so they run before the batch (whose delete then sees the
+// group's rows) or after it (and read the message gone and its hole),
+// never across.
 //
 // # Browsing
 //
@@ -121,7 +129,10 @@
 // are taken in one order: queue row, partition rows by id, consumer rows
 // by (partition, group). Pushes lock their partitions (lock_partitions),
 // their markings after the commit the partitions' consumer rows, acks the
-// consumer rows they need, a registration the queue then its partitions;
+// consumer rows they need, a registration the queue then its partitions
+// (a retention batch locks messages, then the queues of those it may
+// delete, but skips what it cannot lock, so it never waits while it
+// holds them);
 // every other statement that locks or writes several rows of one table
 // (a lease's extension or release, retention's cursor moves, the idle
 // partitions' cleanup) locks them first in key order in a CTE (ORDER BY

@@ -1,6 +1,9 @@
 package queue
 
-import "fmt"
+import (
+	"fmt"
+	"testing"
+)
 
 // AckResolveSQL is exported for the plan test.
 const AckResolveSQL = ackResolveSQL
@@ -34,4 +37,20 @@ const (
 	RetentionCursorsSQL = retentionCursorsSQL
 	DonePrefixSQL       = donePrefixSQL
 	CleanPartitionsSQL  = cleanPartitionsSQL
+)
+
+// SetRetentionHook makes retention call f at each step of a delete batch
+// ("locked", "deleted": see retentionHook) until the test ends.
+func SetRetentionHook(t testing.TB, f func(step string)) {
+	retentionHook = f
+	t.Cleanup(func() { retentionHook = nil })
+}
+
+// GroupRegisterSQL is exported for the plan tests.
+var GroupRegisterSQL = groupRegisterSQL
+
+// SeekSQL and GroupResetSQL are exported for the plan tests.
+var (
+	SeekSQL       = seekSQL
+	GroupResetSQL = groupResetSQL
 )

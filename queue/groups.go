@@ -243,8 +243,8 @@ FROM (
 	LEFT JOIN consumer_groups g ON g.queue_id = c2.queue_id AND g.name = c2.consumer_group
 	CROSS JOIN LATERAL (SELECT greatest(CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
 		SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < g.subscribed_from
-		ORDER BY m.seq DESC LIMIT 1), 0) END, ` + firstRemaining + `) AS start) s0
-	` + gapsAfterStart + `
+		ORDER BY m.seq DESC LIMIT 1), 0) END, ` + firstRemaining + `) AS start OFFSET 0) s0
+	` + holesAfterStart + `
 	WHERE c2.consumer_group = $1 AND c2.queue_id = ANY ($2::uuid[])
 ) x
 WHERE c.partition_id = x.partition_id AND c.consumer_group = $1`
@@ -254,24 +254,28 @@ WHERE c.partition_id = x.partition_id AND c.consumer_group = $1`
 // wait for messages retention or a delete removed.
 const firstRemaining = `coalesce((SELECT min(m.seq) FROM messages m WHERE m.partition_id = p.id) - 1, p.last_offset)`
 
-// gapsAfterStart turns a start offset (s0.start) on partition p into a
-// consumer row's cursor and done: every offset after the start with no
-// message (deleted one by one, or by completed retention, which takes
-// messages every group finished out of order) counts as finished, the
-// ones directly after the start moving the cursor. One ordered index scan
-// of the partition's messages after the start.
-const gapsAfterStart = `CROSS JOIN LATERAL (
-	SELECT s0.start + count(*) FILTER (WHERE x.g = s0.start + x.rn) AS cursor,
-	       coalesce(array_agg(x.g ORDER BY x.g) FILTER (WHERE x.g <> s0.start + x.rn), '{}') AS done
-	FROM (SELECT gg.g, row_number() OVER (ORDER BY gg.g) AS rn FROM (
-		SELECT g FROM (
-			SELECT m.seq, coalesce(lag(m.seq) OVER (ORDER BY m.seq), s0.start) AS prev
-			FROM messages m WHERE m.partition_id = p.id AND m.seq > s0.start
-		) w CROSS JOIN LATERAL generate_series(w.prev + 1, w.seq - 1) AS g
-		UNION ALL
-		SELECT generate_series(coalesce((SELECT max(m.seq) FROM messages m
-		                                 WHERE m.partition_id = p.id AND m.seq > s0.start), s0.start) + 1, p.last_offset)
-	) gg) x
+// holesAfterStart turns a start offset (s0.start) on partition p into a
+// consumer row's cursor and done: the offsets after the start recorded as
+// deleted (message_holes) count as finished, the ones directly after the
+// start moving the cursor. Every offset deleted above the partition's
+// first remaining message is recorded there, by DeleteMessage and by
+// retention, in the transaction that deletes it, and a start never lies
+// below that message (firstRemaining), so the holes are every offset after
+// the start with no message. One index range of the holes: no message is
+// read per offset, and the holes are few (below).
+//
+// The holes are few. Completed retention takes a message from the middle
+// only when every group has finished it, and DeleteMessage marks it done
+// for every group, so a hole above the first remaining message lies in
+// the done set of every group that has not finished that message: never
+// more of them than the largest done set of those groups. (Age retention
+// deletes by creation time, out of offset order only across pushes that
+// committed in another order than they began.)
+const holesAfterStart = `CROSS JOIN LATERAL (
+	SELECT s0.start + count(*) FILTER (WHERE h.seq = s0.start + h.rn) AS cursor,
+	       coalesce(array_agg(h.seq ORDER BY h.seq) FILTER (WHERE h.seq <> s0.start + h.rn), '{}') AS done
+	FROM (SELECT h.seq, row_number() OVER (ORDER BY h.seq) AS rn
+	      FROM message_holes h WHERE h.partition_id = p.id AND h.seq > s0.start) h
 ) s`
 
 // DeleteGroup forgets group's position on one queue (queueName) or on all
@@ -355,7 +359,9 @@ var ErrNotFound = errors.New("not found")
 // (delivered_to). Partitions with no message are left alone by a seek to
 // the end. A position never stands below a message retention or a delete
 // removed, and offsets deleted from the middle after it count as done
-// (firstRemaining, gapsAfterStart), or the group would wait for them.
+// (firstRemaining, holesAfterStart), or the group would wait for them.
+// Completed retention's delete and the seek run one after the other, never
+// across (the queue row's lock: see deleteBatch).
 var seekSQL = `-- herald:group_seek
 ` + placeConsumers + `
 FROM (
@@ -363,8 +369,8 @@ FROM (
 	FROM consumers c2 JOIN partitions p ON p.id = c2.partition_id JOIN queues q ON q.id = c2.queue_id
 	CROSS JOIN LATERAL (SELECT greatest(CASE WHEN $3::timestamptz IS NULL THEN p.last_offset ELSE coalesce((
 		SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at <= $3
-		ORDER BY m.seq DESC LIMIT 1), 0) END, ` + firstRemaining + `) AS start) s0
-	` + gapsAfterStart + `
+		ORDER BY m.seq DESC LIMIT 1), 0) END, ` + firstRemaining + `) AS start OFFSET 0) s0
+	` + holesAfterStart + `
 	WHERE c2.consumer_group = $1 AND q.name = $2 AND ($4 = '' OR p.name = $4)
 	  AND ($3::timestamptz IS NOT NULL OR p.last_offset > 0)
 ) x

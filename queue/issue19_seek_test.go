@@ -12,9 +12,9 @@ import (
 )
 
 // Review of issue 19: completed retention deletes a message every group
-// finished out of order, leaving no hole record; a seek back over it (or a
-// group reset) must count its offset as finished, or the group waits for
-// it forever.
+// finished out of order; a seek back over it (or a group reset) must count
+// its offset as finished, or the group waits for it forever (retention
+// records the offset in message_holes, which seeks and resets read).
 func TestIssue19_SeekOverACompletedRetentionGap(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
@@ -45,7 +45,7 @@ func TestIssue19_SeekOverACompletedRetentionGap(t *testing.T) {
 
 // completedRetentionGap leaves queue "cr" with offsets 1 and 3 stored and
 // offset 2 deleted by completed retention (group g finished it out of
-// order), with no hole record.
+// order).
 func completedRetentionGap(t *testing.T, s *queue.Store) {
 	t.Helper()
 	ctx := ctxT(t)
@@ -71,8 +71,9 @@ func completedRetentionGap(t *testing.T, s *queue.Store) {
 // Issue 16, point 5 (issue 19's note): a group registered after completed
 // retention took a message from the middle of a partition took only the
 // recorded holes (message_holes) as finished, and retention records none:
-// it waited on the missing offset forever. Registration now counts every
-// offset after its start with no message as finished, as seeks do.
+// it waited on the missing offset forever. Retention now records the
+// offsets it takes above a partition's first remaining message there, in
+// the transaction that deletes them.
 func TestIssue16_RegistrationAfterCompletedRetentionGap(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)

@@ -19,7 +19,8 @@ WHERE %s AND NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = q.id
 
 // groupLockSQL is groupMissingSQL that also locks those queues (FOR NO KEY
 // UPDATE, which a partition's creation waits for: see resolvePartitions),
-// in id order.
+// in id order. It waits for a retention batch deleting from them, which
+// skips them while it is held (deleteBatch).
 const groupLockSQL = groupMissingSQL + `
 ORDER BY q.id
 FOR NO KEY UPDATE OF q`
@@ -34,13 +35,16 @@ SELECT count(*) FROM (SELECT 1 FROM partitions p WHERE p.queue_id = ANY($1::uuid
 // gives it a consumer row on every partition, starting after the messages
 // older than its subscription, and never before the partition's first
 // remaining message (retention or a delete took those below it: a cursor
-// under them would wait for offsets that never come). Every offset above
-// the start with no message is finished for the new row (gapsAfterStart, as
-// for a seek): deleted one by one (message_holes records those), or by
-// completed retention, which takes a message every group finished out of
-// order and records nothing; the ones right after the start move its
-// cursor, the rest go into done. $1 queue ids, $2 group, $3 subscribe-now,
-// $4 subscribe-from.
+// under them would wait for offsets that never come). Offsets deleted
+// above the start (message_holes: DeleteMessage and retention record them)
+// are finished for the new row as they are for the others: the ones right
+// after the start move its cursor, the rest go into done. Its cost does
+// not depend on how many messages a partition holds: two index probes of
+// messages and a range of holes per partition (holesAfterStart). It runs
+// before or after a retention batch on the queue, never across: the
+// queue's lock (groupLockSQL) waits for the share lock retention holds
+// while it deletes. $1 queue ids, $2 group, $3 subscribe-now, $4
+// subscribe-from.
 var groupRegisterSQL = `-- herald:group_register
 WITH g AS (
 	INSERT INTO consumer_groups (queue_id, name, subscribed_from, subscription_mode)
@@ -57,8 +61,9 @@ CROSS JOIN LATERAL (
 	SELECT greatest(CASE WHEN g.subscribed_from IS NULL THEN 0 ELSE coalesce((
 		SELECT m.seq FROM messages m WHERE m.partition_id = p.id AND m.created_at < g.subscribed_from
 		ORDER BY m.seq DESC LIMIT 1), 0) END, ` + firstRemaining + `) AS start
+	OFFSET 0 -- computed once, not copied into each use below
 ) s0
-` + gapsAfterStart + `
+` + holesAfterStart + `
 ORDER BY p.id
 ON CONFLICT DO NOTHING`
 

@@ -3,9 +3,11 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -45,11 +47,29 @@ const retentionVictims = `messages m JOIN partitions p ON p.id = m.partition_id 
 	                  AND c.lease_expires_at > now() AND m.seq BETWEEN c.lease_from AND c.lease_to)`
 
 // retentionLockSQL locks up to $1 messages of one rule, skipping rows
-// another transaction holds (a replay holds the message it puts back).
+// another transaction holds (a replay holds the message it puts back), and
+// names the queue of each.
 var retentionLockSQL = `-- herald:retention_lock
-SELECT m.partition_id::text, m.seq FROM ` + retentionVictims + `
+SELECT m.partition_id::text, m.seq, q.id::text FROM ` + retentionVictims + `
 LIMIT $1
 FOR UPDATE OF m SKIP LOCKED`
+
+// retentionQueuesSQL share-locks the queues ($1) retention is about to
+// delete from, in id order, skipping those a group's registration, seek or
+// reset holds (FOR NO KEY UPDATE: groupLockSQL, groupQueuesLockSQL) or a
+// configuration: their messages wait for the next batch. Those acts place
+// a group's cursors from the messages and holes they read, and retention's
+// rule reads the groups' cursors: run across each other, the delete did not
+// see a group registered meanwhile (and took a message it had not
+// finished), and the registration still saw the message (and did not count
+// its offset as finished), so the group waited on that offset forever.
+// With the lock, such an act commits before the delete statement's
+// snapshot (which then sees its rows) or waits for retention's commit
+// (and then reads the message gone and its hole recorded). Skipping rather
+// than waiting: retention already holds message locks, and it never waits
+// while it holds them.
+const retentionQueuesSQL = `-- herald:retention_queues
+SELECT q.id::text FROM queues q WHERE q.id = ANY ($1::uuid[]) ORDER BY q.id FOR SHARE SKIP LOCKED`
 
 // retentionDeleteSQL deletes the locked messages ($1, $2) that still
 // match the rule, and returns the queue and partition of each. It is a
@@ -70,6 +90,41 @@ WITH victims AS (
 	RETURNING v.qname, v.partition_id
 )
 SELECT qname, partition_id::text, count(*) FROM del GROUP BY 1, 2`
+
+// retentionHolesSQL records, after retentionDeleteSQL and in its
+// transaction, the offsets it deleted ($1, $2 minus those still stored)
+// that lie above their partition's first remaining message, as
+// DeleteMessage does (deleteHoleSQL): completed retention takes messages
+// from the middle (every group finished them out of order), and a group
+// registered, sought or reset later must count them as finished
+// (holesAfterStart). It forgets the holes of those partitions below their
+// first remaining message: no position starts under it.
+const retentionHolesSQL = `-- herald:retention_holes
+WITH f AS (
+	SELECT v.pid, (SELECT min(m.seq) FROM messages m WHERE m.partition_id = v.pid) AS first
+	FROM (SELECT DISTINCT u.pid FROM unnest($1::uuid[]) AS u(pid)) v
+), ins AS (
+	INSERT INTO message_holes (partition_id, seq)
+	SELECT v.pid, v.seq FROM unnest($1::uuid[], $2::bigint[]) AS v(pid, seq) JOIN f ON f.pid = v.pid
+	WHERE v.seq > f.first AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.partition_id = v.pid AND m.seq = v.seq)
+	ORDER BY 1, 2
+	ON CONFLICT DO NOTHING
+)
+DELETE FROM message_holes h USING f WHERE h.partition_id = f.pid AND (f.first IS NULL OR h.seq < f.first)`
+
+// sweepHolesSQL forgets every hole below its partition's first remaining
+// message, wherever it came from: the deleters forget those of the
+// partitions they delete from, but two racing (DeleteMessage and a
+// retention batch) may each read the other's work uncommitted and leave
+// one behind. One pass over message_holes, which holds only a few offsets
+// per partition (holesAfterStart), and one index probe per partition with
+// holes.
+const sweepHolesSQL = `-- herald:retention_sweep_holes
+WITH f AS (
+	SELECT p.id, (SELECT min(m.seq) FROM messages m WHERE m.partition_id = p.id) AS first
+	FROM partitions p WHERE p.id IN (SELECT h.partition_id FROM message_holes h)
+)
+DELETE FROM message_holes h USING f WHERE h.partition_id = f.id AND (f.first IS NULL OR h.seq < f.first)`
 
 var retentionRules = []struct{ reason, cond string }{
 	{RetentionAge, `q.retention_enabled AND q.retention_seconds > 0
@@ -174,6 +229,9 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 			break
 		}
 	}
+	if _, err := conn.Exec(ctx, sweepHolesSQL); err != nil {
+		return collect(totals), true, fmt.Errorf("retention: forgetting holes: %w", err)
+	}
 	if s.cfg.PartitionCleanupAfter > 0 {
 		if err := s.cleanPartitions(ctx, conn, func(q string) { totals[[2]string{q, RetentionPartition}]++ }); err != nil {
 			return collect(totals), true, err
@@ -224,11 +282,16 @@ SELECT qname, count(*) FROM expired GROUP BY 1`
 // donePrefixSQL moves cursors over the done offsets that directly follow
 // them (what maxWaitSQL marked), as an ack would. The rows are locked
 // first in key order (lk, as retentionCursorsSQL), and how far each moves
-// is counted from the locked row's own cursor and done.
+// is counted from the locked row's own cursor and done. Only rows whose
+// next offset is done are locked: locking every row with something done
+// waited for each one an ack held, with nothing to move there. A row an
+// ack changed meanwhile is checked again as locked (its new version), and
+// how far it moves is counted from that.
 const donePrefixSQL = `-- herald:retention_done_prefix
 WITH lk AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done FROM consumers c
-	WHERE cardinality(c.done) > 0 AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+	WHERE cardinality(c.done) > 0 AND c.cursor + 1 = ANY (c.done)
+	  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 ), x AS (
@@ -326,10 +389,19 @@ func (s *Store) cleanPartitions(ctx context.Context, conn *pgxpool.Conn, count f
 	return nil
 }
 
+// retentionHook, set only by tests (SetRetentionHook), is called inside
+// deleteBatch's transaction at each step: "locked" (the victims are
+// locked, nothing deleted yet) and "deleted" (before COMMIT), so that a
+// test can run a concurrent act at that very point instead of racing for
+// it.
+var retentionHook func(step string)
+
 // deleteBatch deletes up to batch messages of the rule cond in one
-// transaction: retentionLockSQL, then retentionDeleteSQL. It reports how
-// many it locked (fewer than batch: the rule has no more for now) and the
-// partitions it deleted from.
+// transaction: retentionLockSQL, retentionQueuesSQL, then
+// retentionDeleteSQL with retentionHolesSQL. It reports how many it locked
+// on queues it could lock (fewer than batch: the rule has no more for now,
+// or a queue was busy: the next run takes its messages) and the partitions
+// it deleted from.
 func deleteBatch(ctx context.Context, conn *pgxpool.Conn, cond string, batch int, add func(string, int64)) (int64, []string, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -340,23 +412,34 @@ func deleteBatch(ctx context.Context, conn *pgxpool.Conn, cond string, batch int
 	if err != nil {
 		return 0, nil, err
 	}
-	var pids []string
+	var pids, qids []string
 	var seqs []int64
 	for rows.Next() {
-		var pid string
+		var pid, qid string
 		var seq int64
-		if err := rows.Scan(&pid, &seq); err != nil {
+		if err := rows.Scan(&pid, &seq, &qid); err != nil {
 			rows.Close()
 			return 0, nil, err
 		}
-		pids, seqs = append(pids, pid), append(seqs, seq)
+		pids, seqs, qids = append(pids, pid), append(seqs, seq), append(qids, qid)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil || len(pids) == 0 {
 		return 0, nil, err
 	}
-	rows, err = tx.Query(ctx, fmt.Sprintf(retentionDeleteSQL, cond), pids, seqs)
+	if pids, seqs, err = lockVictimQueues(ctx, tx, pids, seqs, qids); err != nil || len(pids) == 0 {
+		return 0, nil, err
+	}
+	if retentionHook != nil {
+		retentionHook("locked")
+	}
+	b := &pgx.Batch{}
+	b.Queue(fmt.Sprintf(retentionDeleteSQL, cond), pids, seqs)
+	b.Queue(retentionHolesSQL, pids, seqs)
+	br := tx.SendBatch(ctx, b)
+	rows, err = br.Query()
 	if err != nil {
+		_ = br.Close()
 		return 0, nil, err
 	}
 	var parts, queues []string
@@ -366,13 +449,25 @@ func deleteBatch(ctx context.Context, conn *pgxpool.Conn, cond string, batch int
 		var n int64
 		if err := rows.Scan(&q, &pid, &n); err != nil {
 			rows.Close()
+			_ = br.Close()
 			return 0, nil, err
 		}
 		parts, queues, counts = append(parts, pid), append(queues, q), append(counts, n)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
+		_ = br.Close()
 		return 0, nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return 0, nil, fmt.Errorf("recording the deleted offsets: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return 0, nil, err
+	}
+	if retentionHook != nil {
+		retentionHook("deleted")
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, nil, err
@@ -381,6 +476,31 @@ func deleteBatch(ctx context.Context, conn *pgxpool.Conn, cond string, batch int
 		add(q, counts[i])
 	}
 	return int64(len(pids)), parts, nil
+}
+
+// lockVictimQueues share-locks the queues of the locked victims
+// (retentionQueuesSQL) and keeps the victims of the queues it locked.
+func lockVictimQueues(ctx context.Context, tx pgx.Tx, pids []string, seqs []int64, qids []string) ([]string, []int64, error) {
+	distinct := slices.Compact(slices.Sorted(slices.Values(qids)))
+	rows, err := tx.Query(ctx, retentionQueuesSQL, distinct)
+	if err != nil {
+		return nil, nil, fmt.Errorf("locking queues: %w", err)
+	}
+	locked, err := readIDs(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("locking queues: %w", err)
+	}
+	if len(locked) == len(distinct) {
+		return pids, seqs, nil
+	}
+	var keep []string
+	var keepSeqs []int64
+	for i, q := range qids {
+		if slices.Contains(locked, q) {
+			keep, keepSeqs = append(keep, pids[i]), append(keepSeqs, seqs[i])
+		}
+	}
+	return keep, keepSeqs, nil
 }
 
 func collect(totals map[[2]string]int64) []RetentionDeleted {

@@ -43,8 +43,8 @@ func BenchmarkRetentionUnderLoad(b *testing.B) {
 	if _, err := s.Pop(ctx, queue.PopRequest{Queue: "old", Batch: 1, AutoAck: true}); err != nil { // the group and its rows
 		b.Fatal(err)
 	}
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO consumers (partition_id, consumer_group, cursor)
-		SELECT p.id, $1, p.last_offset FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE q.name = 'old'
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO consumers (partition_id, consumer_group, queue_id, last_offset, cursor)
+		SELECT p.id, $1, p.queue_id, p.last_offset, p.last_offset FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE q.name = 'old'
 		ON CONFLICT (partition_id, consumer_group) DO UPDATE SET cursor = EXCLUDED.cursor, done = '{}'`, queue.DefaultGroup); err != nil {
 		b.Fatal(err)
 	}

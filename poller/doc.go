@@ -73,7 +73,10 @@
 // back empty), credit returning to an intention whose last delivery took
 // all it could or that was passed over, a push, an ack that gives messages
 // back or ends a lease with messages pending, a timer. A subscription kept
-// up to date therefore costs no cycle at all.
+// up to date therefore costs no cycle at all. Nor does a new intention on a
+// (queue, partition, group) the last pre-flight found with nothing waiting,
+// as long as no wake-up came since (keyState.empty; not in WakePoll mode):
+// idle long-polls asking again when their wait ends send no query.
 //
 // # Timers instead of polling
 //

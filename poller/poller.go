@@ -115,7 +115,15 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 		w.keys[in.key] = ks
 	}
 	ks.intentions = append(ks.intentions, in)
-	ks.dirty = true
+	// A target the last pre-flight found empty, with no wake-up since,
+	// still is: the intention waits for one like those before it. Not in
+	// WakePoll mode, which ignores wake-ups: there a new intention is
+	// checked on arrival.
+	known := p.cfg.Mode != WakePoll && !news && !ks.dirty && len(ks.hints) == 0 &&
+		ks.empty[[2]string{in.Target.Partition, in.Target.Group}]
+	if !known {
+		ks.touch()
+	}
 	w.mu.Unlock()
 	if news {
 		// Other instances learn of this consumer a moment from now; a push
@@ -125,7 +133,7 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 		time.AfterFunc(p.cfg.PresenceGrace, func() {
 			w.mu.Lock()
 			if ks := w.keys[key]; ks != nil {
-				ks.dirty = true
+				ks.touch()
 			}
 			w.mu.Unlock()
 			w.signal()
@@ -207,10 +215,11 @@ func (p *Poller) Wake(source, queueName, partition string) {
 	switch {
 	case ks == nil:
 	case partition == "":
-		ks.dirty = true
+		ks.touch()
 	default:
 		// Only this partition changed: it can be served without a
 		// pre-flight (worker.fastServe).
+		ks.empty = nil
 		if ks.hints == nil {
 			ks.hints = map[string]bool{}
 		}
@@ -248,7 +257,7 @@ func (p *Poller) markAllDirty() {
 	for _, w := range p.workers {
 		w.mu.Lock()
 		for _, ks := range w.keys {
-			ks.dirty = true
+			ks.touch()
 		}
 		w.mu.Unlock()
 		w.signal()

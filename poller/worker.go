@@ -36,6 +36,19 @@ type keyState struct {
 	// from the queue's ready rows (claimServe), with no pre-flight, until a
 	// claim comes back short or a sweep runs.
 	claim bool
+	// empty: (partition, group) targets whose last pre-flight found no
+	// partition with messages, with no wake-up since (touch forgets them).
+	// A new intention on one of them waits for a wake-up instead of
+	// running a pre-flight that would find nothing: a long-poll asking
+	// again when its wait ends costs no query (issue 16, point 5).
+	empty map[[2]string]bool
+}
+
+// touch marks the key for a pre-flight at the next cycle; what its last
+// one found empty may have changed.
+func (ks *keyState) touch() {
+	ks.dirty = true
+	ks.empty = nil
 }
 
 func newWorker(p *Poller, idx int) *worker {
@@ -70,7 +83,7 @@ func (w *worker) markNamespaceKeysDirty() bool {
 	found := false
 	for k, ks := range w.keys {
 		if strings.HasPrefix(k, "n:") {
-			ks.dirty = true
+			ks.touch()
 			found = true
 		}
 	}
@@ -142,10 +155,11 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 			continue
 		}
 		if !ks.dueAt.IsZero() && !now.Before(ks.dueAt) {
-			ks.dirty, ks.dueAt = true, time.Time{}
+			ks.touch()
+			ks.dueAt = time.Time{}
 		}
 		if sweeping {
-			ks.dirty = true
+			ks.touch()
 		}
 		if !ks.dirty && len(ks.hints) > 0 {
 			fast = append(fast, hinted{key: k, hints: ks.hints, handed: ks.handed, intentions: slices.Clone(live)})
@@ -247,7 +261,8 @@ func (w *worker) claimServe(ctx context.Context, in *Intention) (worked bool) {
 	// Short: the pre-flight looks at the queue next.
 	w.mu.Lock()
 	if ks := w.keys[in.key]; ks != nil {
-		ks.claim, ks.dirty = false, true
+		ks.claim = false
+		ks.touch()
 	}
 	w.mu.Unlock()
 	w.signal()
@@ -355,15 +370,27 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			}
 		}
 	}
-	if len(dueAt) > 0 {
-		w.mu.Lock()
-		for k, at := range dueAt {
-			if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || at.Before(ks.dueAt)) {
-				ks.dueAt = at
-			}
-		}
-		w.mu.Unlock()
+	found := make([]bool, len(targets))
+	for _, a := range avail {
+		found[a.Target] = true
 	}
+	w.mu.Lock()
+	for k, at := range dueAt {
+		if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || at.Before(ks.dueAt)) {
+			ks.dueAt = at
+		}
+	}
+	// Targets with nothing waiting, unless a wake-up came during the
+	// pre-flight (it may have seen an older state).
+	for ti, f := range found {
+		if ks := w.keys[targetKeys[ti]]; !f && ks != nil && !ks.dirty && len(ks.hints) == 0 {
+			if ks.empty == nil {
+				ks.empty = map[[2]string]bool{}
+			}
+			ks.empty[[2]string{targets[ti].Partition, targets[ti].Group}] = true
+		}
+	}
+	w.mu.Unlock()
 
 	assigns, skipped := decide(cands, avail)
 	if n := doubleAssigned(assigns); n > 0 {
@@ -493,7 +520,8 @@ func (w *worker) lookIfMissed(in *Intention) bool {
 	if ks == nil {
 		return false
 	}
-	ks.dirty, in.missed = true, false
+	ks.touch()
+	in.missed = false
 	return true
 }
 
@@ -517,7 +545,7 @@ func (w *worker) markDirty(chunk []*Intention, targets map[int]bool, cands []can
 	for i, in := range chunk {
 		if targets[cands[i].target] {
 			if ks := w.keys[in.key]; ks != nil {
-				ks.dirty = true
+				ks.touch()
 			}
 		}
 	}

@@ -93,7 +93,8 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		ks.claim = full && claimable(in)
 	}
 	if ks != nil && full && in.ready() && !in.gone {
-		ks.dirty, more = true, true
+		ks.touch()
+		more = true
 	}
 	w.mu.Unlock()
 	if more {

@@ -122,7 +122,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 		w.mu.Lock()
 		for _, k := range fallback {
 			if ks := w.keys[k]; ks != nil {
-				ks.dirty = true
+				ks.touch()
 			}
 		}
 		w.mu.Unlock()

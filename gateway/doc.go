@@ -17,7 +17,10 @@
 // the connection's subscriptions, each a standing poller intention whose
 // credit is maxInFlight minus its unacknowledged deliveries; those
 // deliveries, registered in Server.deliveries so that an ack made on this
-// instance by any path gives their credit back (effects.go); the bounded
+// instance by any path gives their credit back (effects.go), and an ack
+// frame on the session's own WebSocket as soon as it is read, before the
+// store applies it (session_ack.go: the next lease need not wait for the
+// ack's commit); the bounded
 // write queue and its one writer; the release of leases; drain; and the
 // typed close, Disconnect{Code, Reason, Reconnect}. A transport encodes and
 // writes (deliver frames; events whose ids are resume tokens), reads

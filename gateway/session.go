@@ -142,6 +142,10 @@ type delivery struct {
 	sub                     *subscription
 	queue, partition, group string
 	offset                  int64
+	// acked: an ack of this connection names it and is on its way to the
+	// store; its credit was given back then (queueAck), so whatever
+	// forgets it later gives none.
+	acked bool
 }
 
 // settled is called by afterAck when a delivery of sub was acknowledged on
@@ -155,7 +159,7 @@ func (sub *subscription) settled(k deliveryKey) {
 		ss.forgetLocked(k, d)
 	}
 	ss.mu.Unlock()
-	if ok {
+	if ok && !d.acked {
 		ss.s.poller.AddCredit(sub.in, 1)
 	}
 }

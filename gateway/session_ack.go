@@ -54,8 +54,9 @@ func (ss *session) resolveLocked(a queue.Ack, sub string) (deliveryKey, *subscri
 // ("" for none). Each item is matched to one delivery (resolveLocked),
 // which gives its group and lease: two subscriptions in two groups may hold
 // the same message. Items that match none are answered with a per-item
-// error; the others go to the store in one request, in order, and what
-// follows them (credit, wake-ups) is afterAck's. The error is the store's.
+// error; the others give their credit back at once (queueAck) and go to
+// the store in one request, in order; what follows them (wake-ups, the
+// end of their deliveries) is afterAck's. The error is the store's.
 func (ss *session) ack(ctx context.Context, acks []queue.Ack, subs []string) ([]ackJSON, error) {
 	finish, err := ss.queueAck(ctx, acks, subs)
 	if err != nil {
@@ -72,6 +73,7 @@ func (ss *session) queueAck(ctx context.Context, acks []queue.Ack, subs []string
 	out := make([]ackJSON, len(acks))
 	var apply []queue.Ack
 	var at []int // apply[j] is item at[j]
+	var credit map[*subscription]int
 	ss.mu.Lock()
 	for i, a := range acks {
 		k, sub, why := ss.resolveLocked(a, subs[i])
@@ -82,8 +84,25 @@ func (ss *session) queueAck(ctx context.Context, acks []queue.Ack, subs []string
 		a.Group, a.LeaseID = sub.group, k.leaseID
 		apply = append(apply, a)
 		at = append(at, i)
+		if d := ss.inflight[k]; !d.acked {
+			d.acked = true
+			ss.inflight[k] = d
+			if credit == nil {
+				credit = map[*subscription]int{}
+			}
+			credit[sub]++
+		}
 	}
 	ss.mu.Unlock()
+	// The client holds what it acked no more: its credit comes back now,
+	// not when the ack's transaction commits, so that the next lease runs
+	// alongside the ack instead of after it (maxInFlight bounds what the
+	// client holds). The delivery stays in inflight until the store
+	// answers: a close meanwhile still gives its lease back, and a pop
+	// cannot lease its partition before the ack ends the lease.
+	for sub, n := range credit {
+		ss.s.poller.AddCredit(sub.in, n)
+	}
 	if len(apply) == 0 {
 		return func() ([]ackJSON, error) { return out, nil }, nil
 	}
@@ -171,7 +190,9 @@ func (ss *session) checkLeases(ctx context.Context) bool {
 			h, ok := held[k.partitionID]
 			if ok && (h.Finished(d.offset) || h.LeaseID != k.leaseID) {
 				ss.forgetLocked(k, d)
-				credit[d.sub]++
+				if !d.acked {
+					credit[d.sub]++
+				}
 			}
 		}
 		ss.mu.Unlock()

@@ -192,3 +192,41 @@ func TestWS_ExpiredLeaseGivesCreditBack(t *testing.T) {
 	assert.Equal(t, 1, again.RetryCount, "the expiry counted an attempt")
 	assert.NotEqual(t, first.LeaseID, again.LeaseID)
 }
+
+// An ack's credit comes back when the connection reads the ack, not when
+// the ack's transaction commits: while another transaction holds the acked
+// partition's consumer row (so the ack waits for it), the subscription,
+// at maxInFlight 1, is already leased a message of another partition.
+func TestWS_AckCreditBeforeItsCommit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t)
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"ws-early-credit","batch":1,"maxInFlight":1}`)
+	e.pushItems(`[{"queue":"ws-early-credit","partition":"a","payload":1},
+		{"queue":"ws-early-credit","partition":"b","payload":2}]`)
+	first := deliveredMessages(t, c.next("deliver"))
+	require.Len(t, first, 1)
+
+	tx, err := e.store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM consumers WHERE partition_id = $1::uuid FOR UPDATE`, first[0].PartitionID)
+	require.NoError(t, err)
+	c.send(ackFrame(first, "completed"))
+
+	second := deliveredMessages(t, c.next("deliver")) // before the ack can commit
+	require.Len(t, second, 1)
+	assert.NotEqual(t, first[0].PartitionID, second[0].PartitionID)
+	assert.Empty(t, c.pending, "no ack_result while its transaction waits")
+
+	require.NoError(t, tx.Rollback(ctx))
+	var results []ackResult
+	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &results))
+	require.Len(t, results, 1)
+	assert.True(t, results[0].Success, "the ack applied once the row was free")
+	c.send(ackFrame(second, "completed"))
+	c.next("ack_result")
+	lag, leased, dead := e.settledState("ws-early-credit")
+	assert.Equal(t, [3]int{0, 0, 0}, [3]int{lag, leased, dead})
+}

@@ -290,8 +290,7 @@ SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.leas
        c.attempts, c.attempt_seq, c.delivered_to, c.last_offset, q.retry_limit, coalesce(c.lease_subject, '')
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
-JOIN partitions p ON p.id = c.partition_id
-JOIN queues q ON q.id = p.queue_id
+JOIN queues q ON q.id = c.queue_id -- the row's own copy: no partitions probe per row (a quarter of the statement)
 ORDER BY c.partition_id, c.consumer_group
 FOR UPDATE OF c`
 

@@ -35,6 +35,10 @@ type Assignment struct {
 //	cand    up to Limit messages after each cursor, skipping offsets done
 //	        out of order, cut at the first one still inside its delay
 //	picked  at most Total per intention, in assignment order
+//	ranges  each locked row with the range picked from it (none: NULL),
+//	        and, with autoAck, the cursor it moves to; one row per locked
+//	        row, so that upd joins it alone (joined to st there, it was a
+//	        nested loop over the ranges, a third of the statement's time)
 //	upd     the new lease (or, with autoAck, the advanced cursor)
 //
 // #nosec G101 -- SQL text; "lease" is not a credential.
@@ -128,30 +132,30 @@ const popLeaseSQL = `), st AS (
 		SELECT c.*, row_number() OVER (PARTITION BY c.intention ORDER BY c.ord, c.seq) AS n FROM cand c WHERE c.visible
 	) c WHERE c.n <= c.total
 ), ranges AS MATERIALIZED (
-	SELECT r.ord, r.lfrom, r.lto,
-	       r.lto + coalesce((SELECT count(*) FROM (
+	SELECT s.partition_id, s.consumer_group, s.expired, s.auto, s.att, s.aseq, s.lease, s.subj, s.lease_time,
+	       r.ord, r.lfrom, r.lto,
+	       CASE WHEN s.auto AND r.ord IS NOT NULL THEN r.lto + coalesce((SELECT count(*) FROM (
 	           SELECT d, row_number() OVER (ORDER BY d) AS rn FROM unnest(s.done) d WHERE d > r.lto) x
-	           WHERE x.d = r.lto + x.rn), 0) AS auto_cursor
-	FROM (SELECT ord, min(seq) AS lfrom, max(seq) AS lto FROM picked GROUP BY ord) r
-	JOIN st s ON s.ord = r.ord
+	           WHERE x.d = r.lto + x.rn), 0) END AS auto_cursor
+	FROM st s LEFT JOIN (SELECT ord, min(seq) AS lfrom, max(seq) AS lto FROM picked GROUP BY ord) r ON r.ord = s.ord
 ), upd AS (
 	UPDATE consumers c SET
-		attempts = CASE WHEN s.auto AND r.ord IS NOT NULL AND s.aseq <= r.auto_cursor THEN 0 ELSE s.att END,
-		attempt_seq = CASE WHEN s.auto AND r.ord IS NOT NULL AND s.aseq <= r.auto_cursor THEN 0 ELSE s.aseq END,
-		cursor = CASE WHEN s.auto AND r.ord IS NOT NULL THEN r.auto_cursor ELSE c.cursor END,
-		done = CASE WHEN s.auto AND r.ord IS NOT NULL
+		attempts = CASE WHEN r.auto AND r.ord IS NOT NULL AND r.aseq <= r.auto_cursor THEN 0 ELSE r.att END,
+		attempt_seq = CASE WHEN r.auto AND r.ord IS NOT NULL AND r.aseq <= r.auto_cursor THEN 0 ELSE r.aseq END,
+		cursor = CASE WHEN r.auto AND r.ord IS NOT NULL THEN r.auto_cursor ELSE c.cursor END,
+		done = CASE WHEN r.auto AND r.ord IS NOT NULL
 		            THEN ARRAY(SELECT d FROM unnest(c.done) d WHERE d > r.auto_cursor ORDER BY d) ELSE c.done END,
-		lease_id = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE s.lease::uuid END,
-		lease_owner = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE $8 END,
-		lease_subject = CASE WHEN r.ord IS NULL OR s.auto THEN c.lease_subject ELSE s.subj END,
-		lease_expires_at = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE now() + make_interval(secs => s.lease_time) END,
-		lease_from = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE r.lfrom END,
-		lease_to = CASE WHEN r.ord IS NULL OR s.auto THEN NULL ELSE r.lto END,
-		delivered_to = greatest(c.delivered_to, CASE WHEN r.ord IS NULL OR s.auto THEN 0 ELSE r.lto END),
+		lease_id = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE r.lease::uuid END,
+		lease_owner = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE $8 END,
+		lease_subject = CASE WHEN r.ord IS NULL OR r.auto THEN c.lease_subject ELSE r.subj END,
+		lease_expires_at = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE now() + make_interval(secs => r.lease_time) END,
+		lease_from = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE r.lfrom END,
+		lease_to = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE r.lto END,
+		delivered_to = greatest(c.delivered_to, CASE WHEN r.ord IS NULL OR r.auto THEN 0 ELSE r.lto END),
 		leased_at = CASE WHEN r.ord IS NULL THEN c.leased_at ELSE now() END
-	FROM st s LEFT JOIN ranges r ON r.ord = s.ord
-	WHERE c.partition_id = s.partition_id AND c.consumer_group = s.consumer_group
-	  AND (r.ord IS NOT NULL OR s.expired) -- a row given nothing and charged nothing stays as it was
+	FROM ranges r
+	WHERE c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
+	  AND (r.ord IS NOT NULL OR r.expired) -- a row given nothing and charged nothing stays as it was
 )
 SELECT p.intention, s.partition_id::text, s.pname, s.qname, s.consumer_group, CASE WHEN s.auto THEN '' ELSE s.lease END,
        p.seq, p.id::text, p.transaction_id, coalesce(p.trace_id::text, ''), coalesce(p.producer_sub, ''),

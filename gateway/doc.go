@@ -91,6 +91,8 @@
 //	                                       mutex is released: OnPresence = Node.SetLocal,
 //	                                       which may send one UDP datagram)
 //	session.mu ──▶ sseStream.tmu          (forgetLocked → partitionSettled)
+//	session.mu ──▶ warmStacks.mu (read)   (enqueueLocked starts the writer; the
+//	                                       pool's lock guards only its counts)
 //	maintenance.mu ─▶ poller worker's mutex (apply → Poller.SetPaused)
 //
 // sseStream.wmu (held across one socket write, under its 10 s deadline),

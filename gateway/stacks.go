@@ -86,6 +86,7 @@ func (p *warmStacks) keep(f func()) {
 	defer idle.Stop()
 	for {
 		f()
+		f = nil // an idle goroutine keeps nothing of its last work alive (a frame, a session)
 		idle.Reset(warmStacksIdle)
 		p.idle.Add(1)
 		select {

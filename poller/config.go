@@ -78,7 +78,9 @@ type Config struct {
 	// its queue is then checked again PresenceGrace later, so a push
 	// elsewhere before the announcement arrived is not missed.
 	OnPresence func(queue string, present bool) (news bool)
-	// PresenceGrace: zero means PresenceGraceDefault.
+	// PresenceGrace is how long after a registration that is news
+	// (OnPresence) its queue is checked again: the time other instances
+	// take to hear of it. Zero means PresenceGraceDefault (50 ms).
 	PresenceGrace time.Duration
 	// Hints, when set, shares lease hints with other instances (syncnet):
 	// this poller tells it the leases it takes and gives back, and skips
@@ -145,6 +147,8 @@ func (c Config) Validate() error {
 		return errors.New("poller: Config.PreflightTimeout must be positive")
 	case c.MaxIntentions < 1:
 		return errors.New("poller: Config.MaxIntentions must be positive")
+	case c.PresenceGrace <= 0:
+		return errors.New("poller: Config.PresenceGrace must be positive")
 	}
 	return nil
 }

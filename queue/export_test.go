@@ -15,6 +15,8 @@ var PopLockSQL = fmt.Sprintf(popLockSQL, popFilter(&PopRequest{Queue: "x"}), "")
 // PreflightSQL is exported for the plan tests.
 var PreflightSQL = preflightSQL
 
+var TxLockConsumersSQL = txLockConsumersSQL
+
 // AckQueued is how many Ack calls wait for a turn in a merged transaction.
 func (s *Store) AckQueued() int {
 	s.acks.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/queue"
@@ -279,4 +280,21 @@ func TestIssue16_TransactionAcksLockInKeyOrder(t *testing.T) {
 		}
 		return err
 	}}.check(t, s)
+}
+
+// The transaction's consumer-row lock finds its rows through the primary
+// key, whatever the size of the table (review: its OR read every consumer
+// row of every queue).
+func TestIssue16_TransactionLockReadsNoWholeTable(t *testing.T) {
+	s := newStore(t)
+	fillPartitions(t, s, "big", 5000)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "big"}}))
+	exec(t, s, "ANALYZE consumers")
+	var pid string
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT id::text FROM partitions LIMIT 1`).Scan(&pid))
+	plan := explain(t, s, queue.TxLockConsumersSQL, []string{pid}, []string{pid}, []string{queue.DefaultGroup})
+	text, err := json.Marshal(plan)
+	require.NoError(t, err)
+	assert.NotContains(t, string(text), `"Seq Scan"`, "%s", text)
+	assert.Less(t, plan["Shared Hit Blocks"].(float64)+plan["Shared Read Blocks"].(float64), 60.0, "%s", text)
 }

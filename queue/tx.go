@@ -180,8 +180,11 @@ SELECT count(*) FROM (SELECT 1 FROM partitions WHERE id = ANY($1::uuid[]) ORDER 
 const txLockConsumersSQL = `-- herald:tx_lock_consumers
 SELECT count(*) FROM (
 	SELECT 1 FROM consumers c
-	WHERE c.partition_id = ANY($1::uuid[])
-	   OR (c.partition_id, c.consumer_group) IN (SELECT * FROM unnest($2::uuid[], $3::text[]))
+	-- The first condition lets the primary key's index find the rows (the
+	-- OR alone read the whole table).
+	WHERE c.partition_id = ANY($1::uuid[] || $2::uuid[])
+	  AND (c.partition_id = ANY($1::uuid[])
+	       OR (c.partition_id, c.consumer_group) IN (SELECT * FROM unnest($2::uuid[], $3::text[])))
 	ORDER BY c.partition_id, c.consumer_group
 	FOR UPDATE OF c
 ) x`

@@ -445,6 +445,13 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			w.deliver(ctx, chunk[id], res, false, planned[id])
 		}
 		w.caughtUp(chunk, got)
+		// An assignment that came back empty found its row taken, or held
+		// by a transaction (an ack under way: pops skip locked rows). What
+		// holds it may change nothing and wake nobody (an ack refused), so
+		// look again soon rather than at the sweep.
+		if d := w.retryEmpty(chunk, planned, got); !d.IsZero() && (due.IsZero() || d.Before(due)) {
+			due = d
+		}
 	} else {
 		w.caughtUp(chunk, nil)
 	}
@@ -477,6 +484,30 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 		}
 	}
 	return worked, due
+}
+
+// retryEmpty sets the keys of the planned intentions that got nothing to be
+// looked at again SweepMin from now, and returns that time (zero if all got
+// something).
+func (w *worker) retryEmpty(chunk []*Intention, planned map[int]plan, got map[int]*queue.PopResult) time.Time {
+	var keys []string
+	for id := range planned {
+		if res := got[id]; res == nil || len(res.Messages) == 0 {
+			keys = append(keys, chunk[id].key)
+		}
+	}
+	if len(keys) == 0 {
+		return time.Time{}
+	}
+	at := time.Now().Add(w.p.cfg.SweepMin)
+	w.mu.Lock()
+	for _, k := range keys {
+		if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || at.Before(ks.dueAt)) {
+			ks.dueAt = at
+		}
+	}
+	w.mu.Unlock()
+	return at
 }
 
 // hold reserves, while a pop runs, the credit each intention of planned

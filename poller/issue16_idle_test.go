@@ -1,6 +1,7 @@
 package poller_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -48,4 +49,37 @@ func TestIssue16_IdleTargetCostsNoQueryPerIntention(t *testing.T) {
 	res := receive(t, late, 5*time.Second)
 	require.NotNil(t, res)
 	assert.Equal(t, []int{3}, ns(res))
+}
+
+// An assignment whose consumer row another transaction held (pops skip
+// locked rows) came back empty, and nothing looked again: the holder may
+// change nothing and wake nobody (a refused ack after a seek), so the
+// waiting consumer got its message from the safety sweep, seconds later
+// (TestIssue19_SeekAndDeleteUnderALiveSubscription failed so under load).
+// The queue is looked at again emptyRetry later, and again while the row
+// stays held.
+func TestIssue16_EmptyAssignmentIsRetried(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	e.push("q", "", 1, 1)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true})
+	assert.Equal(t, []int{1}, ns(receive(t, first, 5*time.Second)), "the group and its row exist")
+	e.push("q", "", 2, 2) // no intention waits: no hand-off
+	e.settled()
+
+	ctx := context.Background()
+	tx, err := e.store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM consumers c JOIN partitions p ON p.id = c.partition_id
+		JOIN queues q ON q.id = p.queue_id WHERE q.name = 'q' FOR UPDATE OF c`)
+	require.NoError(t, err)
+
+	stats := e.store.QueryStats()
+	pops := func() uint64 { return stats.Snapshot()["pop_assigned"] }
+	before := pops()
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true})
+	// The sweep is a minute away: only the retry pops again.
+	eventually(t, 5*time.Second, func() bool { return pops() >= before+2 }, "the pop tried again while the row is held")
+	require.NoError(t, tx.Commit(ctx)) // changes nothing, wakes nobody
+	assert.Equal(t, []int{2}, ns(receive(t, w, 5*time.Second)))
 }

@@ -486,9 +486,15 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	return worked, due
 }
 
+// emptyRetry is how soon a queue whose assignment came back empty is
+// looked at again: a held row is usually let go within milliseconds (an
+// ack's transaction), and a row taken by another consumer costs one more
+// pre-flight.
+const emptyRetry = 100 * time.Millisecond
+
 // retryEmpty sets the keys of the planned intentions that got nothing to be
-// looked at again SweepMin from now, and returns that time (zero if all got
-// something).
+// looked at again emptyRetry from now, and returns that time (zero if all
+// got something).
 func (w *worker) retryEmpty(chunk []*Intention, planned map[int]plan, got map[int]*queue.PopResult) time.Time {
 	var keys []string
 	for id := range planned {
@@ -499,7 +505,7 @@ func (w *worker) retryEmpty(chunk []*Intention, planned map[int]plan, got map[in
 	if len(keys) == 0 {
 		return time.Time{}
 	}
-	at := time.Now().Add(w.p.cfg.SweepMin)
+	at := time.Now().Add(emptyRetry)
 	w.mu.Lock()
 	for _, k := range keys {
 		if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || at.Before(ks.dueAt)) {

@@ -115,12 +115,11 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 		w.keys[in.key] = ks
 	}
 	ks.intentions = append(ks.intentions, in)
-	// A target the last pre-flight found empty, with no wake-up since,
-	// still is: the intention waits for one like those before it. Not in
-	// WakePoll mode, which ignores wake-ups: there a new intention is
-	// checked on arrival.
-	known := p.cfg.Mode != WakePoll && !news && !ks.dirty && len(ks.hints) == 0 &&
-		ks.empty[[2]string{in.Target.Partition, in.Target.Group}]
+	// A target the last pre-flight found empty still is: every wake-up
+	// since would have forgotten it (touch, a hint). The intention waits
+	// for one like those before it. Not in WakePoll mode, which ignores
+	// wake-ups: there a new intention is checked on arrival.
+	known := p.cfg.Mode != WakePoll && !news && ks.empty[[2]string{in.Target.Partition, in.Target.Group}]
 	if !known {
 		ks.touch()
 	}

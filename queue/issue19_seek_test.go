@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -49,17 +48,7 @@ func TestIssue19_SeekOverACompletedRetentionGap(t *testing.T) {
 func completedRetentionGap(t *testing.T, s *queue.Store) {
 	t.Helper()
 	ctx := ctxT(t)
-	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "cr", Options: json.RawMessage(`{"completedRetentionSeconds":1}`)})
-	require.NoError(t, err)
-	push(t, s, "cr", "", nums(1, 3)...)
-	res := pop(t, s, queue.PopRequest{Queue: "cr", Group: "g", Batch: 3})
-	require.Len(t, res.Messages, 3)
-	m2 := res.Messages[1]
-	out, err := s.Ack(ctx, []queue.Ack{{TransactionID: m2.TransactionID, PartitionID: m2.PartitionID, LeaseID: m2.LeaseID, Group: "g"}})
-	require.NoError(t, err)
-	require.True(t, out[0].Success)
-	age(t, s, "cr", 1, 3, 120)
-	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second' WHERE lease_id IS NOT NULL`)
+	completedRetentionReady(t, s)
 	_, ran, err := s.RunRetention(ctx, 0)
 	require.NoError(t, err)
 	require.True(t, ran)

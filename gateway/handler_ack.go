@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -47,10 +48,11 @@ func parseAckItem(it *ackItemJSON, single bool) (queue.Ack, error) {
 		}
 		return a, badRequestf("Each acknowledgment must have a valid partitionId string to ensure message uniqueness")
 	}
-	a.TransactionID, a.PartitionID = txid, pid
+	a.TransactionID, a.PartitionID = txid, anyCase(pid)
 	if a.LeaseID, _, err = stringValue(it.LeaseID, "leaseId"); err != nil {
 		return a, badRequestf("%v", err)
 	}
+	a.LeaseID = anyCase(a.LeaseID)
 	if a.Group, _, err = stringValue(it.ConsumerGroup, "consumerGroup"); err != nil {
 		return a, badRequestf("%v", err)
 	}
@@ -116,7 +118,7 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
-	if err := s.checkAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
+	if err := s.hideAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -173,4 +175,15 @@ func (it *ackItemJSON) decode(raw json.RawMessage) bool {
 			it.Sub = v
 		}
 	})
+}
+
+// anyCase spells a UUID as PostgreSQL does (lower case), so that an id
+// read in any case, as docs/api.md says, names the same partition or lease
+// wherever ids are compared as text (a lease's id, a connection's
+// deliveries); anything else is returned as it is.
+func anyCase(id string) string {
+	if queue.ValidUUID(id) {
+		return strings.ToLower(id)
+	}
+	return id
 }

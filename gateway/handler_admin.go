@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -127,15 +128,18 @@ func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if err := s.checkLease(r.Context(), rightsOf(r.Context()), r.PathValue("leaseId")); err != nil {
-		s.fail(w, err)
-		return
-	}
-	res, err := s.store.ExtendLease(r.Context(), r.PathValue("leaseId"), seconds, holderOf(r.Context()))
+	leaseID := r.PathValue("leaseId")
+	lease, err := s.hideLease(r.Context(), rightsOf(r.Context()), leaseID)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
+	res, err := s.store.ExtendLease(r.Context(), lease, seconds, holderOf(r.Context()))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	res.LeaseID = leaseID // the id asked about, hidden or not
 	status := http.StatusOK
 	if res.Error == queue.ErrTextLeaseForeign {
 		status = http.StatusForbidden
@@ -184,10 +188,12 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 				s.fail(w, err)
 				return
 			}
-			if err := s.checkAcks(r.Context(), rightsOf(r.Context()), []queue.Ack{ops[i].Ack}); err != nil {
+			acks := []queue.Ack{ops[i].Ack}
+			if err := s.hideAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
 				s.fail(w, err)
 				return
 			}
+			ops[i].Ack = acks[0]
 		default:
 			writeError(w, http.StatusBadRequest, "operation type must be push or ack")
 			return
@@ -208,10 +214,25 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.store.Transaction(r.Context(), ops, leases, holderOf(r.Context()))
+	required, err := s.hideLeases(r.Context(), rightsOf(r.Context()), leases)
 	if err != nil {
 		s.fail(w, err)
 		return
+	}
+	res, err := s.store.Transaction(r.Context(), ops, required, holderOf(r.Context()))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if strings.HasSuffix(res.Error, ": "+nowhere) {
+		// The first lease hidden failed the check, as an unknown one does
+		// (the leases before it passed): name it as it was asked.
+		for i, l := range required {
+			if l == nowhere && leases[i] != nowhere {
+				res.Error = strings.TrimSuffix(res.Error, nowhere) + leases[i]
+				break
+			}
+		}
 	}
 	results := make([]map[string]any, len(res.Results))
 	for i, or := range res.Results {

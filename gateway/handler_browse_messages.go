@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/heraldmq/herald/poller"
@@ -130,24 +131,22 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// checkMessage refuses a path whose partition id is not a UUID (400) and
-// a message of a partition the token may not consume (403); a partition
-// that does not exist is ErrMessageNotFound.
-func (s *Server) checkMessage(r *http.Request, what string) (partitionID, transactionID string, err error) {
+// checkMessage refuses a path whose partition id is not a UUID (400); a
+// partition that does not exist, or that the token may not consume, is
+// ErrMessageNotFound, after the same lookup (see nowhere). The partition
+// id is read in any case and returned in lower case.
+func (s *Server) checkMessage(r *http.Request) (partitionID, transactionID string, err error) {
 	partitionID, transactionID = r.PathValue("partitionId"), r.PathValue("transactionId")
 	if !queue.ValidUUID(partitionID) {
 		return "", "", badRequestf("partitionId must be a UUID")
 	}
-	names, err := s.store.PartitionNames(r.Context(), []string{partitionID})
+	partitionID = strings.ToLower(partitionID)
+	names, err := s.visible(r.Context(), rightsOf(r.Context()), []string{partitionID})
 	if err != nil {
 		return "", "", err
 	}
-	n, ok := names[partitionID]
-	if !ok {
+	if _, ok := names[partitionID]; !ok {
 		return "", "", queue.ErrMessageNotFound
-	}
-	if !rightsOf(r.Context()).MayConsume(n.Queue, n.Partition) {
-		return "", "", forbidden("this token may not %s messages of %s/%s", what, n.Queue, n.Partition)
 	}
 	return partitionID, transactionID, nil
 }
@@ -201,7 +200,7 @@ type messageModeJSON struct {
 // decrypts it; null when it fails to), or, when the message is gone but
 // was dead-lettered, its dead-lettered copy.
 func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
-	pid, txid, err := s.checkMessage(r, "read")
+	pid, txid, err := s.checkMessage(r)
 	if err != nil {
 		s.failBrowse(w, err)
 		return
@@ -242,7 +241,7 @@ type deletedJSON struct {
 // over it, a live lease it ends is released (and its waiters woken), and
 // a stream of this instance holding it gets its credit back.
 func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
-	pid, txid, err := s.checkMessage(r, "delete")
+	pid, txid, err := s.checkMessage(r)
 	if err != nil {
 		s.failBrowse(w, err)
 		return

@@ -146,7 +146,9 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	if len(out) == 0 {
-		s.fail(w, forbidden("this token may consume no partition of consumer group %s", group))
+		// Only on partitions beyond the token's rights: as if it did not
+		// exist (a 403 would confirm another tenant's group).
+		writeError(w, http.StatusNotFound, "Consumer group not found")
 		return
 	}
 	if truncated {

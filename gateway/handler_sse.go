@@ -114,9 +114,13 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		for i, m := range marks {
 			ids[i] = m.PartitionID
 		}
-		if err := s.checkPartitions(r.Context(), rights, ids, "resume a stream on"); err != nil {
+		names, err := s.visible(r.Context(), rights, ids)
+		if err != nil {
 			s.fail(w, err)
 			return
+		}
+		for i := range marks {
+			marks[i].PartitionID = hidePartition(marks[i].PartitionID, names)
 		}
 	}
 	if req.Group == "" {

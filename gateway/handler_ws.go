@@ -271,15 +271,17 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 	case "ack":
 		c.ack(ctx, f)
 	case "renew":
-		if err := c.ss.s.checkLease(ctx, c.claims.Rights, f.LeaseID); err != nil {
-			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
-			return
-		}
-		res, err := c.ss.s.store.ExtendLease(ctx, f.LeaseID, f.Seconds, c.claims.holder())
+		lease, err := c.ss.s.hideLease(ctx, c.claims.Rights, f.LeaseID)
 		if err != nil {
 			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
 			return
 		}
+		res, err := c.ss.s.store.ExtendLease(ctx, lease, f.Seconds, c.claims.holder())
+		if err != nil {
+			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
+			return
+		}
+		res.LeaseID = f.LeaseID // the id asked about, hidden or not
 		if res.Error == queue.ErrTextLeaseForeign {
 			c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
 			c.ss.send(wsError(f.ID, "forbidden", res.Error))
@@ -487,7 +489,7 @@ func (c *wsConn) ack(ctx context.Context, f *wsFrame) {
 		c.ss.send(wsError(f.ID, "bad_request", err.Error()))
 		return
 	}
-	if err := c.ss.s.checkAcks(ctx, c.claims.Rights, acks); err != nil {
+	if err := c.ss.s.hideAcks(ctx, c.claims.Rights, acks); err != nil {
 		c.ss.send(wsStoreError(f.ID, err, "acknowledging failed"))
 		return
 	}

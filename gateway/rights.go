@@ -206,10 +206,43 @@ func checkConsume(r *Rights, req *queue.PopRequest) error {
 	return nil
 }
 
-// checkAcks refuses acks of messages in partitions the token may not
-// consume: a lease id or message learned out of band acks nothing. An
-// unknown partition id is left to the store, which refuses the item.
-func (s *Server) checkAcks(ctx context.Context, r *Rights, acks []queue.Ack) error {
+// An id that names something outside the token's rights (a partition, a
+// lease, a resume token's partition) is answered as an id that names
+// nothing, at the same cost: it is replaced by nowhere before the store
+// sees it, so the store does for it what it does for an unknown id (the
+// same statements) and answers the same ("Message not found", "Lease not
+// found", 404). The lookup that decides costs the same on both sides too
+// (queue.Store.VisiblePartitions, LeasePartitions). Names are different:
+// a token's patterns say which names it may use, so a name outside them
+// is refused (403) before anything is looked up, whether it exists or not.
+
+// nowhere is the id of nothing: a UUID no partition or lease has (ids are
+// random or time-ordered, never all zeros).
+const nowhere = zeroUUID
+
+// visible returns the names of the partitions among ids that the token may
+// consume (every one that exists, without rights), keyed in lower case.
+func (s *Server) visible(ctx context.Context, r *Rights, ids []string) (map[string]queue.PartitionName, error) {
+	var allow func(queue.PartitionName) bool
+	if r != nil {
+		allow = func(n queue.PartitionName) bool { return r.MayConsume(n.Queue, n.Partition) }
+	}
+	return s.store.VisiblePartitions(ctx, ids, allow)
+}
+
+// hidePartition returns id, or nowhere when it names no partition the
+// token may consume (names is what visible returned for it).
+func hidePartition(id string, names map[string]queue.PartitionName) string {
+	if _, ok := names[strings.ToLower(id)]; !ok && queue.ValidUUID(id) {
+		return nowhere
+	}
+	return id
+}
+
+// hideAcks makes the acks of messages in partitions the token may not
+// consume acks of no partition: a lease id or message learned out of band
+// acks nothing, and is answered "Message not found" as an unknown one is.
+func (s *Server) hideAcks(ctx context.Context, r *Rights, acks []queue.Ack) error {
 	if r == nil {
 		return nil
 	}
@@ -217,35 +250,47 @@ func (s *Server) checkAcks(ctx context.Context, r *Rights, acks []queue.Ack) err
 	for _, a := range acks {
 		ids = append(ids, a.PartitionID)
 	}
-	return s.checkPartitions(ctx, r, ids, "acknowledge messages of")
-}
-
-// checkLease refuses an extension of a lease held on partitions the token
-// may not consume.
-func (s *Server) checkLease(ctx context.Context, r *Rights, leaseID string) error {
-	if r == nil {
-		return nil
-	}
-	ids, err := s.store.LeasePartitions(ctx, leaseID)
+	names, err := s.visible(ctx, r, ids)
 	if err != nil {
 		return err
 	}
-	return s.checkPartitions(ctx, r, ids, "extend a lease on")
-}
-
-func (s *Server) checkPartitions(ctx context.Context, r *Rights, ids []string, what string) error {
-	names, err := s.store.PartitionNames(ctx, ids)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		// Ids come back in PostgreSQL's spelling (lower case); the store
-		// reads an id in any case, so the check must too.
-		if n, ok := names[strings.ToLower(id)]; ok && !r.MayConsume(n.Queue, n.Partition) {
-			return forbidden("this token may not %s %s/%s", what, n.Queue, n.Partition)
-		}
+	for i := range acks {
+		acks[i].PartitionID = hidePartition(acks[i].PartitionID, names)
 	}
 	return nil
+}
+
+// hideLeases returns leaseIDs with nowhere in place of each lease held on
+// a partition the token may not consume: it is not found, as an unknown
+// lease is. Without rights it returns leaseIDs.
+func (s *Server) hideLeases(ctx context.Context, r *Rights, leaseIDs []string) ([]string, error) {
+	if r == nil || len(leaseIDs) == 0 {
+		return leaseIDs, nil
+	}
+	held, err := s.store.LeasePartitions(ctx, leaseIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(leaseIDs))
+	for i, id := range leaseIDs {
+		out[i] = id
+		for _, n := range held[strings.ToLower(id)] {
+			if !r.MayConsume(n.Queue, n.Partition) {
+				out[i] = nowhere
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// hideLease is hideLeases for one lease.
+func (s *Server) hideLease(ctx context.Context, r *Rights, leaseID string) (string, error) {
+	ids, err := s.hideLeases(ctx, r, []string{leaseID})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
 }
 
 // subjectOf is who the request's bearer is, as its deliveries record it:

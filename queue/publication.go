@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -59,7 +60,7 @@ func (s *Store) PartitionOf(ctx context.Context, partitionID string) (queue, par
 	if err != nil {
 		return "", "", err
 	}
-	n, ok := names[partitionID]
+	n, ok := names[strings.ToLower(partitionID)]
 	if !ok {
 		return "", "", fmt.Errorf("reading partition %s: %w", partitionID, ErrNotFound)
 	}

@@ -18,7 +18,9 @@ import (
 // the rest say what each costs). Unlike the reference server they answer
 // the status they mean (404, 400) with a body, and honour limit and offset.
 // With a token whose rights (the herald claim) name queues and partitions,
-// lists show only what it may consume, and naming anything else is 403.
+// lists show only what it may consume, naming any other queue or partition
+// is 403, and a message of another partition (named by the partition's
+// id) is not found, as one that does not exist (see nowhere).
 func (s *Server) browseRoutes() {
 	s.handle("GET /api/v1/resources/overview", "resources_overview", RoleReadOnly, s.handleOverview)
 	s.handle("GET /api/v1/resources/namespaces", "resources_namespaces", RoleReadOnly, s.handleNamespaces)

@@ -64,8 +64,8 @@ func statements(t *testing.T, e *env, f func()) map[string]uint64 {
 // trace name, an SSE resume token, and a queue of his own.
 type tenantObjects struct {
 	partitionID, transactionID, leaseID string
-	group, dlqID, traceName, resume      string
-	queue, partition                     string
+	group, dlqID, traceName, resume     string
+	queue, partition                    string
 }
 
 func makeBobsObjects(t *testing.T, e *env, bob, admin string) tenantObjects {
@@ -82,7 +82,6 @@ func makeBobsObjects(t *testing.T, e *env, bob, admin string) tenantObjects {
 	require.Len(t, popped.Messages, 1)
 	m := popped.Messages[0]
 	o.partitionID, o.transactionID, o.leaseID = m.PartitionID, m.TransactionID, m.LeaseID
-
 
 	r = e.doAuth(http.MethodGet, "/api/v1/pop/queue/mail/partition/bob?wait=false&consumerGroup=bob-dlq", bob, "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)

@@ -482,9 +482,9 @@ func TestServe_SyncnetNeedsASecret(t *testing.T) {
 type sseOutcome int
 
 const (
-	sseOpen    sseOutcome = iota // 200 ": connected": a stream
-	sseRetry                     // 200 with only a retry: delay, then closed: refused
-	sseFailed                    // no answer, another status, or a broken connection
+	sseOpen   sseOutcome = iota // 200 ": connected": a stream
+	sseRetry                    // 200 with only a retry: delay, then closed: refused
+	sseFailed                   // no answer, another status, or a broken connection
 	sseOutcomes
 )
 

@@ -2,6 +2,9 @@ package server
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -35,6 +38,9 @@ const (
 	minConnections = 16
 )
 
+// rlimInfinity is RLIM_INFINITY as the uint64 of syscall.Rlimit.
+const rlimInfinity = ^uint64(0)
+
 // connectionCap is the cap the open-file limit soft allows with a pool of
 // pool connections, and the reserve it keeps.
 func connectionCap(soft uint64, pool int) (limit, reserve int) {
@@ -51,14 +57,17 @@ func raiseOpenFileLimit(log zerolog.Logger) (uint64, error) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0, fmt.Errorf("reading the open-file limit: %w", err)
 	}
-	soft := lim.Cur
-	if lim.Cur < lim.Max {
-		raised := syscall.Rlimit{Cur: lim.Max, Max: lim.Max}
+	soft, target := lim.Cur, lim.Max
+	if target == rlimInfinity {
+		// The soft limit cannot pass the kernel's nr_open.
+		target = nrOpen()
+	}
+	if lim.Cur < target {
+		raised := syscall.Rlimit{Cur: target, Max: lim.Max}
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err != nil {
-			// An infinite hard limit is above the kernel's nr_open.
 			log.Warn().Err(err).Uint64("soft", lim.Cur).Uint64("hard", lim.Max).Msg("raising the open-file limit")
 		} else {
-			soft = lim.Max
+			soft = target
 		}
 	}
 	log.Info().Uint64("soft", soft).Uint64("hard", lim.Max).Msg("open-file limit (RLIMIT_NOFILE)")
@@ -83,4 +92,18 @@ func connectionLimit(c *Config, soft uint64, pool int, log zerolog.Logger) (int,
 	}
 	log.Info().Int("max_connections", limit).Uint64("open_file_limit", soft).Int("reserve", reserve).Msg("connection cap")
 	return limit, nil
+}
+
+// nrOpen is the kernel's ceiling on a process's descriptors
+// (/proc/sys/fs/nr_open), 1,048,576 (its default) when unreadable.
+func nrOpen() uint64 {
+	b, err := os.ReadFile("/proc/sys/fs/nr_open")
+	if err != nil {
+		return 1 << 20
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 1 << 20
+	}
+	return n
 }

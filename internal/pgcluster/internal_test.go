@@ -106,10 +106,10 @@ func TestSupervise_ProbeOutOfDescriptorsIsNotDown(t *testing.T) {
 			assert.Equal(t, tc.pid, pid)
 		})
 	}
-	assert.True(t, FDExhausted(fmt.Errorf("opening start lock: %w", emfile)), "wrapped")
-	assert.True(t, FDExhausted(enfile))
-	assert.False(t, FDExhausted(missing))
-	assert.False(t, FDExhausted(nil))
+	assert.True(t, fdExhausted(fmt.Errorf("opening start lock: %w", emfile)), "wrapped")
+	assert.True(t, fdExhausted(enfile))
+	assert.False(t, fdExhausted(missing))
+	assert.False(t, fdExhausted(nil))
 }
 
 // A process whose cwd is the data directory is looked at without a

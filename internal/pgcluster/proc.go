@@ -76,14 +76,14 @@ const (
 func probeProcess(pid int, pgdata string) presence {
 	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
 	switch {
-	case FDExhausted(err):
+	case fdExhausted(err):
 		return unsure
 	case err != nil || cwd != pgdata:
 		return gone
 	}
 	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	switch {
-	case FDExhausted(err):
+	case fdExhausted(err):
 		return serving
 	case err == nil && strings.TrimSpace(string(comm)) == "postgres":
 		return serving
@@ -91,11 +91,11 @@ func probeProcess(pid int, pgdata string) presence {
 	return gone
 }
 
-// FDExhausted reports whether err says that this process (EMFILE) or the
+// fdExhausted reports whether err says that this process (EMFILE) or the
 // system (ENFILE) has no file descriptor left. Such an error tells nothing
 // about what was being looked at: it must never be read as "postgres is
 // down" (or as any other state of the thing probed).
-func FDExhausted(err error) bool {
+func fdExhausted(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 

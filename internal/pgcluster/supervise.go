@@ -137,11 +137,11 @@ func (c *Cluster) Supervise(ctx context.Context, cfg SuperviseConfig) error {
 		pf, err := readPIDFile(c.srv.pgdata)
 		why, pid := judge(pf, err, port, last, func(pid int) presence { return probeProcess(pid, c.srv.pgdata) })
 		switch {
-		case FDExhausted(err) && blind == nil:
+		case fdExhausted(err) && blind == nil:
 			blind = err
 			c.srv.log.Warn().Err(err).Int("pid", last).
 				Msg("out of file descriptors: postgres is judged by its process alone until they are back")
-		case !FDExhausted(err) && blind != nil:
+		case !fdExhausted(err) && blind != nil:
 			blind = nil
 			c.srv.log.Info().Msg("file descriptors are back: postgres is judged by postmaster.pid again")
 		}
@@ -177,7 +177,7 @@ func (c *Cluster) restart(ctx context.Context, cfg SuperviseConfig, port int) er
 		case <-time.After(delay):
 		}
 		err := c.restartOnce(ctx, cfg, port)
-		if FDExhausted(err) {
+		if fdExhausted(err) {
 			// This process cannot open a file: a restart cannot be tried
 			// now, and that says nothing of postgres. Not a failure: the
 			// attempts go on, slowly, until descriptors are back.
@@ -261,7 +261,7 @@ func (c *Cluster) restartOnce(ctx context.Context, cfg SuperviseConfig, port int
 // be looked at either, it is not down.
 func judge(pf pidFile, readErr error, port, last int, probe func(pid int) presence) (why string, pid int) {
 	switch {
-	case FDExhausted(readErr):
+	case fdExhausted(readErr):
 		if last > 0 && probe(last) == gone {
 			return "postmaster " + strconv.Itoa(last) + " is gone", 0
 		}

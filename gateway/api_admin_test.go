@@ -493,7 +493,8 @@ func TestHealth(t *testing.T) {
 	r := e.get("/health")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
-	assert.Equal(t, `{"database":"connected","server":"Herald","status":"healthy","version":"1.2.3-test"}`, string(r.body))
+	// connections: this request's (no cap: maxConnections 0).
+	assert.Equal(t, `{"connections":1,"database":"connected","maxConnections":0,"server":"Herald","status":"healthy","version":"1.2.3-test"}`, string(r.body))
 }
 
 // TestHealth_DatabaseDown: /health says 503 unhealthy when the database does

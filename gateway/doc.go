@@ -114,7 +114,13 @@
 // retry 5xx. A database fault is 500 with a generic text; the details go
 // to the log at error level. Limits answer so that clients come back
 // later: too many WebSockets 503 with Retry-After, too many SSE streams
-// 200 with a retry: delay.
+// 200 with a retry: delay. Config.MaxConnections caps the connections of
+// every transport together, counted by the Listener wrapper from Accept to
+// Close (conns.go): past it a request is answered the same way (503, SSE
+// 200 + retry:) and its connection closed, /health and /metrics are still
+// answered, at most 64 such connections are held at once (more are closed
+// unanswered), and no open connection is touched. An accept that fails
+// (EMFILE, ENFILE) is returned unchanged: http.Server retries it.
 //
 // On a stream:
 //

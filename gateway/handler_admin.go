@@ -285,6 +285,8 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"version": s.cfg.Version}
+	// The HTTP connections admitted and open, and the cap (0: none).
+	out["connections"], out["maxConnections"] = s.Connections()
 	if s.cfg.Database != nil {
 		restarting, restarts := s.cfg.Database()
 		out["restarts"] = restarts

@@ -144,6 +144,8 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	if full || s.isDraining() {
 		if !full {
 			s.sseDone()
+		} else {
+			s.conns.refused.WithLabelValues(refusedSSEMax).Inc()
 		}
 		s.metrics.sseRefused.Inc()
 		retryLater(w)

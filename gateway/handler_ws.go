@@ -141,6 +141,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	full := len(s.wsConns) >= s.cfg.MaxWSConnections
 	s.wsMu.Unlock()
 	if full {
+		s.conns.refused.WithLabelValues(refusedWSMax).Inc()
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, "too many WebSocket connections; retry later or elsewhere")
 		return

@@ -24,16 +24,16 @@ func TestHole5_HealthReportsDatabaseRestart(t *testing.T) {
 	})
 	r := e.get("/health")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	assert.JSONEq(t, `{"database":"connected","server":"Herald","status":"healthy","version":"1.2.3-test","restarts":0}`, string(r.body))
+	assert.JSONEq(t, `{"database":"connected","server":"Herald","status":"healthy","version":"1.2.3-test","restarts":0,"connections":1,"maxConnections":0}`, string(r.body))
 
 	restarting.Store(true)
 	r = e.get("/health")
 	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
-	assert.JSONEq(t, `{"database":"restarting","status":"unhealthy","version":"1.2.3-test","restarts":0}`, string(r.body))
+	assert.JSONEq(t, `{"database":"restarting","status":"unhealthy","version":"1.2.3-test","restarts":0,"connections":1,"maxConnections":0}`, string(r.body))
 
 	restarting.Store(false)
 	restarts.Store(1)
 	r = e.get("/health")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	assert.JSONEq(t, `{"database":"connected","server":"Herald","status":"healthy","version":"1.2.3-test","restarts":1}`, string(r.body))
+	assert.JSONEq(t, `{"database":"connected","server":"Herald","status":"healthy","version":"1.2.3-test","restarts":1,"connections":1,"maxConnections":0}`, string(r.body))
 }

@@ -76,7 +76,12 @@ func newEnvOn(t testing.TB, store *queue.Store, pcfg func(*poller.Config), cfg .
 	}
 	srv, err := gateway.New(c)
 	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
+	// Served as internal/server does: every connection counts against
+	// Config.MaxConnections.
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.Listener = srv.Listener(ts.Listener)
+	ts.Config.ConnContext = srv.ConnContext
+	ts.Start()
 	// Registered after pgtest's cleanups, so it runs first: no request is
 	// left using the pool when it closes.
 	t.Cleanup(ts.Close)

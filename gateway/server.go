@@ -63,6 +63,15 @@ type Config struct {
 	// (scheme://host[:port]); empty allows any. Requests without an Origin
 	// (non-browser clients) are always allowed.
 	AllowedOrigins []string
+	// MaxConnections caps the HTTP connections accepted through Listener,
+	// every transport together (WebSocket, SSE, long-poll, plain
+	// requests); zero means no cap. Past it a request is refused at once
+	// and its connection closed: 503 with Retry-After, an SSE stream 200
+	// with a retry: delay; GET /health and /metrics are still answered.
+	// Open connections are never touched. MaxWSConnections and
+	// MaxSSEConnections above it are lowered to it (logged). The server
+	// (internal/server) derives it from the open-file limit.
+	MaxConnections int
 	// MaxWSConnections caps open WebSocket connections; zero means
 	// MaxWSConnectionsDefault. Beyond it an upgrade is answered 503.
 	MaxWSConnections int
@@ -187,6 +196,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.Poller is required")
 	case c.MaxWSConnections < 0 || c.MaxSSEConnections < 0:
 		return errors.New("gateway: Config.MaxWSConnections and MaxSSEConnections must not be negative")
+	case c.MaxConnections < 0:
+		return errors.New("gateway: Config.MaxConnections must not be negative")
 	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.SSELeaseCheck < 0 || c.WSLeaseCheck < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0 ||
 		c.MaintenanceRefresh < 0:
 		return errors.New("gateway: Config durations must not be negative")
@@ -203,6 +214,7 @@ type Server struct {
 	store   *queue.Store
 	log     zerolog.Logger
 	metrics *metrics
+	conns   *conns // the connection cap (conns.go)
 	mux     *http.ServeMux
 	reg     *prometheus.Registry
 	poller  *poller.Poller
@@ -258,11 +270,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Notifier != nil {
 		s.notify = cfg.Notifier.Notify
 	}
+	if c := cfg.MaxConnections; c > 0 && (cfg.MaxWSConnections > c || cfg.MaxSSEConnections > c) {
+		s.log.Info().Int("max_connections", c).Int("ws_max_connections", cfg.MaxWSConnections).
+			Int("sse_max_connections", cfg.MaxSSEConnections).Msg("WebSocket and SSE caps lowered to the connection cap")
+		s.cfg.MaxWSConnections, s.cfg.MaxSSEConnections = min(cfg.MaxWSConnections, c), min(cfg.MaxSSEConnections, c)
+	}
 	m, err := newMetrics(reg, cfg.Store, cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
+	if s.conns, err = newConns(cfg.MaxConnections, reg); err != nil {
+		return nil, err
+	}
 	if s.maint, err = newMaintenance(s); err != nil {
 		return nil, err
 	}
@@ -384,8 +404,9 @@ func (s *Server) isDraining() bool {
 	}
 }
 
-// Handler returns the HTTP handler with CORS, body limit, metrics and logs.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler returns the HTTP handler with CORS, body limit, metrics and logs,
+// and the refusals of connections past the cap (see Listener).
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 // handle registers h under pattern with the per-request middleware; route is
 // the metrics label (fixed strings, never ids) and need the least role a

@@ -76,6 +76,8 @@ var options = []option{
 		func(c *config, v string) error { c.ListenDatabaseURL = v; return nil }},
 	{"ws-allowed-origins", "HERALD_WS_ALLOWED_ORIGINS", "", "comma-separated Origins a browser WebSocket may come from; empty allows any",
 		func(c *config, v string) error { c.AllowedOrigins = splitList(v); return nil }},
+	{"max-connections", "HERALD_MAX_CONNECTIONS", "0", "HTTP connections per instance, every transport together (WebSocket, SSE, long-poll, requests); past it a request is answered 503 with Retry-After (SSE: 200 with retry:) and its connection closed, open ones are untouched, /health and /metrics are still answered; 0 means what the open-file limit (raised to its hard limit at start) allows after a reserve for the database pool and files, and a larger value is lowered to that; --ws-max-connections and --sse-max-connections above it are lowered to it",
+		func(c *config, v string) (err error) { c.MaxConnections, err = strconv.Atoi(v); return err }},
 	{"ws-max-connections", "HERALD_WS_MAX_CONNECTIONS", strconv.Itoa(gateway.MaxWSConnectionsDefault), "WebSocket connections per instance; more are answered 503",
 		func(c *config, v string) (err error) { c.MaxWSConnections, err = strconv.Atoi(v); return err }},
 	{"notify-window", "HERALD_NOTIFY_WINDOW", pgnotify.WindowDefault.String(), "at most one NOTIFY per queue per this window",
@@ -200,6 +202,8 @@ func (c *config) validate() error {
 		return errors.New("--wake must be notify, logical or poll")
 	case c.NotifyWindow <= 0:
 		return errors.New("--notify-window must be positive")
+	case c.MaxConnections < 0:
+		return errors.New("--max-connections must not be negative (0: what the open-file limit allows)")
 	case c.MaxWSConnections < 1:
 		return errors.New("--ws-max-connections must be positive")
 	case c.PollWorkers < 1 || c.PollWorkers > 64:

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,13 +50,37 @@ type proc struct {
 	cmd  *exec.Cmd
 	url  string
 	done chan error
+
+	mu       sync.Mutex
+	problems []string // the first warn and error lines it logged
+}
+
+// logged returns the first warn and error lines herald logged.
+func (p *proc) logged() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.problems, "\n")
 }
 
 // startHerald runs `herald serve` and waits for its "herald is serving" log
 // line, which carries the URL to open.
 func startHerald(t *testing.T, bin, dir string, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dir}, extra...)...)
+	return startCommand(t, exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dir}, extra...)...))
+}
+
+// startHeraldLimited is startHerald under an open-file limit of nofile
+// (soft and hard), set by the shell that then becomes herald.
+func startHeraldLimited(t *testing.T, nofile int, bin, dir string, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{"-c", `ulimit -n "$0" && exec "$@"`, strconv.Itoa(nofile), bin,
+		"serve", "--addr", "127.0.0.1:0", "--data-dir", dir}, extra...)
+	return startCommand(t, exec.Command("/bin/sh", args...))
+}
+
+// startCommand runs cmd, a `herald serve`, as startHerald does.
+func startCommand(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -64,9 +89,19 @@ func startHerald(t *testing.T, bin, dir string, extra ...string) *proc {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			var line struct{ Message, URL string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "herald is serving" {
+			var line struct{ Level, Message, URL string }
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			if line.Message == "herald is serving" {
 				urls <- line.URL
+			}
+			if line.Level == "warn" || line.Level == "error" {
+				p.mu.Lock()
+				if len(p.problems) < 50 {
+					p.problems = append(p.problems, sc.Text())
+				}
+				p.mu.Unlock()
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
@@ -441,4 +476,225 @@ func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
 func TestServe_SyncnetNeedsASecret(t *testing.T) {
 	_, err := parseConfig("serve", []string{"--sync-peers", "127.0.0.1:7000", "--sync-secret", "short"}, func(string) string { return "" }, io.Discard)
 	assert.ErrorContains(t, err, "--sync-secret")
+}
+
+// sseOutcome is how a herald answered one SSE request.
+type sseOutcome int
+
+const (
+	sseOpen   sseOutcome = iota // 200 ": connected": a stream
+	sseRetry                    // 200 with only a retry: delay, then closed: refused
+	sseFailed                   // no answer, another status, or a broken connection
+	sseOutcomes
+)
+
+// openSSE opens an SSE stream on a raw connection and reads up to its first
+// event: an open stream's body reader is returned to read it on.
+func openSSE(addr, path string, deadline time.Time) (sseOutcome, net.Conn, *bufio.Reader, string) {
+	conn, err := net.DialTimeout("tcp", addr, time.Until(deadline))
+	if err != nil {
+		return sseFailed, nil, nil, err.Error()
+	}
+	_ = conn.SetDeadline(deadline)
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", path, addr); err != nil {
+		_ = conn.Close()
+		return sseFailed, nil, nil, err.Error()
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		_ = conn.Close()
+		return sseFailed, nil, nil, err.Error()
+	}
+	if res.StatusCode != http.StatusOK {
+		_ = conn.Close()
+		return sseFailed, nil, nil, res.Status
+	}
+	body := bufio.NewReader(res.Body)
+	for {
+		line, err := body.ReadString('\n')
+		switch {
+		case strings.HasPrefix(line, ": connected"):
+			_ = conn.SetDeadline(time.Time{})
+			return sseOpen, conn, body, ""
+		case err == io.EOF && line == "":
+			_ = conn.Close()
+			return sseRetry, nil, nil, ""
+		case err != nil:
+			_ = conn.Close()
+			return sseFailed, nil, nil, err.Error()
+		}
+	}
+}
+
+// A herald under a 1,024 open-file limit, offered 1,500 SSE streams and a few
+// WebSockets: it admits what its descriptors allow (a cap below the limit,
+// with a reserve for PostgreSQL and its files) and answers the rest at once
+// (SSE 200 + retry:, WebSocket 503), keeps running with the same private
+// PostgreSQL, reports the cap and the count in /health and the refusals in
+// /metrics, and every admitted stream still receives what is pushed.
+func TestServe_ConnectionsPastTheDescriptorLimitAreRefusedAndTheInstanceLives(t *testing.T) {
+	const nofile, offered, nWS = 1024, 1500, 4
+	bin := buildHerald(t)
+	dir := dataDir(t)
+	p := startHeraldLimited(t, nofile, bin, dir)
+	pm := postmaster(dir)
+	require.True(t, alive(pm))
+	addr := strings.TrimSuffix(strings.TrimPrefix(p.url, "http://"), "/")
+	wsURL := "ws://" + addr + "/api/v1/ws"
+	exited := func() bool {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return true
+		default:
+			return false
+		}
+	}
+
+	// WebSockets first, each with a group of its own: they are admitted.
+	var wss []*websocket.Conn
+	for i := range nWS {
+		ws, res, err := (&websocket.Dialer{Subprotocols: []string{"herald.v1"}}).Dial(wsURL, nil)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		t.Cleanup(func() { _ = ws.Close() })
+		require.NoError(t, ws.WriteMessage(websocket.TextMessage,
+			fmt.Appendf(nil, `{"type":"subscribe","id":1,"queue":"fd","consumerGroup":"ws%d","autoAck":true}`, i)))
+		require.NoError(t, ws.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, frame, err := ws.ReadMessage()
+		require.NoError(t, err)
+		require.Contains(t, string(frame), `"subscribed"`)
+		wss = append(wss, ws)
+	}
+
+	// The flood: 1,500 SSE streams, 32 at a time, each with a group of its
+	// own (so that one push reaches every one of them).
+	type stream struct {
+		conn net.Conn
+		body *bufio.Reader
+	}
+	var (
+		mu      sync.Mutex
+		streams []stream
+		counts  [sseOutcomes]int
+		why     []string
+	)
+	deadline := time.Now().Add(60 * time.Second)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range next {
+				o, conn, body, reason := openSSE(addr, fmt.Sprintf("/api/v1/sse/queue/fd?consumerGroup=sse%d&autoAck=true", i), deadline)
+				mu.Lock()
+				counts[o]++
+				if o == sseOpen {
+					streams = append(streams, stream{conn, body})
+				}
+				if reason != "" && len(why) < 5 {
+					why = append(why, reason)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range offered {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	flooded := time.Now()
+	t.Cleanup(func() {
+		for _, s := range streams {
+			_ = s.conn.Close()
+		}
+	})
+	t.Logf("%d SSE requests: %d streams, %d answered retry:, %d failed %v", offered, counts[sseOpen], counts[sseRetry], counts[sseFailed], why)
+	require.False(t, exited(), "herald exited: %s", p.logged())
+	require.Zero(t, counts[sseFailed], "every request is answered: %v\n%s", why, p.logged())
+	require.NotZero(t, counts[sseRetry], "past the cap, SSE is answered 200 with retry:")
+	require.Greater(t, counts[sseOpen], offered/2, "most of the limit serves streams")
+
+	// A WebSocket past the cap: 503 with Retry-After, before the upgrade.
+	_, res, err := (&websocket.Dialer{Subprotocols: []string{"herald.v1"}}).Dial(wsURL, nil)
+	require.Error(t, err)
+	require.NotNil(t, res, "%v", err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	assert.NotEmpty(t, res.Header.Get("Retry-After"))
+
+	// The instance and its PostgreSQL stay: /health answers (past the cap
+	// too) through the time a supervisor that took EMFILE for a dead
+	// postmaster would have given up (five attempts, about 6 s).
+	var health struct {
+		Status         string `json:"status"`
+		Database       string `json:"database"`
+		Connections    int    `json:"connections"`
+		MaxConnections int    `json:"maxConnections"`
+	}
+	for time.Since(flooded) < 10*time.Second {
+		code, body := get(t, p.url+"health")
+		require.Equal(t, http.StatusOK, code, "%s\n%s", body, p.logged())
+		require.NoError(t, json.Unmarshal([]byte(body), &health))
+		require.False(t, exited())
+		time.Sleep(250 * time.Millisecond) // probing at a steady pace; each probe asserts
+	}
+	assert.Equal(t, "connected", health.Database)
+	assert.Equal(t, pm, postmaster(dir), "the same postmaster")
+	assert.True(t, alive(pm), "the postmaster runs")
+	streamsOpen := counts[sseOpen] + nWS
+	assert.Positive(t, health.MaxConnections)
+	assert.Less(t, health.MaxConnections, nofile, "the cap keeps a reserve below the limit")
+	assert.GreaterOrEqual(t, health.Connections, streamsOpen, "every open stream is counted")
+	assert.LessOrEqual(t, health.Connections, health.MaxConnections)
+
+	// One push, through an admitted connection: every stream receives it.
+	require.NoError(t, wss[0].WriteMessage(websocket.TextMessage,
+		[]byte(`{"type":"push","id":"p","items":[{"queue":"fd","payload":{"n":1}}]}`)))
+	received := make(chan bool, len(streams)+nWS)
+	for _, s := range streams {
+		go func() {
+			_ = s.conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+			for {
+				line, err := s.body.ReadString('\n')
+				if err != nil {
+					received <- false
+					return
+				}
+				if strings.HasPrefix(line, "data: ") && strings.Contains(line, `"n":1`) {
+					received <- true
+					return
+				}
+			}
+		}()
+	}
+	for _, ws := range wss {
+		go func() {
+			_ = ws.SetReadDeadline(time.Now().Add(60 * time.Second))
+			for {
+				_, frame, err := ws.ReadMessage()
+				if err != nil {
+					received <- false
+					return
+				}
+				if strings.Contains(string(frame), `"deliver"`) && strings.Contains(string(frame), `"n":1`) {
+					received <- true
+					return
+				}
+			}
+		}()
+	}
+	got := 0
+	for range len(streams) + nWS {
+		if <-received {
+			got++
+		}
+	}
+	assert.Equal(t, streamsOpen, got, "every admitted stream receives the push")
+
+	refused := counts[sseRetry] + 1 // and the WebSocket
+	assert.Equal(t, float64(refused), metricValue(t, p.url, `herald_connections_refused_total{reason="limit"}`),
+		"each refusal is counted")
+	require.False(t, exited(), "herald exited: %s", p.logged())
+	require.NoError(t, p.stop(t, syscall.SIGTERM))
 }

@@ -61,6 +61,13 @@
 // supervisor acts. The restart goes through the same stale-pid cleanup and
 // waits for the dead postmaster's children to exit, as Start does.
 //
+// Out of file descriptors (EMFILE, ENFILE) this process cannot read
+// postmaster.pid, and that says nothing of the postmaster: it is then judged
+// by its process alone, the last one seen serving, whose /proc cwd link
+// readlink gives without a descriptor, and not down when that cannot be
+// told either (judge). A restart attempt that fails for want of
+// descriptors is retried every 5 s without counting towards the five.
+//
 // When several processes share Dir, all their Supervise calls notice the
 // death; the first to take the start lock restarts the postmaster and the
 // others find it serving and reuse it, so each counts one restart. Stop and

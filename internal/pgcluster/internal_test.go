@@ -1,6 +1,8 @@
 package pgcluster
 
 import (
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,4 +68,59 @@ func TestBinDir_Missing(t *testing.T) {
 	_, err = Start(t.Context(), Config{Dir: t.TempDir()})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "PostgreSQL server binaries")
+}
+
+// The supervisor's liveness rule: a look that failed for want of file
+// descriptors (this process at its open-file limit) never makes the
+// postmaster "down"; it is judged by its process alone, and a missing
+// postmaster.pid, a dead process or another port still are down.
+func TestSupervise_ProbeOutOfDescriptorsIsNotDown(t *testing.T) {
+	emfile := &fs.PathError{Op: "open", Path: "pgdata/postmaster.pid", Err: syscall.EMFILE}
+	enfile := &fs.PathError{Op: "open", Path: "pgdata/postmaster.pid", Err: syscall.ENFILE}
+	missing := &fs.PathError{Op: "open", Path: "pgdata/postmaster.pid", Err: syscall.ENOENT}
+	at := func(states map[int]presence) func(int) presence {
+		return func(pid int) presence { return states[pid] } // unknown pids: gone
+	}
+	for _, tc := range []struct {
+		name    string
+		pf      pidFile
+		readErr error
+		last    int
+		procs   map[int]presence
+		down    bool
+		pid     int
+	}{
+		{"EMFILE, the last postmaster runs", pidFile{}, emfile, 42, map[int]presence{42: serving}, false, 0},
+		{"ENFILE, none seen yet", pidFile{}, enfile, 0, nil, false, 0},
+		{"EMFILE, the process cannot be looked at either", pidFile{}, emfile, 42, map[int]presence{42: unsure}, false, 0},
+		{"EMFILE, the last postmaster is gone", pidFile{}, emfile, 42, nil, true, 0},
+		{"postmaster.pid missing", pidFile{}, missing, 42, map[int]presence{42: serving}, true, 0},
+		{"serving", pidFile{pid: 7, port: 5432}, nil, 0, map[int]presence{7: serving}, false, 7},
+		{"its name unreadable for want of descriptors", pidFile{pid: 7, port: 5432}, nil, 0, map[int]presence{7: unsure}, false, 7},
+		{"gone", pidFile{pid: 7, port: 5432}, nil, 7, nil, true, 0},
+		{"another port", pidFile{pid: 7, port: 5433}, nil, 7, map[int]presence{7: serving}, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why, pid := judge(tc.pf, tc.readErr, 5432, tc.last, at(tc.procs))
+			assert.Equal(t, tc.down, why != "", "why: %q", why)
+			assert.Equal(t, tc.pid, pid)
+		})
+	}
+	assert.True(t, fdExhausted(fmt.Errorf("opening start lock: %w", emfile)), "wrapped")
+	assert.True(t, fdExhausted(enfile))
+	assert.False(t, fdExhausted(missing))
+	assert.False(t, fdExhausted(nil))
+}
+
+// A process whose cwd is the data directory is looked at without a
+// descriptor: this test process, which works in a temp dir, is gone for
+// another directory and for a dead pid.
+func TestProbeProcess(t *testing.T) {
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	wd, err = filepath.EvalSymlinks(wd)
+	require.NoError(t, err)
+	assert.Equal(t, gone, probeProcess(os.Getpid(), wd), "not named postgres")
+	assert.Equal(t, gone, probeProcess(os.Getpid(), "/nonexistent"))
+	assert.Equal(t, gone, probeProcess(1<<22+1, wd), "no such process")
 }

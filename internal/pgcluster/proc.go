@@ -42,7 +42,22 @@ func readPIDFile(pgdata string) (pidFile, error) {
 }
 
 // servesDir reports whether pid is a live postgres process working in pgdata
-// (which must be a resolved, absolute path).
+// (which must be a resolved, absolute path), or may be: see probeProcess.
+func servesDir(pid int, pgdata string) bool {
+	return probeProcess(pid, pgdata) != gone
+}
+
+// presence is what a look at a process found.
+type presence int
+
+const (
+	gone    presence = iota // no postgres process working in the data directory
+	serving                 // a postgres process working in it
+	unsure                  // the look failed for want of file descriptors
+)
+
+// probeProcess looks at pid in /proc: a live postgres process working in
+// pgdata (a resolved, absolute path) is serving.
 //
 // The postmaster and all its children chdir into the data directory, so this
 // tells our postmaster apart from an unrelated process that inherited its PID
@@ -52,13 +67,36 @@ func readPIDFile(pgdata string) (pidFile, error) {
 // killed postmaster may linger as a zombie when PID 1 does not reap.
 // Processes of other users cannot be inspected unless we are root and count
 // as gone too.
-func servesDir(pid int, pgdata string) bool {
+//
+// The cwd link is read with readlink, which opens no descriptor and so
+// works when this process has none left; the name is read from a file. A
+// process whose cwd matches and whose name cannot be read for want of
+// descriptors (EMFILE, ENFILE) counts as serving: the cwd is the test that
+// matters, and out of descriptors nothing says it died.
+func probeProcess(pid int, pgdata string) presence {
 	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
-	if err != nil || cwd != pgdata {
-		return false
+	switch {
+	case fdExhausted(err):
+		return unsure
+	case err != nil || cwd != pgdata:
+		return gone
 	}
 	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	return err == nil && strings.TrimSpace(string(comm)) == "postgres"
+	switch {
+	case fdExhausted(err):
+		return serving
+	case err == nil && strings.TrimSpace(string(comm)) == "postgres":
+		return serving
+	}
+	return gone
+}
+
+// fdExhausted reports whether err says that this process (EMFILE) or the
+// system (ENFILE) has no file descriptor left. Such an error tells nothing
+// about what was being looked at: it must never be read as "postgres is
+// down" (or as any other state of the thing probed).
+func fdExhausted(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // procsIn lists processes working in pgdata. After the postmaster is killed its

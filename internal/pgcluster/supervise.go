@@ -123,6 +123,8 @@ func (c *Cluster) Supervise(ctx context.Context, cfg SuperviseConfig) error {
 	port := c.port
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
+	var last int    // the postmaster last seen serving
+	var blind error // the probe's descriptor shortage, while it lasts
 	for {
 		select {
 		case <-ctx.Done():
@@ -132,13 +134,27 @@ func (c *Cluster) Supervise(ctx context.Context, cfg SuperviseConfig) error {
 		if c.stopping.Load() {
 			return nil
 		}
-		why := c.srv.down(port)
+		pf, err := readPIDFile(c.srv.pgdata)
+		why, pid := judge(pf, err, port, last, func(pid int) presence { return probeProcess(pid, c.srv.pgdata) })
+		switch {
+		case fdExhausted(err) && blind == nil:
+			blind = err
+			c.srv.log.Warn().Err(err).Int("pid", last).
+				Msg("out of file descriptors: postgres is judged by its process alone until they are back")
+		case !fdExhausted(err) && blind != nil:
+			blind = nil
+			c.srv.log.Info().Msg("file descriptors are back: postgres is judged by postmaster.pid again")
+		}
 		if why == "" {
+			if pid != 0 { // 0: not looked at (out of descriptors)
+				last = pid
+			}
 			continue
 		}
 		c.srv.log.Error().Str("why", why).Msg("postgres is down: restarting it")
 		c.setHealth(func(h *Health) { h.Restarting = true })
-		err := c.restart(ctx, cfg, port)
+		last = 0 // the next one is read from postmaster.pid
+		err = c.restart(ctx, cfg, port)
 		switch {
 		case errors.Is(err, errStopping) || ctx.Err() != nil:
 			return nil
@@ -161,6 +177,15 @@ func (c *Cluster) restart(ctx context.Context, cfg SuperviseConfig, port int) er
 		case <-time.After(delay):
 		}
 		err := c.restartOnce(ctx, cfg, port)
+		if fdExhausted(err) {
+			// This process cannot open a file: a restart cannot be tried
+			// now, and that says nothing of postgres. Not a failure: the
+			// attempts go on, slowly, until descriptors are back.
+			c.setHealth(func(h *Health) { h.LastError = err.Error() })
+			delay = cfg.BackoffMax
+			c.srv.log.Warn().Err(err).Dur("retry_in", delay).Msg("restarting postgres: out of file descriptors, trying again")
+			continue
+		}
 		if err == nil {
 			c.setHealth(func(h *Health) { h.Restarting, h.Failures = false, 0; h.Restarts++ })
 			c.srv.log.Info().Int("port", port).Dur("down_for", time.Since(began)).Int("attempts", failures+1).
@@ -217,19 +242,38 @@ func (c *Cluster) restartOnce(ctx context.Context, cfg SuperviseConfig, port int
 	return nil
 }
 
-// down returns why no postmaster serves pgdata on port, or "" if one does.
-// It looks at postmaster.pid and /proc only, which is cheap enough to do
-// every 100 ms: a postmaster that is alive but slow (crash recovery after
+// judge is the liveness rule, applied to what a look at pgdata found: pf
+// and readErr from reading postmaster.pid, last the postmaster last seen
+// serving (0: none yet), probe a look at a process (probeProcess). It
+// returns why no postmaster serves pgdata on port, or "" and the pid of the
+// one that does.
+//
+// The postmaster is down when postmaster.pid is missing or unparsable, or
+// names a process that does not serve the data directory or serves another
+// port. That is read from a file and /proc only, which is cheap enough to
+// do every 100 ms: a postmaster that is alive but slow (crash recovery after
 // a backend died, which it does by itself) is not down.
-func (s *server) down(port int) string {
-	pf, err := readPIDFile(s.pgdata)
+//
+// A look that failed for want of file descriptors (EMFILE, ENFILE: this
+// process is at its open-file limit) is no evidence: the postmaster is then
+// judged by its process alone, the last one seen serving, whose cwd link
+// /proc gives without a descriptor; with none seen yet, or one that cannot
+// be looked at either, it is not down.
+func judge(pf pidFile, readErr error, port, last int, probe func(pid int) presence) (why string, pid int) {
 	switch {
-	case err != nil:
-		return err.Error()
-	case !servesDir(pf.pid, s.pgdata):
-		return "postmaster " + strconv.Itoa(pf.pid) + " is gone"
-	case pf.port != port:
-		return "postmaster " + strconv.Itoa(pf.pid) + " serves port " + strconv.Itoa(pf.port) + ", not " + strconv.Itoa(port)
+	case fdExhausted(readErr):
+		if last > 0 && probe(last) == gone {
+			return "postmaster " + strconv.Itoa(last) + " is gone", 0
+		}
+		return "", 0
+	case readErr != nil:
+		return readErr.Error(), 0
 	}
-	return ""
+	switch {
+	case probe(pf.pid) == gone:
+		return "postmaster " + strconv.Itoa(pf.pid) + " is gone", 0
+	case pf.port != port:
+		return "postmaster " + strconv.Itoa(pf.pid) + " serves port " + strconv.Itoa(pf.port) + ", not " + strconv.Itoa(port), 0
+	}
+	return "", pf.pid
 }

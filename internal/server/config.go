@@ -66,7 +66,12 @@ type Config struct {
 	PreflightTimeout time.Duration
 	PreflightMax     int
 
-	AllowedOrigins    []string
+	AllowedOrigins []string
+	// MaxConnections caps the HTTP connections of every transport together
+	// (gateway.Config.MaxConnections); zero means what the open-file limit
+	// allows after a reserve for the database and files (limits.go gives
+	// the formula), and a larger value is lowered to that.
+	MaxConnections    int
 	MaxWSConnections  int
 	MaxSSEConnections int
 	SSEHeartbeat      time.Duration
@@ -165,6 +170,8 @@ func (c Config) Validate() error {
 		return errors.New("server: Config.Wake must be notify, logical, poll or local")
 	case c.EncryptionKey != "" && len(c.EncryptionKey) != 64:
 		return errors.New("server: Config.EncryptionKey must be 64 hex characters")
+	case c.MaxConnections < 0:
+		return errors.New("server: Config.MaxConnections must not be negative")
 	case c.ShutdownTimeout < 0 || c.RetentionInterval < 0:
 		return errors.New("server: Config.ShutdownTimeout and Config.RetentionInterval must not be negative")
 	}

@@ -16,8 +16,8 @@
 //	 4 supervisor (private PostgreSQL)       listener | logical,      c gateway.Close: SSE resume leases released
 //	 5 store (encryption key checked)        config refresh,          d loops cancelled, awaited (errgroup.Wait)
 //	 6 syncnet node and poller               retention, hygiene,      e poller workers stopped
-//	 7 wake source, gateway,                 maintenance             f supervisor, pool, private PostgreSQL,
-//	   maintenance switches read          10 HTTP serving; Ready       listener (Close)
+//	 7 wake source, connection cap,          maintenance             f supervisor, pool, private PostgreSQL,
+//	   gateway, maintenance switches read 10 HTTP serving; Ready       listener (Close)
 //	                                         once the wake source
 //	                                         listens
 //
@@ -64,4 +64,13 @@
 // (the other loops stop at once, then the rest in order), or when the private
 // PostgreSQL stays down after the supervisor's restarts; the error says
 // which. Errors releasing the private PostgreSQL are joined to the result.
+//
+// Running out of file descriptors ends none of these: New raises the soft
+// open-file limit to the hard one (before the private PostgreSQL starts,
+// so that it inherits it) and caps the gateway's connections below it,
+// keeping a reserve for the pool, the wake-up connections and files
+// (limits.go gives the formula); an accept that still fails with EMFILE or
+// ENFILE is temporary to http.Server, which waits and accepts again; the
+// supervisor does not take EMFILE for a dead postmaster (pgcluster); and
+// no loop returns an error for a failed query or file.
 package server

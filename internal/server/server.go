@@ -78,6 +78,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			_ = s.Close()
 		}
 	}()
+	// Before the private PostgreSQL starts, so that it inherits the
+	// raised limit.
+	openFiles, err := raiseOpenFileLimit(s.log)
+	if err != nil {
+		return nil, err
+	}
 	if s.ln == nil {
 		if s.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
 			return nil, fmt.Errorf("listening on %s: %w", cfg.Addr, err)
@@ -109,6 +115,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.buildWakeSources(ctx, &gwCfg); err != nil {
+		return nil, err
+	}
+	if gwCfg.MaxConnections, err = connectionLimit(&cfg, openFiles, int(s.db.pool.Config().MaxConns), s.log); err != nil {
 		return nil, err
 	}
 	if cfg.Adjust.Gateway != nil {
@@ -338,9 +347,13 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		stopLoops()
 		err = errors.Join(err, g.Wait())
 	}()
-	srv := &http.Server{Handler: s.gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: s.gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ConnContext: s.gw.ConnContext}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.ln) }()
+	// Connections count against the cap. An accept that fails for want of
+	// descriptors (EMFILE, ENFILE) is temporary: Serve waits up to 1 s and
+	// accepts again, it does not return.
+	go func() { errc <- srv.Serve(s.gw.Listener(s.ln)) }()
 	go s.signalReady(gctx)
 	s.log.Info().Str("url", fmt.Sprintf("http://localhost:%d/", s.Addr().Port)).Str("instance", s.instance).
 		Str("version", s.cfg.Version).Str("wake", s.cfg.Wake).Msg("herald is serving")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/server/servertest"
 )
 
 // followMsg is a followed message as every transport gives it.
@@ -418,4 +420,76 @@ func TestFollow_IdleFollowersCostNoQuery(t *testing.T) {
 	// The hub's sweep doubles from 100 ms: at most 5 reads in 2 s,
 	// whatever the followers (one read each would be 10 or more).
 	assert.LessOrEqual(t, reads, uint64(6), "10 idle followers over 2 s: the hub's sweep only (%d reads)", reads)
+}
+
+// A follow is a consumer for syncnet: its presence reaches the peers, so
+// a push on B (which wakes only the peers that announced the queue, once
+// it knows) reaches A's follower at once; when A's last follower leaves,
+// so does its presence (after the linger).
+func TestFollow_PresenceReachesPeersOverSyncnet(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	a, b := servertest.Start(t, dsn, "syncnet"), servertest.Start(t, dsn, "syncnet")
+	servertest.Link(a, b)
+	require.Eventually(t, func() bool {
+		has, known := b.Node().HasSubscribers("fp")
+		return known && !has
+	}, 10*time.Second, 10*time.Millisecond, "B knows nobody follows fp")
+	e := &env{t: t, url: a.URL(), client: http.DefaultClient}
+	c := e.openSSE(t, "/api/v1/follow/queue/fp", nil)
+	require.Eventually(t, func() bool {
+		has, _ := b.Node().HasSubscribers("fp")
+		return has
+	}, 10*time.Second, 10*time.Millisecond, "A's follower is announced to B")
+	b.Push("fp", `"hello"`)
+	m := c.nextFollow()
+	assert.JSONEq(t, `"hello"`, string(m.Data))
+	assert.Equal(t, 1, a.Gateway().Followers()["fp"])
+	c.close()
+	require.Eventually(t, func() bool { return a.Gateway().Followers()["fp"] == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// Memory per idle SSE follower, server side (the client's side is a bare
+// socket): at most ~7 KB, the figure of an idle subscription.
+func TestFollow_IdleFollowerMemory(t *testing.T) {
+	e := newEnv(t)
+	u, err := url.Parse(e.url)
+	require.NoError(t, err)
+	const n = 500
+	measure := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse + ms.StackInuse
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	open := func(k int) {
+		for range k {
+			c, err := net.Dial("tcp", u.Host)
+			require.NoError(t, err)
+			_, err = c.Write([]byte("GET /api/v1/follow/queue/fm HTTP/1.1\r\nHost: x\r\n\r\n"))
+			require.NoError(t, err)
+			conns = append(conns, c)
+		}
+	}
+	// A first round: the hub, the pools (goroutines, database connections
+	// the joins' start reads opened) exist before the measure.
+	open(n)
+	waitFollowers(t, e, "fm", n)
+	before := measure()
+	g0 := runtime.NumGoroutine()
+	open(n)
+	waitFollowers(t, e, "fm", 2*n)
+	// The handlers that joined have returned: one goroutine per follower
+	// (its reader) is left.
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= g0+n+8 }, 10*time.Second, 10*time.Millisecond)
+	after := measure()
+	per := float64(after-before) / n
+	t.Logf("%.0f bytes per idle SSE follower (heap + stacks, %d followers)", per, n)
+	assert.LessOrEqual(t, per, 7.5*1024, "an idle follower costs about what an idle subscription does")
 }

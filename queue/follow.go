@@ -271,6 +271,9 @@ type FollowBatch struct {
 	Held bool
 	// Full: the read reached the limit's count; there may be more now.
 	Full bool
+	// Barrier is the read's snapshot xmin: unless Full, the reader has
+	// every message of its target below it (Covered).
+	Barrier uint64
 	// skipped: positions of messages that did not decrypt (Last moves
 	// over them).
 	skipped []FollowPos
@@ -281,9 +284,9 @@ const FollowLimitMax = 1000
 
 // followReadSQL reads, for a queue ($2 empty) or a partition, up to $6
 // messages after the position ($3, $4, $5) below the barrier; then the
-// retention mark above the position, and whether messages wait above the
-// barrier. Rows: kind 0 a message, kind 1 the gone mark, kind 2 the held
-// flag; kind 3: the position names another partition than $2. A
+// retention mark above the position, the barrier and whether messages
+// wait above it. Rows: kind 0 a message, kind 1 the gone mark, kind 2 the
+// barrier and the held flag (1); kind 3: the position names another partition than $2. A
 // partition is read by offset (its follow order), through its
 // primary key; a queue through messages_follow.
 const followReadSQL = `-- herald:follow_read
@@ -313,10 +316,11 @@ FROM follow_gone g
 WHERE ($2 = '' AND g.scope = (SELECT id FROM q) AND (g.follow_xid, g.partition_id, g.seq) > ($3::text::xid8, $4::uuid, $5::bigint))
    OR ($2 <> '' AND g.scope = (SELECT id FROM part) AND g.seq > $5::bigint)
 UNION ALL
-SELECT 2, '', '', 0, '', '', '', '', '', NULL, ''
-WHERE ($2 = '' AND EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = (SELECT id FROM q) AND m.follow_xid >= (SELECT x FROM bar)))
-   OR ($2 <> '' AND (SELECT m.follow_xid FROM messages m WHERE m.partition_id = (SELECT id FROM part)
-                     ORDER BY m.seq DESC LIMIT 1) >= (SELECT x FROM bar))
+SELECT 2, (SELECT x FROM bar)::text, '', CASE WHEN
+	($2 = '' AND EXISTS (SELECT 1 FROM messages m WHERE m.queue_id = (SELECT id FROM q) AND m.follow_xid >= (SELECT x FROM bar)))
+	OR ($2 <> '' AND (SELECT m.follow_xid FROM messages m WHERE m.partition_id = (SELECT id FROM part)
+	                  ORDER BY m.seq DESC LIMIT 1) >= (SELECT x FROM bar)) THEN 1 ELSE 0 END,
+	'', '', '', '', '', NULL, ''
 UNION ALL
 SELECT 3, '', '', 0, '', '', '', '', '', NULL, ''
 WHERE $2 <> '' AND $4::uuid <> '` + nilUUID + `' AND $4::uuid IS DISTINCT FROM (SELECT id FROM part)`
@@ -344,7 +348,10 @@ func (s *Store) ReadFollow(ctx context.Context, t FollowTarget, pos FollowPos, l
 		}
 		switch kind {
 		case 2:
-			out.Held = true
+			out.Held = seq == 1
+			if out.Barrier, err = strconv.ParseUint(fx, 10, 64); err != nil {
+				return FollowBatch{}, fmt.Errorf("reading a follow of %s: barrier %q: %w", t.Queue, fx, err)
+			}
 			continue
 		case 3:
 			return FollowBatch{}, inputErrorf("%s: it is from another partition", errFollowPosition)
@@ -388,6 +395,17 @@ func (s *Store) ReadFollow(ctx context.Context, t FollowTarget, pos FollowPos, l
 		return false
 	})
 	return out, nil
+}
+
+// Covered is the position the reader has everything at or below after
+// the batch: Last, or, when the read was not full, the barrier (no message
+// of the target lies between the two, nor will one ever).
+func (b FollowBatch) Covered(pos FollowPos) FollowPos {
+	last := b.Last(pos)
+	if bar := (FollowPos{XID: b.Barrier}); !b.Full && bar.Compare(last) > 0 {
+		return bar
+	}
+	return last
 }
 
 // Last is the position the batch moves a follower to: its last message

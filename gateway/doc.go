@@ -50,6 +50,28 @@
 //	instance A: events id=T1..Tn ─▶ connection lost ─▶ leases kept SSEResumeGrace
 //	instance B: GET …/sse, Last-Event-ID: Tn ─▶ ack ≤ Tn, release the rest ─▶ stream
 //
+// # Follow streams
+//
+// A follow (follow_*.go) is not a session: no group, lease or ack. One
+// followHub per followed queue reads what a wake-up announces once
+// (queue.Store.ReadFollow, in the queue's follow order) and hands it to
+// each follower's bounded sink in memory; a partition's followers are the
+// queue hub's, filtered. A follower catches up with its own bounded reads
+// on its request's goroutine, then joins the hub exactly (the hub's ring of
+// its last 1,024 messages). Transports: followStream (SSE: event ids are
+// follow positions), pollSink (a waiting long-poll: its first batch),
+// wsFollow (frames through the WebSocket session's write queue).
+//
+//	wake (push here, NOTIFY, syncnet, logical) ─▶ hub: ONE read ─▶ ring ─▶ follower sinks ─▶ writers
+//	new follower: own reads (200 at a time) ──────────▶ join: ring after its position ─┘
+//
+// A sink whose buffer is full (Config.FollowBuffer) is dropped by the hub
+// and closed on another goroutine (4001 / the SSE connection closed): it
+// resumes by its last id, and no follower waits for another. The hub reads
+// on a kept goroutine (warmStacks) only while there is something to read;
+// its timer is the safety sweep (100 ms doubling to 5 s) and the re-read
+// of messages held back behind an open transaction (5 ms doubling to 1 s).
+//
 // # Concurrency
 //
 // Handlers run on net/http's goroutines; a waiting long-poll (wait=true)
@@ -94,6 +116,11 @@
 //	session.mu ──▶ warmStacks.mu (read)   (enqueueLocked starts the writer; the
 //	                                       pool's lock guards only its counts)
 //	maintenance.mu ─▶ poller worker's mutex (apply → Poller.SetPaused)
+//
+//	followHubs.mu ─▶ followHub.mu           (release, which lets an empty hub go)
+//	followHub.mu ──▶ a sink's mutex         (handLocked → deliver: followStream.mu,
+//	                                         pollSink.mu, or wsFollow.mu then session.mu)
+//	followStream.wmu ─▶ followStream.mu     (send and beat check finished)
 //
 // sseStream.wmu (held across one socket write, under its 10 s deadline),
 // wsConn.pmu, JWKS.mu and LabelLimiter.mu are taken alone; Server.deliveries

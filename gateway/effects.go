@@ -64,6 +64,7 @@ func (s *Server) afterPush(results []queue.PushResult) {
 		if !seen[k] {
 			seen[k] = true
 			s.wakeEverywhere(poller.SourcePush, res.Queue, res.Partition)
+			s.follows.wake(res.Queue)
 		}
 	}
 }

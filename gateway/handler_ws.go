@@ -74,6 +74,9 @@ type wsFrame struct {
 	Seconds int    `json:"seconds"`
 	// auth
 	Token string `json:"token"`
+	// follow (queue, partition above), unfollow (follow_ws.go)
+	From   string `json:"from"`
+	Follow string `json:"follow"`
 }
 
 // wsFrameFields are wsFrame's member names, as written.
@@ -126,6 +129,8 @@ type wsConn struct {
 	// for them first. acking bounds how many are in flight.
 	acks   sync.WaitGroup
 	acking chan struct{}
+
+	fl *wsFollows // the connection's follows (follow_ws.go); nil until the first
 }
 
 // wsAcksInFlight bounds a connection's ack frames being applied at once;
@@ -195,6 +200,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		c.pinger = time.AfterFunc(wsPingInterval, c.ping)
 		c.pmu.Unlock()
 		c.reader(ctx)
+		c.endFollows()
 		c.acks.Wait() // the acks it read are applied, before leases are let go
 		cancel()
 		c.pmu.Lock()
@@ -269,6 +275,10 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 		c.subscribe(f)
 	case "unsubscribe":
 		c.unsubscribe(f)
+	case "follow":
+		c.follow(f)
+	case "unfollow":
+		c.unfollow(f)
 	case "ack":
 		c.ack(ctx, f)
 	case "renew":

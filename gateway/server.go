@@ -101,6 +101,16 @@ type Config struct {
 	// Drain over this long, so clients do not reconnect in one storm; zero
 	// closes them all at once.
 	DrainWindow time.Duration
+	// FollowPresence, when set, is told when this instance gets its first
+	// follower of a queue (true) and loses its last (false), so that other
+	// instances wake it for that queue (syncnet's Node.SetLocal, which
+	// counts these beside the poller's). Called on the follower's
+	// goroutine with no lock held; it must not block.
+	FollowPresence func(queue string, present bool) (news bool)
+	// FollowBuffer is how many messages a follow stream may have waiting
+	// to be written before it is closed as a slow consumer (4001; it
+	// resumes by its last id); zero means FollowBufferDefault (1,024).
+	FollowBuffer int
 	// OnQueueDeleted, when set, is told after a queue is deleted (syncnet
 	// tells the other instances). It must not block.
 	OnQueueDeleted func(queue string)
@@ -182,6 +192,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaintenanceRefresh == 0 {
 		c.MaintenanceRefresh = MaintenanceRefreshDefault
 	}
+	if c.FollowBuffer == 0 {
+		c.FollowBuffer = FollowBufferDefault
+	}
 	return c
 }
 
@@ -203,6 +216,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config durations must not be negative")
 	case c.BufferMaxBytes < 0:
 		return errors.New("gateway: Config.BufferMaxBytes must not be negative")
+	case c.FollowBuffer < 0:
+		return errors.New("gateway: Config.FollowBuffer must not be negative")
 	}
 	return nil
 }
@@ -232,6 +247,7 @@ type Server struct {
 	sseCount   int
 	sseStreams map[*session]bool // running SSE sessions, for Drain
 	deliveries deliveries        // unacknowledged deliveries of this instance's streams (effects.go)
+	follows    *followHubs       // follow streams: a hub per followed queue (follow_hub.go)
 	maint      *maintenance      // the maintenance modes and the push buffer (maintenance.go)
 
 	graceMu sync.Mutex
@@ -286,6 +302,9 @@ func New(cfg Config) (*Server, error) {
 	if s.maint, err = newMaintenance(s); err != nil {
 		return nil, err
 	}
+	if s.follows, err = newFollowHubs(s); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -307,6 +326,11 @@ func (s *Server) routes() {
 	s.stream("GET /api/v1/ws", RoleNone, s.handleWS)
 	s.stream("GET /api/v1/sse/queue/{queue}", RoleReadWrite, s.handleSSE)
 	s.stream("GET /api/v1/sse/queue/{queue}/partition/{partition}", RoleReadWrite, s.handleSSE)
+	// Follow streams (follow_*.go): SSE, or a long-poll with after=/wait=.
+	// They lease nothing and write nothing: read-only tokens may follow
+	// what their rights let them consume.
+	s.stream("GET /api/v1/follow/queue/{queue}", RoleReadOnly, s.handleFollow)
+	s.stream("GET /api/v1/follow/queue/{queue}/partition/{partition}", RoleReadOnly, s.handleFollow)
 	// Probes and scrapes stay open: orchestrators and Prometheus hold no
 	// token. Metrics.Auth closes /metrics, which names queues, to all but
 	// admins.
@@ -359,6 +383,7 @@ func (s *Server) Drain() {
 			go ss.drain(s.spread())
 		}
 		s.sseMu.Unlock()
+		s.drainFollows()
 	})
 }
 

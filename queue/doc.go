@@ -60,6 +60,21 @@
 // group's rows) or after it (and read the message gone and its hole),
 // never across.
 //
+// # Follow reads
+//
+// Followers (follow.go) read a queue in one total order with no consumer
+// row: a message's position is (follow_xid, partition, offset), where a
+// push sets follow_xid to its transaction's id raised to its partition's
+// previous one (under the partition row lock), so it grows along every
+// partition. ReadFollow takes only messages below its snapshot's xmin (the
+// barrier): their transactions have ended, and nothing can ever commit
+// below it, so what a follower read is a prefix that never changes, and a
+// resume after any position is exact. Messages above the barrier wait for
+// the older transactions to end (Held). Retention records the highest
+// position it deleted per queue and partition (follow_gone), in its delete
+// statement, so a follower behind it is told of the gap (FollowBatch.Gone).
+// Event ids (EncodeFollowID) are versioned and tagged with the queue.
+//
 // # Browsing
 //
 // BrowseQueues, BrowsePartitions, BrowseMessages, BrowseMessage and the

@@ -25,8 +25,8 @@ func TestIssue16_RegistrationReadsNoMessagePerOffset(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "big", "", 1)
 	const n = 20000
-	exec(t, s, `INSERT INTO messages (partition_id, seq, id, transaction_id, payload)
-		SELECT p.id, g, gen_random_uuid(), 't' || g, '1' FROM partitions p, generate_series(2, $1) g`, n)
+	exec(t, s, `INSERT INTO messages (partition_id, seq, id, transaction_id, payload, queue_id, follow_xid)
+		SELECT p.id, g, gen_random_uuid(), 't' || g, '1', p.queue_id, pg_current_xact_id() FROM partitions p, generate_series(2, $1) g`, n)
 	exec(t, s, `UPDATE partitions SET last_offset = $1`, n)
 	exec(t, s, `WITH d AS (DELETE FROM messages WHERE seq % 1000 = 0 RETURNING partition_id, seq)
 		INSERT INTO message_holes SELECT partition_id, seq FROM d`)

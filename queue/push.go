@@ -500,9 +500,12 @@ WITH input AS (
 ), counts AS (
 	SELECT partition_id, count(*) AS n FROM fresh GROUP BY partition_id
 ), bumped AS (
-	UPDATE partitions p SET last_offset = p.last_offset + c.n, last_push_at = now()
+	-- follow_xid: the follow order's key (migration 0015), never lower
+	-- than the partition's previous one nor this transaction's id.
+	UPDATE partitions p SET last_offset = p.last_offset + c.n, last_push_at = now(),
+		follow_xid = greatest(p.follow_xid, pg_current_xact_id())
 	FROM counts c WHERE p.id = c.partition_id
-	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base
+	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base, p.queue_id, p.follow_xid
 ), handoff AS (
 	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj
 	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[]) AS h(pid, grp, lease, lim, subj)
@@ -539,8 +542,8 @@ WITH input AS (
 	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)
 	RETURNING c.partition_id, c.consumer_group
 ), inserted AS (
-	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload)
-	SELECT f.partition_id, b.base + f.rn, f.id, f.txid, f.trace_id, f.producer_sub, f.payload
+	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload, queue_id, follow_xid)
+	SELECT f.partition_id, b.base + f.rn, f.id, f.txid, f.trace_id, f.producer_sub, f.payload, b.queue_id, b.follow_xid
 	FROM fresh f JOIN bumped b ON b.id = f.partition_id
 	RETURNING partition_id, seq, created_at
 )

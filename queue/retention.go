@@ -87,7 +87,17 @@ WITH victims AS (
 ), del AS (
 	DELETE FROM messages m USING victims v
 	WHERE m.partition_id = v.partition_id AND m.seq = v.seq
-	RETURNING v.qname, v.partition_id
+	RETURNING v.qname, v.partition_id, m.queue_id, m.follow_xid, m.seq
+), gone AS (
+	-- The highest follow position deleted, per queue and per partition:
+	-- followers behind it are told of the gap (follow.go).
+	INSERT INTO follow_gone AS g (scope, follow_xid, partition_id, seq)
+	SELECT DISTINCT ON (x.scope) x.scope, x.follow_xid, x.partition_id, x.seq
+	FROM (SELECT d.queue_id AS scope, d.follow_xid, d.partition_id, d.seq FROM del d
+	      UNION ALL SELECT d.partition_id, d.follow_xid, d.partition_id, d.seq FROM del d) x
+	ORDER BY x.scope, x.follow_xid DESC, x.partition_id DESC, x.seq DESC
+	ON CONFLICT (scope) DO UPDATE SET follow_xid = excluded.follow_xid, partition_id = excluded.partition_id, seq = excluded.seq
+	WHERE (excluded.follow_xid, excluded.partition_id, excluded.seq) > (g.follow_xid, g.partition_id, g.seq)
 )
 SELECT qname, partition_id::text, count(*) FROM del GROUP BY 1, 2`
 

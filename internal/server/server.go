@@ -190,7 +190,7 @@ func (s *Server) buildPollerAndNode() error {
 		}
 		sc := syncnet.Config{Bind: c.SyncBind, Peers: c.SyncPeers, Secret: c.SyncSecret, ServerID: serverID,
 			Freshness: c.SyncFreshness, Registerer: s.reg, Logger: s.log,
-			Waker: syncnet.WakerFunc(func(source, q, p string) { s.poller.Wake(source, q, p) }),
+			Waker: syncnet.WakerFunc(wakers{s}.Wake),
 			// The gateway exists before any datagram is read (Run).
 			OnMaintenance: func(bool, bool) { s.gw.RefreshMaintenance() }}
 		hook(&sc, s.store)
@@ -231,6 +231,9 @@ func (s *Server) gatewayConfig(ctx context.Context) (gateway.Config, error) {
 		gc.Database = s.sup.health
 	}
 	if s.node != nil {
+		// Followers are consumers too: peers wake this instance, and
+		// NOTIFY is not skipped, for a queue it has followers of.
+		gc.FollowPresence = s.node.SetLocal
 		gc.OnQueueDeleted = s.node.QueueDeleted
 		gc.OnQueueConfigured = announce(s.node)
 		gc.OnMaintenance = s.node.MaintenanceSet
@@ -281,7 +284,7 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 		if s.notifier, err = pgnotify.NewNotifier(nc); err != nil {
 			return err
 		}
-		lc := pgnotify.ListenerConfig{Waker: s.poller, Self: self, Registerer: s.reg, Logger: s.log,
+		lc := pgnotify.ListenerConfig{Waker: wakers{s}, Self: self, Registerer: s.reg, Logger: s.log,
 			OnState: func() { s.gw.RefreshMaintenance() }}
 		if c.ListenDatabaseURL != "" {
 			lc.URL = c.ListenDatabaseURL
@@ -301,7 +304,7 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 		s.wakeReady = s.listener.Connected()
 		s.runners = append(s.runners, runner{"notifier", s.notifier.Run}, runner{"listener", s.listener.Run})
 	case WakeLogical:
-		lc := pgnotify.LogicalConfig{Pool: s.db.pool, Tables: s.store, Waker: s.poller, Registerer: s.reg, Logger: s.log}
+		lc := pgnotify.LogicalConfig{Pool: s.db.pool, Tables: s.store, Waker: wakers{s}, Registerer: s.reg, Logger: s.log}
 		if c.Adjust.Logical != nil {
 			c.Adjust.Logical(&lc)
 		}
@@ -522,4 +525,23 @@ func traceRetention(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// wakers hands every wake-up from outside this instance (NOTIFY, the
+// logical stream, syncnet) to the poller and to the follow hubs. The
+// gateway exists before any wake source runs (Run).
+type wakers struct{ s *Server }
+
+func (w wakers) Wake(source, q, p string) {
+	w.s.poller.Wake(source, q, p)
+	if w.s.gw != nil {
+		w.s.gw.WakeFollowers(q)
+	}
+}
+
+func (w wakers) WakeAll(source string) {
+	w.s.poller.WakeAll(source)
+	if w.s.gw != nil {
+		w.s.gw.WakeAllFollowers()
+	}
 }

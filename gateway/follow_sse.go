@@ -1,0 +1,408 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// handleFollow serves GET /api/v1/follow/queue/{queue}[/partition/{partition}]:
+// a long-poll when the request has after= or wait=, else an SSE stream.
+func (s *Server) handleFollow(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Has("after") || q.Has("wait") {
+		s.handleFollowPoll(w, r)
+		return
+	}
+	s.handleFollowSSE(w, r)
+}
+
+// followCheck reads and checks a follow request's target and rights
+// (consume rights on the queue or the partition, as a subscription).
+func (s *Server) followCheck(r *http.Request) (queue.FollowTarget, error) {
+	t, err := followTarget(r.PathValue("queue"), r.PathValue("partition"))
+	if err != nil {
+		return t, err
+	}
+	if err := checkConsume(rightsOf(r.Context()), &queue.PopRequest{Queue: t.Queue, Partition: t.Partition}); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+// followStream is an SSE follow: events whose ids are follow positions,
+// written by one writer from a bounded buffer the hub fills. Idle, it has
+// no goroutine but the one parked in a read until the client leaves.
+type followStream struct {
+	s         *Server
+	queue     string
+	raw       func([]byte) bool // one write to the client, with a deadline
+	closeConn func()
+
+	wmu sync.Mutex  // one write at a time
+	hb  *time.Timer // the heartbeat; under mu
+
+	mu       sync.Mutex
+	out      [][]byte // rendered events waiting for the writer
+	waiting  int      // messages in out
+	writing  bool
+	finished bool
+	gapSent  queue.FollowPos // the highest gap mark told
+	f        *follower
+	done     chan struct{}
+	wg       sync.WaitGroup // the writer and timer callbacks under way
+}
+
+// sseFollowEvents renders items (and a gap first) as SSE events.
+func (st *followStream) events(items []followItem, gone *queue.FollowPos) []byte {
+	var b bytes.Buffer
+	if gone != nil && gone.Compare(st.gapSent) > 0 {
+		st.gapSent = *gone
+		b.Write(gapEvent(st.queue, *gone, items))
+	}
+	for _, it := range items {
+		b.WriteString("event: message\nid: ")
+		b.WriteString(it.id)
+		b.WriteString("\ndata: ")
+		b.Write(it.data)
+		b.WriteString("\n\n")
+	}
+	return b.Bytes()
+}
+
+// gapJSON tells a follower that retention deleted messages after its
+// position: goneThrough is the highest position deleted, nextEventId the
+// first message still stored after its position (null: none yet).
+type gapJSON struct {
+	GoneThrough string  `json:"goneThrough"`
+	NextEventID *string `json:"nextEventId"`
+}
+
+func gapOf(q string, gone queue.FollowPos, items []followItem) gapJSON {
+	g := gapJSON{GoneThrough: queue.EncodeFollowID(q, gone)}
+	if len(items) > 0 {
+		g.NextEventID = &items[0].id
+	}
+	return g
+}
+
+// gapEvent is event: gap. When no stored message lies between the
+// follower and the mark, its id moves the follower's Last-Event-ID past
+// the deleted messages, so a reconnect is not told again.
+func gapEvent(q string, gone queue.FollowPos, items []followItem) []byte {
+	data, _ := json.Marshal(gapOf(q, gone, items))
+	var b bytes.Buffer
+	b.WriteString("event: gap\n")
+	if len(items) == 0 || items[0].pos.Compare(gone) > 0 {
+		b.WriteString("id: " + queue.EncodeFollowID(q, gone) + "\n")
+	}
+	b.WriteString("data: ")
+	b.Write(data)
+	b.WriteString("\n\n")
+	return b.Bytes()
+}
+
+// deliver queues items for the writer (a followSink; under the hub's
+// mutex: it does not block).
+func (st *followStream) deliver(items []followItem, gone *queue.FollowPos) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.finished {
+		return true // leaving: the hub is told by leave
+	}
+	if st.waiting+len(items) > st.s.cfg.FollowBuffer {
+		return false
+	}
+	st.out = append(st.out, st.events(items, gone))
+	st.waiting += len(items)
+	if !st.writing {
+		st.writing = true
+		st.wg.Add(1)
+		st.s.stacks.goDo(st.write)
+	}
+	return true
+}
+
+// slow ends the stream as a slow consumer: EventSource comes back with its
+// Last-Event-ID (a retry: line), here or elsewhere.
+func (st *followStream) slow() { st.close(&disconnectSlowConsumer) }
+
+// write is the stream's writer while events wait.
+func (st *followStream) write() {
+	defer st.wg.Done()
+	for {
+		st.mu.Lock()
+		if len(st.out) == 0 || st.finished {
+			st.out, st.writing, st.waiting = nil, false, 0
+			st.mu.Unlock()
+			return
+		}
+		b := st.out[0]
+		st.out = st.out[1:]
+		st.mu.Unlock()
+		if !st.send(b) {
+			st.close(nil)
+			return
+		}
+		st.mu.Lock()
+		st.waiting -= bytes.Count(b, []byte("event: message\n"))
+		st.mu.Unlock()
+	}
+}
+
+// send writes b unless the stream has finished.
+func (st *followStream) send(b []byte) bool {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	st.mu.Lock()
+	fin := st.finished
+	st.mu.Unlock()
+	return !fin && st.raw(b)
+}
+
+// close ends the stream once: d's last bytes (retry: to reconnect, or
+// event: disconnect), the hub left, the connection closed.
+func (st *followStream) close(d *Disconnect) {
+	st.mu.Lock()
+	if st.finished {
+		st.mu.Unlock()
+		return
+	}
+	st.finished = true
+	f := st.f
+	st.mu.Unlock()
+	if f != nil {
+		f.hub.leave(f)
+	}
+	// The last bytes only if no write is stuck (a slow consumer's writer
+	// may wait out its deadline): closing the connection unblocks it, and
+	// EventSource reconnects on a close as on a retry:, with the id of its
+	// last complete event.
+	if st.wmu.TryLock() {
+		switch {
+		case d == nil:
+		case d.Reconnect:
+			st.raw([]byte(retryLine() + "\n"))
+		default:
+			st.raw(disconnectEvent(d.Code, d.Reason))
+		}
+		st.wmu.Unlock()
+	}
+	st.mu.Lock()
+	if st.hb != nil {
+		st.hb.Stop()
+	}
+	st.mu.Unlock()
+	if st.closeConn != nil {
+		st.closeConn()
+	}
+	close(st.done)
+}
+
+// beat writes a heartbeat comment and arms the next.
+func (st *followStream) beat() {
+	st.wmu.Lock()
+	st.mu.Lock()
+	fin := st.finished
+	st.mu.Unlock()
+	ok := !fin && st.raw([]byte(": heartbeat\n\n"))
+	st.wmu.Unlock()
+	if !ok {
+		if !fin {
+			st.close(nil)
+		}
+		return
+	}
+	st.mu.Lock()
+	if !st.finished {
+		st.hb.Reset(st.s.cfg.SSEHeartbeat)
+	}
+	st.mu.Unlock()
+}
+
+func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
+	t, err := s.followCheck(r)
+	if err != nil {
+		s.fail(w, err) // 400, 403: EventSource gives up, as it should
+		return
+	}
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = r.URL.Query().Get("lastEventId")
+	}
+	pos, err := s.followPosition(r.Context(), t, last, r.URL.Query().Get("from"))
+	if err != nil {
+		if queue.IsInputError(err) {
+			s.fail(w, err)
+			return
+		}
+		s.log.Error().Err(err).Msg("starting a follow stream")
+		retryLater(w)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+
+	s.sseMu.Lock()
+	full := s.sseCount >= s.cfg.MaxSSEConnections
+	if !full {
+		s.sseCount++
+	}
+	s.sseMu.Unlock()
+	if full || s.isDraining() {
+		if !full {
+			s.sseDone()
+		}
+		s.metrics.sseRefused.Inc()
+		retryLater(w)
+		return
+	}
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			s.sseDone()
+		}
+	}()
+	// A position of another partition is the client's mistake: found by
+	// the first read, before the stream's 200.
+	if t.Partition != "" && pos.PartitionID != "" {
+		if _, err := s.store.ReadFollow(r.Context(), t, pos, 1); err != nil {
+			if queue.IsInputError(err) {
+				s.fail(w, err)
+			} else {
+				retryLater(w)
+			}
+			return
+		}
+	}
+
+	st := &followStream{s: s, queue: t.Queue, done: make(chan struct{})}
+	first := []byte(retryLine() + ": connected\n\n")
+	conn, hijacked := takeOver(w, first)
+	var rc *http.ResponseController
+	switch {
+	case hijacked && conn == nil:
+		return // gone before the first byte
+	case hijacked:
+		st.raw = func(b []byte) bool {
+			_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			_, err := conn.Write(b)
+			return err == nil
+		}
+		st.closeConn = func() { _ = conn.Close() }
+	default: // HTTP/2: through the ResponseWriter, until the handler returns
+		rc = http.NewResponseController(w)
+		w.WriteHeader(http.StatusOK)
+		st.raw = func(b []byte) bool {
+			_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			if _, err := w.Write(b); err != nil {
+				return false
+			}
+			return rc.Flush() == nil
+		}
+		if !st.raw(first) {
+			return
+		}
+	}
+
+	// Catch up with reads of its own, then join the hub.
+	f, err := s.follows.follow(r.Context(), t, pos, st,
+		func(items []followItem, gone *queue.FollowPos) error {
+			if !st.send(st.eventsLocked(items, gone)) {
+				return errClientGone
+			}
+			return nil
+		})
+	if err != nil {
+		if !queue.IsInputError(err) && err != errClientGone {
+			s.log.Error().Err(err).Msg("catching up a follow stream")
+		}
+		st.close(&Disconnect{Code: CloseShuttingDown, Reason: "try again", Reconnect: true})
+		return
+	}
+	st.mu.Lock()
+	st.f = f
+	fin := st.finished
+	st.mu.Unlock()
+	if fin { // closed (slow) while joining: it did not see f
+		f.hub.leave(f)
+		return
+	}
+	st.mu.Lock()
+	if !st.finished {
+		st.hb = time.AfterFunc(s.cfg.SSEHeartbeat, st.beat)
+	}
+	st.mu.Unlock()
+	s.follows.mu.Lock()
+	s.follows.streams[st] = true
+	s.follows.mu.Unlock()
+	s.metrics.sseStreams.Inc()
+	if s.isDraining() {
+		go st.drain(s.spread())
+	}
+	end := func() {
+		st.close(nil)
+		st.wg.Wait()
+		s.follows.mu.Lock()
+		delete(s.follows.streams, st)
+		s.follows.mu.Unlock()
+		s.metrics.sseStreams.Dec()
+	}
+	if hijacked {
+		handedOff = true
+		s.streamWG.Add(1)
+		go func() {
+			defer s.streamWG.Done()
+			defer s.sseDone()
+			var b [1]byte
+			for { // an EventSource sends nothing after its request
+				if _, err := conn.Read(b[:]); err != nil {
+					break
+				}
+			}
+			end()
+		}()
+		return
+	}
+	select {
+	case <-st.done:
+	case <-r.Context().Done():
+	}
+	end()
+}
+
+// eventsLocked renders a catch-up's events (the writer is not running
+// yet: the stream is not joined).
+func (st *followStream) eventsLocked(items []followItem, gone *queue.FollowPos) []byte {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.events(items, gone)
+}
+
+// drain closes the stream at its point of the drain window with a retry:
+// (EventSource reconnects elsewhere with its Last-Event-ID).
+func (st *followStream) drain(after time.Duration) {
+	if after > 0 {
+		select {
+		case <-time.After(after):
+		case <-st.done:
+			return
+		}
+	}
+	st.close(&disconnectShutdown)
+}
+
+// drainFollows starts the drain of every SSE follow stream (Drain).
+func (s *Server) drainFollows() {
+	s.follows.mu.Lock()
+	defer s.follows.mu.Unlock()
+	for st := range s.follows.streams {
+		go st.drain(s.spread())
+	}
+}

@@ -71,7 +71,7 @@ func TestPrefixEnd(t *testing.T) {
 // plan and with the generic plan a pooled connection keeps.
 func TestPlan_PartitionPrefixSearchIsIndexBacked(t *testing.T) {
 	s := newStore(t)
-	ctx := ctxT(t)
+	ctx := ctxBig(t)
 	const big = 100000
 	fillPartitions(t, s, "big", big)
 	require.NoError(t, s.EnsureConsumers(ctx, []queue.Target{{Queue: "big"}}))

@@ -248,7 +248,7 @@ func scans(plan map[string]any) []string {
 // a small queue next to the big one reads only its own rows.
 func TestBrowse_QueueReadStaysIndexBacked(t *testing.T) {
 	s := newStore(t)
-	ctx := ctxT(t)
+	ctx := ctxBig(t)
 	const big = 100000
 	fillPartitions(t, s, "big", big)
 	fillPartitions(t, s, "small", 100)

@@ -63,7 +63,7 @@ func TestPlan_BacklogSampleIsBounded(t *testing.T) {
 	s := newStore(t)
 	const big = 100000
 	fillPartitions(t, s, "big", big)
-	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "big"}}))
+	require.NoError(t, s.EnsureConsumers(ctxBig(t), []queue.Target{{Queue: "big"}}))
 	exec(t, s, "VACUUM ANALYZE")
 	plan := explainCustom(t, s, queue.BacklogSQL, queue.BacklogTop, queue.BacklogAgeSample)
 	t.Logf("backlog over %d partitions: %d blocks, %v ms; scans %v", big, blocks(plan), plan["Actual Total Time"], scans(plan))

@@ -24,10 +24,10 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	conns   map[net.Conn]bool
-	cutCol  string        // CutAnswer's marker; "" when not armed
+	cutCol  string            // CutAnswer's marker; "" when not armed
 	cutNext map[net.Conn]bool // servers whose next answer is cut: their client sent the marker
-	cutDone chan struct{} // closed when the armed cut happened
-	frozen  chan struct{} // non-nil while frozen: closed by Thaw
+	cutDone chan struct{}     // closed when the armed cut happened
+	frozen  chan struct{}     // non-nil while frozen: closed by Thaw
 	wg      sync.WaitGroup
 	closed  bool
 }

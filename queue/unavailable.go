@@ -54,7 +54,10 @@ func IsUnavailable(err error) bool {
 	case pgconn.SafeToRetry(err):
 		return true // never sent: the connection was closed or broken before
 	}
-	return strings.Contains(err.Error(), "conn closed") // pgconn's closed-connection errors carry no type
+	// pgconn's closed-connection errors and pgxpool's closed pool (Herald
+	// shutting down) carry no type.
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
 }
 
 // OutcomeUnknown reports whether a statement that failed with err may

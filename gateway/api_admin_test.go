@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -498,13 +500,17 @@ func TestHealth(t *testing.T) {
 }
 
 // TestHealth_DatabaseDown: /health says 503 unhealthy when the database does
-// not answer, whether the pool is closed or the server is unreachable.
+// not answer, and why, whether the pool is closed or the server is
+// unreachable; every route that needs the database answers 503 with
+// Retry-After (a WebSocket an error frame with code "unavailable"), never
+// a 500, a hang or a 4xx; and the outage is logged once, not per request.
 func TestHealth_DatabaseDown(t *testing.T) {
 	t.Parallel()
 	checkDown := func(t *testing.T, pool *pgxpool.Pool) {
 		store, err := queue.New(queue.Config{Pool: pool})
 		require.NoError(t, err)
-		e := newEnvOn(t, store, nil)
+		var logs syncBuffer
+		e := newEnvOn(t, store, nil, func(c *gateway.Config) { c.Logger = zerolog.New(&logs) })
 		r := e.get("/health")
 		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
 		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
@@ -512,12 +518,30 @@ func TestHealth_DatabaseDown(t *testing.T) {
 		top := object(t, r.body)
 		assert.JSONEq(t, `"unhealthy"`, string(top["status"]))
 		assert.JSONEq(t, `"disconnected"`, string(top["database"]))
-		assert.Contains(t, top, "error")
+		assert.Contains(t, string(top["error"]), "database unreachable: ", "/health says why")
 
-		// A database fault is a 500 with a JSON error, never a hang or a 4xx.
-		r = e.post("/api/v1/push", `{"items":[{"queue":"q"}]}`)
-		assert.Equal(t, http.StatusInternalServerError, r.status, "%s", r)
-		assert.Contains(t, object(t, r.body), "error")
+		routes := []struct{ method, path, body string }{
+			{http.MethodPost, "/api/v1/push", `{"items":[{"queue":"q"}]}`},
+			{http.MethodPost, "/api/v1/push", `{"items":[{"queue":"q"}]}`},
+			{http.MethodGet, "/api/v1/pop/queue/q?wait=false", ""},
+			{http.MethodPost, "/api/v1/ack", `{"transactionId":"t","partitionId":"` + queue.NewID() + `","leaseId":"` +
+				queue.NewID() + `","status":"completed"}`},
+			{http.MethodPost, "/api/v1/lease/" + queue.NewID() + "/extend", `{"seconds":10}`},
+			{http.MethodGet, "/api/v1/resources/queues", ""},
+		}
+		for _, rt := range routes {
+			r = e.do(rt.method, rt.path, rt.body)
+			assert.Equal(t, http.StatusServiceUnavailable, r.status, "%s %s: %s", rt.method, rt.path, r)
+			assert.Equal(t, strconv.Itoa(gateway.RetryAfterUnavailable), r.header.Get("Retry-After"), "%s %s", rt.method, rt.path)
+			assert.JSONEq(t, strconv.Quote(gateway.ErrTextUnavailable), string(object(t, r.body)["error"]), "%s %s", rt.method, rt.path)
+		}
+		ws := e.dialWS(t)
+		ws.send(`{"type":"push","id":"p1","items":[{"queue":"q","payload":{"a":1}}]}`)
+		f := ws.next("error")
+		assert.JSONEq(t, `"unavailable"`, string(f["code"]), "%v", f)
+		assert.JSONEq(t, strconv.Itoa(gateway.RetryAfterUnavailable), string(f["retryAfter"]), "%v", f)
+		assert.Equal(t, 1, strings.Count(logs.String(), `"level":"error"`),
+			"one error line for the outage, not one per request:\n%s", logs.String())
 		// Metrics still render (the pool gauges read a closed pool).
 		assert.Equal(t, http.StatusOK, e.get("/metrics").status)
 	}

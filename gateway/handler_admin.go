@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -299,7 +300,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
-		out["status"], out["database"], out["error"] = "unhealthy", "disconnected", err.Error()
+		out["status"], out["database"], out["error"] = "unhealthy", "disconnected", "database unreachable: "+err.Error()
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnavailable))
 		writeJSON(w, http.StatusServiceUnavailable, out)
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -157,8 +158,19 @@ func (f *pushItemJSON) decode(raw json.RawMessage) bool {
 	})
 }
 
-// fail answers an error: client mistakes 4xx with their message, anything
-// else 500 with a generic text (the details go to the log).
+// RetryAfterUnavailable is the Retry-After (seconds) of a 503 answered
+// because the database is unreachable (queue.IsUnavailable): a failover
+// takes seconds, and a client that comes back sooner only adds load.
+const RetryAfterUnavailable = 2
+
+// ErrTextUnavailable is the error of that 503, on HTTP and in WebSocket
+// error frames (code "unavailable").
+const ErrTextUnavailable = "database unavailable: try again shortly"
+
+// fail answers an error: client mistakes 4xx with their message; the
+// database unreachable 503 with Retry-After (logged once per outage, see
+// queue.OutageLog); anything else 500 with a generic text (the details go
+// to the log).
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	var br *badRequest
 	switch {
@@ -171,6 +183,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, errRequestCanceled):
 		// The client went away; nobody reads the answer.
 		w.WriteHeader(499)
+	case queue.IsUnavailable(err):
+		s.outage.Fail(err, "request failed")
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnavailable))
+		writeError(w, http.StatusServiceUnavailable, ErrTextUnavailable)
 	default:
 		// The details (SQL, driver errors) go to the log, not to the client.
 		s.log.Error().Err(err).Msg("request failed")

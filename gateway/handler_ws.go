@@ -321,6 +321,11 @@ func wsStoreError(id json.RawMessage, err error, failed string) map[string]any {
 	if queue.IsInputError(err) {
 		return wsError(id, "bad_request", err.Error())
 	}
+	if queue.IsUnavailable(err) {
+		f := wsError(id, "unavailable", ErrTextUnavailable)
+		f["retryAfter"] = RetryAfterUnavailable
+		return f
+	}
 	return wsError(id, "internal", failed)
 }
 

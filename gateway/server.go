@@ -234,6 +234,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	poller  *poller.Poller
 	notify  func(queue, partition string)
+	outage  *queue.OutageLog // database failures, one line per outage
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -283,6 +284,7 @@ func New(cfg Config) (*Server, error) {
 
 		sseStreams: map[*session]bool{},
 	}
+	s.outage = &queue.OutageLog{Log: s.log}
 	if cfg.Notifier != nil {
 		s.notify = cfg.Notifier.Notify
 	}
@@ -473,8 +475,14 @@ func (s *Server) instrument(route string, need Role, h http.HandlerFunc) http.Ha
 		d := time.Since(start)
 		s.metrics.observeRequest(route, r.Method, sw.status, d)
 		ev := s.log.Debug()
-		if sw.status >= 500 {
+		switch {
+		case sw.status == http.StatusServiceUnavailable:
+			// Refused while the database is away (fail logs the outage
+			// once) or for a limit: not one error line per request.
+		case sw.status >= 500:
 			ev = s.log.Error()
+		case route != "health" && route != "metrics":
+			s.outage.OK() // the database answered (an atomic load when it was not away)
 		}
 		ev.Str("method", r.Method).Str("path", r.URL.Path).Str("route", route).
 			Int("status", sw.status).Dur("duration", d).Msg("request")

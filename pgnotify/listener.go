@@ -27,9 +27,15 @@ const SourceNotify = "notify"
 
 // Defaults of ListenerConfig fields.
 const (
-	PingIntervalDefault = 30 * time.Second
+	// PingIntervalDefault: a silent LISTEN connection is pinged every 3 s
+	// (one cheap query), so a dead or hung one is left within about 6 s
+	// (with pingTimeout), and the wake-ups it carried resume after a
+	// failover with the rest of Herald, not at a 30 s ping.
+	PingIntervalDefault = 3 * time.Second
 	BackoffMinDefault   = 100 * time.Millisecond
 	BackoffMaxDefault   = 5 * time.Second
+	// pingTimeout bounds the ping: a hung server fails it.
+	pingTimeout = 3 * time.Second
 )
 
 // ListenerConfig configures a Listener. Exactly one of Pool and URL is set.
@@ -173,7 +179,7 @@ func (l *Listener) session(ctx context.Context, first *bool) (listened bool, err
 		case errors.Is(err, context.DeadlineExceeded) || pgconnTimeout(err):
 			// Quiet: check the connection, and read the NOTIFY queue usage.
 			var usage float64
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 			err := conn.QueryRow(pctx, `SELECT pg_notification_queue_usage()`).Scan(&usage)
 			cancel()
 			if err != nil {

@@ -89,12 +89,13 @@ func TestNotify_DatabaseRestart(t *testing.T) {
 	waiting := b.LongPoll("rq", 60*time.Second)
 	pgtest.Restart(t, func() {
 		// While it is down, a push is refused: nothing is lost, the client
-		// is told to retry.
+		// is told to retry (503 with Retry-After).
 		res, err := http.Post(a.URL()+"/api/v1/push", "application/json",
 			strings.NewReader(`{"items":[{"queue":"rq","payload":{"during":true}}]}`))
 		require.NoError(t, err)
 		_ = res.Body.Close()
-		assert.Equal(t, http.StatusInternalServerError, res.StatusCode)
+		assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+		assert.NotEmpty(t, res.Header.Get("Retry-After"))
 	})
 	// Retry the push until the pool reconnects, as a client would.
 	require.Eventually(t, func() bool {

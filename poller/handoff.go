@@ -87,6 +87,9 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 		w.signal()
 	}
 	if res == nil {
+		if r.OutcomeUnknown {
+			p.orphaned(t.key, r.LeaseID)
+		}
 		return
 	}
 	p.metrics.handoffs.Inc()

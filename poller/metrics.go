@@ -32,6 +32,7 @@ type metrics struct {
 	delivered  prometheus.Counter
 	handoffs   prometheus.Counter
 	latency    prometheus.Histogram
+	orphans    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -59,12 +60,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "herald_delivery_latency_seconds",
 			Help:    "From a message's creation (the database clock) to its first delivery to a waiting consumer (this instance's clock).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_orphaned_leases_total",
+			Help: "Lease ids given back because the statement that took them lost its answer (or their release failed)."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.cycles, m.claims, m.preflight, m.intentions, m.skipped, m.wakeups, m.double, m.delivered, m.handoffs,
-		m.latency} {
+		m.latency, m.orphans} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

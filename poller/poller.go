@@ -31,6 +31,8 @@ type Poller struct {
 	seq     atomic.Uint64
 	nsKeys  atomic.Int64 // registered intentions with a namespace/task target
 	paused  atomic.Bool  // pop maintenance: lease nothing (pause.go)
+	orph    orphans      // lease ids of lost answers (orphans.go)
+	outage  queue.OutageLog
 }
 
 // New returns a Poller; nothing runs until Run.
@@ -43,7 +45,9 @@ func New(cfg Config) (*Poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Poller{cfg: cfg, store: cfg.Store, log: cfg.Logger.With().Str("component", "poller").Logger(), metrics: m}
+	p := &Poller{cfg: cfg, store: cfg.Store, log: cfg.Logger.With().Str("component", "poller").Logger(), metrics: m,
+		orph: orphans{ready: make(chan struct{}, 1)}}
+	p.outage.Log = p.log
 	for i := range cfg.Workers {
 		p.workers = append(p.workers, newWorker(p, i))
 	}
@@ -57,6 +61,11 @@ func New(cfg Config) (*Poller, error) {
 // Intentions may be registered before Run; they are served once it starts.
 func (p *Poller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.releaseOrphans(ctx)
+	}()
 	for _, w := range p.workers {
 		wg.Add(1)
 		go func() {
@@ -330,9 +339,18 @@ func (p *Poller) Release(ctx context.Context, leaseID string, msgs []queue.Messa
 		return
 	}
 	if err := p.store.ReleaseLease(context.WithoutCancel(ctx), leaseID); err != nil {
-		p.log.Error().Err(err).Str("lease", leaseID).Msg("releasing the lease of a consumer that left")
-		return // it expires in time; nothing is lost
+		// The releaser tries again while the database is away, and wakes
+		// the queue once it is given back.
+		p.orph.add(orphan{leaseID: leaseID, msgs: msgs})
+		p.metrics.orphans.Inc()
+		return
 	}
+	p.released(msgs)
+}
+
+// released wakes the partitions of msgs, whose lease was given back, here
+// and (Config.Hints) on other instances.
+func (p *Poller) released(msgs []queue.Message) {
 	seen := map[string]bool{}
 	for _, m := range msgs {
 		if !seen[m.PartitionID] {

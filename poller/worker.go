@@ -249,7 +249,8 @@ func (w *worker) claimServe(ctx context.Context, in *Intention) (worked bool) {
 	got, err := p.store.PopClaim(ctx, c)
 	unhold()
 	if err != nil {
-		p.log.Error().Err(err).Msg("claiming pop failed")
+		p.forgetOnUnknown(err, in.key, c.LeaseID)
+		p.logFailure(ctx, err, "claiming pop failed")
 	}
 	res := got[0]
 	if res != nil {
@@ -340,11 +341,10 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			Msg("pre-flight slower than its timeout")
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			p.log.Error().Err(err).Msg("pre-flight failed")
-		}
-		return false, time.Now().Add(p.cfg.SweepMin) // retry soon
+		p.logFailure(ctx, err, "pre-flight failed")
+		return false, w.retryChunk(chunk) // retry soon
 	}
+	p.outage.OK()
 
 	// Partitions a group has never read need consumer rows first; blocked
 	// ones set the timer; an expiry that dead-letters takes the slow path.
@@ -438,8 +438,11 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 		got, err := p.store.PopAssigned(ctx, as)
 		unhold()
 		if err != nil {
-			p.log.Error().Err(err).Msg("coalesced pop failed")
-			return worked, time.Now().Add(p.cfg.SweepMin)
+			for i, lease := range leases {
+				p.forgetOnUnknown(err, chunk[i].key, lease)
+			}
+			p.logFailure(ctx, err, "coalesced pop failed")
+			return worked, w.retryChunk(chunk)
 		}
 		for id, res := range got {
 			w.deliver(ctx, chunk[id], res, false, planned[id])
@@ -484,6 +487,21 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 		}
 	}
 	return worked, due
+}
+
+// retryChunk marks the keys of a chunk whose pre-flight or pop failed for
+// the cycle SweepMin from now, which it returns: without the mark that
+// cycle would find nothing dirty, and the chunk would wait for the sweep.
+func (w *worker) retryChunk(chunk []*Intention) time.Time {
+	at := time.Now().Add(w.p.cfg.SweepMin)
+	w.mu.Lock()
+	for _, in := range chunk {
+		if ks := w.keys[in.key]; ks != nil && (ks.dueAt.IsZero() || at.Before(ks.dueAt)) {
+			ks.dueAt = at
+		}
+	}
+	w.mu.Unlock()
+	return at
 }
 
 // emptyRetry is how soon a queue whose assignment came back empty is

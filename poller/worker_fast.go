@@ -102,7 +102,10 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 		got, err := w.p.store.PopAssigned(ctx, as)
 		unhold()
 		if err != nil {
-			w.p.log.Error().Err(err).Msg("coalesced pop failed")
+			for i, in := range owners {
+				w.p.forgetOnUnknown(err, in.key, leases[i])
+			}
+			w.p.logFailure(ctx, err, "coalesced pop failed")
 		}
 		for _, a := range audits {
 			if err == nil {

@@ -2,8 +2,10 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,8 +17,10 @@ const (
 	coalesceMaxItems = 2000
 	coalesceMaxBytes = 4 << 20
 	// coalesceTimeout bounds one merged run: it runs on behalf of several
-	// callers, so no single caller's context may cancel it.
-	coalesceTimeout = 30 * time.Second
+	// callers, so no single caller's context may cancel it (it ends when
+	// all of theirs have). A hung database fails it within this, and its
+	// connection is dropped, so a failover is followed within seconds.
+	coalesceTimeout = 10 * time.Second
 )
 
 // coalescer merges requests that arrive while earlier ones are in the
@@ -40,7 +44,8 @@ const (
 // A caller whose context ends before its request is taken into a batch gets
 // the context's error and its request is never run; once taken, the request
 // runs to the end under coalesceTimeout (its neighbours' results depend on
-// it) and the caller gets its results.
+// it) and the caller gets its results, unless every caller of its batch has
+// gone: then nobody waits for the results and the run is cancelled.
 type coalescer[Req, Res any] struct {
 	// run runs reqs in one transaction and returns one result per request,
 	// in order. It is called with one request when there is no merging, or
@@ -193,23 +198,40 @@ func (c *coalescer[Req, Res]) flush(batch []*coalescedCall[Req, Res]) {
 	for i, call := range batch {
 		reqs[i] = call.req
 	}
-	res, err := c.runDetached(batch[0].ctx, reqs)
+	res, err := c.runDetached(batch, reqs)
 	if err == nil || len(batch) == 1 {
 		c.finish(batch, res, err)
 		return
 	}
-	for i, call := range batch {
-		r, err := c.runDetached(call.ctx, reqs[i:i+1])
+	for i := range batch {
+		r, err := c.runDetached(batch[i:i+1], reqs[i:i+1])
 		c.finish(batch[i:i+1], r, err)
 	}
 }
 
-// runDetached runs reqs under a context no caller can cancel, with ctx's
-// values (a tracer's span).
-func (c *coalescer[Req, Res]) runDetached(ctx context.Context, reqs []Req) ([]Res, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coalesceTimeout)
+// runDetached runs reqs under a context no one caller can cancel, with the
+// first caller's values (a tracer's span), bounded by coalesceTimeout and
+// cancelled once every caller of calls has gone.
+func (c *coalescer[Req, Res]) runDetached(calls []*coalescedCall[Req, Res], reqs []Req) ([]Res, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), coalesceTimeout)
 	defer cancel()
-	return c.run(ctx, reqs)
+	var left atomic.Int32
+	left.Store(int32(len(calls))) // #nosec G115 -- a batch is small
+	for _, call := range calls {
+		stop := context.AfterFunc(call.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	res, err := c.run(ctx, reqs)
+	if err != nil && left.Load() <= 0 {
+		// Cancelled for its callers: they get their own reason (a
+		// deadline, or a client gone), not this context's.
+		return nil, fmt.Errorf("running a group commit every caller gave up on: %w", context.Cause(calls[0].ctx))
+	}
+	return res, err
 }
 
 func (c *coalescer[Req, Res]) finish(batch []*coalescedCall[Req, Res], res []Res, err error) {

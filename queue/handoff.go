@@ -16,7 +16,9 @@ type HandOff interface {
 	Reserve(parts []PushedPartition) []Reservation
 	// Settle follows every reservation once the push is over: res holds
 	// the messages leased to it (deliver them), or is nil when nothing was
-	// leased (the push failed, or the row was not caught up).
+	// leased (the push failed, or the row was not caught up), or when the
+	// push's answer was lost (r.OutcomeUnknown: it may have committed the
+	// lease r.LeaseID, which the HandOff gives back).
 	Settle(r Reservation, res *PopResult)
 }
 
@@ -34,6 +36,9 @@ type Reservation struct {
 	Limit       int    // the most messages to lease to it
 	Subject     string // who the consumer is (its token's sub); "" for none
 	Token       any    // the HandOff's own
+	// OutcomeUnknown: the push failed after it was sent, and may have
+	// committed (OutcomeUnknown(err)); set for Settle.
+	OutcomeUnknown bool
 }
 
 // SetHandOff installs h (nil removes it). Call it before the store serves.
@@ -76,17 +81,19 @@ func (s *Store) reserve(plan *pushPlan) {
 	plan.reserved = h.Reserve(parts)
 }
 
-// settle tells the HandOff how each reservation ended; committed says the
-// push committed (handed holds what its statement leased).
-func (p *pushPlan) settle(committed bool, items []PushItem) {
+// settle tells the HandOff how each reservation ended; err is the push's
+// (nil: it committed, and handed holds what its statement leased).
+func (p *pushPlan) settle(err error, items []PushItem) {
 	if p.handOff == nil {
 		return
 	}
+	unknown := OutcomeUnknown(err)
 	for _, r := range p.reserved {
 		var res *PopResult
-		if committed {
+		if err == nil {
 			res = p.handedResult(r, items)
 		}
+		r.OutcomeUnknown = unknown
 		p.handOff.Settle(r, res)
 	}
 }

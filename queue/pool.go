@@ -3,6 +3,10 @@ package queue
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -28,6 +32,13 @@ import (
 //     100,000 partitions: 128,000) passes jit_above_cost, and compiling them
 //     took 125 ms of a 150 ms pop (a WebSocket drain fell from 6,000 to
 //     500 msgs/s).
+//   - a connect timeout of ConnectTimeoutDefault, unless the DSN sets
+//     connect_timeout: without one a host that accepts TCP but never
+//     answers (a frozen primary) holds every new connection for good, and
+//     a multi-host URL never moves on to the next host.
+//   - TCP keepalives after 5 s idle, every 2 s, 3 probes (and on Linux
+//     TCP_USER_TIMEOUT 10 s): a connection to a host that vanished is
+//     found dead in seconds, not after the kernel's two hours.
 func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -53,7 +64,26 @@ func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	if _, ok := rp["jit"]; !ok {
 		rp["jit"] = "off"
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
+	}
+	d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second,
+		Count: 3}, Control: tcpUserTimeout(10 * time.Second)}
+	cfg.ConnConfig.DialFunc = d.DialContext
 	return cfg, nil
+}
+
+// ConnectTimeoutDefault bounds one connection attempt (per host of a
+// multi-host URL) when the URL sets no connect_timeout.
+const ConnectTimeoutDefault = 5 * time.Second
+
+// PoolOptions adjust NewPoolWith.
+type PoolOptions struct {
+	// MaxConns is the pool size; zero keeps pgx's default, max(4, CPUs).
+	MaxConns int32
+	// ConnectTimeout bounds a connection attempt when the URL sets no
+	// connect_timeout (which wins). Zero means ConnectTimeoutDefault.
+	ConnectTimeout time.Duration
 }
 
 // SchemaDefault is the schema Herald uses when the database URL names none.
@@ -63,12 +93,20 @@ const SchemaDefault = "herald"
 // connections (zero keeps pgx's default, max(4, CPUs)) and checks that the
 // database answers.
 func NewPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	return NewPoolWith(ctx, dsn, PoolOptions{MaxConns: maxConns})
+}
+
+// NewPoolWith is NewPool with options.
+func NewPoolWith(ctx context.Context, dsn string, o PoolOptions) (*pgxpool.Pool, error) {
 	cfg, err := ParsePoolConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	if o.ConnectTimeout > 0 && !dsnSets(dsn, "connect_timeout") {
+		cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -79,4 +117,17 @@ func NewPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, er
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
 	return pool, nil
+}
+
+// dsnSets reports whether a URL or key=value DSN names the parameter key.
+func dsnSets(dsn, key string) bool {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		return u.Query().Has(key)
+	}
+	for _, f := range strings.Fields(dsn) {
+		if k, _, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == key {
+			return true
+		}
+	}
+	return false
 }

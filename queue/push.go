@@ -119,7 +119,7 @@ func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, er
 		if err == nil {
 			s.reserve(plan)
 			err = s.runPush(ctx, plan)
-			plan.settle(err == nil, items)
+			plan.settle(err, items)
 		}
 		if err != nil && attempt == 0 && (errors.Is(err, errRaced) || isForeignKeyViolation(err)) {
 			for _, it := range items {

@@ -66,6 +66,8 @@ var options = []option{
 		func(c *config, v string) error { c.InstanceID = v; return nil }},
 	{"db-max-conns", "HERALD_DB_MAX_CONNS", "0", "database pool size; 0 means max(4, CPUs)",
 		func(c *config, v string) (err error) { c.DBMaxConns, err = strconv.Atoi(v); return err }},
+	{"db-connect-timeout", "HERALD_DB_CONNECT_TIMEOUT", queue.ConnectTimeoutDefault.String(), "how long one database connection attempt may take (per host of a multi-host URL) before the next host is tried or the request answered 503; a connect_timeout in --database-url wins",
+		func(c *config, v string) (err error) { c.DBConnectTimeout, err = time.ParseDuration(v); return err }},
 	{"pg-port", "HERALD_PG_PORT", "0", "TCP port of the private PostgreSQL on 127.0.0.1; 0 picks a free one",
 		func(c *config, v string) (err error) { c.PGPort, err = strconv.Atoi(v); return err }},
 	{"shutdown-timeout", "HERALD_SHUTDOWN_TIMEOUT", "10s", "how long shutdown waits for requests in flight",
@@ -184,6 +186,8 @@ func (c *config) validate() error {
 		return errors.New("--body-limit must be positive")
 	case c.DBMaxConns < 0:
 		return errors.New("--db-max-conns must not be negative")
+	case c.DBConnectTimeout < 0 || c.DBConnectTimeout > time.Hour:
+		return errors.New("--db-connect-timeout must be between 0 (the default) and 1h")
 	case c.PGPort < 0 || c.PGPort > 65535:
 		return errors.New("--pg-port must be a TCP port")
 	case c.EncryptionKey != "" && !validSecret(c.EncryptionKey):

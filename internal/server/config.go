@@ -46,6 +46,10 @@ type Config struct {
 	DataDir           string
 	PGPort            int
 	DBMaxConns        int // 0: max(4, CPUs)
+	// DBConnectTimeout bounds a database connection attempt (per host of
+	// a multi-host URL) when the URL sets no connect_timeout, which wins.
+	// Zero means queue.ConnectTimeoutDefault (5 s).
+	DBConnectTimeout time.Duration
 
 	// InstanceID names this instance as lease owner; empty: hostname:port.
 	InstanceID string

@@ -45,7 +45,8 @@ func openDatabase(ctx context.Context, c *Config, log zerolog.Logger) (_ *databa
 		}
 		url = db.cluster.URL()
 	}
-	if db.pool, err = queue.NewPool(ctx, url, int32(c.DBMaxConns)); err != nil { // #nosec G115 -- validated by cmd
+	if db.pool, err = queue.NewPoolWith(ctx, url, queue.PoolOptions{MaxConns: int32(c.DBMaxConns), // #nosec G115 -- validated by cmd
+		ConnectTimeout: c.DBConnectTimeout}); err != nil {
 		return nil, err
 	}
 	applied, err := queue.Migrate(ctx, db.pool)

@@ -14,8 +14,15 @@ import (
 // call pgtest.Main.
 func NewStore(t testing.TB) *queue.Store {
 	t.Helper()
+	return NewStoreDSN(t, pgtest.DSN(t))
+}
+
+// NewStoreDSN is NewStore on dsn, a schema of pgtest.DSN (or a
+// pgtest.Proxy in front of one).
+func NewStoreDSN(t testing.TB, dsn string) *queue.Store {
+	t.Helper()
 	ctx := context.Background()
-	pool, err := queue.NewPool(ctx, pgtest.DSN(t), 0)
+	pool, err := queue.NewPool(ctx, dsn, 0)
 	if err != nil {
 		t.Fatalf("queuetest: %v", err)
 	}

@@ -1,0 +1,103 @@
+package poller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
+)
+
+// newProxiedEnv is newEnv with the poller's store behind a pgtest.Proxy,
+// whose cuts break the poller's connections.
+func newProxiedEnv(t *testing.T, cfg ...func(*poller.Config)) (*env, *pgtest.Proxy) {
+	t.Helper()
+	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+	store := queuetest.NewStoreDSN(t, dsn)
+	c := poller.Config{Store: store}
+	for _, f := range cfg {
+		f(&c)
+	}
+	p, err := poller.New(c)
+	require.NoError(t, err)
+	t.Cleanup(p.Start())
+	return &env{t: t, store: store, p: p}, proxy
+}
+
+// armed waits for a proxy's armed cut to happen.
+func armed(t *testing.T, cut <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the statement whose answer the proxy cuts never ran")
+	}
+}
+
+// A pop whose statement committed its lease but whose answer was lost
+// (the connection broke while the rows were on their way) leaves nobody
+// holding the messages: they are given back at once, with no attempt
+// charged, and the waiting consumer gets them within seconds, not after
+// the lease time (5 min) with retryCount 1. The safety sweep is slowed to
+// a minute, so it cannot be what delivers them.
+func TestPoller_LostPopAnswerIsGivenBackUncharged(t *testing.T) {
+	for _, standing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "LongPoll", true: "Subscription"}[standing], func(t *testing.T) {
+			e, proxy := newProxiedEnv(t, slowSweep)
+			e.push("q", "p", 1, 2) // before anyone waits: no hand-off, a pop takes them
+			cut := proxy.CutAnswer("intention")
+			start := time.Now()
+			var res *queue.PopResult
+			if standing {
+				_, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 10})
+				armed(t, cut)
+				res = receive1(t, got)
+			} else {
+				w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10})
+				armed(t, cut)
+				res = receive(t, w, 5*time.Second)
+			}
+			t.Logf("lost answer → delivery: %v", time.Since(start))
+			assert.Equal(t, []int{1, 2}, ns(res))
+			for _, m := range res.Messages {
+				assert.Zero(t, m.RetryCount, "no attempt charged for a delivery that never happened")
+			}
+		})
+	}
+}
+
+// A push that leased its messages to a waiting subscription (the hand-off)
+// and whose answer was lost after its commit: the producer gets an error,
+// the lease it may have taken is given back, and the subscription gets the
+// messages within seconds, uncharged.
+func TestPoller_LostHandOffAnswerIsGivenBackUncharged(t *testing.T) {
+	e, proxy := newProxiedEnv(t, slowSweep)
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "h"}, Batch: 10, Credit: 100})
+	e.push("h", "p", 0, 0) // registers the group, learns the partition
+	ackAll(t, e, in, receive1(t, got))
+	e.settled()
+
+	cut := proxy.CutAnswer(`"cut": "here"`) // the push's whole answer, its commit's too, is dropped
+	var items []queue.PushItem
+	for i := 1; i <= 2; i++ {
+		items = append(items, queue.PushItem{Queue: "h", Partition: "p", Payload: json.RawMessage(fmt.Sprintf(`{"n": %d, "cut": "here"}`, i))})
+	}
+	start := time.Now()
+	_, err := e.store.Push(context.Background(), items)
+	require.Error(t, err, "the push's answer was cut")
+	armed(t, cut)
+	res := receive1(t, got)
+	t.Logf("lost push answer → delivery: %v", time.Since(start))
+	assert.Equal(t, []int{1, 2}, ns(res), "the push had committed")
+	for _, m := range res.Messages {
+		assert.Zero(t, m.RetryCount, "no attempt charged for a delivery that never happened")
+	}
+}

@@ -1,0 +1,78 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/queue"
+)
+
+// IsUnavailable tells a database that cannot be reached or stopped
+// answering (real failures: a refused dial, a connection cut mid-session,
+// a backend terminated, a frozen server past the deadline) from one that
+// refused the request or a caller that gave up.
+func TestIsUnavailable_TellsAnOutageFromARefusal(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	refused, err := pgxpool.New(ctx, fmt.Sprintf("postgres://nobody@127.0.0.1:%d/nodb?sslmode=disable", port))
+	require.NoError(t, err)
+	defer refused.Close()
+	_, err = refused.Exec(ctx, "SELECT 1")
+	assert.True(t, queue.IsUnavailable(err), "refused dial: %v", err)
+
+	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	defer pool.Close()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	proxy.CutAll()
+	_, err = conn.Exec(ctx, "SELECT 1")
+	conn.Release()
+	assert.True(t, queue.IsUnavailable(err), "connection cut: %v", err)
+
+	proxy.Freeze()
+	fctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = pool.Exec(fctx, "SELECT 1")
+	cancel()
+	proxy.Thaw()
+	assert.True(t, queue.IsUnavailable(err), "frozen server past the deadline: %v", err)
+
+	victim, err := pgxpool.New(ctx, pgtest.DSN(t))
+	require.NoError(t, err)
+	defer victim.Close()
+	vc, err := victim.Acquire(ctx)
+	require.NoError(t, err)
+	pid := vc.Conn().PgConn().PID()
+	_, err = pgtest.Pool(t).Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+	require.NoError(t, err)
+	_, err = vc.Exec(ctx, "SELECT 1")
+	vc.Release()
+	assert.True(t, queue.IsUnavailable(err), "backend terminated: %v", err)
+
+	_, err = pgtest.Pool(t).Exec(ctx, "SELECT 1/0")
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr))
+	assert.False(t, queue.IsUnavailable(err), "a statement the server refused: %v", err)
+	assert.False(t, queue.OutcomeUnknown(err), "a refused statement did not commit")
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = pgtest.Pool(t).Exec(cctx, "SELECT 1")
+	assert.False(t, queue.IsUnavailable(err), "the caller gave up: %v", err)
+	assert.False(t, queue.IsUnavailable(nil))
+}

@@ -32,6 +32,29 @@ type Disconnect struct {
 	Reconnect bool // the client should come back (elsewhere), as it is
 }
 
+// A slow consumer is a client that does not take what its session writes:
+// a write (a frame, an event) still waiting for the client's socket after
+// SlowConsumerAfter, or a write queue that reaches its bound (a WebSocket's
+// 1,024 frames). From that moment it is sent nothing more, its leases are
+// given back at once, and its close (4001; on SSE event: disconnect and a
+// retry:) waits up to SlowConsumerCloseGrace behind what the socket already
+// holds before the connection is closed: a client that is slow but still
+// reading gets the code, one that reads nothing is disconnected all the
+// same, at most SlowConsumerAfter + SlowConsumerCloseGrace (8 s) after its
+// socket stopped taking bytes. The per-write deadlines of the transports
+// (10 s) are a backstop beyond that.
+const (
+	// SlowConsumerAfter: a client that has not taken one write in 5 s
+	// reads more slowly than any stream can wait for (a heartbeat, a ping
+	// every 15–30 s must get through), yet a busy browser or a congested
+	// link catches up well within it.
+	SlowConsumerAfter = 5 * time.Second
+	// SlowConsumerCloseGrace is how long the close of a slow consumer may
+	// wait for the socket: the write under way, then the close frame or
+	// the last event.
+	SlowConsumerCloseGrace = 3 * time.Second
+)
+
 var (
 	disconnectShutdown     = Disconnect{CloseShuttingDown, "server shutting down", true}
 	disconnectSlowConsumer = Disconnect{CloseSlowConsumer, "client reads too slowly", true}
@@ -48,8 +71,10 @@ type transport interface {
 	// one item at a time. false when the connection failed.
 	write(it outItem) bool
 	// close ends the connection, first writing d (a close frame, a last
-	// event) under a short deadline when d is not nil. The session calls
-	// it once, from whichever goroutine ends it (see doc.go), with the
+	// event) under a short deadline when d is not nil; for a slow consumer
+	// (CloseSlowConsumer) a write may be under way, blocked on the client:
+	// it and d get SlowConsumerCloseGrace in all. The session calls it
+	// once, from whichever goroutine ends it (see doc.go), with the
 	// session's mutex not held.
 	close(d *Disconnect)
 }
@@ -68,7 +93,8 @@ type sessionOptions struct {
 	// The write queue: past holdAt items the subscriptions lease nothing
 	// (poller Hold) until the writer is down to resumeAt; at maxQueue the
 	// client is disconnected as a slow consumer. Zero: no hold, no bound
-	// (the credit bounds it: only deliveries are queued).
+	// (the credit bounds it: only deliveries are queued). Either way a
+	// write waiting SlowConsumerAfter on the client disconnects it.
 	holdAt, resumeAt, maxQueue int
 	// keepForResume keeps the leases of deliveries written and not acked
 	// when the session ends for Config.SSEResumeGrace, so that a client
@@ -109,6 +135,9 @@ type session struct {
 	done chan struct{}  // closed when close has given everything back
 	held atomic.Bool    // the write queue is past holdAt: lease nothing
 	wg   sync.WaitGroup // the writer, timer callbacks and close, while under way
+	// writeSince is when the write under way began (UnixNano), zero when
+	// the writer is not in the transport: the slow-consumer watch reads it.
+	writeSince atomic.Int64
 
 	mu       sync.Mutex
 	subs     map[string]*subscription
@@ -124,6 +153,7 @@ type session struct {
 	checking bool        // the lease check is armed
 	check    *time.Timer // the lease check
 	expiry   *time.Timer // ends the session when its token expires
+	watch    *time.Timer // the slow-consumer watch, armed while a writer runs
 }
 
 // subscription is one standing intention of a session. It is the holder of
@@ -329,8 +359,14 @@ func (ss *session) send(frame any) bool {
 // Called with mu.
 func (ss *session) enqueueLocked(it outItem) bool {
 	if ss.opts.maxQueue > 0 && len(ss.out) >= ss.opts.maxQueue {
-		ss.full = true
-		go ss.close(&disconnectSlowConsumer) // close takes mu, and callers must not block
+		if !ss.full {
+			ss.full = true
+			ss.wg.Add(1)
+			go func() { // close takes mu, and callers must not block
+				defer ss.wg.Done()
+				ss.close(&disconnectSlowConsumer)
+			}()
+		}
 		return false
 	}
 	ss.out = append(ss.out, it)
@@ -340,9 +376,42 @@ func (ss *session) enqueueLocked(it outItem) bool {
 	if !ss.writing {
 		ss.writing = true
 		ss.wg.Add(1)
+		// The watch looks at the writer SlowConsumerAfter from now; a
+		// writer that ends before leaves it nothing to do.
+		if ss.watch == nil {
+			ss.watch = time.AfterFunc(SlowConsumerAfter, ss.watchWriter)
+		} else {
+			ss.watch.Reset(SlowConsumerAfter)
+		}
 		ss.s.stacks.goDo(ss.write)
 	}
 	return true
+}
+
+// watchWriter runs on a timer while a writer runs: a write that has waited
+// SlowConsumerAfter for the client marks a slow consumer, which is closed
+// (4001); otherwise it looks again when the write under way, or the next,
+// would reach that age.
+func (ss *session) watchWriter() {
+	if !ss.enter() {
+		return
+	}
+	defer ss.wg.Done()
+	since := ss.writeSince.Load()
+	waited := time.Duration(0)
+	if since != 0 {
+		waited = time.Since(time.Unix(0, since))
+	}
+	if waited >= SlowConsumerAfter {
+		ss.s.log.Debug().Dur("waited", waited).Msg("closing a slow consumer")
+		ss.close(&disconnectSlowConsumer)
+		return
+	}
+	ss.mu.Lock()
+	if ss.writing && !ss.closed {
+		ss.watch.Reset(SlowConsumerAfter - waited)
+	}
+	ss.mu.Unlock()
 }
 
 // write is the session's one writer while items are queued: started by
@@ -375,7 +444,10 @@ func (ss *session) write() {
 		if left <= ss.opts.resumeAt && ss.held.CompareAndSwap(true, false) {
 			ss.resume()
 		}
-		if !ss.t.write(it) {
+		ss.writeSince.Store(time.Now().UnixNano())
+		ok := ss.t.write(it)
+		ss.writeSince.Store(0)
+		if !ok {
 			ss.close(nil)
 			return
 		}

@@ -64,7 +64,8 @@
 //     session (close(nil)) and waits (wait) for the writer, the timer
 //     callbacks and a close under way before the stream counts as gone.
 //   - the writer, started when something is queued, gone when the queue is
-//     empty.
+//     empty; while it runs, a timer watches how long its write has waited
+//     (the slow consumer, below).
 //   - frame handling, ack application and writers run on warmStacks
 //     (stacks.go): up to 64 goroutines kept between uses, so their grown
 //     stacks are not grown again for every message; Close ends them.
@@ -121,8 +122,18 @@
 //   - a write fails or misses its 10 s deadline, or the client leaves: the
 //     session ends and gives its leases back.
 //   - a WebSocket client reads so slowly that 64 frames wait: its
-//     subscriptions lease nothing until the writer is down to 16; at 1,024
-//     it is closed 4001 (reconnect).
+//     subscriptions lease nothing until the writer is down to 16.
+//   - a slow consumer, whose socket has not taken a write in
+//     SlowConsumerAfter (5 s), or a WebSocket that leaves 1,024 frames
+//     unread: nothing more is queued, its leases are given back at once
+//     (an SSE stream keeps none for a resume), and the write under way and
+//     the close get SlowConsumerCloseGrace (3 s) before the connection is
+//     closed: 4001 on a WebSocket, retry: and event: disconnect
+//     {"code":4001} on SSE, which a client still reading receives; one
+//     reading nothing is disconnected all the same, within 8 s. A frame or
+//     event is never cut short before the close. The writer's timer
+//     (session.watch) does the looking: its peers, the poller and the
+//     other sessions never wait for it.
 //   - malformed frames: an error frame each, 4500 past 100; a frame over
 //     1 MiB: 1009.
 //   - the token expires: 4501 on a WebSocket, a last event: disconnect

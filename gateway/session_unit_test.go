@@ -252,6 +252,53 @@ func TestSession_SlowConsumer(t *testing.T) {
 	assert.False(t, ss.send("5"))
 }
 
+// A write the client has not taken in SlowConsumerAfter makes a slow
+// consumer, however short its queue: closed 4001 (reconnect). A client
+// that keeps taking its writes, each well within the bound, is not one,
+// however long its writer runs.
+func TestSession_WriteWaitingPastTheBoundIsASlowConsumer(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, nil)
+	t.Run("Stuck", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeTransport(true)
+		ss := testSession(t, s, f, sessionOptions{})
+		start := time.Now()
+		require.True(t, ss.send("0")) // never taken
+		select {
+		case <-ss.done:
+		case <-time.After(SlowConsumerAfter + 10*time.Second):
+			t.Fatal("the slow consumer was not disconnected")
+		}
+		took := time.Since(start)
+		t.Logf("closed after %v", took)
+		assert.GreaterOrEqual(t, took, SlowConsumerAfter)
+		calls := f.closeCalls()
+		require.Len(t, calls, 1)
+		require.NotNil(t, calls[0])
+		assert.Equal(t, disconnectSlowConsumer, *calls[0])
+		assert.False(t, ss.send("1"), "nothing more is queued")
+	})
+	t.Run("Reading", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeTransport(true)
+		ss := testSession(t, s, f, sessionOptions{})
+		const n = 6 // one every quarter of the bound: 1.5 bounds in all
+		for i := range n {
+			require.True(t, ss.send(i))
+		}
+		pace := time.NewTicker(SlowConsumerAfter / 4)
+		defer pace.Stop()
+		for range n {
+			<-pace.C // the client's pace, not a wait for a result
+			f.gate <- struct{}{}
+			f.next(t)
+		}
+		assert.Empty(t, f.closeCalls(), "a client that keeps reading is not closed")
+		assert.True(t, ss.send("more"))
+	})
+}
+
 // The hold ends when the writer takes an item that leaves at most
 // resumeAt queued.
 func TestSession_HoldResumes(t *testing.T) {

@@ -34,8 +34,8 @@ const (
 	// with jitter, so that a crowd of browsers does not come back at once.
 	sseRetryMin = 1000 * time.Millisecond
 	sseRetryMax = 3000 * time.Millisecond
-	// sseWriteTimeout is the deadline of one write: a backstop past the
-	// slow-consumer close (SlowConsumerAfter + SlowConsumerCloseGrace),
+	// sseWriteTimeout is the deadline of each piece of a write
+	// (writePiece): a backstop past the slow-consumer close (SlowConsumerAfter + SlowConsumerCloseGrace),
 	// which must come first to send its event.
 	sseWriteTimeout = 10 * time.Second
 )
@@ -49,10 +49,10 @@ type sseStream struct {
 	ss      *session
 	autoAck bool
 
-	raw         func([]byte) bool     // one event or comment to the client, by st.deadline()
-	setDeadline func(time.Time) error // moves the deadline of the write under way
-	closeConn   func()                // ends a taken-over connection; nil on the ResponseWriter path
-	until       atomic.Int64          // UnixNano: a slow consumer's close set every write's deadline
+	raw         func([]byte, func()) bool // events or a comment to the client, in pieces told to the func, by st.deadline()
+	setDeadline func(time.Time) error     // moves the deadline of the write under way
+	closeConn   func()                    // ends a taken-over connection; nil on the ResponseWriter path
+	until       atomic.Int64              // UnixNano: a slow consumer's close set every write's deadline
 
 	wmu      sync.Mutex // one write at a time
 	finished bool       // under wmu: nothing more is written
@@ -213,10 +213,12 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			s.sseDone() // gone before the first byte
 			return
 		}
-		st.raw = func(b []byte) bool {
-			_ = conn.SetWriteDeadline(st.deadline())
-			_, err := conn.Write(b)
-			return err == nil
+		st.raw = func(b []byte, progress func()) bool {
+			return writePieces(b, func(piece []byte) error {
+				_ = conn.SetWriteDeadline(st.deadline())
+				_, err := conn.Write(piece)
+				return err
+			}, progress) == nil
 		}
 		st.setDeadline = conn.SetWriteDeadline
 		st.closeConn = func() { _ = conn.Close() }
@@ -238,15 +240,16 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	// Not an HTTP/1 connection (HTTP/2): stream through the ResponseWriter,
 	// which must not be written after the handler returns.
 	w.WriteHeader(http.StatusOK)
-	st.raw = func(b []byte) bool {
-		_ = rc.SetWriteDeadline(st.deadline())
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+	st.raw = func(b []byte, progress func()) bool {
+		err := writePieces(b, func(piece []byte) error {
+			_ = rc.SetWriteDeadline(st.deadline())
+			_, err := w.Write(piece)
+			return err
+		}, progress)
+		return err == nil && rc.Flush() == nil
 	}
 	st.setDeadline = rc.SetWriteDeadline
-	if !st.raw(first) {
+	if !st.raw(first, nil) {
 		st.ss.close(nil)
 		return
 	}
@@ -313,28 +316,26 @@ func takeOver(w http.ResponseWriter, first []byte) (net.Conn, bool) {
 }
 
 // write writes a delivery as events (a transport); an SSE session queues
-// nothing else.
+// nothing else. The pieces the socket takes are progress for the session's
+// slow-consumer watch.
 func (st *sseStream) write(it outItem) bool {
 	if it.res == nil {
 		return true
 	}
-	return st.send(st.events(it.res))
-}
-
-// send writes b unless the stream has finished.
-func (st *sseStream) send(b []byte) bool {
+	b := st.events(it.res)
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	return !st.finished && st.writeLocked(b)
+	return !st.finished && st.writeLocked(b, st.ss.progressed)
 }
 
 // writeLocked writes b unless a write failed before: bytes after a failed
-// write could end up within its event. Called with wmu.
-func (st *sseStream) writeLocked(b []byte) bool {
+// write could end up within its event. progress, when set, is told of each
+// piece written. Called with wmu.
+func (st *sseStream) writeLocked(b []byte, progress func()) bool {
 	if st.broken {
 		return false
 	}
-	st.broken = !st.raw(b)
+	st.broken = !st.raw(b, progress)
 	return !st.broken
 }
 
@@ -366,11 +367,11 @@ func (st *sseStream) close(d *Disconnect) {
 		switch {
 		case d == nil:
 		case d.Code == CloseSlowConsumer:
-			st.writeLocked([]byte(retryLine() + string(disconnectEvent(d.Code, d.Reason))))
+			st.writeLocked([]byte(retryLine()+string(disconnectEvent(d.Code, d.Reason))), nil)
 		case d.Reconnect:
-			st.writeLocked([]byte(retryLine() + "\n"))
+			st.writeLocked([]byte(retryLine()+"\n"), nil)
 		default:
-			st.writeLocked(disconnectEvent(d.Code, d.Reason))
+			st.writeLocked(disconnectEvent(d.Code, d.Reason), nil)
 		}
 		st.finished = true
 	}
@@ -390,7 +391,7 @@ func (st *sseStream) beat() {
 	}
 	defer st.ss.wg.Done()
 	st.wmu.Lock()
-	ok := !st.finished && st.writeLocked([]byte(": heartbeat\n\n"))
+	ok := !st.finished && st.writeLocked([]byte(": heartbeat\n\n"), nil)
 	if ok {
 		st.hb.Reset(st.ss.s.cfg.SSEHeartbeat)
 	}

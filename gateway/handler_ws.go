@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"reflect"
 	"slices"
@@ -34,9 +35,10 @@ const (
 	wsWriteQueue = 1024
 	wsHoldAt     = 64
 	wsResumeAt   = 16
-	// wsWriteTimeout is the deadline of one frame's write: a backstop past
-	// the slow-consumer close (SlowConsumerAfter + SlowConsumerCloseGrace),
-	// which must come first to send its code.
+	// wsWriteTimeout is the deadline of each piece of a frame's write
+	// (writePiece): a backstop past the slow-consumer close
+	// (SlowConsumerAfter + SlowConsumerCloseGrace), which must come first
+	// to send its code.
 	wsWriteTimeout          = 10 * time.Second
 	wsPingInterval          = 30 * time.Second
 	wsReadTimeout           = 2 * wsPingInterval // a silent client is gone
@@ -339,7 +341,33 @@ func (c *wsConn) write(it outItem) bool {
 		f = deliverFrame{Messages: msgs, Sub: it.sub.id, Type: "deliver"}
 	}
 	_ = c.ws.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
-	return c.ws.WriteJSON(f) == nil
+	// As WriteJSON, through a writer that tells the slow-consumer watch of
+	// every piece the socket takes.
+	w, err := c.ws.NextWriter(websocket.TextMessage)
+	if err != nil {
+		return false
+	}
+	err = json.NewEncoder(wsPieces{w: w, c: c}).Encode(f)
+	return w.Close() == nil && err == nil
+}
+
+// wsPieces writes a frame in pieces (writePieces), each with a fresh
+// deadline and told to the session as progress.
+type wsPieces struct {
+	w io.Writer
+	c *wsConn
+}
+
+func (p wsPieces) Write(b []byte) (int, error) {
+	err := writePieces(b, func(piece []byte) error {
+		_ = p.c.ws.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
+		_, err := p.w.Write(piece)
+		return err
+	}, p.c.ss.progressed)
+	if err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // close sends d as the close frame, if any, and closes the socket; the

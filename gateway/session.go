@@ -33,9 +33,9 @@ type Disconnect struct {
 }
 
 // A slow consumer is a client that does not take what its session writes:
-// a write (a frame, an event) still waiting for the client's socket after
-// SlowConsumerAfter, or a write queue that reaches its bound (a WebSocket's
-// 1,024 frames). From that moment it is sent nothing more, its leases are
+// a write (a frame, an event) whose socket has taken nothing of it for
+// SlowConsumerAfter (a large one is watched by the writePiece it takes),
+// or a write queue that reaches its bound (a WebSocket's 1,024 frames). From that moment it is sent nothing more, its leases are
 // given back at once, and its close (4001; on SSE event: disconnect and a
 // retry:) waits up to SlowConsumerCloseGrace behind what the socket already
 // holds before the connection is closed: a client that is slow but still
@@ -53,6 +53,10 @@ const (
 	// wait for the socket: the write under way, then the close frame or
 	// the last event.
 	SlowConsumerCloseGrace = 3 * time.Second
+	// writePiece: a write of more is made in pieces of this size, each
+	// progress for the slow-consumer watch, so that a large frame that a
+	// client on a slow link takes steadily is not taken for a stall.
+	writePiece = 16 << 10
 )
 
 var (
@@ -135,8 +139,9 @@ type session struct {
 	done chan struct{}  // closed when close has given everything back
 	held atomic.Bool    // the write queue is past holdAt: lease nothing
 	wg   sync.WaitGroup // the writer, timer callbacks and close, while under way
-	// writeSince is when the write under way began (UnixNano), zero when
-	// the writer is not in the transport: the slow-consumer watch reads it.
+	// writeSince is when the write under way began or last made progress
+	// (UnixNano), zero when the writer is not in the transport: the
+	// slow-consumer watch reads it. Only the writer's goroutine writes it.
 	writeSince atomic.Int64
 
 	mu       sync.Mutex
@@ -389,9 +394,9 @@ func (ss *session) enqueueLocked(it outItem) bool {
 }
 
 // watchWriter runs on a timer while a writer runs: a write that has waited
-// SlowConsumerAfter for the client marks a slow consumer, which is closed
-// (4001); otherwise it looks again when the write under way, or the next,
-// would reach that age.
+// SlowConsumerAfter for the client, taking nothing, marks a slow consumer,
+// which is closed (4001); otherwise it looks again when the write under
+// way, or the next, would have waited that long.
 func (ss *session) watchWriter() {
 	if !ss.enter() {
 		return
@@ -455,6 +460,32 @@ func (ss *session) write() {
 			ss.written(it)
 		}
 	}
+}
+
+// progressed tells the slow-consumer watch that the client's socket took a
+// piece of the write under way. Only the writer's goroutine calls it, from
+// within transport.write.
+func (ss *session) progressed() {
+	if ss.writeSince.Load() != 0 {
+		ss.writeSince.Store(time.Now().UnixNano())
+	}
+}
+
+// writePieces writes b in pieces of writePiece bytes, calling progress
+// (when not nil) after each, so that the slow-consumer watch sees a large
+// write that the client is taking.
+func writePieces(b []byte, write func([]byte) error, progress func()) error {
+	for len(b) > 0 {
+		n := min(len(b), writePiece)
+		if err := write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+		if progress != nil {
+			progress()
+		}
+	}
+	return nil
 }
 
 // written follows a delivery the transport wrote: metrics, and the credit

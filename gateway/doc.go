@@ -119,21 +119,24 @@
 //
 // On a stream:
 //
-//   - a write fails or misses its 10 s deadline, or the client leaves: the
-//     session ends and gives its leases back.
+//   - a write fails or a piece of it misses its 10 s deadline, or the
+//     client leaves: the session ends and gives its leases back.
 //   - a WebSocket client reads so slowly that 64 frames wait: its
 //     subscriptions lease nothing until the writer is down to 16.
-//   - a slow consumer, whose socket has not taken a write in
-//     SlowConsumerAfter (5 s), or a WebSocket that leaves 1,024 frames
-//     unread: nothing more is queued, its leases are given back at once
-//     (an SSE stream keeps none for a resume), and the write under way and
-//     the close get SlowConsumerCloseGrace (3 s) before the connection is
-//     closed: 4001 on a WebSocket, retry: and event: disconnect
-//     {"code":4001} on SSE, which a client still reading receives; one
-//     reading nothing is disconnected all the same, within 8 s. A frame or
-//     event is never cut short before the close. The writer's timer
-//     (session.watch) does the looking: its peers, the poller and the
-//     other sessions never wait for it.
+//   - a slow consumer, whose socket has taken nothing of a write (of a
+//     large one, no 16 KiB piece) for SlowConsumerAfter (5 s), or a
+//     WebSocket that leaves 1,024 frames unread: nothing more is queued,
+//     its leases are given back at once (an SSE stream keeps none for a
+//     resume), and the write under way and the close get
+//     SlowConsumerCloseGrace (3 s) before the connection is closed: 4001
+//     on a WebSocket, retry: and event: disconnect {"code":4001} on SSE,
+//     which a client still reading receives; one reading nothing is
+//     disconnected all the same, within 8 s. A frame or event is never cut
+//     short before the close. The writer's timer (session.watch) does the
+//     looking: its peers, the poller and the other sessions never wait for
+//     it. Pings and heartbeats are not watched (nothing waits on them):
+//     one its socket does not take ends the connection at its 10 s
+//     deadline.
 //   - malformed frames: an error frame each, 4500 past 100; a frame over
 //     1 MiB: 1009.
 //   - the token expires: 4501 on a WebSocket, a last event: disconnect

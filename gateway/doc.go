@@ -38,8 +38,9 @@
 //	  └────────────────────────────────┴──── close(d) ◀──────────────────────────┘
 //	         client gone, write failed (nil); slow consumer 4001; bad frames
 //	         4500; token expired 4501; frame too big 1009; drain 4000
-//	  close: intentions withdrawn, transport closed with d, leases given back
-//	         (at once, or after SSEResumeGrace for what an SSE stream wrote)
+//	  close: intentions withdrawn, leases given back (at once, or after
+//	         SSEResumeGrace for what an SSE stream wrote, unless it was a slow
+//	         consumer), then the transport closed with d
 //
 // An SSE stream resumes on any instance: each event's id is a token
 // (sse_token.go) naming, per partition, the lease and the highest offset
@@ -72,7 +73,8 @@
 //   - timer callbacks: the WebSocket ping, the SSE heartbeat, the lease
 //     check (acks on other instances, expired leases: every 2 s on SSE,
 //     every 30 s on a WebSocket, only while deliveries are unacknowledged),
-//     the token's expiry, and, per lease kept for a resume, its release.
+//     the token's expiry, the slow-consumer watch (while a writer runs),
+//     and, per lease kept for a resume, its release.
 //   - callers that must not block: the poller (deliver, on a worker or on
 //     a push's goroutine for a hand-off), the ack paths (settled), and
 //     Drain's goroutine per session, waiting out its point of the window.

@@ -29,9 +29,10 @@ const (
 	WSMaxSubscriptions   = 100     // per connection
 	// The writer's queue: past wsHoldAt frames the connection's
 	// subscriptions lease nothing more (credit held at 0) until the client
-	// has read it down to wsResumeAt. A client whose socket takes no frame
-	// for SlowConsumerAfter, or that also leaves its replies unread until
-	// wsWriteQueue, is a slow consumer: closed 4001 (session.go).
+	// has read it down to wsResumeAt. A client whose socket takes nothing
+	// of a frame for SlowConsumerAfter, or that also leaves its replies
+	// unread until wsWriteQueue, is a slow consumer: closed 4001
+	// (session.go).
 	wsWriteQueue = 1024
 	wsHoldAt     = 64
 	wsResumeAt   = 16

@@ -33,21 +33,21 @@ type Disconnect struct {
 }
 
 // A slow consumer is a client that does not take what its session writes:
-// a write (a frame, an event) whose socket has taken nothing of it for
-// SlowConsumerAfter (a large one is watched by the writePiece it takes),
-// or a write queue that reaches its bound (a WebSocket's 1,024 frames). From that moment it is sent nothing more, its leases are
-// given back at once, and its close (4001; on SSE event: disconnect and a
-// retry:) waits up to SlowConsumerCloseGrace behind what the socket already
-// holds before the connection is closed: a client that is slow but still
-// reading gets the code, one that reads nothing is disconnected all the
-// same, at most SlowConsumerAfter + SlowConsumerCloseGrace (8 s) after its
-// socket stopped taking bytes. The per-write deadlines of the transports
-// (10 s) are a backstop beyond that.
+// a write (a frame, an event) of which its socket has taken nothing for
+// SlowConsumerAfter (a large write counts by the writePiece), or a write
+// queue that reaches its bound (a WebSocket's 1,024 frames). From that
+// moment it is sent nothing more, its leases are given back at once, and
+// its close (4001; on SSE event: disconnect and a retry:) waits up to
+// SlowConsumerCloseGrace behind what the socket already holds before the
+// connection is closed: a client that is slow but still reading gets the
+// code, one that reads nothing is disconnected all the same, at most
+// SlowConsumerAfter + SlowConsumerCloseGrace (8 s) after its socket stopped
+// taking bytes. The transports' write deadlines (10 s a piece) are a
+// backstop beyond that.
 const (
-	// SlowConsumerAfter: a client that has not taken one write in 5 s
-	// reads more slowly than any stream can wait for (a heartbeat, a ping
-	// every 15–30 s must get through), yet a busy browser or a congested
-	// link catches up well within it.
+	// SlowConsumerAfter: a socket only stays full this long when its
+	// client does not read (a browser reads as bytes come, however busy
+	// its page), and the whole close (8 s) stays within 10 s.
 	SlowConsumerAfter = 5 * time.Second
 	// SlowConsumerCloseGrace is how long the close of a slow consumer may
 	// wait for the socket: the write under way, then the close frame or

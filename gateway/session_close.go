@@ -14,9 +14,9 @@ import (
 //
 // A slow consumer (session.go, SlowConsumerAfter):
 //
-//	write waits 5 s ─▶ close(4001): nothing more queued or leased,
-//	                   leases given back ─▶ transport.close: the write under
-//	                   way and the close frame / last event get 3 s ─▶ TCP closed
+//	a write's socket   close(4001): nothing more queued or leased,
+//	takes nothing ───▶ leases given back ─▶ transport.close: the write under
+//	for 5 s            way and the close frame / last event get 3 s ─▶ TCP closed
 
 // drain stops leasing to the session at once, then closes it after delay
 // with a code that says: reconnect, elsewhere. Until then its client may ack

@@ -343,7 +343,8 @@ func TestWS_OrderAcrossReconnect(t *testing.T) {
 
 // A client that does not read: once its write queue is long, Herald leases
 // nothing more to it (messages stay in the queue for others) instead of
-// dropping anything; when it reads again, delivery resumes.
+// dropping anything; when it reads again, delivery resumes. (It reads again
+// well within SlowConsumerAfter: past it, it would be a slow consumer.)
 func TestWS_SlowReaderHoldsCredit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

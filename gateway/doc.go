@@ -38,8 +38,9 @@
 //	  └────────────────────────────────┴──── close(d) ◀──────────────────────────┘
 //	         client gone, write failed (nil); slow consumer 4001; bad frames
 //	         4500; token expired 4501; frame too big 1009; drain 4000
-//	  close: intentions withdrawn, transport closed with d, leases given back
-//	         (at once, or after SSEResumeGrace for what an SSE stream wrote)
+//	  close: intentions withdrawn, leases given back (at once, or after
+//	         SSEResumeGrace for what an SSE stream wrote, unless it was a slow
+//	         consumer), then the transport closed with d
 //
 // An SSE stream resumes on any instance: each event's id is a token
 // (sse_token.go) naming, per partition, the lease and the highest offset
@@ -86,14 +87,16 @@
 //     session (close(nil)) and waits (wait) for the writer, the timer
 //     callbacks and a close under way before the stream counts as gone.
 //   - the writer, started when something is queued, gone when the queue is
-//     empty.
+//     empty; while it runs, a timer watches how long its write has waited
+//     (the slow consumer, below).
 //   - frame handling, ack application and writers run on warmStacks
 //     (stacks.go): up to 64 goroutines kept between uses, so their grown
 //     stacks are not grown again for every message; Close ends them.
 //   - timer callbacks: the WebSocket ping, the SSE heartbeat, the lease
 //     check (acks on other instances, expired leases: every 2 s on SSE,
 //     every 30 s on a WebSocket, only while deliveries are unacknowledged),
-//     the token's expiry, and, per lease kept for a resume, its release.
+//     the token's expiry, the slow-consumer watch (while a writer runs),
+//     and, per lease kept for a resume, its release.
 //   - callers that must not block: the poller (deliver, on a worker or on
 //     a push's goroutine for a hand-off), the ack paths (settled), and
 //     Drain's goroutine per session, waiting out its point of the window.
@@ -151,11 +154,24 @@
 //
 // On a stream:
 //
-//   - a write fails or misses its 10 s deadline, or the client leaves: the
-//     session ends and gives its leases back.
+//   - a write fails or a piece of it misses its 10 s deadline, or the
+//     client leaves: the session ends and gives its leases back.
 //   - a WebSocket client reads so slowly that 64 frames wait: its
-//     subscriptions lease nothing until the writer is down to 16; at 1,024
-//     it is closed 4001 (reconnect).
+//     subscriptions lease nothing until the writer is down to 16.
+//   - a slow consumer, whose socket has taken nothing of a write (of a
+//     large one, no 16 KiB piece) for SlowConsumerAfter (5 s), or a
+//     WebSocket that leaves 1,024 frames unread: nothing more is queued,
+//     its leases are given back at once (an SSE stream keeps none for a
+//     resume), and the write under way and the close get
+//     SlowConsumerCloseGrace (3 s) before the connection is closed: 4001
+//     on a WebSocket, retry: and event: disconnect {"code":4001} on SSE,
+//     which a client still reading receives; one reading nothing is
+//     disconnected all the same, within 8 s. A frame or event is never cut
+//     short before the close. The writer's timer (session.watch) does the
+//     looking: its peers, the poller and the other sessions never wait for
+//     it. Pings and heartbeats are not watched (nothing waits on them):
+//     one its socket does not take ends the connection at its 10 s
+//     deadline.
 //   - malformed frames: an error frame each, 4500 past 100; a frame over
 //     1 MiB: 1009.
 //   - the token expires: 4501 on a WebSocket, a last event: disconnect

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldmq/herald/poller"
@@ -31,8 +32,11 @@ const (
 	WSLeaseCheckDefault = 30 * time.Second
 	// sseRetryMin and sseRetryMax bound the reconnect delay sent in retry:
 	// with jitter, so that a crowd of browsers does not come back at once.
-	sseRetryMin     = 1000 * time.Millisecond
-	sseRetryMax     = 3000 * time.Millisecond
+	sseRetryMin = 1000 * time.Millisecond
+	sseRetryMax = 3000 * time.Millisecond
+	// sseWriteTimeout is the deadline of each piece of a write
+	// (writePiece): a backstop past the slow-consumer close (SlowConsumerAfter + SlowConsumerCloseGrace),
+	// which must come first to send its event.
 	sseWriteTimeout = 10 * time.Second
 )
 
@@ -45,11 +49,14 @@ type sseStream struct {
 	ss      *session
 	autoAck bool
 
-	raw       func([]byte) bool // one event or comment to the client, with a deadline
-	closeConn func()            // ends a taken-over connection; nil on the ResponseWriter path
+	raw         func([]byte, func()) bool // events or a comment to the client, in pieces told to the func, by st.deadline()
+	setDeadline func(time.Time) error     // moves the deadline of the write under way
+	closeConn   func()                    // ends a taken-over connection; nil on the ResponseWriter path
+	until       atomic.Int64              // UnixNano: a slow consumer's close set every write's deadline
 
 	wmu      sync.Mutex // one write at a time
 	finished bool       // under wmu: nothing more is written
+	broken   bool       // under wmu: a write failed, perhaps within an event
 	hb       *time.Timer
 
 	tmu   sync.Mutex                  // the resume token; after session.mu
@@ -212,11 +219,14 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			s.sseDone() // gone before the first byte
 			return
 		}
-		st.raw = func(b []byte) bool {
-			_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
-			_, err := conn.Write(b)
-			return err == nil
+		st.raw = func(b []byte, progress func()) bool {
+			return writePieces(b, func(piece []byte) error {
+				_ = conn.SetWriteDeadline(st.deadline())
+				_, err := conn.Write(piece)
+				return err
+			}, progress) == nil
 		}
+		st.setDeadline = conn.SetWriteDeadline
 		st.closeConn = func() { _ = conn.Close() }
 		s.streamWG.Add(1)
 		s.startSSE(st, sub)
@@ -236,14 +246,16 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	// Not an HTTP/1 connection (HTTP/2): stream through the ResponseWriter,
 	// which must not be written after the handler returns.
 	w.WriteHeader(http.StatusOK)
-	st.raw = func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+	st.raw = func(b []byte, progress func()) bool {
+		err := writePieces(b, func(piece []byte) error {
+			_ = rc.SetWriteDeadline(st.deadline())
+			_, err := w.Write(piece)
+			return err
+		}, progress)
+		return err == nil && rc.Flush() == nil
 	}
-	if !st.raw(first) {
+	st.setDeadline = rc.SetWriteDeadline
+	if !st.raw(first, nil) {
 		st.ss.close(nil)
 		return
 	}
@@ -310,35 +322,64 @@ func takeOver(w http.ResponseWriter, first []byte) (net.Conn, bool) {
 }
 
 // write writes a delivery as events (a transport); an SSE session queues
-// nothing else.
+// nothing else. The pieces the socket takes are progress for the session's
+// slow-consumer watch.
 func (st *sseStream) write(it outItem) bool {
 	if it.res == nil {
 		return true
 	}
-	return st.send(st.events(it.res))
-}
-
-// send writes b unless the stream has finished.
-func (st *sseStream) send(b []byte) bool {
+	b := st.events(it.res)
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	return !st.finished && st.raw(b)
+	return !st.finished && st.writeLocked(b, st.ss.progressed)
+}
+
+// writeLocked writes b unless a write failed before: bytes after a failed
+// write could end up within its event. progress, when set, is told of each
+// piece written. Called with wmu.
+func (st *sseStream) writeLocked(b []byte, progress func()) bool {
+	if st.broken {
+		return false
+	}
+	st.broken = !st.raw(b, progress)
+	return !st.broken
+}
+
+// deadline is the deadline of a write that starts now.
+func (st *sseStream) deadline() time.Time {
+	if u := st.until.Load(); u != 0 {
+		return time.Unix(0, u)
+	}
+	return time.Now().Add(sseWriteTimeout)
 }
 
 // close writes d as the stream's last bytes (a transport): a retry: line
-// when the client should come back, else event: disconnect. Nothing is
-// written after it.
+// when the client should come back, else event: disconnect; a slow
+// consumer gets both, so that a browser learns why (4001) and EventSource
+// still comes back. Nothing is written after it. A slow consumer's writer
+// may be blocked on the client's full socket: that write and the last
+// event get SlowConsumerCloseGrace together (as on a WebSocket, closeSlow);
+// an event is never cut short before the last one.
 func (st *sseStream) close(d *Disconnect) {
+	if d != nil && d.Code == CloseSlowConsumer {
+		until := time.Now().Add(SlowConsumerCloseGrace)
+		st.until.Store(until.UnixNano())
+		if st.setDeadline != nil {
+			_ = st.setDeadline(until) // the write under way, which holds wmu
+		}
+	}
 	st.wmu.Lock()
 	if !st.finished {
-		st.finished = true
 		switch {
 		case d == nil:
+		case d.Code == CloseSlowConsumer:
+			st.writeLocked([]byte(retryLine()+string(disconnectEvent(d.Code, d.Reason))), nil)
 		case d.Reconnect:
-			st.raw([]byte(retryLine() + "\n"))
+			st.writeLocked([]byte(retryLine()+"\n"), nil)
 		default:
-			st.raw(disconnectEvent(d.Code, d.Reason))
+			st.writeLocked(disconnectEvent(d.Code, d.Reason), nil)
 		}
+		st.finished = true
 	}
 	if st.hb != nil {
 		st.hb.Stop()
@@ -356,7 +397,7 @@ func (st *sseStream) beat() {
 	}
 	defer st.ss.wg.Done()
 	st.wmu.Lock()
-	ok := !st.finished && st.raw([]byte(": heartbeat\n\n"))
+	ok := !st.finished && st.writeLocked([]byte(": heartbeat\n\n"), nil)
 	if ok {
 		st.hb.Reset(st.ss.s.cfg.SSEHeartbeat)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"reflect"
 	"slices"
@@ -28,11 +29,17 @@ const (
 	WSMaxSubscriptions   = 100     // per connection
 	// The writer's queue: past wsHoldAt frames the connection's
 	// subscriptions lease nothing more (credit held at 0) until the client
-	// has read it down to wsResumeAt; only a client that also stops reading
-	// its replies reaches wsWriteQueue and is disconnected (4001).
-	wsWriteQueue            = 1024
-	wsHoldAt                = 64
-	wsResumeAt              = 16
+	// has read it down to wsResumeAt. A client whose socket takes nothing
+	// of a frame for SlowConsumerAfter, or that also leaves its replies
+	// unread until wsWriteQueue, is a slow consumer: closed 4001
+	// (session.go).
+	wsWriteQueue = 1024
+	wsHoldAt     = 64
+	wsResumeAt   = 16
+	// wsWriteTimeout is the deadline of each piece of a frame's write
+	// (writePiece): a backstop past the slow-consumer close
+	// (SlowConsumerAfter + SlowConsumerCloseGrace), which must come first
+	// to send its code.
 	wsWriteTimeout          = 10 * time.Second
 	wsPingInterval          = 30 * time.Second
 	wsReadTimeout           = 2 * wsPingInterval // a silent client is gone
@@ -353,12 +360,59 @@ func (c *wsConn) write(it outItem) bool {
 		f = deliverFrame{Messages: msgs, Sub: it.sub.id, Type: "deliver"}
 	}
 	_ = c.ws.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
-	return c.ws.WriteJSON(f) == nil
+	// As WriteJSON, through a writer that tells the slow-consumer watch of
+	// every piece the socket takes.
+	w, err := c.ws.NextWriter(websocket.TextMessage)
+	if err != nil {
+		return false
+	}
+	err = json.NewEncoder(wsPieces{w: w, c: c}).Encode(f)
+	return w.Close() == nil && err == nil
+}
+
+// wsPieces writes a frame in pieces (writePieces), each with a fresh
+// deadline and told to the session as progress.
+type wsPieces struct {
+	w io.Writer
+	c *wsConn
+}
+
+func (p wsPieces) Write(b []byte) (int, error) {
+	err := writePieces(b, func(piece []byte) error {
+		_ = p.c.ws.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
+		_, err := p.w.Write(piece)
+		return err
+	}, p.c.ss.progressed)
+	if err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // close sends d as the close frame, if any, and closes the socket; the
 // reader then fails and the connection's goroutine ends (a transport).
-func (c *wsConn) close(d *Disconnect) { wsClose(c.ws, d) }
+func (c *wsConn) close(d *Disconnect) {
+	if d != nil && d.Code == CloseSlowConsumer {
+		c.closeSlow(d)
+		return
+	}
+	wsClose(c.ws, d)
+}
+
+// closeSlow closes a slow consumer: the frame being written (the writer
+// may be blocked on the client's full socket) and then the close frame get
+// SlowConsumerCloseGrace together. A frame is never cut short before the
+// close frame, which would garble it: the write under way either ends in
+// the grace, the close frame following it (gorilla hands its write lock to
+// the waiting close frame first), or fails at the grace's end, and the
+// socket is closed without one. A client that reads only slowly gets 4001
+// after what its socket held; one that reads nothing is disconnected.
+func (c *wsConn) closeSlow(d *Disconnect) {
+	until := time.Now().Add(SlowConsumerCloseGrace)
+	_ = c.ws.NetConn().SetWriteDeadline(until) // the write under way
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(d.Code, d.Reason), until)
+	_ = c.ws.Close()
+}
 
 // wsClose writes d's close frame (WriteControl may run alongside the
 // writer) and closes the socket.

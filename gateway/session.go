@@ -32,6 +32,33 @@ type Disconnect struct {
 	Reconnect bool // the client should come back (elsewhere), as it is
 }
 
+// A slow consumer is a client that does not take what its session writes:
+// a write (a frame, an event) of which its socket has taken nothing for
+// SlowConsumerAfter (a large write counts by the writePiece), or a write
+// queue that reaches its bound (a WebSocket's 1,024 frames). From that
+// moment it is sent nothing more, its leases are given back at once, and
+// its close (4001; on SSE event: disconnect and a retry:) waits up to
+// SlowConsumerCloseGrace behind what the socket already holds before the
+// connection is closed: a client that is slow but still reading gets the
+// code, one that reads nothing is disconnected all the same, at most
+// SlowConsumerAfter + SlowConsumerCloseGrace (8 s) after its socket stopped
+// taking bytes. The transports' write deadlines (10 s a piece) are a
+// backstop beyond that.
+const (
+	// SlowConsumerAfter: a socket only stays full this long when its
+	// client does not read (a browser reads as bytes come, however busy
+	// its page), and the whole close (8 s) stays within 10 s.
+	SlowConsumerAfter = 5 * time.Second
+	// SlowConsumerCloseGrace is how long the close of a slow consumer may
+	// wait for the socket: the write under way, then the close frame or
+	// the last event.
+	SlowConsumerCloseGrace = 3 * time.Second
+	// writePiece: a write of more is made in pieces of this size, each
+	// progress for the slow-consumer watch, so that a large frame that a
+	// client on a slow link takes steadily is not taken for a stall.
+	writePiece = 16 << 10
+)
+
 var (
 	disconnectShutdown     = Disconnect{CloseShuttingDown, "server shutting down", true}
 	disconnectSlowConsumer = Disconnect{CloseSlowConsumer, "client reads too slowly", true}
@@ -48,8 +75,10 @@ type transport interface {
 	// one item at a time. false when the connection failed.
 	write(it outItem) bool
 	// close ends the connection, first writing d (a close frame, a last
-	// event) under a short deadline when d is not nil. The session calls
-	// it once, from whichever goroutine ends it (see doc.go), with the
+	// event) under a short deadline when d is not nil; for a slow consumer
+	// (CloseSlowConsumer) a write may be under way, blocked on the client:
+	// it and d get SlowConsumerCloseGrace in all. The session calls it
+	// once, from whichever goroutine ends it (see doc.go), with the
 	// session's mutex not held.
 	close(d *Disconnect)
 }
@@ -68,7 +97,8 @@ type sessionOptions struct {
 	// The write queue: past holdAt items the subscriptions lease nothing
 	// (poller Hold) until the writer is down to resumeAt; at maxQueue the
 	// client is disconnected as a slow consumer. Zero: no hold, no bound
-	// (the credit bounds it: only deliveries are queued).
+	// (the credit bounds it: only deliveries are queued). Either way a
+	// write waiting SlowConsumerAfter on the client disconnects it.
 	holdAt, resumeAt, maxQueue int
 	// keepForResume keeps the leases of deliveries written and not acked
 	// when the session ends for Config.SSEResumeGrace, so that a client
@@ -109,6 +139,10 @@ type session struct {
 	done chan struct{}  // closed when close has given everything back
 	held atomic.Bool    // the write queue is past holdAt: lease nothing
 	wg   sync.WaitGroup // the writer, timer callbacks and close, while under way
+	// writeSince is when the write under way began or last made progress
+	// (UnixNano), zero when the writer is not in the transport: the
+	// slow-consumer watch reads it. Only the writer's goroutine writes it.
+	writeSince atomic.Int64
 
 	mu       sync.Mutex
 	subs     map[string]*subscription
@@ -124,6 +158,7 @@ type session struct {
 	checking bool        // the lease check is armed
 	check    *time.Timer // the lease check
 	expiry   *time.Timer // ends the session when its token expires
+	watch    *time.Timer // the slow-consumer watch, armed while a writer runs
 }
 
 // subscription is one standing intention of a session. It is the holder of
@@ -329,8 +364,14 @@ func (ss *session) send(frame any) bool {
 // Called with mu.
 func (ss *session) enqueueLocked(it outItem) bool {
 	if ss.opts.maxQueue > 0 && len(ss.out) >= ss.opts.maxQueue {
-		ss.full = true
-		go ss.close(&disconnectSlowConsumer) // close takes mu, and callers must not block
+		if !ss.full {
+			ss.full = true
+			ss.wg.Add(1)
+			go func() { // close takes mu, and callers must not block
+				defer ss.wg.Done()
+				ss.close(&disconnectSlowConsumer)
+			}()
+		}
 		return false
 	}
 	ss.out = append(ss.out, it)
@@ -340,9 +381,42 @@ func (ss *session) enqueueLocked(it outItem) bool {
 	if !ss.writing {
 		ss.writing = true
 		ss.wg.Add(1)
+		// The watch looks at the writer SlowConsumerAfter from now; a
+		// writer that ends before leaves it nothing to do.
+		if ss.watch == nil {
+			ss.watch = time.AfterFunc(SlowConsumerAfter, ss.watchWriter)
+		} else {
+			ss.watch.Reset(SlowConsumerAfter)
+		}
 		ss.s.stacks.goDo(ss.write)
 	}
 	return true
+}
+
+// watchWriter runs on a timer while a writer runs: a write that has waited
+// SlowConsumerAfter for the client, taking nothing, marks a slow consumer,
+// which is closed (4001); otherwise it looks again when the write under
+// way, or the next, would have waited that long.
+func (ss *session) watchWriter() {
+	if !ss.enter() {
+		return
+	}
+	defer ss.wg.Done()
+	since := ss.writeSince.Load()
+	waited := time.Duration(0)
+	if since != 0 {
+		waited = time.Since(time.Unix(0, since))
+	}
+	if waited >= SlowConsumerAfter {
+		ss.s.log.Debug().Dur("waited", waited).Msg("closing a slow consumer")
+		ss.close(&disconnectSlowConsumer)
+		return
+	}
+	ss.mu.Lock()
+	if ss.writing && !ss.closed {
+		ss.watch.Reset(SlowConsumerAfter - waited)
+	}
+	ss.mu.Unlock()
 }
 
 // write is the session's one writer while items are queued: started by
@@ -375,7 +449,10 @@ func (ss *session) write() {
 		if left <= ss.opts.resumeAt && ss.held.CompareAndSwap(true, false) {
 			ss.resume()
 		}
-		if !ss.t.write(it) {
+		ss.writeSince.Store(time.Now().UnixNano())
+		ok := ss.t.write(it)
+		ss.writeSince.Store(0)
+		if !ok {
 			ss.close(nil)
 			return
 		}
@@ -383,6 +460,32 @@ func (ss *session) write() {
 			ss.written(it)
 		}
 	}
+}
+
+// progressed tells the slow-consumer watch that the client's socket took a
+// piece of the write under way. Only the writer's goroutine calls it, from
+// within transport.write.
+func (ss *session) progressed() {
+	if ss.writeSince.Load() != 0 {
+		ss.writeSince.Store(time.Now().UnixNano())
+	}
+}
+
+// writePieces writes b in pieces of writePiece bytes, calling progress
+// (when not nil) after each, so that the slow-consumer watch sees a large
+// write that the client is taking.
+func writePieces(b []byte, write func([]byte) error, progress func()) error {
+	for len(b) > 0 {
+		n := min(len(b), writePiece)
+		if err := write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+		if progress != nil {
+			progress()
+		}
+	}
+	return nil
 }
 
 // written follows a delivery the transport wrote: metrics, and the credit

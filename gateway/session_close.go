@@ -11,6 +11,12 @@ import (
 // the drain window), or closed by whatever comes first (its client, a
 // failed write, a slow consumer, a protocol error, its token's expiry),
 // giving back every lease it holds.
+//
+// A slow consumer (session.go, SlowConsumerAfter):
+//
+//	a write's socket   close(4001): nothing more queued or leased,
+//	takes nothing ───▶ leases given back ─▶ transport.close: the write under
+//	for 5 s            way and the close frame / last event get 3 s ─▶ TCP closed
 
 // drain stops leasing to the session at once, then closes it after delay
 // with a code that says: reconnect, elsewhere. Until then its client may ack
@@ -67,10 +73,14 @@ func (ss *session) waitWritten() {
 }
 
 // close ends the session once: no more leases or writes, intentions
-// withdrawn, the transport closed with d (nil: the connection is gone, say
-// nothing), then every lease it holds given back: at once, or, with
-// keepForResume, after the resume grace for what was written. Any
-// goroutine may call it, without mu; the first call does the work.
+// withdrawn, every lease it holds given back (at once, or, with
+// keepForResume, after the resume grace for what was written), and the
+// transport closed with d (nil: the connection is gone, say nothing). The
+// leases go before the transport closes, which may wait on the client (a
+// slow consumer's close takes up to SlowConsumerCloseGrace). A slow
+// consumer keeps nothing for a resume: what it was written is likely still
+// in its socket, and other consumers should not wait for it. Any goroutine
+// may call it, without mu; the first call does the work.
 func (ss *session) close(d *Disconnect) {
 	ss.mu.Lock()
 	if ss.closed {
@@ -80,6 +90,7 @@ func (ss *session) close(d *Disconnect) {
 	ss.closed = true
 	ss.wg.Add(1) // the owner's wait waits for the releases too
 	defer ss.wg.Done()
+	keep := ss.opts.keepForResume && (d == nil || d.Code != CloseSlowConsumer)
 	subs := ss.subs
 	ss.subs = nil
 	unwritten := map[string]bool{}
@@ -94,14 +105,14 @@ func (ss *session) close(d *Disconnect) {
 	now, later := map[string][]queue.Message{}, map[string][]queue.Message{}
 	for k, dl := range ss.inflight {
 		ss.s.deliveries.drop(k, dl.sub)
-		if ss.opts.keepForResume && !unwritten[k.leaseID] {
+		if keep && !unwritten[k.leaseID] {
 			addLease(later, k, dl)
 		} else {
 			addLease(now, k, dl)
 		}
 	}
 	ss.inflight, ss.parts = nil, nil
-	for _, t := range []*time.Timer{ss.check, ss.expiry} {
+	for _, t := range []*time.Timer{ss.check, ss.expiry, ss.watch} {
 		if t != nil {
 			t.Stop()
 		}
@@ -113,8 +124,8 @@ func (ss *session) close(d *Disconnect) {
 			sub.cancel()
 		}
 	}
-	ss.t.close(d)
 	ss.release(now)
+	ss.t.close(d)
 	for lease, msgs := range later {
 		ss.s.releaseLater(lease, msgs)
 	}

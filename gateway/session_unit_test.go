@@ -23,11 +23,15 @@ import (
 // and one close whoever calls it. The store and the poller are real.
 
 // fakeTransport records what a session writes and how it is closed. With a
-// gate, each write waits for a token from it (or for the close).
+// gate, each write waits for a token from it (or for the close); with
+// pieces, for that many, telling progress of each but the last (a large
+// write the client takes piece by piece).
 type fakeTransport struct {
-	gate   chan struct{}
-	wrote  chan outItem
-	closed chan struct{}
+	gate     chan struct{}
+	wrote    chan outItem
+	closed   chan struct{}
+	pieces   int
+	progress func()
 
 	mu     sync.Mutex
 	closes []*Disconnect
@@ -42,7 +46,13 @@ func newFakeTransport(gated bool) *fakeTransport {
 }
 
 func (f *fakeTransport) write(it outItem) bool {
-	if f.gate != nil {
+	for i := range max(f.pieces, 1) {
+		if f.gate == nil {
+			break
+		}
+		if i > 0 {
+			f.progress()
+		}
 		select {
 		case <-f.gate:
 		case <-f.closed:
@@ -66,6 +76,17 @@ func (f *fakeTransport) closeCalls() []*Disconnect {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]*Disconnect(nil), f.closes...)
+}
+
+// take lets the write under way take one gate token; it fails the test if
+// the session closed the transport instead.
+func (f *fakeTransport) take(t *testing.T) {
+	t.Helper()
+	select {
+	case f.gate <- struct{}{}:
+	case <-f.closed:
+		t.Fatalf("closed while the client was reading: %+v", f.closeCalls()[0])
+	}
 }
 
 // next waits for the next written item.
@@ -250,6 +271,69 @@ func TestSession_SlowConsumer(t *testing.T) {
 	assert.Equal(t, disconnectSlowConsumer, *calls[0])
 	assert.True(t, calls[0].Reconnect)
 	assert.False(t, ss.send("5"))
+}
+
+// A write the client has not taken in SlowConsumerAfter makes a slow
+// consumer, however short its queue: closed 4001 (reconnect). A client
+// that keeps taking its writes, each well within the bound, is not one,
+// however long its writer runs.
+func TestSession_WriteWaitingPastTheBoundIsASlowConsumer(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, nil)
+	t.Run("Stuck", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeTransport(true)
+		ss := testSession(t, s, f, sessionOptions{})
+		start := time.Now()
+		require.True(t, ss.send("0")) // never taken
+		select {
+		case <-ss.done:
+		case <-time.After(SlowConsumerAfter + 10*time.Second):
+			t.Fatal("the slow consumer was not disconnected")
+		}
+		took := time.Since(start)
+		t.Logf("closed after %v", took)
+		assert.GreaterOrEqual(t, took, SlowConsumerAfter)
+		calls := f.closeCalls()
+		require.Len(t, calls, 1)
+		require.NotNil(t, calls[0])
+		assert.Equal(t, disconnectSlowConsumer, *calls[0])
+		assert.False(t, ss.send("1"), "nothing more is queued")
+	})
+	t.Run("Reading", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeTransport(true)
+		ss := testSession(t, s, f, sessionOptions{})
+		const n = 6 // one every quarter of the bound: 1.5 bounds in all
+		for i := range n {
+			require.True(t, ss.send(i))
+		}
+		pace := time.NewTicker(SlowConsumerAfter / 4)
+		defer pace.Stop()
+		for range n {
+			<-pace.C // the client's pace, not a wait for a result
+			f.take(t)
+			f.next(t)
+		}
+		assert.Empty(t, f.closeCalls(), "a client that keeps reading is not closed")
+		assert.True(t, ss.send("more"))
+	})
+	t.Run("TakingALargeWrite", func(t *testing.T) {
+		t.Parallel()
+		f := newFakeTransport(true)
+		f.pieces = 6 // one every quarter of the bound: 1.5 bounds in all
+		ss := testSession(t, s, f, sessionOptions{})
+		f.progress = ss.progressed
+		require.True(t, ss.send("large"))
+		pace := time.NewTicker(SlowConsumerAfter / 4)
+		defer pace.Stop()
+		for range f.pieces {
+			<-pace.C
+			f.take(t)
+		}
+		f.next(t)
+		assert.Empty(t, f.closeCalls(), "a client that keeps taking a large write is not closed")
+	})
 }
 
 // The hold ends when the writer takes an item that leaves at most

@@ -459,3 +459,87 @@ func TestEncryptedQueue_AllTransports(t *testing.T) {
 	require.NoError(t, store.Pool().QueryRow(ctxT(t), `SELECT payload::text FROM messages`).Scan(&stored))
 	assert.NotContains(t, stored, "1234")
 }
+
+// A stream whose client stops reading while its events fill the socket is
+// a slow consumer: within the documented bound its leases are given back
+// at once (not kept for a resume: another consumer gets the messages, no
+// attempt counted), and the stream ends with event: disconnect
+// {"code":4001} and a retry:, which reach the client once it reads again;
+// a healthy stream of the same queue is served meanwhile.
+func TestSSE_SlowConsumerGetsDisconnectEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const q, n = "sseslowconsumer", 250
+	e.pushLarge(q, "p1", n)
+
+	host := strings.TrimPrefix(e.url, "http://")
+	conn, err := smallReadBuffer(ctxT(t), "tcp", host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = fmt.Fprintf(conn, "GET /api/v1/sse/queue/%s/partition/p1?batch=%d&maxInFlight=%d HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n",
+		q, n, n, host)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	br := bufio.NewReader(conn)
+	status, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 200 OK\r\n", status)
+	for { // the head, then the first retry: and ": connected"
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		if line == ": connected\n" {
+			break
+		}
+	}
+	stopped := time.Now() // it reads nothing more for now
+
+	healthy := e.openSSE(t, "/api/v1/sse/queue/"+q+"/partition/p2", nil)
+	rescuer := e.dialWS(t)
+	rescuer.subscribe(fmt.Sprintf(`{"type":"subscribe","id":3,"queue":%q,"partition":"p1","batch":%d,"maxInFlight":%d}`, q, n, n))
+
+	e.pushItems(fmt.Sprintf(`[{"queue":%q,"partition":"p2","payload":"h"}]`, q))
+	hm, _ := healthy.next()
+	servedAt := time.Since(stopped)
+	assert.JSONEq(t, `"h"`, string(hm.Data))
+
+	released := e.slowConsumerReleased(q)
+	releasedAt := time.Since(stopped)
+
+	// Reading again, the slow client finds what its socket held, then the
+	// last event: disconnect with 4001, and a retry: so EventSource comes
+	// back. Events are read whole; a data line is 32 KiB.
+	var last sseEvent
+	var ev sseEvent
+	read := 0
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Logf("the slow client read %d bytes before: %v", read, err)
+			break
+		}
+		read += len(line)
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			last, ev = ev, sseEvent{}
+		case strings.HasPrefix(line, "event: "):
+			ev.event = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			ev.data = line[len("data: "):]
+		case strings.HasPrefix(line, "retry: "):
+			ev.retry, _ = strconv.Atoi(line[len("retry: "):])
+		}
+	}
+	assert.Equal(t, "disconnect", last.event, "the last event")
+	assert.JSONEq(t, `{"code":4001,"reason":"client reads too slowly"}`, last.data)
+	assert.Positive(t, last.retry, "a retry: with it: EventSource comes back")
+
+	t.Logf("healthy stream served after %v; slow consumer's lease given back %v after it was taken, %v after the client stopped reading",
+		servedAt, released, releasedAt)
+	assert.Less(t, servedAt, releasedAt, "the healthy stream did not wait for the slow one")
+	assert.Less(t, released, slowConsumerBound, "leases released within the bound, not kept for a resume")
+	ms := rescuer.deliveredWithin(10*time.Second, n)
+	for i, m := range ms {
+		require.Equal(t, 0, m.RetryCount, "message %d: a release counts no attempt", i)
+	}
+}

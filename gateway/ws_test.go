@@ -1,8 +1,10 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -341,7 +343,8 @@ func TestWS_OrderAcrossReconnect(t *testing.T) {
 
 // A client that does not read: once its write queue is long, Herald leases
 // nothing more to it (messages stay in the queue for others) instead of
-// dropping anything; when it reads again, delivery resumes.
+// dropping anything; when it reads again, delivery resumes. (It reads again
+// well within SlowConsumerAfter: past it, it would be a slow consumer.)
 func TestWS_SlowReaderHoldsCredit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -466,4 +469,150 @@ func TestWS_RenewAndAckStatuses(t *testing.T) {
 	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &res))
 	assert.True(t, res[0].Success)
 	e.popEmpty("/api/v1/pop/queue/wsstat")
+}
+
+// slowConsumerBound is how long after a slow consumer's messages were
+// leased the tests allow before they are free again: 10 s, the bound the
+// close must keep. The leases go SlowConsumerAfter (5 s) after the socket
+// stopped taking bytes, before the close's grace; the rest covers the
+// server's filling the socket buffers (8 MB of JSON to encode, slow under
+// -race on a loaded machine: up to 2.8 s seen at load 25). Without the
+// watch, a WebSocket's leases went at its 10 s write deadline, about this
+// bound (the code, 1006, tells it apart); an SSE stream's 10 s later still.
+const slowConsumerBound = 10 * time.Second
+
+// partitionLease is the lease a partition of q holds in the default group,
+// "" when none.
+func (e *env) partitionLease(q, partition string) string {
+	e.t.Helper()
+	var lease *string
+	err := e.store.Pool().QueryRow(ctxT(e.t), `SELECT c.lease_id::text FROM consumers c
+		JOIN partitions p ON p.id = c.partition_id JOIN queues q ON q.id = p.queue_id
+		WHERE q.name = $1 AND p.name = $2 AND c.consumer_group = '__QUEUE_MODE__'`, q, partition).Scan(&lease)
+	if err != nil || lease == nil {
+		return ""
+	}
+	return *lease
+}
+
+// slowConsumerReleased waits until the lease a slow consumer takes of q's
+// partition p1 is given back, and returns how long after it was taken.
+func (e *env) slowConsumerReleased(q string) time.Duration {
+	e.t.Helper()
+	var lease string
+	eventually(e.t, func() bool { lease = e.partitionLease(q, "p1"); return lease != "" }, "the slow consumer leased nothing")
+	leased := time.Now()
+	require.Eventually(e.t, func() bool { return e.partitionLease(q, "p1") != lease }, 20*time.Second, 5*time.Millisecond,
+		"the slow consumer's lease was not given back")
+	return time.Since(leased)
+}
+
+// pushLarge pushes n messages of about 32 KiB each to one partition: 8 MB
+// for n = 250, more than a loopback socket's buffers hold (4 MiB for the
+// sender at most, here; the slow clients read into 256 KiB).
+func (e *env) pushLarge(q, partition string, n int) {
+	e.t.Helper()
+	pad := strings.Repeat("x", 32<<10)
+	for i := 0; i < n; i += 50 {
+		items := make([]string, 0, 50)
+		for j := i; j < min(i+50, n); j++ {
+			items = append(items, fmt.Sprintf(`{"queue":%q,"partition":%q,"payload":{"n":%d,"pad":%q}}`, q, partition, j, pad))
+		}
+		e.pushItems("[" + strings.Join(items, ",") + "]")
+	}
+}
+
+// smallReadBuffer dials with a 256 KiB socket receive buffer, so that a
+// client that stops reading stops the server's writes soon (the default
+// grows to 32 MiB here). Not much smaller: under a few loopback segments
+// (64 KiB) the window opens only at the sender's probes, seconds apart,
+// and a client reading again would not catch up.
+func smallReadBuffer(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err == nil {
+		err = c.(*net.TCPConn).SetReadBuffer(256 << 10)
+	}
+	return c, err
+}
+
+// deliveredWithin reads deliver frames for up to d until n messages came.
+func (c *wsClient) deliveredWithin(d time.Duration, n int) []message {
+	c.t.Helper()
+	var ms []message
+	deadline := time.After(d)
+	for len(ms) < n {
+		select {
+		case f := <-c.frames:
+			if string(f["type"]) == `"deliver"` {
+				ms = append(ms, deliveredMessages(c.t, f)...)
+			}
+		case err := <-c.closed:
+			c.t.Fatalf("connection ended waiting for deliveries: %v", err)
+		case <-deadline:
+			c.t.Fatalf("%d of %d messages delivered within %v", len(ms), n, d)
+		}
+	}
+	return ms
+}
+
+// A client that stops reading while its deliveries fill the socket is a
+// slow consumer: within the documented bound its leases are given back
+// (another consumer gets the messages at once, no attempt counted, without
+// waiting for the lease time) and it is closed with 4001, which reaches it
+// once it reads again; a healthy subscriber of the same queue is served
+// meanwhile.
+func TestWS_SlowConsumerIsClosedWith4001AndItsLeasesReleased(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const q, n = "wsslowconsumer", 250
+	e.pushLarge(q, "p1", n)
+
+	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second,
+		NetDialContext: smallReadBuffer}
+	slow, res, err := d.Dial("ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/ws", nil)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	t.Cleanup(func() { _ = slow.Close() })
+	require.NoError(t, slow.WriteMessage(websocket.TextMessage,
+		fmt.Appendf(nil, `{"type":"subscribe","id":1,"queue":%q,"partition":"p1","batch":%d,"maxInFlight":%d}`, q, n, n)))
+	_, data, err := slow.ReadMessage()
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"subscribed"`)
+	stopped := time.Now() // it reads nothing more for now
+
+	healthy := e.dialWS(t)
+	healthy.subscribe(fmt.Sprintf(`{"type":"subscribe","id":2,"queue":%q,"partition":"p2"}`, q))
+	rescuer := e.dialWS(t)
+	rescuer.subscribe(fmt.Sprintf(`{"type":"subscribe","id":3,"queue":%q,"partition":"p1","batch":%d,"maxInFlight":%d}`, q, n, n))
+
+	e.pushItems(fmt.Sprintf(`[{"queue":%q,"partition":"p2","payload":"h"}]`, q))
+	hm := healthy.deliveredWithin(5*time.Second, 1)
+	servedAt := time.Since(stopped)
+	assert.JSONEq(t, `"h"`, string(hm[0].Data))
+
+	released := e.slowConsumerReleased(q)
+	releasedAt := time.Since(stopped)
+	// Reading again, the slow client finds what its socket held, then 4001.
+	require.NoError(t, slow.SetReadDeadline(time.Now().Add(20*time.Second)))
+	read := 0
+	for {
+		_, data, err := slow.ReadMessage()
+		if err != nil {
+			t.Logf("the slow client read %d bytes before: %v", read, err)
+			var ce *websocket.CloseError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, gateway.CloseSlowConsumer, ce.Code)
+			break
+		}
+		read += len(data)
+	}
+
+	t.Logf("healthy subscriber served after %v; slow consumer's lease given back %v after it was taken, %v after the client stopped reading",
+		servedAt, released, releasedAt)
+	assert.Less(t, servedAt, releasedAt, "the healthy subscriber did not wait for the slow one")
+	assert.Less(t, released, slowConsumerBound, "leases released within the bound")
+	ms := rescuer.deliveredWithin(10*time.Second, n)
+	for i, m := range ms {
+		require.Equal(t, 0, m.RetryCount, "message %d: a release counts no attempt", i)
+	}
 }

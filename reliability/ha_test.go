@@ -123,6 +123,7 @@ type flow struct {
 	mu        sync.Mutex
 	pushed    map[int]pushRec                 // n → its push, 201 only
 	pushFails int                             // pushes that failed (any error or status)
+	failAt    []time.Time                     // when each failed push was answered
 	failWhy   map[string]int                  // why, first 60 characters
 	acks      map[string]map[int]int          // group → n → successful acks
 	order     map[string]map[string][]int     // group → partition → n in ack order
@@ -160,6 +161,7 @@ func (f *flow) fail(why string) {
 	f.mu.Lock()
 	f.pushFails++
 	f.failWhy[why]++
+	f.failAt = append(f.failAt, time.Now())
 	f.mu.Unlock()
 }
 

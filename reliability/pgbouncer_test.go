@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -80,7 +81,7 @@ pidfile = %s/pgbouncer.pid
 // bouncerRole creates a login role that owns the test's schema, with the
 // settings Herald would send at connection start set on the role instead,
 // as docs/failover.md says to; it is dropped when the test ends.
-func bouncerRole(t *testing.T, admin, schema string) string {
+func bouncerRole(t *testing.T, admin, db, schema string) string {
 	t.Helper()
 	role := "herald_" + strings.TrimPrefix(schema, "t_")
 	ident, sch := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
@@ -90,8 +91,9 @@ func bouncerRole(t *testing.T, admin, schema string) string {
 	require.NoError(t, err)
 	defer func() { _ = conn.Close(ctx) }()
 	for _, sql := range []string{
-		"CREATE ROLE " + ident + " LOGIN",
+		"CREATE ROLE " + ident + " LOGIN REPLICATION", // REPLICATION: --wake logical
 		"ALTER SCHEMA " + sch + " OWNER TO " + ident,
+		"GRANT CREATE ON DATABASE " + pgx.Identifier{db}.Sanitize() + " TO " + ident, // the publication of --wake logical
 		"ALTER ROLE " + ident + " SET search_path = " + sch,
 		"ALTER ROLE " + ident + " SET plan_cache_mode = force_generic_plan",
 		"ALTER ROLE " + ident + " SET statement_timeout = '30s'",
@@ -128,20 +130,30 @@ func bouncerRole(t *testing.T, admin, schema string) string {
 // long-poll consumer group, each acking (the long-poll one partly in
 // transactions), every message once and in order per partition, while
 // retention runs through the pooler again and again.
+//
+// With --wake logical the replication connection goes to the direct URL
+// too (PgBouncer cannot replicate).
 func TestPgBouncer_TransactionModeDeliversEverythingOnceInOrder(t *testing.T) {
+	for _, wake := range []string{"notify", "logical"} {
+		t.Run(wake, func(t *testing.T) { bouncedFlow(t, wake) })
+	}
+}
+
+func bouncedFlow(t *testing.T, wake string) {
 	admin := pgtest.AdminURL(t)
 	u, err := url.Parse(pgtest.DSN(t))
 	require.NoError(t, err)
 	schema, db := u.Query().Get("search_path"), strings.TrimPrefix(u.Path, "/")
-	role := bouncerRole(t, admin, schema)
+	role := bouncerRole(t, admin, db, schema)
 	port := startPgBouncer(t, u.Port(), db, role)
 	pooled := fmt.Sprintf("postgres://%s@127.0.0.1:%d/herald?sslmode=disable&default_query_exec_mode=exec", role, port)
 	direct := fmt.Sprintf("postgres://%s@127.0.0.1:%s/%s?sslmode=disable", role, u.Port(), db)
 
-	in := servertest.Start(t, pooled, "notify", func(c *server.Config) {
+	in := servertest.Start(t, pooled, wake, func(c *server.Config) {
 		c.ListenDatabaseURL = direct
 		c.SweepMin, c.SweepMax = 0, 0 // the default sweep, as an operator runs it
-		c.Adjust.Listener = nil
+		c.Adjust.Listener, c.Adjust.Logical = nil, nil
+		c.Logger = zerolog.New(os.Stderr).Level(zerolog.WarnLevel)
 	})
 	base := func() string { return in.URL() }
 	code, body := in.Call(http.MethodPost, "/api/v1/configure",
@@ -229,5 +241,5 @@ func TestPgBouncer_TransactionModeDeliversEverythingOnceInOrder(t *testing.T) {
 	assert.Empty(t, leaked, "sessions left holding an advisory lock outside a transaction")
 	assert.Positive(t, runs, "retention ran")
 	assert.Positive(t, deleted, "retention deleted completed messages")
-	t.Logf("pgbouncer: %d messages, 3 groups, %d retention runs deleted %d", total+1, runs, deleted)
+	t.Logf("pgbouncer (wake %s): %d messages, 3 groups, %d retention runs deleted %d", wake, total+1, runs, deleted)
 }

@@ -210,6 +210,10 @@ func bouncedFlow(t *testing.T, wake string) {
 			if err == nil {
 				holders, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			}
+			if err != nil && rctx.Err() == nil {
+				retentionDone <- fmt.Errorf("reading pg_locks: %w", err)
+				return
+			}
 			for _, h := range holders {
 				leaked[h] = true
 			}

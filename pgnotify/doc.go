@@ -32,6 +32,12 @@
 // channel's name), pg_notification_queue_usage (the Listener's ping) and
 // SHOW wal_level (Logical.Check).
 //
+// Both hold a connection for good: LISTEN and the replication stream need
+// a session of their own, which a transaction-mode pooler (PgBouncer
+// pool_mode=transaction) cannot give. ListenerConfig.URL and
+// LogicalConfig.URL (--listen-database-url) take them straight to
+// PostgreSQL while the pool goes through the pooler (docs/failover.md).
+//
 // # Concurrency
 //
 // Notifier.Run, Listener.Run and Logical.Run each run on their caller's

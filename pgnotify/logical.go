@@ -30,6 +30,11 @@ type LogicalConfig struct {
 	// with its settings (so on its schema), and Check reads the server's
 	// wal_level through it. Required.
 	Pool *pgxpool.Pool
+	// URL, when set, is where the replication connection goes instead of
+	// the pool's server: a direct URL when the pool goes through a
+	// transaction-mode pooler (PgBouncer), which cannot replicate.
+	// Empty: the pool's settings.
+	URL string
 	// Tables is what the stream needs of Herald's tables (queue.Store
 	// provides it). Required.
 	Tables Tables
@@ -141,6 +146,11 @@ func (l *Logical) session(ctx context.Context, first *bool) (started bool, err e
 		return false, err
 	}
 	cfg := l.cfg.Pool.Config().ConnConfig.Config.Copy()
+	if l.cfg.URL != "" {
+		if cfg, err = pgconn.ParseConfig(l.cfg.URL); err != nil {
+			return false, fmt.Errorf("parsing the replication URL: %w", err)
+		}
+	}
 	cfg.RuntimeParams = map[string]string{"replication": "database", "application_name": "herald-logical"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	conn, err := pgconn.ConnectConfig(cctx, cfg)

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -178,31 +179,51 @@ FROM lk
 WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group`
 
 // RunRetention applies the queues' retention settings once, unless another
-// instance is running it (a PostgreSQL advisory lock, held for the run):
-// ran is false then. Deletes go in batches of batch (0: the default), each
-// its own short transaction.
+// instance is running it: ran is false then. Deletes go in batches of batch
+// (0: the default), each its own short transaction.
+//
+// The run's lock is a transaction-level advisory lock, held by a
+// transaction open on a connection of its own for the whole run (it takes
+// no snapshot between statements and holds back no xmin), so it ends with
+// that transaction however the run ends. A session-level lock would not
+// survive a transaction-mode pooler (PgBouncer): its unlock can reach
+// another server session, leaving the lock on the first one for good and
+// no instance running retention again.
 func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []RetentionDeleted, ran bool, err error) {
 	if batch <= 0 {
 		batch = RetentionBatchDefault
 	}
-	conn, err := s.pool.Acquire(ctx)
+	if s.pool.Config().MaxConns < 2 {
+		// The holder would wait for a second connection it itself holds.
+		return nil, false, errors.New("retention: the pool needs at least 2 connections (one holds the lock)")
+	}
+	holder, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("retention: %w", err)
 	}
-	defer conn.Release()
+	defer holder.Release()
+	lock, err := holder.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("retention: taking the lock: %w", err)
+	}
+	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }() // the lock has nothing to commit
+	// The holder idles in its transaction while the run works: a run
+	// longer than idle_in_transaction_session_timeout must keep its lock.
+	if _, err := lock.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
+		return nil, false, fmt.Errorf("retention: taking the lock: %w", err)
+	}
 	const lockKey = `hashtext('herald_retention:' || current_schema())`
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+lockKey+`)`).Scan(&ran); err != nil {
+	if err := lock.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+lockKey+`)`).Scan(&ran); err != nil {
 		return nil, false, fmt.Errorf("retention: taking the lock: %w", err)
 	}
 	if !ran {
 		return nil, false, nil
 	}
-	defer func() {
-		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+lockKey+`)`); uerr != nil {
-			// The lock goes with the connection: drop it from the pool.
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, true, fmt.Errorf("retention: %w", err)
+	}
+	defer conn.Release()
 	totals := map[[2]string]int64{}
 	for _, rule := range retentionRules {
 		for {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -301,4 +302,21 @@ func TestIssue19_MaxWaitOnUnreadQueue(t *testing.T) {
 
 	res := pop(t, s, queue.PopRequest{Queue: "unread", Group: "late", Batch: 10, Partitions: 2})
 	assert.Equal(t, []int{3, 3}, payloads(t, res.Messages), "a group subscribing now reads what is left")
+}
+
+// Retention's lock holds a connection for the run and the deletes take a
+// second one: with a pool of one it fails at once instead of waiting for
+// the connection it holds itself.
+func TestRetention_PoolOfOneConnectionIsRefusedNotHung(t *testing.T) {
+	ctx := ctxT(t)
+	pool, err := queue.NewPool(ctx, pgtest.DSN(t), 1)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = queue.Migrate(ctx, pool)
+	require.NoError(t, err)
+	s, err := queue.New(queue.Config{Pool: pool})
+	require.NoError(t, err)
+	_, ran, err := s.RunRetention(ctx, 0)
+	require.ErrorContains(t, err, "at least 2 connections")
+	assert.False(t, ran)
 }

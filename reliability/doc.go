@@ -17,5 +17,15 @@
 //	make chaos-short   # 20,000 messages (go test -tags reliability -run TestChaos ./reliability)
 //	make chaos         # HERALD_CHAOS_N=1000000, hours
 //
+// The failover tests put the HA parts operators use around Herald
+// (docs/failover.md): PgBouncer 1.18 in transaction mode in front of the
+// test cluster (pgbouncer_test.go), and a two-node Patroni 3.0.2 cluster
+// on etcd 3.4 whose leader host is killed or switched over under a
+// numbered flow (patroni_test.go); ha_test.go holds what they share. They
+// need the pgbouncer, patroni and etcd-server packages and run their
+// daemons as the postgres OS user on loopback ports of their own.
+//
+//	make failover      # go test -tags reliability -run 'TestPatroni|TestPgBouncer' ./reliability
+//
 // The package has no code outside its tests; this file is its doc.
 package reliability

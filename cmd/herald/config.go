@@ -74,7 +74,7 @@ var options = []option{
 		func(c *config, v string) (err error) { c.ShutdownTimeout, err = time.ParseDuration(v); return err }},
 	{"wake", "HERALD_WAKE", "notify", "what wakes waiting consumers: notify (pushes wake this instance at once and others by NOTIFY), logical (every insert, from any producer, read from the WAL; needs wal_level=logical) or poll (only the adaptive sweep, the reference server's way)",
 		func(c *config, v string) error { c.Wake = v; return nil }},
-	{"listen-database-url", "HERALD_LISTEN_DATABASE_URL", "", "separate URL for the LISTEN connection (when the pool goes through a transaction-mode pooler); empty takes one from the pool",
+	{"listen-database-url", "HERALD_LISTEN_DATABASE_URL", "", "separate URL, straight to PostgreSQL, for the LISTEN connection (--wake notify) or the replication stream (--wake logical) when the main URL goes through a transaction-mode pooler; empty takes one from the pool",
 		func(c *config, v string) error { c.ListenDatabaseURL = v; return nil }},
 	{"ws-allowed-origins", "HERALD_WS_ALLOWED_ORIGINS", "", "comma-separated Origins a browser WebSocket may come from; empty allows any",
 		func(c *config, v string) error { c.AllowedOrigins = splitList(v); return nil }},

@@ -40,8 +40,10 @@ type Config struct {
 	// DatabaseURL of PostgreSQL; empty starts a private PostgreSQL under
 	// DataDir/postgres (PGPort, 0 picks a free one), restarted if it dies.
 	DatabaseURL string
-	// ListenDatabaseURL: a separate connection for LISTEN; empty takes one
-	// from the pool.
+	// ListenDatabaseURL: a separate connection for LISTEN (WakeNotify) or
+	// the replication stream (WakeLogical), straight to PostgreSQL when
+	// DatabaseURL goes through a transaction-mode pooler; empty takes
+	// LISTEN's from the pool and replicates with the pool's settings.
 	ListenDatabaseURL string
 	DataDir           string
 	PGPort            int

@@ -304,7 +304,8 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 		s.wakeReady = s.listener.Connected()
 		s.runners = append(s.runners, runner{"notifier", s.notifier.Run}, runner{"listener", s.listener.Run})
 	case WakeLogical:
-		lc := pgnotify.LogicalConfig{Pool: s.db.pool, Tables: s.store, Waker: wakers{s}, Registerer: s.reg, Logger: s.log}
+		lc := pgnotify.LogicalConfig{Pool: s.db.pool, URL: c.ListenDatabaseURL, Tables: s.store, Waker: wakers{s},
+			Registerer: s.reg, Logger: s.log}
 		if c.Adjust.Logical != nil {
 			c.Adjust.Logical(&lc)
 		}

@@ -35,7 +35,6 @@ type pollSink struct {
 	items []followItem
 	gone  *queue.FollowPos
 	got   chan struct{}
-	slowC chan struct{}
 }
 
 func (p *pollSink) deliver(items []followItem, gone *queue.FollowPos) bool {

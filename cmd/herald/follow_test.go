@@ -110,7 +110,8 @@ func TestFollow_ResumesExactlyOnAnotherInstanceAfterKill(t *testing.T) {
 	}
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
 	select {
-	case <-firstDone:
+	case err := <-firstDone: // the stream of a killed instance ends in an error or EOF: either is its end
+		t.Logf("the stream from the killed instance ended: %v", err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stream from the killed instance did not end")
 	}

@@ -500,7 +500,7 @@ func openSSE(addr, path string, deadline time.Time) (sseOutcome, net.Conn, *bufi
 		_ = conn.Close()
 		return sseFailed, nil, nil, err.Error()
 	}
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil) //nolint:bodyclose // the body is the connection's, closed with it (every return closes conn or hands it to the caller)
 	if err != nil {
 		_ = conn.Close()
 		return sseFailed, nil, nil, err.Error()

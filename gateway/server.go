@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -59,9 +60,13 @@ type Config struct {
 	// Notifier, when set, tells other instances about this instance's
 	// pushes (pgnotify.Notifier). It must not block.
 	Notifier interface{ Notify(queue, partition string) }
-	// AllowedOrigins lists the Origin headers a WebSocket upgrade may carry
-	// (scheme://host[:port]); empty allows any. Requests without an Origin
-	// (non-browser clients) are always allowed.
+	// AllowedOrigins lists origins (scheme://host[:port], http or https)
+	// besides the server's own whose pages may open a WebSocket and use the
+	// auth cookie (auth_cookie.go); empty means the server's own origin
+	// only: the scheme the request came over (X-Forwarded-Proto from a
+	// proxy that ends TLS) and its Host. An upgrade from another origin is
+	// answered 403; one without an Origin (a client that is not a browser)
+	// is always allowed.
 	AllowedOrigins []string
 	// MaxWSConnections caps open WebSocket connections; zero means
 	// MaxWSConnectionsDefault. Beyond it an upgrade is answered 503.
@@ -193,6 +198,12 @@ func (c Config) Validate() error {
 	case c.BufferMaxBytes < 0:
 		return errors.New("gateway: Config.BufferMaxBytes must not be negative")
 	}
+	for _, o := range c.AllowedOrigins {
+		if _, ok := normalOrigin(o); !ok {
+			return fmt.Errorf("gateway: Config.AllowedOrigins: %q is not an origin: scheme://host[:port], http or https, with no path"+
+				" (there is no wildcard: each origin whose pages may use the cookie is named)", o)
+		}
+	}
 	return nil
 }
 
@@ -207,6 +218,9 @@ type Server struct {
 	reg     *prometheus.Registry
 	poller  *poller.Poller
 	notify  func(queue, partition string)
+	// allowedOrigins are Config.AllowedOrigins as browsers write them
+	// (normalOrigin).
+	allowedOrigins []string
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -258,6 +272,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Notifier != nil {
 		s.notify = cfg.Notifier.Notify
 	}
+	for _, o := range cfg.AllowedOrigins {
+		n, _ := normalOrigin(o) // Validate checked them
+		s.allowedOrigins = append(s.allowedOrigins, n)
+	}
 	m, err := newMetrics(reg, cfg.Store, cfg.Metrics)
 	if err != nil {
 		return nil, err
@@ -272,6 +290,8 @@ func New(cfg Config) (*Server, error) {
 
 func (s *Server) routes() {
 	s.handle("POST /api/v1/push", "push", RoleReadWrite, s.handlePush)
+	// A pop leases messages (and with autoAck consumes them): a GET, but a
+	// change (auth_cookie.go). Routes registered with read change nothing.
 	s.handle("GET /api/v1/pop/queue/{queue}", "pop", RoleReadWrite, s.handlePop)
 	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", RoleReadWrite, s.handlePop)
 	s.handle("GET /api/v1/pop", "pop_namespace", RoleReadWrite, s.handlePop)
@@ -290,23 +310,23 @@ func (s *Server) routes() {
 	// Probes and scrapes stay open: orchestrators and Prometheus hold no
 	// token. Metrics.Auth closes /metrics, which names queues, to all but
 	// admins.
-	s.handle("GET /health", "health", RoleNone, s.handleHealth)
-	s.handle("GET /metrics", "metrics", s.cfg.Metrics.role(), promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
-	s.handle("GET /internal/api/shared-state/stats", "stats", RoleAdmin, s.handleStats)
+	s.read("GET /health", "health", RoleNone, s.handleHealth)
+	s.read("GET /metrics", "metrics", s.cfg.Metrics.role(), promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	s.read("GET /internal/api/shared-state/stats", "stats", RoleAdmin, s.handleStats)
 	// The demo page and the browser SDK (web/).
 	page := web.Handler()
-	s.handle("GET /{$}", "index", RoleNone, page.ServeHTTP)
+	s.read("GET /{$}", "index", RoleNone, page.ServeHTTP)
 	for _, name := range web.Names() {
 		if name != "index.html" {
-			s.handle("GET /"+name, "web", RoleNone, page.ServeHTTP)
+			s.read("GET /"+name, "web", RoleNone, page.ServeHTTP)
 		}
 	}
 	// The operator console (web/console/): static files like the demo
 	// page's; every API call it makes carries the admin token pasted into it.
-	s.handle("GET /console", "console", RoleNone, page.ServeHTTP)
-	s.handle("GET /console/", "console", RoleNone, page.ServeHTTP)
+	s.read("GET /console", "console", RoleNone, page.ServeHTTP)
+	s.read("GET /console/", "console", RoleNone, page.ServeHTTP)
 	// Every queue's name and lag, every instance: not for a tenant's token.
-	s.handle("GET /internal/api/status", "status", RoleAdmin, s.handleStatus)
+	s.read("GET /internal/api/status", "status", RoleAdmin, s.handleStatus)
 	// The reference server's admin, browsing and group API (issue 19).
 	s.consumerGroupRoutes() // handler_groups.go
 	s.traceRoutes()         // handler_traces.go
@@ -389,17 +409,29 @@ func (s *Server) Handler() http.Handler { return s.mux }
 
 // handle registers h under pattern with the per-request middleware; route is
 // the metrics label (fixed strings, never ids) and need the least role a
-// token must carry when auth is on.
+// token must carry when auth is on. The route changes state, as far as the
+// cookie rule is concerned (auth_cookie.go): a token in the cookie alone
+// needs X-Herald-CSRF. A GET that changes nothing is registered with read.
 func (s *Server) handle(pattern, route string, need Role, h http.HandlerFunc) {
-	s.mux.Handle(pattern, s.instrument(route, need, h))
+	s.mux.Handle(pattern, s.instrument(route, need, changes, h))
 }
 
-// stream registers a long-lived endpoint: CORS and auth, no request metrics.
+// read registers a GET route with no side effect: the cookie alone may
+// authorize it from an allowed origin. A GET that leases or consumes (a
+// pop) is no read: it is registered with handle.
+func (s *Server) read(pattern, route string, need Role, h http.HandlerFunc) {
+	s.mux.Handle(pattern, s.instrument(route, need, reads, h))
+}
+
+// stream registers a long-lived GET endpoint: CORS and auth, no request
+// metrics. An event stream opened with the cookie alone must come from an
+// allowed origin and be asked for as one (Accept: text/event-stream: an
+// EventSource, not a link). The WebSocket checks its token itself.
 func (s *Server) stream(pattern string, need Role, h http.HandlerFunc) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		setCORS(w.Header())
-		w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID")
-		r, ok := s.authorize(w, r, need)
+		w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID, "+CSRFHeader)
+		r, ok := s.authorize(w, r, need, streams)
 		if !ok {
 			return
 		}
@@ -410,18 +442,20 @@ func (s *Server) stream(pattern string, need Role, h http.HandlerFunc) {
 func setCORS(hdr http.Header) {
 	hdr.Set("Access-Control-Allow-Origin", "*")
 	hdr.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
-	hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+	// No Access-Control-Allow-Credentials, ever: a page of another origin
+	// cannot send the CSRF header with the user's cookie (auth_cookie.go).
+	hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, "+CSRFHeader)
 	hdr.Set("Access-Control-Max-Age", "86400")
 }
 
-func (s *Server) instrument(route string, need Role, h http.HandlerFunc) http.Handler {
+func (s *Server) instrument(route string, need Role, eff effect, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		setCORS(w.Header())
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		s.withBodyDeadline(w, sw, r)
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.BodyLimit)
-		if r, ok := s.authorize(sw, r, need); ok {
+		if r, ok := s.authorize(sw, r, need, eff); ok {
 			h(sw, r)
 		}
 		d := time.Since(start)

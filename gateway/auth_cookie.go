@@ -158,6 +158,13 @@ func requestScheme(r *http.Request) string {
 	return "http"
 }
 
+// ValidOrigin reports whether s is an origin as Config.AllowedOrigins takes
+// one: scheme://host[:port], http or https, nothing after it.
+func ValidOrigin(s string) bool {
+	_, ok := normalOrigin(s)
+	return ok
+}
+
 // normalOrigin returns an origin as browsers serialize it — lower case,
 // without its scheme's default port — and whether s is one: http or https,
 // a host, nothing after it.

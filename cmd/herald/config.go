@@ -229,6 +229,11 @@ func (c *config) validate() error {
 	case len(c.SyncPeers) > 0 && !validSecret(c.SyncSecret):
 		return errors.New("--sync-secret must be 64 hex characters when --sync-peers is set")
 	}
+	for _, o := range c.AllowedOrigins {
+		if !gateway.ValidOrigin(o) {
+			return fmt.Errorf("--ws-allowed-origins: %q is not an origin: scheme://host[:port], http or https, no path (there is no wildcard)", o)
+		}
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:

@@ -49,7 +49,13 @@ import (
 // cookie is told apart by the rules above only where it matters: it is a
 // GET without X-Herald-CSRF (refused if it changes anything) and without
 // Accept: text/event-stream (refused if it streams); what it reads goes to
-// the user's tab, not to the other site.
+// the user's tab, not to the other site. What remains there: a no-cors
+// fetch may set Accept: text/event-stream and sends neither Origin nor
+// Sec-Fetch-Site over plain http, exactly as a same-origin EventSource
+// does; only the cookie's SameSite keeps it from other sites, and nothing
+// keeps it from another port of the same host (same site). The docs say
+// so: serve Herald over https (or at localhost) where pages of other
+// origins share its host.
 
 // CSRFHeader is the request header that lets the cookie alone authorize a
 // change: a page of another origin cannot send it with the user's cookie.

@@ -275,7 +275,7 @@ func TestAuth_CookieAloneCannotAck(t *testing.T) {
 	assert.Contains(t, string(r.body), `"success":true`, "the refused acks did not settle it: %s", r)
 }
 
-// pushed pushes one message with a bearer token.
+// pushedAs pushes one message with a bearer token.
 func (e *env) pushedAs(token, q string) {
 	e.t.Helper()
 	r := e.doAuth(http.MethodPost, "/api/v1/push", token, fmt.Sprintf(`{"items":[{"queue":%q,"payload":1}]}`, q))

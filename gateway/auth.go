@@ -67,6 +67,9 @@ type Auth struct {
 	Issuer    string  // when set, iss must equal it
 	// Cookie, when set, names a cookie that may carry the token too (an
 	// EventSource cannot set headers; a cookie keeps the token out of URLs).
+	// A token in the cookie alone is honoured only as the cookie rule
+	// allows (auth_cookie.go): from the server's own origin or an allowed
+	// one, and for a change only with the header X-Herald-CSRF.
 	Cookie   string
 	Audience string // when set, aud must contain it
 	// Leeway tolerates clock skew on exp and nbf.
@@ -217,23 +220,28 @@ func SignToken(secret []byte, sub, role string, ttl time.Duration) string {
 	return string(out)
 }
 
-// bearer finds the token: the Authorization header, the access_token query
-// parameter (EventSource and browser WebSockets cannot set headers), or the
-// cookie named cookie when it is set.
-func bearer(r *http.Request, cookie string) string {
+// bearer finds the token and where it came from: the Authorization
+// header, the access_token query parameter (EventSource and browser
+// WebSockets cannot set headers), or the cookie named cookie when it is
+// set. Only the cookie comes with requests the user's page did not make
+// (the cookie rule, auth_cookie.go).
+func bearer(r *http.Request, cookie string) (string, tokenSource) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
-			return strings.TrimSpace(tok)
+			return strings.TrimSpace(tok), fromHeader
 		}
-		return ""
+		return "", fromNone
 	}
-	if t := r.URL.Query().Get("access_token"); t != "" || cookie == "" {
-		return t
+	if t := r.URL.Query().Get("access_token"); t != "" {
+		return t, fromQuery
 	}
-	if c, err := r.Cookie(cookie); err == nil {
-		return c.Value
+	if cookie == "" {
+		return "", fromNone
 	}
-	return ""
+	if c, err := r.Cookie(cookie); err == nil && c.Value != "" {
+		return c.Value, fromCookie
+	}
+	return "", fromNone
 }
 
 type claimsKey struct{}
@@ -245,14 +253,15 @@ func claimsOf(ctx context.Context) (Claims, bool) {
 	return c, ok
 }
 
-// authorize checks the request's token against need. On failure it answers
-// 401 (no or bad token) or 403 (role too low) and returns false; with auth
-// off it lets everything through.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Role) (*http.Request, bool) {
+// authorize checks the request's token against need, and a token from the
+// cookie alone against what the route does (eff). On failure it answers
+// 401 (no or bad token) or 403 (role too low, the cookie refused) and
+// returns false; with auth off it lets everything through.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Role, eff effect) (*http.Request, bool) {
 	if s.cfg.Auth == nil || need == RoleNone {
 		return r, true
 	}
-	c, err := s.checkToken(r, need)
+	c, err := s.checkToken(r, need, eff)
 	if err != nil {
 		status := http.StatusUnauthorized
 		if errors.Is(err, errForbidden) {
@@ -275,11 +284,17 @@ func (e forbiddenError) Error() string {
 }
 func (e forbiddenError) Unwrap() error { return errForbidden }
 
-func (s *Server) checkToken(r *http.Request, need Role) (Claims, error) {
-	tok := bearer(r, s.cfg.Auth.Cookie)
+func (s *Server) checkToken(r *http.Request, need Role, eff effect) (Claims, error) {
+	tok, from := bearer(r, s.cfg.Auth.Cookie)
 	if tok == "" {
 		s.metrics.authFailures.WithLabelValues("missing").Inc()
 		return Claims{}, ErrNoToken
+	}
+	if from == fromCookie {
+		if err := s.cookieRule(r, eff); err != nil {
+			s.metrics.authFailures.WithLabelValues("cross_site").Inc()
+			return Claims{}, err
+		}
 	}
 	c, err := s.cfg.Auth.Verify(tok, time.Now())
 	if err != nil {

@@ -7,8 +7,27 @@
 // rights, calls queue.Store, and shapes the answer exactly as docs/api.md
 // says (field names, key order, status codes). Files go by prefix:
 // handler_*.go per route group, session*.go for streams, maintenance*.go,
-// auth.go, jwks.go and rights.go for tokens, effects.go for what follows a
-// push, an ack or a release (metrics, wake-ups, credit).
+// auth.go, jwks.go and rights.go for tokens, auth_cookie.go for what a
+// token in the cookie alone may do and which origins a browser's pages may
+// come from, effects.go for what follows a push, an ack or a release
+// (metrics, wake-ups, credit).
+//
+// # Browsers: origins and the cookie
+//
+// Each route is registered with what it does: Server.read for a GET that
+// changes nothing, Server.stream for an event stream, Server.handle for
+// everything else — a change, the default, the GET pops included (they
+// lease, and with autoAck consume). A token in the Authorization header or
+// in access_token works from any origin: a page had to be given it. A
+// token in the --auth-cookie cookie alone, which the browser attaches to
+// other sites' requests too, is honoured only from the server's own origin
+// (scheme, Host) or Config.AllowedOrigins (by Origin, else by
+// Sec-Fetch-Site), a stream only when asked for as one (Accept:
+// text/event-stream), a change only with X-Herald-CSRF or Sec-Fetch-Site:
+// same-origin (auth_cookie.go has the rule and why each part holds). A
+// browser's WebSocket upgrade, whatever its credential, must come from the
+// same origins (403 otherwise); clients without an Origin are not
+// browsers and are let through.
 //
 // # Streams: one session behind every transport
 //
@@ -139,7 +158,8 @@
 // Bad input is answered 400 with {"error": "..."} (413 for a body over
 // Config.BodyLimit, 408 for one not received within BodyReadTimeout) and
 // never reaches the database; a missing or invalid token 401, a role or
-// rights that do not allow the request 403. Per-item failures (a stale
+// rights that do not allow the request 403, and so does a token in the
+// cookie alone outside the cookie rule ("cookie refused: ..."). Per-item failures (a stale
 // lease, an unknown message) are 200 with success:false, because clients
 // retry 5xx. A database fault is 500 with a generic text; the details go
 // to the log at error level. Limits answer so that clients come back

@@ -209,7 +209,10 @@ func TestCORS(t *testing.T) {
 		t.Helper()
 		assert.Equal(t, "*", r.header.Get("Access-Control-Allow-Origin"), "%s", r)
 		assert.Equal(t, "GET, POST, PUT, DELETE, OPTIONS", r.header.Get("Access-Control-Allow-Methods"))
-		assert.Equal(t, "Content-Type, Authorization", r.header.Get("Access-Control-Allow-Headers"))
+		assert.Equal(t, "Content-Type, Authorization, X-Herald-CSRF", r.header.Get("Access-Control-Allow-Headers"))
+		// Never with credentials: a page of another origin cannot send
+		// X-Herald-CSRF with the user's cookie (the cookie rule).
+		assert.Empty(t, r.header.Get("Access-Control-Allow-Credentials"))
 	}
 	check(e.post("/api/v1/push", `{"items":[{"queue":"q"}]}`)) // 201
 	check(e.post("/api/v1/push", `{"foo":1}`))                 // 400

@@ -22,23 +22,23 @@ import (
 // is 403, and a message of another partition (named by the partition's
 // id) is not found, as one that does not exist (see nowhere).
 func (s *Server) browseRoutes() {
-	s.handle("GET /api/v1/resources/overview", "resources_overview", RoleReadOnly, s.handleOverview)
-	s.handle("GET /api/v1/resources/namespaces", "resources_namespaces", RoleReadOnly, s.handleNamespaces)
-	s.handle("GET /api/v1/resources/tasks", "resources_tasks", RoleReadOnly, s.handleTasks)
-	s.handle("GET /api/v1/resources/queues", "resources_queues", RoleReadOnly, s.handleResourceQueues)
-	s.handle("GET /api/v1/resources/queues/{queue}", "resources_queue", RoleReadOnly, s.handleResourceQueue)
-	s.handle("GET /api/v1/resources/partitions", "resources_partitions", RoleReadOnly, s.handlePartitions)
-	s.handle("GET /api/v1/messages", "messages", RoleReadOnly, s.handleMessages)
-	s.handle("GET /api/v1/messages/{partitionId}/{transactionId}", "message", RoleReadOnly, s.handleMessage)
+	s.read("GET /api/v1/resources/overview", "resources_overview", RoleReadOnly, s.handleOverview)
+	s.read("GET /api/v1/resources/namespaces", "resources_namespaces", RoleReadOnly, s.handleNamespaces)
+	s.read("GET /api/v1/resources/tasks", "resources_tasks", RoleReadOnly, s.handleTasks)
+	s.read("GET /api/v1/resources/queues", "resources_queues", RoleReadOnly, s.handleResourceQueues)
+	s.read("GET /api/v1/resources/queues/{queue}", "resources_queue", RoleReadOnly, s.handleResourceQueue)
+	s.read("GET /api/v1/resources/partitions", "resources_partitions", RoleReadOnly, s.handlePartitions)
+	s.read("GET /api/v1/messages", "messages", RoleReadOnly, s.handleMessages)
+	s.read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", RoleReadOnly, s.handleMessage)
 	s.handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", RoleReadWrite, s.handleDeleteMessage)
-	s.handle("GET /api/v1/status", "status_dashboard", RoleReadOnly, s.handleStatusDashboard)
-	s.handle("GET /api/v1/status/queues", "status_queues", RoleReadOnly, s.handleStatusQueues)
-	s.handle("GET /api/v1/status/queues/{queue}", "status_queue", RoleReadOnly, s.handleStatusQueue)
-	s.handle("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", RoleReadOnly, s.handleStatusQueueMessages)
-	s.handle("GET /api/v1/status/analytics", "status_analytics", RoleReadOnly, s.handleStatusAnalytics)
-	s.handle("GET /api/v1/status/buffers", "status_buffers", RoleReadOnly, s.handleStatusBuffers)
-	s.handle("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates)    // rates.go
-	s.handle("GET /api/v1/status/backlog", "status_backlog", RoleAdmin, s.handleBacklog) // backlog.go
+	s.read("GET /api/v1/status", "status_dashboard", RoleReadOnly, s.handleStatusDashboard)
+	s.read("GET /api/v1/status/queues", "status_queues", RoleReadOnly, s.handleStatusQueues)
+	s.read("GET /api/v1/status/queues/{queue}", "status_queue", RoleReadOnly, s.handleStatusQueue)
+	s.read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", RoleReadOnly, s.handleStatusQueueMessages)
+	s.read("GET /api/v1/status/analytics", "status_analytics", RoleReadOnly, s.handleStatusAnalytics)
+	s.read("GET /api/v1/status/buffers", "status_buffers", RoleReadOnly, s.handleStatusBuffers)
+	s.read("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates)    // rates.go
+	s.read("GET /api/v1/status/backlog", "status_backlog", RoleAdmin, s.handleBacklog) // backlog.go
 }
 
 // failBrowse answers err: 404 for what a browse names and does not find,

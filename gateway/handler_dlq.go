@@ -20,8 +20,8 @@ import (
 
 // dlqRoutes registers the dead-letter routes.
 func (s *Server) dlqRoutes() {
-	s.handle("GET /api/v1/dlq", "dlq", RoleReadOnly, s.handleDLQ)
-	s.handle("GET /api/v1/dlq/{id}", "dlq_one", RoleReadOnly, s.handleDLQOne)
+	s.read("GET /api/v1/dlq", "dlq", RoleReadOnly, s.handleDLQ)
+	s.read("GET /api/v1/dlq/{id}", "dlq_one", RoleReadOnly, s.handleDLQOne)
 	s.handle("POST /api/v1/dlq/replay", "dlq_replay", RoleAdmin, s.handleDLQReplay)
 	s.handle("POST /api/v1/dlq/purge", "dlq_purge", RoleAdmin, s.handleDLQPurge)
 }

@@ -16,9 +16,9 @@ import (
 // server's: reads read-only, seek and subscription read-write, deletes
 // admin. "lagging" is matched before {group}, as on the reference.
 func (s *Server) consumerGroupRoutes() {
-	s.handle("GET /api/v1/consumer-groups", "groups", RoleReadOnly, s.handleGroups)
-	s.handle("GET /api/v1/consumer-groups/lagging", "groups_lagging", RoleReadOnly, s.handleGroupsLagging)
-	s.handle("GET /api/v1/consumer-groups/{group}", "group", RoleReadOnly, s.handleGroup)
+	s.read("GET /api/v1/consumer-groups", "groups", RoleReadOnly, s.handleGroups)
+	s.read("GET /api/v1/consumer-groups/lagging", "groups_lagging", RoleReadOnly, s.handleGroupsLagging)
+	s.read("GET /api/v1/consumer-groups/{group}", "group", RoleReadOnly, s.handleGroup)
 	s.handle("DELETE /api/v1/consumer-groups/{group}", "group_delete", RoleAdmin, s.handleGroupDelete)
 	s.handle("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", "group_delete_queue", RoleAdmin, s.handleGroupDelete)
 	s.handle("POST /api/v1/consumer-groups/{group}/subscription", "group_subscription", RoleReadWrite, s.handleGroupSubscription)

@@ -10,12 +10,12 @@ import (
 
 // maintenanceRoutes registers the routes of maintenance modes: push and pop.
 func (s *Server) maintenanceRoutes() {
-	s.handle("GET /api/v1/system/maintenance", "maintenance", RoleAdmin, s.handleMaintenanceGet)
+	s.read("GET /api/v1/system/maintenance", "maintenance", RoleAdmin, s.handleMaintenanceGet)
 	s.handle("POST /api/v1/system/maintenance", "maintenance_set", RoleAdmin, s.handleMaintenanceSet)
-	s.handle("GET /api/v1/system/maintenance/pop", "pop_maintenance", RoleAdmin, s.handlePopMaintenanceGet)
+	s.read("GET /api/v1/system/maintenance/pop", "pop_maintenance", RoleAdmin, s.handlePopMaintenanceGet)
 	s.handle("POST /api/v1/system/maintenance/pop", "pop_maintenance_set", RoleAdmin, s.handlePopMaintenanceSet)
 	// The reference server's name for the stats of the shared state.
-	s.handle("GET /api/v1/system/shared-state", "shared_state", RoleAdmin, s.handleStats)
+	s.read("GET /api/v1/system/shared-state", "shared_state", RoleAdmin, s.handleStats)
 }
 
 // maintenanceJSON is GET /api/v1/system/maintenance, in the reference

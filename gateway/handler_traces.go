@@ -11,9 +11,9 @@ import (
 // traceRoutes registers the routes of traces: record and read notes attached to messages.
 func (s *Server) traceRoutes() {
 	s.handle("POST /api/v1/traces", "traces_record", RoleReadWrite, s.handleRecordTrace)
-	s.handle("GET /api/v1/traces/names", "traces_names", RoleReadOnly, s.handleTraceNames)
-	s.handle("GET /api/v1/traces/by-name/{name}", "traces_by_name", RoleReadOnly, s.handleTracesByName)
-	s.handle("GET /api/v1/traces/{partitionId}/{transactionId}", "traces_of_message", RoleReadOnly, s.handleTracesOf)
+	s.read("GET /api/v1/traces/names", "traces_names", RoleReadOnly, s.handleTraceNames)
+	s.read("GET /api/v1/traces/by-name/{name}", "traces_by_name", RoleReadOnly, s.handleTracesByName)
+	s.read("GET /api/v1/traces/{partitionId}/{transactionId}", "traces_of_message", RoleReadOnly, s.handleTracesOf)
 }
 
 // The answers' items, keys in the reference server's (sorted) order.

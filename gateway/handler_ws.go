@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,15 +47,6 @@ const (
 
 // wsWriteBuffers lends write buffers to connections while they write.
 var wsWriteBuffers sync.Pool
-
-// checkOrigin applies Config.AllowedOrigins to browser upgrades.
-func (s *Server) checkOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" || len(s.cfg.AllowedOrigins) == 0 {
-		return true
-	}
-	return slices.Contains(s.cfg.AllowedOrigins, origin)
-}
 
 // wsFrame is every client frame; fields unused by a type stay zero.
 type wsFrame struct {
@@ -161,7 +151,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	var claims Claims
 	var authErr error
 	if s.cfg.Auth != nil {
-		claims, authErr = s.checkToken(r, RoleReadOnly)
+		claims, authErr = s.checkToken(r, RoleReadOnly, upgrades)
 	}
 	// A small read buffer of its own (the HTTP server's 4 KiB one is let go;
 	// larger payloads are read past it) and write buffers lent only while

@@ -118,10 +118,10 @@ func stringLit(e ast.Expr) (string, bool) {
 	return s, err == nil
 }
 
-// registeredRoutes are the patterns of every handle and stream call with a
-// literal pattern (in a Server method, every one must have one).
-// http.ServeMux's Handle and HandleFunc may be called only inside
-// Server.handle and Server.stream.
+// registeredRoutes are the patterns of every handle, read, stream and
+// followRoute call with a literal pattern (in a Server method, every one
+// must have one). http.ServeMux's Handle and HandleFunc may be called only
+// inside Server.handle, Server.read and Server.longLived.
 func registeredRoutes(t *testing.T, files map[string]*ast.File) []string {
 	t.Helper()
 	var routes []string
@@ -132,7 +132,7 @@ func registeredRoutes(t *testing.T, files map[string]*ast.File) []string {
 				continue
 			}
 			server := fn.Recv != nil && recvType(fn) == "Server"
-			helper := server && (fn.Name.Name == "handle" || fn.Name.Name == "stream")
+			helper := server && (fn.Name.Name == "handle" || fn.Name.Name == "read" || fn.Name.Name == "longLived")
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
 				call, ok := n.(*ast.CallExpr)
 				if !ok || len(call.Args) == 0 {
@@ -145,9 +145,9 @@ func registeredRoutes(t *testing.T, files map[string]*ast.File) []string {
 				switch sel.Sel.Name {
 				case "Handle", "HandleFunc":
 					if !helper {
-						t.Errorf("%s: %s registers a route outside Server.handle and Server.stream", name, fn.Name.Name)
+						t.Errorf("%s: %s registers a route outside Server.handle, Server.read and Server.longLived (stream, followRoute)", name, fn.Name.Name)
 					}
-				case "handle", "stream":
+				case "handle", "read", "stream", "followRoute":
 					switch arg := call.Args[0].(type) {
 					case *ast.BasicLit:
 						p, ok := stringLit(arg)

@@ -189,7 +189,7 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 	m.sseResumedAcks = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_sse_resumed_acks_total",
 		Help: "Messages acknowledged by an SSE reconnect's Last-Event-ID."})
 	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_auth_failures_total",
-		Help: "Requests refused by authentication (401) or by role (403)."}, []string{"reason"})
+		Help: "Requests refused by authentication (401), by role (403) or by the cookie rule (403, reason cross_site)."}, []string{"reason"})
 	m.slowBodies = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_http_slow_body_total",
 		Help: "Requests whose body was not received within the body read timeout (answered 408, connection closed)."})
 	cs := []prometheus.Collector{m.slowBodies, m.requests, m.duration, m.pushed.vec, m.duplicates.vec, m.popped.vec, m.acks.vec,

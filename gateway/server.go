@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -59,9 +60,13 @@ type Config struct {
 	// Notifier, when set, tells other instances about this instance's
 	// pushes (pgnotify.Notifier). It must not block.
 	Notifier interface{ Notify(queue, partition string) }
-	// AllowedOrigins lists the Origin headers a WebSocket upgrade may carry
-	// (scheme://host[:port]); empty allows any. Requests without an Origin
-	// (non-browser clients) are always allowed.
+	// AllowedOrigins lists origins (scheme://host[:port], http or https)
+	// besides the server's own whose pages may open a WebSocket and use the
+	// auth cookie (auth_cookie.go); empty means the server's own origin
+	// only: the scheme the request came over (X-Forwarded-Proto from a
+	// proxy that ends TLS) and its Host. An upgrade from another origin is
+	// answered 403; one without an Origin (a client that is not a browser)
+	// is always allowed.
 	AllowedOrigins []string
 	// MaxConnections caps the HTTP connections accepted through Listener,
 	// every transport together (WebSocket, SSE, long-poll, plain
@@ -219,6 +224,12 @@ func (c Config) Validate() error {
 	case c.FollowBuffer < 0:
 		return errors.New("gateway: Config.FollowBuffer must not be negative")
 	}
+	for _, o := range c.AllowedOrigins {
+		if _, ok := normalOrigin(o); !ok {
+			return fmt.Errorf("gateway: Config.AllowedOrigins: %q is not an origin: scheme://host[:port], http or https, with no path"+
+				" (there is no wildcard: each origin whose pages may use the cookie is named)", o)
+		}
+	}
 	return nil
 }
 
@@ -235,6 +246,9 @@ type Server struct {
 	poller  *poller.Poller
 	notify  func(queue, partition string)
 	outage  *queue.OutageLog // database failures, one line per outage
+	// allowedOrigins are Config.AllowedOrigins as browsers write them
+	// (normalOrigin).
+	allowedOrigins []string
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -293,6 +307,10 @@ func New(cfg Config) (*Server, error) {
 			Int("sse_max_connections", cfg.MaxSSEConnections).Msg("WebSocket and SSE caps lowered to the connection cap")
 		s.cfg.MaxWSConnections, s.cfg.MaxSSEConnections = min(cfg.MaxWSConnections, c), min(cfg.MaxSSEConnections, c)
 	}
+	for _, o := range cfg.AllowedOrigins {
+		n, _ := normalOrigin(o) // Validate checked them
+		s.allowedOrigins = append(s.allowedOrigins, n)
+	}
 	m, err := newMetrics(reg, cfg.Store, cfg.Metrics)
 	if err != nil {
 		return nil, err
@@ -313,6 +331,8 @@ func New(cfg Config) (*Server, error) {
 
 func (s *Server) routes() {
 	s.handle("POST /api/v1/push", "push", RoleReadWrite, s.handlePush)
+	// A pop leases messages (and with autoAck consumes them): a GET, but a
+	// change (auth_cookie.go). Routes registered with read change nothing.
 	s.handle("GET /api/v1/pop/queue/{queue}", "pop", RoleReadWrite, s.handlePop)
 	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", RoleReadWrite, s.handlePop)
 	s.handle("GET /api/v1/pop", "pop_namespace", RoleReadWrite, s.handlePop)
@@ -331,28 +351,28 @@ func (s *Server) routes() {
 	// Follow streams (follow_*.go): SSE, or a long-poll with after=/wait=.
 	// They lease nothing and write nothing: read-only tokens may follow
 	// what their rights let them consume.
-	s.stream("GET /api/v1/follow/queue/{queue}", RoleReadOnly, s.handleFollow)
-	s.stream("GET /api/v1/follow/queue/{queue}/partition/{partition}", RoleReadOnly, s.handleFollow)
+	s.followRoute("GET /api/v1/follow/queue/{queue}", s.handleFollow)
+	s.followRoute("GET /api/v1/follow/queue/{queue}/partition/{partition}", s.handleFollow)
 	// Probes and scrapes stay open: orchestrators and Prometheus hold no
 	// token. Metrics.Auth closes /metrics, which names queues, to all but
 	// admins.
-	s.handle("GET /health", "health", RoleNone, s.handleHealth)
-	s.handle("GET /metrics", "metrics", s.cfg.Metrics.role(), promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
-	s.handle("GET /internal/api/shared-state/stats", "stats", RoleAdmin, s.handleStats)
+	s.read("GET /health", "health", RoleNone, s.handleHealth)
+	s.read("GET /metrics", "metrics", s.cfg.Metrics.role(), promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	s.read("GET /internal/api/shared-state/stats", "stats", RoleAdmin, s.handleStats)
 	// The demo page and the browser SDK (web/).
 	page := web.Handler()
-	s.handle("GET /{$}", "index", RoleNone, page.ServeHTTP)
+	s.read("GET /{$}", "index", RoleNone, page.ServeHTTP)
 	for _, name := range web.Names() {
 		if name != "index.html" {
-			s.handle("GET /"+name, "web", RoleNone, page.ServeHTTP)
+			s.read("GET /"+name, "web", RoleNone, page.ServeHTTP)
 		}
 	}
 	// The operator console (web/console/): static files like the demo
 	// page's; every API call it makes carries the admin token pasted into it.
-	s.handle("GET /console", "console", RoleNone, page.ServeHTTP)
-	s.handle("GET /console/", "console", RoleNone, page.ServeHTTP)
+	s.read("GET /console", "console", RoleNone, page.ServeHTTP)
+	s.read("GET /console/", "console", RoleNone, page.ServeHTTP)
 	// Every queue's name and lag, every instance: not for a tenant's token.
-	s.handle("GET /internal/api/status", "status", RoleAdmin, s.handleStatus)
+	s.read("GET /internal/api/status", "status", RoleAdmin, s.handleStatus)
 	// The reference server's admin, browsing and group API (issue 19).
 	s.consumerGroupRoutes() // handler_groups.go
 	s.traceRoutes()         // handler_traces.go
@@ -437,17 +457,40 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 // handle registers h under pattern with the per-request middleware; route is
 // the metrics label (fixed strings, never ids) and need the least role a
-// token must carry when auth is on.
+// token must carry when auth is on. The route changes state, as far as the
+// cookie rule is concerned (auth_cookie.go): a token in the cookie alone
+// needs X-Herald-CSRF. A GET that changes nothing is registered with read.
 func (s *Server) handle(pattern, route string, need Role, h http.HandlerFunc) {
-	s.mux.Handle(pattern, s.instrument(route, need, h))
+	s.mux.Handle(pattern, s.instrument(route, need, changes, h))
 }
 
-// stream registers a long-lived endpoint: CORS and auth, no request metrics.
+// read registers a GET route with no side effect: the cookie alone may
+// authorize it from an allowed origin. A GET that leases or consumes (a
+// pop) is no read: it is registered with handle.
+func (s *Server) read(pattern, route string, need Role, h http.HandlerFunc) {
+	s.mux.Handle(pattern, s.instrument(route, need, reads, h))
+}
+
+// stream registers a long-lived GET endpoint: CORS and auth, no request
+// metrics. An event stream opened with the cookie alone must come from an
+// allowed origin and be asked for as one (Accept: text/event-stream: an
+// EventSource, not a link). The WebSocket checks its token itself.
 func (s *Server) stream(pattern string, need Role, h http.HandlerFunc) {
+	s.longLived(pattern, need, streams, h)
+}
+
+// followRoute registers a follow route: an SSE stream or a long-poll (after=,
+// wait=) that leases and writes nothing, so the cookie alone may open it
+// from an allowed origin as it may a read, whatever its Accept.
+func (s *Server) followRoute(pattern string, h http.HandlerFunc) {
+	s.longLived(pattern, RoleReadOnly, reads, h)
+}
+
+func (s *Server) longLived(pattern string, need Role, mark effect, h http.HandlerFunc) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		setCORS(w.Header())
-		w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID")
-		r, ok := s.authorize(w, r, need)
+		w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID, "+CSRFHeader)
+		r, ok := s.authorize(w, r, need, mark)
 		if !ok {
 			return
 		}
@@ -458,18 +501,20 @@ func (s *Server) stream(pattern string, need Role, h http.HandlerFunc) {
 func setCORS(hdr http.Header) {
 	hdr.Set("Access-Control-Allow-Origin", "*")
 	hdr.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
-	hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+	// No Access-Control-Allow-Credentials, ever: a page of another origin
+	// cannot send the CSRF header with the user's cookie (auth_cookie.go).
+	hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, "+CSRFHeader)
 	hdr.Set("Access-Control-Max-Age", "86400")
 }
 
-func (s *Server) instrument(route string, need Role, h http.HandlerFunc) http.Handler {
+func (s *Server) instrument(route string, need Role, eff effect, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		setCORS(w.Header())
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		s.withBodyDeadline(w, sw, r)
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.BodyLimit)
-		if r, ok := s.authorize(sw, r, need); ok {
+		if r, ok := s.authorize(sw, r, need, eff); ok {
 			h(sw, r)
 		}
 		d := time.Since(start)

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
 )
 
 type wsClient struct {
@@ -29,8 +31,14 @@ type wsClient struct {
 // deadline would break a gorilla connection for good).
 func (e *env) dialWS(t *testing.T) *wsClient {
 	t.Helper()
+	return e.dialWSWith(t, nil)
+}
+
+// dialWSWith is dialWS with the upgrade's headers (Origin, Cookie).
+func (e *env) dialWSWith(t *testing.T, hdr http.Header) *wsClient {
+	t.Helper()
 	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second}
-	ws, res, err := d.Dial("ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/ws", nil)
+	ws, res, err := d.Dial("ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/ws", hdr)
 	require.NoError(t, err)
 	_ = res.Body.Close()
 	assert.Equal(t, gateway.WSSubprotocol, ws.Subprotocol())
@@ -615,4 +623,81 @@ func TestWS_SlowConsumerIsClosedWith4001AndItsLeasesReleased(t *testing.T) {
 	for i, m := range ms {
 		require.Equal(t, 0, m.RetryCount, "message %d: a release counts no attempt", i)
 	}
+}
+
+// upgradeStatus tries a WebSocket upgrade with hdr and returns the HTTP
+// status: 101 when it was upgraded (the connection is closed at once).
+func (e *env) upgradeStatus(t *testing.T, hdr http.Header) int {
+	t.Helper()
+	d := websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second}
+	ws, res, err := d.Dial("ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/ws", hdr)
+	if err == nil {
+		_ = ws.Close()
+	}
+	require.NotNil(t, res, "no answer to the upgrade: %v", err)
+	_ = res.Body.Close()
+	return res.StatusCode
+}
+
+// A page of another origin cannot open a WebSocket unless listed: by
+// default only the server's own origin (scheme, host and port) may.
+func TestWS_ForeignOriginIsRefusedByDefault(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	host := strings.TrimPrefix(e.url, "http://")
+	for _, origin := range []string{"https://evil.example", "http://evil.example", "null",
+		"http://127.0.0.1:1", // another port of the same host: same site, another origin
+		"https://" + host,    // the same host and port, over another scheme
+		"http://" + host + ".evil.example", "http://evil.example/" + host} {
+		assert.Equal(t, http.StatusForbidden, e.upgradeStatus(t, http.Header{"Origin": {origin}}), "Origin %s", origin)
+	}
+	assert.Equal(t, http.StatusSwitchingProtocols, e.upgradeStatus(t, http.Header{"Origin": {e.url}}), "the server's own page")
+	assert.Equal(t, http.StatusSwitchingProtocols, e.upgradeStatus(t, http.Header{"Origin": {strings.ToUpper(e.url)}}),
+		"origins compare without regard to case")
+	assert.Equal(t, http.StatusSwitchingProtocols, e.upgradeStatus(t, nil), "a client that is not a browser sends no Origin")
+	// Behind a proxy that ends TLS: its X-Forwarded-Proto says the page's scheme.
+	assert.Equal(t, http.StatusSwitchingProtocols, e.upgradeStatus(t, http.Header{"Origin": {"https://" + host},
+		"X-Forwarded-Proto": {"https"}}), "https through a proxy")
+	assert.Equal(t, http.StatusForbidden, e.upgradeStatus(t, http.Header{"Origin": {e.url},
+		"X-Forwarded-Proto": {"https"}}), "an http page through an https proxy")
+}
+
+// AllowedOrigins widens the same-origin default: the listed origins and the
+// server's own may connect, no other.
+func TestWS_AllowedOriginsWidenTheDefault(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *gateway.Config) { c.AllowedOrigins = []string{"https://app.example", "http://localhost:3000"} })
+	for _, origin := range []string{"https://app.example", "http://localhost:3000", e.url} {
+		assert.Equal(t, http.StatusSwitchingProtocols, e.upgradeStatus(t, http.Header{"Origin": {origin}}), "Origin %s", origin)
+	}
+	for _, origin := range []string{"https://evil.example", "http://app.example", "http://localhost:3001"} {
+		assert.Equal(t, http.StatusForbidden, e.upgradeStatus(t, http.Header{"Origin": {origin}}), "Origin %s", origin)
+	}
+}
+
+func TestWS_AllowedOriginsMustBeOrigins(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"*", "app.example", "https://app.example/path", "ftp://app.example", "https://", "https://app.example?x=1"} {
+		_, err := gateway.New(gateway.Config{Store: &queue.Store{}, Poller: &poller.Poller{}, AllowedOrigins: []string{bad}})
+		require.Error(t, err, "%q", bad)
+		assert.Contains(t, err.Error(), "AllowedOrigins", "%q: the error names the field", bad)
+	}
+}
+
+// With the token in a cookie, a page of another origin holding only the
+// cookie can neither open a WebSocket (to read or push as the user) nor
+// reach the user's messages; the server's own page still can.
+func TestWS_CookieAloneFromAForeignOriginIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newCookieEnv(t)
+	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	cookie := cookieName + "=" + user
+	for _, origin := range []string{"https://evil.example", "http://127.0.0.1:1"} {
+		assert.Equal(t, http.StatusForbidden, e.upgradeStatus(t, http.Header{"Origin": {origin}, "Cookie": {cookie}}), "Origin %s", origin)
+	}
+	c := e.dialWSWith(t, http.Header{"Origin": {e.url}, "Cookie": {cookie}})
+	c.send(`{"type":"push","id":1,"items":[{"queue":"csrf-ws","payload":1}]}`)
+	c.next("push_result")
+	c.send(`{"type":"subscribe","id":2,"queue":"csrf-ws"}`)
+	c.next("deliver")
 }

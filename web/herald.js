@@ -100,7 +100,10 @@ export class Herald {
   }
 
   async _headers() {
-    const h = { "Content-Type": "application/json" };
+    // X-Herald-CSRF: with the token in a cookie (--auth-cookie) and none
+    // given here, the server honours a change only with this header, which
+    // a page of another site cannot send with the user's cookie.
+    const h = { "Content-Type": "application/json", "X-Herald-CSRF": "1" };
     const tok = await this._token();
     if (tok) h.Authorization = `Bearer ${tok}`;
     return h;

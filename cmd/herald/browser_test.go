@@ -5,15 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
 )
@@ -21,8 +27,9 @@ import (
 // chromium is Debian's browser (.ci/run installs it).
 const chromium = "/usr/bin/chromium"
 
-// browser starts headless Chromium for the test and returns a tab.
-func browser(t *testing.T) context.Context {
+// browser starts headless Chromium for the test and returns a tab; more
+// adds allocator options.
+func browser(t *testing.T, more ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	_, err := os.Stat(chromium)
 	require.NoError(t, err, "the browser test needs Chromium (apt-get install -y chromium)")
@@ -30,6 +37,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.Headless,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1400))
+	opts = append(opts, more...)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(alloc)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
@@ -213,4 +221,132 @@ func TestBrowser_DemoPage(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#sub-2 .ack-all"))))
 	require.Eventually(t, func() bool { return lagZero(p.url) }, 20*time.Second, 50*time.Millisecond)
 	require.NoError(t, p.stop(t, syscall.SIGTERM))
+}
+
+// csrfPage is a page of another origin that holds nothing but the user's
+// cookie and tries, at once: a WebSocket that pushes, a text/plain form
+// POST to /api/v1/push, a pop with autoAck by <img> and by a form GET (of
+// two queues: a form GET answered 204 would never load its frame).
+const csrfPage = `<!doctype html><title>another site</title>
+<iframe name="sink1"></iframe><iframe name="sink2"></iframe>
+<form id="push" method="POST" action="{{H}}api/v1/push" enctype="text/plain" target="sink1">
+<input name='{"items":[{"queue":"{{V}}-push","payload":"' value='x"}]}'></form>
+<form id="pop" method="GET" action="{{H}}api/v1/pop/queue/{{V}}-popform" target="sink2">
+<input name="autoAck" value="true"><input name="wait" value="false"></form>
+<script>
+const r = window.__r = { ws: "connecting", push: false, pop: false, img: false };
+const ws = new WebSocket("{{H}}".replace(/^http/, "ws") + "api/v1/ws");
+ws.onopen = () => {
+  r.ws = "open";
+  ws.send(JSON.stringify({ type: "push", id: 1, items: [{ queue: "{{V}}-ws", payload: 1 }] }));
+};
+ws.onclose = (e) => { if (r.ws !== "open") r.ws = "closed:" + e.code; };
+document.querySelector("iframe[name=sink1]").onload = () => { r.push = true; };
+document.querySelector("iframe[name=sink2]").onload = () => { r.pop = true; };
+const img = new Image();
+img.onload = img.onerror = () => { r.img = true; document.getElementById("pop").submit(); };
+img.src = "{{H}}api/v1/pop/queue/{{V}}-pop?wait=false&autoAck=true";
+document.getElementById("push").submit();
+</script>`
+
+// A page of another origin, holding only the user's cookie (set
+// SameSite=None, so that the browser sends it everywhere and what refuses
+// is the server), can neither open a WebSocket, nor push with a
+// text/plain form, nor consume a message with a GET pop (an <img>, a
+// form). Tested from another port of the same host (same site, another
+// origin: SameSite=Strict would not stop the browser either) and from
+// another site (127.0.0.1 against localhost). The server's own page keeps
+// working on the cookie alone: herald.js pushes, subscribes over a
+// WebSocket and an EventSource, and acks.
+func TestBrowser_ForeignPageCannotUseTheCookie(t *testing.T) {
+	bin := buildHerald(t)
+	secret := strings.Repeat("cookies-", 5)
+	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret, "--auth-cookie", "herald_token")
+	user := gateway.SignToken([]byte(secret), "user", "read-write", time.Hour)
+	admin := gateway.SignToken([]byte(secret), "ops", "admin", time.Hour)
+	bearer := func(method, path, body string) int {
+		req, err := http.NewRequestWithContext(t.Context(), method, p.url+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	// This Chromium blocks third-party cookies by default (a user
+	// preference): allowed here, so that another site's requests carry the
+	// cookie and the server's check is what is tested.
+	profile := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(profile, "Default"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(profile, "Default", "Preferences"),
+		[]byte(`{"profile":{"cookie_controls_mode":0,"block_third_party_cookies":false}}`), 0o600))
+	ctx := browser(t, chromedp.UserDataDir(profile), chromedp.Flag("host-resolver-rules", "MAP herald.test 127.0.0.1"))
+	require.NoError(t, chromedp.Do(ctx)) // the browser starts
+	yes, no := true, false
+	_, err := chromedp.Call(ctx, network.SetCookie, network.SetCookieParams{Name: "herald_token", Value: user, URL: p.url, Path: "/",
+		HTTPOnly: &yes, Secure: &yes, SameSite: network.CookieSameSiteNone})
+	require.NoError(t, err)
+
+	// The server's own page, on the cookie alone (no token given to
+	// herald.js): at localhost, where Chromium sends Sec-Fetch-Site, and
+	// at a name over plain http, where it sends none and herald.js's
+	// X-Herald-CSRF is what lets its changes through (the cookie there is
+	// SameSite=Lax, not Secure: plain http).
+	plain := strings.Replace(p.url, "localhost", "herald.test", 1)
+	_, err = chromedp.Call(ctx, network.SetCookie, network.SetCookieParams{Name: "herald_token", Value: user, URL: plain, Path: "/",
+		HTTPOnly: &yes, Secure: &no, SameSite: network.CookieSameSiteLax})
+	require.NoError(t, err)
+	for _, base := range []string{p.url, plain} {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"herald.js")))
+		evalJS[string](ctx, t, `(async () => {
+			const { Herald } = await import("/herald.js");
+			const o = window.__own = { got: [], acked: [], errors: [] };
+			const h = window.__h = new Herald(location.origin);
+			await h.push("own", [1]);
+			h.subscribe({ queue: "own", consumerGroup: "ws", onMessage: () => { o.got.push("ws"); },
+				onAck: () => o.acked.push("ws"), onError: (e) => o.errors.push(e.message) });
+			window.__es = h.eventSource({ queue: "own", consumerGroup: "sse", onMessage: () => { o.got.push("sse"); },
+				onAck: () => o.acked.push("sse"), onError: (e) => o.errors.push(e.message) });
+			return "ok";
+		})()`)
+		waitJS(ctx, t, base+": the own page receives over both", `window.__own.got.includes("ws") && window.__own.got.includes("sse")`)
+		waitJS(ctx, t, base+": the own page's acks were taken (a WebSocket frame, an HTTP POST)",
+			`window.__own.acked.includes("ws") && window.__own.acked.includes("sse")`)
+		assert.Empty(t, evalJS[[]string](ctx, t, `window.__own.errors`), base)
+		_, err = chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`window.__es.close(); window.__h.close()`))
+		require.NoError(t, err)
+	}
+
+	heraldPort := strings.TrimSuffix(strings.TrimPrefix(p.url, "http://localhost:"), "/")
+	for _, v := range []struct{ name, host string }{{"sameSite", "localhost"}, {"crossSite", "127.0.0.1"}} {
+		for _, q := range []string{v.name + "-pop", v.name + "-popform"} {
+			require.Equal(t, http.StatusCreated, bearer("POST", "api/v1/push", `{"items":[{"queue":"`+q+`","payload":1}]}`))
+		}
+		page := strings.NewReplacer("{{H}}", p.url, "{{V}}", v.name).Replace(csrfPage)
+		foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = w.Write([]byte(page))
+		}))
+		t.Cleanup(foreign.Close)
+		_, port, err := net.SplitHostPort(foreign.Listener.Addr().String())
+		require.NoError(t, err)
+		require.NotEqual(t, heraldPort, port)
+		before := metricValue(t, p.url, `herald_auth_failures_total{reason="cross_site"}`)
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("http://"+v.host+":"+port+"/")))
+		_, err = chromedp.Run(ctx, chromedp.Poll[bool](
+			`window.__r && window.__r.ws !== "connecting" && window.__r.push && window.__r.img && window.__r.pop`,
+			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second)))
+		require.NoError(t, err, "%s: the page's requests are not done: %s", v.name, evalJS[string](ctx, t, `JSON.stringify(window.__r)`))
+		assert.True(t, strings.HasPrefix(evalJS[string](ctx, t, `window.__r.ws`), "closed:"), "%s: the WebSocket was refused", v.name)
+		assert.Equal(t, http.StatusNoContent, bearer("GET", "api/v1/pop/queue/"+v.name+"-push?wait=false", ""), "%s: the form pushed nothing", v.name)
+		assert.Equal(t, http.StatusNoContent, bearer("GET", "api/v1/pop/queue/"+v.name+"-ws?wait=false", ""), "%s: the WebSocket pushed nothing", v.name)
+		assert.Equal(t, http.StatusOK, bearer("GET", "api/v1/pop/queue/"+v.name+"-pop?wait=false", ""),
+			"%s: the <img> consumed nothing", v.name)
+		assert.Equal(t, http.StatusOK, bearer("GET", "api/v1/pop/queue/"+v.name+"-popform?wait=false", ""),
+			"%s: the form GET consumed nothing", v.name)
+		// The cookie went with them, and the server refused it (the form
+		// POST, the <img>, the form GET).
+		assert.GreaterOrEqual(t, metricValue(t, p.url, `herald_auth_failures_total{reason="cross_site"}`)-before, 3.0,
+			"%s: the browser sent the cookie; the server refused it", v.name)
+	}
 }

@@ -76,7 +76,7 @@ var options = []option{
 		func(c *config, v string) error { c.Wake = v; return nil }},
 	{"listen-database-url", "HERALD_LISTEN_DATABASE_URL", "", "separate URL, straight to PostgreSQL, for the LISTEN connection (--wake notify) or the replication stream (--wake logical) when the main URL goes through a transaction-mode pooler; empty takes one from the pool",
 		func(c *config, v string) error { c.ListenDatabaseURL = v; return nil }},
-	{"ws-allowed-origins", "HERALD_WS_ALLOWED_ORIGINS", "", "comma-separated Origins a browser WebSocket may come from; empty allows any",
+	{"ws-allowed-origins", "HERALD_WS_ALLOWED_ORIGINS", "", "comma-separated origins (scheme://host[:port]) besides Herald's own whose pages may open a WebSocket and use --auth-cookie; empty allows Herald's own origin only (its scheme, Host and port; behind a proxy that ends TLS, X-Forwarded-Proto gives the scheme)",
 		func(c *config, v string) error { c.AllowedOrigins = splitList(v); return nil }},
 	{"max-connections", "HERALD_MAX_CONNECTIONS", "0", "HTTP connections per instance, every transport together (WebSocket, SSE, long-poll, requests); past it a request is answered 503 with Retry-After (SSE: 200 with retry:) and its connection closed, open ones are untouched, /health and /metrics are still answered; 0 means what the open-file limit (raised to its hard limit at start) allows after a reserve for the database pool and files, and a larger value is lowered to that; --ws-max-connections and --sse-max-connections above it are lowered to it",
 		func(c *config, v string) (err error) { c.MaxConnections, err = strconv.Atoi(v); return err }},
@@ -100,7 +100,7 @@ var options = []option{
 		func(c *config, v string) error { c.AuthPublicKey = v; return nil }},
 	{"auth-jwks-url", "HERALD_AUTH_JWKS_URL", "", "URL of a JWKS (an identity provider's jwks_uri) whose keys verify bearer tokens that name their kid; fetched at start, every 15 minutes, and on an unknown kid at most every 30 s; a failed fetch keeps the last good set",
 		func(c *config, v string) error { c.AuthJWKSURL = v; return nil }},
-	{"auth-cookie", "HERALD_AUTH_COOKIE", "", "name of a cookie that may carry the bearer token (for EventSource, which cannot set headers, without the token in the URL); empty accepts none",
+	{"auth-cookie", "HERALD_AUTH_COOKIE", "", "name of a cookie that may carry the bearer token (for EventSource, which cannot set headers, without the token in the URL); honoured only from Herald's own origin or --ws-allowed-origins, and for a change (push, ack, pop, admin) only with the header X-Herald-CSRF; set it HttpOnly, Secure, SameSite=Strict or Lax; empty accepts none",
 		func(c *config, v string) error { c.AuthCookie = v; return nil }},
 	{"auth-issuer", "HERALD_AUTH_ISSUER", "", "when set, a token's iss must equal it",
 		func(c *config, v string) error { c.AuthIssuer = v; return nil }},
@@ -236,6 +236,11 @@ func (c *config) validate() error {
 		return errors.New("--sync-freshness must be positive and at most 1h (a wider window lets older datagrams be replayed)")
 	case len(c.SyncPeers) > 0 && !validSecret(c.SyncSecret):
 		return errors.New("--sync-secret must be 64 hex characters when --sync-peers is set")
+	}
+	for _, o := range c.AllowedOrigins {
+		if !gateway.ValidOrigin(o) {
+			return fmt.Errorf("--ws-allowed-origins: %q is not an origin: scheme://host[:port], http or https, no path (there is no wildcard)", o)
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

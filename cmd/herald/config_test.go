@@ -36,6 +36,8 @@ func TestParseConfig_Invalid(t *testing.T) {
 		{args: []string{"--pg-port", "70000"}, want: "--pg-port"},
 		{args: []string{"extra"}, want: "unexpected argument"},
 		{args: []string{"--no-such-flag"}, want: "not defined"},
+		{args: []string{"--ws-allowed-origins", "https://app.example,*"}, want: "--ws-allowed-origins"},
+		{args: []string{"--ws-allowed-origins", "app.example"}, want: "--ws-allowed-origins"},
 	} {
 		var out bytes.Buffer
 		_, err := parseConfig("serve", tc.args, func(k string) string { return tc.env[k] }, &out)

@@ -1,4 +1,4 @@
-.PHONY: check-monitoring run test lint bench bench-go bench-peers build demo chaos chaos-short
+.PHONY: check-monitoring run test lint bench bench-go bench-peers build demo chaos chaos-short failover
 
 run:
 	go run ./cmd/herald
@@ -12,6 +12,12 @@ chaos-short:
 
 chaos:
 	HERALD_CHAOS_N=1000000 go test -tags reliability -count=1 -timeout 8h -run TestChaos -v ./reliability
+
+# Failover (docs/failover.md): a killed and a hung primary with a promoted
+# streaming standby (TestStandby), Patroni and PgBouncer. About 3 minutes:
+# not in .ci/run.
+failover:
+	go test -tags reliability -count=1 -timeout 20m -run 'TestStandby|TestPatroni|TestPgBouncer' -v ./reliability
 
 # The README's test command. The Go SDK (client/) is a module of its own,
 # which ./... at the root does not reach: its tests run in there.

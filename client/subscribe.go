@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -71,7 +72,7 @@ func (m *Message) settle(ctx context.Context, status, reason string) error {
 	if m.cn == nil || !m.cn.alive() {
 		return ErrLeaseLost
 	}
-	f, err := m.cn.request(ctx, ackFrame([]ack{{m, status, reason}}), nil)
+	f, err := m.cn.sendAcks(ctx, []ack{{m, status, reason}})
 	switch {
 	case errors.Is(err, errConnLost):
 		return ErrLeaseLost // never sent; the lease went with the connection
@@ -92,6 +93,43 @@ func (m *Message) settle(ctx context.Context, status, reason string) error {
 		return ErrLeaseLost
 	}
 	return nil
+}
+
+// How an ack the server answers "unavailable" (its database is away: a
+// failover, a restart) is sent again: after ackRetryMin, doubling to
+// ackRetryMax, for up to ackRetryFor. The server answers a repeated ack
+// of a message already acknowledged with success, so an ack that was
+// applied before its answer was lost is safe to send again.
+const (
+	ackRetryMin = 100 * time.Millisecond
+	ackRetryMax = 2 * time.Second
+	ackRetryFor = 30 * time.Second
+)
+
+// sendAcks sends acks in one frame and waits for the answer, sending them
+// again while the server answers "unavailable" (bounded by ackRetryFor
+// and ctx). The last answer and error are returned.
+func (cn *conn) sendAcks(ctx context.Context, acks []ack) (frame, error) {
+	backoff := ackRetryMin
+	deadline := time.Now().Add(ackRetryFor)
+	for {
+		f, err := cn.request(ctx, ackFrame(acks), nil)
+		var se *ServerError
+		if !errors.As(err, &se) || se.Code != "unavailable" || time.Now().Add(backoff).After(deadline) {
+			return f, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return f, err
+		case <-cn.gone:
+			t.Stop()
+			return f, err
+		}
+		backoff = min(backoff*2, ackRetryMax)
+	}
 }
 
 type ack struct {
@@ -148,6 +186,8 @@ type Subscription struct {
 	ended chan struct{}
 	err   error
 	left  chan struct{} // closed when Subscribe returns
+
+	acking sync.WaitGroup // acks sent and not yet answered (sendAcks)
 }
 
 // Subscribe consumes until ctx ends (it then returns nil), the client is
@@ -173,6 +213,9 @@ func (c *Client) Subscribe(ctx context.Context, opts SubscribeOptions, handler H
 	cn := c.conn
 	c.mu.Unlock()
 	defer s.leave()
+	// The acks under way are answered before leave unsubscribes, which
+	// gives back what is not acknowledged.
+	defer s.acking.Wait()
 	if cn != nil {
 		go s.attach(ctx, cn)
 	}
@@ -181,9 +224,19 @@ func (c *Client) Subscribe(ctx context.Context, opts SubscribeOptions, handler H
 		if len(pending) == 0 {
 			return
 		}
-		// Fire and forget: a lost ack only means a redelivery.
-		if pending[0].m.cn.alive() {
-			_ = pending[0].m.cn.send(ackFrame(pending), nil)
+		// Not waited for: an ack the server could not apply for want of
+		// its database is sent again in the background (sendAcks), or the
+		// partition would wait for the lease to expire; one lost with its
+		// connection only means a redelivery.
+		if cn := pending[0].m.cn; cn.alive() {
+			batch := slices.Clone(pending)
+			s.acking.Add(1)
+			go func() {
+				defer s.acking.Done()
+				actx, cancel := context.WithTimeout(context.Background(), ackRetryFor+writeTimeout)
+				defer cancel()
+				_, _ = cn.sendAcks(actx, batch)
+			}()
 		}
 		pending = pending[:0]
 	}

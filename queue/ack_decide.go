@@ -148,9 +148,10 @@ func (lc *lockedConsumer) covers(seq int64) bool {
 //
 //   - a Holder must be the subject of the row's last lease, if it had one
 //     (whatever else holds: another's message is not even acked twice);
-//   - naming a lease: it must be the live lease, and (unless seq is done
-//     already, when the ack is a harmless repeat) cover seq and not have
-//     given seq back earlier in the request;
+//   - naming a lease: a done seq is a harmless repeat, whether or not the
+//     lease is still live (a retried ack whose first answer was lost);
+//     otherwise it must be the live lease, cover seq and not have given seq
+//     back earlier in the request;
 //   - naming none: a done seq is a harmless repeat; otherwise no lease may be
 //     live (only its holder, who knows its id, may act under it), seq must
 //     have been delivered, and only a verdict (completed, dlq) is taken:
@@ -163,10 +164,13 @@ func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
 	// one live when the request started is live for all of its items.
 	if a.LeaseID != "" {
 		switch {
+		case lc.st.isDone(seq):
+			// A repeat, whatever lease it names: the ack of a client that
+			// retries one whose answer it lost (the database failed over)
+			// may come after the lease it names ended. It changes nothing.
+			return ""
 		case a.LeaseID != lc.liveLease:
 			return ErrTextInvalidLease
-		case lc.st.isDone(seq):
-			return ""
 		case lc.givenBack[seq]:
 			return ErrTextReleased
 		case !lc.covers(seq):

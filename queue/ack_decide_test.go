@@ -160,6 +160,21 @@ func TestDecideAck_Completed(t *testing.T) {
 		want:   []string{"ok", "ok"},
 		cursor: 10, done: []int64{12}, lease: "L1",
 	}, {
+		// A client retrying an ack whose answer it lost: the first
+		// committed and ended L0; the repeat names it and changes nothing,
+		// neither the lease live now (L1) nor the row.
+		name:   "RepeatUnderAnEndedLeaseIsHarmless",
+		row:    leased(),
+		items:  []ackItem{{seq: 10, lease: "L0"}, {seq: 9, lease: "L0", status: StatusFailed}},
+		want:   []string{"ok", "ok"},
+		cursor: 10, lease: "L1",
+	}, {
+		name:   "RepeatAfterTheLeaseWasReleased",
+		row:    with(expired(), func(r *lockedConsumer) { r.st.cursor, r.st.leaseID = 13, "" }),
+		items:  []ackItem{{seq: 13, lease: "L1"}},
+		want:   []string{"ok"},
+		cursor: 13,
+	}, {
 		// An autoAck pop moved the cursor at delivery and kept no lease:
 		// an ack of its message is a repeat.
 		name:   "AutoAcked",

@@ -139,6 +139,49 @@ func TestAck_OutOfOrderAndIdempotent(t *testing.T) {
 	assert.Equal(t, 0, again.Messages[0].RetryCount)
 }
 
+// A client whose ack's answer was lost (the connection broke after the
+// commit) sends it again: by then the ack has ended the lease it names.
+// The repeat answers success and changes nothing; an ack of an offset not
+// done under that ended lease is still refused.
+func TestAck_RepeatAfterItsLeaseEndedSucceedsAndChangesNothing(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 3)...)
+	first := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
+	acks := ackAll(t, s, first, queue.StatusCompleted)
+	require.True(t, acks[1].LeaseReleased)
+
+	again := ackAll(t, s, first, queue.StatusCompleted)
+	for i, r := range again {
+		assert.True(t, r.Success, "item %d: %s", i, r.Error)
+		assert.Empty(t, r.Error)
+		assert.False(t, r.LeaseReleased, "item %d: no lease of its own to end", i)
+	}
+	// A failed verdict repeated on a done message charges nothing either.
+	m := first.Messages[0]
+	out, err := s.Ack(ctxT(t), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID,
+		Status: queue.StatusFailed}})
+	require.NoError(t, err)
+	assert.True(t, out[0].Success, out[0].Error)
+
+	// The partition goes on: 3 under a new lease, first delivery.
+	next := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
+	require.Equal(t, []int{3}, payloads(t, next.Messages))
+	assert.Equal(t, 0, next.Messages[0].RetryCount)
+	// The repeat under the old lease leaves the new one alone.
+	again = ackAll(t, s, first, queue.StatusCompleted)
+	assert.True(t, again[0].Success && again[1].Success)
+	// 3 is not done: the old lease may not ack it.
+	n := next.Messages[0]
+	out, err = s.Ack(ctxT(t), []queue.Ack{{TransactionID: n.TransactionID, PartitionID: n.PartitionID, LeaseID: m.LeaseID}})
+	require.NoError(t, err)
+	assert.False(t, out[0].Success)
+	assert.Equal(t, queue.ErrTextInvalidLease, out[0].Error)
+	// The new lease still holds 3, and takes its ack.
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q"}).Messages, "3 is still leased")
+	done := ackAll(t, s, next, queue.StatusCompleted)
+	assert.True(t, done[0].Success && done[0].LeaseReleased)
+}
+
 func TestAck_LeaseValidation(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "q", "", nums(1, 1)...)

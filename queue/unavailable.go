@@ -61,15 +61,26 @@ func IsUnavailable(err error) bool {
 }
 
 // OutcomeUnknown reports whether a statement that failed with err may
-// still have committed: the database did not answer with an error of its
-// own (a *pgconn.PgError: the statement failed, and its autocommit
-// transaction with it), and the request was sent (pgconn.SafeToRetry is
-// false). Whoever generated the lease ids of such a statement gives them
-// back (Store.ReleaseLease): it may have leased under them although its
-// answer was lost.
+// still have committed: the request was sent (pgconn.SafeToRetry is
+// false), and the database did not answer with an error of the statement
+// (a *pgconn.PgError: the statement failed, and its autocommit
+// transaction with it) but lost the connection, or ended it with a FATAL
+// error (pg_terminate_backend, a shutdown: 57P01, 57P02). A backend
+// terminated just after its commit reports the FATAL error in place of
+// the statement's answer (a commit waiting for a synchronous standby says
+// so: "the transaction has already committed locally"). Whoever
+// generated the lease ids of such a statement gives them back
+// (Store.ReleaseLease): it may have leased under them although its answer
+// was lost.
 func OutcomeUnknown(err error) bool {
+	if err == nil || pgconn.SafeToRetry(err) {
+		return false
+	}
 	var pgErr *pgconn.PgError
-	return err != nil && !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
+	if errors.As(err, &pgErr) {
+		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+	}
+	return true
 }
 
 // OutageLog logs database failures one line per change of state while the

@@ -76,3 +76,26 @@ func TestIsUnavailable_TellsAnOutageFromARefusal(t *testing.T) {
 	assert.False(t, queue.IsUnavailable(err), "the caller gave up: %v", err)
 	assert.False(t, queue.IsUnavailable(nil))
 }
+
+// A backend that ends with a FATAL error (pg_terminate_backend, a
+// shutdown) may have committed the statement it answers so: its outcome is
+// unknown, unlike a statement the server refused.
+func TestOutcomeUnknown_ATerminatedBackendMayHaveCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	victim, err := pgxpool.New(ctx, pgtest.DSN(t))
+	require.NoError(t, err)
+	defer victim.Close()
+	vc, err := victim.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = pgtest.Pool(t).Exec(ctx, "SELECT pg_terminate_backend($1)", vc.Conn().PgConn().PID())
+	require.NoError(t, err)
+	_, err = vc.Exec(ctx, "SELECT 1")
+	vc.Release()
+	require.Error(t, err)
+	assert.True(t, queue.OutcomeUnknown(err), "backend terminated: %v", err)
+
+	assert.True(t, queue.OutcomeUnknown(fmt.Errorf("popping: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01"})))
+	assert.False(t, queue.OutcomeUnknown(&pgconn.PgError{Severity: "ERROR", Code: "40001"}), "refused: rolled back")
+	assert.False(t, queue.OutcomeUnknown(nil))
+}

@@ -1,0 +1,304 @@
+//go:build reliability
+
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/internal/server"
+	"github.com/heraldmq/herald/internal/server/servertest"
+)
+
+// Failover to a streaming standby, as an operator runs it: a primary and
+// a pg_basebackup -R standby (synchronous, or not), two Herald instances
+// on a multi-host URL with target_session_attrs=read-write, 200 numbered
+// pushes a second over 8 partitions through both, and a WebSocket consumer
+// acking each. The primary's postmaster is killed with SIGKILL and the
+// standby promoted: with synchronous replication nothing is lost; nothing
+// is delivered twice but what an ack lost in the outage explains; order
+// holds per partition; no partition stalls; and the time from the kill
+// to pushes and to deliveries back is measured.
+func TestStandby_PrimaryKilledStandbyPromoted(t *testing.T) {
+	for _, sync := range []bool{true, false} {
+		name := map[bool]string{true: "Sync", false: "Async"}[sync]
+		t.Run(name, func(t *testing.T) {
+			pair := newStandbyPair(t, sync)
+			run := startFailoverTraffic(t, pair)
+			time.Sleep(5 * time.Second) // #nosec -- traffic before the fault
+			pid := pair.primary.postmasterPID(t)
+			killAt := time.Now()
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			pair.standby.pgctl(t, "promote", "-w")
+			promoted := time.Since(killAt)
+			time.Sleep(15 * time.Second) // #nosec -- traffic after the fault
+			r := run.finish(t, killAt)
+			t.Logf("%s: kill → promoted %v, → pushes back %v, → deliveries back %v; lost %d, duplicates %d, "+
+				"charged %d, stalls %d, ack retries %d", name, promoted.Round(time.Millisecond),
+				r.pushesBack.Round(time.Millisecond), r.deliveriesBack.Round(time.Millisecond), len(r.Lost),
+				len(r.Duplicates), r.Charged, len(r.Stalls), r.AckRetries)
+			if sync {
+				assert.Empty(t, r.Lost, "lost with synchronous replication")
+			} else if len(r.Lost) > 0 {
+				t.Logf("asynchronous replication lost %d confirmed messages: %v", len(r.Lost), r.Lost)
+			}
+			assert.Empty(t, r.Unexplained, "deliveries again or charged with no failed ack to explain them")
+			assert.Empty(t, r.OutOfOrder, "order per partition")
+			if sync {
+				assert.Empty(t, r.Stalls, "stalls")
+			} else if len(r.Stalls) > 0 {
+				// What the old primary committed and did not stream is
+				// gone: its messages (lost), and acks that ended leases,
+				// whose leases are back on the standby until they expire.
+				t.Logf("asynchronous replication: %v", r.Stalls)
+			}
+			assert.Positive(t, r.pushesBack, "pushes came back")
+			assert.Positive(t, r.deliveriesBack, "deliveries came back")
+		})
+	}
+}
+
+// A hung primary (its postmaster and backends stopped with SIGSTOP, as a
+// host that stopped answering) is left for the promoted standby within
+// 10 s: pushes come back, and /health agrees with them.
+func TestStandby_PrimaryHungStandbyPromoted(t *testing.T) {
+	pair := newStandbyPair(t, true)
+	run := startFailoverTraffic(t, pair)
+	time.Sleep(5 * time.Second) // #nosec -- traffic before the fault
+	pids := pair.primary.processes(t)
+	freezeAt := time.Now()
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	// /health of each instance, sampled every 100 ms for 20 s.
+	healthBack := make([]time.Duration, len(run.instances))
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		lastBad := make([]time.Time, len(run.instances))
+		firstOK := make([]time.Time, len(run.instances))
+		client := &http.Client{Timeout: time.Second}
+		for time.Since(freezeAt) < 20*time.Second {
+			for i, in := range run.instances {
+				ok := false
+				if res, err := client.Get(in.URL() + "/health"); err == nil {
+					ok = res.StatusCode == http.StatusOK
+					_ = res.Body.Close()
+				}
+				switch {
+				case !ok:
+					lastBad[i], firstOK[i] = time.Now(), time.Time{}
+				case firstOK[i].IsZero():
+					firstOK[i] = time.Now()
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for i := range healthBack {
+			healthBack[i] = firstOK[i].Sub(freezeAt)
+			if firstOK[i].IsZero() {
+				healthBack[i] = -1
+			}
+		}
+	}()
+	pair.standby.pgctl(t, "promote", "-w")
+	<-sampled
+	r := run.finish(t, freezeAt)
+	t.Logf("hung primary: freeze → pushes back %v, → deliveries back %v, /health 200 on the instances by %v; "+
+		"lost %d, duplicates %d, charged %d, stalls %d, ack retries %d", r.pushesBack.Round(time.Millisecond),
+		r.deliveriesBack.Round(time.Millisecond), healthBack, len(r.Lost), len(r.Duplicates), r.Charged, len(r.Stalls),
+		r.AckRetries)
+	assert.Empty(t, r.Lost, "lost with synchronous replication")
+	assert.Empty(t, r.Unexplained, "deliveries again or charged with no failed ack to explain them")
+	assert.Empty(t, r.OutOfOrder, "order per partition")
+	assert.Positive(t, r.pushesBack)
+	assert.Less(t, r.pushesBack, 10*time.Second, "pushes back within 10 s of the freeze")
+	for i, d := range healthBack {
+		assert.True(t, d > 0 && d < 10*time.Second, "instance %d: /health 200 for good within 10 s of the freeze (%v)", i, d)
+	}
+}
+
+// failoverTraffic is two instances, a producer through both and a
+// consumer on the second.
+type failoverTraffic struct {
+	instances []*servertest.Instance
+	prod      *servertest.Producer
+	cons      *servertest.Consumer
+}
+
+func startFailoverTraffic(t *testing.T, pair *standbyPair) *failoverTraffic {
+	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/herald?sslmode=disable&target_session_attrs=read-write",
+		pair.primary.port, pair.standby.port)
+	var ft failoverTraffic
+	for range 2 {
+		ft.instances = append(ft.instances, servertest.Start(t, dsn, "notify", func(c *server.Config) {
+			c.SweepMin, c.SweepMax = 0, 0 // the defaults, as deployed
+		}))
+	}
+	ft.prod = servertest.StartProducer(t, []string{ft.instances[0].URL(), ft.instances[1].URL()}, "ha", 8, 200)
+	ft.cons = servertest.StartConsumer(t, ft.instances[1].URL(), "ha", 10)
+	return &ft
+}
+
+type failoverReport struct {
+	servertest.Report
+	pushesBack, deliveriesBack time.Duration
+}
+
+// finish stops the producer, waits for every pushed message to be acked
+// (what async replication lost never is) and checks the run.
+func (ft *failoverTraffic) finish(t *testing.T, faultAt time.Time) failoverReport {
+	ft.prod.Stop()
+	conf := ft.prod.Confirmed()
+	servertest.WaitFor(30*time.Second, nil, func() bool {
+		for k, n := range conf {
+			for i := 1; i <= n; i++ {
+				if !ft.cons.Acked(k, i) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	ft.cons.Stop()
+	r := failoverReport{Report: servertest.Check(ft.prod, ft.cons, 5*time.Second, time.Now())}
+	r.pushesBack = ft.prod.PushesBack(faultAt)
+	r.deliveriesBack = servertest.DeliveriesBack(ft.prod, ft.cons, faultAt)
+	fails, attempts := ft.prod.Failures()
+	t.Logf("%d messages pushed in %d attempts (failed: %v); refusals %v", r.Pushed, attempts, fails, r.Refusals)
+	return r
+}
+
+// pgInstance is one PostgreSQL server of the pair, run as the postgres user.
+type pgInstance struct {
+	dir  string // PGDATA
+	port int
+}
+
+type standbyPair struct{ primary, standby *pgInstance }
+
+const pgBin = "/usr/lib/postgresql/15/bin"
+
+// newStandbyPair makes a primary with database herald and a streaming
+// standby of it (pg_basebackup -R); sync makes the standby synchronous.
+func newStandbyPair(t *testing.T, sync bool) *standbyPair {
+	base, err := os.MkdirTemp("", "herald-standby-")
+	require.NoError(t, err)
+	pg, err := user.Lookup("postgres")
+	require.NoError(t, err, "the postgres user runs the servers (initdb refuses root)")
+	uid, _ := strconv.Atoi(pg.Uid)
+	gid, _ := strconv.Atoi(pg.Gid)
+	require.NoError(t, os.Chown(base, uid, gid))
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+
+	p := &pgInstance{dir: filepath.Join(base, "primary"), port: freePort(t, "tcp")}
+	s := &pgInstance{dir: filepath.Join(base, "standby"), port: freePort(t, "tcp")}
+	runAs(t, filepath.Join(pgBin, "initdb"), "-D", p.dir, "-U", "postgres", "--auth=trust", "-N")
+	conf := "listen_addresses = '127.0.0.1'\nunix_socket_directories = '" + base + "'\nfsync = off\n" +
+		"wal_level = replica\nmax_wal_senders = 5\nwal_keep_size = '256MB'\nmax_connections = 200\n"
+	require.NoError(t, os.WriteFile(filepath.Join(p.dir, "postgresql.auto.conf"), []byte(conf), 0o600))
+	require.NoError(t, os.Chown(filepath.Join(p.dir, "postgresql.auto.conf"), uid, gid))
+	p.start(t)
+	p.exec(t, "CREATE DATABASE herald")
+	runAs(t, filepath.Join(pgBin, "pg_basebackup"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres",
+		"-D", s.dir, "-R", "-X", "stream", "-c", "fast")
+	s.start(t)
+	if sync {
+		p.exec(t, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+		p.exec(t, "SELECT pg_reload_conf()")
+	}
+	// The standby streams (and, sync, is the synchronous one) before Herald starts.
+	want := map[bool]string{true: "sync", false: "async"}[sync]
+	require.True(t, servertest.WaitFor(30*time.Second, nil, func() bool {
+		return p.query(t, "SELECT coalesce((SELECT sync_state FROM pg_stat_replication LIMIT 1), '')") == want
+	}), "the standby streams as %s", want)
+	return &standbyPair{primary: p, standby: s}
+}
+
+func (pi *pgInstance) start(t *testing.T) {
+	runAs(t, filepath.Join(pgBin, "pg_ctl"), "-D", pi.dir, "-l", pi.dir+".log", "-w", "-t", "60",
+		"-o", fmt.Sprintf("-p %d", pi.port), "start")
+	t.Cleanup(func() {
+		cmd := exec.Command("runuser", "-u", "postgres", "--", filepath.Join(pgBin, "pg_ctl"), "-D", pi.dir, "-m",
+			"immediate", "stop")
+		_ = cmd.Run()
+	})
+}
+
+func (pi *pgInstance) pgctl(t *testing.T, args ...string) {
+	runAs(t, filepath.Join(pgBin, "pg_ctl"), append([]string{"-D", pi.dir}, args...)...)
+}
+
+func (pi *pgInstance) url() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/herald?sslmode=disable", pi.port)
+}
+
+func (pi *pgInstance) exec(t *testing.T, sql string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, strings.Replace(pi.url(), "/herald?", "/postgres?", 1))
+	require.NoError(t, err)
+	defer func() { _ = c.Close(context.Background()) }()
+	_, err = c.Exec(ctx, sql)
+	require.NoError(t, err, sql)
+}
+
+func (pi *pgInstance) query(t *testing.T, sql string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, strings.Replace(pi.url(), "/herald?", "/postgres?", 1))
+	require.NoError(t, err)
+	defer func() { _ = c.Close(context.Background()) }()
+	var out string
+	require.NoError(t, c.QueryRow(ctx, sql).Scan(&out))
+	return out
+}
+
+// postmasterPID reads the first line of postmaster.pid.
+func (pi *pgInstance) postmasterPID(t *testing.T) int {
+	b, err := os.ReadFile(filepath.Join(pi.dir, "postmaster.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	require.NoError(t, err)
+	return pid
+}
+
+// processes are the postmaster and its children.
+func (pi *pgInstance) processes(t *testing.T) []int {
+	pm := pi.postmasterPID(t)
+	pids := []int{pm}
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(pm)).Output()
+	require.NoError(t, err)
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func runAs(t *testing.T, bin string, args ...string) {
+	cmd := exec.Command("runuser", append([]string{"-u", "postgres", "--", bin}, args...)...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s %v: %s", bin, args, out)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,6 +149,20 @@ func runMatrix(ctx context.Context, srv *server, cfg benchConfig, log io.Writer)
 							func(context.Context, *client.Message) error { got.Add(1); return nil })
 					})
 				}
+				// The window opens once every group's subscription is
+				// live (one message each received): dialling and
+				// subscribing are not part of a sustained rate, and on a
+				// loaded machine they alone have outlasted a 1 s window.
+				if err := post(ctx, srv.url+"/api/v1/push", fmt.Sprintf(`{"items":[{"queue":%q,"partition":"warm","payload":0}]}`, q), http.StatusCreated); err != nil {
+					cancel()
+					wg.Wait()
+					_ = c.Close()
+					return nil, err
+				}
+				for ready := time.Now().Add(30 * time.Second); got.Load() < int64(groups) && time.Now().Before(ready); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				got.Store(0)
 				acked0, _ := srv.metric("herald_acks_total")
 				start := time.Now()
 				pushed, err := produceShaped(ctx, srv.url, q, 0, time.Now().Add(cfg.MatrixFor), batch, parts)

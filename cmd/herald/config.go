@@ -68,7 +68,7 @@ var options = []option{
 		func(c *config, v string) (err error) { c.DBMaxConns, err = strconv.Atoi(v); return err }},
 	{"pg-port", "HERALD_PG_PORT", "0", "TCP port of the private PostgreSQL on 127.0.0.1; 0 picks a free one",
 		func(c *config, v string) (err error) { c.PGPort, err = strconv.Atoi(v); return err }},
-	{"shutdown-timeout", "HERALD_SHUTDOWN_TIMEOUT", "10s", "how long shutdown waits for requests in flight",
+	{"shutdown-timeout", "HERALD_SHUTDOWN_TIMEOUT", server.ShutdownTimeoutDefault.String(), "on shutdown, how long past --drain-window requests in flight may take; then every connection still open is closed (the whole shutdown takes at most the sum)",
 		func(c *config, v string) (err error) { c.ShutdownTimeout, err = time.ParseDuration(v); return err }},
 	{"wake", "HERALD_WAKE", "notify", "what wakes waiting consumers: notify (pushes wake this instance at once and others by NOTIFY), logical (every insert, from any producer, read from the WAL; needs wal_level=logical) or poll (only the adaptive sweep, the reference server's way)",
 		func(c *config, v string) error { c.Wake = v; return nil }},

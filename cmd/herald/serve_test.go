@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,6 +50,16 @@ type proc struct {
 	cmd  *exec.Cmd
 	url  string
 	done chan error
+
+	mu   sync.Mutex
+	logs []string // the JSON log lines written so far
+}
+
+// logged returns the log lines written so far.
+func (p *proc) logged() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.logs)
 }
 
 // startHerald runs `herald serve` and waits for its "herald is serving" log
@@ -64,12 +75,15 @@ func startHerald(t *testing.T, bin, dir string, extra ...string) *proc {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			p.mu.Lock()
+			p.logs = append(p.logs, sc.Text())
+			p.mu.Unlock()
 			var line struct{ Message, URL string }
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "herald is serving" {
 				urls <- line.URL
 			}
 		}
-		_, _ = io.Copy(io.Discard, stderr)
+		_, _ = io.Copy(io.Discard, stderr) // a line too long for the scanner
 		p.done <- cmd.Wait()
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })

@@ -10,16 +10,16 @@
 // # Start and stop order
 //
 //	New                                   Run                      stop (Run, when ctx ends)
-//	 1 listener (Config.Listener or Addr)  8 poller workers         a gateway.Drain: no new leases; streams
-//	 2 private PostgreSQL (no URL)         9 loops, one errgroup:     closed over DrainWindow, leases given back
-//	 3 pool, migrations                      syncnet node, notifier, b HTTP server Shutdown (ShutdownTimeout)
-//	 4 supervisor (private PostgreSQL)       listener | logical,      c gateway.Close: SSE resume leases released
-//	 5 store (encryption key checked)        config refresh,          d loops cancelled, awaited (errgroup.Wait)
-//	 6 syncnet node and poller               retention, hygiene,      e poller workers stopped
-//	 7 wake source, gateway,                 maintenance             f supervisor, pool, private PostgreSQL,
-//	   maintenance switches read          10 HTTP serving; Ready       listener (Close)
-//	                                         once the wake source
-//	                                         listens
+//	 1 listener (Config.Listener or Addr)  8 poller workers         a listener closed; gateway.Drain: no new
+//	 2 private PostgreSQL (no URL)         9 loops, one errgroup:     leases, streams closed over DrainWindow;
+//	 3 pool, migrations                      syncnet node, notifier, b HTTP server Shutdown alongside; what
+//	 4 supervisor (private PostgreSQL)       listener | logical,      is open at DrainWindow+ShutdownTimeout
+//	 5 store (encryption key checked)        config refresh,          is closed (gateway.EndStreams)
+//	 6 syncnet node and poller               retention, hygiene,    c gateway.Close: SSE resume leases released
+//	 7 wake source, gateway,                 maintenance            d loops cancelled, awaited (errgroup.Wait)
+//	   maintenance switches read          10 HTTP serving; Ready    e poller workers stopped
+//	                                         once the wake source   f supervisor, pool, private PostgreSQL,
+//	                                         listens                  listener (Close)
 //
 // The loops stop after the HTTP server, so that streams draining still
 // reach a working instance (acks, lease releases, NOTIFYs); the pool closes

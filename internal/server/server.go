@@ -353,23 +353,43 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	case <-gctx.Done(): // a loop failed; g.Wait reports it
 	case fatal = <-s.sup.Failed():
 	}
-	s.log.Info().Dur("drain_window", s.cfg.DrainWindow).Int("streams", s.gw.Streams()).Msg("shutting down")
-	// Stop leasing, close streams over the drain window (each gives its
-	// leases back), then stop serving and release what SSE streams kept
-	// for a resume.
-	s.gw.Drain()
-	dctx, cancelDrain := context.WithTimeout(context.Background(), s.cfg.DrainWindow+s.cfg.ShutdownTimeout)
-	defer cancelDrain()
-	s.gw.WaitStreams(dctx)
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer cancel()
-	err = srv.Shutdown(sctx)
-	s.gw.Close()
-	if err != nil {
-		_ = srv.Close()
-		return errors.Join(fatal, fmt.Errorf("shutting down http: %w", err))
-	}
+	s.shutdown(srv)
 	return fatal
+}
+
+// shutdown stops accepting, then drains, all within DrainWindow and
+// ShutdownTimeout. The HTTP server's Shutdown starts at once: the listener
+// closes (a client's next connection goes to another instance) and idle
+// keep-alive connections close; a request that still arrives on a busy one
+// finds the gateway draining (a WebSocket upgrade or a long-poll is answered
+// 503 with Retry-After, an SSE stream 200 with a retry:). Meanwhile the
+// gateway stops leasing, answers waiting long-polls and closes its streams
+// at random points of the window, each giving its leases back. What is
+// still open at the deadline (a request still sending its body, a
+// connection that never sent one, a stream whose client stopped reading)
+// is closed then: nothing waits for a timeout of its own (the HTTP
+// server's 5 s grace for silent connections, ReadHeaderTimeout,
+// BodyReadTimeout, a write deadline).
+func (s *Server) shutdown(srv *http.Server) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainWindow+s.cfg.ShutdownTimeout)
+	defer cancel()
+	// Serve returns at once; Shutdown closes the listener again, harmlessly.
+	_ = s.ln.Close()
+	s.gw.Drain()
+	s.log.Info().Dur("drain_window", s.cfg.DrainWindow).Int("streams", s.gw.Streams()).Msg("shutting down")
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(ctx) }()
+	s.gw.WaitStreams(ctx)
+	err := <-shut
+	if err != nil {
+		_ = srv.Close() // the deadline passed: close what is left
+	}
+	// Streams still open past the deadline are ended now; then the leases
+	// SSE streams kept for a resume are released.
+	s.gw.EndStreams()
+	s.gw.Close()
+	s.log.Info().Dur("took", time.Since(start)).Bool("forced", err != nil).Msg("drained")
 }
 
 // signalReady closes Ready once the database wake source listens (at

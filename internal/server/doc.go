@@ -14,12 +14,15 @@
 //	 2 private PostgreSQL (no URL)         9 loops, one errgroup:     leases, streams closed over DrainWindow;
 //	 3 pool, migrations                      syncnet node, notifier, b HTTP server Shutdown alongside; what
 //	 4 supervisor (private PostgreSQL)       listener | logical,      is open at DrainWindow+ShutdownTimeout
-//	 5 store (encryption key checked)        config refresh,          is closed (gateway.EndStreams)
-//	 6 syncnet node and poller               retention, hygiene,    c gateway.Close: SSE resume leases released
-//	 7 wake source, gateway,                 maintenance            d loops cancelled, awaited (errgroup.Wait)
-//	   maintenance switches read          10 HTTP serving; Ready    e poller workers stopped
-//	                                         once the wake source   f supervisor, pool, private PostgreSQL,
-//	                                         listens                  listener (Close)
+//	 5 store (encryption key checked);       config refresh,          is closed (gateway.EndStreams)
+//	   the instance id's lock                retention, hygiene,    c gateway.Close: SSE resume leases released
+//	 6 syncnet node and poller               maintenance            d loops cancelled, awaited (errgroup.Wait)
+//	 7 wake source, gateway,              10 the leases of the      e poller workers stopped
+//	   maintenance switches read             previous life given    f supervisor, instance lock, pool,
+//	                                         back, partitions woken   private PostgreSQL, listener (Close)
+//	                                      11 HTTP serving; Ready
+//	                                         once the wake source
+//	                                         listens
 //
 // The loops stop after the HTTP server, so that streams draining still
 // reach a working instance (acks, lease releases, NOTIFYs); the pool closes

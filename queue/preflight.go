@@ -71,10 +71,11 @@ const preflightDeadOnExpiry = `(c.lease_id IS NOT NULL AND c.lease_expires_at <=
 // consumers_ready in the order pops take it, cut at limit; a target naming
 // a partition reads that partition's one row by key. Two branches, each
 // gated on kq.pname alone (a one-time filter per target), because one
-// condition for both ("pname = '' OR partition_id = …") cannot use the key:
-// it filtered the whole range per partition target, and 200 partition
-// targets over a queue of 9,000 partitions read 1.8 million rows (350 ms a
-// pre-flight; 9,000 partition subscriptions were served at ~270/s).
+// condition for both (no partition named, or this partition's id) cannot
+// use the key: it filtered the whole range per partition target, and 200
+// partition targets over a queue of 9,000 partitions read 1.8 million rows
+// (350 ms a pre-flight; 9,000 partition subscriptions were served at
+// ~270/s).
 func preflightReady(limit string) string {
 	return `(SELECT c.* FROM consumers c
 		WHERE kq.pname = '' AND c.queue_id = kq.id AND c.consumer_group = kq.grp AND c.last_offset > c.cursor

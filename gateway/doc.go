@@ -198,7 +198,9 @@
 //     {"code":4501} on SSE.
 //   - drain: subscriptions are withdrawn at once; at the session's point of
 //     the drain window an SSE stream writes what is queued and a retry:, a
-//     WebSocket is closed 4000.
+//     WebSocket is closed 4000. New WebSocket upgrades and long-polls are
+//     refused 503 with Retry-After; EndStreams closes at once what is still
+//     open when the assembly's deadline passes.
 //   - a lease check fails: retried at the next tick; a release fails: logged,
 //     and the lease expires in time. Nothing is lost either way.
 //

@@ -172,8 +172,12 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	// While draining nothing new may wait: a long-poll is answered at once.
-	if !wait || s.isDraining() {
+	// While draining nothing new may wait: a long-poll is sent elsewhere.
+	if wait && s.isDraining() {
+		refuseDraining(w)
+		return
+	}
+	if !wait {
 		res, err := s.store.Pop(r.Context(), req)
 		if err != nil {
 			s.fail(w, err)

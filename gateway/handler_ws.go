@@ -139,6 +139,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "origin not allowed")
 		return
 	}
+	if s.isDraining() {
+		refuseDraining(w)
+		return
+	}
 	s.wsMu.Lock()
 	full := len(s.wsConns) >= s.cfg.MaxWSConnections
 	s.wsMu.Unlock()
@@ -181,6 +185,13 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		holdAt: wsHoldAt, resumeAt: wsResumeAt, maxQueue: wsWriteQueue, leaseCheck: s.cfg.WSLeaseCheck, expires: claims.Expires})
 	c.ss.t = c
 	s.wsMu.Lock()
+	if s.isDraining() {
+		// Drain began during the upgrade; it lists the connections under
+		// wsMu, so one added after that would never be drained.
+		s.wsMu.Unlock()
+		wsClose(ws, &disconnectShutdown)
+		return
+	}
 	s.wsConns[c.ss] = true
 	s.wsMu.Unlock()
 	s.metrics.wsConns.Inc()

@@ -388,9 +388,12 @@ func (s *Server) routes() {
 // waiting long-polls answer 204 now (so an http.Server Shutdown does not
 // wait for their timeouts), and WebSocket and SSE connections are closed at
 // random points of Config.DrainWindow with codes that tell their clients to
-// reconnect (elsewhere); each gives its leases back as it closes. Done is
-// closed when every stream has ended. New requests are still served until
-// the listener closes. Safe to call more than once.
+// reconnect (elsewhere); each gives its leases back as it closes. From
+// then on a WebSocket upgrade or a long-poll is refused with 503 and
+// Retry-After, and an SSE stream is answered 200 with a retry: (any other
+// status makes EventSource give up); other requests (acks, pushes) are
+// still served until the HTTP server stops. WaitStreams waits for the
+// streams; EndStreams ends those left. Safe to call more than once.
 func (s *Server) Drain() {
 	s.drainOnce.Do(func() {
 		close(s.draining)
@@ -407,6 +410,38 @@ func (s *Server) Drain() {
 		s.sseMu.Unlock()
 		s.drainFollows()
 	})
+}
+
+// EndStreams closes at once, with the drain's close code, every WebSocket
+// and SSE stream still open: the drain window and its grace are over (a
+// stream whose client stopped reading can wait out a write deadline). Each
+// gives its leases back as it does when drained.
+func (s *Server) EndStreams() {
+	var open []*session
+	s.wsMu.Lock()
+	for ss := range s.wsConns {
+		open = append(open, ss)
+	}
+	s.wsMu.Unlock()
+	s.sseMu.Lock()
+	for ss := range s.sseStreams {
+		open = append(open, ss)
+	}
+	s.sseMu.Unlock()
+	var wg sync.WaitGroup
+	for _, ss := range open {
+		wg.Go(func() { ss.close(&disconnectShutdown) })
+	}
+	wg.Wait()
+}
+
+// refuseDraining answers a request for something that would wait here (a
+// WebSocket upgrade, a long-poll) while the instance drains: 503 and
+// Retry-After, so the client goes to another instance. The HTTP server
+// closes the connection after it (it is shutting down).
+func refuseDraining(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "server shutting down; retry on another instance")
 }
 
 // spread is a random delay within the drain window.

@@ -263,6 +263,25 @@ func TestWS_DrainClosesWithReconnectCode(t *testing.T) {
 	}, "the drained connection's lease was not released")
 }
 
+// A WebSocket upgrade that arrives while the instance drains (on a
+// connection accepted before its listener closed) is refused 503 with
+// Retry-After, not accepted only to be closed.
+func TestWS_UpgradeWhileDrainingIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.Drain()
+	url := "ws" + strings.TrimPrefix(e.url, "http") + "/api/v1/ws"
+	ws, res, err := (&websocket.Dialer{Subprotocols: []string{gateway.WSSubprotocol}, HandshakeTimeout: 5 * time.Second}).Dial(url, nil)
+	if ws != nil {
+		_ = ws.Close()
+	}
+	require.Error(t, err, "the upgrade is refused")
+	require.NotNil(t, res)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	assert.NotEmpty(t, res.Header.Get("Retry-After"))
+}
+
 func TestWS_OriginAndConnectionLimits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *gateway.Config) {

@@ -9,7 +9,12 @@
 // Scenarios (default: all, idle first so that its memory baseline is a
 // fresh server): idle, connections (a ramp: connect rate and RSS per
 // connection), latency, throughput, drain and cluster (three instances,
-// cross-instance latency with syncnet on and off). Without --url it starts
+// cross-instance latency with syncnet on and off). One more runs only when
+// named: restart (--restart-partitions subscriptions naming a partition
+// each hold their messages; the instance is restarted under them, by
+// SIGTERM or --restart-kill; time to each one's first message again, with
+// the restarted instance's CPU profile in --restart-profile). Without
+// --url it starts
 // `herald serve` (the binary next to herald-bench, or --herald) on a
 // private PostgreSQL in a temporary directory and measures that process;
 // with --url it measures a running server (give --pid for its memory and

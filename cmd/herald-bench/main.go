@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +35,12 @@ type benchConfig struct {
 	Connections int
 	// DrainPartitions: the drain scenario's partition counts.
 	DrainPartitions []int
+	// The restart scenario: partitions (one subscription each), SIGKILL
+	// instead of SIGTERM, and a file for the restarted instance's CPU
+	// profile ("" takes none).
+	RestartPartitions int
+	RestartKill       bool
+	RestartProfile    string
 }
 
 func main() {
@@ -64,9 +71,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.MatrixFor, "matrix-for", 5*time.Second, "throughput: how long each of the 12 batch × partitions × groups runs lasts (0 skips them)")
 	fs.IntVar(&cfg.Holders, "holders", 4, "idle and connections: child processes that hold the connections")
 	fs.IntVar(&cfg.Connections, "connections", 20000, "connections: how many to ramp to, in four steps (half WebSocket, half SSE)")
+	fs.IntVar(&cfg.RestartPartitions, "restart-partitions", 9000, "restart: partitions with one message each, and as many subscriptions naming one (100 per WebSocket)")
+	fs.BoolVar(&cfg.RestartKill, "restart-kill", false, "restart: kill herald (SIGKILL) instead of SIGTERM; the new life gives the leases back at start")
+	fs.StringVar(&cfg.RestartProfile, "restart-profile", "", "restart: write a 10 s CPU profile of the restarted instance (from its --pprof-addr) to this file")
 	drainParts := fs.String("drain-partitions", "200,2000,5000", "drain: partition counts, one message in each, drained by HTTP pops and by one WebSocket subscription")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain]")
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [restart]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -89,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster"}
 	}
 	for _, s := range scenarios {
-		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" {
+		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" && s != "restart" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
@@ -105,7 +115,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	rep := &report{Machine: machine(), Started: time.Now().UTC(), Settings: cfg}
 	target := &server{url: cfg.URL, pid: cfg.PID}
-	if cfg.URL == "" {
+	// The cluster and restart scenarios start instances of their own.
+	ownOnly := !slices.ContainsFunc(scenarios, func(s string) bool { return s != "cluster" && s != "restart" })
+	if cfg.URL == "" && !ownOnly {
 		srv, err := startServer(ctx, cfg, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr, "herald-bench:", err)
@@ -114,7 +126,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer srv.stop()
 		target = srv
 	}
-	progress(stderr, "measuring %s (%s)", target.url, rep.Machine)
+	if !ownOnly {
+		progress(stderr, "measuring %s (%s)", target.url, rep.Machine)
+	}
 	for _, s := range scenarios {
 		var err error
 		switch s {
@@ -135,6 +149,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			rep.Throughput, err = runThroughput(ctx, target, cfg, stderr)
 		case "drain":
 			rep.Drain, err = runDrain(ctx, target, cfg, stderr)
+		case "restart":
+			if cfg.URL != "" {
+				err = errors.New("the restart scenario restarts an instance of its own (no --url)")
+				break
+			}
+			rep.Restart, err = runRestart(ctx, cfg, stderr)
 		case "idle":
 			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
 		case "connections":

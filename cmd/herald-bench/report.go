@@ -18,6 +18,7 @@ type report struct {
 	Throughput  []throughputResult  `json:"throughput,omitempty"`
 	Connections []connectionsResult `json:"connections,omitempty"`
 	Drain       []drainResult       `json:"drain,omitempty"`
+	Restart     *restartResult      `json:"restart,omitempty"`
 }
 
 func (r *report) print(w io.Writer) {
@@ -56,6 +57,14 @@ func (r *report) print(w io.Writer) {
 		for _, d := range r.Drain {
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.0f\t\n", d.Partitions, d.Transport, d.Drained, d.Seconds, d.PerSec)
 		}
+		_ = tw.Flush()
+	}
+	if x := r.Restart; x != nil {
+		fmt.Fprintf(w, "\nrestart (%s): %d partition subscriptions on %d WebSockets, each holding its message\n", x.Signal, x.Partitions, x.Sockets)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "down s	redelivered	p50 s	p99 s	max s	herald CPU s	pg CPU s	load	")
+		fmt.Fprintf(tw, "%.1f\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%s\t\n", x.DownSeconds, x.Redelivered, x.P50, x.P99, x.Max,
+			x.CPUSeconds, x.PGCPU, x.Load)
 		_ = tw.Flush()
 	}
 	if len(r.Connections) > 0 {

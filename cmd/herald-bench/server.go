@@ -64,16 +64,21 @@ func startServer(ctx context.Context, cfg benchConfig, log io.Writer) (*server, 
 // startIn runs `herald serve` with the private PostgreSQL of dir: the first
 // instance on a dir starts it, later ones share it.
 func startIn(ctx context.Context, cfg benchConfig, log io.Writer, dir, wake string, extra ...string) (*server, error) {
-	bin, err := findHerald(cfg.Herald)
-	if err != nil {
-		return nil, err
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
+	return startAt(ctx, cfg, log, dir, addr, wake, extra...)
+}
+
+// startAt runs `herald serve` on addr with the private PostgreSQL of dir.
+func startAt(ctx context.Context, cfg benchConfig, log io.Writer, dir, addr, wake string, extra ...string) (*server, error) {
+	bin, err := findHerald(cfg.Herald)
+	if err != nil {
+		return nil, err
+	}
 	args := append([]string{"serve", "--addr", addr, "--data-dir", dir, "--log-level", "warn", "--wake", wake,
 		"--ws-max-connections", strconv.Itoa(cfg.IdleWS + 100), "--sse-max-connections", strconv.Itoa(cfg.IdleSSE + 100),
 		"--drain-window", "0s"}, extra...)

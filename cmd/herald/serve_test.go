@@ -52,11 +52,19 @@ type proc struct {
 	done chan error
 
 	mu       sync.Mutex
+	logs     []string // the JSON log lines written so far
 	problems []string // the first warn and error lines it logged
 }
 
-// logged returns the first warn and error lines herald logged.
-func (p *proc) logged() string {
+// logged returns the log lines written so far.
+func (p *proc) logged() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.logs)
+}
+
+// problemLines returns the first warn and error lines herald logged.
+func (p *proc) problemLines() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return strings.Join(p.problems, "\n")
@@ -89,6 +97,9 @@ func startCommand(t *testing.T, cmd *exec.Cmd) *proc {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			p.mu.Lock()
+			p.logs = append(p.logs, sc.Text())
+			p.mu.Unlock()
 			var line struct{ Level, Message, URL string }
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
@@ -104,7 +115,7 @@ func startCommand(t *testing.T, cmd *exec.Cmd) *proc {
 				p.mu.Unlock()
 			}
 		}
-		_, _ = io.Copy(io.Discard, stderr)
+		_, _ = io.Copy(io.Discard, stderr) // a line too long for the scanner
 		p.done <- cmd.Wait()
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
@@ -610,8 +621,8 @@ func TestServe_ConnectionsPastTheDescriptorLimitAreRefusedAndTheInstanceLives(t 
 		}
 	})
 	t.Logf("%d SSE requests: %d streams, %d answered retry:, %d failed %v", offered, counts[sseOpen], counts[sseRetry], counts[sseFailed], why)
-	require.False(t, exited(), "herald exited: %s", p.logged())
-	require.Zero(t, counts[sseFailed], "every request is answered: %v\n%s", why, p.logged())
+	require.False(t, exited(), "herald exited: %s", p.problemLines())
+	require.Zero(t, counts[sseFailed], "every request is answered: %v\n%s", why, p.problemLines())
 	require.NotZero(t, counts[sseRetry], "past the cap, SSE is answered 200 with retry:")
 	require.Greater(t, counts[sseOpen], offered/2, "most of the limit serves streams")
 
@@ -634,7 +645,7 @@ func TestServe_ConnectionsPastTheDescriptorLimitAreRefusedAndTheInstanceLives(t 
 	}
 	for time.Since(flooded) < 10*time.Second {
 		code, body := get(t, p.url+"health")
-		require.Equal(t, http.StatusOK, code, "%s\n%s", body, p.logged())
+		require.Equal(t, http.StatusOK, code, "%s\n%s", body, p.problemLines())
 		require.NoError(t, json.Unmarshal([]byte(body), &health))
 		require.False(t, exited())
 		time.Sleep(250 * time.Millisecond) // probing at a steady pace; each probe asserts
@@ -695,6 +706,6 @@ func TestServe_ConnectionsPastTheDescriptorLimitAreRefusedAndTheInstanceLives(t 
 	refused := counts[sseRetry] + 1 // and the WebSocket
 	assert.Equal(t, float64(refused), metricValue(t, p.url, `herald_connections_refused_total{reason="limit"}`),
 		"each refusal is counted")
-	require.False(t, exited(), "herald exited: %s", p.logged())
+	require.False(t, exited(), "herald exited: %s", p.problemLines())
 	require.NoError(t, p.stop(t, syscall.SIGTERM))
 }

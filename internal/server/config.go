@@ -60,8 +60,10 @@ type Config struct {
 
 	BodyLimit       int64
 	BodyReadTimeout time.Duration
-	// ShutdownTimeout bounds the wait for requests in flight at shutdown;
-	// zero means ShutdownTimeoutDefault.
+	// ShutdownTimeout is how long past DrainWindow requests in flight may
+	// take at shutdown; then every connection still open is closed, so the
+	// HTTP side stops within DrainWindow + ShutdownTimeout. Zero means
+	// ShutdownTimeoutDefault.
 	ShutdownTimeout time.Duration
 
 	Wake             string // one of the Wake* modes; empty means WakeNotify
@@ -141,8 +143,9 @@ type Adjust struct {
 	Gateway  func(*gateway.Config)
 }
 
-// ShutdownTimeoutDefault bounds the wait for requests in flight.
-const ShutdownTimeoutDefault = 10 * time.Second
+// ShutdownTimeoutDefault is the grace past the drain window: a second,
+// the margin the drain window is documented with.
+const ShutdownTimeoutDefault = time.Second
 
 // hygieneInterval is how often the storage and backlog gauges are sampled
 // (three catalog queries and two bounded ones over consumers and

@@ -10,14 +10,17 @@
 // # Start and stop order
 //
 //	New                                   Run                      stop (Run, when ctx ends)
-//	 1 listener (Config.Listener or Addr)  8 poller workers         a gateway.Drain: no new leases; streams
-//	 2 private PostgreSQL (no URL)         9 loops, one errgroup:     closed over DrainWindow, leases given back
-//	 3 pool, migrations                      syncnet node, notifier, b HTTP server Shutdown (ShutdownTimeout)
-//	 4 supervisor (private PostgreSQL)       listener | logical,      c gateway.Close: SSE resume leases released
-//	 5 store (encryption key checked)        config refresh,          d loops cancelled, awaited (errgroup.Wait)
-//	 6 syncnet node and poller               retention, hygiene,      e poller workers stopped
-//	 7 wake source, connection cap,          maintenance             f supervisor, pool, private PostgreSQL,
-//	   gateway, maintenance switches read 10 HTTP serving; Ready       listener (Close)
+//	 1 listener (Config.Listener or Addr)  8 poller workers         a listener closed; gateway.Drain: no new
+//	 2 private PostgreSQL (no URL)         9 loops, one errgroup:     leases, streams closed over DrainWindow;
+//	 3 pool, migrations                      syncnet node, notifier, b HTTP server Shutdown alongside; what
+//	 4 supervisor (private PostgreSQL)       listener | logical,      is open at DrainWindow+ShutdownTimeout
+//	 5 store (encryption key checked);       config refresh,          is closed (gateway.EndStreams)
+//	   the instance id's lock                retention, hygiene,    c gateway.Close: SSE resume leases released
+//	 6 syncnet node and poller               maintenance            d loops cancelled, awaited (errgroup.Wait)
+//	 7 wake source, connection cap,       10 the leases of the      e poller workers stopped
+//	   gateway, maintenance switches read    previous life given    f supervisor, instance lock, pool,
+//	                                         back, partitions woken   private PostgreSQL, listener (Close)
+//	                                      11 HTTP serving; Ready
 //	                                         once the wake source
 //	                                         listens
 //

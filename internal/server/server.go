@@ -37,14 +37,18 @@ type Server struct {
 	instance string
 	reg      *prometheus.Registry
 
-	configs  *queue.ConfigSnapshot
-	store    *queue.Store
-	node     *syncnet.Node
-	poller   *poller.Poller
-	gw       *gateway.Server
-	notifier *pgnotify.Notifier
-	listener *pgnotify.Listener
-	logical  *pgnotify.Logical
+	configs *queue.ConfigSnapshot
+	store   *queue.Store
+	lock    *queue.InstanceLock // the instance id's, held for the instance's life
+	// wakeOthers tells the other instances (NOTIFY, syncnet) that a
+	// partition has work; nil when there is no one to tell.
+	wakeOthers interface{ Notify(queue, partition string) }
+	node       *syncnet.Node
+	poller     *poller.Poller
+	gw         *gateway.Server
+	notifier   *pgnotify.Notifier
+	listener   *pgnotify.Listener
+	logical    *pgnotify.Logical
 
 	// runners are the long-lived loops Run starts (each returns when its
 	// context ends); wakeReady fires once the database wake source
@@ -107,6 +111,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.buildStore(ctx); err != nil {
 		return nil, err
 	}
+	if s.lock, err = lockInstance(ctx, s.store, cfg.ListenDatabaseURL, s.log); err != nil {
+		return nil, err
+	}
 	if err := s.buildPollerAndNode(); err != nil {
 		return nil, err
 	}
@@ -120,6 +127,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if gwCfg.MaxConnections, err = connectionLimit(&cfg, openFiles, int(s.db.pool.Config().MaxConns), s.log); err != nil {
 		return nil, err
 	}
+	s.wakeOthers = gwCfg.Notifier
 	if cfg.Adjust.Gateway != nil {
 		cfg.Adjust.Gateway(&gwCfg)
 	}
@@ -351,6 +359,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		stopLoops()
 		err = errors.Join(err, g.Wait())
 	}()
+	s.releasePreviousLife(loopsCtx)
 	srv := &http.Server{Handler: s.gw.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ConnContext: s.gw.ConnContext}
 	errc := make(chan error, 1)
@@ -370,23 +379,101 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	case <-gctx.Done(): // a loop failed; g.Wait reports it
 	case fatal = <-s.sup.Failed():
 	}
-	s.log.Info().Dur("drain_window", s.cfg.DrainWindow).Int("streams", s.gw.Streams()).Msg("shutting down")
-	// Stop leasing, close streams over the drain window (each gives its
-	// leases back), then stop serving and release what SSE streams kept
-	// for a resume.
-	s.gw.Drain()
-	dctx, cancelDrain := context.WithTimeout(context.Background(), s.cfg.DrainWindow+s.cfg.ShutdownTimeout)
-	defer cancelDrain()
-	s.gw.WaitStreams(dctx)
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer cancel()
-	err = srv.Shutdown(sctx)
-	s.gw.Close()
-	if err != nil {
-		_ = srv.Close()
-		return errors.Join(fatal, fmt.Errorf("shutting down http: %w", err))
-	}
+	s.shutdown(srv)
 	return fatal
+}
+
+// shutdown stops accepting, then drains, all within DrainWindow and
+// ShutdownTimeout. The HTTP server's Shutdown starts at once: the listener
+// closes (a client's next connection goes to another instance) and idle
+// keep-alive connections close; a request that still arrives on a busy one
+// finds the gateway draining (a WebSocket upgrade or a long-poll is answered
+// 503 with Retry-After, an SSE stream 200 with a retry:). Meanwhile the
+// gateway stops leasing, answers waiting long-polls and closes its streams
+// at random points of the window, each giving its leases back. What is
+// still open at the deadline (a request still sending its body, a
+// connection that never sent one, a stream whose client stopped reading)
+// is closed then: nothing waits for a timeout of its own (the HTTP
+// server's 5 s grace for silent connections, ReadHeaderTimeout,
+// BodyReadTimeout, a write deadline).
+func (s *Server) shutdown(srv *http.Server) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainWindow+s.cfg.ShutdownTimeout)
+	defer cancel()
+	// Serve returns at once; Shutdown closes the listener again, harmlessly.
+	_ = s.ln.Close()
+	s.gw.Drain()
+	s.log.Info().Dur("drain_window", s.cfg.DrainWindow).Int("streams", s.gw.Streams()).Msg("shutting down")
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(ctx) }()
+	s.gw.WaitStreams(ctx)
+	err := <-shut
+	if err != nil {
+		_ = srv.Close() // the deadline passed: close what is left
+	}
+	// Streams still open past the deadline are ended now; then the leases
+	// SSE streams kept for a resume are released.
+	s.gw.EndStreams()
+	s.gw.Close()
+	s.log.Info().Dur("took", time.Since(start)).Bool("forced", err != nil).Msg("drained")
+}
+
+// InstanceLockWait is how long a start waits for its instance id's lock:
+// the previous life's connection, killed a moment ago, may not have been
+// seen gone by PostgreSQL yet.
+const InstanceLockWait = 10 * time.Second
+
+// lockInstance takes the instance id's lock (queue.LockInstance), waiting
+// up to InstanceLockWait for a previous life's session to end; past that
+// another live instance has this id, and starting would release its leases.
+func lockInstance(ctx context.Context, store *queue.Store, url string, log zerolog.Logger) (*queue.InstanceLock, error) {
+	deadline := time.Now().Add(InstanceLockWait)
+	for {
+		l, err := store.LockInstance(ctx, url)
+		if !errors.Is(err, queue.ErrInstanceInUse) {
+			return l, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: every instance needs an --instance-id of its own "+
+				"(a restarted one keeps its id, and gives back the leases its previous life held)", err)
+		}
+		log.Warn().Err(err).Msg("waiting for the instance id's lock")
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// releasePreviousLife gives back, before serving, the leases recorded under
+// this instance's id: a previous life that was killed (or lost its
+// database before its drain) left them, and their partitions would wait
+// out the lease time though nobody holds them. No attempt is counted. The
+// other instances' consumers are woken (NOTIFY, syncnet, lease hints), so
+// they need not wait for their timers. A failure is logged: the leases
+// then expire in time.
+func (s *Server) releasePreviousLife(ctx context.Context) {
+	freed, err := s.store.ReleaseInstanceLeases(ctx)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("releasing the leases of this instance's previous life; they expire in time")
+		return
+	}
+	if len(freed) == 0 {
+		return
+	}
+	woken := map[[2]string]bool{}
+	for _, l := range freed {
+		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
+		if k := [2]string{l.Queue, l.Partition}; !woken[k] {
+			woken[k] = true
+			s.poller.Wake(poller.SourceRelease, l.Queue, l.Partition)
+			if s.wakeOthers != nil {
+				s.wakeOthers.Notify(l.Queue, l.Partition)
+			}
+		}
+	}
+	s.log.Info().Int("leases", len(freed)).Str("instance", s.instance).Msg("released the leases of this instance's previous life")
 }
 
 // signalReady closes Ready once the database wake source listens (at
@@ -418,6 +505,9 @@ func (s *Server) Close() error {
 			}
 		}
 		s.sup.Stop()
+		if err := s.lock.Close(context.Background()); err != nil {
+			s.log.Debug().Err(err).Msg("closing the instance lock's connection")
+		}
 		if s.db != nil {
 			s.closeErr = errors.Join(s.closeErr, s.db.close(s.log))
 		}

@@ -1,0 +1,135 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// An instance id (Config.InstanceID) names the owner of the leases an
+// instance takes. It must be unique among the live instances of one
+// database schema: a restarted instance gives back, by its id, the leases
+// its previous life held (ReleaseInstanceLeases), and would give back a
+// live twin's. LockInstance guards that: it holds an advisory lock keyed on
+// the schema and the id for as long as the instance lives.
+
+// ErrInstanceInUse: another live session holds the instance id's lock.
+var ErrInstanceInUse = errors.New("the instance id is in use by another live instance")
+
+// instanceLockSQL takes the instance id's advisory lock, if free. The key
+// covers the schema: instances of other deployments (and of other tests)
+// in the same database may share an id.
+const instanceLockSQL = `-- herald:instance_lock
+SELECT pg_try_advisory_lock(hashtextextended('herald instance ' || current_schema() || ' ' || $1::text, 0))`
+
+// instanceKeepaliveSQL makes PostgreSQL notice within about 25 s that the
+// lock's client is gone when its host died without closing the socket
+// (the default waits for the kernel's keepalive, two hours): the id is free
+// again for the instance's next life. Without effect over a Unix socket,
+// where the peer's death is seen at once.
+const instanceKeepaliveSQL = `-- herald:instance_keepalive
+SELECT set_config('tcp_keepalives_idle', '10', false), set_config('tcp_keepalives_interval', '5', false),
+       set_config('tcp_keepalives_count', '3', false)`
+
+// InstanceLock is the advisory lock of an instance id, held by a connection
+// of its own (not the pool's) for the instance's life.
+type InstanceLock struct {
+	conn *pgx.Conn
+}
+
+// LockInstance takes the advisory lock of Config.InstanceID on a connection
+// of its own: to url if given (a direct connection, when the pool goes
+// through a transaction-mode pooler that would lose a session lock), else
+// one taken out of the pool for good. ErrInstanceInUse: another live
+// instance holds it. The lock lasts while that connection does: a restart
+// of PostgreSQL frees it, and it is not taken again (the check is at
+// start).
+func (s *Store) LockInstance(ctx context.Context, url string) (_ *InstanceLock, err error) {
+	var conn *pgx.Conn
+	if url != "" {
+		if conn, err = pgx.Connect(ctx, url); err != nil {
+			return nil, fmt.Errorf("connecting for the instance lock: %w", err)
+		}
+	} else {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("acquiring a connection for the instance lock: %w", err)
+		}
+		conn = c.Hijack()
+	}
+	defer func() {
+		if err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if _, err := conn.Exec(ctx, instanceKeepaliveSQL); err != nil {
+		return nil, fmt.Errorf("setting the instance lock's keepalives: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, instanceLockSQL, s.cfg.InstanceID).Scan(&ok); err != nil {
+		return nil, fmt.Errorf("locking instance id %s: %w", s.cfg.InstanceID, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("locking instance id %s: %w", s.cfg.InstanceID, ErrInstanceInUse)
+	}
+	return &InstanceLock{conn: conn}, nil
+}
+
+// Close lets the lock go (closing its connection). Safe on nil.
+func (l *InstanceLock) Close(ctx context.Context) error {
+	if l == nil || l.conn == nil {
+		return nil
+	}
+	err := l.conn.Close(ctx)
+	l.conn = nil
+	return err
+}
+
+// releaseInstanceSQL ends every lease owned by $1, locking the rows in key
+// order first (as releaseLeaseSQL), and names what it freed. It counts no
+// attempt: the gateway's crash is not the consumer's failure. The scan
+// goes through consumers_lease_id (leased rows only).
+const releaseInstanceSQL = `-- herald:release_instance_leases
+WITH lk AS (
+	SELECT c.partition_id, c.consumer_group FROM consumers c
+	WHERE c.lease_id IS NOT NULL AND c.lease_owner = $1
+	ORDER BY c.partition_id, c.consumer_group
+	FOR NO KEY UPDATE OF c
+), up AS (
+	UPDATE consumers c SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL
+	FROM lk
+	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
+	  AND c.lease_id IS NOT NULL AND c.lease_owner = $1
+	RETURNING c.partition_id, c.consumer_group
+)
+SELECT q.name, p.name, up.partition_id::text, up.consumer_group
+FROM up JOIN partitions p ON p.id = up.partition_id JOIN queues q ON q.id = p.queue_id`
+
+// FreedLease is a (partition, group) whose lease ReleaseInstanceLeases
+// gave back.
+type FreedLease struct {
+	Queue, Partition, PartitionID, Group string
+}
+
+// ReleaseInstanceLeases gives back at once every lease recorded under this
+// instance's id (Config.InstanceID), without counting a failed attempt: a
+// restarted instance's previous life held them, and its connections died
+// with it. Call it at start, before serving, with the id's lock held
+// (LockInstance), so that no live instance's leases are touched.
+func (s *Store) ReleaseInstanceLeases(ctx context.Context) ([]FreedLease, error) {
+	rows, err := s.pool.Query(ctx, releaseInstanceSQL, s.cfg.InstanceID)
+	if err != nil {
+		return nil, fmt.Errorf("releasing the leases of instance %s: %w", s.cfg.InstanceID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FreedLease, error) {
+		var l FreedLease
+		err := r.Scan(&l.Queue, &l.Partition, &l.PartitionID, &l.Group)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("releasing the leases of instance %s: %w", s.cfg.InstanceID, err)
+	}
+	return out, nil
+}

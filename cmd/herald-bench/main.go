@@ -17,21 +17,23 @@ import (
 )
 
 type benchConfig struct {
-	URL         string
-	PID         int
-	Herald      string
-	Wake        string
-	Out         string
-	Rate        int
-	Duration    time.Duration
-	IdleWS      int
-	IdleSSE     int
-	IdleLP      int
-	IdleFor     time.Duration
-	Holders     int
-	TputRate    int
-	MatrixFor   time.Duration
-	Connections int
+	URL      string
+	PID      int
+	Herald   string
+	Wake     string
+	Out      string
+	Rate     int
+	Duration time.Duration
+	IdleWS   int
+	IdleSSE  int
+	IdleLP   int
+	IdleFor  time.Duration
+	// MeshInstances: the mesh scenario's instances.
+	MeshInstances int
+	Holders       int
+	TputRate      int
+	MatrixFor     time.Duration
+	Connections   int
 	// DrainPartitions: the drain scenario's partition counts.
 	DrainPartitions []int
 }
@@ -54,6 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Herald, "herald", "", "herald binary to start; empty looks next to herald-bench, then in PATH")
 	fs.StringVar(&cfg.Wake, "wake", "notify", "--wake of the server it starts; a comma list (notify,logical,poll) measures latency once per mode, side by side")
 	fs.StringVar(&cfg.Out, "out", "herald-bench.json", "JSON results file (and an HTML report next to it, .html); empty writes none")
+	fs.IntVar(&cfg.MeshInstances, "mesh-instances", 100, "mesh: instances started (a pool of 2 each), found through the members table")
 	fs.IntVar(&cfg.Rate, "rate", 1000, "latency: messages per second pushed")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "latency and throughput: how long each run measures")
 	fs.IntVar(&cfg.IdleWS, "idle-ws", 10000, "idle: WebSocket connections")
@@ -89,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster"}
 	}
 	for _, s := range scenarios {
-		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" {
+		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" && s != "mesh" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
@@ -131,6 +134,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 				break
 			}
 			rep.Cluster, err = runCluster(ctx, cfg, stderr)
+		case "mesh":
+			rep.Mesh, err = runMesh(ctx, cfg, stderr)
 		case "throughput":
 			rep.Throughput, err = runThroughput(ctx, target, cfg, stderr)
 		case "drain":

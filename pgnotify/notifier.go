@@ -19,10 +19,11 @@ import (
 // a second still costs at most 50 NOTIFYs a second.
 const WindowDefault = 20 * time.Millisecond
 
-// Presence tells whether any instance has subscribers for a queue. known is
-// false while that is not known; the notifier then notifies.
+// Presence tells whether a NOTIFY for a queue would wake an instance that
+// nothing else wakes (internal/server: false when syncnet woke every
+// instance that listens).
 type Presence interface {
-	HasSubscribers(queue string) (has, known bool)
+	NeedsNotify(queue string) bool
 }
 
 // NotifierConfig configures a Notifier.
@@ -31,7 +32,7 @@ type NotifierConfig struct {
 	Pool *pgxpool.Pool
 	// Window: see WindowDefault; zero means the default.
 	Window time.Duration
-	// Presence, when set, lets the notifier skip queues nobody listens to.
+	// Presence, when set, lets the notifier skip the NOTIFYs nobody needs.
 	Presence Presence
 	// Sender, when set, is written into every NOTIFY so that this
 	// instance's own Listener (with the same ListenerConfig.Self) skips
@@ -84,7 +85,7 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 		batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_notify_batches_total",
 			Help: "Transactions the notifier used to send NOTIFYs."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_notify_skipped_total",
-			Help: "Wake-ups not sent because no instance has subscribers for the queue."}),
+			Help: "Wake-ups not sent because no instance needed them (syncnet woke every instance that listens)."}),
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{n.sent, n.batches, n.skipped} {
@@ -100,7 +101,7 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 // blocks and never touches the database.
 func (n *Notifier) Notify(queue, partition string) {
 	if p := n.cfg.Presence; p != nil {
-		if has, known := p.HasSubscribers(queue); known && !has {
+		if !p.NeedsNotify(queue) {
 			n.skipped.Inc()
 			return
 		}

@@ -169,23 +169,36 @@ func (s *Store) RunHygieneLoop(ctx context.Context, interval time.Duration, repo
 	}
 	repair()
 	every(ctx, interval, func() {
-		repair()
-		s.pruneTraces(ctx)
-		s.analyzeIfDue(ctx)
-		h, err := s.SampleHygiene(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn().Err(err).Msg("sampling storage hygiene")
-			}
+		// Database-wide: one instance at a time, once per interval
+		// whatever the instances (Chore); a pool of one runs it alone.
+		if s.pool.Config().MaxConns < 2 {
+			s.hygieneRound(ctx, repair, report)
 			return
 		}
-		if h.OldestXminHeld > XminWarnAfter {
-			s.log.Warn().Dur("held", h.OldestXminHeld).Int64("xmin_age", h.OldestXminAge).Str("by", h.OldestXminBy).
-				Msg("a transaction has held the xmin horizon for over 5 minutes: vacuum cannot clean up behind it")
-		}
-		if report != nil {
-			report(h)
+		if _, err := s.Chore(ctx, "hygiene", interval, func(ctx context.Context) { s.hygieneRound(ctx, repair, report) }); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("hygiene")
 		}
 	})
 	return nil
+}
+
+// hygieneRound is one round of RunHygieneLoop.
+func (s *Store) hygieneRound(ctx context.Context, repair func(), report func(*Hygiene)) {
+	repair()
+	s.pruneTraces(ctx)
+	s.analyzeIfDue(ctx)
+	h, err := s.SampleHygiene(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("sampling storage hygiene")
+		}
+		return
+	}
+	if h.OldestXminHeld > XminWarnAfter {
+		s.log.Warn().Dur("held", h.OldestXminHeld).Int64("xmin_age", h.OldestXminAge).Str("by", h.OldestXminBy).
+			Msg("a transaction has held the xmin horizon for over 5 minutes: vacuum cannot clean up behind it")
+	}
+	if report != nil {
+		report(h)
+	}
 }

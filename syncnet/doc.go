@@ -10,7 +10,8 @@
 //	0      1    version (1)
 //	1      1    type (1 MESSAGE_AVAILABLE, 3 HEARTBEAT, 10/11 QUEUE_CONFIG_SET/DELETE,
 //	            20/21 CONSUMER_REGISTERED/DEREGISTERED, 25 PARTITION_DELETED,
-//	            30/31 LEASE_HINT_ACQUIRED/RELEASED, 40/41 maintenance modes)
+//	            30/31 LEASE_HINT_ACQUIRED/RELEASED, 40/41 maintenance modes,
+//	            50/51 PRESENCE_SET/PULL, Herald's own, to members only)
 //	2      2    payload length, big-endian
 //	4      32   HMAC-SHA256 signature: key = the secret's ASCII bytes,
 //	            input = bytes 0–3 ‖ bytes 36..end of datagram
@@ -30,9 +31,22 @@
 // MESSAGE_AVAILABLE and LEASE_HINT_RELEASED wake-ups reach the poller at
 // most once per queue per WakeWindow (5 ms; wake.go).
 //
-// Node is one instance on the mesh: heartbeats (ServerHealth: dead after
-// DeadAfter), consumer presence (announced on the first and last consumer
-// of a queue, re-announced every Announce), targeted MESSAGE_AVAILABLE,
+// Node is one instance on the mesh. Its peers are members (SetMembers:
+// the Herald instances the database's members table lists, read every 2 s
+// by internal/server) and seeds (Config.Peers: the reference server, or an
+// address to use instead of the advertised one). Members exchange no
+// heartbeats (the table says who is alive; one not listed leaves at once)
+// and no re-announcements: presence changes go out as they happen, and a
+// digest in the table tells a reader when its view differs, which then
+// pulls the whole set (PRESENCE_PULL, PRESENCE_SET of many queues per
+// datagram; members.go). An idle mesh of members sends nothing. A member
+// unknown for Reach (10 s) is unreachable: no wake-ups, pulled again every
+// Reach, not Known (so NOTIFY is not skipped for it). Seeds keep the
+// reference server's ways: heartbeats every Heartbeat while alive (dead
+// after DeadAfter of silence, or DeadAfter after start if never heard,
+// then probed every Resolve only), presence re-announced every Announce.
+// Beyond that: consumer presence (announced on the first and last consumer
+// of a queue), targeted MESSAGE_AVAILABLE,
 // QUEUE_CONFIG_SET/DELETE, PARTITION_DELETED and MAINTENANCE_MODE_SET /
 // POP_MAINTENANCE_MODE_SET news handed to callbacks (a maintenance datagram
 // only makes the receiver read the switches from the database again), and

@@ -160,14 +160,14 @@ func TestHole4_SyncnetReplayAcrossRestart(t *testing.T) {
 
 	v, _ := runNode(t, Config{ServerID: "v:1"})
 	for _, b := range [][]byte{hb[0], ma[0], hb[1], ma[1]} { // as the mesh delivered them
-		v.handle(b, attacker)
+		v.handle(b, attacker.AddrPort())
 	}
 	require.Equal(t, []string{"q1/p", "q2/p"}, v.wakes.got, "the real datagrams are accepted, the restart too")
 
 	before := received(v)
 	for range 100 {
 		for _, b := range [][]byte{ma[0], ma[1], hb[0], hb[1]} {
-			v.handle(b, attacker)
+			v.handle(b, attacker.AddrPort())
 		}
 	}
 	accepted := received(v) - before
@@ -185,7 +185,7 @@ func TestHole4_SyncnetReplayAcrossRestart(t *testing.T) {
 			n.now = func() time.Time { return time.Now().Add(skew) }
 		})
 		for _, b := range [][]byte{hb[0], ma[0], hb[1], ma[1]} {
-			late.handle(b, attacker)
+			late.handle(b, attacker.AddrPort())
 		}
 		assert.Zero(t, received(late), "skew %v", skew)
 		assert.Empty(t, late.wakes.got, "skew %v", skew)
@@ -210,11 +210,11 @@ func TestHole4_ReplayedMessageAvailableCoalesced(t *testing.T) {
 		hb, ma := restartCapture(t, [2]string{"orders", "orders"})
 		v, _ := runNode(t, Config{ServerID: "v:1"})
 		for _, b := range [][]byte{hb[0], ma[0], hb[1], ma[1]} {
-			v.handle(b, attacker)
+			v.handle(b, attacker.AddrPort())
 		}
 		for range 1000 {
-			v.handle(ma[0], attacker)
-			v.handle(ma[1], attacker)
+			v.handle(ma[0], attacker.AddrPort())
+			v.handle(ma[1], attacker.AddrPort())
 		}
 		// The second real datagram came within the window of the first:
 		// its wake-up is the coalesced one at the window's end.
@@ -237,9 +237,9 @@ func TestHole4_ReplayedMessageAvailableCoalesced(t *testing.T) {
 		// At least burst datagrams, over at least 6 windows.
 		start, sent := time.Now(), 0
 		for ; sent < burst || time.Since(start) < 6*window; sent++ {
-			v.handle(dgram(uint64(sent+1), "orders", fmt.Sprintf("p%d", sent)), attacker)
+			v.handle(dgram(uint64(sent+1), "orders", fmt.Sprintf("p%d", sent)), attacker.AddrPort())
 		}
-		v.handle(dgram(uint64(sent+1), "other", "x"), attacker)
+		v.handle(dgram(uint64(sent+1), "other", "x"), attacker.AddrPort())
 		elapsed := time.Since(start)
 		ordersWakes := func() int {
 			v.wakes.mu.Lock()
@@ -303,12 +303,12 @@ func TestHole4_ReplayedMessageAvailableCoalesced(t *testing.T) {
 		hb1, hb9 := find(Heartbeat, 1), find(Heartbeat, 9)
 		ma11, ma14, del := find(MessageAvailable, 11), find(MessageAvailable, 14), find(QueueConfigDelete, 16)
 		for _, b := range [][]byte{hb1, hb9, ma11, ma14, del} {
-			v.handle(b, attacker)
+			v.handle(b, attacker.AddrPort())
 		}
 		assert.Equal(t, 5.0, received(v), "the reference server's datagrams are accepted")
 		for range 1000 {
 			for _, b := range [][]byte{hb1, hb9, ma11, ma14, del} {
-				v.handle(b, attacker)
+				v.handle(b, attacker.AddrPort())
 			}
 		}
 		assert.Equal(t, 5000.0, dropped(v, "replay"))
@@ -344,7 +344,7 @@ func TestHole4_StaleSessionKeepsPresence(t *testing.T) {
 
 	before := dropped(v, "stale_session")
 	for _, b := range old {
-		v.handle(b, attacker)
+		v.handle(b, attacker.AddrPort())
 		has, known := v.HasSubscribers("invoices")
 		assert.True(t, has, "presence kept")
 		assert.True(t, known, "presence still known")

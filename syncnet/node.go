@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,14 +42,18 @@ const (
 	RecvBufferBytes   = 8 << 20
 	FreshnessDefault  = 30 * time.Second
 	WakeWindowDefault = 5 * time.Millisecond
+	MemberReadDefault = 2 * time.Second
 )
 
 // Config configures a Node.
 type Config struct {
 	// Bind is the UDP address to listen on, e.g. ":6633".
 	Bind string
-	// Peers are the other instances, host:port; names are re-resolved
-	// every Resolve.
+	// Peers are seeds: other instances, host:port, heard from over
+	// syncnet whether or not the database lists them (the reference
+	// server, or a network where the advertised address is not the one to
+	// use); names are re-resolved every Resolve. The Herald instances the
+	// database lists come through SetMembers.
 	Peers []string
 	// Secret keys the HMAC (its ASCII bytes). Required with peers.
 	Secret string
@@ -69,6 +74,12 @@ type Config struct {
 	// window reaches the Waker (wake.go). Zero means WakeWindowDefault,
 	// 5 ms.
 	WakeWindow time.Duration
+	// Reach is how long a member may stay unknown (no answer to a
+	// presence pull) before it counts as unreachable; zero means
+	// ReachDefault, 10 s. MemberRead is how often SetMembers is called
+	// (the least time between two pulls of a member whose digest stays
+	// different); zero means MemberReadDefault, 2 s.
+	Reach, MemberRead time.Duration
 	// OnQueueDeleted, when set, is told that another instance deleted a
 	// queue (QUEUE_CONFIG_DELETE): drop what is cached of it.
 	OnQueueDeleted func(queue string)
@@ -83,6 +94,11 @@ type Config struct {
 	// when pop): read the switches again from the database, which alone
 	// says what holds. Called on the receive goroutine; it must not block.
 	OnMaintenance func(pop, enabled bool)
+	// OnStranger, when set, is told that a datagram came from a sender
+	// that is no peer (a member that just started greets every member it
+	// read): read the members again. Called on the receive goroutine; it
+	// must not block.
+	OnStranger func()
 	// Drop, when set, is asked before each send; true drops the datagram
 	// (tests of a lossy network, or of a lost announcement).
 	Drop func(t Type) bool
@@ -120,10 +136,17 @@ type Node struct {
 	cmu    sync.Mutex
 	counts map[string]uint64 // "dropped:<reason>", "notify:<decision>", …: for Stats
 
-	mu    sync.Mutex
-	peers []*peer
-	byID  map[string]*peerState
-	local map[string]int // queue → local intentions
+	mu sync.Mutex
+	// peers are seeds and members together (a member that is also a
+	// seed, by the id its datagrams carry, once); byAddr finds one by the
+	// address a datagram comes from.
+	peers   []*peer
+	seeds   []*peer
+	members map[string]*peer
+	byAddr  map[netip.AddrPort]*peer
+	started time.Time
+	byID    map[string]*peerState
+	local   map[string]int // queue → local intentions
 	// lingering: queues whose last local consumer left at that time; the
 	// peers still believe them present until Linger has passed (a
 	// long-poll consumer that polls again meanwhile costs no datagram).
@@ -134,7 +157,14 @@ type Node struct {
 type peer struct {
 	name string
 	addr *net.UDPAddr
-	id   string // learned from its datagrams
+	id   string // learned from its datagrams, or the database's
+	// member: the database lists it (members.go): no heartbeats, its
+	// presence by digest; since is when it became one, lastPull when its
+	// presence was last asked for, digest what it last wrote.
+	member   bool
+	since    time.Time
+	lastPull time.Time
+	digest   uint64
 }
 
 type peerState struct {
@@ -142,7 +172,29 @@ type peerState struct {
 	since     time.Time // first heartbeat of this session
 	lastBeat  time.Time
 	presence  map[string]time.Time // queue → last announce
-	announced bool                 // a full announce interval has passed since it (re)started
+	announced bool                 // presence known: a full announce interval since it (re)started, or (member) its digest agreed
+	// Members only: view is the digest of presence, mismatch since when
+	// it differs from the member's, pending the parts of a PRESENCE_SET.
+	member        bool
+	view          uint64
+	mismatch      time.Time
+	pending       map[uint64][]string
+	pendingDigest uint64
+}
+
+// addPresence and delPresence keep view the digest of presence.
+func (st *peerState) addPresence(q string, now time.Time) {
+	if _, ok := st.presence[q]; !ok {
+		st.view ^= queueHash(q)
+	}
+	st.presence[q] = now
+}
+
+func (st *peerState) delPresence(q string) {
+	if _, ok := st.presence[q]; ok {
+		st.view ^= queueHash(q)
+		delete(st.presence, q)
+	}
 }
 
 // New binds the socket; nothing is sent until Run.
@@ -176,6 +228,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.WakeWindow <= 0 {
 		cfg.WakeWindow = WakeWindowDefault
 	}
+	if cfg.Reach <= 0 {
+		cfg.Reach = ReachDefault
+	}
+	if cfg.MemberRead <= 0 {
+		cfg.MemberRead = MemberReadDefault
+	}
 	addr, err := net.ResolveUDPAddr("udp", cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("syncnet: bind address %q: %w", cfg.Bind, err)
@@ -198,7 +256,7 @@ func New(cfg Config) (*Node, error) {
 	var sess [8]byte
 	_, _ = rand.Read(sess[:])
 	n := &Node{cfg: cfg, key: []byte(cfg.Secret), conn: conn, session: hex.EncodeToString(sess[:]),
-		replay: NewReplay(cfg.Freshness), wakes: newWakeLimiter(cfg.Waker, cfg.WakeWindow), now: time.Now, log: log, recvBuffer: granted, byID: map[string]*peerState{}, local: map[string]int{}, lingering: map[string]time.Time{},
+		replay: NewReplay(cfg.Freshness), wakes: newWakeLimiter(cfg.Waker, cfg.WakeWindow), now: time.Now, log: log, recvBuffer: granted, byID: map[string]*peerState{}, members: map[string]*peer{}, byAddr: map[netip.AddrPort]*peer{}, started: time.Now(), local: map[string]int{}, lingering: map[string]time.Time{},
 		counts: map[string]uint64{}}
 	n.skewLog = log.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Minute})
 	n.hints, err = lru.New[hintKey, leaseHint](LeaseHintsMax)
@@ -231,7 +289,7 @@ func (n *Node) resolve() {
 	n.mu.Lock()
 	names := append([]string(nil), n.cfg.Peers...)
 	old := map[string]*peer{}
-	for _, p := range n.peers {
+	for _, p := range n.seeds {
 		old[p.name] = p
 	}
 	n.mu.Unlock()
@@ -245,14 +303,15 @@ func (n *Node) resolve() {
 		}
 		p := &peer{name: name, addr: addr}
 		if o := old[name]; o != nil && o.addr.String() == addr.String() {
-			p.id = o.id
+			p = o
 		} else {
 			added = append(added, addr)
 		}
 		peers = append(peers, p)
 	}
 	n.mu.Lock()
-	n.peers = peers
+	n.seeds = peers
+	n.rebuildLocked()
 	closed := n.closed
 	n.mu.Unlock()
 	// A new peer adopts this session only from a datagram with a signed
@@ -263,6 +322,42 @@ func (n *Node) resolve() {
 		n.heartbeatTo(added)
 	}
 }
+
+// rebuildLocked makes peers and byAddr from seeds and members: a seed
+// whose id is a member's is that member (its own address wins, the
+// database's may not be the one to use). Called with mu.
+func (n *Node) rebuildLocked() {
+	peers := make([]*peer, 0, len(n.seeds)+len(n.members))
+	seedIDs := map[string]bool{}
+	now := time.Now()
+	for _, p := range n.seeds {
+		_, member := n.members[p.id]
+		member = member && p.id != ""
+		if member && !p.member {
+			p.since = now
+		}
+		p.member = member
+		if member {
+			m := n.members[p.id]
+			p.lastPull, p.digest = m.lastPull, m.digest
+		}
+		seedIDs[p.id] = true
+		peers = append(peers, p)
+	}
+	for id, p := range n.members {
+		if !seedIDs[id] {
+			peers = append(peers, p)
+		}
+	}
+	n.peers = peers
+	clear(n.byAddr)
+	for _, p := range peers {
+		n.byAddr[addrKey(p.addr.AddrPort())] = p
+	}
+}
+
+// addrKey is an address as byAddr keys it (IPv4 unmapped).
+func addrKey(a netip.AddrPort) netip.AddrPort { return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) }
 
 // Close closes the socket of a node whose Run never ran (New binds it);
 // Run closes it itself when it returns.
@@ -308,6 +403,7 @@ func (n *Node) Run(ctx context.Context) error {
 			n.announce()
 		case <-resolve.C:
 			n.resolve()
+			n.probe()
 		}
 	}
 }
@@ -331,9 +427,12 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 		return
 	}
 	if addrs == nil {
+		now := time.Now()
 		n.mu.Lock()
 		for _, p := range n.peers {
-			addrs = append(addrs, p.addr)
+			if n.classify(p, "", now) != peerDead {
+				addrs = append(addrs, p.addr)
+			}
 		}
 		n.mu.Unlock()
 	}
@@ -343,15 +442,60 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 		}
 		if _, err := n.conn.WriteToUDP(b, a); err == nil {
 			n.sent.Add(1)
-			n.m.sent.WithLabelValues(t.String()).Inc()
+			n.m.sentBy(t).Inc()
 		}
 	}
 }
 
-func (n *Node) heartbeat() { n.heartbeatTo(nil) }
+// heartbeat beats to the live seeds that are not members: the database
+// tells members who is alive. None at all (the first aside, which greets)
+// in a mesh of members only.
+func (n *Node) heartbeat() {
+	addrs := n.legacy()
+	if len(addrs) == 0 && n.beaten.Load() {
+		return
+	}
+	n.heartbeatTo(addrs)
+}
 
-// heartbeatTo sends a heartbeat to addrs (all peers when nil).
+// legacy are the live seeds that are not members (the reference server):
+// they hear heartbeats and presence re-announcements.
+func (n *Node) legacy() []*net.UDPAddr {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var addrs []*net.UDPAddr
+	for _, p := range n.seeds {
+		if !p.member && n.classify(p, "", now) != peerDead {
+			addrs = append(addrs, p.addr)
+		}
+	}
+	return addrs
+}
+
+// probe sends one heartbeat to each dead seed (every Resolve): a seed
+// that comes back is heard again, one that stays away costs one datagram
+// in 30 s, not one a second.
+func (n *Node) probe() {
+	now := time.Now()
+	var addrs []*net.UDPAddr
+	n.mu.Lock()
+	for _, p := range n.seeds {
+		if !p.member && n.classify(p, "", now) == peerDead {
+			addrs = append(addrs, p.addr)
+		}
+	}
+	n.mu.Unlock()
+	if len(addrs) > 0 {
+		n.heartbeatTo(addrs)
+	}
+}
+
+// heartbeatTo sends a heartbeat to addrs (all live peers when nil).
 func (n *Node) heartbeatTo(addrs []*net.UDPAddr) {
+	if addrs == nil {
+		addrs = []*net.UDPAddr{}
+	}
 	n.send(Heartbeat, HeartbeatPayload{Sequence: n.sent.Load(), SessionID: n.session, TS: nowMS()}, addrs)
 }
 
@@ -361,19 +505,19 @@ type presencePayload struct {
 	TS    uint64 `msgpack:"ts"`
 }
 
-// announce re-sends every local presence: a lost packet heals.
+// announce re-sends every local presence to the seeds that are not
+// members, so that a lost packet heals; members compare digests instead
+// (members.go).
 func (n *Node) announce() {
+	addrs := n.legacy()
+	if len(addrs) == 0 {
+		return
+	}
 	n.mu.Lock()
-	queues := make([]string, 0, len(n.local)+len(n.lingering))
-	for q := range n.local {
-		queues = append(queues, q)
-	}
-	for q := range n.lingering {
-		queues = append(queues, q)
-	}
+	queues := n.announcedLocked()
 	n.mu.Unlock()
 	for _, q := range queues {
-		n.send(ConsumerRegistered, presencePayload{Queue: q, TS: nowMS()}, nil)
+		n.send(ConsumerRegistered, presencePayload{Queue: q, TS: nowMS()}, addrs)
 	}
 }
 
@@ -436,21 +580,36 @@ func (n *Node) deregister() {
 
 // What this instance knows of a peer's consumers for a queue.
 const (
-	peerDead    = "dead"    // no heartbeat within DeadAfter: it has none that matter
+	peerDead    = "dead"    // no heartbeat within DeadAfter (a seed heard, or never heard since start): it has none that matter
 	peerUnknown = "unknown" // not heard long enough: it may have some
 	peerPresent = "present"
 	peerAbsent  = "absent"
+	// peerUnreachable: a member unknown for Reach: no wake-ups (a pull is
+	// retried), and not known for NOTIFY.
+	peerUnreachable = "unreachable"
 )
 
 // classify tells what is known of p's consumers for queue. Called with mu.
 func (n *Node) classify(p *peer, queue string, now time.Time) string {
 	st := n.byID[p.id]
 	switch {
+	case p.member && (st == nil || !st.announced):
+		// Alive (the database lists it), presence not known.
+		if now.Sub(p.since) >= n.cfg.Reach {
+			return peerUnreachable
+		}
+		return peerUnknown
+	case p.member:
+	case p.id == "" && now.Sub(n.started) > n.cfg.DeadAfter:
+		return peerDead // a seed never heard from
 	case p.id != "" && st != nil && now.Sub(st.lastBeat) > n.cfg.DeadAfter:
 		return peerDead
 	case p.id == "" || st == nil || !st.announced:
 		return peerUnknown
-	case !st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero():
+	case queue == "":
+		return peerAbsent // known: what it has is not asked
+	}
+	if queue != "" && (!st.presence[queue].IsZero() || !st.presence[AnyQueue].IsZero()) {
 		return peerPresent
 	}
 	return peerAbsent
@@ -533,7 +692,7 @@ func (n *Node) HasSubscribers(queue string) (has, known bool) {
 		switch n.classify(p, queue, now) {
 		case peerPresent:
 			return true, true
-		case peerUnknown:
+		case peerUnknown, peerUnreachable:
 			known = false
 		}
 	}
@@ -549,6 +708,10 @@ func (n *Node) expire() {
 	defer n.mu.Unlock()
 	alive := 0
 	for _, st := range n.byID {
+		if st.member {
+			alive++ // the database's to say; it announces no re-announcements to expire
+			continue
+		}
 		if now.Sub(st.lastBeat) > n.cfg.DeadAfter {
 			st.presence = map[string]time.Time{}
 			st.announced = false
@@ -560,16 +723,16 @@ func (n *Node) expire() {
 		}
 		for q, at := range st.presence {
 			if now.Sub(at) > 3*n.cfg.Announce {
-				delete(st.presence, q)
+				st.delPresence(q)
 			}
 		}
 	}
 	n.m.alive.Set(float64(alive))
 	// A configured peer is dead when it has not been heard from within
 	// DeadAfter, was never heard from, or its name does not resolve.
-	dead := max(len(n.cfg.Peers)-len(n.peers), 0)
-	for _, p := range n.peers {
-		if st := n.byID[p.id]; p.id == "" || st == nil || now.Sub(st.lastBeat) > n.cfg.DeadAfter {
+	dead := max(len(n.cfg.Peers)-len(n.seeds), 0)
+	for _, p := range n.seeds {
+		if st := n.byID[p.id]; !p.member && (p.id == "" || st == nil || now.Sub(st.lastBeat) > n.cfg.DeadAfter) {
 			dead++
 		}
 	}
@@ -580,7 +743,7 @@ func (n *Node) expire() {
 func (n *Node) receive() {
 	buf := make([]byte, MaxDatagram+1)
 	for {
-		k, from, err := n.conn.ReadFromUDP(buf)
+		k, from, err := n.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			n.mu.Lock()
 			closed := n.closed
@@ -596,7 +759,7 @@ func (n *Node) receive() {
 
 // handle verifies and applies one datagram; malformed ones are counted and
 // dropped.
-func (n *Node) handle(b []byte, from *net.UDPAddr) {
+func (n *Node) handle(b []byte, from netip.AddrPort) {
 	p, err := Decode(b, n.key)
 	if err != nil {
 		n.drop(Reason(err))
@@ -621,25 +784,35 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 		}
 		return
 	}
-	n.m.received.WithLabelValues(p.Type.String()).Inc()
+	n.m.receivedBy(p.Type).Inc()
 	now := time.Now()
 	n.mu.Lock()
 	var peerAddr *net.UDPAddr
-	for _, pr := range n.peers {
-		if pr.addr.IP.Equal(from.IP) && pr.addr.Port == from.Port {
+	pr := n.byAddr[addrKey(from)]
+	stranger := pr == nil && n.members[p.SenderID] == nil
+	if pr != nil {
+		if pr.id != p.SenderID && !pr.member {
 			pr.id = p.SenderID // learned: datagrams from a configured peer's address
-			peerAddr = pr.addr
+			n.rebuildLocked()  // a seed that is a member
 		}
+		peerAddr = pr.addr
 	}
 	st := n.byID[p.SenderID]
 	adopted := st == nil || st.session != p.Session
 	if adopted {
 		// New, or restarted (Replay adopted a later session: an older
 		// one never gets here): what it said before no longer holds.
-		st = &peerState{session: p.Session, since: now, lastBeat: now, presence: map[string]time.Time{}}
+		member := st != nil && st.member
+		st = &peerState{session: p.Session, since: now, lastBeat: now, presence: map[string]time.Time{}, member: member}
 		n.byID[p.SenderID] = st
 	}
+	if now.After(st.lastBeat) {
+		st.lastBeat = now // any datagram says it is alive
+	}
 	n.mu.Unlock()
+	if stranger && n.cfg.OnStranger != nil {
+		n.cfg.OnStranger()
+	}
 	if adopted && peerAddr != nil {
 		// A peer that (re)started knows nothing of this session and drops
 		// its datagrams without a ts until it hears a heartbeat: send one
@@ -704,11 +877,22 @@ func (n *Node) handle(b []byte, from *net.UDPAddr) {
 		}
 		n.mu.Lock()
 		if p.Type == ConsumerRegistered {
-			st.presence[m.Queue] = now
+			st.addPresence(m.Queue, now)
 		} else {
-			delete(st.presence, m.Queue)
+			st.delPresence(m.Queue)
 		}
 		n.mu.Unlock()
+	case PresenceSet:
+		var m presenceSetPayload
+		if Unmarshal(p.Payload, &m) != nil || m.Parts > 1024 || m.Part >= max(m.Parts, 1) {
+			n.drop("payload")
+			return
+		}
+		n.mu.Lock()
+		st.presenceFrom(m)
+		n.mu.Unlock()
+	case PresencePull:
+		n.sendPresence(net.UDPAddrFromAddrPort(from))
 	}
 }
 
@@ -753,9 +937,15 @@ type Stats struct {
 
 // PeerStats is one peer's view.
 type PeerStats struct {
-	Name     string   `json:"name"`
-	Address  string   `json:"address"`
-	ID       string   `json:"id"`
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	ID      string `json:"id"`
+	// Member: the database lists it (found there, no heartbeats);
+	// otherwise a seed (--sync-peers). State: present/absent when its
+	// presence is known ("absent" here: what it has is in Queues),
+	// unknown, unreachable (a member unknown for Reach) or dead.
+	Member   bool     `json:"member"`
+	State    string   `json:"state"`
 	Alive    bool     `json:"alive"`
 	LastBeat string   `json:"lastHeartbeat,omitempty"`
 	Known    bool     `json:"presenceKnown"`
@@ -782,9 +972,9 @@ func (n *Node) Stats() Stats {
 		s.Local[q] = c
 	}
 	for _, p := range n.peers {
-		ps := PeerStats{Name: p.name, Address: p.addr.String(), ID: p.id}
+		ps := PeerStats{Name: p.name, Address: p.addr.String(), ID: p.id, Member: p.member, State: n.classify(p, "", now)}
 		if st := n.byID[p.id]; p.id != "" && st != nil {
-			ps.Alive = now.Sub(st.lastBeat) <= n.cfg.DeadAfter
+			ps.Alive = p.member || now.Sub(st.lastBeat) <= n.cfg.DeadAfter
 			ps.LastBeat = st.lastBeat.UTC().Format(time.RFC3339Nano)
 			ps.Known = st.announced
 			for q := range st.presence {
@@ -797,6 +987,9 @@ func (n *Node) Stats() Stats {
 }
 
 type nodeMetrics struct {
+	// bySent and byReceived hold the known types' counters: a label
+	// lookup per datagram is a hash and a lock.
+	bySent, byReceived      map[Type]prometheus.Counter
 	sent, received, dropped *prometheus.CounterVec
 	targeted, hints         *prometheus.CounterVec
 	broadcast               prometheus.Counter
@@ -823,6 +1016,10 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 		dead: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_syncnet_peers_dead",
 			Help: "Configured peers not heard from within the dead threshold (or never, or whose name does not resolve)."}),
 	}
+	m.bySent, m.byReceived = map[Type]prometheus.Counter{}, map[Type]prometheus.Counter{}
+	for t := range typeNames {
+		m.bySent[t], m.byReceived[t] = m.sent.WithLabelValues(t.String()), m.received.WithLabelValues(t.String())
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.sent, m.received, m.dropped, m.targeted, m.hints, m.broadcast, m.alive, m.dead} {
 			if err := reg.Register(c); err != nil {
@@ -831,4 +1028,18 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 		}
 	}
 	return m, nil
+}
+
+func (m *nodeMetrics) sentBy(t Type) prometheus.Counter {
+	if c, ok := m.bySent[t]; ok {
+		return c
+	}
+	return m.sent.WithLabelValues(t.String())
+}
+
+func (m *nodeMetrics) receivedBy(t Type) prometheus.Counter {
+	if c, ok := m.byReceived[t]; ok {
+		return c
+	}
+	return m.received.WithLabelValues(t.String())
 }

@@ -189,7 +189,7 @@ func FuzzHandle(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd.handle(b, nd.Addr())
+		nd.handle(b, nd.Addr().AddrPort())
 		_, _ = nd.LeasedElsewhere("pid", "g")
 	})
 }

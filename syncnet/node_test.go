@@ -187,14 +187,14 @@ func TestNode_DropsBadDatagrams(t *testing.T) {
 	restart, err := Encode(Header{Type: MessageAvailable, SenderID: "z:1", Session: "s2", Sequence: 1},
 		mustMarshal(t, MessageAvailablePayload{Queue: "q2", Partition: "r", TS: nowMS() + 1}), nd.key)
 	require.NoError(t, err)
-	nd.handle(good, from)
-	nd.handle(good, from) // replay
-	nd.handle(forged, from)
-	nd.handle(good[:50], from)
+	nd.handle(good, from.AddrPort())
+	nd.handle(good, from.AddrPort()) // replay
+	nd.handle(forged, from.AddrPort())
+	nd.handle(good[:50], from.AddrPort())
 	long := append([]byte(nil), good...)
 	long[3] = 250
-	nd.handle(long, from)
-	nd.handle(restart, from)
+	nd.handle(long, from.AddrPort())
+	nd.handle(restart, from.AddrPort())
 	assert.Equal(t, []string{"q/p", "q2/r"}, nd.wakes.got)
 	for reason, want := range map[string]float64{"replay": 1, "signature": 1, "too_short": 1, "length": 1} {
 		assert.Equal(t, want, testutil.ToFloat64(nd.m.dropped.WithLabelValues(reason)), reason)

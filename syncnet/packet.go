@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 )
 
 // Wire format v1 (UDPSYNC), byte-compatible with the reference server:
@@ -50,6 +52,10 @@ const (
 	LeaseHintReleased     Type = 31
 	MaintenanceModeSet    Type = 40
 	PopMaintenanceModeSet Type = 41
+	// Herald's own, sent only to peers the database lists as Herald
+	// instances (members.go); the reference server ignores unknown types.
+	PresenceSet  Type = 50
+	PresencePull Type = 51
 )
 
 var typeNames = map[Type]string{
@@ -58,7 +64,7 @@ var typeNames = map[Type]string{
 	ConsumerRegistered: "consumer_registered", ConsumerDeregistered: "consumer_deregistered",
 	PartitionDeleted: "partition_deleted", LeaseHintAcquired: "lease_hint_acquired",
 	LeaseHintReleased: "lease_hint_released", MaintenanceModeSet: "maintenance_mode_set",
-	PopMaintenanceModeSet: "pop_maintenance_mode_set",
+	PopMaintenanceModeSet: "pop_maintenance_mode_set", PresenceSet: "presence_set", PresencePull: "presence_pull",
 }
 
 func (t Type) String() string {
@@ -126,17 +132,30 @@ func Encode(h Header, payload []byte, key []byte) ([]byte, error) {
 	binary.BigEndian.PutUint64(b[84:92], h.Sequence)
 	copy(b[HeaderSize:], payload)
 	if len(key) > 0 {
-		copy(b[4:36], sign(key, b))
+		sign(key, b, b[4:4:36])
 	}
 	return b, nil
 }
 
-// sign is HMAC-SHA256 over bytes 0–3 and 36 to the end.
-func sign(key, b []byte) []byte {
-	m := hmac.New(sha256.New, key)
+// macs keeps keyed HMAC states: hmac.New allocates two SHA-256 states and
+// hashes the key's pads on every call, a third of a small datagram's cost.
+var macs sync.Map // string(key) → *sync.Pool of hash.Hash
+
+// sign is HMAC-SHA256 over bytes 0–3 and 36 to the end, into out.
+func sign(key, b []byte, out []byte) []byte {
+	pv, ok := macs.Load(string(key))
+	if !ok {
+		k := append([]byte(nil), key...)
+		pv, _ = macs.LoadOrStore(string(key), &sync.Pool{New: func() any { return hmac.New(sha256.New, k) }})
+	}
+	pool := pv.(*sync.Pool)
+	m := pool.Get().(hash.Hash)
+	m.Reset()
 	m.Write(b[0:4])
 	m.Write(b[36:])
-	return m.Sum(nil)
+	out = m.Sum(out)
+	pool.Put(m)
+	return out
 }
 
 // Decode checks a datagram and returns it. With an empty key the signature
@@ -156,7 +175,7 @@ func Decode(b []byte, key []byte) (Packet, error) {
 	if HeaderSize+n > len(b) {
 		return p, ErrLength
 	}
-	if len(key) > 0 && !hmac.Equal(b[4:36], sign(key, b)) {
+	if len(key) > 0 && !hmac.Equal(b[4:36], sign(key, b, make([]byte, 0, sha256.Size))) {
 		return p, ErrSignature
 	}
 	p.Type = Type(b[1])

@@ -111,7 +111,8 @@ func (r *Replay) Check(sender, session string, seq uint64, ts uint64, stamped bo
 // presence); a missing one reads 0, which no window admits.
 func stampOf(p Packet) (ts uint64, stamped bool, err error) {
 	switch p.Type {
-	case Heartbeat, MessageAvailable, ConsumerRegistered, ConsumerDeregistered, MaintenanceModeSet, PopMaintenanceModeSet:
+	case Heartbeat, MessageAvailable, ConsumerRegistered, ConsumerDeregistered, MaintenanceModeSet, PopMaintenanceModeSet,
+		PresenceSet, PresencePull:
 	default:
 		return 0, false, nil
 	}

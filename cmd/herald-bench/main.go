@@ -18,21 +18,23 @@ import (
 )
 
 type benchConfig struct {
-	URL         string
-	PID         int
-	Herald      string
-	Wake        string
-	Out         string
-	Rate        int
-	Duration    time.Duration
-	IdleWS      int
-	IdleSSE     int
-	IdleLP      int
-	IdleFor     time.Duration
-	Holders     int
-	TputRate    int
-	MatrixFor   time.Duration
-	Connections int
+	URL      string
+	PID      int
+	Herald   string
+	Wake     string
+	Out      string
+	Rate     int
+	Duration time.Duration
+	IdleWS   int
+	IdleSSE  int
+	IdleLP   int
+	IdleFor  time.Duration
+	// MeshInstances: the mesh scenario's instances.
+	MeshInstances int
+	Holders       int
+	TputRate      int
+	MatrixFor     time.Duration
+	Connections   int
 	// DrainPartitions: the drain scenario's partition counts.
 	DrainPartitions []int
 	// The restart scenario: partitions (one subscription each), SIGKILL
@@ -61,6 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Herald, "herald", "", "herald binary to start; empty looks next to herald-bench, then in PATH")
 	fs.StringVar(&cfg.Wake, "wake", "notify", "--wake of the server it starts; a comma list (notify,logical,poll) measures latency once per mode, side by side")
 	fs.StringVar(&cfg.Out, "out", "herald-bench.json", "JSON results file (and an HTML report next to it, .html); empty writes none")
+	fs.IntVar(&cfg.MeshInstances, "mesh-instances", 100, "mesh: instances started (a pool of 2 each), found through the members table")
 	fs.IntVar(&cfg.Rate, "rate", 1000, "latency: messages per second pushed")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "latency and throughput: how long each run measures")
 	fs.IntVar(&cfg.IdleWS, "idle-ws", 10000, "idle: WebSocket connections")
@@ -76,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.RestartProfile, "restart-profile", "", "restart: write a 10 s CPU profile of the restarted instance (from its --pprof-addr) to this file")
 	drainParts := fs.String("drain-partitions", "200,2000,5000", "drain: partition counts, one message in each, drained by HTTP pops and by one WebSocket subscription")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [restart]")
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [restart] [mesh]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -99,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster"}
 	}
 	for _, s := range scenarios {
-		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" && s != "restart" {
+		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" && s != "restart" && s != "mesh" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
@@ -115,8 +118,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	rep := &report{Machine: machine(), Started: time.Now().UTC(), Settings: cfg}
 	target := &server{url: cfg.URL, pid: cfg.PID}
-	// The cluster and restart scenarios start instances of their own.
-	ownOnly := !slices.ContainsFunc(scenarios, func(s string) bool { return s != "cluster" && s != "restart" })
+	// The cluster, restart and mesh scenarios start instances of their own.
+	ownOnly := !slices.ContainsFunc(scenarios, func(s string) bool { return s != "cluster" && s != "restart" && s != "mesh" })
 	if cfg.URL == "" && !ownOnly {
 		srv, err := startServer(ctx, cfg, stderr)
 		if err != nil {
@@ -145,6 +148,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 				break
 			}
 			rep.Cluster, err = runCluster(ctx, cfg, stderr)
+		case "mesh":
+			rep.Mesh, err = runMesh(ctx, cfg, stderr)
 		case "throughput":
 			rep.Throughput, err = runThroughput(ctx, target, cfg, stderr)
 		case "drain":

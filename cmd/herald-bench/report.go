@@ -15,6 +15,7 @@ type report struct {
 	Idle        *idleResult         `json:"idle,omitempty"`
 	Latency     []latencyResult     `json:"latency,omitempty"`
 	Cluster     []latencyResult     `json:"cluster,omitempty"`
+	Mesh        *meshResult         `json:"mesh,omitempty"`
 	Throughput  []throughputResult  `json:"throughput,omitempty"`
 	Connections []connectionsResult `json:"connections,omitempty"`
 	Drain       []drainResult       `json:"drain,omitempty"`

@@ -118,12 +118,14 @@ var options = []option{
 		func(c *config, v string) (err error) { c.SSEHeartbeat, err = time.ParseDuration(v); return err }},
 	{"sse-resume-grace", "HERALD_SSE_RESUME_GRACE", gateway.SSEResumeGraceDefault.String(), "how long a closed SSE stream's unacked leases wait for its browser to resume with Last-Event-ID before other consumers get them",
 		func(c *config, v string) (err error) { c.SSEResumeGrace, err = time.ParseDuration(v); return err }},
-	{"sync-peers", "HERALD_SYNC_PEERS", "", "comma-separated host:port of the other instances' syncnet sockets (names re-resolved every 30 s); empty turns syncnet off",
+	{"sync-peers", "HERALD_SYNC_PEERS", "", "optional seeds: comma-separated host:port of syncnet sockets heard from whether or not the members table lists them (the reference server, or where an advertised address is not the one to use; names re-resolved every 30 s); needs --sync-secret",
 		func(c *config, v string) error { c.SyncPeers = splitList(v); return nil }},
 	{"sync-bind", "HERALD_SYNC_BIND", ":6633", "UDP address syncnet listens on",
 		func(c *config, v string) error { c.SyncBind = v; return nil }},
-	{"sync-secret", "HERALD_SYNC_SECRET", "", "64 hex characters signing syncnet datagrams (HMAC-SHA256 over the ASCII bytes, as the reference server); required with --sync-peers",
+	{"sync-secret", "HERALD_SYNC_SECRET", "", "64 hex characters signing syncnet datagrams (HMAC-SHA256 over the ASCII bytes, as the reference server); set, it turns syncnet on: the peers are the instances the database's members table lists, found with no list; empty turns syncnet off",
 		func(c *config, v string) error { c.SyncSecret = v; return nil }},
+	{"sync-advertise", "HERALD_SYNC_ADVERTISE", "", "host:port the other instances send syncnet datagrams to, written in the members table (behind NAT, or a Kubernetes pod's address); empty means --sync-bind when it names a host, else this instance's address on its database connection with the bound port",
+		func(c *config, v string) error { c.SyncAdvertise = v; return nil }},
 	{"sync-freshness", "HERALD_SYNC_FRESHNESS", syncnet.FreshnessDefault.String(), "how far a syncnet datagram's signed timestamp may be from this clock, either way (older or newer is dropped as a replay); must exceed the clock skew between instances",
 		func(c *config, v string) (err error) { c.SyncFreshness, err = time.ParseDuration(v); return err }},
 	{"server-id", "HERALD_SERVER_ID", "", "this instance's name on syncnet; empty means hostname:port of --sync-bind",
@@ -234,8 +236,8 @@ func (c *config) validate() error {
 		return errors.New("--metrics-auth needs auth on (--auth-secret, --auth-public-key or --auth-jwks-url): there are no tokens to check without it")
 	case c.SyncFreshness <= 0 || c.SyncFreshness > time.Hour:
 		return errors.New("--sync-freshness must be positive and at most 1h (a wider window lets older datagrams be replayed)")
-	case len(c.SyncPeers) > 0 && !validSecret(c.SyncSecret):
-		return errors.New("--sync-secret must be 64 hex characters when --sync-peers is set")
+	case (len(c.SyncPeers) > 0 || c.SyncSecret != "") && !validSecret(c.SyncSecret):
+		return errors.New("--sync-secret must be 64 hex characters (syncnet on: --sync-secret or --sync-peers set)")
 	}
 	for _, o := range c.AllowedOrigins {
 		if !gateway.ValidOrigin(o) {

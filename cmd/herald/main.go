@@ -177,7 +177,7 @@ func serve(ctx context.Context, cmd string, cfg *config, log zerolog.Logger) (er
 		}
 	}
 	defer func() { _ = sc.Listener.Close() }() // the server closes it too
-	if len(cfg.SyncPeers) > 0 {
+	if cfg.SyncOn() {
 		if err := probeUDP(cfg.SyncBind); err != nil {
 			return bindError(cfg.SyncBind, "--sync-bind", "HERALD_SYNC_BIND", err)
 		}

@@ -102,16 +102,29 @@ type Config struct {
 	// TraceRetention: 0 keeps traces forever (see queue.Config).
 	TraceRetention time.Duration
 
-	// SyncPeers, when any, start syncnet on SyncBind with SyncSecret (64
-	// hex characters). ServerID empty: hostname:sync-port.
+	// SyncSecret (64 hex characters) starts syncnet on SyncBind: its
+	// peers are the instances the members table lists (mesh.go), found
+	// with no list. SyncPeers are optional seeds besides (host:port: the
+	// reference server, or where the advertised address is not the one
+	// to use); they require the secret. ServerID empty:
+	// hostname:sync-port.
 	SyncPeers     []string
 	SyncBind      string
 	SyncSecret    string
 	SyncFreshness time.Duration
 	ServerID      string
-	// Syncnet starts the node even without peers (tests link the nodes
-	// after they have bound their ports).
+	// SyncAdvertise is the host:port peers send datagrams to, written in
+	// the members table; empty means SyncBind when it names a host, else
+	// the local address of this instance's database connection with the
+	// bound port (set it behind NAT, or to a Kubernetes pod's address).
+	SyncAdvertise string
+	// Syncnet starts the node even without a secret or peers (tests).
 	Syncnet bool
+	// MemberBeat is how often this instance writes its members row and
+	// reads the others' (zero: MemberBeatDefault, 2 s); MemberDeadAfter
+	// how old another's row may be before it counts as gone (zero:
+	// MemberDeadAfterDefault, 7 s).
+	MemberBeat, MemberDeadAfter time.Duration
 
 	// BufferDir of the push-maintenance buffer; empty means
 	// DataDir/buffer, or no buffer when that cannot be created.
@@ -186,6 +199,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// SyncOn reports whether syncnet runs: a secret, seeds, or Syncnet.
+func (c *Config) SyncOn() bool { return c.SyncSecret != "" || len(c.SyncPeers) > 0 || c.Syncnet }
 
 // AuthOn reports whether tokens are required: some key is configured.
 func (c *Config) AuthOn() bool {

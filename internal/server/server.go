@@ -49,6 +49,8 @@ type Server struct {
 	notifier   *pgnotify.Notifier
 	listener   *pgnotify.Listener
 	logical    *pgnotify.Logical
+	mesh       *mesh
+	meshKick   chan struct{} // the mesh's kick, made before the node that kicks it
 
 	// runners are the long-lived loops Run starts (each returns when its
 	// context ends); wakeReady fires once the database wake source
@@ -76,7 +78,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, ln: cfg.Listener, ready: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: cfg.Listener, ready: make(chan struct{}), meshKick: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -117,6 +119,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.buildPollerAndNode(); err != nil {
 		return nil, err
 	}
+	s.buildMesh(ctx)
 	gwCfg, err := s.gatewayConfig(ctx)
 	if err != nil {
 		return nil, err
@@ -189,7 +192,7 @@ func (s *Server) buildPollerAndNode() error {
 	}
 	pc := poller.Config{Store: s.store, Workers: c.PollWorkers, Mode: mode, SweepMin: c.SweepMin, SweepMax: c.SweepMax,
 		PreflightTimeout: c.PreflightTimeout, MaxIntentions: c.PreflightMax, Registerer: s.reg, Logger: s.log}
-	if len(c.SyncPeers) > 0 || c.Syncnet {
+	if c.SyncOn() {
 		serverID := c.ServerID
 		if serverID == "" {
 			host, _ := os.Hostname()
@@ -200,7 +203,13 @@ func (s *Server) buildPollerAndNode() error {
 			Freshness: c.SyncFreshness, Registerer: s.reg, Logger: s.log,
 			Waker: syncnet.WakerFunc(wakers{s}.Wake),
 			// The gateway exists before any datagram is read (Run).
-			OnMaintenance: func(bool, bool) { s.gw.RefreshMaintenance() }}
+			OnMaintenance: func(bool, bool) { s.gw.RefreshMaintenance() },
+			OnStranger: func() {
+				select {
+				case s.meshKick <- struct{}{}:
+				default:
+				}
+			}}
 		hook(&sc, s.store)
 		if c.Adjust.Syncnet != nil {
 			c.Adjust.Syncnet(&sc)
@@ -220,6 +229,28 @@ func (s *Server) buildPollerAndNode() error {
 	s.poller, err = poller.New(pc)
 	return err
 }
+
+// buildMesh makes the membership loop: this instance's row, its peers.
+func (s *Server) buildMesh(ctx context.Context) {
+	c := &s.cfg
+	s.mesh = &mesh{kick: s.meshKick, store: s.store, node: s.node, beat: c.MemberBeat, deadAfter: c.MemberDeadAfter,
+		log:  s.log.With().Str("component", "members").Logger(),
+		self: queue.Member{ID: s.instance, Session: queue.NewID(), StartedAt: time.Now(), Listens: c.Wake == WakeNotify}}
+	if s.mesh.beat <= 0 {
+		s.mesh.beat = MemberBeatDefault
+	}
+	if s.mesh.deadAfter <= 0 {
+		s.mesh.deadAfter = MemberDeadAfterDefault
+	}
+	if s.node != nil {
+		s.mesh.self.ID, s.mesh.self.Session = s.node.ServerID(), s.node.Session()
+		s.mesh.self.SyncAddr = advertised(ctx, c.SyncAdvertise, s.node.Addr(), s)
+	}
+	s.runners = append(s.runners, runner{"members", s.mesh.Run})
+}
+
+// Members are the other instances the members table lists alive.
+func (s *Server) Members() []queue.Member { return s.mesh.Members() }
 
 // gatewayConfig is the HTTP server's config, with auth and the store's
 // loops (config refresh, retention, hygiene) that report to its metrics.
@@ -283,9 +314,8 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 		// others, and each instance skips its own.
 		self := queue.NewID()
 		nc := pgnotify.NotifierConfig{Pool: s.db.pool, Window: c.NotifyWindow, Sender: self, Registerer: s.reg, Logger: s.log}
-		if s.node != nil {
-			nc.Presence = s.node // no NOTIFY for a queue nobody subscribes to, once that is known
-		}
+		// No NOTIFY where syncnet woke every instance that listens.
+		nc.Presence = s.mesh
 		if c.Adjust.Notifier != nil {
 			c.Adjust.Notifier(&nc)
 		}

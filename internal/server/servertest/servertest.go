@@ -71,8 +71,9 @@ func Start(t testing.TB, dsn, mode string, adjust ...func(*server.Config)) *Inst
 	cfg.Adjust.Store = func(c *queue.Config) { c.PartitionCleanupAfter = time.Hour }
 	lossy := mode == "syncnet-lossy"
 	muted := map[string][]syncnet.Type{
-		"syncnet-noregister":   {syncnet.ConsumerRegistered},
-		"syncnet-noderegister": {syncnet.ConsumerDeregistered},
+		// Presence muted: its pulled sets too (members compare digests).
+		"syncnet-noregister":   {syncnet.ConsumerRegistered, syncnet.PresenceSet},
+		"syncnet-noderegister": {syncnet.ConsumerDeregistered, syncnet.PresenceSet},
 		"syncnet-noconfig":     {syncnet.QueueConfigSet, syncnet.QueueConfigDelete},
 		"syncnet-norelease":    {syncnet.LeaseHintReleased},
 		"syncnet-noacquire":    {syncnet.LeaseHintAcquired},
@@ -149,7 +150,9 @@ func Start(t testing.TB, dsn, mode string, adjust ...func(*server.Config)) *Inst
 	return in
 }
 
-// Link makes syncnet instances peers of each other.
+// Link makes syncnet instances seeds of each other. Instances on one
+// schema find each other through the members table anyway; Link makes it
+// at once, and tests the seeds' path.
 func Link(ins ...*Instance) {
 	for _, a := range ins {
 		var peers []string

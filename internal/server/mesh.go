@@ -1,0 +1,152 @@
+package server
+
+// Membership: this instance's row in the members table, written every
+// MemberBeat and deleted when it stops; the other instances the table
+// lists are handed to the syncnet node (its peers), and say whether a
+// push must NOTIFY.
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/syncnet"
+)
+
+// Membership timings: a new instance is known to all within MemberBeat
+// (its first row is written as it starts; the others read every
+// MemberBeat); one that stops deletes its row (gone at the others' next
+// read); one that dies is gone once its row is MemberDeadAfter old, read
+// within MemberBeat after: at most 9 s.
+const (
+	MemberBeatDefault      = 2 * time.Second
+	MemberDeadAfterDefault = 7 * time.Second
+)
+
+// mesh keeps this instance's row and what the others' say.
+type mesh struct {
+	store     *queue.Store
+	node      *syncnet.Node // nil without syncnet
+	self      queue.Member
+	beat      time.Duration
+	deadAfter time.Duration
+	log       zerolog.Logger
+
+	// kick asks Run to beat now (a stranger spoke on syncnet: a member
+	// that just started).
+	kick chan struct{}
+
+	mu      sync.Mutex
+	read    bool           // the table was read once
+	members []queue.Member // the others alive
+}
+
+// Run writes the row every beat until ctx ends, then deletes it.
+func (m *mesh) Run(ctx context.Context) error {
+	m.beatOnce(ctx)
+	t := time.NewTicker(m.beat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := m.store.LeaveMember(lctx, m.self.ID, m.self.Session); err != nil {
+				m.log.Warn().Err(err).Msg("leaving the members table; the others drop this instance once its row is old")
+			}
+			return nil
+		case <-t.C:
+			m.beatOnce(ctx)
+		case <-m.kick:
+			m.beatOnce(ctx)
+		}
+	}
+}
+
+// beatOnce writes the row and takes in the others.
+func (m *mesh) beatOnce(ctx context.Context) {
+	self := m.self
+	if m.node != nil {
+		self.Digest = m.node.Digest()
+	}
+	all, err := m.store.BeatMember(ctx, self)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn().Err(err).Msg("membership")
+		}
+		return
+	}
+	alive := all[:0]
+	for _, o := range all {
+		if o.Age <= m.deadAfter {
+			alive = append(alive, o)
+		}
+	}
+	m.mu.Lock()
+	m.read, m.members = true, alive
+	m.mu.Unlock()
+	if m.node != nil {
+		peers := make([]syncnet.Member, 0, len(alive))
+		for _, o := range alive {
+			if o.SyncAddr != "" {
+				peers = append(peers, syncnet.Member{ID: o.ID, Addr: o.SyncAddr, Session: o.Session, Digest: o.Digest})
+			}
+		}
+		m.node.SetMembers(peers)
+	}
+}
+
+// Members are the other instances alive, as last read.
+func (m *mesh) Members() []queue.Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]queue.Member(nil), m.members...)
+}
+
+// NeedsNotify is pgnotify.Presence: a push NOTIFYs unless every other
+// instance that listens for NOTIFY is a syncnet peer whose presence this
+// node knows (the node's Notify then woke those with consumers of the
+// queue). Before the table is read, and for an instance without syncnet
+// or unreachable over it, it does.
+func (m *mesh) NeedsNotify(string) bool {
+	m.mu.Lock()
+	read, members := m.read, m.members
+	m.mu.Unlock()
+	if !read || m.node == nil {
+		// Without syncnet nothing else wakes anyone: NOTIFY (members
+		// only learn of a new instance at their next read).
+		return true
+	}
+	for _, o := range members {
+		if o.Listens && (m.node == nil || o.SyncAddr == "" || !m.node.Known(o.ID)) {
+			return true
+		}
+	}
+	return false
+}
+
+// advertised is the syncnet address peers are told: advertise when set;
+// else the bound address when bound to one host; else the local address
+// of this instance's connection to the database (the network the
+// instances share) with the bound port.
+func advertised(ctx context.Context, advertise string, bound *net.UDPAddr, s *Server) string {
+	if advertise != "" {
+		return advertise
+	}
+	if bound.IP != nil && !bound.IP.IsUnspecified() {
+		return bound.String()
+	}
+	ip := "127.0.0.1"
+	if c, err := s.db.pool.Acquire(ctx); err == nil {
+		if a, ok := c.Conn().PgConn().Conn().LocalAddr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
+			ip = a.IP.String()
+		}
+		c.Release()
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(bound.Port))
+}

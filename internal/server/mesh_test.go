@@ -1,0 +1,89 @@
+package server_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/internal/server"
+	"github.com/heraldmq/herald/internal/server/servertest"
+)
+
+func memberIDs(in *servertest.Instance) []string {
+	var ids []string
+	for _, m := range in.Members() {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+// A new instance is known to the running ones within 5 s, with no list and
+// no restart: a push on A wakes B's consumer over syncnet alone (no
+// database wake source, a minute's sweep).
+func TestMembership_NewInstanceIsKnownWithin5s(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	a := servertest.Start(t, dsn, "syncnet")
+	b := servertest.Start(t, dsn, "syncnet")
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		return a.Node().Known(b.Node().ServerID()) && b.Node().Known(a.Node().ServerID())
+	}, 5*time.Second, 10*time.Millisecond, "each knows the other and its presence within 5 s")
+	t.Logf("known to each other %v after B started", time.Since(start))
+	servertest.ConsumeOnce(t, a, b, "found", 3)
+}
+
+// A stopped instance deletes its row: the others drop it at their next read.
+func TestMembership_StoppedInstanceLeaves(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	a := servertest.Start(t, dsn, "syncnet")
+	b := servertest.Start(t, dsn, "syncnet")
+	id := b.Node().ServerID()
+	require.Eventually(t, func() bool { return slices.Contains(memberIDs(a), id) }, 5*time.Second, 10*time.Millisecond)
+	b.Stop()
+	start := time.Now()
+	require.Eventually(t, func() bool { return !slices.Contains(memberIDs(a), id) && !a.Node().Known(id) },
+		5*time.Second, 10*time.Millisecond, "gone at A's next read (2 s)")
+	t.Logf("left %v after it stopped", time.Since(start))
+}
+
+// An instance that dies keeps its row, no longer written: it counts as gone
+// once last-seen is MemberDeadAfter old, within 10 s.
+func TestMembership_DeadInstanceLeaves(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	a := servertest.Start(t, dsn, "syncnet")
+	conn, err := pgx.Connect(context.Background(), dsn)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(context.Background(), `INSERT INTO members (id, sync_addr, session, started_at, listens)
+		VALUES ('ghost:1', '127.0.0.1:9', 'g', now(), true)`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return slices.Contains(memberIDs(a), "ghost:1") }, 5*time.Second, 10*time.Millisecond)
+	start := time.Now()
+	require.Eventually(t, func() bool { return !slices.Contains(memberIDs(a), "ghost:1") }, 12*time.Second, 20*time.Millisecond,
+		"dead within 10 s of its last write")
+	t.Logf("dead %v after its last write", time.Since(start))
+	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+// With every other instance that listens known over syncnet, a push sends
+// no NOTIFY (syncnet woke the consumers); an instance without syncnet joins
+// and pushes NOTIFY again, and it is woken.
+func TestNotify_SkippedWhereSyncnetWokeEveryListener(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	notifying := func(c *server.Config) { c.Wake = server.WakeNotify }
+	a := servertest.Start(t, dsn, "syncnet", notifying)
+	b := servertest.Start(t, dsn, "syncnet", notifying)
+	require.Eventually(t, func() bool { return a.Node().Known(b.Node().ServerID()) }, 5*time.Second, 10*time.Millisecond)
+	servertest.ConsumeOnce(t, a, b, "quiet", 3)
+	assert.Zero(t, a.Notifier().Sent(), "no NOTIFY: syncnet woke B")
+
+	c := servertest.Start(t, dsn, "notify")
+	require.Eventually(t, func() bool { return slices.Contains(memberIDs(a), c.Instance()) }, 5*time.Second, 10*time.Millisecond)
+	servertest.ConsumeOnce(t, a, c, "loud", 2)
+	assert.Positive(t, a.Notifier().Sent(), "C has no syncnet: NOTIFY wakes it")
+}

@@ -1,0 +1,121 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Member is one instance's row in the members table.
+type Member struct {
+	ID        string // its syncnet server id, or its instance name
+	SyncAddr  string // host:port of its syncnet socket; empty without syncnet
+	Session   string // changes when it restarts
+	StartedAt time.Time
+	Listens   bool   // it wakes by NOTIFY
+	Digest    uint64 // its syncnet presence digest
+	// Age is how long ago it last wrote its row (the database's clock).
+	Age time.Duration
+}
+
+// MemberPurgeAfter: rows not written for this long are deleted (an
+// instance that died without deleting its own).
+const MemberPurgeAfter = time.Minute
+
+// memberBeatSQL writes this instance's row, deletes rows long dead, and
+// reads the others, in one round trip. last_seen and the ages are the
+// database's clock: instances' clocks need not agree.
+const memberBeatSQL = `-- herald:member_beat
+WITH me AS (
+	INSERT INTO members AS m (id, sync_addr, session, started_at, last_seen, listens, digest)
+	VALUES ($1, nullif($2, ''), $3, $4, now(), $5, $6)
+	ON CONFLICT (id) DO UPDATE SET sync_addr = excluded.sync_addr, session = excluded.session,
+		started_at = excluded.started_at, last_seen = now(), listens = excluded.listens, digest = excluded.digest
+), purged AS (
+	DELETE FROM members WHERE id <> $1 AND last_seen < now() - make_interval(secs => $7)
+)
+SELECT id, coalesce(sync_addr, ''), session, started_at, listens, digest,
+       extract(epoch FROM now() - last_seen)::float8
+FROM members WHERE id <> $1 ORDER BY id`
+
+// BeatMember writes self's row (last_seen now) and returns the other
+// members, with their age.
+func (s *Store) BeatMember(ctx context.Context, self Member) ([]Member, error) {
+	rows, err := s.pool.Query(ctx, memberBeatSQL, self.ID, self.SyncAddr, self.Session, self.StartedAt, self.Listens,
+		int64(self.Digest), MemberPurgeAfter.Seconds()) // #nosec G115 -- a hash, stored as its bits
+	if err != nil {
+		return nil, fmt.Errorf("writing the member row: %w", err)
+	}
+	defer rows.Close()
+	var out []Member
+	for rows.Next() {
+		var m Member
+		var digest int64
+		var age float64
+		if err := rows.Scan(&m.ID, &m.SyncAddr, &m.Session, &m.StartedAt, &m.Listens, &digest, &age); err != nil {
+			return nil, fmt.Errorf("reading members: %w", err)
+		}
+		m.Digest, m.Age = uint64(digest), time.Duration(age*float64(time.Second)) // #nosec G115 -- the bits back
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading members: %w", err)
+	}
+	return out, nil
+}
+
+// LeaveMember deletes self's row (this session's only: a restarted
+// instance under the same id keeps its own).
+func (s *Store) LeaveMember(ctx context.Context, id, session string) error {
+	if _, err := s.pool.Exec(ctx, `-- herald:member_leave
+		DELETE FROM members WHERE id = $1 AND session = $2`, id, session); err != nil {
+		return fmt.Errorf("deleting the member row: %w", err)
+	}
+	return nil
+}
+
+// Chore runs fn unless another instance runs the chore name now or ran it
+// less than every ago (ran is false then). Its lock is a transaction-level
+// advisory lock held by a transaction open on a connection of its own for
+// the run, as retention's (RunRetention: a session lock does not survive
+// a transaction-mode pooler); fn uses other connections of the pool. The
+// chore's time is recorded as that transaction commits.
+func (s *Store) Chore(ctx context.Context, name string, every time.Duration, fn func(context.Context)) (ran bool, err error) {
+	if s.pool.Config().MaxConns < 2 {
+		return false, errors.New("chore: the pool needs at least 2 connections (one holds the lock)")
+	}
+	holder, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("chore %s: %w", name, err)
+	}
+	defer holder.Release()
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("chore %s: taking the lock: %w", name, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
+		return false, fmt.Errorf("chore %s: taking the lock: %w", name, err)
+	}
+	// Due when it never ran or ran 9/10 of the interval ago: instances'
+	// timers drift, and one just late should not wait a whole interval.
+	if err := tx.QueryRow(ctx, `-- herald:chore_lock
+		SELECT pg_try_advisory_xact_lock(hashtext('herald_chore:' || $1 || ':' || current_schema()))
+		   AND coalesce((SELECT ran_at < now() - make_interval(secs => $2) FROM chores WHERE name = $1), true)`,
+		name, 0.9*every.Seconds()).Scan(&ran); err != nil {
+		return false, fmt.Errorf("chore %s: taking the lock: %w", name, err)
+	}
+	if !ran {
+		return false, nil
+	}
+	fn(ctx)
+	if _, err := tx.Exec(ctx, `-- herald:chore_done
+		INSERT INTO chores (name, ran_at) VALUES ($1, now()) ON CONFLICT (name) DO UPDATE SET ran_at = now()`, name); err != nil {
+		return true, fmt.Errorf("chore %s: recording the run: %w", name, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return true, fmt.Errorf("chore %s: recording the run: %w", name, err)
+	}
+	return true, nil
+}

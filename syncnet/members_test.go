@@ -1,0 +1,148 @@
+package syncnet
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// members makes every node a member of the others, as internal/server does
+// after each read of the members table.
+func members(nodes ...*testNode) {
+	for _, a := range nodes {
+		var ms []Member
+		for _, b := range nodes {
+			if a != b {
+				ms = append(ms, Member{ID: b.cfg.ServerID, Addr: b.Addr().String(), Session: b.Session(), Digest: b.Digest()})
+			}
+		}
+		a.SetMembers(ms)
+	}
+}
+
+func sentAll(t *testing.T, nd *testNode) float64 {
+	t.Helper()
+	var n float64
+	for typ := range typeNames {
+		n += sentTo(t, nd, typ)
+	}
+	return n
+}
+
+// A member with 100 consumed queues tells a new member all of them in a
+// few datagrams (one PRESENCE_SET of many queues each), not one per queue.
+func TestPresence_BatchedIntoFewDatagrams(t *testing.T) {
+	nodes := mesh(t, 2, nil, func(_ int, c *Config) { c.Peers = nil })
+	a, b := nodes[0], nodes[1]
+	a.SetPeers(nil)
+	b.SetPeers(nil)
+	for i := range 100 {
+		b.SetLocal(fmt.Sprintf("queue-%03d", i), true)
+	}
+	members(a, b)
+	require.Eventually(t, func() bool {
+		for i := range 100 {
+			if has, known := a.HasSubscribers(fmt.Sprintf("queue-%03d", i)); !has || !known {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "a learns b's 100 queues")
+	assert.LessOrEqual(t, sentTo(t, b, PresenceSet), 2.0, "100 queues in at most 2 datagrams")
+	assert.Zero(t, sentTo(t, b, ConsumerRegistered), "none per queue")
+	assert.True(t, a.Known("b:1"))
+}
+
+// Members whose presence agrees send nothing while idle: no heartbeats (the
+// database says who is alive), no re-announcements (digests agree), however
+// many queues they consume.
+func TestPresence_NoIdleDatagramsBetweenMembers(t *testing.T) {
+	nodes := mesh(t, 3, nil)
+	for _, nd := range nodes {
+		nd.SetPeers(nil)
+		for i := range 100 {
+			nd.SetLocal(fmt.Sprintf("%s-queue-%03d", nd.cfg.ServerID, i), true)
+		}
+	}
+	members(nodes...)
+	require.Eventually(t, func() bool {
+		members(nodes...)
+		for _, a := range nodes {
+			for _, b := range nodes {
+				if a != b && !a.Known(b.cfg.ServerID) {
+					return false
+				}
+			}
+		}
+		return true
+	}, 5*time.Second, 20*time.Millisecond, "presence known everywhere")
+	var before []float64
+	for _, nd := range nodes {
+		before = append(before, sentAll(t, nd))
+	}
+	// 1 s idle: 20 heartbeat and 10 announce intervals in this mesh's
+	// timings, 5 reads of the members table.
+	for range 5 {
+		time.Sleep(200 * time.Millisecond) // idle time is the point: nothing to wait for
+		members(nodes...)
+	}
+	for i, nd := range nodes {
+		assert.Equal(t, before[i], sentAll(t, nd), "%s sent nothing while idle", nd.cfg.ServerID)
+	}
+}
+
+// A presence change that is lost heals by the digest: the member's differs
+// from what was heard, the reader pulls.
+func TestPresence_LostChangeHealsByDigest(t *testing.T) {
+	nodes := mesh(t, 2, func(t Type) bool { return t == ConsumerRegistered })
+	a, b := nodes[0], nodes[1]
+	a.SetPeers(nil)
+	b.SetPeers(nil)
+	members(a, b)
+	require.Eventually(t, func() bool { return a.Known("b:1") }, 5*time.Second, 10*time.Millisecond)
+	b.SetLocal("late", true) // its CONSUMER_REGISTERED is lost
+	require.Eventually(t, func() bool {
+		members(a, b) // the table's reads, every MemberRead in the server
+		has, known := a.HasSubscribers("late")
+		return has && known
+	}, 10*time.Second, 50*time.Millisecond, "a pulls b's presence once b's digest stays different")
+}
+
+// A member that leaves the table leaves the peers at once: no wake-ups,
+// no datagram at all to it.
+func TestMembership_DepartedMemberLeavesAtOnce(t *testing.T) {
+	nodes := mesh(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	a.SetPeers(nil)
+	b.SetPeers(nil)
+	b.SetLocal("q", true)
+	members(a, b)
+	require.Eventually(t, func() bool { has, known := a.HasSubscribers("q"); return has && known }, 5*time.Second, 10*time.Millisecond)
+	a.SetMembers(nil) // b's row is gone
+	has, known := a.HasSubscribers("q")
+	assert.False(t, has)
+	assert.True(t, known, "nobody left whose presence is unknown")
+	before := sentAll(t, a)
+	a.Notify("q", "p")
+	a.QueueDeleted("q")
+	assert.Equal(t, before, sentAll(t, a), "nothing sent to a departed member")
+}
+
+// A seed never heard from is dead after DeadAfter, not unknown forever: it
+// no longer keeps presence from being known (NOTIFY skipping, targeting),
+// and gets no heartbeat a second, only a probe every Resolve.
+func TestNode_SeedNeverHeardIsDead(t *testing.T) {
+	nodes := mesh(t, 1, nil, func(_ int, c *Config) {
+		c.Peers, c.Resolve = []string{"127.0.0.1:9"}, time.Hour // discard: nobody answers
+	})
+	a := nodes[0]
+	a.SetPeers([]string{"127.0.0.1:9"})
+	require.Eventually(t, func() bool { _, known := a.HasSubscribers("q"); return known }, 5*time.Second, 10*time.Millisecond,
+		"the silent seed is dead after DeadAfter (300 ms here)")
+	beats := sentTo(t, a, Heartbeat)
+	time.Sleep(300 * time.Millisecond) // 6 heartbeat intervals: the absence of sends is the point
+	assert.Equal(t, beats, sentTo(t, a, Heartbeat), "no heartbeats to a dead seed")
+}

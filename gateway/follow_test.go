@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -367,6 +368,63 @@ func TestFollow_SlowFollowerIsClosedWhileOthersGoOn(t *testing.T) {
 		require.NoError(t, json.Unmarshal(m.Data, &v))
 		require.Equal(t, i, v.I)
 	}
+}
+
+// A follower whose buffer fills because its client stopped reading is a
+// slow consumer: its stream ends with event: disconnect {"code":4001} and a
+// retry: (EventSource comes back with its Last-Event-ID), which reach the
+// client once it reads again within SlowConsumerCloseGrace: the write
+// under way when it was dropped is let finish, not cut short.
+func TestFollow_SlowFollowerGetsDisconnectEvent(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.FollowBuffer = 16 })
+	host := strings.TrimPrefix(e.url, "http://")
+	conn, err := smallReadBuffer(ctxT(t), "tcp", host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = fmt.Fprintf(conn, "GET /api/v1/follow/queue/fslow HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", host)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	br := bufio.NewReaderSize(conn, 1<<20)
+	for { // the head, then the first retry: and ": connected"
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		if line == ": connected\n" {
+			break
+		}
+	}
+	waitFollowers(t, e, "fslow", 1)
+	// It reads nothing more: pushes fill its socket, then its buffer.
+	big := `"` + strings.Repeat("x", 48<<10) + `"`
+	dropped := false
+	for i := 0; i < 400 && !dropped; i++ {
+		e.pushItems(fmt.Sprintf(`[{"queue":"fslow","payload":{"i":%d,"pad":%s}}]`, i, big))
+		dropped = e.srv.Followers()["fslow"] == 0
+	}
+	require.Eventually(t, func() bool { return e.srv.Followers()["fslow"] == 0 }, 10*time.Second, 5*time.Millisecond,
+		"the follower that does not read is dropped once its buffer is full")
+	var last, ev sseEvent
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			var ne net.Error
+			require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server ends the slow stream")
+			break
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			last, ev = ev, sseEvent{}
+		case strings.HasPrefix(line, "event: "):
+			ev.event = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			ev.data = line[len("data: "):]
+		case strings.HasPrefix(line, "retry: "):
+			ev.retry, _ = strconv.Atoi(line[len("retry: "):])
+		}
+	}
+	assert.Equal(t, "disconnect", last.event, "the last event")
+	assert.JSONEq(t, `{"code":4001,"reason":"client reads too slowly"}`, last.data)
+	assert.Positive(t, last.retry, "a retry: with it: EventSource comes back")
 }
 
 // Retention deletes messages a follower has not read: on its return it

@@ -243,6 +243,31 @@ func TestFollow_LongPollAfter(t *testing.T) {
 	}
 }
 
+// A follow long-poll reads wait= as a pop does: 1 waits as true does,
+// and a value that is no boolean is refused (400), not taken as false.
+func TestFollow_LongPollWaitIsABoolean(t *testing.T) {
+	e := newEnv(t)
+	got := make(chan resp, 1)
+	go func() { got <- e.get("/api/v1/follow/queue/fw?wait=1&timeout=10000") }()
+	waitFollowers(t, e, "fw", 1)
+	e.push("fw", "7")
+	var r resp
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting long-poll was not answered")
+	}
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var p followPoll
+	require.NoError(t, json.Unmarshal(r.body, &p))
+	require.Len(t, p.Messages, 1, "%s", r)
+	assert.JSONEq(t, "7", string(p.Messages[0].Data))
+	for _, bad := range []string{"wait=yes", "wait=2"} {
+		r = e.get("/api/v1/follow/queue/fw?" + bad)
+		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", bad, r)
+	}
+}
+
 // Many follows on one WebSocket, beside nothing else: each its own
 // follow_deliver frames; unfollow ends one, the others go on.
 func TestFollow_WebSocketFollowsManyOnOneSocket(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -427,26 +426,9 @@ func TestFollow_SlowFollowerGetsDisconnectEvent(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return e.srv.Followers()["fslow"] == 0 }, 10*time.Second, 5*time.Millisecond,
 		"the follower that does not read is dropped once its buffer is full")
-	var last, ev sseEvent
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			var ne net.Error
-			require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server ends the slow stream")
-			break
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "":
-			last, ev = ev, sseEvent{}
-		case strings.HasPrefix(line, "event: "):
-			ev.event = line[len("event: "):]
-		case strings.HasPrefix(line, "data: "):
-			ev.data = line[len("data: "):]
-		case strings.HasPrefix(line, "retry: "):
-			ev.retry, _ = strconv.Atoi(line[len("retry: "):])
-		}
-	}
+	last, _, err := lastEvent(br)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server ends the slow stream")
 	assert.Equal(t, "disconnect", last.event, "the last event")
 	assert.JSONEq(t, `{"code":4001,"reason":"client reads too slowly"}`, last.data)
 	assert.Positive(t, last.retry, "a retry: with it: EventSource comes back")

@@ -86,8 +86,9 @@
 //	new follower: own reads (200 at a time) ──────────▶ join: ring after its position ─┘
 //
 // A sink whose buffer is full (Config.FollowBuffer) is dropped by the hub
-// and closed on another goroutine (4001 / the SSE connection closed): it
-// resumes by its last id, and no follower waits for another. The hub reads
+// and closed on another goroutine as a slow consumer (4001: a WebSocket's
+// close frame; on SSE retry: and event: disconnect, after the write under
+// way, within SlowConsumerCloseGrace): it resumes by its last id, and no follower waits for another. The hub reads
 // on a kept goroutine (warmStacks) only while there is something to read;
 // its timer is the safety sweep (100 ms doubling to 5 s) and the re-read
 // of messages held back behind an open transaction (5 ms doubling to 1 s).

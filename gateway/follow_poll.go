@@ -57,7 +57,11 @@ func (s *Server) handleFollowPoll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	wait := q.Get("wait") == "true"
+	wait, err := boolParam(q.Get("wait"), "wait")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	batch, err := clampedParam(q.Get("batch"), "batch", 1, queue.FollowLimitMax)
 	if err != nil {
 		s.fail(w, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -38,13 +39,16 @@ func (s *Server) followCheck(r *http.Request) (queue.FollowTarget, error) {
 // written by one writer from a bounded buffer the hub fills. Idle, it has
 // no goroutine but the one parked in a read until the client leaves.
 type followStream struct {
-	s         *Server
-	queue     string
-	raw       func([]byte) bool // one write to the client, with a deadline
-	closeConn func()
+	s           *Server
+	queue       string
+	raw         func([]byte) bool     // one write to the client, by st.deadline()
+	setDeadline func(time.Time) error // moves the deadline of the write under way
+	closeConn   func()
+	until       atomic.Int64 // UnixNano: a slow consumer's close set every write's deadline
 
-	wmu sync.Mutex  // one write at a time
-	hb  *time.Timer // the heartbeat; under mu
+	wmu    sync.Mutex  // one write at a time
+	broken bool        // under wmu: a write failed, perhaps within an event
+	hb     *time.Timer // the heartbeat; under mu
 
 	mu       sync.Mutex
 	out      [][]byte // rendered events waiting for the writer
@@ -161,12 +165,35 @@ func (st *followStream) send(b []byte) bool {
 	st.mu.Lock()
 	fin := st.finished
 	st.mu.Unlock()
-	return !fin && st.raw(b)
+	return !fin && st.writeLocked(b)
+}
+
+// writeLocked writes b unless a write failed before: bytes after a failed
+// write could end up within its event. Called with wmu.
+func (st *followStream) writeLocked(b []byte) bool {
+	if st.broken {
+		return false
+	}
+	st.broken = !st.raw(b)
+	return !st.broken
+}
+
+// deadline is the deadline of a write that starts now.
+func (st *followStream) deadline() time.Time {
+	if u := st.until.Load(); u != 0 {
+		return time.Unix(0, u)
+	}
+	return time.Now().Add(sseWriteTimeout)
 }
 
 // close ends the stream once: d's last bytes (retry: to reconnect, or
-// event: disconnect), the hub left, the connection closed.
+// event: disconnect), the hub left, the connection closed. A slow
+// consumer gets both, so that a browser learns why (4001) and EventSource
+// still comes back: the write under way (its client's socket is full) and
+// the last event get SlowConsumerCloseGrace together, as a subscription's
+// (sseStream.close); an event is never cut short before the last one.
 func (st *followStream) close(d *Disconnect) {
+	slow := d != nil && d.Code == CloseSlowConsumer
 	st.mu.Lock()
 	if st.finished {
 		st.mu.Unlock()
@@ -174,21 +201,33 @@ func (st *followStream) close(d *Disconnect) {
 	}
 	st.finished = true
 	f := st.f
+	if slow {
+		until := time.Now().Add(SlowConsumerCloseGrace)
+		st.until.Store(until.UnixNano())
+		if st.setDeadline != nil {
+			_ = st.setDeadline(until) // the write under way, which holds wmu
+		}
+	}
 	st.mu.Unlock()
 	if f != nil {
 		f.hub.leave(f)
 	}
-	// The last bytes only if no write is stuck (a slow consumer's writer
-	// may wait out its deadline): closing the connection unblocks it, and
+	// Otherwise the last bytes only if no write is stuck (a writer may
+	// wait out its deadline): closing the connection unblocks it, and
 	// EventSource reconnects on a close as on a retry:, with the id of its
 	// last complete event.
-	if st.wmu.TryLock() {
+	if slow {
+		st.wmu.Lock()
+	}
+	if slow || st.wmu.TryLock() {
 		switch {
 		case d == nil:
+		case slow:
+			st.writeLocked([]byte(retryLine() + string(disconnectEvent(d.Code, d.Reason))))
 		case d.Reconnect:
-			st.raw([]byte(retryLine() + "\n"))
+			st.writeLocked([]byte(retryLine() + "\n"))
 		default:
-			st.raw(disconnectEvent(d.Code, d.Reason))
+			st.writeLocked(disconnectEvent(d.Code, d.Reason))
 		}
 		st.wmu.Unlock()
 	}
@@ -209,7 +248,7 @@ func (st *followStream) beat() {
 	st.mu.Lock()
 	fin := st.finished
 	st.mu.Unlock()
-	ok := !fin && st.raw([]byte(": heartbeat\n\n"))
+	ok := !fin && st.writeLocked([]byte(": heartbeat\n\n"))
 	st.wmu.Unlock()
 	if !ok {
 		if !fin {
@@ -291,21 +330,23 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 		return // gone before the first byte
 	case hijacked:
 		st.raw = func(b []byte) bool {
-			_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			_ = conn.SetWriteDeadline(st.deadline())
 			_, err := conn.Write(b)
 			return err == nil
 		}
+		st.setDeadline = conn.SetWriteDeadline
 		st.closeConn = func() { _ = conn.Close() }
 	default: // HTTP/2: through the ResponseWriter, until the handler returns
 		rc = http.NewResponseController(w)
 		w.WriteHeader(http.StatusOK)
 		st.raw = func(b []byte) bool {
-			_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			_ = rc.SetWriteDeadline(st.deadline())
 			if _, err := w.Write(b); err != nil {
 				return false
 			}
 			return rc.Flush() == nil
 		}
+		st.setDeadline = rc.SetWriteDeadline
 		if !st.raw(first) {
 			return
 		}

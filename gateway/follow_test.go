@@ -242,6 +242,31 @@ func TestFollow_LongPollAfter(t *testing.T) {
 	}
 }
 
+// A follow long-poll reads wait= as a pop does: 1 waits as true does,
+// and a value that is no boolean is refused (400), not taken as false.
+func TestFollow_LongPollWaitIsABoolean(t *testing.T) {
+	e := newEnv(t)
+	got := make(chan resp, 1)
+	go func() { got <- e.get("/api/v1/follow/queue/fw?wait=1&timeout=10000") }()
+	waitFollowers(t, e, "fw", 1)
+	e.push("fw", "7")
+	var r resp
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting long-poll was not answered")
+	}
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var p followPoll
+	require.NoError(t, json.Unmarshal(r.body, &p))
+	require.Len(t, p.Messages, 1, "%s", r)
+	assert.JSONEq(t, "7", string(p.Messages[0].Data))
+	for _, bad := range []string{"wait=yes", "wait=2"} {
+		r = e.get("/api/v1/follow/queue/fw?" + bad)
+		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", bad, r)
+	}
+}
+
 // Many follows on one WebSocket, beside nothing else: each its own
 // follow_deliver frames; unfollow ends one, the others go on.
 func TestFollow_WebSocketFollowsManyOnOneSocket(t *testing.T) {
@@ -367,6 +392,46 @@ func TestFollow_SlowFollowerIsClosedWhileOthersGoOn(t *testing.T) {
 		require.NoError(t, json.Unmarshal(m.Data, &v))
 		require.Equal(t, i, v.I)
 	}
+}
+
+// A follower whose buffer fills because its client stopped reading is a
+// slow consumer: its stream ends with event: disconnect {"code":4001} and a
+// retry: (EventSource comes back with its Last-Event-ID), which reach the
+// client once it reads again within SlowConsumerCloseGrace: the write
+// under way when it was dropped is let finish, not cut short.
+func TestFollow_SlowFollowerGetsDisconnectEvent(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.FollowBuffer = 16 })
+	host := strings.TrimPrefix(e.url, "http://")
+	conn, err := smallReadBuffer(ctxT(t), "tcp", host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = fmt.Fprintf(conn, "GET /api/v1/follow/queue/fslow HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", host)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	br := bufio.NewReaderSize(conn, 1<<20)
+	for { // the head, then the first retry: and ": connected"
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		if line == ": connected\n" {
+			break
+		}
+	}
+	waitFollowers(t, e, "fslow", 1)
+	// It reads nothing more: pushes fill its socket, then its buffer.
+	big := `"` + strings.Repeat("x", 48<<10) + `"`
+	dropped := false
+	for i := 0; i < 400 && !dropped; i++ {
+		e.pushItems(fmt.Sprintf(`[{"queue":"fslow","payload":{"i":%d,"pad":%s}}]`, i, big))
+		dropped = e.srv.Followers()["fslow"] == 0
+	}
+	require.Eventually(t, func() bool { return e.srv.Followers()["fslow"] == 0 }, 10*time.Second, 5*time.Millisecond,
+		"the follower that does not read is dropped once its buffer is full")
+	last, _, err := lastEvent(br)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server ends the slow stream")
+	assert.Equal(t, "disconnect", last.event, "the last event")
+	assert.JSONEq(t, `{"code":4001,"reason":"client reads too slowly"}`, last.data)
+	assert.Positive(t, last.retry, "a retry: with it: EventSource comes back")
 }
 
 // Retention deletes messages a follower has not read: on its return it

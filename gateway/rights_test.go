@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/queue"
 )
 
 // randomUUID is a version 4 UUID in lower case: an id that names nothing.
@@ -274,6 +275,23 @@ func TestRights_RefusalsDoNotRevealAnotherTenantsObjects(t *testing.T) {
 		{"push", func(o tenantObjects) call {
 			return call{alice, http.MethodPost, "/api/v1/push", `{"items":[{"queue":"` + o.queue + `","payload":1}]}`, false}
 		}, nil},
+		{"follow by queue name", func(o tenantObjects) call {
+			return call{alice, http.MethodGet, "/api/v1/follow/queue/" + o.queue, "", true}
+		}, nil},
+		{"follow by partition name", func(o tenantObjects) call {
+			return call{alice, http.MethodGet, "/api/v1/follow/queue/mail/partition/" + o.partition, "", true}
+		}, nil},
+		{"follow long-poll by partition name", func(o tenantObjects) call {
+			return call{alice, http.MethodGet, "/api/v1/follow/queue/mail/partition/" + o.partition + "?wait=false", "", false}
+		}, nil},
+		{"follow position in another partition", func(o tenantObjects) call {
+			return call{alice, http.MethodGet, "/api/v1/follow/queue/mail/partition/alice?wait=false&after=" +
+				queue.EncodeFollowID("mail", queue.FollowPos{XID: 5, PartitionID: o.partitionID, Offset: 1}), "", false}
+		}, nil},
+		{"follow SSE position in another partition", func(o tenantObjects) call {
+			return call{alice, http.MethodGet, "/api/v1/follow/queue/mail/partition/alice?lastEventId=" +
+				queue.EncodeFollowID("mail", queue.FollowPos{XID: 5, PartitionID: o.partitionID, Offset: 1}), "", true}
+		}, nil},
 		// Last: if it were allowed, it would take bob's dead letter away.
 		{"dead letter purge", func(o tenantObjects) call {
 			return call{aliceAdmin, http.MethodPost, "/api/v1/dlq/purge", `{"ids":["` + o.dlqID + `"]}`, false}
@@ -334,6 +352,12 @@ func TestRights_RefusalsDoNotRevealAnotherTenantsObjects(t *testing.T) {
 		},
 		"ws subscribe by queue name": func(o tenantObjects) string {
 			return `{"type":"subscribe","id":4,"queue":"` + o.queue + `","autoAck":true}`
+		},
+		"ws follow by partition name": func(o tenantObjects) string {
+			return `{"type":"follow","id":5,"queue":"mail","partition":"` + o.partition + `"}`
+		},
+		"ws follow by queue name": func(o tenantObjects) string {
+			return `{"type":"follow","id":6,"queue":"` + o.queue + `"}`
 		},
 	} {
 		var aFrame, bFrame string

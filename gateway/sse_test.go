@@ -29,6 +29,31 @@ type sseEvent struct {
 	retry                    int
 }
 
+// lastEvent reads a raw SSE stream until it ends and returns its last
+// whole event (event, data and retry: lines), the bytes read and the
+// error that ended it.
+func lastEvent(br *bufio.Reader) (last sseEvent, read int, err error) {
+	var ev sseEvent
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return last, read, err
+		}
+		read += len(line)
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			last, ev = ev, sseEvent{}
+		case strings.HasPrefix(line, "event: "):
+			ev.event = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			ev.data = line[len("data: "):]
+		case strings.HasPrefix(line, "retry: "):
+			ev.retry, _ = strconv.Atoi(line[len("retry: "):])
+		}
+	}
+}
+
 type sseClient struct {
 	t       *testing.T
 	res     *http.Response
@@ -508,28 +533,8 @@ func TestSSE_SlowConsumerGetsDisconnectEvent(t *testing.T) {
 	// Reading again, the slow client finds what its socket held, then the
 	// last event: disconnect with 4001, and a retry: so EventSource comes
 	// back. Events are read whole; a data line is 32 KiB.
-	var last sseEvent
-	var ev sseEvent
-	read := 0
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Logf("the slow client read %d bytes before: %v", read, err)
-			break
-		}
-		read += len(line)
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "":
-			last, ev = ev, sseEvent{}
-		case strings.HasPrefix(line, "event: "):
-			ev.event = line[len("event: "):]
-		case strings.HasPrefix(line, "data: "):
-			ev.data = line[len("data: "):]
-		case strings.HasPrefix(line, "retry: "):
-			ev.retry, _ = strconv.Atoi(line[len("retry: "):])
-		}
-	}
+	last, read, err := lastEvent(br)
+	t.Logf("the slow client read %d bytes before: %v", read, err)
 	assert.Equal(t, "disconnect", last.event, "the last event")
 	assert.JSONEq(t, `{"code":4001,"reason":"client reads too slowly"}`, last.data)
 	assert.Positive(t, last.retry, "a retry: with it: EventSource comes back")

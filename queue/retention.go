@@ -199,7 +199,7 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 	}
 	holder, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("retention: %w", err)
+		return nil, false, fmt.Errorf("retention: acquiring the lock's connection: %w", err)
 	}
 	defer holder.Release()
 	lock, err := holder.Begin(ctx)
@@ -221,7 +221,7 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, true, fmt.Errorf("retention: %w", err)
+		return nil, true, fmt.Errorf("retention: acquiring a connection: %w", err)
 	}
 	defer conn.Release()
 	totals := map[[2]string]int64{}

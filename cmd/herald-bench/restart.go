@@ -120,7 +120,7 @@ func runRestart(ctx context.Context, cfg benchConfig, log io.Writer) (*restartRe
 	t0 := time.Now()
 	if cfg.RestartKill {
 		_ = a.cmd.Process.Kill()
-		<-a.done
+		progress(log, "restart: the killed instance exited: %v", <-a.done)
 	} else {
 		a.dir = "" // the directory outlives this life
 		a.stop()

@@ -67,7 +67,7 @@ func TestStart_ReleasesLeasesOfThePreviousLife(t *testing.T) {
 	waiting := dialSubscribed(t, other.url, "lives")
 
 	require.NoError(t, a.cmd.Process.Kill()) // no drain, no release
-	<-a.done
+	t.Logf("the killed instance exited: %v", <-a.done)
 	code, body := get(t, other.url+"api/v1/pop/queue/lives?wait=false")
 	require.Equal(t, http.StatusNoContent, code, "the lease of the killed instance still holds the message: %s", body)
 
@@ -204,7 +204,7 @@ func TestStart_RedeliversToEveryPartitionSubscription(t *testing.T) {
 	require.Len(t, every(subscribeAll(a.url), time.Minute), parts, "every subscription got its message")
 
 	require.NoError(t, a.cmd.Process.Kill())
-	<-a.done
+	t.Logf("the killed instance exited: %v", <-a.done)
 	b := startHerald(t, bin, dataDir(t), "--database-url", dsn, "--instance-id", "many")
 	start := time.Now()
 	seen := every(subscribeAll(b.url), time.Minute)

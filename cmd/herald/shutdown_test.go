@@ -50,7 +50,7 @@ func newShutdownLoad(t *testing.T, base string) *shutdownLoad {
 // wsSubscribe opens a WebSocket subscribed to queue and reads until its
 // first delivery.
 func (l *shutdownLoad) wsSubscribe(queue string) (*websocket.Conn, error) {
-	ws, res, err := (&websocket.Dialer{Subprotocols: []string{"herald.v1"}, HandshakeTimeout: 5 * time.Second}).Dial(l.ws, nil)
+	ws, res, err := (&websocket.Dialer{Subprotocols: []string{"herald.v1"}, HandshakeTimeout: 5 * time.Second}).Dial(l.ws, nil) //nolint:bodyclose // refused closes it
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func (l *shutdownLoad) holdSSE(n int) {
 	for i := range n {
 		q := fmt.Sprintf("sd-sse-%d", i)
 		pushOne(l.t, l.base, q, `{"n":1}`)
-		res, err := http.Get(l.base + "api/v1/sse/queue/" + q)
+		res, err := http.Get(l.base + "api/v1/sse/queue/" + q) //nolint:bodyclose // closed by l.closers when the load ends
 		require.NoError(l.t, err)
 		l.closers = append(l.closers, func() { _ = res.Body.Close() })
 		sc := bufio.NewScanner(res.Body)
@@ -289,7 +289,7 @@ func TestShutdown_RefusesNewStreamsWhileDraining(t *testing.T) {
 		assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "%s is not accepted while draining", what)
 		assert.NotEmpty(t, res.Header.Get("Retry-After"), "%s: Retry-After", what)
 	}
-	ws, res, err := (&websocket.Dialer{Subprotocols: []string{"herald.v1"}, HandshakeTimeout: 5 * time.Second}).Dial(l.ws, nil)
+	ws, res, err := (&websocket.Dialer{Subprotocols: []string{"herald.v1"}, HandshakeTimeout: 5 * time.Second}).Dial(l.ws, nil) //nolint:bodyclose // refused closes it
 	if ws != nil {
 		_ = ws.Close()
 	}
@@ -303,7 +303,7 @@ func TestShutdown_RefusesNewStreamsWhileDraining(t *testing.T) {
 	} else {
 		refused("an SSE stream", res, err)
 	}
-	res, err = c.Get(p.url + "api/v1/pop/queue/sd-new?wait=true&timeout=30000")
+	res, err = c.Get(p.url + "api/v1/pop/queue/sd-new?wait=true&timeout=30000") //nolint:bodyclose // refused closes it
 	refused("a long-poll", res, err)
 	select {
 	case err := <-p.done:

@@ -493,3 +493,36 @@ func TestFollow_IdleFollowerMemory(t *testing.T) {
 	t.Logf("%.0f bytes per idle SSE follower (heap + stacks, %d followers)", per, n)
 	assert.LessOrEqual(t, per, 7.5*1024, "an idle follower costs about what an idle subscription does")
 }
+
+// The followed frame names the follow's start (lastEventId): a WebSocket
+// client cut off before its first message follows again from it and gets
+// what was pushed meanwhile, of a queue and of a partition.
+func TestFollow_WebSocketFollowedNamesItsStart(t *testing.T) {
+	e := newEnv(t)
+	e.pushItems(`[{"queue":"fst","partition":"a","payload":0}]`)
+	c := e.dialWS(t)
+	c.send(`{"type":"follow","id":1,"queue":"fst"}`)
+	q := c.next("followed")
+	c.send(`{"type":"follow","id":2,"queue":"fst","partition":"a"}`)
+	p := c.next("followed")
+	var qStart, pStart string
+	require.NoError(t, json.Unmarshal(q["lastEventId"], &qStart))
+	require.NoError(t, json.Unmarshal(p["lastEventId"], &pStart))
+	require.NotEmpty(t, qStart)
+	require.NotEmpty(t, pStart)
+	require.NoError(t, c.ws.Close())
+
+	e.pushItems(`[{"queue":"fst","partition":"a","payload":1}]`)
+	c2 := e.dialWS(t)
+	c2.send(`{"type":"follow","id":1,"queue":"fst","from":"` + qStart + `"}`)
+	c2.next("followed")
+	c2.send(`{"type":"follow","id":2,"queue":"fst","partition":"a","from":"` + pStart + `"}`)
+	c2.next("followed")
+	for range 2 {
+		fr := c2.next("follow_deliver")
+		var msgs []followMsg
+		require.NoError(t, json.Unmarshal(fr["messages"], &msgs))
+		require.Len(t, msgs, 1, "only what was pushed after the start")
+		assert.JSONEq(t, "1", string(msgs[0].Data))
+	}
+}

@@ -123,7 +123,10 @@ func (c *wsConn) follow(f *wsFrame) {
 	wf := &wsFollow{c: c, id: "f" + strconv.Itoa(c.fl.next), queue: t.Queue, part: t.Partition, cancel: cancel}
 	c.fl.m[wf.id] = wf
 	c.fl.mu.Unlock()
-	c.ss.send(map[string]any{"type": "followed", "id": f.ID, "follow": wf.id})
+	// lastEventId names the start (after "now", a time, ...): a client cut
+	// off before its first message resumes from it without a loss.
+	c.ss.send(map[string]any{"type": "followed", "id": f.ID, "follow": wf.id,
+		"lastEventId": queue.EncodeFollowID(t.Queue, pos)})
 	reqID := f.ID
 	// Catch up on a goroutine of its own: the reader goes on meanwhile.
 	c.ss.s.stacks.goDo(func() {

@@ -283,7 +283,12 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 	}
 
 	st := &followStream{s: s, queue: t.Queue, done: make(chan struct{})}
-	first := []byte(retryLine() + ": connected\n\n")
+	// event: start names the start: its id sets the browser's
+	// Last-Event-ID before any message, so that a reconnect before the
+	// first one resumes after it (not at a new "now").
+	startID := queue.EncodeFollowID(t.Queue, pos)
+	first := []byte(retryLine() + ": connected\n\nevent: start\nid: " + startID +
+		"\ndata: {\"lastEventId\":\"" + startID + "\"}\n\n")
 	conn, hijacked := takeOver(w, first)
 	var rc *http.ResponseController
 	switch {

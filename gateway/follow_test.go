@@ -336,8 +336,8 @@ func TestFollow_SlowFollowerIsClosedWhileOthersGoOn(t *testing.T) {
 	// Now read what the slow one was sent: some messages, then a retry:.
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	rd := bufio.NewReaderSize(conn, 1<<20)
-	var lastID, lastLine string
-	got := 0
+	var lastID, lastLine, event string
+	got := 0 // messages (the stream opens with event: start, which has an id too)
 	for {
 		line, err := rd.ReadString('\n')
 		if err != nil {
@@ -349,9 +349,14 @@ func TestFollow_SlowFollowerIsClosedWhileOthersGoOn(t *testing.T) {
 			break // a last event cut short: EventSource drops it
 		}
 		line = strings.TrimRight(line, "\r\n")
+		if strings.HasPrefix(line, "event: ") {
+			event = line[7:]
+		}
 		if strings.HasPrefix(line, "id: ") {
 			lastID = line[4:]
-			got++
+			if event == "message" {
+				got++
+			}
 		}
 		if line != "" {
 			lastLine = line
@@ -525,4 +530,33 @@ func TestFollow_WebSocketFollowedNamesItsStart(t *testing.T) {
 		require.Len(t, msgs, 1, "only what was pushed after the start")
 		assert.JSONEq(t, "1", string(msgs[0].Data))
 	}
+}
+
+// An SSE follow opens with event: start, whose id names its start (after
+// "now", a time, ...): the browser's Last-Event-ID is set before any
+// message, so a reconnect before the first one loses nothing; its data
+// gives the id to a script that opens a new EventSource.
+func TestFollow_SSEStartEventNamesThePosition(t *testing.T) {
+	e := newEnv(t)
+	c := e.openSSE(t, "/api/v1/follow/queue/fss", nil)
+	var start sseEvent
+	for start.event == "" && start.id == "" { // past the ": connected" comment
+		select {
+		case start = <-c.events:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no first event")
+		}
+	}
+	require.Equal(t, "start", start.event)
+	require.NotEmpty(t, start.id)
+	var d struct {
+		LastEventID string `json:"lastEventId"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(start.data), &d))
+	assert.Equal(t, start.id, d.LastEventID)
+	c.close()
+	e.push("fss", payloads(2, 0)...)
+	r := e.openSSE(t, "/api/v1/follow/queue/fss", http.Header{"Last-Event-Id": {start.id}})
+	assert.JSONEq(t, "0", string(r.nextFollow().Data), "what was pushed after the start")
+	assert.JSONEq(t, "1", string(r.nextFollow().Data))
 }

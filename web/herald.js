@@ -2,13 +2,14 @@
 //
 //   import { Herald } from "/herald.js";
 //   const h = new Herald();                      // this page's server; or new Herald("https://host:6632")
-//   const sub = h.subscribe({ queue: "orders", consumerGroup: "dashboard",
+//   const sub = h.subscribe({ queue: "orders", consumerGroup: "packing",     // a share of the orders
 //     onMessage: async (m) => { render(m.data); },   // resolve: ack; throw: nack (retried, then DLQ)
 //     onAck: (m, status) => mark(m, status),          // the server took the ack ("completed") or nack ("failed")
 //     onError: (e) => warn(e.message, e.herald?.message), // a refused ack, a failed subscribe
 //     onState: (s) => console.log(s.state, s.attempt, s.delay) });
+//   const feed = h.follow("scores", { onMessage: (m) => show(m.data) });   // every message, to every page
 //   await h.push("orders", { id: 1 });
-//   sub.close();
+//   sub.close(); feed.close();
 //
 // subscribe() runs over one WebSocket per Herald (subprotocol herald.v1),
 // reconnects with exponential back-off and full jitter (100 ms → 10 s),

@@ -429,7 +429,8 @@ export class Herald {
    * every message. Over an EventSource on the follow route; it resumes after the last event id it
    * received, whether the browser reconnects (it sends Last-Event-ID) or this SDK opens a new stream
    * (after the server closed it for good, or to refresh the token): none lost, none twice, while the
-   * queue's retention keeps them. onMessage(m) gets each message (m.eventId names its position; an
+   * queue's retention keeps them. From "now" it first asks for the start (one long-poll that does not
+   * wait), so that a stream cut before the first message resumes after it. onMessage(m) gets each message (m.eventId names its position; an
    * async handler is awaited before the next); onGap({goneThrough, nextEventId}) says retention
    * deleted messages after the position; onState({state, attempt, delay, resumedAfter}).
    */
@@ -441,6 +442,7 @@ export class Herald {
     let attempt = 0;
     let closed = false;
     let lastId = opts.lastEventId ?? ""; // the last event's id: a new stream resumes after it
+    let opens = 0; // streams opened
     let timer = null;
     let chain = Promise.resolve(); // handlers run one after another, in order
     const run = (f) => {
@@ -483,7 +485,9 @@ export class Herald {
       if (tok) q.set("access_token", tok);
       if (lastId) q.set("lastEventId", lastId);
       else if (opts.from) q.set("from", opts.from);
-      const resumedFrom = lastId;
+      // Resumed: a stream after another, or a first one given lastEventId
+      // (not the start asked for from "now").
+      const resumedFrom = opens++ > 0 || opts.lastEventId ? lastId : "";
       const es = new EventSource(`${herald.base}${path}?${q}`);
       handle.source = es;
       let reopened = false; // the browser reconnected this EventSource by itself
@@ -523,11 +527,6 @@ export class Herald {
         }
         run(() => opts.onMessage?.(m, handle));
       });
-      // event: start names the start (after "now", a time...): kept, so
-      // that a new stream before the first message resumes after it.
-      es.addEventListener("start", (ev) => {
-        if (ev.lastEventId) lastId = ev.lastEventId;
-      });
       es.addEventListener("gap", (ev) => {
         if (ev.lastEventId) lastId = ev.lastEventId;
         let g;
@@ -556,11 +555,32 @@ export class Herald {
         }, wait);
       }
     };
+    // From "now" (the default) the start is asked for first (a long-poll
+    // that does not wait), so that a new stream before the first message
+    // resumes after it, not at a later "now". "beginning" or a time is the
+    // same start again until a message comes.
+    const begin = async (tok) => {
+      if (!lastId && (opts.from ?? "now") === "now") {
+        try {
+          const headers = tok ? { Authorization: `Bearer ${tok}` } : {};
+          const res = await fetch(`${herald.base}${path}?from=now&wait=false&batch=1000`, { headers });
+          if (res.ok) {
+            const b = await res.json();
+            if (b.gap) run(() => opts.onGap?.(b.gap, handle));
+            for (const m of b.messages ?? []) run(() => opts.onMessage?.(m, handle));
+            lastId = b.lastEventId ?? "";
+          }
+        } catch {
+          // the stream starts from now, and reports what fails
+        }
+      }
+      open(tok);
+    };
     state({ state: "connecting", attempt: 0, delay: 0 });
     if (typeof this.token === "function") {
-      this._token().then(open, (e) => state({ state: "closed", attempt: 0, delay: 0, reason: `token: ${e?.message ?? e}` }));
+      this._token().then(begin, (e) => state({ state: "closed", attempt: 0, delay: 0, reason: `token: ${e?.message ?? e}` }));
     } else {
-      open(this.token);
+      begin(this.token);
     }
     return handle;
   }

@@ -426,6 +426,8 @@ func TestHeraldJS_FollowResumesAfterItsLastEventID(t *testing.T) {
 	waitState(ctx, t, 10*time.Second, "the follow connects and knows its start",
 		`__t.states.some((s) => s.state === "connected") && __f.lastEventId !== ""`)
 	start := evalJS[string](ctx, t, `__f.lastEventId`)
+	assert.True(t, evalJS[bool](ctx, t, `__t.states.find((s) => s.state === "connected").resumedAfter === undefined`),
+		"the first stream is no resume")
 
 	evalJS[string](ctx, t, `(__giveUp(), "ok")`)
 	push(1, 3)

@@ -249,6 +249,9 @@ func TestBrowser_DemoLiveFeedResumes(t *testing.T) {
 	}
 	postJSON(t, p.url+"api/v1/push", push(1, 5))
 	waitJS(ctx, t, "the feed shows 5", `document.getElementById("feed-count").textContent === "5"`)
+	resumed, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("feed-resumed").hidden && `+card+`.resumes === "0"`))
+	require.NoError(t, err)
+	require.True(t, resumed, "a first connect says nothing of a resume")
 	shotOf := func(name string) {
 		t.Helper()
 		require.NoError(t, chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.ID("feed-card"))))

@@ -231,6 +231,7 @@ func TestBrowser_DemoLiveFeedResumes(t *testing.T) {
 	p := start()
 	ctx := browser(t)
 	card := `document.getElementById("feed-card").dataset`
+	var resumed bool
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(p.url),
 		chromedp.WaitVisible(chromedp.ID("follow")),
@@ -238,6 +239,17 @@ func TestBrowser_DemoLiveFeedResumes(t *testing.T) {
 		chromedp.Click(chromedp.ID("follow")),
 	))
 	waitJS(ctx, t, "the feed follows", card+`.state === "connected"`)
+	// Beside it, a plain EventSource on another queue, from now: only the
+	// browser's own Last-Event-ID (the start's id the stream opened with)
+	// can bring it back after the restart below without a loss.
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		window.__plain = []; window.__plainOpen = 0;
+		const es = window.__plainES = new EventSource("/api/v1/follow/queue/plain");
+		es.onopen = () => window.__plainOpen++;
+		es.onmessage = (e) => window.__plain.push(JSON.parse(e.data).data.n);
+		return "ok"; })()`))
+	require.NoError(t, err)
+	waitJS(ctx, t, "the plain EventSource is open", `window.__plainOpen === 1`)
 	waitJS(ctx, t, "the page shows one follower", card+`.followers === "1" &&
 		document.getElementById("feed-followers").textContent.startsWith("1 follower of feed")`)
 	push := func(from, to int) string {
@@ -249,7 +261,7 @@ func TestBrowser_DemoLiveFeedResumes(t *testing.T) {
 	}
 	postJSON(t, p.url+"api/v1/push", push(1, 5))
 	waitJS(ctx, t, "the feed shows 5", `document.getElementById("feed-count").textContent === "5"`)
-	resumed, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("feed-resumed").hidden && `+card+`.resumes === "0"`))
+	resumed, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("feed-resumed").hidden && `+card+`.resumes === "0"`))
 	require.NoError(t, err)
 	require.True(t, resumed, "a first connect says nothing of a resume")
 	shotOf := func(name string) {
@@ -279,11 +291,14 @@ func TestBrowser_DemoLiveFeedResumes(t *testing.T) {
 	for i := 6; i <= 10; i++ {
 		items = append(items, queue.PushItem{Queue: "feed", Partition: "p", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
 	}
+	items = append(items, queue.PushItem{Queue: "plain", Payload: json.RawMessage(`{"n":1}`)})
 	_, err = store.Push(context.Background(), items)
 	require.NoError(t, err)
 
 	p = start()
 	waitJS(ctx, t, "the feed is back with what was pushed meanwhile", `document.getElementById("feed-count").textContent === "10"`)
+	waitJS(ctx, t, "the plain EventSource reconnected by itself and got what was pushed meanwhile",
+		`window.__plainOpen >= 2 && JSON.stringify(window.__plain) === "[1]"`)
 	waitJS(ctx, t, "it says it resumed after its last id", card+`.resumes >= "1" &&
 		`+card+`.resumedAfter !== undefined &&
 		document.getElementById("feed-resumed").textContent.startsWith("Resumed after event")`)

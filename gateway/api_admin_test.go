@@ -615,8 +615,10 @@ func TestMetrics_FollowersPerQueueWithinTheLabelBound(t *testing.T) {
 		"/api/v1/follow/queue/mf2", "/api/v1/follow/queue/mf3"} {
 		e.openSSE(t, path, nil)
 	}
-	require.Eventually(t, func() bool { return e.srv.Followers()["mf3"] == 1 && e.srv.Followers()["mf1"] == 2 },
-		10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		f := e.srv.Followers()
+		return f["mf1"] == 2 && f["mf2"] == 1 && f["mf3"] == 1
+	}, 10*time.Second, 5*time.Millisecond, "every follower joined")
 	var lines []string
 	for _, l := range strings.Split(string(e.get("/metrics").body), "\n") {
 		if strings.HasPrefix(l, "herald_followers") {

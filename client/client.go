@@ -104,6 +104,7 @@ type Client struct {
 	mu       sync.Mutex
 	conn     *conn // nil while reconnecting
 	subs     map[*Subscription]bool
+	follows  map[*Follow]bool
 	terminal error
 }
 
@@ -125,7 +126,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 	ws.Scheme = map[string]string{"http": "ws", "https": "wss"}[base.Scheme]
 	ws.Path += "/api/v1/ws"
 	c := &Client{base: base, wsURL: ws.String(), opts: opts, http: opts.HTTPClient,
-		done: make(chan struct{}), subs: map[*Subscription]bool{}}
+		done: make(chan struct{}), subs: map[*Subscription]bool{}, follows: map[*Follow]bool{}}
 	if c.http == nil {
 		c.http = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -254,10 +255,17 @@ func (c *Client) run(cn *conn) {
 		for s := range c.subs {
 			subs = append(subs, s)
 		}
+		follows := make([]*Follow, 0, len(c.follows))
+		for f := range c.follows {
+			follows = append(follows, f)
+		}
 		c.mu.Unlock()
 		c.state(State{Kind: StateConnected})
 		for _, s := range subs {
 			go s.attach(c.ctx, cn)
+		}
+		for _, f := range follows {
+			go f.attach(c.ctx, cn)
 		}
 		go c.refresh(cn)
 		err := cn.serve(c.ctx)
@@ -266,6 +274,9 @@ func (c *Client) run(cn *conn) {
 		c.mu.Unlock()
 		for _, s := range subs {
 			s.detach(cn)
+		}
+		for _, f := range follows {
+			f.detach(cn)
 		}
 		if c.ctx.Err() != nil {
 			c.finish(ErrClosed)
@@ -299,15 +310,18 @@ func (c *Client) run(cn *conn) {
 	}
 }
 
-// finish ends every subscription with err.
+// finish ends every subscription and follow with err.
 func (c *Client) finish(err error) {
 	c.mu.Lock()
 	c.terminal = err
-	subs := c.subs
-	c.subs = map[*Subscription]bool{}
+	subs, follows := c.subs, c.follows
+	c.subs, c.follows = map[*Subscription]bool{}, map[*Follow]bool{}
 	c.mu.Unlock()
 	for s := range subs {
 		s.end(err)
+	}
+	for f := range follows {
+		f.end(err)
 	}
 	c.state(State{Kind: StateClosed, Err: err})
 }

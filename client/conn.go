@@ -20,6 +20,11 @@ type frame struct {
 	Code     string          `json:"code"`
 	Message  string          `json:"message"`
 	Results  json.RawMessage `json:"results"`
+	// follows
+	Follow      string  `json:"follow"`
+	LastEventID string  `json:"lastEventId"`
+	GoneThrough string  `json:"goneThrough"`
+	NextEventID *string `json:"nextEventId"`
 }
 
 // ServerError is an error frame answering a request.
@@ -48,18 +53,21 @@ type conn struct {
 	nextID  int64
 	pending map[string]*request
 	subs    map[string]*Subscription // server sub id → subscription
+	follows map[string]*Follow       // server follow id → follow
 	gone    chan struct{}
 	err     error
 	expires time.Time // of the token it was opened with (or last sent in an auth frame); zero: none
 }
 
 type request struct {
-	reply chan frame
-	sub   *Subscription // for subscribe: routed before any delivery is read
+	reply  chan frame
+	sub    *Subscription // for subscribe: routed before any delivery is read
+	follow *Follow       // for follow: the same
 }
 
 func newConn(c *Client, ws *websocket.Conn) *conn {
-	return &conn{c: c, ws: ws, pending: map[string]*request{}, subs: map[string]*Subscription{}, gone: make(chan struct{})}
+	return &conn{c: c, ws: ws, pending: map[string]*request{}, subs: map[string]*Subscription{},
+		follows: map[string]*Follow{}, gone: make(chan struct{})}
 }
 
 // serve reads frames until the connection fails or ctx ends.
@@ -109,6 +117,35 @@ func (cn *conn) serve(ctx context.Context) error {
 }
 
 func (cn *conn) route(f *frame) {
+	switch {
+	case f.Type == "follow_deliver" || f.Type == "follow_gap":
+		cn.mu.Lock()
+		fl := cn.follows[f.Follow]
+		cn.mu.Unlock()
+		if fl == nil {
+			return
+		}
+		if f.Type == "follow_gap" {
+			g := Gap{GoneThrough: f.GoneThrough}
+			if f.NextEventID != nil {
+				g.NextEventID = *f.NextEventID
+			}
+			fl.gap(g)
+			return
+		}
+		fl.deliver(f.Messages)
+		return
+	case f.Type == "error" && f.Follow != "":
+		// A follow the server ended (a fresh token no longer allows it).
+		cn.mu.Lock()
+		fl := cn.follows[f.Follow]
+		delete(cn.follows, f.Follow)
+		cn.mu.Unlock()
+		if fl != nil {
+			fl.end(&ServerError{Code: f.Code, Message: f.Message})
+		}
+		return
+	}
 	if f.Type == "deliver" {
 		cn.mu.Lock()
 		s := cn.subs[f.Sub]
@@ -131,7 +168,13 @@ func (cn *conn) route(f *frame) {
 	if req != nil && req.sub != nil && f.Type == "subscribed" {
 		cn.subs[f.Sub] = req.sub
 	}
+	if req != nil && req.follow != nil && f.Type == "followed" {
+		cn.follows[f.Follow] = req.follow
+	}
 	cn.mu.Unlock()
+	if req != nil && req.follow != nil && f.Type == "followed" {
+		req.follow.started(cn, f.LastEventID)
+	}
 	if req != nil {
 		req.reply <- *f
 	}
@@ -164,7 +207,15 @@ func (cn *conn) send(body map[string]any, req *request) error {
 // request sends a frame and waits for its answer. An error frame becomes a
 // *ServerError.
 func (cn *conn) request(ctx context.Context, body map[string]any, sub *Subscription) (frame, error) {
-	req := &request{reply: make(chan frame, 1), sub: sub}
+	return cn.await(ctx, body, &request{reply: make(chan frame, 1), sub: sub})
+}
+
+// requestFollow is request for a follow frame.
+func (cn *conn) requestFollow(ctx context.Context, body map[string]any, fl *Follow) (frame, error) {
+	return cn.await(ctx, body, &request{reply: make(chan frame, 1), follow: fl})
+}
+
+func (cn *conn) await(ctx context.Context, body map[string]any, req *request) (frame, error) {
 	if err := cn.send(body, req); err != nil {
 		return frame{}, err
 	}

@@ -1,7 +1,8 @@
 // Package client is Herald's Go SDK: a WebSocket consumer that keeps its
 // subscriptions across reconnects, acknowledges what its handlers finish and
-// never takes more than MaxInFlight unacknowledged messages, and an HTTP
-// producer.
+// never takes more than MaxInFlight unacknowledged messages, a follower of
+// queues (every follower sees every message; resumed from its last event
+// id), and an HTTP producer.
 //
 // It is a Go module of its own (github.com/heraldmq/herald/client) and
 // requires nothing from the server module: it speaks the protocol
@@ -24,6 +25,23 @@
 // Delivery is at-least-once: a handler may see a message twice, never zero
 // times.
 //
+// # Subscribe or Follow
+//
+// Subscribe shares a queue's work: the members of a consumer group (or
+// queue mode) each get some of the messages, the server keeps the
+// position and leases what is in hand. Follow is for "everyone sees
+// everything" (a live feed, a dashboard): no group, no lease, no ack, and
+// the position is the follower's, each message's EventID. Across a
+// reconnect a Follow follows again after the last event id it received
+// (before its first message, after the start the server named), on
+// whichever instance it reaches: none lost, none twice, while retention
+// keeps them; past it FollowOptions.OnGap is told. A Follow's handler
+// runs on Follow's goroutine, in order; its messages wait in a buffer of
+// 1,024, and when that is full the connection's reader waits for it,
+// which holds up the connection's other deliveries until the server
+// closes it as a slow consumer (4001): the client reconnects and the
+// follow resumes where it was.
+//
 // # Concurrency
 //
 // A Client and its methods are safe for concurrent use. Dial starts one
@@ -37,9 +55,11 @@
 //
 // Callbacks and the goroutines that call them:
 //
-//   - a Handler runs on the goroutine that called Subscribe, one message at
-//     a time in delivery order; the reader hands it messages through a
-//     channel of 2×MaxInFlight, which the server's credit never overfills;
+//   - a Handler runs on the goroutine that called Subscribe (or Follow,
+//     with FollowOptions.OnGap), one message at a time in delivery order;
+//     the reader hands a subscription's messages through a channel of
+//     2×MaxInFlight, which the server's credit never overfills (a
+//     follow's: above);
 //   - Options.OnState runs on the Client's goroutine, so a slow one delays
 //     the reconnect; it must not call Close;
 //   - Options.TokenSource runs on the goroutine of Dial or Push, on the

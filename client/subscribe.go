@@ -24,6 +24,10 @@ type Message struct {
 	CreatedAt     time.Time       `json:"createdAt"`
 	RetryCount    int             `json:"retryCount"`
 	Offset        int64           `json:"offset"` // position in the partition
+	// EventID names the message's position in a follow (Client.Follow):
+	// follow again From it to get the messages after it. Empty in a
+	// subscription.
+	EventID string `json:"eventId,omitempty"`
 
 	cn  *conn
 	sub *Subscription

@@ -627,3 +627,35 @@ func TestNew_Validate(t *testing.T) {
 	_, err = gateway.New(gateway.Config{Store: e.store})
 	assert.ErrorContains(t, err, "Config.Poller is required")
 }
+
+// herald_followers counts this instance's followers per queue, under the
+// queue label's bound (--metrics-max-queues): past it, queues share
+// "__other__", so followers cannot add series. The status route the demo
+// page and the console read names them per queue.
+func TestMetrics_FollowersPerQueueWithinTheLabelBound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *gateway.Config) { c.Metrics.Queues = gateway.NewLabelLimiter(1) })
+	for _, path := range []string{"/api/v1/follow/queue/mf1", "/api/v1/follow/queue/mf1/partition/p",
+		"/api/v1/follow/queue/mf2", "/api/v1/follow/queue/mf3"} {
+		e.openSSE(t, path, nil)
+	}
+	require.Eventually(t, func() bool {
+		f := e.srv.Followers()
+		return f["mf1"] == 2 && f["mf2"] == 1 && f["mf3"] == 1
+	}, 10*time.Second, 5*time.Millisecond, "every follower joined")
+	var lines []string
+	for _, l := range strings.Split(string(e.get("/metrics").body), "\n") {
+		if strings.HasPrefix(l, "herald_followers") {
+			lines = append(lines, l)
+		}
+	}
+	assert.ElementsMatch(t, []string{`herald_followers{queue="__other__"} 2`, `herald_followers{queue="mf1"} 2`}, lines)
+
+	var st struct {
+		Followers map[string]int `json:"followers"`
+	}
+	r := e.get("/internal/api/status")
+	require.Equal(t, http.StatusOK, r.status)
+	require.NoError(t, json.Unmarshal(r.body, &st))
+	assert.Equal(t, map[string]int{"mf1": 2, "mf2": 1, "mf3": 1}, st.Followers)
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -475,4 +476,57 @@ func withCookie(hdr http.Header, token string) http.Header {
 	}
 	out.Set("Cookie", cookieName+"="+token)
 	return out
+}
+
+// A fresh token in an auth frame is checked against every follow of the
+// connection, as against its subscriptions: a follow the new token no
+// longer allows ends with its own forbidden error (its hub forgets it, so
+// nothing more is delivered to it), the others carry on.
+func TestAuth_FreshTokenEndsFollowsItNoLongerAllows(t *testing.T) {
+	e := newAuthEnv(t)
+	tok := func(consume ...string) string {
+		return sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
+			"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": consume}})
+	}
+	ws, err := dialToken(t, e, tok("mail/alice", "news"))
+	require.NoError(t, err)
+	require.NoError(t, ws.SetReadDeadline(time.Now().Add(10*time.Second)))
+	next := func(typ string) map[string]any {
+		t.Helper()
+		for {
+			_, data, err := ws.ReadMessage()
+			require.NoError(t, err, "waiting for %s", typ)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal(data, &m))
+			if m["type"] == typ {
+				return m
+			}
+		}
+	}
+	send := func(frame string) { require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(frame))) }
+	send(`{"type":"follow","id":1,"queue":"news"}`)
+	news := next("followed")["follow"]
+	send(`{"type":"follow","id":2,"queue":"mail","partition":"alice"}`)
+	mail := next("followed")["follow"]
+	require.Eventually(t, func() bool { return e.srv.Followers()["news"] == 1 && e.srv.Followers()["mail"] == 1 },
+		10*time.Second, 5*time.Millisecond)
+
+	send(`{"type":"auth","id":3,"token":"` + tok("mail/alice") + `"}`)
+	m := next("error")
+	assert.Equal(t, "forbidden", m["code"])
+	assert.Equal(t, news, m["follow"], "the news follow ends")
+	next("auth_result")
+	assert.Equal(t, 0, e.srv.Followers()["news"], "its hub forgot it")
+
+	// The mail follow goes on; news is no longer delivered.
+	admin := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "ops", "role": "admin",
+		"exp": time.Now().Add(time.Hour).Unix()})
+	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", admin,
+		`{"items":[{"queue":"news","payload":"n"}]}`).status)
+	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", mailbox(t, "alice"),
+		`{"items":[{"queue":"mail","partition":"alice","payload":"m"}]}`).status)
+	d := next("follow_deliver")
+	assert.Equal(t, mail, d["follow"])
+	send(`{"type":"unfollow","id":4,"follow":"` + news.(string) + `"}`)
+	assert.Equal(t, "unknown_follow", next("error")["code"], "the ended follow is gone")
 }

@@ -127,11 +127,13 @@ type followHub struct {
 }
 
 func newFollowHubs(s *Server) (*followHubs, error) {
-	m, err := newFollowMetrics(s.reg)
+	hs := &followHubs{s: s, hubs: map[string]*followHub{}, streams: map[*followStream]bool{}}
+	m, err := newFollowMetrics(s.reg, newFollowersCollector(s.metrics.pushed.queues, hs.followers))
 	if err != nil {
 		return nil, err
 	}
-	return &followHubs{s: s, m: m, hubs: map[string]*followHub{}, streams: map[*followStream]bool{}}, nil
+	hs.m = m
+	return hs, nil
 }
 
 // hub returns q's hub, made (and announced) if it is new, with a follower
@@ -221,7 +223,6 @@ func (h *followHub) join(f *follower, pos queue.FollowPos) error {
 	}
 	f.pos = pos
 	h.subs[f] = struct{}{}
-	h.hs.m.followers.Inc()
 	if pos.Compare(h.pos) < 0 {
 		if !h.handLocked(f, h.ring, nil) {
 			return nil // already dropped as slow
@@ -236,13 +237,9 @@ func (h *followHub) join(f *follower, pos queue.FollowPos) error {
 // leave removes f; the hub goes with its last follower.
 func (h *followHub) leave(f *follower) {
 	h.mu.Lock()
-	_, ok := h.subs[f]
 	delete(h.subs, f)
 	empty := len(h.subs) == 0 && !h.closed
 	h.mu.Unlock()
-	if ok {
-		h.hs.m.followers.Dec()
-	}
 	if empty {
 		h.hs.release(h)
 	}
@@ -293,7 +290,6 @@ func (h *followHub) handLocked(f *follower, items []followItem, gone *queue.Foll
 	}
 	if !f.sink.deliver(sel, gone) {
 		delete(h.subs, f)
-		h.hs.m.followers.Dec()
 		h.hs.m.slow.Inc()
 		go f.sink.slow()
 		return false

@@ -1,23 +1,25 @@
 package gateway
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"maps"
+	"slices"
 
-// followMetrics are the follow streams' series (no queue label: a
-// follower count per queue is on /internal/api/status's followers).
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// followMetrics are the follow streams' series. herald_followers{queue}
+// is counted at scrape time from the hubs (followersCollector).
 type followMetrics struct {
 	hubs      prometheus.Gauge
-	followers prometheus.Gauge
 	reads     prometheus.Counter
 	delivered prometheus.Counter
 	slow      prometheus.Counter
 }
 
-func newFollowMetrics(reg prometheus.Registerer) (*followMetrics, error) {
+func newFollowMetrics(reg prometheus.Registerer, followers prometheus.Collector) (*followMetrics, error) {
 	m := &followMetrics{
 		hubs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_follow_hubs",
 			Help: "Queues this instance has followers of (one hub, one read per wake-up, each)."}),
-		followers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_followers",
-			Help: "Follow streams joined to a hub (SSE, WebSocket follows, waiting long-polls)."}),
 		reads: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_follow_reads_total",
 			Help: "Follow reads: a hub's for all its followers, and a follower's own while it catches up."}),
 		delivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_follow_hub_messages_total",
@@ -25,10 +27,39 @@ func newFollowMetrics(reg prometheus.Registerer) (*followMetrics, error) {
 		slow: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_follow_slow_total",
 			Help: "Followers closed because their buffer was full (4001 slow consumer)."}),
 	}
-	for _, c := range []prometheus.Collector{m.hubs, m.followers, m.reads, m.delivered, m.slow} {
+	for _, c := range []prometheus.Collector{m.hubs, followers, m.reads, m.delivered, m.slow} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// followersCollector is herald_followers{queue}: this instance's followers
+// per queue, counted when scraped; queues past the label bound
+// (--metrics-max-queues) are summed under OtherLabel.
+type followersCollector struct {
+	desc   *prometheus.Desc
+	queues *LabelLimiter
+	count  func() map[string]int
+}
+
+func newFollowersCollector(queues *LabelLimiter, count func() map[string]int) *followersCollector {
+	return &followersCollector{queues: queues, count: count, desc: prometheus.NewDesc("herald_followers",
+		"Follow streams joined to a hub (SSE, WebSocket follows, waiting long-polls), per queue.", []string{"queue"}, nil)}
+}
+
+func (c *followersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *followersCollector) Collect(ch chan<- prometheus.Metric) {
+	count := c.count()
+	sums := map[string]int{}
+	// In name order, so that the queues a scrape names first are not
+	// drawn by map order.
+	for _, q := range slices.Sorted(maps.Keys(count)) {
+		sums[c.queues.Value(q)] += count[q]
+	}
+	for q, n := range sums {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), q)
+	}
 }

@@ -322,7 +322,11 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 	}
 
 	st := &followStream{s: s, queue: t.Queue, done: make(chan struct{})}
-	first := []byte(retryLine() + ": connected\n\n")
+	// An id with no data names the start: it sets the browser's
+	// Last-Event-ID before any message, and dispatches no event (nor does
+	// a parser that skips events without data), so that a reconnect
+	// before the first message resumes after it, not at a new "now".
+	first := []byte(retryLine() + ": connected\n\nid: " + queue.EncodeFollowID(t.Queue, pos) + "\n\n")
 	conn, hijacked := takeOver(w, first)
 	var rc *http.ResponseController
 	switch {

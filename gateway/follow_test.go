@@ -361,8 +361,8 @@ func TestFollow_SlowFollowerIsClosedWhileOthersGoOn(t *testing.T) {
 	// Now read what the slow one was sent: some messages, then a retry:.
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	rd := bufio.NewReaderSize(conn, 1<<20)
-	var lastID, lastLine string
-	got := 0
+	var lastID, lastLine, event string
+	got := 0 // messages (the stream opens with the start's id, which is none)
 	for {
 		line, err := rd.ReadString('\n')
 		if err != nil {
@@ -374,9 +374,14 @@ func TestFollow_SlowFollowerIsClosedWhileOthersGoOn(t *testing.T) {
 			break // a last event cut short: EventSource drops it
 		}
 		line = strings.TrimRight(line, "\r\n")
+		if strings.HasPrefix(line, "event: ") {
+			event = line[7:]
+		}
 		if strings.HasPrefix(line, "id: ") {
 			lastID = line[4:]
-			got++
+			if event == "message" {
+				got++
+			}
 		}
 		if line != "" {
 			lastLine = line
@@ -557,4 +562,61 @@ func TestFollow_IdleFollowerMemory(t *testing.T) {
 	per := float64(after-before) / n
 	t.Logf("%.0f bytes per idle SSE follower (heap + stacks, %d followers)", per, n)
 	assert.LessOrEqual(t, per, 7.5*1024, "an idle follower costs about what an idle subscription does")
+}
+
+// The followed frame names the follow's start (lastEventId): a WebSocket
+// client cut off before its first message follows again from it and gets
+// what was pushed meanwhile, of a queue and of a partition.
+func TestFollow_WebSocketFollowedNamesItsStart(t *testing.T) {
+	e := newEnv(t)
+	e.pushItems(`[{"queue":"fst","partition":"a","payload":0}]`)
+	c := e.dialWS(t)
+	c.send(`{"type":"follow","id":1,"queue":"fst"}`)
+	q := c.next("followed")
+	c.send(`{"type":"follow","id":2,"queue":"fst","partition":"a"}`)
+	p := c.next("followed")
+	var qStart, pStart string
+	require.NoError(t, json.Unmarshal(q["lastEventId"], &qStart))
+	require.NoError(t, json.Unmarshal(p["lastEventId"], &pStart))
+	require.NotEmpty(t, qStart)
+	require.NotEmpty(t, pStart)
+	require.NoError(t, c.ws.Close())
+
+	e.pushItems(`[{"queue":"fst","partition":"a","payload":1}]`)
+	c2 := e.dialWS(t)
+	c2.send(`{"type":"follow","id":1,"queue":"fst","from":"` + qStart + `"}`)
+	c2.next("followed")
+	c2.send(`{"type":"follow","id":2,"queue":"fst","partition":"a","from":"` + pStart + `"}`)
+	c2.next("followed")
+	for range 2 {
+		fr := c2.next("follow_deliver")
+		var msgs []followMsg
+		require.NoError(t, json.Unmarshal(fr["messages"], &msgs))
+		require.Len(t, msgs, 1, "only what was pushed after the start")
+		assert.JSONEq(t, "1", string(msgs[0].Data))
+	}
+}
+
+// An SSE follow opens with an id and no data: it names the start (after
+// "now", a time, ...) and sets the browser's Last-Event-ID before any
+// message without dispatching an event, so a reconnect before the first
+// message loses nothing.
+func TestFollow_SSEOpensWithTheStartsID(t *testing.T) {
+	e := newEnv(t)
+	c := e.openSSE(t, "/api/v1/follow/queue/fss", nil)
+	var start sseEvent
+	for start.id == "" {
+		select {
+		case start = <-c.events:
+			require.Empty(t, start.event, "no event before the start's id")
+			require.Empty(t, start.data, "the start's id dispatches nothing")
+		case <-time.After(10 * time.Second):
+			t.Fatal("no id before the first message")
+		}
+	}
+	c.close()
+	e.push("fss", payloads(2, 0)...)
+	r := e.openSSE(t, "/api/v1/follow/queue/fss", http.Header{"Last-Event-Id": {start.id}})
+	assert.JSONEq(t, "0", string(r.nextFollow().Data), "what was pushed after the start")
+	assert.JSONEq(t, "1", string(r.nextFollow().Data))
 }

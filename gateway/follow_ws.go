@@ -30,6 +30,7 @@ type wsFollow struct {
 	c      *wsConn
 	id     string
 	queue  string
+	part   string             // the partition followed; empty: the whole queue
 	cancel context.CancelFunc // ends its catch-up
 
 	mu   sync.Mutex
@@ -119,10 +120,13 @@ func (c *wsConn) follow(f *wsFrame) {
 		return
 	}
 	c.fl.next++
-	wf := &wsFollow{c: c, id: "f" + strconv.Itoa(c.fl.next), queue: t.Queue, cancel: cancel}
+	wf := &wsFollow{c: c, id: "f" + strconv.Itoa(c.fl.next), queue: t.Queue, part: t.Partition, cancel: cancel}
 	c.fl.m[wf.id] = wf
 	c.fl.mu.Unlock()
-	c.ss.send(map[string]any{"type": "followed", "id": f.ID, "follow": wf.id})
+	// lastEventId names the start (after "now", a time, ...): a client cut
+	// off before its first message resumes from it without a loss.
+	c.ss.send(map[string]any{"type": "followed", "id": f.ID, "follow": wf.id,
+		"lastEventId": queue.EncodeFollowID(t.Queue, pos)})
 	reqID := f.ID
 	// Catch up on a goroutine of its own: the reader goes on meanwhile.
 	c.ss.s.stacks.goDo(func() {
@@ -185,6 +189,29 @@ func (c *wsConn) unfollow(f *wsFrame) {
 		return
 	}
 	c.ss.send(map[string]any{"type": "unfollowed", "id": f.ID, "follow": f.Follow})
+}
+
+// recheckFollows ends, each with its own forbidden error, the follows that
+// rights (a fresh token's) no longer allow.
+func (c *wsConn) recheckFollows(rights *Rights) {
+	if c.fl == nil {
+		return
+	}
+	c.fl.mu.Lock()
+	var denied []string
+	errs := map[string]error{}
+	for id, wf := range c.fl.m {
+		if err := checkConsume(rights, &queue.PopRequest{Queue: wf.queue, Partition: wf.part}); err != nil {
+			denied = append(denied, id)
+			errs[id] = err
+		}
+	}
+	c.fl.mu.Unlock()
+	for _, id := range denied {
+		if c.dropFollow(id) {
+			c.ss.send(map[string]any{"type": "error", "code": "forbidden", "follow": id, "message": errs[id].Error()})
+		}
+	}
 }
 
 // endFollows ends every follow of a connection that ended.

@@ -326,7 +326,8 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	// it with its own to show the latency since push.
 	out := map[string]any{"instance": s.cfg.Instance, "version": s.cfg.Version,
 		"time":       float64(time.Now().UnixMicro()) / 1000,
-		"intentions": s.poller.Intentions(), "streams": s.Streams(), "wakeups": s.poller.Wakeups()}
+		"intentions": s.poller.Intentions(), "streams": s.Streams(), "wakeups": s.poller.Wakeups(),
+		"followers": s.Followers()} // this instance's, per queue
 	if q := r.URL.Query().Get("queue"); q != "" {
 		st, err := s.store.QueueStatus(r.Context(), q)
 		if err != nil {

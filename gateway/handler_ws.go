@@ -497,8 +497,9 @@ func (c *wsConn) subscribe(f *wsFrame) {
 }
 
 // auth takes a fresh token for the connection (before the old one
-// expires): the same subject, rights checked again. Subscriptions the new
-// token no longer allows end, each with its own forbidden error; the
+// expires): the same subject, rights checked again. Subscriptions and
+// follows the new token no longer allows end, each with its own forbidden
+// error; the
 // connection then lives until the new token's exp. A token that fails
 // changes nothing: the connection still ends at the old exp.
 func (c *wsConn) auth(f *wsFrame) {
@@ -531,6 +532,7 @@ func (c *wsConn) auth(f *wsFrame) {
 			}
 		}
 	}
+	c.recheckFollows(claims.Rights)
 	c.ss.send(map[string]any{"type": "auth_result", "id": f.ID, "expiresAt": expiresJSON(claims.Expires)})
 }
 

@@ -368,6 +368,120 @@ $("push-form").addEventListener("submit", async (ev) => {
   }
 });
 
+// The live feed: herald.follow() over the follow route (SSE). Every
+// follower sees every message; the feed keeps its last event id and
+// resumes after it when the stream comes back (the browser's reconnect,
+// or a new stream herald.js opens).
+let feed = null; // the follow handle
+let feedQueue = "";
+let feedCount = 0;
+let feedResumes = 0;
+const feedSeen = new Set(); // event ids shown: a duplicate would be counted apart
+let feedDuplicates = 0;
+
+function shortID(id) {
+  return id.length > 14 ? `…${id.slice(-12)}` : id;
+}
+
+function feedRow(cells, className = "") {
+  const tbody = $("feed").tBodies[0];
+  const tr = document.createElement("tr");
+  if (className) tr.className = className;
+  for (const [text, cls, title] of cells) {
+    const td = el("td", cls ?? "", text);
+    if (title) td.title = title;
+    tr.append(td);
+  }
+  tbody.prepend(tr);
+  while (tbody.rows.length > MAX_ROWS) tbody.lastElementChild.remove();
+  return tr;
+}
+
+function startFeed() {
+  stopFeed();
+  const queue = $("feed-queue").value.trim();
+  if (!queue) return;
+  const partition = $("feed-partition").value.trim();
+  feedQueue = queue;
+  feedCount = feedResumes = feedDuplicates = 0;
+  feedSeen.clear();
+  $("feed").tBodies[0].innerHTML = "";
+  $("feed-count").textContent = "0";
+  $("feed-resumed").hidden = true;
+  const card = $("feed-card");
+  card.dataset.queue = queue;
+  card.dataset.resumes = "0";
+  card.dataset.duplicates = "0";
+  $("unfollow").disabled = false;
+  const where = partition ? `${queue}/${partition}` : queue;
+  feed = herald.follow(queue, {
+    partition, from: $("feed-from").value,
+    onMessage: (m) => {
+      if (feedSeen.has(m.eventId)) {
+        card.dataset.duplicates = String(++feedDuplicates);
+      }
+      feedSeen.add(m.eventId);
+      feedCount++;
+      $("feed-count").textContent = feedCount.toLocaleString("en");
+      const tr = feedRow([[m.partition], [String(m.offset)], [shortID(m.eventId), "eid", m.eventId],
+        [JSON.stringify(m.data), "fdata"]]);
+      tr.dataset.eventId = m.eventId;
+      card.dataset.lastEventId = m.eventId;
+    },
+    onGap: (g) => {
+      feedRow([["—"], ["—"], [shortID(g.goneThrough), "eid", g.goneThrough],
+        ["messages up to here were deleted by retention before this page read them"]], "gap");
+    },
+    onError: (e) => {
+      $("feed-state").textContent = `Stopped: ${e.message}`;
+    },
+    onState: (st) => {
+      card.dataset.state = st.state;
+      const text = {
+        connecting: `Connecting to ${where}…`,
+        connected: `Following ${where}.`,
+        reconnecting: `Connection lost: reconnecting${st.attempt ? ` (attempt ${st.attempt})` : ""}…`,
+        closed: st.reason ? `Stopped: ${st.reason}` : "Not following.",
+      }[st.state] ?? st.state;
+      $("feed-state").textContent = text;
+      if (st.state === "connected") setTimeout(refresh, 300); // the follower count, once it has joined
+      if (st.state === "connected" && st.resumedAfter) {
+        card.dataset.resumes = String(++feedResumes);
+        card.dataset.resumedAfter = st.resumedAfter;
+        const r = $("feed-resumed");
+        r.hidden = false;
+        r.textContent = `Resumed after event ${shortID(st.resumedAfter)} at ${new Date().toLocaleTimeString()}: ` +
+          "the messages pushed while disconnected follow, none lost, none twice.";
+        r.title = st.resumedAfter;
+      }
+    },
+  });
+  refresh();
+}
+
+function stopFeed() {
+  feed?.close();
+  feed = null;
+  $("unfollow").disabled = true;
+}
+
+function renderFollowers(st) {
+  const out = $("feed-followers");
+  if (!feedQueue) {
+    out.textContent = "";
+    return;
+  }
+  const n = st.followers?.[feedQueue] ?? 0;
+  out.textContent = `${plural(n, "follower")} of ${feedQueue} on this instance`;
+  $("feed-card").dataset.followers = String(n);
+}
+
+$("feed-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  startFeed();
+});
+$("unfollow").addEventListener("click", stopFeed);
+
 // syncClock estimates the server's clock against this browser's from a
 // status request that reads nothing (no queue): the server stamps its time
 // mid-way, so the error is at most half the round trip; the fastest of the
@@ -437,6 +551,7 @@ async function refreshNow() {
       $("instance").textContent = "not shown";
       $("version").textContent = "· the live view needs an admin token; this one may still subscribe and push as its rights allow";
       for (const id of ["peers", "queue-status", "wakeups"]) $(id).textContent = "needs an admin token";
+      $("feed-followers").textContent = "";
       return;
     }
     $("instance").textContent = `unreachable (${e.message})`;
@@ -448,6 +563,7 @@ async function refreshNow() {
   $("version").textContent = `· version ${st.version} · ${plural(st.streams, "stream")} open · ${plural(st.intentions, "consumer")} waiting`;
   $("version").title = "streams: WebSocket and EventSource connections; consumers waiting: subscriptions and long-polls waiting for messages";
   renderPeers(st);
+  renderFollowers(st);
   renderQueues(all.map((s) => s.queue).filter(Boolean));
   const wk = $("wakeups");
   wk.innerHTML = "";
@@ -735,6 +851,7 @@ draw();
 // do (a slow outlier cannot be had on demand from a real server).
 window.heraldDemo = {
   fmtMS, plural,
+  feed: () => feed,
   chartTop: (lat) => chartTop([{ n: lat.length, sample: [...lat].sort((a, b) => a - b) }]),
   addLatency: (ms) => thisSecond.push(ms),
 };

@@ -3,11 +3,13 @@
 // served by the gateway at / (Handler, Names).
 //
 //	index.html, app.css, app.js   the demo page: subscriptions over a
-//	                              WebSocket or an EventSource, a push form,
-//	                              a live panel of /internal/api/status
+//	                              WebSocket or an EventSource, a live feed
+//	                              that follows a queue, a push form, a live
+//	                              panel of /internal/api/status
 //	herald.js                     the browser SDK (an ES module): subscribe
 //	                              over one WebSocket with reconnect and acks,
-//	                              eventSource over SSE, push
+//	                              eventSource over SSE, follow (the SSE follow
+//	                              route, resumed after its last event id), push
 //
 // The page loads nothing from the internet at run time
 // (TestNoRemoteAssets). Every file is answered with Cache-Control:

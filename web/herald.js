@@ -2,13 +2,14 @@
 //
 //   import { Herald } from "/herald.js";
 //   const h = new Herald();                      // this page's server; or new Herald("https://host:6632")
-//   const sub = h.subscribe({ queue: "orders", consumerGroup: "dashboard",
+//   const sub = h.subscribe({ queue: "orders", consumerGroup: "packing",     // a share of the orders
 //     onMessage: async (m) => { render(m.data); },   // resolve: ack; throw: nack (retried, then DLQ)
 //     onAck: (m, status) => mark(m, status),          // the server took the ack ("completed") or nack ("failed")
 //     onError: (e) => warn(e.message, e.herald?.message), // a refused ack, a failed subscribe
 //     onState: (s) => console.log(s.state, s.attempt, s.delay) });
+//   const feed = h.follow("scores", { onMessage: (m) => show(m.data) });   // every message, to every page
 //   await h.push("orders", { id: 1 });
-//   sub.close();
+//   sub.close(); feed.close();
 //
 // subscribe() runs over one WebSocket per Herald (subprotocol herald.v1),
 // reconnects with exponential back-off and full jitter (100 ms → 10 s),
@@ -17,6 +18,13 @@
 // sub.nack(m, error). eventSource() is the same over a browser
 // EventSource (it reconnects and resumes by itself) with acks posted over
 // HTTP.
+//
+// follow(queue, {from, onMessage, onGap}) is for "everyone sees everything"
+// (a live feed, scores, a dashboard): no consumer group, no ack; each
+// message's eventId is the follower's position, and a reconnect resumes
+// after the last one. A subscription instead shares the queue's messages
+// among the members of its consumer group (N browsers in one group split
+// the feed): use it for work, not for broadcast.
 //
 // Every ack names its delivery (leaseId, the subscription's sub and
 // consumerGroup), so any number of subscriptions, in any groups, share one
@@ -413,6 +421,169 @@ export class Herald {
       this._token().then(open, (e) => opts.onState?.({ state: "closed", attempt: 0, delay: 0, reason: `token: ${e?.message ?? e}` }));
     } else {
       open(this.token);
+    }
+    return handle;
+  }
+
+  /**
+   * follow(queue, {partition, from, lastEventId, onMessage, onGap, onState, onError}) → {lastEventId, close()}:
+   * every message pushed to the queue (or one partition) after `from` ("now", the default; "beginning";
+   * an RFC 3339 time; an event id), in order, with no consumer group, lease or ack: every follower sees
+   * every message. Over an EventSource on the follow route; it resumes after the last event id it
+   * received, whether the browser reconnects (it sends Last-Event-ID) or this SDK opens a new stream
+   * (after the server closed it for good, or to refresh the token): none lost, none twice, while the
+   * queue's retention keeps them. From "now" it first asks for the start (one long-poll that does not
+   * wait), so that a stream cut before the first message resumes after it. onMessage(m) gets each message (m.eventId names its position; an
+   * async handler is awaited before the next); onGap({goneThrough, nextEventId}) says retention
+   * deleted messages after the position; onState({state, attempt, delay, resumedAfter}).
+   */
+  follow(queue, opts = {}) {
+    if (!queue) throw new Error("follow: queue is required");
+    let path = `/api/v1/follow/queue/${encodeURIComponent(queue)}`;
+    if (opts.partition) path += `/partition/${encodeURIComponent(opts.partition)}`;
+    const herald = this;
+    let attempt = 0;
+    let closed = false;
+    let lastId = opts.lastEventId ?? ""; // the last event's id: a new stream resumes after it
+    let opens = 0; // streams opened
+    let timer = null;
+    let chain = Promise.resolve(); // handlers run one after another, in order
+    const run = (f) => {
+      chain = chain.then(f).catch((e) => opts.onError?.(e));
+    };
+    const state = (s) => opts.onState?.(s);
+    const handle = {
+      source: null,
+      get lastEventId() {
+        return lastId;
+      },
+      close() {
+        closed = true;
+        clearTimeout(timer);
+        this.source?.close();
+        state({ state: "closed", attempt: 0, delay: 0 });
+      },
+    };
+    // refused: a stream the browser gave up on (not 200): ask the long-poll
+    // why; 400, 401, 403 and 404 are the server's last word.
+    const refused = async (tok) => {
+      const q = new URLSearchParams({ wait: "false", batch: "1" });
+      if (lastId) q.set("after", lastId);
+      else if (opts.from) q.set("from", opts.from);
+      const headers = tok ? { Authorization: `Bearer ${tok}` } : {};
+      try {
+        const res = await fetch(`${herald.base}${path}?${q}`, { headers });
+        if ([400, 401, 403, 404].includes(res.status)) {
+          const body = await res.json().catch(() => ({}));
+          return Object.assign(new Error(body.error ?? res.statusText), { status: res.status });
+        }
+      } catch {
+        // down: try again later
+      }
+      return null;
+    };
+    const open = (tok) => {
+      if (closed) return;
+      const q = new URLSearchParams();
+      if (tok) q.set("access_token", tok);
+      if (lastId) q.set("lastEventId", lastId);
+      else if (opts.from) q.set("from", opts.from);
+      // Resumed: a stream after another, or a first one given lastEventId
+      // (not the start asked for from "now").
+      const resumedFrom = opens++ > 0 || opts.lastEventId ? lastId : "";
+      const es = new EventSource(`${herald.base}${path}?${q}`);
+      handle.source = es;
+      let reopened = false; // the browser reconnected this EventSource by itself
+      es.onopen = () => {
+        attempt = 0;
+        const after = reopened ? lastId : resumedFrom;
+        state({ state: "connected", attempt: 0, delay: 0, ...(after ? { resumedAfter: after } : {}) });
+      };
+      es.onerror = async () => {
+        if (closed || handle.source !== es) return;
+        attempt++;
+        if (es.readyState !== EventSource.CLOSED) {
+          reopened = true;
+          state({ state: "reconnecting", attempt, delay: null }); // the browser picks the delay (retry:)
+          return;
+        }
+        es.close();
+        const err = await refused(tok);
+        if (err) {
+          closed = true;
+          opts.onError?.(err);
+          state({ state: "closed", attempt, delay: 0, reason: err.message });
+          return;
+        }
+        const delay = backoff(attempt);
+        state({ state: "reconnecting", attempt, delay });
+        clearTimeout(timer);
+        timer = setTimeout(() => herald._token().then(open, () => open(tok)), delay);
+      };
+      es.addEventListener("message", (ev) => {
+        if (ev.lastEventId) lastId = ev.lastEventId;
+        let m;
+        try {
+          m = JSON.parse(ev.data);
+        } catch {
+          return;
+        }
+        run(() => opts.onMessage?.(m, handle));
+      });
+      es.addEventListener("gap", (ev) => {
+        if (ev.lastEventId) lastId = ev.lastEventId;
+        let g;
+        try {
+          g = JSON.parse(ev.data);
+        } catch {
+          return;
+        }
+        run(() => opts.onGap?.(g, handle));
+      });
+      // With a token function: before this token expires, reopen with a
+      // fresh one, after the last event.
+      const wait = typeof herald.token === "function" ? refreshIn(tok) : -1;
+      if (wait >= 0) {
+        clearTimeout(timer);
+        timer = setTimeout(async () => {
+          if (closed || handle.source !== es) return;
+          let fresh;
+          try {
+            fresh = await herald._token();
+          } catch {
+            return; // the stream ends at exp, and reopens then
+          }
+          es.close();
+          open(fresh);
+        }, wait);
+      }
+    };
+    // From "now" (the default) the start is asked for first (a long-poll
+    // that does not wait), so that a new stream before the first message
+    // resumes after it, not at a later "now". "beginning" or a time is the
+    // same start again until a message comes.
+    const begin = async (tok) => {
+      if (!lastId && (opts.from ?? "now") === "now") {
+        try {
+          const headers = tok ? { Authorization: `Bearer ${tok}` } : {};
+          const res = await fetch(`${herald.base}${path}?from=now&wait=false&batch=1000`, { headers });
+          if (res.ok) {
+            const b = await res.json();
+            if (b.gap) run(() => opts.onGap?.(b.gap, handle));
+            for (const m of b.messages ?? []) run(() => opts.onMessage?.(m, handle));
+            lastId = b.lastEventId ?? "";
+          }
+        } catch {
+          // the stream starts from now, and reports what fails
+        }
+      }
+      open(tok);
+    };
+    state({ state: "connecting", attempt: 0, delay: 0 });
+    if (typeof this.token === "function") {
+      this._token().then(begin, (e) => state({ state: "closed", attempt: 0, delay: 0, reason: `token: ${e?.message ?? e}` }));
+    } else {
+      begin(this.token);
     }
     return handle;
   }

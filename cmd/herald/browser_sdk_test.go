@@ -385,3 +385,70 @@ func hole4DemoPage(ctx context.Context, t *testing.T, base string) {
 	waitJS(ctx, t, "the live panel shows page-a at lag 0 in both groups",
 		`[...document.querySelectorAll('#queue-status [data-queue="page-a"] dd.lag')].map((e) => e.textContent).join() === "lag 0 · 0 leased,lag 0 · 0 leased"`)
 }
+
+// herald.js follow() keeps its position itself: when the browser gives an
+// EventSource up (it is CLOSED: here forced, as after a non-200 answer),
+// it opens a new one after the last event id it received, which a new
+// EventSource would not send by itself; before the first message, after
+// the start the server named (event: start). A page that closes a follow
+// and follows again with its lastEventId gets exactly the rest. Every
+// message once, in order.
+func TestHeraldJS_FollowResumesAfterItsLastEventID(t *testing.T) {
+	bin := buildHerald(t)
+	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t))
+	ctx := browser(t)
+	const q = "js-follow"
+	push := func(from, to int) {
+		var items []string
+		for i := from; i <= to; i++ {
+			items = append(items, fmt.Sprintf(`{"queue":%q,"partition":"p","payload":{"n":%d}}`, q, i))
+		}
+		postJSON(t, p.url+"api/v1/push", `{"items":[`+strings.Join(items, ",")+`]}`)
+	}
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(p.url+"herald.js")))
+	evalJS[string](ctx, t, `(async () => {
+		const Native = EventSource;
+		window.__es = [];
+		window.EventSource = class extends Native {
+			constructor(...a) { super(...a); window.__es.push(this); }
+		};
+		const { Herald } = await import("/herald.js");
+		const t = window.__t = { got: [], got2: [], states: [], urls: () => window.__es.map((e) => e.url) };
+		window.__h = new Herald(location.origin);
+		window.__f = __h.follow("`+q+`", {
+			onMessage: (m) => { t.got.push(m.data.n); },
+			onState: (s) => t.states.push(s),
+		});
+		// The browser gives the stream up (readyState CLOSED, then error).
+		window.__giveUp = () => { const es = window.__es.at(-1); es.close(); es.onerror(new Event("error")); };
+		return "ok";
+	})()`)
+	waitState(ctx, t, 10*time.Second, "the follow connects and knows its start",
+		`__t.states.some((s) => s.state === "connected") && __f.lastEventId !== ""`)
+	start := evalJS[string](ctx, t, `__f.lastEventId`)
+	assert.True(t, evalJS[bool](ctx, t, `__t.states.find((s) => s.state === "connected").resumedAfter === undefined`),
+		"the first stream is no resume")
+
+	evalJS[string](ctx, t, `(__giveUp(), "ok")`)
+	push(1, 3)
+	waitState(ctx, t, 20*time.Second, "a new EventSource after the start gets what was pushed meanwhile",
+		`JSON.stringify(__t.got) === "[1,2,3]" && __es.length === 2`)
+	assert.Contains(t, evalJS[string](ctx, t, `__es[1].url`), "lastEventId="+start, "the new stream names the start")
+
+	evalJS[string](ctx, t, `(__giveUp(), "ok")`)
+	push(4, 5)
+	waitState(ctx, t, 20*time.Second, "and after its last message",
+		`JSON.stringify(__t.got) === "[1,2,3,4,5]" && __es.length === 3`)
+	assert.True(t, evalJS[bool](ctx, t, `__t.states.some((s) => s.state === "connected" && s.resumedAfter === new URL(__es[2].url).searchParams.get("lastEventId"))`),
+		"onState says after which id it resumed")
+
+	// The page closes the follow and, later, follows again from its id.
+	evalJS[string](ctx, t, `(window.__last = __f.lastEventId, __f.close(), "ok")`)
+	push(6, 7)
+	evalJS[string](ctx, t, `(window.__g = __h.follow("`+q+`", { lastEventId: __last, onMessage: (m) => { __t.got2.push(m.data.n); } }), "ok")`)
+	waitState(ctx, t, 20*time.Second, "a new follow with the last id gets exactly the rest", `JSON.stringify(__t.got2) === "[6,7]"`)
+	push(8, 8)
+	waitState(ctx, t, 20*time.Second, "and goes on", `JSON.stringify(__t.got2) === "[6,7,8]"`)
+	assert.Equal(t, "[1,2,3,4,5]", evalJS[string](ctx, t, `JSON.stringify(__t.got)`), "the closed follow got nothing more")
+	evalJS[string](ctx, t, `(__g.close(), "ok")`)
+}

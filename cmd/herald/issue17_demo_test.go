@@ -286,7 +286,7 @@ func explained(ctx context.Context, t *testing.T) {
 			visible: !!r && r.width > 0 && r.height > 0 && getComputedStyle(e).visibility !== "hidden" };
 	}))`)
 	require.NoError(t, json.Unmarshal([]byte(raw), &panels))
-	require.Len(t, panels, 8, "4 cards (subscribe, push, received, live view) and 4 live panels")
+	require.Len(t, panels, 9, "5 cards (subscribe, push, live feed, received, live view) and 4 live panels")
 	for _, p := range panels {
 		assert.NotEmpty(t, p.Title)
 		assert.GreaterOrEqual(t, len(p.Explain), 40, "panel %q explains itself in a sentence", p.Title)

@@ -32,14 +32,15 @@ func readmeBlock(t *testing.T, lang, first string) []string {
 	return nil
 }
 
-// Issue 17: the README's curl lines (push, pop, ack, a live SSE stream) run
+// Issue 17: the README's curl lines (push, pop, ack, a live SSE stream, a
+// follow stream from the beginning) run
 // as printed against a real server (its address in place of
 // localhost:6632), the ack with the ids the pop answered in place of "…".
 func TestIssue17_ReadmeCurlExamplesRun(t *testing.T) {
 	_, err := exec.LookPath("curl")
 	require.NoError(t, err, "the README's examples use curl (apt-get install -y curl)")
 	lines := readmeBlock(t, "sh", "curl -s -XPOST localhost:6632/api/v1/push")
-	require.Len(t, lines, 4, "push, pop, ack, sse")
+	require.Len(t, lines, 5, "push, pop, ack, sse, follow")
 	bin := buildHerald(t)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t))
 	host := strings.TrimSuffix(strings.TrimPrefix(p.url, "http://"), "/")
@@ -97,4 +98,30 @@ func TestIssue17_ReadmeCurlExamplesRun(t *testing.T) {
 	require.True(t, strings.HasPrefix(sc.Text(), "data:"), "an event on the stream")
 	assert.Equal(t, "message", event)
 	assert.Contains(t, sc.Text(), `"data":{"id":1}`)
+
+	// The follow stream: both messages pushed (consumed or not), each with
+	// an event id, after the start's id.
+	follow := sh(ctx, line(4))
+	fout, err := follow.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, follow.Start())
+	defer func() { cancel(); _ = follow.Wait() }()
+	fs := bufio.NewScanner(fout)
+	var events, ids, data []string
+	for len(data) < 2 && fs.Scan() {
+		switch l := fs.Text(); {
+		case strings.HasPrefix(l, "event: "):
+			events = append(events, l[7:])
+		case strings.HasPrefix(l, "id: "):
+			ids = append(ids, l[4:])
+		case strings.HasPrefix(l, "data: "):
+			data = append(data, l[6:])
+		}
+	}
+	require.Len(t, data, 2, "the two messages")
+	assert.Equal(t, []string{"message", "message"}, events)
+	require.Len(t, ids, 3, "the start's, then each message's")
+	assert.Contains(t, data[0], `"data":{"id":1}`)
+	assert.Contains(t, data[1], `"data":{"id":1}`)
+	assert.Contains(t, data[1], `"eventId":"`+ids[2]+`"`)
 }

@@ -30,17 +30,20 @@ import (
 func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
-	var sdk, sse []string
+	var sdk, sse, follow []string
 	for _, b := range markdownBlocks(string(readme), "js") {
 		switch {
 		case strings.Contains(b, "import { Herald }"):
 			sdk = append(sdk, b)
-		case strings.Contains(b, "new EventSource(") && strings.Contains(b, "/api/v1/sse/"):
-			sse = append(sse, b) // a consumer's stream; follow examples are not acked
+		case strings.Contains(b, `new EventSource("/api/v1/sse/`):
+			sse = append(sse, b)
+		case strings.Contains(b, `new EventSource("/api/v1/follow/`):
+			follow = append(follow, b)
 		}
 	}
 	require.Len(t, sdk, 1, "one ```js block of the README imports the browser SDK")
-	require.Len(t, sse, 1, "one ```js block of the README opens a plain EventSource on a consumer stream")
+	require.Len(t, sse, 1, "one ```js block of the README opens a plain EventSource on a subscription")
+	require.Len(t, follow, 1, "one ```js block of the README opens a plain EventSource on a follow stream")
 
 	// The states the example's onState comment documents cover every state
 	// herald.js reports.
@@ -69,6 +72,9 @@ func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
 		window.render = (data, partition, offset) => t.renders.push({ data, partition, offset });
 		window.mark = (m, status) => t.marks.push({ tx: m.transactionId, status });
 		window.warn = (...a) => t.warns.push(a.map(String));
+		t.shows = []; t.notes = [];
+		window.show = (data, eventId) => t.shows.push({ data, eventId });
+		window.note = (text) => t.notes.push(text);
 		const fetch0 = window.fetch;
 		window.fetch = async (...a) => {
 			const res = await fetch0(...a);
@@ -112,11 +118,11 @@ func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
 		return len(acks)
 	}
 
-	// The plain EventSource example: group "dashboard" of "orders".
+	// The plain EventSource example: group "packing" of "orders".
 	run(sse[0]+"\nwindow.__sse = es;", false)
 	postJSON(t, base+"api/v1/push", `{"items":[{"queue":"orders","payload":{"sse":1}},{"queue":"orders","payload":{"sse":2}}]}`)
 	waitState(ctx, t, 20*time.Second, "the EventSource example acks both messages", `window.__t.acks.length === 2`)
-	require.Eventually(t, func() bool { return settledEverywhere(t, base, "orders", "dashboard") },
+	require.Eventually(t, func() bool { return settledEverywhere(t, base, "orders", "packing") },
 		10*time.Second, 50*time.Millisecond, "the EventSource example's group has read and acked everything")
 	assert.Equal(t, 2, allAcksSucceeded("EventSource example"))
 	evalJS[string](ctx, t, `(() => { window.__sse.close(); window.__t.acks = []; return "ok"; })()`)
@@ -124,16 +130,22 @@ func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
 	// The browser SDK example, pointed at the test server.
 	code := strings.ReplaceAll(sdk[0], "http://localhost:6632", origin)
 	require.Contains(t, code, `from "`+origin+`/herald.js"`, "the example imports the SDK from the server")
-	run(code+"\nwindow.__readme = { h, sub, es };", true)
+	run(code+"\nwindow.__readme = { h, sub, es, f };", true)
 	waitState(ctx, t, 20*time.Second, "the SDK example ran to its end", `window.__readme !== undefined`)
 	waitState(ctx, t, 20*time.Second, "the WebSocket subscription received and acked the three messages",
 		`window.__t.renders.length >= 3 && window.__t.marks.length >= 3`)
 	// "audit" (the example's EventSource, manual acks) reads the queue from
 	// its start: the two messages of the EventSource example too.
-	require.Eventually(t, func() bool { return settledEverywhere(t, base, "orders", "dashboard", "audit") },
+	require.Eventually(t, func() bool { return settledEverywhere(t, base, "orders", "packing", "audit") },
 		20*time.Second, 50*time.Millisecond, "both groups of the SDK example have read and acked everything")
 	waitState(ctx, t, 10*time.Second, "the example's EventSource acked five messages over HTTP", `window.__t.acks.length === 5`)
 	assert.Equal(t, 5, allAcksSucceeded("SDK example's eventSource"))
+
+	// The example's follow of "scores" shows a score pushed now, with its event id.
+	waitState(ctx, t, 10*time.Second, "the follow is connected", `window.__readme.f.lastEventId !== ""`)
+	postJSON(t, base+"api/v1/push", `{"items":[{"queue":"scores","payload":{"goal":1}}]}`)
+	waitState(ctx, t, 20*time.Second, "the follow showed the score with its event id",
+		`window.__t.shows.length === 1 && window.__t.shows[0].data.goal === 1 && window.__t.shows[0].eventId.startsWith("f1")`)
 
 	type render struct {
 		Data      map[string]int
@@ -169,8 +181,18 @@ func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
 	evalJS[string](ctx, t, `(() => { dispatchEvent(new PageTransitionEvent("pagehide")); return "ok"; })()`)
 	waitState(ctx, t, 5*time.Second, "pagehide closed the Herald, its subscription and its EventSource",
 		`window.__readme.h.state.state === "closed" && window.__readme.es.source.readyState === EventSource.CLOSED &&
+			window.__readme.f.source.readyState === EventSource.CLOSED &&
 			window.__readme.sub.sub === null`)
 	assert.Equal(t, "closed", evalJS[string](ctx, t, `window.__t.states.at(-1)`), "the last state logged is closed")
+
+	// The plain follow example (a block of its own: its const es is not the
+	// first example's): every message of "scores" from now, with its eventId.
+	run("{\n"+follow[0]+"\nwindow.__follow = es;\n}", false)
+	waitState(ctx, t, 10*time.Second, "the follow stream is open", `window.__follow.readyState === EventSource.OPEN`)
+	postJSON(t, base+"api/v1/push", `{"items":[{"queue":"scores","payload":{"goal":2}}]}`)
+	waitState(ctx, t, 20*time.Second, "the follow example rendered the score", `window.__t.renders.some((r) =>
+		r.data?.queue === "scores" && r.data.data?.goal === 2 && r.data.eventId?.startsWith("f1"))`)
+	evalJS[string](ctx, t, `(window.__follow.close(), "ok")`)
 }
 
 // markdownBlocks returns the bodies of the fenced code blocks (```) of md

@@ -304,3 +304,32 @@ func phone(ctx context.Context, t *testing.T, name string) {
 	}
 	shot(ctx, t, name, false)
 }
+
+// The console shows each queue's followers (follow streams on the instance
+// it talks to): a column of the overview's queues and a figure on the
+// queue's page.
+func TestConsole_ShowsFollowersPerQueue(t *testing.T) {
+	bin := buildHerald(t)
+	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t))
+	postJSON(t, p.url+"api/v1/push", `{"items":[{"queue":"watched","payload":1},{"queue":"quiet","payload":1}]}`)
+	ctx0, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx0, http.MethodGet, p.url+"api/v1/follow/queue/watched", nil)
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = res.Body.Close() }()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+	}
+	ctx := browser(t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(p.url+"console")))
+	waitJS(ctx, t, "the overview counts watched's followers",
+		`document.querySelector('#overview tr[data-queue="watched"] td:nth-child(10)')?.textContent === "2"`)
+	assert.Equal(t, "followers", text(ctx, t, `#overview table.queues thead th:nth-child(10)`))
+	assert.Equal(t, "0", text(ctx, t, `#overview tr[data-queue="quiet"] td:nth-child(10)`))
+	goTo(ctx, t, "#/queue/watched", `document.querySelector("#followers .v")?.textContent === "2"`)
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	artifact(t, "console-queue-followers.png", shot)
+}

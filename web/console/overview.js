@@ -4,7 +4,7 @@
 // oldest pending age and dead letters per (queue, group) come from one
 // call, /status/backlog: the hygiene loop's latest sample (up to 30 s old,
 // the 100 pairs with the most waiting), which costs the server no query.
-import { ago, count, duration, enc, exact, get } from "./api.js";
+import { ago, api, count, duration, enc, exact, get } from "./api.js";
 import { badge, errorBox, h, link, section, sparkline, stat, table } from "./ui.js";
 
 const REFRESH_MS = 5000;
@@ -80,6 +80,7 @@ async function load() {
     dlq,
     maint: get("/system/maintenance"),
     shared: get("/system/shared-state"),
+    status: api("GET", "/internal/api/status"), // followers per queue, this instance's
   });
   const queues = r.queues.ok?.queues ?? [];
   const backlog = r.backlog.ok ? backlogIndex(r.backlog.ok) : null;
@@ -178,6 +179,14 @@ function deadLettersCell(b, name) {
   return { v: link(`#/dlq?queue=${enc(name)}`, count(n)), title: `${exact(n)} dead letters over its groups; ${sampled(b)}` };
 }
 
+// followersCell is the queue's followers on this instance (the status
+// route's followers: each instance counts its own).
+function followersCell(status, name) {
+  if (status.err) return { v: "—", title: `unavailable: ${status.err.message}` };
+  const n = status.ok.followers?.[name] ?? 0;
+  return { v: count(n), title: `${exact(n)} follow streams of ${name} on this instance` };
+}
+
 function queuesSection(r, queues, backlog) {
   if (r.queues.err) return section("Queues", errorBox(r.queues.err, "Queues"));
   const rates = r.rates.ok ? rateSeries(r.rates.ok) : null;
@@ -195,6 +204,7 @@ function queuesSection(r, queues, backlog) {
       rates ? rateCell(rates[q.name]?.acked, "acked", interval) : "—",
       { v: count(q.messages.total), title: `${exact(q.messages.total)} pushed ever` },
       deadLettersCell(backlog, q.name),
+      followersCell(r.status, q.name),
     ],
   }));
   const more = r.queues.ok.pagination?.total > queues.length
@@ -210,7 +220,8 @@ function queuesSection(r, queues, backlog) {
     className: "queues",
     columns: [{ label: "queue" }, { label: "partitions", num: true }, { label: "depth", num: true, title: "pending: waiting, not leased" },
       { label: "processing", num: true }, { label: "oldest pending", num: true }, { label: "push rate", num: true },
-      { label: "ack rate", num: true }, { label: "total", num: true }, { label: "dead letters", num: true }],
+      { label: "ack rate", num: true }, { label: "total", num: true }, { label: "dead letters", num: true },
+      { label: "followers", num: true, title: "follow streams of the queue on this instance (herald_followers): each gets every message" }],
     rows,
     empty: "No queue yet: a push or a subscription creates one.",
   }), more, ratesNote, backlogNote);

@@ -50,7 +50,11 @@ export async function render(root, { args, params }) {
     stat("pending", count(t.pending), exact(t.pending)),
     stat("processing", count(t.processing), exact(t.processing)),
     stat("completed", count(t.completed), exact(t.completed)),
-    stat("dead letters", count(t.deadLetter), exact(t.deadLetter))));
+    stat("dead letters", count(t.deadLetter), exact(t.deadLetter)),
+    status.status === "fulfilled"
+      ? stat("followers on this instance", count(status.value.followers?.[name] ?? 0),
+        "follow streams of this queue on this instance (herald_followers): each gets every message", { id: "followers" })
+      : null));
 
   if (status.status === "fulfilled") {
     root.append(section("Consumer groups", table({

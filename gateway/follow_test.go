@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -551,16 +552,26 @@ func TestFollow_IdleFollowerMemory(t *testing.T) {
 	// the joins' start reads opened) exist before the measure.
 	open(n)
 	waitFollowers(t, e, "fm", n)
-	before := measure()
-	g0 := runtime.NumGoroutine()
-	open(n)
-	waitFollowers(t, e, "fm", 2*n)
-	// The handlers that joined have returned: one goroutine per follower
-	// (its reader) is left.
-	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= g0+n+8 }, 10*time.Second, 10*time.Millisecond)
-	after := measure()
-	per := float64(after-before) / n
-	t.Logf("%.0f bytes per idle SSE follower (heap + stacks, %d followers)", per, n)
+	// Then three rounds of n more, each measured on its own, and the median
+	// kept: what else the process does meanwhile (an earlier test's pools
+	// winding down, stacks shrunk by a collection) moves a single round
+	// either way (6.0–11.5 KB seen at load 4–21; 3.7 KB once).
+	var rounds []float64
+	for round := 1; round <= 3; round++ {
+		before := measure()
+		g0 := runtime.NumGoroutine()
+		open(n)
+		waitFollowers(t, e, "fm", (round+1)*n)
+		// The handlers that joined have returned: one goroutine per
+		// follower (its reader) is left.
+		require.Eventually(t, func() bool { return runtime.NumGoroutine() <= g0+n+8 }, 10*time.Second, 10*time.Millisecond)
+		after := measure()
+		r := (float64(after) - float64(before)) / n
+		t.Logf("round %d: %.0f bytes per idle SSE follower (heap + stacks, %d followers)", round, r, n)
+		rounds = append(rounds, r)
+	}
+	slices.Sort(rounds)
+	per := rounds[1]
 	assert.LessOrEqual(t, per, 7.5*1024, "an idle follower costs about what an idle subscription does")
 }
 

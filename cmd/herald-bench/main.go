@@ -34,6 +34,22 @@ type benchConfig struct {
 	Connections int
 	// DrainPartitions: the drain scenario's partition counts.
 	DrainPartitions []int
+	// FanoutCases and FanoutCluster: the fanout scenario's followers and
+	// rates, on one instance and on three.
+	FanoutCases   []fanoutCase
+	FanoutCluster []fanoutCase
+	// FanoutProfile: a file prefix for CPU profiles of herald during the
+	// single-instance fanout pushes; empty takes none.
+	FanoutProfile string
+}
+
+// fanoutMax is the most followers one fanout case puts on one instance.
+func (c benchConfig) fanoutMax() int {
+	n := 0
+	for _, f := range c.FanoutCases {
+		n = max(n, f.Followers)
+	}
+	return n
 }
 
 func main() {
@@ -41,6 +57,9 @@ func main() {
 	// process cannot hold 20,000 sockets under this machine's file limit.
 	if len(os.Args) > 1 && os.Args[1] == holderCmd {
 		os.Exit(runHolder(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == followersCmd {
+		os.Exit(runFollowers(os.Args[2:]))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -64,9 +83,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.MatrixFor, "matrix-for", 5*time.Second, "throughput: how long each of the 12 batch × partitions × groups runs lasts (0 skips them)")
 	fs.IntVar(&cfg.Holders, "holders", 4, "idle and connections: child processes that hold the connections")
 	fs.IntVar(&cfg.Connections, "connections", 20000, "connections: how many to ramp to, in four steps (half WebSocket, half SSE)")
+	fanout := fs.String("fanout", "10000@10,1000@100", "fanout: FOLLOWERS@RATE cases, comma-separated: SSE followers of one queue on one instance, single-message pushes per second for --duration")
+	fanoutCluster := fs.String("fanout-cluster", "10000@10", "fanout: FOLLOWERS@RATE cases on three instances (syncnet on), followers spread evenly, pushes to the first; empty runs none")
+	fs.StringVar(&cfg.FanoutProfile, "fanout-profile", "", "fanout: write a CPU profile of herald (--pprof-addr) during each single-instance case's pushes to PREFIX-FOLLOWERS@RATE.pprof")
 	drainParts := fs.String("drain-partitions", "200,2000,5000", "drain: partition counts, one message in each, drained by HTTP pops and by one WebSocket subscription")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain]")
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [fanout]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -83,16 +105,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.DrainPartitions = append(cfg.DrainPartitions, n)
 	}
+	var err error
+	if cfg.FanoutCases, err = parseFanout(*fanout); err != nil {
+		fmt.Fprintf(stderr, "herald-bench: --fanout: %v\n", err)
+		return 2
+	}
+	if cfg.FanoutCluster, err = parseFanout(*fanoutCluster); err != nil {
+		fmt.Fprintf(stderr, "herald-bench: --fanout-cluster: %v\n", err)
+		return 2
+	}
 	scenarios := fs.Args()
 	if len(scenarios) == 0 {
 		// idle first: its memory baseline is the fresh server.
-		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster"}
+		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster", "fanout"}
 	}
+	// The cluster and fanout scenarios start servers of their own.
+	needTarget := false
 	for _, s := range scenarios {
-		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" {
+		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" &&
+			s != "fanout" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
+		needTarget = needTarget || s != "cluster" && s != "fanout"
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -105,7 +140,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	rep := &report{Machine: machine(), Started: time.Now().UTC(), Settings: cfg}
 	target := &server{url: cfg.URL, pid: cfg.PID}
-	if cfg.URL == "" {
+	if cfg.URL == "" && needTarget {
 		srv, err := startServer(ctx, cfg, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr, "herald-bench:", err)
@@ -114,7 +149,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer srv.stop()
 		target = srv
 	}
-	progress(stderr, "measuring %s (%s)", target.url, rep.Machine)
+	if target.url != "" {
+		progress(stderr, "measuring %s (%s)", target.url, rep.Machine)
+	}
 	for _, s := range scenarios {
 		var err error
 		switch s {
@@ -137,6 +174,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			rep.Drain, err = runDrain(ctx, target, cfg, stderr)
 		case "idle":
 			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
+		case "fanout":
+			rep.Fanout, err = runFanout(ctx, target, cfg, stderr)
 		case "connections":
 			// A fresh server: one that held connections before keeps
 			// their memory, which would hide what the ramp costs.

@@ -52,13 +52,15 @@ const (
 // slow that comes back at once rejoins from memory.
 const FollowBufferDefault = followRing
 
-// followItem is one message as followers get it: its position and its
-// JSON (the message with its event id), rendered once per hub.
+// followItem is one message as followers get it: its position, its JSON
+// (the message with its event id) and its SSE event, rendered once per hub
+// read and shared, never changed, by every follower it is handed to.
 type followItem struct {
 	pos       queue.FollowPos
 	partition string // its partition's name
 	data      []byte // the message JSON (followMessageJSON)
 	id        string // its event id
+	sse       []byte // event: message, id: and data: lines, and the blank line
 }
 
 // followMessageJSON is a followed message: the stream message shape (the
@@ -69,13 +71,20 @@ type followMessageJSON struct {
 	EventID string `json:"eventId"`
 }
 
+const (
+	sseMessageHead = "event: message\nid: "
+	sseDataHead    = "\ndata: "
+)
+
 // renderFollow renders messages of queue q once.
 func renderFollow(q string, msgs []queue.FollowMessage) []followItem {
 	out := make([]followItem, len(msgs))
 	for i, m := range msgs {
 		id := queue.EncodeFollowID(q, m.Pos)
 		data, _ := json.Marshal(followMessageJSON{streamMessageJSON: streamMessageOf(m.Message), EventID: id})
-		out[i] = followItem{pos: m.Pos, partition: m.Partition, data: data, id: id}
+		sse := make([]byte, 0, len(sseMessageHead)+len(id)+len(sseDataHead)+len(data)+2)
+		sse = append(append(append(append(append(sse, sseMessageHead...), id...), sseDataHead...), data...), "\n\n"...)
+		out[i] = followItem{pos: m.Pos, partition: m.Partition, data: data, id: id, sse: sse}
 	}
 	return out
 }
@@ -275,13 +284,24 @@ func (hs *followHubs) release(h *followHub) {
 // a gap first when gone is above it; false when f was dropped as slow.
 // Called with h.mu.
 func (h *followHub) handLocked(f *follower, items []followItem, gone *queue.FollowPos) bool {
-	var sel []followItem
+	// items are in the queue's order: a queue's follower takes those after
+	// its position as they are (shared, not copied); a partition's, its own.
+	from := len(items)
 	for i := range items {
-		it := &items[i]
-		if it.pos.Compare(f.pos) <= 0 || f.partition != "" && it.partition != f.partition {
-			continue
+		if items[i].pos.Compare(f.pos) > 0 {
+			from = i
+			break
 		}
-		sel = append(sel, *it)
+	}
+	sel := items[from:]
+	if f.partition != "" {
+		var own []followItem
+		for _, it := range sel {
+			if it.partition == f.partition {
+				own = append(own, it)
+			}
+		}
+		sel = own
 	}
 	if gone != nil && (gone.Compare(f.pos) <= 0 || f.partition != "") {
 		// A partition's follower learns of its own gaps from its reads;

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -40,15 +41,17 @@ func (s *Server) followCheck(r *http.Request) (queue.FollowTarget, error) {
 type followStream struct {
 	s         *Server
 	queue     string
-	raw       func([]byte) bool // one write to the client, with a deadline
+	raw       func([]byte) bool   // one write to the client, with a deadline
+	rawv      func([][]byte) bool // one gathered write (writev) of frames, with a deadline
 	closeConn func()
 
 	wmu sync.Mutex  // one write at a time
 	hb  *time.Timer // the heartbeat; under mu
 
 	mu       sync.Mutex
-	out      [][]byte // rendered events waiting for the writer
-	waiting  int      // messages in out
+	out      [][]byte // events waiting for the writer: the hub's shared frames, a gap's own
+	queued   int      // messages in out
+	waiting  int      // messages queued or being written: bounded by FollowBuffer
 	writing  bool
 	finished bool
 	gapSent  queue.FollowPos // the highest gap mark told
@@ -65,11 +68,7 @@ func (st *followStream) events(items []followItem, gone *queue.FollowPos) []byte
 		b.Write(gapEvent(st.queue, *gone, items))
 	}
 	for _, it := range items {
-		b.WriteString("event: message\nid: ")
-		b.WriteString(it.id)
-		b.WriteString("\ndata: ")
-		b.Write(it.data)
-		b.WriteString("\n\n")
+		b.Write(it.sse)
 	}
 	return b.Bytes()
 }
@@ -117,7 +116,15 @@ func (st *followStream) deliver(items []followItem, gone *queue.FollowPos) bool 
 	if st.waiting+len(items) > st.s.cfg.FollowBuffer {
 		return false
 	}
-	st.out = append(st.out, st.events(items, gone))
+	if gone != nil && gone.Compare(st.gapSent) > 0 {
+		st.gapSent = *gone
+		st.out = append(st.out, gapEvent(st.queue, *gone, items))
+	}
+	// The frames are the hub's, rendered once for every follower.
+	for i := range items {
+		st.out = append(st.out, items[i].sse)
+	}
+	st.queued += len(items)
 	st.waiting += len(items)
 	if !st.writing {
 		st.writing = true
@@ -131,27 +138,42 @@ func (st *followStream) deliver(items []followItem, gone *queue.FollowPos) bool 
 // Last-Event-ID (a retry: line), here or elsewhere.
 func (st *followStream) slow() { st.close(&disconnectSlowConsumer) }
 
-// write is the stream's writer while events wait.
+// write is the stream's writer while events wait: it takes all of them
+// and writes them in one gathered write.
 func (st *followStream) write() {
 	defer st.wg.Done()
+	var spare [][]byte
 	for {
 		st.mu.Lock()
 		if len(st.out) == 0 || st.finished {
-			st.out, st.writing, st.waiting = nil, false, 0
+			st.out, st.writing, st.waiting, st.queued = nil, false, 0, 0
 			st.mu.Unlock()
 			return
 		}
-		b := st.out[0]
-		st.out = st.out[1:]
+		batch, n := st.out, st.queued
+		st.out, st.queued = spare[:0], 0
 		st.mu.Unlock()
-		if !st.send(b) {
+		ok := st.sendFrames(batch)
+		clear(batch) // no hold on the frames
+		spare = batch
+		if !ok {
 			st.close(nil)
 			return
 		}
 		st.mu.Lock()
-		st.waiting -= bytes.Count(b, []byte("event: message\n"))
+		st.waiting -= n
 		st.mu.Unlock()
 	}
+}
+
+// sendFrames writes frames unless the stream has finished.
+func (st *followStream) sendFrames(frames [][]byte) bool {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	st.mu.Lock()
+	fin := st.finished
+	st.mu.Unlock()
+	return !fin && st.rawv(frames)
 }
 
 // send writes b unless the stream has finished.
@@ -295,6 +317,16 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 			_, err := conn.Write(b)
 			return err == nil
 		}
+		st.rawv = func(frames [][]byte) bool {
+			_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			if len(frames) == 1 {
+				_, err := conn.Write(frames[0])
+				return err == nil
+			}
+			bufs := net.Buffers(frames) // consumes its copy of the slice, not the frames
+			_, err := bufs.WriteTo(conn)
+			return err == nil
+		}
 		st.closeConn = func() { _ = conn.Close() }
 	default: // HTTP/2: through the ResponseWriter, until the handler returns
 		rc = http.NewResponseController(w)
@@ -303,6 +335,15 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 			_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 			if _, err := w.Write(b); err != nil {
 				return false
+			}
+			return rc.Flush() == nil
+		}
+		st.rawv = func(frames [][]byte) bool {
+			_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			for _, b := range frames {
+				if _, err := w.Write(b); err != nil {
+					return false
+				}
 			}
 			return rc.Flush() == nil
 		}

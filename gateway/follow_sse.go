@@ -312,13 +312,24 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 	case hijacked && conn == nil:
 		return // gone before the first byte
 	case hijacked:
+		// The write deadline moves only when less than half of it is left
+		// (a timer change per write costs as much as a tenth of the write):
+		// a stuck client's write fails within sseWriteTimeout/2 to
+		// sseWriteTimeout. Every write holds wmu, which guards dl.
+		dl := time.Now().Add(sseWriteTimeout) // as takeOver set it
+		extend := func() {
+			if now := time.Now(); dl.Sub(now) < sseWriteTimeout/2 {
+				dl = now.Add(sseWriteTimeout)
+				_ = conn.SetWriteDeadline(dl)
+			}
+		}
 		st.raw = func(b []byte) bool {
-			_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			extend()
 			_, err := conn.Write(b)
 			return err == nil
 		}
 		st.rawv = func(frames [][]byte) bool {
-			_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			extend()
 			if len(frames) == 1 {
 				_, err := conn.Write(frames[0])
 				return err == nil

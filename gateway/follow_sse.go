@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -39,10 +40,13 @@ func (s *Server) followCheck(r *http.Request) (queue.FollowTarget, error) {
 // written by one writer from a bounded buffer the hub fills. Idle, it has
 // no goroutine but the one parked in a read until the client leaves.
 type followStream struct {
-	s         *Server
-	queue     string
-	raw       func([]byte) bool   // one write to the client, with a deadline
-	rawv      func([][]byte) bool // one gathered write (writev) of frames, with a deadline
+	s     *Server
+	queue string
+	raw   func([]byte) bool   // one write to the client, with a deadline
+	rawv  func([][]byte) bool // one gathered write (writev) of frames, with a deadline
+	// tryRaw writes frames without waiting (nil when the connection has no
+	// file descriptor): rest is what the socket did not take, as one frame.
+	tryRaw    func(frames [][]byte) (rest [][]byte, err error)
 	closeConn func()
 
 	wmu sync.Mutex  // one write at a time
@@ -107,7 +111,7 @@ func gapEvent(q string, gone queue.FollowPos, items []followItem) []byte {
 
 // deliver queues items for the writer (a followSink; under the hub's
 // mutex: it does not block).
-func (st *followStream) deliver(items []followItem, gone *queue.FollowPos) bool {
+func (st *followStream) deliver(items []followItem, gone *queue.FollowPos, batch *followBatch) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.finished {
@@ -129,9 +133,53 @@ func (st *followStream) deliver(items []followItem, gone *queue.FollowPos) bool 
 	if !st.writing {
 		st.writing = true
 		st.wg.Add(1)
-		st.s.stacks.goDo(st.write)
+		if batch != nil && st.tryRaw != nil {
+			batch.add(st)
+		} else {
+			st.s.stacks.goDo(st.write)
+		}
 	}
 	return true
+}
+
+// flushNow writes what waits without blocking (a hub's batch, the writing
+// flag set for it): what the socket does not take at once, or a write
+// under way (a heartbeat), leaves the rest to the stream's own writer.
+func (st *followStream) flushNow() {
+	for {
+		st.mu.Lock()
+		if len(st.out) == 0 || st.finished {
+			st.out, st.writing, st.waiting, st.queued = nil, false, 0, 0
+			st.mu.Unlock()
+			st.wg.Done()
+			return
+		}
+		if !st.wmu.TryLock() { // does not wait: no lock order with wmu → mu
+			st.mu.Unlock()
+			st.s.stacks.goDo(st.write)
+			return
+		}
+		batch, n := st.out, st.queued
+		st.out, st.queued = nil, 0
+		st.mu.Unlock()
+		rest, err := st.tryRaw(batch)
+		st.wmu.Unlock()
+		if err != nil {
+			st.close(nil)
+			st.wg.Done()
+			return
+		}
+		st.mu.Lock()
+		if rest != nil {
+			st.out = append(rest, st.out...)
+			st.queued += n
+			st.mu.Unlock()
+			st.s.stacks.goDo(st.write)
+			return
+		}
+		st.waiting -= n
+		st.mu.Unlock()
+	}
 }
 
 // slow ends the stream as a slow consumer: EventSource comes back with its
@@ -339,6 +387,7 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 			return err == nil
 		}
 		st.closeConn = func() { _ = conn.Close() }
+		st.tryRaw = tryWriter(conn)
 	default: // HTTP/2: through the ResponseWriter, until the handler returns
 		rc = http.NewResponseController(w)
 		w.WriteHeader(http.StatusOK)
@@ -456,5 +505,43 @@ func (s *Server) drainFollows() {
 	defer s.follows.mu.Unlock()
 	for st := range s.follows.streams {
 		go st.drain(s.spread())
+	}
+}
+
+// tryWriter is a write that does not wait for a socket to take the bytes
+// (one write(2) on the non-blocking descriptor); nil when conn has none
+// (TLS).
+func tryWriter(conn net.Conn) func(frames [][]byte) ([][]byte, error) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return func(frames [][]byte) ([][]byte, error) {
+		buf := frames[0]
+		if len(frames) > 1 {
+			buf = bytes.Join(frames, nil)
+		}
+		var n int
+		var werr error
+		if err := rc.Write(func(fd uintptr) bool {
+			n, werr = syscall.Write(int(fd), buf)
+			return true // done: no waiting for the socket
+		}); err != nil {
+			return nil, err
+		}
+		if werr == syscall.EAGAIN || werr == syscall.EINTR {
+			n, werr = 0, nil
+		}
+		if werr != nil {
+			return nil, werr
+		}
+		if n >= len(buf) {
+			return nil, nil
+		}
+		return [][]byte{buf[max(n, 0):]}, nil
 	}
 }

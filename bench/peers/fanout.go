@@ -60,6 +60,7 @@ type fanoutSample struct {
 	p50, p99 float64
 	cpuPer1k float64 // server (+ PostgreSQL) CPU seconds per 1,000 deliveries
 	srvPer1k float64 // the server's part
+	cliPer1k float64 // the follower processes' (the load generator's)
 }
 
 func (h *heraldSys) fanout(int) fanoutTarget {
@@ -104,9 +105,9 @@ func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sy
 				fmt.Fprintf(log, "error: %v\n", err)
 				continue
 			}
-			fmt.Fprintf(log, "%d/%d in order, %d out of order, %d lost, p50 %.1f ms, p99 %.1f ms, %.4f CPU s/1k (server %.4f)\n",
+			fmt.Fprintf(log, "%d/%d in order, %d out of order, %d lost, p50 %.1f ms, p99 %.1f ms, %.4f CPU s/1k (server %.4f; followers %.4f)\n",
 				sm.counts.Received, sm.counts.Expected, sm.counts.Violations, sm.counts.Losses, sm.p50, sm.p99,
-				sm.cpuPer1k, sm.srvPer1k)
+				sm.cpuPer1k, sm.srvPer1k, sm.cliPer1k)
 			if res[s.name()] == nil {
 				res[s.name()] = map[fanoutCase][]fanoutSample{}
 			}
@@ -139,6 +140,7 @@ func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c 
 	}
 	time.Sleep(time.Second) // the connects settled
 	s0, pg0 := t.cpu()
+	c0 := fp.cpu()
 	if _, err := paceSequential(ctx, c.rate, total, func(ctx context.Context, i int) error {
 		return t.push(ctx, i, makePayload(i))
 	}); err != nil {
@@ -149,10 +151,12 @@ func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c 
 		return fanoutSample{}, err
 	}
 	s1, pg1 := t.cpu()
+	c1 := fp.cpu()
 	sm := fanoutSample{counts: counts, p50: counts.quantile(50), p99: counts.quantile(99)}
 	if counts.Received > 0 {
 		sm.cpuPer1k = (s1 - s0 + pg1 - pg0).Seconds() * 1000 / float64(counts.Received)
 		sm.srvPer1k = (s1 - s0).Seconds() * 1000 / float64(counts.Received)
+		sm.cliPer1k = (c1 - c0).Seconds() * 1000 / float64(counts.Received)
 	}
 	return sm, nil
 }
@@ -191,7 +195,7 @@ func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]m
 		"process's user+system seconds (Herald: plus all processes of its PostgreSQL) from the first push to the last "+
 		"receipt, per 1,000 deliveries (messages × followers).\n\n",
 		payloadSize, cfg.warm, cfg.fanoutDuration, cfg.rounds)
-	b.WriteString("| system | followers @ msgs/s | deliveries in order (all rounds) | out of order | lost | p50 / p99 ms | CPU s per 1,000 deliveries (server + PG) | ratio to Herald's CPU |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| system | followers @ msgs/s | deliveries in order (all rounds) | out of order | lost | p50 / p99 ms | CPU s per 1,000 deliveries (server + PG) | ratio to Herald's CPU | followers' CPU s per 1,000 |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cfg.fanoutCases {
 		base := res["herald"][c]
 		for _, s := range sys {
@@ -200,7 +204,7 @@ func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]m
 				continue
 			}
 			if len(ss) == 0 {
-				fmt.Fprintf(b, "| %s | %v | failed | | | | | |\n", s.name(), c)
+				fmt.Fprintf(b, "| %s | %v | failed | | | | | | |\n", s.name(), c)
 				continue
 			}
 			var sum fanoutCounts
@@ -213,10 +217,11 @@ func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]m
 			if cpu-srv > 0.00005 {
 				pgPart = fmt.Sprintf(" (%.4f + %.4f)", srv, cpu-srv)
 			}
-			fmt.Fprintf(b, "| %s | %v | %d/%d | %d | %d | %.1f / %.1f | %.4f%s | %s |\n", s.name(), c, sum.Received,
+			fmt.Fprintf(b, "| %s | %v | %d/%d | %d | %d | %.1f / %.1f | %.4f%s | %s | %.4f |\n", s.name(), c, sum.Received,
 				sum.Expected, sum.Violations, sum.Losses, medianOf(ss, func(s fanoutSample) float64 { return s.p50 }),
 				medianOf(ss, func(s fanoutSample) float64 { return s.p99 }), cpu, pgPart,
-				ratio(cpu, medianOf(base, func(s fanoutSample) float64 { return s.cpuPer1k })))
+				ratio(cpu, medianOf(base, func(s fanoutSample) float64 { return s.cpuPer1k })),
+				medianOf(ss, func(s fanoutSample) float64 { return s.cliPer1k }))
 		}
 	}
 }

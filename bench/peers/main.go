@@ -10,9 +10,14 @@
 // as fast as a backlog of at most 10,000 allows, one consumer per consumer
 // group acks each message, with 1 and with 5 groups; it reports the
 // messages delivered and acked per second and the CPU per 1,000 of them.
+// The fanout scenario (only when asked for) measures one stream broadcast
+// to N SSE clients, Herald's follow stream against centrifuge's SSE
+// transport: every client must get every message in order; latency per
+// delivery and CPU per 1,000 deliveries (fanout.go).
 //
-//	peers --herald ../../bin/herald [--scenario all|latency|e2e] [--rounds 3]
+//	peers --herald ../../bin/herald [--scenario all|latency|e2e|fanout] [--rounds 3]
 //		[--rates 200,1000] [--duration 5s] [--e2e-groups 1,5] [--e2e-duration 10s]
+//		[--fanout 10000@10,1000@100] [--fanout-duration 10s]
 //
 // It starts one PostgreSQL (fsync and synchronous_commit on) for Herald
 // and River, in databases of their own, and runs every server in a process

@@ -70,6 +70,9 @@ type fanoutResult struct {
 	// RSSPerFollower and HeapPerFollower: the growth of herald's RSS and
 	// Go heap in use (all instances) with the followers connected and idle,
 	// per follower.
+	// ClientCPUPer1k: the follower processes' CPU per 1,000 deliveries
+	// (the load generator, on the same cores).
+	ClientCPUPer1k  float64 `json:"followers_cpu_s_per_1000_deliveries"`
 	RSSPerFollower  float64 `json:"idle_rss_bytes_per_follower"`
 	HeapPerFollower float64 `json:"idle_heap_bytes_per_follower"`
 	Load            string  `json:"load"` // 1/5/15 min load before and after
@@ -201,6 +204,7 @@ func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConf
 		go func() { profile <- fetchProfile(ctx, pprofAddr, cfg.Duration, res.Profile) }()
 	}
 	h0, pg0 := cpu()
+	c0 := fp.cpu()
 	progress(log, "fanout: pushing %d msgs/s for %v to %s, one push at a time", c.Rate, cfg.Duration, urls[0])
 	pushed, err := paceSequential(ctx, c.Rate, total, func(ctx context.Context, i int) error {
 		body := fmt.Sprintf(`{"items":[{"queue":%q,"payload":{"t":%d,"i":%d}}]}`, q, time.Now().UnixNano(), i)
@@ -215,6 +219,7 @@ func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConf
 		return res, err
 	}
 	h1, pg1 := cpu()
+	c1 := fp.cpu()
 	if profile != nil {
 		if err := <-profile; err != nil {
 			progress(log, "fanout: no CPU profile: %v", err)
@@ -227,10 +232,11 @@ func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConf
 	if counts.Received > 0 {
 		res.CPUPer1k = (h1 - h0 + pg1 - pg0).Seconds() * 1000 / float64(counts.Received)
 		res.HeraldCPUPer1k = (h1 - h0).Seconds() * 1000 / float64(counts.Received)
+		res.ClientCPUPer1k = (c1 - c0).Seconds() * 1000 / float64(counts.Received)
 	}
 	res.Load += " → " + loadAverage()
-	progress(log, "fanout: %d/%d deliveries in order, %d violations, %d lost; p50 %.1f ms, p99 %.1f ms; %.4f CPU s/1k (herald %.4f); idle %.0f B RSS, %.0f B heap per follower; load %s",
-		res.Received, res.Expected, res.Violations, res.Losses, res.P50, res.P99, res.CPUPer1k, res.HeraldCPUPer1k,
+	progress(log, "fanout: %d/%d deliveries in order, %d violations, %d lost; p50 %.1f ms, p99 %.1f ms; %.4f CPU s/1k (herald %.4f; followers %.4f); idle %.0f B RSS, %.0f B heap per follower; load %s",
+		res.Received, res.Expected, res.Violations, res.Losses, res.P50, res.P99, res.CPUPer1k, res.HeraldCPUPer1k, res.ClientCPUPer1k,
 		res.RSSPerFollower, res.HeapPerFollower, res.Load)
 	return res, nil
 }

@@ -352,6 +352,20 @@ func (fp *followerProcs) finish(total int) (fanoutCounts, error) {
 	return sum, nil
 }
 
+// cpu is the children's user+system CPU time so far (the load
+// generator's side of the deliveries).
+func (fp *followerProcs) cpu() time.Duration {
+	var d time.Duration
+	for _, p := range fp.procs {
+		if f := procStat(p.cmd.Process.Pid); len(f) >= 13 {
+			ut, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			d += time.Duration(ut+st) * time.Second / 100 // USER_HZ
+		}
+	}
+	return d
+}
+
 // close ends the children (they close their streams).
 func (fp *followerProcs) close() {
 	for _, p := range fp.procs {

@@ -365,29 +365,41 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 		// a stuck client's write fails within sseWriteTimeout/2 to
 		// sseWriteTimeout. Every write holds wmu, which guards dl.
 		dl := time.Now().Add(sseWriteTimeout) // as takeOver set it
+		// Writes go to the TCP connection itself: a gathered write and a
+		// non-blocking one need its descriptor, which the counting wrapper
+		// hides (closing goes through the wrapper, which counts it).
+		wc := conn
+		if lc, ok := conn.(*limitedConn); ok {
+			wc = lc.Conn
+		}
 		extend := func() {
 			if now := time.Now(); dl.Sub(now) < sseWriteTimeout/2 {
 				dl = now.Add(sseWriteTimeout)
-				_ = conn.SetWriteDeadline(dl)
+				_ = wc.SetWriteDeadline(dl)
 			}
 		}
 		st.raw = func(b []byte) bool {
 			extend()
-			_, err := conn.Write(b)
+			_, err := wc.Write(b)
 			return err == nil
 		}
 		st.rawv = func(frames [][]byte) bool {
 			extend()
 			if len(frames) == 1 {
-				_, err := conn.Write(frames[0])
+				_, err := wc.Write(frames[0])
 				return err == nil
 			}
 			bufs := net.Buffers(frames) // consumes its copy of the slice, not the frames
-			_, err := bufs.WriteTo(conn)
+			_, err := bufs.WriteTo(wc)
 			return err == nil
 		}
 		st.closeConn = func() { _ = conn.Close() }
-		st.tryRaw = tryWriter(conn)
+		if try := tryWriter(wc); try != nil {
+			st.tryRaw = func(frames [][]byte) ([][]byte, error) {
+				extend() // a passed deadline fails even a write that does not wait
+				return try(frames)
+			}
+		}
 	default: // HTTP/2: through the ResponseWriter, until the handler returns
 		rc = http.NewResponseController(w)
 		w.WriteHeader(http.StatusOK)

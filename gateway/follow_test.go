@@ -98,6 +98,29 @@ func TestFollow_SSEDeliversEveryMessageToEveryFollowerInOrder(t *testing.T) {
 	}
 }
 
+// A follow stream outlives its write timeout: every write moves the
+// deadline on, the hub's non-blocking writes included, so a stream that
+// has been open longer than the timeout still gets its messages.
+func TestFollow_SSEKeepsDeliveringPastItsWriteTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	t.Cleanup(gateway.SetSSEWriteTimeout(timeout))
+	e := newEnv(t)
+	c := e.openSSE(t, "/api/v1/follow/queue/fw", nil)
+	require.Equal(t, http.StatusOK, c.res.StatusCode)
+	waitFollowers(t, e, "fw", 1)
+	opened := time.Now()
+	for i := 0; time.Since(opened) < 4*timeout; i++ {
+		e.pushItems(fmt.Sprintf(`[{"queue":"fw","payload":%d}]`, i))
+		m := c.nextFollow()
+		assert.JSONEq(t, fmt.Sprint(i), string(m.Data), "message %d, %v after the stream opened", i, time.Since(opened))
+	}
+	// Idle past the timeout, then more.
+	time.Sleep(2 * timeout)
+	e.pushItems(`[{"queue":"fw","payload":"late"}]`)
+	m := c.nextFollow()
+	assert.JSONEq(t, `"late"`, string(m.Data))
+}
+
 // waitFollowers waits until the instance has n followers of q.
 func waitFollowers(t *testing.T, e *env, q string, n int) {
 	t.Helper()

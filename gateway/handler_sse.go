@@ -32,9 +32,12 @@ const (
 	// sseRetryMin and sseRetryMax bound the reconnect delay sent in retry:
 	// with jitter, so that a crowd of browsers does not come back at once.
 	sseRetryMin     = 1000 * time.Millisecond
-	sseRetryMax     = 3000 * time.Millisecond
-	sseWriteTimeout = 10 * time.Second
+	sseRetryMax = 3000 * time.Millisecond
 )
+
+// sseWriteTimeout bounds a write to an SSE client (a variable for the
+// tests).
+var sseWriteTimeout = 10 * time.Second
 
 // sseStream is the SSE transport of a session with one subscription: it
 // writes deliveries as events whose ids are resume tokens, and heartbeats.

@@ -31,7 +31,7 @@ const (
 	WSLeaseCheckDefault = 30 * time.Second
 	// sseRetryMin and sseRetryMax bound the reconnect delay sent in retry:
 	// with jitter, so that a crowd of browsers does not come back at once.
-	sseRetryMin     = 1000 * time.Millisecond
+	sseRetryMin = 1000 * time.Millisecond
 	sseRetryMax = 3000 * time.Millisecond
 )
 

@@ -1,4 +1,4 @@
-.PHONY: check-monitoring run test lint bench bench-go bench-peers build demo chaos chaos-short failover
+.PHONY: check-monitoring run test lint bench bench-go bench-peers bench-fanout build demo chaos chaos-short failover
 
 run:
 	go run ./cmd/herald
@@ -49,6 +49,14 @@ bench-go:
 # module (bench/peers) so the server and the SDK never depend on them.
 bench-peers: build
 	cd bench/peers && go build -o ../../bin/peers . && ../../bin/peers --herald ../../bin/herald --out ../../bin/bench-peers.md
+
+# One queue followed by 10,000 and 1,000 SSE clients: Herald's follow streams
+# beside centrifuge's SSE broadcast (rounds interleaved), then herald-bench's
+# fanout on one instance and on three (latency, order, CPU, idle memory).
+bench-fanout: build
+	go build -o bin/herald-bench ./cmd/herald-bench
+	cd bench/peers && go build -o ../../bin/peers . && ../../bin/peers --herald ../../bin/herald --scenario fanout --out ../../bin/bench-fanout-peers.md
+	./bin/herald-bench --duration 15s --out bin/herald-bench-fanout.json fanout
 
 build:
 	go build -o bin/herald ./cmd/herald

@@ -92,6 +92,13 @@
 // on a kept goroutine (warmStacks) only while there is something to read;
 // its timer is the safety sweep (100 ms doubling to 5 s) and the re-read
 // of messages held back behind an open transaction (5 ms doubling to 1 s).
+// A hub renders each message's SSE event once; SSE followers queue those
+// shared bytes. After handing a read out, the hub writes the SSE streams
+// it woke (followBatch: up to GOMAXPROCS goroutines, 512 streams each),
+// one non-blocking write(2) per stream on the TCP connection under the
+// counting wrapper; what a socket does not take at once, or a stream
+// whose wmu is busy, goes to the stream's own writer (a writev of all that
+// waits, under the write deadline, which moves once per half of it).
 //
 // # Concurrency
 //
@@ -143,7 +150,8 @@
 //	followHubs.mu ─▶ followHub.mu           (release, which lets an empty hub go)
 //	followHub.mu ──▶ a sink's mutex         (handLocked → deliver: followStream.mu,
 //	                                         pollSink.mu, or wsFollow.mu then session.mu)
-//	followStream.wmu ─▶ followStream.mu     (send and beat check finished)
+//	followStream.wmu ─▶ followStream.mu     (send and beat check finished; flushNow
+//	                                         holds mu and only tries wmu: TryLock)
 //
 // sseStream.wmu (held across one socket write, under its 10 s deadline),
 // wsConn.pmu, JWKS.mu and LabelLimiter.mu are taken alone; Server.deliveries

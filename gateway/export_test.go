@@ -1,7 +1,18 @@
 package gateway
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 // Mux is the ServeMux behind Handler (which refuses connections past the
 // cap first), for the route tests.
 func (s *Server) Mux() *http.ServeMux { return s.mux }
+
+// SetSSEWriteTimeout sets the SSE write timeout until the returned restore
+// (tests that do not run in parallel).
+func SetSSEWriteTimeout(d time.Duration) (restore func()) {
+	old := sseWriteTimeout
+	sseWriteTimeout = d
+	return func() { sseWriteTimeout = old }
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -52,13 +53,15 @@ const (
 // slow that comes back at once rejoins from memory.
 const FollowBufferDefault = followRing
 
-// followItem is one message as followers get it: its position and its
-// JSON (the message with its event id), rendered once per hub.
+// followItem is one message as followers get it: its position, its JSON
+// (the message with its event id) and its SSE event, rendered once per hub
+// read and shared, never changed, by every follower it is handed to.
 type followItem struct {
 	pos       queue.FollowPos
 	partition string // its partition's name
 	data      []byte // the message JSON (followMessageJSON)
 	id        string // its event id
+	sse       []byte // event: message, id: and data: lines, and the blank line
 }
 
 // followMessageJSON is a followed message: the stream message shape (the
@@ -69,13 +72,20 @@ type followMessageJSON struct {
 	EventID string `json:"eventId"`
 }
 
+const (
+	sseMessageHead = "event: message\nid: "
+	sseDataHead    = "\ndata: "
+)
+
 // renderFollow renders messages of queue q once.
 func renderFollow(q string, msgs []queue.FollowMessage) []followItem {
 	out := make([]followItem, len(msgs))
 	for i, m := range msgs {
 		id := queue.EncodeFollowID(q, m.Pos)
 		data, _ := json.Marshal(followMessageJSON{streamMessageJSON: streamMessageOf(m.Message), EventID: id})
-		out[i] = followItem{pos: m.Pos, partition: m.Partition, data: data, id: id}
+		sse := make([]byte, 0, len(sseMessageHead)+len(id)+len(sseDataHead)+len(data)+2)
+		sse = append(append(append(append(append(sse, sseMessageHead...), id...), sseDataHead...), data...), "\n\n"...)
+		out[i] = followItem{pos: m.Pos, partition: m.Partition, data: data, id: id, sse: sse}
 	}
 	return out
 }
@@ -84,10 +94,52 @@ func renderFollow(q string, msgs []queue.FollowMessage) []followItem {
 // mutex held: it must not block. It queues items (already filtered: after
 // the follower's position, of its partition) and, when gone is set, a gap
 // first; false when its buffer is full (the hub then drops it and calls
-// slow on another goroutine).
+// slow on another goroutine). A sink that must start a write may add
+// itself to batch, when there is one, rather than start a goroutine: the
+// hub writes the batch once it has handed the read out.
 type followSink interface {
-	deliver(items []followItem, gone *queue.FollowPos) bool
+	deliver(items []followItem, gone *queue.FollowPos, batch *followBatch) bool
 	slow()
+}
+
+// followFlushChunk is how many streams of a batch one goroutine writes.
+const followFlushChunk = 512
+
+// followBatch is the SSE streams one hub read handed messages to that had
+// no write under way. Writing 10,000 sockets from a few goroutines, each
+// write a non-blocking one, costs much less than waking a goroutine per
+// socket; a socket that does not take everything at once gets a writer
+// of its own (followStream.flushNow).
+type followBatch struct {
+	streams []*followStream
+}
+
+func (b *followBatch) add(st *followStream) { b.streams = append(b.streams, st) }
+
+// run writes the batch: chunks on up to GOMAXPROCS goroutines, this one
+// included, and waits for them.
+func (b *followBatch) run(stacks *warmStacks) {
+	all := b.streams
+	if len(all) == 0 {
+		return
+	}
+	k := min(runtime.GOMAXPROCS(0), (len(all)+followFlushChunk-1)/followFlushChunk)
+	per := (len(all) + k - 1) / k
+	var wg sync.WaitGroup
+	for i := per; i < len(all); i += per {
+		part := all[i:min(i+per, len(all))]
+		wg.Add(1)
+		stacks.goDo(func() {
+			defer wg.Done()
+			for _, st := range part {
+				st.flushNow()
+			}
+		})
+	}
+	for _, st := range all[:per] {
+		st.flushNow()
+	}
+	wg.Wait()
 }
 
 // follower is one follow of one client on a hub.
@@ -118,8 +170,9 @@ type followHub struct {
 	ring     []followItem    // the last messages read, oldest first
 	ringFrom queue.FollowPos // ring holds every message in (ringFrom, pos]
 	subs     map[*follower]struct{}
-	reading  bool // a read runs
-	again    bool // a wake-up came during it
+	batch    followBatch // the read's streams to write: under mu, taken by the read
+	reading  bool        // a read runs
+	again    bool        // a wake-up came during it
 	closed   bool
 	timer    *time.Timer
 	sweep    time.Duration // the next sweep's delay
@@ -224,7 +277,7 @@ func (h *followHub) join(f *follower, pos queue.FollowPos) error {
 	f.pos = pos
 	h.subs[f] = struct{}{}
 	if pos.Compare(h.pos) < 0 {
-		if !h.handLocked(f, h.ring, nil) {
+		if !h.handLocked(f, h.ring, nil, nil) {
 			return nil // already dropped as slow
 		}
 	}
@@ -271,14 +324,25 @@ func (hs *followHubs) release(h *followHub) {
 // handLocked hands f the items after its position of its partition, with
 // a gap first when gone is above it; false when f was dropped as slow.
 // Called with h.mu.
-func (h *followHub) handLocked(f *follower, items []followItem, gone *queue.FollowPos) bool {
-	var sel []followItem
+func (h *followHub) handLocked(f *follower, items []followItem, gone *queue.FollowPos, batch *followBatch) bool {
+	// items are in the queue's order: a queue's follower takes those after
+	// its position as they are (shared, not copied); a partition's, its own.
+	from := len(items)
 	for i := range items {
-		it := &items[i]
-		if it.pos.Compare(f.pos) <= 0 || f.partition != "" && it.partition != f.partition {
-			continue
+		if items[i].pos.Compare(f.pos) > 0 {
+			from = i
+			break
 		}
-		sel = append(sel, *it)
+	}
+	sel := items[from:]
+	if f.partition != "" {
+		var own []followItem
+		for _, it := range sel {
+			if it.partition == f.partition {
+				own = append(own, it)
+			}
+		}
+		sel = own
 	}
 	if gone != nil && (gone.Compare(f.pos) <= 0 || f.partition != "") {
 		// A partition's follower learns of its own gaps from its reads;
@@ -288,7 +352,7 @@ func (h *followHub) handLocked(f *follower, items []followItem, gone *queue.Foll
 	if len(sel) == 0 && gone == nil {
 		return true
 	}
-	if !f.sink.deliver(sel, gone) {
+	if !f.sink.deliver(sel, gone, batch) {
 		delete(h.subs, f)
 		h.hs.m.slow.Inc()
 		go f.sink.slow()
@@ -375,7 +439,7 @@ func (h *followHub) read() {
 			return
 		}
 		for f := range h.subs {
-			h.handLocked(f, items, b.Gone)
+			h.handLocked(f, items, b.Gone, &h.batch)
 		}
 		h.ring = append(h.ring, items...)
 		if over := len(h.ring) - followRing; over > 0 {
@@ -397,8 +461,13 @@ func (h *followHub) read() {
 		default:
 			h.held = 0
 		}
+		// The batch is taken under the mutex: once reading is cleared
+		// below, another read may start and fill a new one.
+		batch := h.batch
+		h.batch = followBatch{}
 		if h.again || b.Full {
 			h.mu.Unlock()
+			batch.run(h.hs.s.stacks)
 			continue
 		}
 		h.reading = false
@@ -409,6 +478,7 @@ func (h *followHub) read() {
 		}
 		h.armLocked(next)
 		h.mu.Unlock()
+		batch.run(h.hs.s.stacks)
 		return
 	}
 }

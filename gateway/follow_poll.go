@@ -37,7 +37,7 @@ type pollSink struct {
 	got   chan struct{}
 }
 
-func (p *pollSink) deliver(items []followItem, gone *queue.FollowPos) bool {
+func (p *pollSink) deliver(items []followItem, gone *queue.FollowPos, _ *followBatch) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.items != nil || p.gone != nil {

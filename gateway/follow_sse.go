@@ -3,9 +3,12 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -39,9 +42,13 @@ func (s *Server) followCheck(r *http.Request) (queue.FollowTarget, error) {
 // written by one writer from a bounded buffer the hub fills. Idle, it has
 // no goroutine but the one parked in a read until the client leaves.
 type followStream struct {
-	s           *Server
-	queue       string
-	raw         func([]byte) bool     // one write to the client, by st.deadline()
+	s     *Server
+	queue string
+	raw   func([]byte) bool   // one write to the client, with a deadline
+	rawv  func([][]byte) bool // one gathered write (writev) of frames, with a deadline
+	// tryRaw writes frames without waiting (nil when the connection has no
+	// file descriptor): rest is what the socket did not take, as one frame.
+	tryRaw      func(frames [][]byte) (rest [][]byte, err error)
 	setDeadline func(time.Time) error // moves the deadline of the write under way
 	closeConn   func()
 	until       atomic.Int64 // UnixNano: a slow consumer's close set every write's deadline
@@ -51,8 +58,9 @@ type followStream struct {
 	hb     *time.Timer // the heartbeat; under mu
 
 	mu       sync.Mutex
-	out      [][]byte // rendered events waiting for the writer
-	waiting  int      // messages in out
+	out      [][]byte // events waiting for the writer: the hub's shared frames, a gap's own
+	queued   int      // messages in out
+	waiting  int      // messages queued or being written: bounded by FollowBuffer
 	writing  bool
 	finished bool
 	gapSent  queue.FollowPos // the highest gap mark told
@@ -69,11 +77,7 @@ func (st *followStream) events(items []followItem, gone *queue.FollowPos) []byte
 		b.Write(gapEvent(st.queue, *gone, items))
 	}
 	for _, it := range items {
-		b.WriteString("event: message\nid: ")
-		b.WriteString(it.id)
-		b.WriteString("\ndata: ")
-		b.Write(it.data)
-		b.WriteString("\n\n")
+		b.Write(it.sse)
 	}
 	return b.Bytes()
 }
@@ -112,7 +116,7 @@ func gapEvent(q string, gone queue.FollowPos, items []followItem) []byte {
 
 // deliver queues items for the writer (a followSink; under the hub's
 // mutex: it does not block).
-func (st *followStream) deliver(items []followItem, gone *queue.FollowPos) bool {
+func (st *followStream) deliver(items []followItem, gone *queue.FollowPos, batch *followBatch) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.finished {
@@ -121,41 +125,117 @@ func (st *followStream) deliver(items []followItem, gone *queue.FollowPos) bool 
 	if st.waiting+len(items) > st.s.cfg.FollowBuffer {
 		return false
 	}
-	st.out = append(st.out, st.events(items, gone))
+	if gone != nil && gone.Compare(st.gapSent) > 0 {
+		st.gapSent = *gone
+		st.out = append(st.out, gapEvent(st.queue, *gone, items))
+	}
+	// The frames are the hub's, rendered once for every follower.
+	for i := range items {
+		st.out = append(st.out, items[i].sse)
+	}
+	st.queued += len(items)
 	st.waiting += len(items)
 	if !st.writing {
 		st.writing = true
 		st.wg.Add(1)
-		st.s.stacks.goDo(st.write)
+		if batch != nil && st.tryRaw != nil {
+			batch.add(st)
+		} else {
+			st.s.stacks.goDo(st.write)
+		}
 	}
 	return true
+}
+
+// flushNow writes what waits without blocking (a hub's batch, the writing
+// flag set for it): what the socket does not take at once, or a write
+// under way (a heartbeat), leaves the rest to the stream's own writer.
+func (st *followStream) flushNow() {
+	for {
+		st.mu.Lock()
+		if len(st.out) == 0 || st.finished {
+			st.out, st.writing, st.waiting, st.queued = nil, false, 0, 0
+			st.mu.Unlock()
+			st.wg.Done()
+			return
+		}
+		if !st.wmu.TryLock() { // does not wait: no lock order with wmu → mu
+			st.mu.Unlock()
+			st.s.stacks.goDo(st.write)
+			return
+		}
+		batch, n := st.out, st.queued
+		st.out, st.queued = nil, 0
+		st.mu.Unlock()
+		var rest [][]byte
+		err := errBrokenStream
+		if !st.broken {
+			rest, err = st.tryRaw(batch)
+			st.broken = err != nil
+		}
+		st.wmu.Unlock()
+		if err != nil {
+			st.close(nil)
+			st.wg.Done()
+			return
+		}
+		st.mu.Lock()
+		if rest != nil {
+			st.out = append(rest, st.out...)
+			st.queued += n
+			st.mu.Unlock()
+			st.s.stacks.goDo(st.write)
+			return
+		}
+		st.waiting -= n
+		st.mu.Unlock()
+	}
 }
 
 // slow ends the stream as a slow consumer: EventSource comes back with its
 // Last-Event-ID (a retry: line), here or elsewhere.
 func (st *followStream) slow() { st.close(&disconnectSlowConsumer) }
 
-// write is the stream's writer while events wait.
+// write is the stream's writer while events wait: it takes all of them
+// and writes them in one gathered write.
 func (st *followStream) write() {
 	defer st.wg.Done()
+	var spare [][]byte
 	for {
 		st.mu.Lock()
 		if len(st.out) == 0 || st.finished {
-			st.out, st.writing, st.waiting = nil, false, 0
+			st.out, st.writing, st.waiting, st.queued = nil, false, 0, 0
 			st.mu.Unlock()
 			return
 		}
-		b := st.out[0]
-		st.out = st.out[1:]
+		batch, n := st.out, st.queued
+		st.out, st.queued = spare[:0], 0
 		st.mu.Unlock()
-		if !st.send(b) {
+		ok := st.sendFrames(batch)
+		clear(batch) // no hold on the frames
+		spare = batch
+		if !ok {
 			st.close(nil)
 			return
 		}
 		st.mu.Lock()
-		st.waiting -= bytes.Count(b, []byte("event: message\n"))
+		st.waiting -= n
 		st.mu.Unlock()
 	}
+}
+
+// sendFrames writes frames unless the stream has finished.
+func (st *followStream) sendFrames(frames [][]byte) bool {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	st.mu.Lock()
+	fin := st.finished
+	st.mu.Unlock()
+	if fin || st.broken {
+		return false
+	}
+	st.broken = !st.rawv(frames)
+	return !st.broken
 }
 
 // send writes b unless the stream has finished.
@@ -167,6 +247,9 @@ func (st *followStream) send(b []byte) bool {
 	st.mu.Unlock()
 	return !fin && st.writeLocked(b)
 }
+
+// errBrokenStream stands for a write not tried: one failed before.
+var errBrokenStream = errors.New("an earlier write failed")
 
 // writeLocked writes b unless a write failed before: bytes after a failed
 // write could end up within its event. Called with wmu.
@@ -333,13 +416,52 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 	case hijacked && conn == nil:
 		return // gone before the first byte
 	case hijacked:
+		// The write deadline moves only when less than half of it is left
+		// (a timer change per write costs as much as a tenth of the write):
+		// a stuck client's write fails within sseWriteTimeout/2 to
+		// sseWriteTimeout. Every write holds wmu, which guards dl.
+		dl := time.Now().Add(sseWriteTimeout) // as takeOver set it
+		// Writes go to the TCP connection itself: a gathered write and a
+		// non-blocking one need its descriptor, which the counting wrapper
+		// hides (closing goes through the wrapper, which counts it).
+		wc := conn
+		if lc, ok := conn.(*limitedConn); ok {
+			wc = lc.Conn
+		}
+		extend := func() {
+			if u := st.until.Load(); u != 0 { // a slow consumer's close: its grace
+				dl = time.Unix(0, u)
+				_ = wc.SetWriteDeadline(dl)
+				return
+			}
+			if now := time.Now(); dl.Sub(now) < sseWriteTimeout/2 {
+				dl = now.Add(sseWriteTimeout)
+				_ = wc.SetWriteDeadline(dl)
+			}
+		}
 		st.raw = func(b []byte) bool {
-			_ = conn.SetWriteDeadline(st.deadline())
-			_, err := conn.Write(b)
+			extend()
+			_, err := wc.Write(b)
 			return err == nil
 		}
-		st.setDeadline = conn.SetWriteDeadline
+		st.rawv = func(frames [][]byte) bool {
+			extend()
+			if len(frames) == 1 {
+				_, err := wc.Write(frames[0])
+				return err == nil
+			}
+			bufs := net.Buffers(frames) // consumes its copy of the slice, not the frames
+			_, err := bufs.WriteTo(wc)
+			return err == nil
+		}
+		st.setDeadline = wc.SetWriteDeadline
 		st.closeConn = func() { _ = conn.Close() }
+		if try := tryWriter(wc); try != nil {
+			st.tryRaw = func(frames [][]byte) ([][]byte, error) {
+				extend() // a passed deadline fails even a write that does not wait
+				return try(frames)
+			}
+		}
 	default: // HTTP/2: through the ResponseWriter, until the handler returns
 		rc = http.NewResponseController(w)
 		w.WriteHeader(http.StatusOK)
@@ -351,6 +473,15 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 			return rc.Flush() == nil
 		}
 		st.setDeadline = rc.SetWriteDeadline
+		st.rawv = func(frames [][]byte) bool {
+			_ = rc.SetWriteDeadline(st.deadline())
+			for _, b := range frames {
+				if _, err := w.Write(b); err != nil {
+					return false
+				}
+			}
+			return rc.Flush() == nil
+		}
 		if !st.raw(first) {
 			return
 		}
@@ -449,5 +580,43 @@ func (s *Server) drainFollows() {
 	defer s.follows.mu.Unlock()
 	for st := range s.follows.streams {
 		go st.drain(s.spread())
+	}
+}
+
+// tryWriter is a write that does not wait for a socket to take the bytes
+// (one write(2) on the non-blocking descriptor); nil when conn has none
+// (TLS).
+func tryWriter(conn net.Conn) func(frames [][]byte) ([][]byte, error) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return func(frames [][]byte) ([][]byte, error) {
+		buf := frames[0]
+		if len(frames) > 1 {
+			buf = bytes.Join(frames, nil)
+		}
+		var n int
+		var werr error
+		if err := rc.Write(func(fd uintptr) bool {
+			n, werr = syscall.Write(int(fd), buf)
+			return true // done: no waiting for the socket
+		}); err != nil {
+			return nil, err
+		}
+		if werr == syscall.EAGAIN || werr == syscall.EINTR {
+			n, werr = 0, nil
+		}
+		if werr != nil {
+			return nil, werr
+		}
+		if n >= len(buf) {
+			return nil, nil
+		}
+		return [][]byte{buf[max(n, 0):]}, nil
 	}
 }

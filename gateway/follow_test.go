@@ -99,6 +99,29 @@ func TestFollow_SSEDeliversEveryMessageToEveryFollowerInOrder(t *testing.T) {
 	}
 }
 
+// A follow stream outlives its write timeout: every write moves the
+// deadline on, the hub's non-blocking writes included, so a stream that
+// has been open longer than the timeout still gets its messages.
+func TestFollow_SSEKeepsDeliveringPastItsWriteTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	t.Cleanup(gateway.SetSSEWriteTimeout(timeout))
+	e := newEnv(t)
+	c := e.openSSE(t, "/api/v1/follow/queue/fw", nil)
+	require.Equal(t, http.StatusOK, c.res.StatusCode)
+	waitFollowers(t, e, "fw", 1)
+	opened := time.Now()
+	for i := 0; time.Since(opened) < 4*timeout; i++ {
+		e.pushItems(fmt.Sprintf(`[{"queue":"fw","payload":%d}]`, i))
+		m := c.nextFollow()
+		assert.JSONEq(t, fmt.Sprint(i), string(m.Data), "message %d, %v after the stream opened", i, time.Since(opened))
+	}
+	// Idle past the timeout, then more.
+	time.Sleep(2 * timeout)
+	e.pushItems(`[{"queue":"fw","payload":"late"}]`)
+	m := c.nextFollow()
+	assert.JSONEq(t, `"late"`, string(m.Data))
+}
+
 // waitFollowers waits until the instance has n followers of q.
 func waitFollowers(t *testing.T, e *env, q string, n int) {
 	t.Helper()
@@ -526,12 +549,14 @@ func TestFollow_IdleFollowerMemory(t *testing.T) {
 	u, err := url.Parse(e.url)
 	require.NoError(t, err)
 	const n = 500
-	measure := func() uint64 {
+	// The stacks are most of it, and vary: a goroutine starts with the
+	// average stack of the last GC (the runtime's adaptive stack start).
+	measure := func() (heap, stack uint64) {
 		var ms runtime.MemStats
 		runtime.GC()
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
-		return ms.HeapInuse + ms.StackInuse
+		return ms.HeapInuse, ms.StackInuse
 	}
 	var conns []net.Conn
 	defer func() {
@@ -558,16 +583,17 @@ func TestFollow_IdleFollowerMemory(t *testing.T) {
 	// either way (6.0–11.5 KB seen at load 4–21; 3.7 KB once).
 	var rounds []float64
 	for round := 1; round <= 3; round++ {
-		before := measure()
+		h0, s0 := measure()
 		g0 := runtime.NumGoroutine()
 		open(n)
 		waitFollowers(t, e, "fm", (round+1)*n)
 		// The handlers that joined have returned: one goroutine per
 		// follower (its reader) is left.
 		require.Eventually(t, func() bool { return runtime.NumGoroutine() <= g0+n+8 }, 10*time.Second, 10*time.Millisecond)
-		after := measure()
-		r := (float64(after) - float64(before)) / n
-		t.Logf("round %d: %.0f bytes per idle SSE follower (heap + stacks, %d followers)", round, r, n)
+		h1, s1 := measure()
+		heap, stack := (float64(h1)-float64(h0))/n, (float64(s1)-float64(s0))/n
+		r := heap + stack
+		t.Logf("round %d: %.0f bytes per idle SSE follower (heap %.0f + stacks %.0f, %d followers)", round, r, heap, stack, n)
 		rounds = append(rounds, r)
 	}
 	slices.Sort(rounds)

@@ -75,7 +75,7 @@ func (wf *wsFollow) frames(items []followItem, gone *queue.FollowPos) []any {
 
 // deliver queues the frames (a followSink: it does not block); false when
 // the session's write queue is full, which closes it 4001.
-func (wf *wsFollow) deliver(items []followItem, gone *queue.FollowPos) bool {
+func (wf *wsFollow) deliver(items []followItem, gone *queue.FollowPos, _ *followBatch) bool {
 	for _, fr := range wf.frames(items, gone) {
 		if !wf.c.ss.send(fr) {
 			return false

@@ -34,11 +34,13 @@ const (
 	// with jitter, so that a crowd of browsers does not come back at once.
 	sseRetryMin = 1000 * time.Millisecond
 	sseRetryMax = 3000 * time.Millisecond
-	// sseWriteTimeout is the deadline of each piece of a write
-	// (writePiece): a backstop past the slow-consumer close (SlowConsumerAfter + SlowConsumerCloseGrace),
-	// which must come first to send its event.
-	sseWriteTimeout = 10 * time.Second
 )
+
+// sseWriteTimeout is the deadline of each piece of a write (writePiece): a
+// backstop past the slow-consumer close (SlowConsumerAfter +
+// SlowConsumerCloseGrace), which must come first to send its event. A
+// variable for the tests.
+var sseWriteTimeout = 10 * time.Second
 
 // sseStream is the SSE transport of a session with one subscription: it
 // writes deliveries as events whose ids are resume tokens, and heartbeats.

@@ -91,39 +91,53 @@ func (s *centrifugeSys) run(ctx context.Context, rate int, warm, dur time.Durati
 		}
 	}()
 	sm, err := measure(ctx, rate, warm, dur, s.cpu, rec, func(ctx context.Context, _ int, p []byte) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.ch.addr+"/publish?channel="+channel,
-			bytes.NewReader(p))
-		if err != nil {
-			return fmt.Errorf("building a request: %w", err)
-		}
-		res, err := s.http.Do(req)
-		if err != nil {
-			return fmt.Errorf("publishing: %w", err)
-		}
-		defer func() { _ = res.Body.Close() }()
-		b, _ := io.ReadAll(res.Body)
-		if res.StatusCode != http.StatusOK {
-			return fmt.Errorf("publishing: %d %s", res.StatusCode, b)
-		}
-		return nil
+		return s.publish(ctx, channel, p)
 	})
 	_ = ws.Close()
 	<-readDone
 	return sm, err
 }
 
+// publish posts p to the node's publish endpoint.
+func (s *centrifugeSys) publish(ctx context.Context, channel string, p []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.ch.addr+"/publish?channel="+channel,
+		bytes.NewReader(p))
+	if err != nil {
+		return fmt.Errorf("building a request: %w", err)
+	}
+	res, err := s.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("publishing: %w", err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("publishing: %d %s", res.StatusCode, b)
+	}
+	return nil
+}
+
 func (s *centrifugeSys) close() { s.ch.stop() }
 
 // childCentrifuge runs the node: /connection/websocket for clients (every
-// connection accepted as user "peers", every subscription allowed) and
+// connection accepted as user "peers", every subscription allowed),
+// /connection/sse (the SSE transport: a connect whose data names a
+// {"channel"} gets a server-side subscription to it, no pong expected) and
 // POST /publish?channel= whose body is published as is.
 func childCentrifuge() error {
 	node, err := centrifuge.New(centrifuge.Config{})
 	if err != nil {
 		return fmt.Errorf("creating the centrifuge node: %w", err)
 	}
-	node.OnConnecting(func(context.Context, centrifuge.ConnectEvent) (centrifuge.ConnectReply, error) {
-		return centrifuge.ConnectReply{Credentials: &centrifuge.Credentials{UserID: "peers"}}, nil
+	node.OnConnecting(func(_ context.Context, e centrifuge.ConnectEvent) (centrifuge.ConnectReply, error) {
+		reply := centrifuge.ConnectReply{Credentials: &centrifuge.Credentials{UserID: "peers"}}
+		var d struct {
+			Channel string `json:"channel"`
+		}
+		if len(e.Data) > 0 && json.Unmarshal(e.Data, &d) == nil && d.Channel != "" {
+			reply.Subscriptions = map[string]centrifuge.SubscribeOptions{d.Channel: {}}
+		}
+		return reply, nil
 	})
 	node.OnConnect(func(c *centrifuge.Client) {
 		c.OnSubscribe(func(_ centrifuge.SubscribeEvent, cb centrifuge.SubscribeCallback) {
@@ -135,6 +149,8 @@ func childCentrifuge() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/connection/websocket", centrifuge.NewWebsocketHandler(node, centrifuge.WebsocketConfig{}))
+	mux.Handle("/connection/sse", centrifuge.NewSSEHandler(node, centrifuge.SSEConfig{
+		PingPongConfig: centrifuge.PingPongConfig{PongTimeout: -1}}))
 	mux.HandleFunc("POST /publish", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {

@@ -41,7 +41,7 @@ func startHerald(ctx context.Context, bin string, pg *postgres) (*heraldSys, err
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cmd := exec.Command(bin, "serve", "--addr", addr, "--database-url", pg.url("herald"),
-		"--log-level", "warn", "--drain-window", "0s")
+		"--log-level", "warn", "--drain-window", "0s", "--sse-max-connections", "15000")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)

@@ -10,9 +10,14 @@
 // as fast as a backlog of at most 10,000 allows, one consumer per consumer
 // group acks each message, with 1 and with 5 groups; it reports the
 // messages delivered and acked per second and the CPU per 1,000 of them.
+// The fanout scenario (only when asked for) measures one stream broadcast
+// to N SSE clients, Herald's follow stream against centrifuge's SSE
+// transport: every client must get every message in order; latency per
+// delivery and CPU per 1,000 deliveries (fanout.go).
 //
-//	peers --herald ../../bin/herald [--scenario all|latency|e2e] [--rounds 3]
+//	peers --herald ../../bin/herald [--scenario all|latency|e2e|fanout] [--rounds 3]
 //		[--rates 200,1000] [--duration 5s] [--e2e-groups 1,5] [--e2e-duration 10s]
+//		[--fanout 10000@10,1000@100] [--fanout-duration 10s]
 //
 // It starts one PostgreSQL (fsync and synchronous_commit on) for Herald
 // and River, in databases of their own, and runs every server in a process
@@ -64,6 +69,11 @@ func runChild(kind string, args []string) error {
 		return childCentrifuge()
 	case "river":
 		return childRiver(args)
+	case "followers":
+		if rc := runFollowers(args); rc != 0 {
+			return fmt.Errorf("followers exited %d", rc)
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown child %q", kind)
 }
@@ -80,10 +90,15 @@ type config struct {
 	e2eDuration time.Duration
 	systems     []string
 	out         string
+	// fanoutCases and fanoutDuration: the fanout scenario's followers @
+	// rates and measured part.
+	fanoutCases    []fanoutCase
+	fanoutDuration time.Duration
 }
 
-func (c config) latency() bool { return c.scenario != "e2e" }
-func (c config) e2e() bool     { return c.scenario != "latency" }
+func (c config) latency() bool { return c.scenario == "all" || c.scenario == "latency" }
+func (c config) e2e() bool     { return c.scenario == "all" || c.scenario == "e2e" }
+func (c config) fanout() bool  { return c.scenario == "fanout" }
 
 var allSystems = []string{"herald", "herald-sse", "herald-longpoll", "nats", "nats-sync", "centrifuge", "river"}
 
@@ -99,17 +114,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured part of each measurement")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, of "+strings.Join(allSystems, ","))
 	fs.StringVar(&cfg.out, "out", "", "also write the markdown tables to this file")
-	fs.StringVar(&cfg.scenario, "scenario", "all", "latency (paced single pushes), e2e (end-to-end throughput) or all")
+	fs.StringVar(&cfg.scenario, "scenario", "all", "latency (paced single pushes), e2e (end-to-end throughput), all (both), or fanout (N SSE followers of one stream; herald and centrifuge)")
+	fanout := fs.String("fanout", "10000@10,1000@100", "fanout: comma-separated FOLLOWERS@RATE cases")
+	fs.DurationVar(&cfg.fanoutDuration, "fanout-duration", 10*time.Second, "fanout: measured part of each measurement (after --warm)")
 	fs.StringVar(&groups, "e2e-groups", "1,5", "e2e: comma-separated numbers of consumer groups")
 	fs.DurationVar(&cfg.e2eWarm, "e2e-warm", 2*time.Second, "e2e: warm-up of each measurement, not counted")
 	fs.DurationVar(&cfg.e2eDuration, "e2e-duration", 10*time.Second, "e2e: measured part of each measurement")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if cfg.scenario != "all" && cfg.scenario != "latency" && cfg.scenario != "e2e" {
-		return fmt.Errorf("--scenario: %q is not latency, e2e or all", cfg.scenario)
+	if cfg.scenario != "all" && cfg.scenario != "latency" && cfg.scenario != "e2e" && cfg.scenario != "fanout" {
+		return fmt.Errorf("--scenario: %q is not latency, e2e, all or fanout", cfg.scenario)
 	}
 	var err error
+	if cfg.fanoutCases, err = parseFanout(*fanout); err != nil {
+		return fmt.Errorf("--fanout: %w", err)
+	}
 	if cfg.rates, err = positiveInts(rates); err != nil {
 		return fmt.Errorf("--rates: %w", err)
 	}
@@ -117,7 +137,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--e2e-groups: %w", err)
 	}
 	cfg.systems = strings.Split(systems, ",")
-	if !cfg.latency() {
+	if cfg.fanout() {
+		// Only the systems with a broadcast to SSE clients.
+		cfg.systems = slices.DeleteFunc(cfg.systems, func(n string) bool { return n != "herald" && n != "centrifuge" })
+	} else if !cfg.latency() {
 		// Only the systems the e2e scenario has a row for.
 		cfg.systems = slices.DeleteFunc(cfg.systems, func(n string) bool { return e2eOmitted[n] != "" })
 	}
@@ -138,6 +161,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// round.
 	results := map[string]map[int][]sample{}
 	e2es := map[string]map[int][]e2eSample{}
+	fanouts := map[string]map[fanoutCase][]fanoutSample{}
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, rate := range cfg.rates {
 			if !cfg.latency() {
@@ -166,8 +190,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err := runE2E(ctx, cfg, round, sys, e2es, stderr); err != nil {
 			return err
 		}
+		if cfg.fanout() {
+			if err := runFanoutRounds(ctx, cfg, self, round, sys, fanouts, stderr); err != nil {
+				return err
+			}
+		}
 	}
-	table := report(cfg, sys, results, e2es, load0, loadAvg(), time.Since(started))
+	table := report(cfg, sys, results, e2es, fanouts, load0, loadAvg(), time.Since(started))
 	_, _ = io.WriteString(stdout, table)
 	if cfg.out != "" {
 		if err := os.WriteFile(cfg.out, []byte(table), 0o600); err != nil {

@@ -17,7 +17,7 @@ var describe = map[string]string{
 	"herald-longpoll": "Herald, long-poll consumer (same server; GET /api/v1/pop wait=true batch=10 partitions=16, one ack/batch per pop)",
 	"nats":            "NATS JetStream 2.15.2 (file storage, default fsync every 2 min; explicit acks)",
 	"nats-sync":       "NATS JetStream 2.15.2 (file storage, sync_interval: always; explicit acks)",
-	"centrifuge":      "centrifuge 0.40.1 (memory broker, WebSocket; no acks, at most once)",
+	"centrifuge":      "centrifuge 0.40.1 (memory broker, WebSocket; no acks, at most once; fanout: SSE transport)",
 	"river":           "River 0.51.1 (same PostgreSQL; 100 workers, job completion as the ack)",
 }
 
@@ -45,7 +45,7 @@ func ratio(v, base float64) string {
 }
 
 func report(cfg config, sys []system, res map[string]map[int][]sample, e2es map[string]map[int][]e2eSample,
-	load0, load1 string, took time.Duration) string {
+	fanouts map[string]map[fanoutCase][]fanoutSample, load0, load1 string, took time.Duration) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), load average %s before and %s after, %s, %s/%s, %s; host %s. "+
@@ -60,6 +60,9 @@ func report(cfg config, sys []system, res map[string]map[int][]sample, e2es map[
 			b.WriteString("\n")
 		}
 		reportE2E(&b, cfg, sys, e2es)
+	}
+	if cfg.fanout() {
+		reportFanout(&b, cfg, sys, fanouts)
 	}
 	return b.String()
 }

@@ -2,13 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"strings"
 )
 
 // runWakes measures latency on one instance per wake mode after the first
@@ -49,46 +44,10 @@ func runCluster(ctx context.Context, cfg benchConfig, log io.Writer) ([]latencyR
 }
 
 func clusterRun(ctx context.Context, cfg benchConfig, sync bool, log io.Writer) ([]latencyResult, error) {
-	dir, err := os.MkdirTemp("", "herald-bench-cluster-")
+	insts, stop, err := startCluster(ctx, cfg, sync, log)
+	defer stop()
 	if err != nil {
 		return nil, err
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	_ = os.Chmod(dir, 0o777) // #nosec G302 -- a throwaway directory the postgres user must enter
-	var syncAddrs []string
-	for range 3 {
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		syncAddrs = append(syncAddrs, c.LocalAddr().String())
-		_ = c.Close()
-	}
-	var key [32]byte
-	_, _ = rand.Read(key[:])
-	var insts []*server
-	defer func() {
-		for i := len(insts) - 1; i >= 0; i-- { // the first started the database: it stops it, last
-			insts[i].stop()
-		}
-	}()
-	for i := range 3 {
-		var extra []string
-		if sync {
-			var peers []string
-			for j, a := range syncAddrs {
-				if j != i {
-					peers = append(peers, a)
-				}
-			}
-			extra = []string{"--sync-bind", syncAddrs[i], "--sync-peers", strings.Join(peers, ","),
-				"--sync-secret", hex.EncodeToString(key[:]), "--server-id", fmt.Sprintf("bench-%d", i+1)}
-		}
-		s, err := startIn(ctx, cfg, log, dir, "notify", extra...)
-		if err != nil {
-			return nil, err
-		}
-		insts = append(insts, s)
 	}
 	setup := "3 instances, NOTIFY only"
 	if sync {

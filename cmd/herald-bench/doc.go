@@ -1,20 +1,28 @@
 // Herald-bench measures a Herald server: push → receipt latency per
 // transport and wake mode, end-to-end throughput, the cost of idle
-// connections, a connection ramp, cross-instance latency, and the drain of
-// many partitions; it prints a table and writes a JSON results file with
+// connections, a connection ramp, cross-instance latency, the drain of
+// many partitions, and the fanout of follow streams; it prints a table and writes a JSON results file with
 // an HTML report beside it (--out).
 //
 //	herald-bench [flags] [scenario ...]
 //
 // Scenarios (default: all, idle first so that its memory baseline is a
 // fresh server): idle, connections (a ramp: connect rate and RSS per
-// connection), latency, throughput, drain and cluster (three instances,
-// cross-instance latency with syncnet on and off). One more runs only when
-// named: restart (--restart-partitions subscriptions naming a partition
-// each hold their messages; the instance is restarted under them, by
-// SIGTERM or --restart-kill; time to each one's first message again, with
-// the restarted instance's CPU profile in --restart-profile). Without
-// --url it starts
+// connection), latency, throughput, drain, cluster (three instances,
+// cross-instance latency with syncnet on and off) and fanout (--fanout
+// FOLLOWERS@RATE cases: SSE followers of one queue on a fresh instance,
+// single-message pushes one at a time; every follower must get every
+// message in order; push → receipt latency per delivery, herald and
+// PostgreSQL CPU per 1,000 deliveries, idle RSS and heap per follower;
+// --fanout-cluster the same over three instances with syncnet, pushes to
+// the first; --fanout-profile takes herald's CPU profile during the
+// pushes). Two more run only when named: restart (--restart-partitions
+// subscriptions naming a partition each hold their messages; the instance
+// is restarted under them, by SIGTERM or --restart-kill; time to each
+// one's first message again, with the restarted instance's CPU profile in
+// --restart-profile) and mesh (--mesh-instances idle instances found
+// through the members table). Cluster, fanout, restart and mesh start
+// their own servers. Without --url it starts
 // `herald serve` (the binary next to herald-bench, or --herald) on a
 // private PostgreSQL in a temporary directory and measures that process;
 // with --url it measures a running server (give --pid for its memory and
@@ -28,7 +36,10 @@
 // connections scenarios hold their sockets in child processes of this
 // binary (herald-bench with the holder argument: one process cannot hold
 // 20,000 sockets under a common file limit), each watched by a goroutine
-// that reads its "ready" line. A started server is watched by a goroutine
+// that reads its "ready" line; so does fanout (the follower argument, at
+// most 5,000 followers each, one goroutine per stream, from source
+// addresses 127.0.0.2-9), which answers an "end N" line on its stdin with
+// its followers' counts and latency histogram. A started server is watched by a goroutine
 // waiting for its exit. SIGINT or SIGTERM cancels the context every
 // scenario runs under.
 //

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +42,22 @@ type benchConfig struct {
 	RestartPartitions int
 	RestartKill       bool
 	RestartProfile    string
+	// FanoutCases and FanoutCluster: the fanout scenario's followers and
+	// rates, on one instance and on three.
+	FanoutCases   []fanoutCase
+	FanoutCluster []fanoutCase
+	// FanoutProfile: a file prefix for CPU profiles of herald during the
+	// single-instance fanout pushes; empty takes none.
+	FanoutProfile string
+}
+
+// fanoutMax is the most followers one fanout case puts on one instance.
+func (c benchConfig) fanoutMax() int {
+	n := 0
+	for _, f := range c.FanoutCases {
+		n = max(n, f.Followers)
+	}
+	return n
 }
 
 func main() {
@@ -50,6 +65,9 @@ func main() {
 	// process cannot hold 20,000 sockets under this machine's file limit.
 	if len(os.Args) > 1 && os.Args[1] == holderCmd {
 		os.Exit(runHolder(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == followersCmd {
+		os.Exit(runFollowers(os.Args[2:]))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -77,9 +95,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.RestartPartitions, "restart-partitions", 9000, "restart: partitions with one message each, and as many subscriptions naming one (100 per WebSocket)")
 	fs.BoolVar(&cfg.RestartKill, "restart-kill", false, "restart: kill herald (SIGKILL) instead of SIGTERM; the new life gives the leases back at start")
 	fs.StringVar(&cfg.RestartProfile, "restart-profile", "", "restart: write a 10 s CPU profile of the restarted instance (from its --pprof-addr) to this file")
+	fanout := fs.String("fanout", "10000@10,1000@100", "fanout: FOLLOWERS@RATE cases, comma-separated: SSE followers of one queue on one instance, single-message pushes per second for --duration")
+	fanoutCluster := fs.String("fanout-cluster", "10000@10", "fanout: FOLLOWERS@RATE cases on three instances (syncnet on), followers spread evenly, pushes to the first; empty runs none")
+	fs.StringVar(&cfg.FanoutProfile, "fanout-profile", "", "fanout: write a CPU profile of herald (--pprof-addr) during each single-instance case's pushes to PREFIX-FOLLOWERS@RATE.pprof")
 	drainParts := fs.String("drain-partitions", "200,2000,5000", "drain: partition counts, one message in each, drained by HTTP pops and by one WebSocket subscription")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [restart] [mesh]")
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [fanout] [restart] [mesh]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -96,16 +117,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.DrainPartitions = append(cfg.DrainPartitions, n)
 	}
+	var err error
+	if cfg.FanoutCases, err = parseFanout(*fanout); err != nil {
+		fmt.Fprintf(stderr, "herald-bench: --fanout: %v\n", err)
+		return 2
+	}
+	if cfg.FanoutCluster, err = parseFanout(*fanoutCluster); err != nil {
+		fmt.Fprintf(stderr, "herald-bench: --fanout-cluster: %v\n", err)
+		return 2
+	}
 	scenarios := fs.Args()
 	if len(scenarios) == 0 {
 		// idle first: its memory baseline is the fresh server.
-		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster"}
+		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster", "fanout"}
 	}
+	// The cluster, fanout, restart and mesh scenarios start servers of their own.
+	needTarget := false
 	for _, s := range scenarios {
-		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" && s != "restart" && s != "mesh" {
+		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" &&
+			s != "fanout" && s != "restart" && s != "mesh" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
+		needTarget = needTarget || s != "cluster" && s != "fanout" && s != "restart" && s != "mesh"
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -118,9 +152,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	rep := &report{Machine: machine(), Started: time.Now().UTC(), Settings: cfg}
 	target := &server{url: cfg.URL, pid: cfg.PID}
-	// The cluster, restart and mesh scenarios start instances of their own.
-	ownOnly := !slices.ContainsFunc(scenarios, func(s string) bool { return s != "cluster" && s != "restart" && s != "mesh" })
-	if cfg.URL == "" && !ownOnly {
+	if cfg.URL == "" && needTarget {
 		srv, err := startServer(ctx, cfg, stderr)
 		if err != nil {
 			fmt.Fprintln(stderr, "herald-bench:", err)
@@ -129,7 +161,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer srv.stop()
 		target = srv
 	}
-	if !ownOnly {
+	if target.url != "" {
 		progress(stderr, "measuring %s (%s)", target.url, rep.Machine)
 	}
 	for _, s := range scenarios {
@@ -162,6 +194,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			rep.Restart, err = runRestart(ctx, cfg, stderr)
 		case "idle":
 			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
+		case "fanout":
+			rep.Fanout, err = runFanout(ctx, target, cfg, stderr)
 		case "connections":
 			// A fresh server: one that held connections before keeps
 			// their memory, which would hide what the ramp costs.

@@ -20,6 +20,7 @@ type report struct {
 	Connections []connectionsResult `json:"connections,omitempty"`
 	Drain       []drainResult       `json:"drain,omitempty"`
 	Restart     *restartResult      `json:"restart,omitempty"`
+	Fanout      []fanoutResult      `json:"fanout,omitempty"`
 }
 
 func (r *report) print(w io.Writer) {
@@ -66,6 +67,17 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintln(tw, "down s	redelivered	p50 s	p99 s	max s	herald CPU s	pg CPU s	load	")
 		fmt.Fprintf(tw, "%.1f\t%d\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%s\t\n", x.DownSeconds, x.Redelivered, x.P50, x.P99, x.Max,
 			x.CPUSeconds, x.PGCPU, x.Load)
+		_ = tw.Flush()
+	}
+	if len(r.Fanout) > 0 {
+		fmt.Fprintf(w, "\nfanout: SSE followers of one queue, single-message pushes for %v, one at a time (first two seconds are warm-up)\n", r.Settings.Duration)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "setup\tfollowers\tmsgs/s\tdeliveries in order\tout of order\tlost\tp50 ms\tp90 ms\tp99 ms\tmax ms\tCPU s/1k deliveries (herald+PG)\therald alone\tfollowers' CPU\tidle KB/follower RSS\theap\tload\t")
+		for _, f := range r.Fanout {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.4f\t%.4f\t%.4f\t%.1f\t%.1f\t%s\t\n", f.Setup, f.Followers, f.Rate,
+				f.Received, f.Expected, f.Violations, f.Losses, f.P50, f.P90, f.P99, f.Max, f.CPUPer1k, f.HeraldCPUPer1k,
+				f.ClientCPUPer1k, f.RSSPerFollower/1024, f.HeapPerFollower/1024, f.Load)
+		}
 		_ = tw.Flush()
 	}
 	if len(r.Connections) > 0 {

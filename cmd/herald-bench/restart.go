@@ -254,16 +254,6 @@ func waitClosed(ctx context.Context, ch <-chan struct{}, d time.Duration) error 
 	}
 }
 
-// freeAddr is a loopback TCP address nobody listens on.
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "127.0.0.1:0"
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
-}
-
 // profile writes a 10 s CPU profile of the server's pprof listener to file.
 func profile(pprofAddr, file string) error {
 	res, err := http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=10")

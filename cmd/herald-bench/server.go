@@ -45,14 +45,14 @@ func findHerald(flagValue string) (string, error) {
 
 // startServer runs `herald serve` on a free loopback port with a private
 // PostgreSQL in a temporary directory.
-func startServer(ctx context.Context, cfg benchConfig, log io.Writer) (*server, error) {
+func startServer(ctx context.Context, cfg benchConfig, log io.Writer, extra ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "herald-bench-")
 	if err != nil {
 		return nil, err
 	}
 	// The postgres user runs the private cluster when we are root.
 	_ = os.Chmod(dir, 0o777) // #nosec G302 -- a throwaway directory the postgres user must enter
-	s, err := startIn(ctx, cfg, log, dir, cfg.Wake)
+	s, err := startIn(ctx, cfg, log, dir, cfg.Wake, extra...)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -80,7 +80,7 @@ func startAt(ctx context.Context, cfg benchConfig, log io.Writer, dir, addr, wak
 		return nil, err
 	}
 	args := append([]string{"serve", "--addr", addr, "--data-dir", dir, "--log-level", "warn", "--wake", wake,
-		"--ws-max-connections", strconv.Itoa(cfg.IdleWS + 100), "--sse-max-connections", strconv.Itoa(cfg.IdleSSE + 100),
+		"--ws-max-connections", strconv.Itoa(cfg.IdleWS + 100), "--sse-max-connections", strconv.Itoa(max(cfg.IdleSSE, cfg.fanoutMax()) + 100),
 		"--drain-window", "0s"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log

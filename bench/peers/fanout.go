@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The fanout scenario: N SSE clients follow one stream, single-message
+// pushes at a rate; every client must get every message in push order.
+// Herald: GET /api/v1/follow/queue/{q} (a follow stream, read from
+// PostgreSQL once per instance). centrifuge: its SSE transport (GET
+// /connection/sse?cf_connect=…, the closest it has to a plain EventSource)
+// with a server-side subscription to the channel, memory broker.
+
+// fanoutPerProcess is how many followers one child holds at most.
+const fanoutPerProcess = 5000
+
+// fanoutCase is N followers at R msgs/s.
+type fanoutCase struct{ followers, rate int }
+
+func (c fanoutCase) String() string { return fmt.Sprintf("%d@%d", c.followers, c.rate) }
+
+func parseFanout(s string) ([]fanoutCase, error) {
+	var out []fanoutCase
+	for f := range strings.SplitSeq(s, ",") {
+		n, r, ok := strings.Cut(strings.TrimSpace(f), "@")
+		fn, err1 := strconv.Atoi(n)
+		fr, err2 := strconv.Atoi(r)
+		if !ok || err1 != nil || err2 != nil || fn < 1 || fn > 100000 || fr < 1 || fr > 10000 {
+			return nil, fmt.Errorf("%q is not FOLLOWERS@RATE (1-100000 @ 1-10000)", f)
+		}
+		out = append(out, fanoutCase{fn, fr})
+	}
+	return out, nil
+}
+
+// fanoutTarget is how one system is followed and pushed to.
+type fanoutTarget struct {
+	url, path, ready string
+	push             func(ctx context.Context, i int, payload []byte) error
+	cpu              cpuMeter
+	joined           func() (int, error) // followers the server counts; nil: the ready line says so
+}
+
+// fanouter is a system the fanout scenario can measure.
+type fanouter interface {
+	fanout(n int) fanoutTarget
+}
+
+// fanoutSample is one fanout measurement of one system.
+type fanoutSample struct {
+	counts   fanoutCounts
+	p50, p99 float64
+	cpuPer1k float64 // server (+ PostgreSQL) CPU seconds per 1,000 deliveries
+	srvPer1k float64 // the server's part
+	cliPer1k float64 // the follower processes' (the load generator's)
+}
+
+func (h *heraldSys) fanout(int) fanoutTarget {
+	h.n++
+	q := fmt.Sprintf("peers-fanout-%d", h.n)
+	return fanoutTarget{url: h.url, path: "/api/v1/follow/queue/" + q, ready: ": connected", cpu: h.cpu,
+		push: func(ctx context.Context, _ int, p []byte) error {
+			return h.post(ctx, "/api/v1/push", fmt.Sprintf(`{"items":[{"queue":%q,"payload":%s}]}`, q, p))
+		},
+		joined: func() (int, error) {
+			v, err := metric(h.http, h.url, "herald_followers")
+			return int(v), err
+		}}
+}
+
+func (s *centrifugeSys) fanout(int) fanoutTarget {
+	s.n++
+	channel := fmt.Sprintf("peers-fanout-%d", s.n)
+	connect := fmt.Sprintf(`{"id":1,"connect":{"name":"peers","data":{"channel":%q}}}`, channel)
+	return fanoutTarget{url: "http://" + s.ch.addr, path: "/connection/sse?cf_connect=" + url.QueryEscape(connect),
+		ready: `data: {"id":1`, cpu: s.cpu,
+		push: func(ctx context.Context, _ int, p []byte) error { return s.publish(ctx, channel, p) }}
+}
+
+// runFanoutRounds measures every case on every system able to, rounds
+// interleaved.
+func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sys []system,
+	res map[string]map[fanoutCase][]fanoutSample, log io.Writer) error {
+	for _, c := range cfg.fanoutCases {
+		for _, s := range sys {
+			f, ok := s.(fanouter)
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(log, "round %d/%d: %s fanout to %d SSE followers at %d msgs/s (load %s) … ", round, cfg.rounds,
+				s.name(), c.followers, c.rate, loadAvg())
+			sm, err := fanoutOnce(ctx, cfg, self, f.fanout(c.followers), c, log)
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				fmt.Fprintf(log, "error: %v\n", err)
+				continue
+			}
+			fmt.Fprintf(log, "%d/%d in order, %d out of order, %d lost, p50 %.1f ms, p99 %.1f ms, %.4f CPU s/1k (server %.4f; followers %.4f)\n",
+				sm.counts.Received, sm.counts.Expected, sm.counts.Violations, sm.counts.Losses, sm.p50, sm.p99,
+				sm.cpuPer1k, sm.srvPer1k, sm.cliPer1k)
+			if res[s.name()] == nil {
+				res[s.name()] = map[fanoutCase][]fanoutSample{}
+			}
+			res[s.name()][c] = append(res[s.name()][c], sm)
+		}
+	}
+	return nil
+}
+
+func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c fanoutCase, log io.Writer) (fanoutSample, error) {
+	procs := (c.followers + fanoutPerProcess - 1) / fanoutPerProcess
+	total, warm := runLength(c.rate, cfg.warm, cfg.fanoutDuration)
+	fp, err := startFollowers(ctx, []string{self, "child", "followers"}, procs, c.followers, []string{t.url}, t.path,
+		t.ready, warm, log)
+	if err != nil {
+		return fanoutSample{}, err
+	}
+	defer fp.close()
+	if t.joined != nil {
+		for deadline := time.Now().Add(60 * time.Second); ; {
+			n, err := t.joined()
+			if err == nil && n == c.followers {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fanoutSample{}, fmt.Errorf("the server counts %d followers, want %d (%v)", n, c.followers, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(time.Second) // the connects settled
+	s0, pg0 := t.cpu()
+	c0 := fp.cpu()
+	if _, err := paceSequential(ctx, c.rate, total, func(ctx context.Context, i int) error {
+		return t.push(ctx, i, makePayload(i))
+	}); err != nil {
+		return fanoutSample{}, err
+	}
+	counts, err := fp.finish(total)
+	if err != nil {
+		return fanoutSample{}, err
+	}
+	s1, pg1 := t.cpu()
+	c1 := fp.cpu()
+	sm := fanoutSample{counts: counts, p50: counts.quantile(50), p99: counts.quantile(99)}
+	if counts.Received > 0 {
+		sm.cpuPer1k = (s1 - s0 + pg1 - pg0).Seconds() * 1000 / float64(counts.Received)
+		sm.srvPer1k = (s1 - s0).Seconds() * 1000 / float64(counts.Received)
+		sm.cliPer1k = (c1 - c0).Seconds() * 1000 / float64(counts.Received)
+	}
+	return sm, nil
+}
+
+// metric sums a Prometheus metric's samples from base/metrics.
+func metric(hc *http.Client, base, name string) (float64, error) {
+	res, err := hc.Get(base + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("reading metrics: %w", err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	sum := 0.0
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), name)
+		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
+			continue
+		}
+		f := strings.Fields(rest)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+// reportFanout writes the fanout table: medians over the rounds; the
+// order counts are sums.
+func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]map[fanoutCase][]fanoutSample) {
+	fmt.Fprintf(b, "Fanout. Settings: N SSE clients follow one stream (Herald: GET /api/v1/follow/queue/{q}, a follow stream; "+
+		"centrifuge: its SSE transport, GET /connection/sse with a server-side subscription, memory broker), held by "+
+		"child processes of the benchmark (raw HTTP clients, one goroutine each, from 127.0.0.2–9); single-message "+
+		"pushes of %d-byte payloads, one at a time, at the rate; %v warm-up then %v measured per run; %d rounds "+
+		"interleaved, medians shown; every client checks it gets every message in push order. CPU is the server "+
+		"process's user+system seconds (Herald: plus all processes of its PostgreSQL) from the first push to the last "+
+		"receipt, per 1,000 deliveries (messages × followers).\n\n",
+		payloadSize, cfg.warm, cfg.fanoutDuration, cfg.rounds)
+	b.WriteString("| system | followers @ msgs/s | deliveries in order (all rounds) | out of order | lost | p50 / p99 ms | CPU s per 1,000 deliveries (server + PG) | ratio to Herald's CPU | followers' CPU s per 1,000 |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range cfg.fanoutCases {
+		base := res["herald"][c]
+		for _, s := range sys {
+			ss := res[s.name()][c]
+			if _, ok := s.(fanouter); !ok {
+				continue
+			}
+			if len(ss) == 0 {
+				fmt.Fprintf(b, "| %s | %v | failed | | | | | | |\n", s.name(), c)
+				continue
+			}
+			var sum fanoutCounts
+			for _, sm := range ss {
+				sum.add(sm.counts)
+			}
+			cpu := medianOf(ss, func(s fanoutSample) float64 { return s.cpuPer1k })
+			srv := medianOf(ss, func(s fanoutSample) float64 { return s.srvPer1k })
+			pgPart := ""
+			if cpu-srv > 0.00005 {
+				pgPart = fmt.Sprintf(" (%.4f + %.4f)", srv, cpu-srv)
+			}
+			fmt.Fprintf(b, "| %s | %v | %d/%d | %d | %d | %.1f / %.1f | %.4f%s | %s | %.4f |\n", s.name(), c, sum.Received,
+				sum.Expected, sum.Violations, sum.Losses, medianOf(ss, func(s fanoutSample) float64 { return s.p50 }),
+				medianOf(ss, func(s fanoutSample) float64 { return s.p99 }), cpu, pgPart,
+				ratio(cpu, medianOf(base, func(s fanoutSample) float64 { return s.cpuPer1k })),
+				medianOf(ss, func(s fanoutSample) float64 { return s.cliPer1k }))
+		}
+	}
+}

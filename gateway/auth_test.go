@@ -393,7 +393,7 @@ func TestAuth_CookieAloneFollowsOnlyFromAnAllowedOrigin(t *testing.T) {
 	e := newCookieEnv(t)
 	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
 	e.pushedAs(user, "csrf-follow")
-	const poll = "/api/v1/follow/queue/csrf-follow?from=beginning&wait=false"
+	const poll = "/api/v1/follow/queue/csrf-follow?from=beginning&wait=true&timeout=20000" // waits past an open transaction of another test (the barrier)
 	for name, hdr := range map[string]http.Header{"no headers": nil, "own origin": {"Origin": {e.url}},
 		"same-origin": {"Sec-Fetch-Site": {"same-origin"}}} {
 		r := e.doCookie(http.MethodGet, poll, user, "", hdr)

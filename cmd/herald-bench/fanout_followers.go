@@ -193,7 +193,7 @@ func followOne(target, path, ready string, warm, local, k int, f *fanoutFollower
 		return fmt.Errorf("requesting: %w", err)
 	}
 	br := bufio.NewReaderSize(conn, 2048)
-	res, err := http.ReadResponse(br, nil)
+	res, err := http.ReadResponse(br, nil) //nolint:bodyclose // the body is the connection's, closed by the defer above
 	if err != nil {
 		opened()
 		return fmt.Errorf("reading the response: %w", err)

@@ -33,11 +33,11 @@ type benchConfig struct {
 	MeshInstances int
 	// MeshQueues: consumed queues per instance (one WebSocket each with
 	// that many subscriptions, at most 100) in the mesh's second window.
-	MeshQueues int
-	Holders       int
-	TputRate      int
-	MatrixFor     time.Duration
-	Connections   int
+	MeshQueues  int
+	Holders     int
+	TputRate    int
+	MatrixFor   time.Duration
+	Connections int
 	// DrainPartitions: the drain scenario's partition counts.
 	DrainPartitions []int
 	// The restart scenario: partitions (one subscription each), SIGKILL

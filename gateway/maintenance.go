@@ -36,11 +36,11 @@ import (
 // NOTIFY or datagram leaves it behind.
 const MaintenanceRefreshDefault = 5 * time.Second
 
-// MaintenanceRefreshListening is the same for an instance that LISTENs
-// (wake mode notify): a switch's NOTIFY reaches it while it listens, and it
-// reads the switches again each time it starts listening, so the periodic
-// read only heals what neither covers; at 5 s it was a third of an idle
-// instance's statements.
+// MaintenanceRefreshListening is the same for an instance that something
+// else tells (internal/server sets it in every wake mode): a switch's
+// NOTIFY while it listens, a datagram, and the members beat, which reads
+// when a switch last changed every 2 s; the periodic read only heals what
+// none covers. At 5 s it was a third of an idle instance's statements.
 const MaintenanceRefreshListening = 30 * time.Second
 
 // maintenanceReadTimeout bounds one read of the switches.

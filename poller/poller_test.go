@@ -502,3 +502,21 @@ func TestIssue16_BacklogDrainsByClaimsWithoutPreflights(t *testing.T) {
 	e.push("q", "p00", 1000, 1000)
 	assert.Equal(t, []int{1000}, ns(receive1(t, got)))
 }
+
+// A poller with nothing waiting does not wake: its workers arm no sweep
+// timer (each wake-up of an idle process costs the runtime more than the
+// empty cycle). A registration wakes it, and while something waits the
+// safety sweep runs: a message pushed without a wake-up is still found.
+func TestPoller_IdleWithNothingWaitingDoesNotWake(t *testing.T) {
+	e := newEnv(t, func(c *poller.Config) { c.SweepMin, c.SweepMax = 10*time.Millisecond, 20*time.Millisecond })
+	before := e.p.WorkerRuns()
+	time.Sleep(300 * time.Millisecond) // idle time is the point: 15 sweep intervals
+	assert.LessOrEqual(t, e.p.WorkerRuns()-before, uint64(2), "the workers swept with nothing waiting")
+
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true})
+	defer w.Cancel()
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 1 }, "registered")
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "q", Payload: json.RawMessage(`{"n":1}`)}})
+	require.NoError(t, err) // no Wake: only the sweep finds it
+	assert.Equal(t, []int{1}, ns(receive(t, w, 5*time.Second)))
+}

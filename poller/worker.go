@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -18,6 +19,7 @@ type worker struct {
 	p    *Poller
 	idx  int
 	wake chan struct{} // capacity 1: a pending signal is enough
+	woke atomic.Uint64 // cycles run (a signal or the timer): tests of idle cost
 
 	mu   sync.Mutex
 	keys map[string]*keyState
@@ -105,6 +107,7 @@ func (w *worker) run(ctx context.Context) {
 		case <-w.wake:
 		case <-timer.C:
 		}
+		w.woke.Add(1)
 		now := time.Now()
 		sweeping := !now.Before(nextSweep)
 		did, due := w.cycle(ctx, sweeping)
@@ -113,15 +116,24 @@ func (w *worker) run(ctx context.Context) {
 			nextSweep = time.Now().Add(sw.next(worked))
 			worked = false
 		}
-		next := nextSweep
-		if !due.IsZero() && due.Before(next) {
-			next = due
-		}
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
+		}
+		w.mu.Lock()
+		idle := len(w.keys) == 0
+		w.mu.Unlock()
+		if idle {
+			// Nothing waits here: nothing to sweep for and nothing due.
+			// The timer stays off (an idle instance's worker woke every
+			// SweepMax for nothing); a registration signals.
+			continue
+		}
+		next := nextSweep
+		if !due.IsZero() && due.Before(next) {
+			next = due
 		}
 		timer.Reset(max(time.Until(next), 0))
 	}

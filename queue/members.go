@@ -24,8 +24,9 @@ type Member struct {
 const MemberPurgeAfter = time.Minute
 
 // memberBeatSQL writes this instance's row, deletes rows long dead, and
-// reads the others, in one round trip. last_seen and the ages are the
-// database's clock: instances' clocks need not agree.
+// reads the others and when a maintenance switch last changed, in one
+// round trip (one row with no member when there is none). last_seen and
+// the ages are the database's clock: instances' clocks need not agree.
 const memberBeatSQL = `-- herald:member_beat
 WITH me AS (
 	INSERT INTO members AS m (id, sync_addr, session, started_at, last_seen, listens, digest)
@@ -35,34 +36,48 @@ WITH me AS (
 ), purged AS (
 	DELETE FROM members WHERE id <> $1 AND last_seen < now() - make_interval(secs => $7)
 )
-SELECT id, coalesce(sync_addr, ''), session, started_at, listens, digest,
-       extract(epoch FROM now() - last_seen)::float8
-FROM members WHERE id <> $1 ORDER BY id`
+SELECT m.id, coalesce(m.sync_addr, ''), m.session, m.started_at, m.listens, m.digest,
+       extract(epoch FROM now() - m.last_seen)::float8, s.at
+FROM (SELECT max(updated_at) AS at FROM system_state WHERE key IN ('maintenance_mode', 'pop_maintenance_mode')) s
+LEFT JOIN members m ON m.id <> $1
+ORDER BY m.id`
 
 // BeatMember writes self's row (last_seen now) and returns the other
-// members, with their age.
-func (s *Store) BeatMember(ctx context.Context, self Member) ([]Member, error) {
+// members, with their age, and when a maintenance switch last changed
+// (zero when never): the beat is how an instance that neither LISTENs nor
+// heard a datagram learns of a switch within a beat, and it costs no
+// statement of its own.
+func (s *Store) BeatMember(ctx context.Context, self Member) (_ []Member, stateAt time.Time, _ error) {
 	rows, err := s.pool.Query(ctx, memberBeatSQL, self.ID, self.SyncAddr, self.Session, self.StartedAt, self.Listens,
 		int64(self.Digest), MemberPurgeAfter.Seconds()) // #nosec G115 -- a hash, stored as its bits
 	if err != nil {
-		return nil, fmt.Errorf("writing the member row: %w", err)
+		return nil, time.Time{}, fmt.Errorf("writing the member row: %w", err)
 	}
 	defer rows.Close()
 	var out []Member
 	for rows.Next() {
-		var m Member
-		var digest int64
-		var age float64
-		if err := rows.Scan(&m.ID, &m.SyncAddr, &m.Session, &m.StartedAt, &m.Listens, &digest, &age); err != nil {
-			return nil, fmt.Errorf("reading members: %w", err)
+		var id, addr, session *string
+		var started, at *time.Time
+		var listens *bool
+		var digest *int64
+		var age *float64
+		if err := rows.Scan(&id, &addr, &session, &started, &listens, &digest, &age, &at); err != nil {
+			return nil, time.Time{}, fmt.Errorf("reading members: %w", err)
 		}
-		m.Digest, m.Age = uint64(digest), time.Duration(age*float64(time.Second)) // #nosec G115 -- the bits back
+		if at != nil {
+			stateAt = *at
+		}
+		if id == nil {
+			continue // no other member
+		}
+		m := Member{ID: *id, SyncAddr: *addr, Session: *session, StartedAt: *started, Listens: *listens}
+		m.Digest, m.Age = uint64(*digest), time.Duration(*age*float64(time.Second)) // #nosec G115 -- the bits back
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading members: %w", err)
+		return nil, time.Time{}, fmt.Errorf("reading members: %w", err)
 	}
-	return out, nil
+	return out, stateAt, nil
 }
 
 // LeaveMember deletes self's row (this session's only: a restarted

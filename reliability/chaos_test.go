@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,10 +59,16 @@ func messages(t *testing.T) int {
 type instance struct {
 	args []string
 	url  string
+	up   atomic.Bool // started and not stopped: clients pick it (cluster.url)
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 }
+
+// joiners: instances beyond the first three, started and stopped during
+// the run, with no --sync-peers: they and the others find each other
+// through the members table alone.
+const joiners = 2
 
 type cluster struct {
 	t     *testing.T
@@ -141,6 +148,15 @@ func newCluster(t *testing.T, dsn string, dropped *atomic.Int64) *cluster {
 		c.insts = append(c.insts, in)
 		c.start(i)
 	}
+	for i := 3; i < 3+joiners; i++ {
+		port := freePort(t, "tcp")
+		name := fmt.Sprintf("h%d", i+1)
+		c.insts = append(c.insts, &instance{url: fmt.Sprintf("http://127.0.0.1:%d", port), args: []string{"serve",
+			"--addr", fmt.Sprintf("127.0.0.1:%d", port), "--database-url", dsn,
+			"--sync-bind", fmt.Sprintf("127.0.0.1:%d", freePort(t, "udp")),
+			"--sync-secret", secret, "--server-id", name, "--instance-id", name,
+			"--drain-window", "300ms", "--log-level", "error", "--sse-resume-grace", "3s"}})
+	}
 	t.Cleanup(func() {
 		for _, in := range c.insts {
 			in.mu.Lock()
@@ -174,6 +190,53 @@ func (c *cluster) start(i int) {
 		_ = res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	}, time.Minute, 20*time.Millisecond, "instance %d starts", i+1)
+	in.up.Store(true)
+}
+
+// url is the address of the first instance up from the i-th on (modulo
+// all of them): clients move on to the next when one fails.
+func (c *cluster) url(i int) string {
+	for k := range len(c.insts) {
+		if in := c.insts[(i+k)%len(c.insts)]; in.up.Load() {
+			return in.url
+		}
+	}
+	return c.insts[i%3].url
+}
+
+// stop sends SIGTERM and waits: the instance drains, gives its leases
+// back and deletes its members row.
+func (c *cluster) stop(i int) {
+	in := c.insts[i]
+	in.up.Store(false)
+	in.mu.Lock()
+	cmd, done := in.cmd, in.done
+	in.cmd = nil
+	in.mu.Unlock()
+	require.NoError(c.t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("instance %d did not stop within 30 s of SIGTERM", i+1)
+	}
+}
+
+// peersAlive reads herald_syncnet_peers_alive from an instance's metrics.
+func (c *cluster) peersAlive(i int) int {
+	res, err := http.Get(c.insts[i].url + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = res.Body.Close() }()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "herald_syncnet_peers_alive "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return int(f)
+		}
+	}
+	return -1
 }
 
 // waitUnhealthy waits, while PostgreSQL is down, until an instance's
@@ -197,6 +260,7 @@ func (c *cluster) waitUnhealthy() {
 // kill sends SIGKILL: no drain, no lease given back.
 func (c *cluster) kill(i int) {
 	in := c.insts[i]
+	in.up.Store(false)
 	in.mu.Lock()
 	cmd, done := in.cmd, in.done
 	in.cmd = nil
@@ -417,7 +481,7 @@ func popWait(ctx context.Context, base, group string, batch int) (msgs []msg, ok
 // disconnect abandons the rest of the batch (its lease expires).
 func (c *consumer) longPoll(ctx context.Context, r *record, cl *cluster, home int) {
 	for i := home; ctx.Err() == nil; {
-		base := cl.insts[i%3].url
+		base := cl.url(i)
 		pop, ok := popWait(ctx, base, c.group, 10)
 		if !ok {
 			i++ // that instance is down or failing: the next, after a pause
@@ -448,7 +512,7 @@ func (c *consumer) sse(ctx context.Context, r *record, cl *cluster, home int) {
 	lastID := ""
 	var unsettled []*msg // received, not surely acked: a resume may ack them
 	for i := home; ctx.Err() == nil; i++ {
-		base := cl.insts[i%3].url
+		base := cl.url(i)
 		sctx, cancel := context.WithCancel(ctx)
 		req, _ := http.NewRequestWithContext(sctx, http.MethodGet,
 			fmt.Sprintf("%s/api/v1/sse/queue/%s?consumerGroup=%s&batch=10&maxInFlight=20", base, queueName, c.group), nil)
@@ -502,7 +566,7 @@ func (c *consumer) sse(ctx context.Context, r *record, cl *cluster, home int) {
 // client in the middle of a delivery and dials again.
 func (c *consumer) ws(ctx context.Context, r *record, cl *cluster, home int) {
 	for i := home; ctx.Err() == nil; i++ {
-		base := cl.insts[i%3].url
+		base := cl.url(i)
 		wctx, cancel := context.WithCancel(ctx)
 		cli, err := client.Dial(wctx, base, client.Options{MaxBackoff: time.Second})
 		if err != nil {
@@ -602,7 +666,7 @@ func TestChaos(t *testing.T) {
 				}
 				body, _ := json.Marshal(map[string]any{"items": items})
 				for try := 0; ; try++ {
-					status, _ := postBytes(cl.insts[(lo/100+try)%3].url+"/api/v1/push", body)
+					status, _ := postBytes(cl.url(lo/100+try)+"/api/v1/push", body)
 					if status == http.StatusCreated {
 						pushed.Add(int64(len(items)))
 						break
@@ -624,7 +688,7 @@ func TestChaos(t *testing.T) {
 	done := false
 	deadline := time.Now().Add(time.Duration(max(3, n/2000)) * time.Minute)
 	step := 0
-	var restarts, pgRestarts, disconnects int
+	var restarts, pgRestarts, disconnects, joins, leaves int
 	for !done {
 		<-faults.C
 		step++
@@ -639,6 +703,21 @@ func TestChaos(t *testing.T) {
 		case 8:
 			pgtest.Restart(t, func() { cl.waitUnhealthy() })
 			pgRestarts++
+		case 10, 11:
+			// A joiner starts: no --sync-peers, the members table tells it
+			// and the others. It counts the three first alive (and the
+			// other joiner when up) within 5 s.
+			j := 3 + step%40 - 10
+			cl.start(j)
+			joins++
+			require.Eventually(t, func() bool { return cl.peersAlive(j) >= 3 }, 5*time.Second, 50*time.Millisecond,
+				"joiner h%d finds the others through the members table", j+1)
+		case 16:
+			cl.stop(3) // cleanly: drains, gives back its leases, deletes its row
+			leaves++
+		case 19:
+			cl.kill(4) // its leases expire, its row ages out
+			leaves++
 		}
 		if step%2 == 0 {
 			c := consumers[rand.IntN(len(consumers))] // #nosec G404 -- fault injection
@@ -665,7 +744,8 @@ func TestChaos(t *testing.T) {
 			t.Logf("%v: pushed %d, %d deliveries; %s", time.Since(start).Round(time.Second), pushed.Load(), deliveries,
 				strings.Join(progress, "; "))
 		}
-		if pushed.Load() == int64(n) && step > 8 {
+		if pushed.Load() == int64(n) && step > 19 { // the joiners came and went
+
 			conn := db()
 			done = finished(t, conn, n)
 			_ = conn.Close(ctx)
@@ -769,9 +849,12 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM consumers WHERE lease_expires_at > now()`).Scan(&leased))
 	assert.Zero(t, leased, "nothing left leased")
 	t.Logf("%d messages × %d groups in %v on %d CPUs: %d deliveries (%d redeliveries), worst push → delivery %v; "+
-		"faults: %d kill -9 + restart, %d PostgreSQL restart, %d consumer disconnects, %d syncnet datagrams dropped (30%%)",
+		"faults: %d kill -9 + restart, %d PostgreSQL restart, %d joins (members table, no list), %d leaves (SIGTERM and kill -9), "+
+		"%d consumer disconnects, %d syncnet datagrams dropped (30%%)",
 		n, len(groups), took.Round(time.Millisecond), runtime.NumCPU(), r.deliveries, r.deliveries-n*len(groups),
-		r.worst.Round(time.Millisecond), restarts, pgRestarts, disconnects, dropped.Load())
+		r.worst.Round(time.Millisecond), restarts, pgRestarts, joins, leaves, disconnects, dropped.Load())
+	assert.Positive(t, joins, "instances joined during the run")
+	assert.GreaterOrEqual(t, leaves, 2, "instances left during the run (stopped and killed)")
 }
 
 // finished reports whether every group has finished every partition: its

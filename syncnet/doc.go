@@ -58,8 +58,11 @@
 //
 // Node.Run owns the node's goroutines and returns when they have ended: it
 // sends heartbeats, presence re-announcements and expiries from its own
-// goroutine, and starts one receive goroutine that reads the socket until
-// Run closes it. Coalesced wake-ups fire from timers (time.AfterFunc), which
+// goroutine on one timer, every Heartbeat while something needs it (seeds
+// that are not members, a peer heard outside the table, a lingering
+// queue, wake-ups to forget) and every Resolve otherwise: an idle member
+// wakes twice a minute, not every second. It starts one receive goroutine
+// that reads the socket until Run closes it. Coalesced wake-ups fire from timers (time.AfterFunc), which
 // Run stops as it returns. The methods the rest of Herald calls (Notify,
 // SetLocal, LeaseAcquired/Released, LeasedElsewhere, the QueueConfigured
 // family) run on their caller's goroutine and send their datagram there.

@@ -163,6 +163,7 @@ func (n *Node) SetMembers(ms []Member) {
 	}
 	n.rebuildLocked()
 	n.mu.Unlock()
+	n.expire() // the gauges: Run looks only every Resolve while idle
 	if len(greet) > 0 {
 		n.heartbeatTo(greet)
 	}

@@ -146,3 +146,34 @@ func TestNode_SeedNeverHeardIsDead(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // 6 heartbeat intervals: the absence of sends is the point
 	assert.Equal(t, beats, sentTo(t, a, Heartbeat), "no heartbeats to a dead seed")
 }
+
+// An idle member of a mesh found through the table has no periodic duty
+// between Resolves (its peers' health and presence come from the table):
+// its timer does not fire every Heartbeat. Each wake-up of an idle process
+// costs the runtime more than the duty; at 100 instances the 1 s tick was
+// a tenth of the mesh's idle CPU.
+func TestNode_IdleMemberWakesOnlyEveryResolve(t *testing.T) {
+	nodes := mesh(t, 2, nil, func(_ int, c *Config) { c.Peers = nil; c.Resolve = time.Hour })
+	a, b := nodes[0], nodes[1]
+	a.SetPeers(nil)
+	b.SetPeers(nil)
+	members(a, b)
+	require.Eventually(t, func() bool {
+		members(a, b)
+		return a.Known("b:1") && b.Known("a:1")
+	}, 5*time.Second, 20*time.Millisecond, "presence known both ways")
+	// What the greeting left to expire (a peer heard before the table
+	// listed it) is gone within a few heartbeats.
+	require.Eventually(t, func() bool { return !a.needsBeat() && !b.needsBeat() }, 5*time.Second, 20*time.Millisecond)
+	before := a.wokeUp.Load()
+	time.Sleep(500 * time.Millisecond) // idle time is the point: 10 heartbeat intervals
+	assert.LessOrEqual(t, a.wokeUp.Load()-before, uint64(1), "an idle member's timer fired every Heartbeat")
+
+	// Duties come back when due: a queue's last consumer leaving is
+	// announced once Linger has passed, though the node was idle.
+	b.SetLocal("q", true)
+	require.Eventually(t, func() bool { has, known := a.HasSubscribers("q"); return has && known }, 5*time.Second, 10*time.Millisecond)
+	b.SetLocal("q", false)
+	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("q"); return !has }, 5*time.Second, 10*time.Millisecond,
+		"the deregistration went out after Linger")
+}

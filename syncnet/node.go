@@ -118,6 +118,8 @@ type Node struct {
 	session string // 16 hex characters; the header carries 15
 	seq     atomic.Uint64
 	sent    atomic.Uint64
+	// wokeUp counts Run's timer firings (tests of an idle node's cost).
+	wokeUp atomic.Uint64
 	// beaten: a heartbeat was sent. Peers adopt a session only by a
 	// datagram with a signed ts (replay.go), so one goes first.
 	beaten atomic.Bool
@@ -152,6 +154,8 @@ type Node struct {
 	// long-poll consumer that polls again meanwhile costs no datagram).
 	lingering map[string]time.Time
 	closed    bool
+	// busy kicks Run's timer: Heartbeat duties are due (needsBeat).
+	busy chan struct{}
 }
 
 type peer struct {
@@ -256,9 +260,10 @@ func New(cfg Config) (*Node, error) {
 	var sess [8]byte
 	_, _ = rand.Read(sess[:])
 	n := &Node{cfg: cfg, key: []byte(cfg.Secret), conn: conn, session: hex.EncodeToString(sess[:]),
-		replay: NewReplay(cfg.Freshness), wakes: newWakeLimiter(cfg.Waker, cfg.WakeWindow), now: time.Now, log: log, recvBuffer: granted, byID: map[string]*peerState{}, members: map[string]*peer{}, byAddr: map[netip.AddrPort]*peer{}, started: time.Now(), local: map[string]int{}, lingering: map[string]time.Time{},
+		replay: NewReplay(cfg.Freshness), wakes: newWakeLimiter(cfg.Waker, cfg.WakeWindow), now: time.Now, log: log, recvBuffer: granted, byID: map[string]*peerState{}, members: map[string]*peer{}, byAddr: map[netip.AddrPort]*peer{}, started: time.Now(), local: map[string]int{}, lingering: map[string]time.Time{}, busy: make(chan struct{}, 1),
 		counts: map[string]uint64{}}
 	n.skewLog = log.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Minute})
+	n.wakes.onAdd = n.kick
 	n.hints, err = lru.New[hintKey, leaseHint](LeaseHintsMax)
 	if err != nil {
 		_ = conn.Close()
@@ -282,6 +287,7 @@ func (n *Node) SetPeers(peers []string) {
 	n.cfg.Peers = peers
 	n.mu.Unlock()
 	n.resolve()
+	n.kick()
 }
 
 // resolve looks the peers up again (names move).
@@ -373,16 +379,22 @@ func (n *Node) Close() error {
 
 // Run sends heartbeats and presence and receives until ctx ends; then it
 // closes the socket.
+//
+// One timer drives the periodic duties. Every Heartbeat while there is
+// something to keep (needsBeat: seeds that are not members, a peer heard
+// outside the table, a queue lingering, wake-ups to forget); otherwise
+// every Resolve only: an idle member of a mesh found through the table
+// has nothing to do in between (its peers' health and presence come from
+// the table), and each wake-up of an idle process costs the Go runtime's
+// scheduler and sysmon more than the duty itself (at 100 instances, a 1 s
+// tick was a tenth of the mesh's idle CPU). Whatever makes duties due
+// again kicks the timer (n.busy).
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(n.receive)
-	beat := time.NewTicker(n.cfg.Heartbeat)
-	announce := time.NewTicker(n.cfg.Announce)
-	resolve := time.NewTicker(n.cfg.Resolve)
+	timer := time.NewTimer(n.cfg.Heartbeat)
 	defer func() {
-		beat.Stop()
-		announce.Stop()
-		resolve.Stop()
+		timer.Stop()
 		n.mu.Lock()
 		n.closed = true
 		n.mu.Unlock()
@@ -391,21 +403,83 @@ func (n *Node) Run(ctx context.Context) error {
 		n.wakes.close()
 	}()
 	n.heartbeat()
+	start := time.Now()
+	lastBeat, lastAnnounce, lastResolve := start, start, start
+	short := true // the timer is set within Heartbeat
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-beat.C:
+		case <-n.busy:
+			if !short {
+				// Duties are due from now on: the first within Heartbeat.
+				short = true
+				timer.Stop()
+				timer.Reset(n.cfg.Heartbeat)
+			}
+			continue
+		case <-timer.C:
+		}
+		now := time.Now()
+		n.wokeUp.Add(1)
+		if now.Sub(lastBeat) >= n.cfg.Heartbeat-n.cfg.Heartbeat/10 {
+			lastBeat = now
 			n.heartbeat()
 			n.expire()
 			n.deregister()
-		case <-announce.C:
+		}
+		if now.Sub(lastAnnounce) >= n.cfg.Announce-n.cfg.Heartbeat/10 {
+			lastAnnounce = now
 			n.announce()
-		case <-resolve.C:
+		}
+		if now.Sub(lastResolve) >= n.cfg.Resolve-n.cfg.Heartbeat/10 {
+			lastResolve = now
 			n.resolve()
 			n.probe()
+			n.expire() // an idle member's only look at what it keeps
+		}
+		next := n.cfg.Resolve - time.Since(lastResolve)
+		short = n.needsBeat()
+		if short {
+			next = min(next, n.cfg.Heartbeat)
+		}
+		timer.Reset(max(next, time.Millisecond))
+	}
+}
+
+// kick tells Run that periodic duties are due (it never blocks).
+func (n *Node) kick() {
+	select {
+	case n.busy <- struct{}{}:
+	default:
+	}
+}
+
+// needsBeat reports whether anything needs the Heartbeat duties: seeds
+// that are not members (heartbeats, re-announcements, their death), a
+// peer heard outside the table whose presence must expire, a queue
+// lingering before its CONSUMER_DEREGISTERED, wake-ups to forget.
+func (n *Node) needsBeat() bool {
+	if n.wakes.size() > 0 {
+		return true
+	}
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.lingering) > 0 {
+		return true
+	}
+	for _, p := range n.seeds {
+		if !p.member {
+			return true
 		}
 	}
+	for _, st := range n.byID {
+		if !st.member && (st.announced || len(st.presence) > 0 || now.Sub(st.lastBeat) <= n.cfg.DeadAfter) {
+			return true
+		}
+	}
+	return false
 }
 
 func nowMS() uint64 { return uint64(time.Now().UnixMilli()) } // #nosec G115 -- after 1970
@@ -549,6 +623,7 @@ func (n *Node) SetLocal(queue string, present bool) (news bool) {
 		delete(n.local, queue)
 		if c == 1 {
 			n.lingering[queue] = time.Now()
+			defer n.kick() // its CONSUMER_DEREGISTERED is due after Linger
 		}
 	default:
 		n.local[queue] = c - 1
@@ -809,7 +884,11 @@ func (n *Node) handle(b []byte, from netip.AddrPort) {
 	if now.After(st.lastBeat) {
 		st.lastBeat = now // any datagram says it is alive
 	}
+	outsider := !st.member
 	n.mu.Unlock()
+	if outsider {
+		n.kick() // a peer outside the table: its health and presence expire by time
+	}
 	if stranger && n.cfg.OnStranger != nil {
 		n.cfg.OnStranger()
 	}

@@ -16,6 +16,9 @@ import (
 type wakeLimiter struct {
 	waker  Waker
 	window time.Duration
+	// onAdd, when set, is called (without mu) when a queue enters the
+	// map, which sweep then empties: the node's kick.
+	onAdd func()
 
 	mu     sync.Mutex
 	queues map[string]*wakeState
@@ -46,6 +49,9 @@ func (l *wakeLimiter) wake(queue, partition string) {
 	if s == nil {
 		s = &wakeState{}
 		l.queues[queue] = s
+		if l.onAdd != nil {
+			defer l.onAdd()
+		}
 	}
 	switch {
 	case !s.pending && now.Sub(s.last) >= l.window:
@@ -87,6 +93,13 @@ func (l *wakeLimiter) sweep() {
 			delete(l.queues, q)
 		}
 	}
+}
+
+// size is how many queues the map holds.
+func (l *wakeLimiter) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queues)
 }
 
 // close drops what is pending: the node stops.

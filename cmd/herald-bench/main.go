@@ -30,10 +30,13 @@ type benchConfig struct {
 	IdleFor  time.Duration
 	// MeshInstances: the mesh scenario's instances.
 	MeshInstances int
-	Holders       int
-	TputRate      int
-	MatrixFor     time.Duration
-	Connections   int
+	// MeshQueues: consumed queues per instance (one WebSocket each with
+	// that many subscriptions, at most 100) in the mesh's second window.
+	MeshQueues  int
+	Holders     int
+	TputRate    int
+	MatrixFor   time.Duration
+	Connections int
 	// DrainPartitions: the drain scenario's partition counts.
 	DrainPartitions []int
 	// The restart scenario: partitions (one subscription each), SIGKILL
@@ -82,6 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Wake, "wake", "notify", "--wake of the server it starts; a comma list (notify,logical,poll) measures latency once per mode, side by side")
 	fs.StringVar(&cfg.Out, "out", "herald-bench.json", "JSON results file (and an HTML report next to it, .html); empty writes none")
 	fs.IntVar(&cfg.MeshInstances, "mesh-instances", 100, "mesh: instances started (a pool of 2 each), found through the members table")
+	fs.IntVar(&cfg.MeshQueues, "mesh-queues", 100, "mesh: queues consumed on every instance (one WebSocket, at most 100) in a second idle window; 0 skips it")
 	fs.IntVar(&cfg.Rate, "rate", 1000, "latency: messages per second pushed")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "latency and throughput: how long each run measures")
 	fs.IntVar(&cfg.IdleWS, "idle-ws", 10000, "idle: WebSocket connections")

@@ -40,6 +40,10 @@ type mesh struct {
 	// kick asks Run to beat now (a stranger spoke on syncnet: a member
 	// that just started).
 	kick chan struct{}
+	// onState is called (from Run's goroutine; it must not block) when
+	// the maintenance switches' last change differs from the last beat's.
+	onState func()
+	stateAt time.Time // Run's goroutine only
 
 	mu      sync.Mutex
 	read    bool           // the table was read once
@@ -74,12 +78,20 @@ func (m *mesh) beatOnce(ctx context.Context) {
 	if m.node != nil {
 		self.Digest = m.node.Digest()
 	}
-	all, err := m.store.BeatMember(ctx, self)
+	all, stateAt, err := m.store.BeatMember(ctx, self)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn().Err(err).Msg("membership")
 		}
 		return
+	}
+	if !stateAt.Equal(m.stateAt) {
+		// A maintenance switch changed (or this is the first read): the
+		// gateway reads them again. Its own periodic read only heals.
+		m.stateAt = stateAt
+		if m.onState != nil {
+			m.onState()
+		}
 	}
 	alive := all[:0]
 	for _, o := range all {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/server"
 	"github.com/heraldmq/herald/internal/server/servertest"
 )
@@ -86,4 +87,31 @@ func TestNotify_SkippedWhereSyncnetWokeEveryListener(t *testing.T) {
 	require.Eventually(t, func() bool { return slices.Contains(memberIDs(a), c.Instance()) }, 5*time.Second, 10*time.Millisecond)
 	servertest.ConsumeOnce(t, a, c, "loud", 2)
 	assert.Positive(t, a.Notifier().Sent(), "C has no syncnet: NOTIFY wakes it")
+}
+
+// A maintenance switch that changes with no NOTIFY and no datagram to tell
+// (an instance that polls, without syncnet) is seen at the next members
+// beat, which reads when a switch last changed: not only at the periodic
+// read of the switches (an hour here).
+func TestMaintenance_SwitchSeenAtTheMembersBeat(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	a := servertest.Start(t, dsn, "poll", func(c *server.Config) {
+		c.Adjust.Gateway = func(g *gateway.Config) { g.MaintenanceRefresh = time.Hour }
+	})
+	require.False(t, a.Poller().Paused())
+	conn, err := pgx.Connect(context.Background(), dsn)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	// As another instance's switch writes it, minus its NOTIFY.
+	_, err = conn.Exec(context.Background(), `INSERT INTO system_state (key, value, updated_at, updated_by)
+		VALUES ('pop_maintenance_mode', '{"enabled": true}', clock_timestamp(), 'elsewhere')
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`)
+	require.NoError(t, err)
+	start := time.Now()
+	require.Eventually(t, a.Poller().Paused, 10*time.Second, 20*time.Millisecond, "pop maintenance seen")
+	t.Logf("seen %v after the switch", time.Since(start))
+	_, err = conn.Exec(context.Background(), `UPDATE system_state SET value = '{"enabled": false}', updated_at = clock_timestamp()
+		WHERE key = 'pop_maintenance_mode'`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !a.Poller().Paused() }, 10*time.Second, 20*time.Millisecond, "its end seen")
 }

@@ -127,6 +127,14 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.buildWakeSources(ctx, &gwCfg); err != nil {
 		return nil, err
 	}
+	// The members beat (every MemberBeat, 2 s) also reads when a
+	// maintenance switch last changed and has the gateway read them again
+	// (mesh.onState): the periodic read only heals what neither it nor a
+	// NOTIFY or datagram covers, in every wake mode. At 5 s it was an
+	// idle instance's most frequent wake-up after the beat itself.
+	if gwCfg.MaintenanceRefresh == 0 {
+		gwCfg.MaintenanceRefresh = gateway.MaintenanceRefreshListening
+	}
 	if gwCfg.MaxConnections, err = connectionLimit(&cfg, openFiles, int(s.db.pool.Config().MaxConns), s.log); err != nil {
 		return nil, err
 	}
@@ -234,6 +242,11 @@ func (s *Server) buildPollerAndNode() error {
 func (s *Server) buildMesh(ctx context.Context) {
 	c := &s.cfg
 	s.mesh = &mesh{kick: s.meshKick, store: s.store, node: s.node, beat: c.MemberBeat, deadAfter: c.MemberDeadAfter,
+		onState: func() {
+			if s.gw != nil {
+				s.gw.RefreshMaintenance()
+			}
+		},
 		log:  s.log.With().Str("component", "members").Logger(),
 		self: queue.Member{ID: s.instance, Session: queue.NewID(), StartedAt: time.Now(), Listens: c.Wake == WakeNotify}}
 	if s.mesh.beat <= 0 {
@@ -336,9 +349,6 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 			return err
 		}
 		gc.Notifier = s.notifier
-		if gc.MaintenanceRefresh == 0 {
-			gc.MaintenanceRefresh = gateway.MaintenanceRefreshListening
-		}
 		s.wakeReady = s.listener.Connected()
 		s.runners = append(s.runners, runner{"notifier", s.notifier.Run}, runner{"listener", s.listener.Run})
 	case WakeLogical:

@@ -39,6 +39,10 @@ const (
 type orphan struct {
 	leaseID, key string
 	msgs         []queue.Message
+	// pop: a direct pop's (GiveBack): wake popQueue ("" for a selection
+	// by namespace or task: every queue).
+	pop      bool
+	popQueue string
 	at           time.Time // not before
 	rechecked    bool      // the second release is the last
 }
@@ -60,6 +64,22 @@ func (p *Poller) orphaned(key string, leaseIDs ...string) {
 			p.metrics.orphans.Inc()
 		}
 	}
+}
+
+// GiveBack gives back, through the releaser, the lease a pop made outside
+// the poller (queue.Store.Pop with a PopRequest.LeaseID) may have taken
+// although its answer was lost (queue.OutcomeUnknown), as it does for its
+// own pops: at once while the database answers, retrying with back-off
+// while it is away, once more orphanRecheck later, with no attempt
+// charged. queueName (the pop's queue; "" for a selection by namespace
+// or task: every queue) is woken once it is given back. An empty leaseID
+// (autoAck) does nothing.
+func (p *Poller) GiveBack(leaseID, queueName string) {
+	if leaseID == "" {
+		return
+	}
+	p.orph.add(orphan{leaseID: leaseID, pop: true, popQueue: queueName})
+	p.metrics.orphans.Inc()
 }
 
 // add queues o and tells the releaser.
@@ -157,6 +177,12 @@ func (p *Poller) releaseDue(ctx context.Context) releaseOutcome {
 		if o.key != "" && !woken[o.key] {
 			woken[o.key] = true
 			p.wakeKey(o.key)
+		}
+		switch {
+		case o.pop && o.popQueue != "":
+			p.Wake(SourceRelease, o.popQueue, "")
+		case o.pop:
+			p.WakeAll(SourceRelease)
 		}
 		p.released(o.msgs)
 		if !o.rechecked {

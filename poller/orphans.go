@@ -41,10 +41,10 @@ type orphan struct {
 	msgs         []queue.Message
 	// pop: a direct pop's (GiveBack): wake popQueue ("" for a selection
 	// by namespace or task: every queue).
-	pop      bool
-	popQueue string
-	at           time.Time // not before
-	rechecked    bool      // the second release is the last
+	pop       bool
+	popQueue  string
+	at        time.Time // not before
+	rechecked bool      // the second release is the last
 }
 
 // orphans is the list the releaser works through.

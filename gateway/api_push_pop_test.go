@@ -12,7 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/internal/pgtest"
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 var (
@@ -402,4 +405,45 @@ func TestPush_MaxSizeRefusesPerItem(t *testing.T) {
 	assert.Equal(t, "rejected", out[1]["status"])
 	assert.Contains(t, out[1]["error"], "maxSize of 1")
 	assert.Equal(t, "small", out[1]["queueName"])
+}
+
+// A direct pop (wait=false) whose transaction committed its lease but
+// whose answer was lost (the connection broke after the COMMIT reached the
+// server) answers 503, and the lease it may have taken is given back at
+// once, uncharged: the next pop gets the messages with retryCount 0, not
+// after the lease time (5 min) with retryCount 1.
+func TestPop_LostAnswerIsGivenBackUncharged(t *testing.T) {
+	t.Parallel()
+	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+	e := newEnvOn(t, queuetest.NewStoreDSN(t, dsn), func(c *poller.Config) { c.SweepMin, c.SweepMax = time.Minute, time.Minute })
+	e.push("lost", `{"i":0}`)
+	first := e.pop("/api/v1/pop/queue/lost?wait=false") // registers the group (a transaction of its own)
+	require.True(t, e.ack(first.Messages[0], "completed", "").Success)
+	e.push("lost", `{"i":1}`, `{"i":2}`)
+
+	cut := proxy.CutAnswer("commit") // the pop transaction's COMMIT: it runs, its answer is dropped
+	r := e.get("/api/v1/pop/queue/lost?batch=10&wait=false")
+	assert.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pop's COMMIT never ran")
+	}
+	start := time.Now()
+	var got popResult
+	require.Eventually(t, func() bool {
+		r := e.get("/api/v1/pop/queue/lost?batch=10&wait=false")
+		if r.status != http.StatusOK {
+			return false
+		}
+		require.NoError(t, json.Unmarshal(r.body, &got))
+		return true
+	}, 5*time.Second, 20*time.Millisecond, "the lost pop's lease given back")
+	t.Logf("lost answer → popped again: %v", time.Since(start))
+	require.Len(t, got.Messages, 2)
+	assert.JSONEq(t, `{"i":1}`, string(got.Messages[0].Data))
+	for _, m := range got.Messages {
+		assert.Zero(t, m.RetryCount, "no attempt charged for a delivery that never happened")
+	}
 }

@@ -128,6 +128,9 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 	}
 	results, err := s.store.Ack(r.Context(), acks)
 	if err != nil {
+		if queue.OutcomeUnknown(err) {
+			s.poller.AckLost(acks) // it may have committed: wake what it freed
+		}
 		s.fail(w, err)
 		return
 	}

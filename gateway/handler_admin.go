@@ -222,6 +222,15 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.store.Transaction(r.Context(), ops, required, holderOf(r.Context()))
 	if err != nil {
+		if queue.OutcomeUnknown(err) {
+			var acks []queue.Ack
+			for _, op := range ops {
+				if op.Type == "ack" {
+					acks = append(acks, op.Ack)
+				}
+			}
+			s.poller.AckLost(acks) // it may have committed: wake what its acks freed
+		}
 		s.fail(w, err)
 		return
 	}

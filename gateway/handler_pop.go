@@ -178,8 +178,16 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !wait {
+		if !req.AutoAck {
+			req.LeaseID = queue.NewID()
+		}
 		res, err := s.store.Pop(r.Context(), req)
 		if err != nil {
+			if queue.OutcomeUnknown(err) {
+				// Its commit may have landed: given back, not left
+				// leased to nobody until it expires.
+				s.poller.GiveBack(req.LeaseID, req.Queue)
+			}
 			s.fail(w, err)
 			return
 		}

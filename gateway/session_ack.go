@@ -113,6 +113,9 @@ func (ss *session) queueAck(ctx context.Context, acks []queue.Ack, subs []string
 	return func() ([]ackJSON, error) {
 		results, err := pending.Wait()
 		if err != nil {
+			if queue.OutcomeUnknown(err) {
+				ss.s.poller.AckLost(apply) // it may have committed: wake what it freed
+			}
 			return nil, err
 		}
 		ss.s.afterAck(apply, results)

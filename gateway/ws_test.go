@@ -15,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 type wsClient struct {
@@ -719,4 +721,43 @@ func TestWS_CookieAloneFromAForeignOriginIsRefused(t *testing.T) {
 	c.next("push_result")
 	c.send(`{"type":"subscribe","id":2,"queue":"csrf-ws"}`)
 	c.next("deliver")
+}
+
+// An ack whose COMMIT landed but whose answer was lost ended its lease
+// all the same: the rest of the partition goes to the subscriber within
+// seconds (the poller is woken for the ack's partition once the database
+// answers), not at the next sweep (slowed to a minute here). Over a
+// WebSocket the ack's credit coming back makes the poller look as well;
+// the ack here goes over HTTP, where only the wake does.
+func TestWS_AckWhoseAnswerIsLostWakesItsPartition(t *testing.T) {
+	t.Parallel()
+	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+	// Statements sent with their text each time (as behind PgBouncer), so
+	// that the proxy sees the COMMIT in the ack's write batch rather than
+	// in a prepare of it.
+	dsn += map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")] + "default_query_exec_mode=exec"
+	e := newEnvOn(t, queuetest.NewStoreDSN(t, dsn), func(c *poller.Config) { c.SweepMin, c.SweepMax = time.Minute, time.Minute })
+	e.push("wslost", `{"i":1}`, `{"i":2}`)
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"wslost","batch":1,"maxInFlight":2}`)
+	first := c.deliveredWithin(5*time.Second, 1)
+	require.JSONEq(t, `{"i":1}`, string(first[0].Data))
+
+	// Acked over HTTP: the stream's credit is not given back by a failed
+	// ack, so nothing but the ack's own wake makes the poller look.
+	cut := proxy.CutAnswer("COMMIT") // the ack's write batch: it commits, its answer is dropped
+	start := time.Now()
+	m := first[0]
+	r := e.post("/api/v1/ack", fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`,
+		m.TransactionID, m.PartitionID, m.LeaseID))
+	assert.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ack's COMMIT never ran")
+	}
+	next := c.deliveredWithin(5*time.Second, 1)
+	t.Logf("lost ack answer → next delivery: %v", time.Since(start))
+	assert.JSONEq(t, `{"i":2}`, string(next[0].Data))
+	assert.Zero(t, next[0].RetryCount)
 }

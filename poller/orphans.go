@@ -39,8 +39,15 @@ const (
 type orphan struct {
 	leaseID, key string
 	msgs         []queue.Message
-	at           time.Time // not before
-	rechecked    bool      // the second release is the last
+	// pop: a direct pop's (GiveBack): wake popQueue ("" for a selection
+	// by namespace or task: every queue).
+	pop      bool
+	popQueue string
+	// ackPID and ackGroup: an ack's partition (AckLost), to wake once its
+	// names are known; no lease id.
+	ackPID, ackGroup string
+	at               time.Time // not before
+	rechecked        bool      // the second release is the last
 }
 
 // orphans is the list the releaser works through.
@@ -59,6 +66,42 @@ func (p *Poller) orphaned(key string, leaseIDs ...string) {
 			p.orph.add(orphan{leaseID: id, key: key})
 			p.metrics.orphans.Inc()
 		}
+	}
+}
+
+// GiveBack gives back, through the releaser, the lease a pop made outside
+// the poller (queue.Store.Pop with a PopRequest.LeaseID) may have taken
+// although its answer was lost (queue.OutcomeUnknown), as it does for its
+// own pops: at once while the database answers, retrying with back-off
+// while it is away, once more orphanRecheck later, with no attempt
+// charged. queueName (the pop's queue; "" for a selection by namespace
+// or task: every queue) is woken once it is given back. An empty leaseID
+// (autoAck) does nothing.
+func (p *Poller) GiveBack(leaseID, queueName string) {
+	if leaseID == "" {
+		return
+	}
+	p.orph.add(orphan{leaseID: leaseID, pop: true, popQueue: queueName})
+	p.metrics.orphans.Inc()
+}
+
+// AckLost wakes, through the releaser, the partitions of acks whose
+// outcome is unknown (queue.OutcomeUnknown: their COMMIT may have landed
+// while the answer was lost). A committed ack may have ended a lease, or
+// moved a cursor past messages other than the ones it named, and nothing
+// else would tell this poller before the sweep. The partition's names are
+// read once the database answers (retrying with back-off meanwhile, as
+// releases do), then the partition is woken here and its lease hint
+// cleared on the other instances.
+func (p *Poller) AckLost(acks []queue.Ack) {
+	seen := map[[2]string]bool{}
+	for _, a := range acks {
+		k := [2]string{a.PartitionID, a.Group}
+		if a.PartitionID == "" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		p.orph.add(orphan{ackPID: a.PartitionID, ackGroup: a.Group, rechecked: true})
 	}
 }
 
@@ -143,7 +186,14 @@ func (p *Poller) releaseDue(ctx context.Context) releaseOutcome {
 	woken := map[string]bool{}
 	for i, o := range due {
 		rctx, cancel := context.WithTimeout(ctx, queryTimeout)
-		err := p.store.ReleaseLease(rctx, o.leaseID)
+		err := p.store.ReleaseLease(rctx, o.leaseID) // none for an ack's partition
+		var q, part string
+		if err == nil && o.ackPID != "" {
+			q, part, err = p.store.PartitionOf(rctx, o.ackPID)
+			if errors.Is(err, queue.ErrNotFound) {
+				err, o.ackPID = nil, "" // deleted since: nothing to wake
+			}
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -157,6 +207,16 @@ func (p *Poller) releaseDue(ctx context.Context) releaseOutcome {
 		if o.key != "" && !woken[o.key] {
 			woken[o.key] = true
 			p.wakeKey(o.key)
+		}
+		if o.ackPID != "" {
+			p.Wake(SourceAck, q, part)
+			p.LeaseReleased(q, part, o.ackPID, o.ackGroup)
+		}
+		switch {
+		case o.pop && o.popQueue != "":
+			p.Wake(SourceRelease, o.popQueue, "")
+		case o.pop:
+			p.WakeAll(SourceRelease)
 		}
 		p.released(o.msgs)
 		if !o.rechecked {

@@ -487,9 +487,13 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			w.mu.Lock()
 			batch := min(in.Batch, in.credit)
 			w.mu.Unlock()
+			leaseID := queue.NewID()
 			res, err := p.store.Pop(ctx, queue.PopRequest{Queue: a.Queue, Partition: a.Partition, Group: a.Group,
-				Batch: batch, AutoAck: in.AutoAck, Subject: in.Subject})
+				Batch: batch, AutoAck: in.AutoAck, Subject: in.Subject, LeaseID: leaseID})
 			if err != nil {
+				if !in.AutoAck {
+					p.forgetOnUnknown(err, in.key, leaseID)
+				}
 				p.log.Error().Err(err).Msg("pop after lease expiry failed")
 			} else if len(res.Messages) > 0 {
 				res.More = true // Pop does not tell

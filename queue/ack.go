@@ -420,6 +420,9 @@ func (s *Store) writeAck(ctx context.Context, q querier, plan ackPlan, standalon
 		return nil
 	}
 	if err := q.SendBatch(ctx, w).Close(); err != nil {
+		if standalone {
+			err = commitUnknown(err) // it carried the COMMIT
+		}
 		return fmt.Errorf("applying acknowledgements: %w", err)
 	}
 	return nil

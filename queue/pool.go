@@ -39,6 +39,13 @@ import (
 //   - TCP keepalives after 5 s idle, every 2 s, 3 probes (and on Linux
 //     TCP_USER_TIMEOUT 10 s): a connection to a host that vanished is
 //     found dead in seconds, not after the kernel's two hours.
+//   - a hung host is left at once (see hostTracker): once a connection
+//     attempt to a host goes unanswered, new connections try the URL's
+//     other hosts first until it answers again, and the connections to it
+//     are dropped; a cancel request waits at most a second for its
+//     acknowledgement (pgx: 15 s, holding the connection's pool slot).
+//     The pool's BeforeConnect, PrepareConn, DialFunc and LookupFunc are
+//     set for this.
 func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -69,7 +76,7 @@ func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	}
 	d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second,
 		Count: 3}, Control: tcpUserTimeout(10 * time.Second)}
-	cfg.ConnConfig.DialFunc = d.DialContext
+	newHostTracker().install(cfg, d.DialContext)
 	return cfg, nil
 }
 

@@ -37,6 +37,13 @@ type PopRequest struct {
 	// SubscriptionFrom starts it at that instant. Ignored for known groups.
 	SubscriptionMode string
 	SubscriptionFrom string // "", "now" or RFC3339
+	// LeaseID is the lease id to lease under (a UUID, NewID); "" means a
+	// new one. Ignored with AutoAck. A caller that sets it can give the
+	// lease back (ReleaseLease) when the pop fails with an unknown outcome
+	// (OutcomeUnknown: its commit may have landed while its answer was
+	// lost), rather than leave the messages leased to nobody until the
+	// lease expires.
+	LeaseID string
 }
 
 // Message is one delivered message.
@@ -110,6 +117,8 @@ func (r *PopRequest) normalize() (subFrom *time.Time, subNow bool, err error) {
 		return nil, false, inputErrorf("partitions must be between 1 and %d", MaxPartitions)
 	case r.Queue == "" && r.Namespace == "" && r.Task == "":
 		return nil, false, inputErrorf("queue, namespace or task is required")
+	case r.LeaseID != "" && !ValidUUID(r.LeaseID):
+		return nil, false, inputErrorf("leaseId must be a UUID")
 	}
 	if err := ValidateName("consumerGroup", r.Group); err != nil {
 		return nil, false, err
@@ -252,7 +261,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	var res *PopResult
 	for attempt := 0; ; attempt++ {
 		res = &PopResult{Group: req.Group}
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err = beginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			return s.popTx(ctx, tx, &req, attempt == 0, res)
 		})
 		if !errors.Is(err, errUnregistered) {
@@ -289,9 +298,12 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 		return err
 	}
 	dead := expireLeases(claims, req.Group, res)
-	leaseID := NewID()
-	if req.AutoAck {
+	leaseID := req.LeaseID
+	switch {
+	case req.AutoAck:
 		leaseID = ""
+	case leaseID == "":
+		leaseID = NewID()
 	}
 	bad, err := s.fetchClaimed(ctx, tx, req, claims, leaseID, res)
 	if err != nil {

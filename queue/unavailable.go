@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 )
@@ -81,6 +82,45 @@ func OutcomeUnknown(err error) bool {
 		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
 	}
 	return true
+}
+
+// commitLostError is the failure of a request that carried a COMMIT and
+// did not get the database's answer to it: the transaction may have
+// committed. pgx reports a connection lost while it read the answer of a
+// simple-protocol statement (tx.Commit sends "commit" so) as "conn
+// closed", safe to retry, as if nothing had been sent; this says it is
+// not (OutcomeUnknown).
+type commitLostError struct{ err error }
+
+func (e *commitLostError) Error() string     { return e.err.Error() }
+func (e *commitLostError) Unwrap() error     { return e.err }
+func (e *commitLostError) SafeToRetry() bool { return false }
+
+// commitUnknown marks err, the failure of a request that carried a
+// COMMIT, as of unknown outcome unless the database answered it with an
+// error of the statement (then nothing committed).
+func commitUnknown(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || errors.As(err, &pgErr) {
+		return err
+	}
+	return &commitLostError{err: err}
+}
+
+// beginFunc is pgx.BeginFunc whose COMMIT, when its answer is lost, fails
+// with an error OutcomeUnknown reports (commitUnknown).
+func beginFunc(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, fn func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(ctx) // the error to return is fn's
+		return err
+	}
+	return commitUnknown(tx.Commit(ctx))
 }
 
 // OutageLog logs database failures one line per change of state while the

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 // IsUnavailable tells a database that cannot be reached or stopped
@@ -98,4 +100,60 @@ func TestOutcomeUnknown_ATerminatedBackendMayHaveCommitted(t *testing.T) {
 	assert.True(t, queue.OutcomeUnknown(fmt.Errorf("popping: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01"})))
 	assert.False(t, queue.OutcomeUnknown(&pgconn.PgError{Severity: "ERROR", Code: "40001"}), "refused: rolled back")
 	assert.False(t, queue.OutcomeUnknown(nil))
+}
+
+// A pop transaction, or an ack, whose COMMIT reached the server but whose
+// answer was lost has an unknown outcome (pgx calls the lost answer of a
+// simple-protocol COMMIT "conn closed", safe to retry, as if it had never
+// been sent): the pop's lease (its PopRequest.LeaseID) is there, to be
+// given back; the ack is applied.
+func TestOutcomeUnknown_ALostCommitMayHaveCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+	s := queuetest.NewStoreDSN(t, dsn)
+	push := func(n int) {
+		items := make([]queue.PushItem, n)
+		for i := range items {
+			items[i] = queue.PushItem{Queue: "c", Partition: "p", Payload: json.RawMessage(`{}`)}
+		}
+		_, err := s.Push(ctx, items)
+		require.NoError(t, err)
+	}
+	push(1)
+	first, err := s.Pop(ctx, queue.PopRequest{Queue: "c"}) // registers the group, in a transaction of its own
+	require.NoError(t, err)
+	require.Len(t, first.Messages, 1)
+	f := first.Messages[0]
+	_, err = s.Ack(ctx, []queue.Ack{{TransactionID: f.TransactionID, PartitionID: f.PartitionID, LeaseID: f.LeaseID,
+		Status: queue.StatusCompleted}})
+	require.NoError(t, err)
+	push(1)
+
+	leaseID := queue.NewID()
+	cut := proxy.CutAnswer("commit")
+	_, err = s.Pop(ctx, queue.PopRequest{Queue: "c", Batch: 10, LeaseID: leaseID})
+	<-cut
+	require.Error(t, err)
+	assert.True(t, queue.OutcomeUnknown(err), "a pop whose COMMIT's answer was lost: %v", err)
+	again, err := s.Pop(ctx, queue.PopRequest{Queue: "c", Batch: 10})
+	require.NoError(t, err)
+	assert.Empty(t, again.Messages, "the lost pop committed its lease")
+	require.NoError(t, s.ReleaseLease(ctx, leaseID))
+	again, err = s.Pop(ctx, queue.PopRequest{Queue: "c", Batch: 10})
+	require.NoError(t, err)
+	require.Len(t, again.Messages, 1, "given back")
+	assert.Zero(t, again.Messages[0].RetryCount)
+
+	m := again.Messages[0]
+	cut = proxy.CutAnswer("COMMIT")
+	_, err = s.Ack(ctx, []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID,
+		Status: queue.StatusCompleted}})
+	<-cut
+	require.Error(t, err)
+	assert.True(t, queue.OutcomeUnknown(err), "an ack whose COMMIT's answer was lost: %v", err)
+	res, err := s.Ack(ctx, []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID,
+		Status: queue.StatusCompleted}})
+	require.NoError(t, err)
+	assert.True(t, res[0].Success, "a repeat of a committed ack succeeds: %+v", res[0])
 }

@@ -133,6 +133,8 @@ func TestStandby_PrimaryHungStandbyPromoted(t *testing.T) {
 	assert.Empty(t, r.OutOfOrder, "order per partition")
 	assert.Positive(t, r.pushesBack)
 	assert.Less(t, r.pushesBack, 10*time.Second, "pushes back within 10 s of the freeze")
+	assert.Positive(t, r.deliveriesBack)
+	assert.Less(t, r.deliveriesBack, 10*time.Second, "deliveries back within 10 s of the freeze")
 	for i, d := range healthBack {
 		assert.True(t, d > 0 && d < 10*time.Second, "instance %d: /health 200 for good within 10 s of the freeze (%v)", i, d)
 	}

@@ -32,6 +32,9 @@
 // expired lease") rejects the promise of ack() / nack() with an Error whose
 // message is the server's reason and whose e.herald is {message, result},
 // and reaches the subscription's onError, in every ack mode.
+// An ack the server could not take because its database was away (503,
+// an "unavailable" error frame) is sent again for up to 30 s before it
+// counts as failed.
 
 const BACKOFF_MIN = 100;
 const BACKOFF_MAX = 10000;
@@ -49,6 +52,32 @@ export function backoff(attempt, min = BACKOFF_MIN, max = BACKOFF_MAX) {
 // down or closed before it. Acks then go over HTTP.
 function lost(text) {
   return Object.assign(new Error(text), { transport: true });
+}
+
+// An ack the server could not take because its database is away (HTTP 503,
+// an error frame with code "unavailable") or that never reached it over
+// HTTP is sent again: after the server's Retry-After, else 100 ms doubling
+// to 2 s, for up to 30 s. A repeat is safe: an ack of a message already
+// done answers success and changes nothing.
+const ACK_RETRY_FOR = 30000;
+const ACK_RETRY_MAX = 2000;
+
+function unavailable(text, retryAfter) {
+  return Object.assign(new Error(text), { unavailable: true, retryAfter });
+}
+
+async function retryUnavailable(send) {
+  const until = Date.now() + ACK_RETRY_FOR;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await send();
+    } catch (e) {
+      const left = until - Date.now();
+      if (!e.unavailable || left <= 0) throw e;
+      const wait = e.retryAfter > 0 ? e.retryAfter * 1000 : Math.min(ACK_RETRY_MAX, 100 * 2 ** attempt);
+      await new Promise((r) => setTimeout(r, Math.min(wait, left)));
+    }
+  }
 }
 
 /** tokenExpiry(jwt) → its exp in ms since the epoch, or 0 (read, not verified: the server verifies). */
@@ -149,10 +178,19 @@ export class Herald {
     const body = { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId,
       consumerGroup: m.consumerGroup, status };
     if (error !== undefined) body.error = String(error);
-    const res = await fetch(`${this.base}/api/v1/ack`, {
-      method: "POST", headers: await this._headers(), body: JSON.stringify(body),
+    const [res, out] = await retryUnavailable(async () => {
+      let res;
+      try {
+        res = await fetch(`${this.base}/api/v1/ack`, {
+          method: "POST", headers: await this._headers(), body: JSON.stringify(body),
+        });
+      } catch (e) {
+        throw unavailable(`ack: ${e.message}`); // no answer: the server unreachable
+      }
+      const out = await res.json().catch(() => null);
+      if (res.status === 503) throw unavailable(out?.error ?? "ack: HTTP 503", Number(res.headers.get("Retry-After")));
+      return [res, out];
     });
-    const out = await res.json().catch(() => null);
     if (!res.ok) throw new Error(out?.error ?? `ack: HTTP ${res.status}`);
     const result = Array.isArray(out) ? out[0] : out;
     if (result?.success === false) throw refused(m, result);
@@ -321,7 +359,10 @@ export class Herald {
       return;
     }
     this._pending.delete(f.id);
-    if (f.type === "error") p.reject(Object.assign(new Error(f.message), { code: f.code }));
+    if (f.type === "error") {
+      const e = Object.assign(new Error(f.message), { code: f.code });
+      p.reject(f.code === "unavailable" ? Object.assign(e, { unavailable: true, retryAfter: f.retryAfter }) : e);
+    }
     else p.resolve(f);
   }
 
@@ -712,7 +753,7 @@ class Subscription {
     if (from && from.ws !== ws) return this.herald.ack(m, status, error);
     let result;
     try {
-      result = await this._ackFrame(m, status, error, from?.sub ?? this.sub);
+      result = await retryUnavailable(() => this._ackFrame(m, status, error, from?.sub ?? this.sub));
     } catch (e) {
       if (!e.transport) throw e;
       return this.herald.ack(m, status, error);

@@ -452,3 +452,44 @@ func TestHeraldJS_FollowResumesAfterItsLastEventID(t *testing.T) {
 	assert.Equal(t, "[1,2,3,4,5]", evalJS[string](ctx, t, `JSON.stringify(__t.got)`), "the closed follow got nothing more")
 	evalJS[string](ctx, t, `(__g.close(), "ok")`)
 }
+
+// herald.js sends again an ack the server could not take because its
+// database was away (503 with Retry-After): the database freezes under a
+// real herald, the page acks a message it popped, the first answer is 503;
+// once the database is back the same ack goes through and the message is
+// done (a pop finds nothing), with no error reported to the page.
+func TestHeraldJS_AckAnsweredUnavailableIsSentAgain(t *testing.T) {
+	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+	bin := buildHerald(t)
+	p := startHerald(t, bin, dataDir(t), "--database-url", dsn)
+	ctx := browser(t)
+	const q = "js-ack-retry"
+	postJSON(t, p.url+"api/v1/push", `{"items":[{"queue":"`+q+`","payload":{"n":1}}]}`)
+	code, popped := get(t, p.url+"api/v1/pop/queue/"+q+"?wait=false")
+	require.Equal(t, http.StatusOK, code, popped)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(p.url+"herald.js")))
+	evalJS[string](ctx, t, `(async () => {
+		const { Herald } = await import("/herald.js");
+		const t = window.__t = { statuses: [], result: null, error: null };
+		const fetch0 = window.fetch; // observed, not changed
+		window.fetch = async (...a) => {
+			const res = await fetch0(...a);
+			if (String(a[0]).includes("/api/v1/ack")) t.statuses.push(res.status);
+			return res;
+		};
+		window.__h = new Herald(location.origin);
+		window.__m = (`+popped+`).messages[0];
+		return "ok";
+	})()`)
+	proxy.Freeze()
+	evalJS[string](ctx, t, `(__h.ack(__m).then((r) => { __t.result = r; }, (e) => { __t.error = String(e); }), "ok")`)
+	waitState(ctx, t, 30*time.Second, "the ack is answered 503 while the database is frozen", `__t.statuses.includes(503)`)
+	proxy.Thaw()
+	waitState(ctx, t, 40*time.Second, "the ack is sent again and taken", `__t.result !== null || __t.error !== null`)
+	assert.Equal(t, "null", evalJS[string](ctx, t, `JSON.stringify(__t.error)`), "no error reaches the page")
+	assert.Equal(t, 200, evalJS[int](ctx, t, `__t.statuses.at(-1)`), "the last try was taken")
+	assert.True(t, evalJS[bool](ctx, t, `JSON.stringify(__t.result).includes('"success":true')`), "%s", evalJS[string](ctx, t, `JSON.stringify(__t.result)`))
+	code, body := get(t, p.url+"api/v1/pop/queue/"+q+"?wait=false")
+	assert.Equal(t, http.StatusNoContent, code, "the message is done: %s", body)
+}

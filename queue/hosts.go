@@ -248,7 +248,7 @@ func (c *trackedConn) Write(b []byte) (int, error) {
 		if c.h.isFailed(c.addr) {
 			wait = 0
 		}
-		_ = c.Conn.SetReadDeadline(time.Now().Add(wait))
+		_ = c.SetReadDeadline(time.Now().Add(wait))
 	}
 	return c.Conn.Write(b)
 }

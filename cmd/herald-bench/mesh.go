@@ -231,7 +231,7 @@ func consumeQueues(ctx context.Context, s *server, k int) (*websocket.Conn, erro
 // pgURL is the URL of the private PostgreSQL of dir (its port from
 // postmaster.pid).
 func pgURL(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "postgres", "pgdata", "postmaster.pid"))
+	b, err := os.ReadFile(filepath.Join(dir, "postgres", "pgdata", "postmaster.pid")) //nolint:gosec // G304: the bench's own data directory
 	if err != nil {
 		return "", fmt.Errorf("mesh: reading postmaster.pid: %w", err)
 	}

@@ -82,7 +82,8 @@ func (s *Store) ConsumerGroups(ctx context.Context) ([]GroupSummary, error) {
 // PartitionLag is one partition's position for a group.
 type PartitionLag struct {
 	Group, Queue, Partition, PartitionID string
-	// LeaseOwner is the instance holding the group's live lease here ("":
+	// LeaseOwner is the instance holding the group's live lease here for a
+	// stream, or "<instance>#pop" for a client's HTTP pop ("":
 	// none); LeaseExpires its expiry.
 	LeaseOwner   string
 	LeaseExpires *time.Time

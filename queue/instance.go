@@ -9,11 +9,28 @@ import (
 )
 
 // An instance id (Config.InstanceID) names the owner of the leases an
-// instance takes. It must be unique among the live instances of one
-// database schema: a restarted instance gives back, by its id, the leases
-// its previous life held (ReleaseInstanceLeases), and would give back a
-// live twin's. LockInstance guards that: it holds an advisory lock keyed on
+// instance takes for its streams (WebSocket and SSE subscriptions; the
+// leases clients pop over HTTP record id + "#pop", leaseOwner). It must be
+// unique among the live instances of one database schema: a restarted
+// instance gives back, by its id, the leases its previous life's streams
+// held (ReleaseInstanceLeases), and would give back a live twin's. LockInstance guards that: it holds an advisory lock keyed on
 // the schema and the id for as long as the instance lives.
+
+// popOwnerSuffix marks the owner of a lease popped by a client (an HTTP
+// pop, wait=false or a long-poll): InstanceID + popOwnerSuffix. The client
+// holds that lease whatever becomes of the instance that answered it, so
+// ReleaseInstanceLeases, which matches InstanceID exactly, never ends it.
+const popOwnerSuffix = "#pop"
+
+// leaseOwner is the lease_owner a lease taken by this instance records:
+// its id for a stream's (a WebSocket or SSE subscription, which dies with
+// the process), its id + "#pop" for a client's.
+func (s *Store) leaseOwner(stream bool) string {
+	if stream {
+		return s.cfg.InstanceID
+	}
+	return s.cfg.InstanceID + popOwnerSuffix
+}
 
 // ErrInstanceInUse: another live session holds the instance id's lock.
 var ErrInstanceInUse = errors.New("the instance id is in use by another live instance")
@@ -87,7 +104,8 @@ func (l *InstanceLock) Close(ctx context.Context) error {
 	return err
 }
 
-// releaseInstanceSQL ends every lease owned by $1, locking the rows in key
+// releaseInstanceSQL ends every lease owned by $1 (the instance's streams';
+// not the "#pop" leases its clients hold), locking the rows in key
 // order first (as releaseLeaseSQL), and names what it freed. It counts no
 // attempt: the gateway's crash is not the consumer's failure. The scan
 // goes through consumers_lease_id (leased rows only).
@@ -115,8 +133,9 @@ type FreedLease struct {
 
 // ReleaseInstanceLeases gives back at once every lease recorded under this
 // instance's id (Config.InstanceID), without counting a failed attempt: a
-// restarted instance's previous life held them, and its connections died
-// with it. Call it at start, before serving, with the id's lock held
+// restarted instance's previous life held them for its streams, and those
+// died with it. Leases its clients popped (owner id + "#pop") are the
+// clients' own: they end by ack, release or expiry only. Call it at start, before serving, with the id's lock held
 // (LockInstance), so that no live instance's leases are touched.
 func (s *Store) ReleaseInstanceLeases(ctx context.Context) ([]FreedLease, error) {
 	rows, err := s.pool.Query(ctx, releaseInstanceSQL, s.cfg.InstanceID)

@@ -332,6 +332,22 @@ func TestFollow_WebSocketFollowsManyOnOneSocket(t *testing.T) {
 	assert.Equal(t, `"bad_request"`, string(c.next("error")["code"]))
 }
 
+// A follow frame finds its start on the connection's reader: bounded by
+// FollowStartTimeout (here far too short for the walk a from=<time> makes),
+// it is answered with a timeout error frame, and the connection reads its
+// next frames.
+func TestFollow_WebSocketStartPastItsTimeoutIsAnsweredWithAnError(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.FollowStartTimeout = time.Nanosecond })
+	e.pushItems(`[{"queue":"fslow","payload":1}]`)
+	c := e.dialWS(t)
+	c.send(`{"type":"follow","id":1,"queue":"fslow","from":"2020-01-01T00:00:00Z"}`)
+	fr := c.next("error")
+	assert.Equal(t, `"timeout"`, string(fr["code"]))
+	assert.Equal(t, `1`, string(fr["id"]))
+	c.send(`{"type":"unfollow","id":2,"follow":"nope"}`)
+	assert.Equal(t, `"unknown_follow"`, string(c.next("error")["code"]), "the reader goes on")
+}
+
 // Following needs consume rights on the queue or partition: refused with
 // 403 (SSE, long-poll) or a forbidden error frame, on every transport.
 func TestFollow_RefusedWithoutConsumeRights(t *testing.T) {

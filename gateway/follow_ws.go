@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -87,6 +89,9 @@ func (wf *wsFollow) deliver(items []followItem, gone *queue.FollowPos, _ *follow
 // slow: the session closed itself (its queue overflowed) or is closing.
 func (wf *wsFollow) slow() { wf.c.ss.close(&disconnectSlowConsumer) }
 
+// FollowStartTimeoutDefault is Config.FollowStartTimeout's default.
+const FollowStartTimeoutDefault = 10 * time.Second
+
 func (c *wsConn) follow(f *wsFrame) {
 	t, err := followTarget(f.Queue, f.Partition)
 	if err != nil {
@@ -99,9 +104,19 @@ func (c *wsConn) follow(f *wsFrame) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	pos, err := c.ss.s.followPosition(ctx, t, "", f.From)
+	// On the reader: bounded, or a from=<time> walking a long queue would
+	// stop the connection's other frames (acks) for as long.
+	pctx, pcancel := context.WithTimeout(ctx, c.ss.s.cfg.FollowStartTimeout)
+	pos, err := c.ss.s.followPosition(pctx, t, "", f.From)
+	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+	pcancel()
 	if err != nil {
 		cancel()
+		if timedOut {
+			c.ss.send(wsError(f.ID, "timeout", "finding the follow's start took longer than "+
+				c.ss.s.cfg.FollowStartTimeout.String()+"; follow from a later time or an id"))
+			return
+		}
 		c.ss.send(wsStoreError(f.ID, err, "starting the follow failed"))
 		return
 	}

@@ -274,7 +274,7 @@ func TestIssue18_TokensNeverLogged(t *testing.T) {
 
 // Issue 18: an SSE resume token acks what it covers; another user's token,
 // learned out of band, acks nothing, while its owner resumes with it.
-func TestIssue18_ResumeTokenOfAnotherAcksNothing(t *testing.T) {
+func TestSSE_ResumeTokenOfAnotherSubjectAcksNothing(t *testing.T) {
 	e := newAuthEnv(t)
 	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
 	for i := range 3 {

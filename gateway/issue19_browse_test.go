@@ -360,7 +360,7 @@ func TestBrowse_Partitions(t *testing.T) {
 	require.NotNil(t, g.Lease)
 	assert.Equal(t, p.LeaseID, g.Lease.ID)
 	assert.True(t, g.Lease.Live)
-	assert.Equal(t, "test", g.Lease.Owner, "the instance holding it")
+	assert.Equal(t, "test#pop", g.Lease.Owner, "an HTTP pop's lease: its client holds it, popped through instance test")
 	assert.Regexp(t, milli, g.Lease.ExpiresAt)
 	assert.Nil(t, all.Partitions[0].Groups[0].Lease)
 

@@ -91,6 +91,11 @@ type Config struct {
 	// leases wait for its browser to resume; zero means
 	// SSEResumeGraceDefault.
 	SSEResumeGrace time.Duration
+	// FollowStartTimeout bounds how long a WebSocket follow frame may look
+	// for its start (a from=<time> walks the queue) on the connection's
+	// reader, which reads nothing else meanwhile; past it the frame is
+	// answered with a "timeout" error. Zero means FollowStartTimeoutDefault.
+	FollowStartTimeout time.Duration
 	// SSELeaseCheck is how often a stream with unacknowledged messages
 	// looks in the database for acks posted to other instances and for
 	// leases that expired, to get its credit back (acks posted to this
@@ -185,6 +190,9 @@ func (c Config) WithDefaults() Config {
 	if c.SSEResumeGrace == 0 {
 		c.SSEResumeGrace = SSEResumeGraceDefault
 	}
+	if c.FollowStartTimeout == 0 {
+		c.FollowStartTimeout = FollowStartTimeoutDefault
+	}
 	if c.SSELeaseCheck == 0 {
 		c.SSELeaseCheck = SSELeaseCheckDefault
 	}
@@ -217,7 +225,7 @@ func (c Config) Validate() error {
 	case c.MaxConnections < 0:
 		return errors.New("gateway: Config.MaxConnections must not be negative")
 	case c.SSEHeartbeat < 0 || c.SSEResumeGrace < 0 || c.SSELeaseCheck < 0 || c.WSLeaseCheck < 0 || c.DrainWindow < 0 || c.BodyReadTimeout < 0 ||
-		c.MaintenanceRefresh < 0:
+		c.MaintenanceRefresh < 0 || c.FollowStartTimeout < 0:
 		return errors.New("gateway: Config durations must not be negative")
 	case c.BufferMaxBytes < 0:
 		return errors.New("gateway: Config.BufferMaxBytes must not be negative")

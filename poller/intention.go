@@ -25,7 +25,9 @@ type Intention struct {
 	// Deadline, when set, ends the intention unserved.
 	Deadline time.Time
 	// Standing intentions stay registered after a delivery (subscriptions);
-	// the others end with their first delivery (long-polls).
+	// the others end with their first delivery (long-polls). A standing
+	// intention's leases are its stream's, given back when the instance
+	// restarts (queue.Assignment.Stream); a long-poll's are its client's.
 	Standing bool
 	// Deliver receives leased messages. A poller worker calls it, or the
 	// goroutine of a push that handed messages off to it (a standing

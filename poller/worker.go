@@ -249,7 +249,8 @@ func (w *worker) claimServe(ctx context.Context, in *Intention) (worked bool) {
 		return false
 	}
 	c := queue.Claim{Queue: in.Target.Queue, Group: in.Target.Group, Partitions: max(in.Partitions, 1),
-		Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, Subject: in.Subject}
+		Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, Subject: in.Subject,
+		Stream: in.Standing}
 	if !in.AutoAck {
 		c.LeaseID = queue.NewID()
 	}
@@ -440,7 +441,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 		// is for the next cycle: deliver judges "took all it could" by it).
 		as = append(as, queue.Assignment{Intention: a.candidate, PartitionID: a.avail.PartitionID, Group: a.avail.Group,
 			Limit: min(in.Batch, in.free()), Total: min(cands[a.candidate].budget, in.take()), AutoAck: in.AutoAck,
-			LeaseID: leases[a.candidate], Subject: in.Subject})
+			LeaseID: leases[a.candidate], Subject: in.Subject, Stream: in.Standing})
 	}
 	planned := plansOf(as)
 	unhold := w.hold(planned, func(i int) *Intention { return chunk[i] })
@@ -489,7 +490,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			w.mu.Unlock()
 			leaseID := queue.NewID()
 			res, err := p.store.Pop(ctx, queue.PopRequest{Queue: a.Queue, Partition: a.Partition, Group: a.Group,
-				Batch: batch, AutoAck: in.AutoAck, Subject: in.Subject, LeaseID: leaseID})
+				Batch: batch, AutoAck: in.AutoAck, Subject: in.Subject, LeaseID: leaseID, Stream: in.Standing})
 			if err != nil {
 				if !in.AutoAck {
 					p.forgetOnUnknown(err, in.key, leaseID)

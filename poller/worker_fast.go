@@ -89,7 +89,8 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 			audits = append(audits, audit{idx, a.partitionID})
 		}
 		as = append(as, queue.Assignment{Intention: idx, PartitionID: a.partitionID, Group: in.Target.Group,
-			Limit: a.limit, Total: a.total, AutoAck: in.AutoAck, LeaseID: leases[idx], Subject: in.Subject})
+			Limit: a.limit, Total: a.total, AutoAck: in.AutoAck, LeaseID: leases[idx], Subject: in.Subject,
+			Stream: in.Standing})
 	}
 	planned := plansOf(as)
 	unhold := w.hold(planned, func(i int) *Intention { return owners[i] })

@@ -128,6 +128,10 @@ type lockedConsumer struct {
 	lastOffset  int64  // the partition's last offset, as the row knows it
 	retryLimit  int
 	subject     string // who the last lease was for; "" for no one
+	// seekFrom, seekTo: the offsets (seekFrom, seekTo] the last seek (or
+	// group reset) passed over, done by the move and not by an ack (see
+	// placeConsumers); equal when none.
+	seekFrom, seekTo int64
 
 	// What earlier items of the request left (decideAck starts them
 	// afresh): offsets given back (failed or retry), and the item whose
@@ -136,6 +140,11 @@ type lockedConsumer struct {
 	// message and finish the others.
 	givenBack  map[int64]bool
 	releasedBy int
+}
+
+// skipped reports whether seq is done because a seek passed over it.
+func (lc *lockedConsumer) skipped(seq int64) bool {
+	return seq > lc.seekFrom && seq <= lc.seekTo && lc.st.isDone(seq)
 }
 
 // covers reports whether seq lies in the lease's range.
@@ -149,10 +158,13 @@ func (lc *lockedConsumer) covers(seq int64) bool {
 //   - a Holder must be the subject of the row's last lease, if it had one
 //     (whatever else holds: another's message is not even acked twice);
 //   - naming a lease: a done seq is a harmless repeat, whether or not the
-//     lease is still live (a retried ack whose first answer was lost);
-//     otherwise it must be the live lease, cover seq and not have given seq
-//     back earlier in the request;
-//   - naming none: a done seq is a harmless repeat; otherwise no lease may be
+//     lease is still live (a retried ack whose first answer was lost),
+//     unless a seek passed over seq (skipped): the seek ended the lease it
+//     was delivered under, and the holder's ack is refused; otherwise it
+//     must be the live lease, cover seq and not have given seq back
+//     earlier in the request;
+//   - naming none: a done seq is a harmless repeat, unless a seek passed
+//     over it (no delivery made since the seek holds it); otherwise no lease may be
 //     live (only its holder, who knows its id, may act under it), seq must
 //     have been delivered, and only a verdict (completed, dlq) is taken:
 //     failed and retry give a lease back, and there is none.
@@ -164,6 +176,10 @@ func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
 	// one live when the request started is live for all of its items.
 	if a.LeaseID != "" {
 		switch {
+		case lc.skipped(seq):
+			// Done by a seek, which ended the lease it was delivered
+			// under (a lease taken since covers no offset it passed).
+			return ErrTextInvalidLease
 		case lc.st.isDone(seq):
 			// A repeat, whatever lease it names: the ack of a client that
 			// retries one whose answer it lost (the database failed over)
@@ -179,6 +195,8 @@ func (lc *lockedConsumer) refusal(a Ack, seq int64) string {
 		return ""
 	}
 	switch {
+	case lc.skipped(seq):
+		return ErrTextNotLeased
 	case lc.st.isDone(seq):
 		return ""
 	case lc.liveLease != "":

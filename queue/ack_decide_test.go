@@ -175,6 +175,27 @@ func TestDecideAck_Completed(t *testing.T) {
 		want:   []string{"ok"},
 		cursor: 13,
 	}, {
+		// A seek to the end (13) passed over 11-13 and ended L1: its
+		// holder's ack is refused, not taken for a repeat, with or without
+		// the lease; 10, acked before the seek, still repeats harmlessly.
+		name: "AfterASeekPassedOverIt",
+		row: with(expired(), func(r *lockedConsumer) {
+			r.st.cursor, r.st.leaseID, r.seekFrom, r.seekTo = 13, "", 10, 13
+		}),
+		items:  []ackItem{{seq: 11, lease: "L1"}, {seq: 12}, {seq: 10, lease: "L1"}},
+		want:   []string{ErrTextInvalidLease, ErrTextNotLeased, "ok"},
+		cursor: 13,
+	}, {
+		// A lease taken after the seek acked 14 and ended; its repeat
+		// names an offset no seek passed over, and succeeds.
+		name: "RepeatAfterASeekOfAnOffsetAckedSince",
+		row: with(expired(), func(r *lockedConsumer) {
+			r.st.cursor, r.st.leaseID, r.seekFrom, r.seekTo = 14, "", 10, 13
+		}),
+		items:  []ackItem{{seq: 14, lease: "L2"}},
+		want:   []string{"ok"},
+		cursor: 14,
+	}, {
 		// An autoAck pop moved the cursor at delivery and kept no lease:
 		// an ack of its message is a repeat.
 		name:   "AutoAcked",

@@ -21,6 +21,10 @@ type Assignment struct {
 	AutoAck bool
 	LeaseID string // one per intention, shared by its assignments; ignored with AutoAck
 	Subject string // who the consumer is (its token's sub); "" for none
+	// Stream: leased for a stream of this instance (a WebSocket or SSE
+	// subscription), which dies with the process; false: for a client that
+	// holds the lease itself (a long-poll). See Store.leaseOwner.
+	Stream bool
 }
 
 // popAssignedSQL leases every assigned (partition, group) and returns their
@@ -44,12 +48,13 @@ type Assignment struct {
 // #nosec G101 -- SQL text; "lease" is not a credential.
 const popAssignedSQL = `-- herald:pop_assigned
 WITH a AS (
-	SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::int[], $5::int[], $6::bool[], $7::text[], $9::text[])
-	       WITH ORDINALITY AS a(intention, pid, grp, lim, total, auto, lease, subj, ord)
+	SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::int[], $5::int[], $6::bool[], $7::text[], $9::text[],
+	                     $8::text[])
+	       WITH ORDINALITY AS a(intention, pid, grp, lim, total, auto, lease, subj, owner, ord)
 ), locked AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, c.last_offset,
 	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
-	       a.intention, a.lim, a.total, a.auto, a.lease, a.subj, a.ord,
+	       a.intention, a.lim, a.total, a.auto, a.lease, a.subj, a.owner, a.ord,
 	       q.name AS qname, q.lease_time, q.delayed_processing, p.name AS pname
 	FROM a
 	JOIN consumers c ON c.partition_id = a.pid::uuid AND c.consumer_group = a.grp
@@ -71,13 +76,13 @@ WITH a AS (
 // the same rows. A row whose expired lease would dead-letter is left for the
 // pre-flight's path (Pop), as in popAssignedSQL.
 // $1 queue, $2 group, $3 partitions, $4 per partition, $5 total, $6 autoAck,
-// $7 lease id, $8 owner, $9 intention, $10 subject.
+// $7 lease id, $8 owner (Store.leaseOwner), $9 intention, $10 subject.
 var popClaimSQL = `-- herald:pop_claim
 WITH locked AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, c.last_offset,
 	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
 	       $9::int AS intention, $4::int AS lim, $5::int AS total, $6::bool AS auto, $7::text AS lease,
-	       $10::text AS subj,
+	       $10::text AS subj, $8::text AS owner,
 	       row_number() OVER (ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id) AS ord,
 	       q.name AS qname, q.lease_time, q.delayed_processing, p.name AS pname
 	FROM queues q
@@ -109,8 +114,8 @@ var claimableRow = `c.last_offset > c.cursor AND ` + leasableNow("q") + `
 	         AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)`
 
 // popLeaseSQL is what popAssignedSQL and popClaimSQL share once their
-// consumer rows are locked (CTE locked, with each row's subj); $8 is the
-// lease owner.
+// consumer rows are locked (CTE locked, with each row's subj and lease
+// owner).
 const popLeaseSQL = `), st AS (
 	SELECT l.*,
 	       CASE WHEN l.expired THEN (CASE WHEN l.attempt_seq = l.cursor + 1 THEN l.attempts + 1 ELSE 1 END)
@@ -132,7 +137,7 @@ const popLeaseSQL = `), st AS (
 		SELECT c.*, row_number() OVER (PARTITION BY c.intention ORDER BY c.ord, c.seq) AS n FROM cand c WHERE c.visible
 	) c WHERE c.n <= c.total
 ), ranges AS MATERIALIZED (
-	SELECT s.partition_id, s.consumer_group, s.expired, s.auto, s.att, s.aseq, s.lease, s.subj, s.lease_time,
+	SELECT s.partition_id, s.consumer_group, s.expired, s.auto, s.att, s.aseq, s.lease, s.subj, s.owner, s.lease_time,
 	       r.ord, r.lfrom, r.lto,
 	       CASE WHEN s.auto AND r.ord IS NOT NULL THEN r.lto + coalesce((SELECT count(*) FROM (
 	           SELECT d, row_number() OVER (ORDER BY d) AS rn FROM unnest(s.done) d WHERE d > r.lto) x
@@ -146,7 +151,7 @@ const popLeaseSQL = `), st AS (
 		done = CASE WHEN r.auto AND r.ord IS NOT NULL
 		            THEN ARRAY(SELECT d FROM unnest(c.done) d WHERE d > r.auto_cursor ORDER BY d) ELSE c.done END,
 		lease_id = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE r.lease::uuid END,
-		lease_owner = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE $8 END,
+		lease_owner = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE r.owner END,
 		lease_subject = CASE WHEN r.ord IS NULL OR r.auto THEN c.lease_subject ELSE r.subj END,
 		lease_expires_at = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE now() + make_interval(secs => r.lease_time) END,
 		lease_from = CASE WHEN r.ord IS NULL OR r.auto THEN NULL ELSE r.lfrom END,
@@ -191,7 +196,7 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	n := len(as)
 	intention, lim, total := make([]int32, n), make([]int32, n), make([]int32, n)
 	pid, grp, lease := make([]string, n), make([]string, n), make([]string, n)
-	auto, subj := make([]bool, n), make([]*string, n)
+	auto, subj, owner := make([]bool, n), make([]*string, n), make([]string, n)
 	for i, a := range as {
 		g := a.Group
 		if g == "" {
@@ -199,11 +204,12 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 		}
 		intention[i], pid[i], grp[i], lim[i], total[i], auto[i], lease[i], subj[i] =
 			int32(a.Intention), a.PartitionID, g, int32(a.Limit), int32(a.Total), a.AutoAck, a.LeaseID, optString(a.Subject)
+		owner[i] = s.leaseOwner(a.Stream)
 		if a.AutoAck {
 			lease[i] = NewID() // unused, but keeps the uuid cast valid
 		}
 	}
-	rows, err := s.pool.Query(ctx, popAssignedSQL, intention, pid, grp, lim, total, auto, lease, s.cfg.InstanceID, subj)
+	rows, err := s.pool.Query(ctx, popAssignedSQL, intention, pid, grp, lim, total, auto, lease, owner, subj)
 	if err != nil {
 		return nil, fmt.Errorf("popping assigned partitions: %w", err)
 	}
@@ -222,6 +228,7 @@ type Claim struct {
 	AutoAck    bool
 	LeaseID    string // ignored with AutoAck
 	Subject    string // who the consumer is (its token's sub); "" for none
+	Stream     bool   // leased for a stream of this instance (Assignment.Stream)
 }
 
 // PopClaim leases for one intention in one statement, claiming partitions
@@ -240,7 +247,7 @@ func (s *Store) PopClaim(ctx context.Context, c Claim) (map[int]*PopResult, erro
 	}
 	n := min(max(c.Partitions, 1), MaxPartitions)
 	rows, err := s.pool.Query(ctx, popClaimSQL, c.Queue, g, int32(n), int32(max(c.Limit, 1)), // #nosec G115 -- bounded
-		int32(max(c.Total, 1)), c.AutoAck, lease, s.cfg.InstanceID, int32(c.Intention), // #nosec G115 -- a small id
+		int32(max(c.Total, 1)), c.AutoAck, lease, s.leaseOwner(c.Stream), int32(c.Intention), // #nosec G115 -- a small id
 		optString(c.Subject))
 	if err != nil {
 		return nil, fmt.Errorf("claiming partitions: %w", err)

@@ -56,3 +56,6 @@ var (
 	SeekSQL       = seekSQL
 	GroupResetSQL = groupResetSQL
 )
+
+// BackendPID is the instance lock's backend, for the tests that end it.
+func (l *InstanceLock) BackendPID() uint32 { return l.pid.Load() }

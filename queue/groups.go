@@ -82,7 +82,8 @@ func (s *Store) ConsumerGroups(ctx context.Context) ([]GroupSummary, error) {
 // PartitionLag is one partition's position for a group.
 type PartitionLag struct {
 	Group, Queue, Partition, PartitionID string
-	// LeaseOwner is the instance holding the group's live lease here ("":
+	// LeaseOwner is the instance holding the group's live lease here for a
+	// stream, or "<instance>#pop" for a client's HTTP pop ("":
 	// none); LeaseExpires its expiry.
 	LeaseOwner   string
 	LeaseExpires *time.Time
@@ -225,10 +226,18 @@ FOR UPDATE OF c`
 // placeConsumers moves consumer rows to the cursor and done set of a
 // subquery x (with its partition's last_offset): no lease, nothing
 // attempted, and only deliveries made afterwards ackable without their
-// lease (delivered_to). Group resets and seeks both end this way.
+// lease (delivered_to). Group resets and seeks both end this way. The
+// offsets a move forward passes over are recorded (seek_from, seek_to]
+// (migration 0018), joined to the last move's range when no ack moved the
+// cursor between them: an ack under a lease the move ended may not pass
+// for a harmless repeat there (lockedConsumer.refusal). A move back trims
+// the range to the new position, the offsets above it being no longer done.
 const placeConsumers = `UPDATE consumers c SET cursor = x.cursor, done = x.done, delivered_to = x.cursor, attempts = 0, attempt_seq = 0,
 	lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
-	last_offset = greatest(c.last_offset, x.last_offset)`
+	last_offset = greatest(c.last_offset, x.last_offset),
+	seek_from = CASE WHEN x.cursor <= c.cursor THEN least(c.seek_from, x.cursor)
+	                 WHEN c.seek_to = c.cursor AND c.seek_to > c.seek_from THEN c.seek_from ELSE c.cursor END,
+	seek_to = CASE WHEN x.cursor <= c.cursor THEN least(c.seek_to, x.cursor) ELSE x.cursor END`
 
 // groupResetSQL puts the group's rows on queues $2 back where its
 // subscription starts (as a first read would: after the messages older

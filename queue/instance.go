@@ -4,16 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // An instance id (Config.InstanceID) names the owner of the leases an
-// instance takes. It must be unique among the live instances of one
-// database schema: a restarted instance gives back, by its id, the leases
-// its previous life held (ReleaseInstanceLeases), and would give back a
-// live twin's. LockInstance guards that: it holds an advisory lock keyed on
+// instance takes for its streams (WebSocket and SSE subscriptions; the
+// leases clients pop over HTTP record id + "#pop", leaseOwner). It must be
+// unique among the live instances of one database schema: a restarted
+// instance gives back, by its id, the leases its previous life's streams
+// held (ReleaseInstanceLeases), and would give back a live twin's. LockInstance guards that: it holds an advisory lock keyed on
 // the schema and the id for as long as the instance lives.
+
+// popOwnerSuffix marks the owner of a lease popped by a client (an HTTP
+// pop, wait=false or a long-poll): InstanceID + popOwnerSuffix. The client
+// holds that lease whatever becomes of the instance that answered it, so
+// ReleaseInstanceLeases, which matches InstanceID exactly, never ends it.
+const popOwnerSuffix = "#pop"
+
+// leaseOwner is the lease_owner a lease taken by this instance records:
+// its id for a stream's (a WebSocket or SSE subscription, which dies with
+// the process), its id + "#pop" for a client's.
+func (s *Store) leaseOwner(stream bool) string {
+	if stream {
+		return s.cfg.InstanceID
+	}
+	return s.cfg.InstanceID + popOwnerSuffix
+}
 
 // ErrInstanceInUse: another live session holds the instance id's lock.
 var ErrInstanceInUse = errors.New("the instance id is in use by another live instance")
@@ -33,20 +52,49 @@ const instanceKeepaliveSQL = `-- herald:instance_keepalive
 SELECT set_config('tcp_keepalives_idle', '10', false), set_config('tcp_keepalives_interval', '5', false),
        set_config('tcp_keepalives_count', '3', false)`
 
+// InstanceLockCheck is how often a held instance lock's connection is
+// checked (a ping), and how often a lost one is taken again.
+const InstanceLockCheck = time.Second
+
 // InstanceLock is the advisory lock of an instance id, held by a connection
-// of its own (not the pool's) for the instance's life.
+// of its own (not the pool's) for the instance's life. A goroutine of its
+// own (keep) checks that connection every InstanceLockCheck: when it is
+// lost (PostgreSQL restarted, the backend was terminated) so is the lock,
+// and it takes the lock again on a new connection, retrying until it has
+// it. Held says whether it holds it now.
 type InstanceLock struct {
-	conn *pgx.Conn
+	s    *Store
+	url  string
+	conn *pgx.Conn // owned by keep once it runs
+
+	held   atomic.Bool
+	pid    atomic.Uint32 // the lock's backend, for logs and tests
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // LockInstance takes the advisory lock of Config.InstanceID on a connection
 // of its own: to url if given (a direct connection, when the pool goes
 // through a transaction-mode pooler that would lose a session lock), else
 // one taken out of the pool for good. ErrInstanceInUse: another live
-// instance holds it. The lock lasts while that connection does: a restart
-// of PostgreSQL frees it, and it is not taken again (the check is at
-// start).
-func (s *Store) LockInstance(ctx context.Context, url string) (_ *InstanceLock, err error) {
+// instance holds it. The lock lasts while that connection does; when it is
+// lost (a restart of PostgreSQL frees it) it is taken again, on a new
+// connection (see InstanceLock). Close lets it go.
+func (s *Store) LockInstance(ctx context.Context, url string) (*InstanceLock, error) {
+	conn, err := s.lockInstanceConn(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l := &InstanceLock{s: s, url: url, conn: conn, cancel: cancel, done: make(chan struct{})}
+	l.held.Store(true)
+	l.pid.Store(conn.PgConn().PID())
+	go l.keep(kctx)
+	return l, nil
+}
+
+// lockInstanceConn opens the lock's connection and takes the lock on it.
+func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, err error) {
 	var conn *pgx.Conn
 	if url != "" {
 		if conn, err = pgx.Connect(ctx, url); err != nil {
@@ -74,12 +122,67 @@ func (s *Store) LockInstance(ctx context.Context, url string) (_ *InstanceLock, 
 	if !ok {
 		return nil, fmt.Errorf("locking instance id %s: %w", s.cfg.InstanceID, ErrInstanceInUse)
 	}
-	return &InstanceLock{conn: conn}, nil
+	return conn, nil
 }
 
-// Close lets the lock go (closing its connection). Safe on nil.
+// keep checks the lock's connection every InstanceLockCheck and, once it
+// is lost, takes the lock again until it has it; it ends with ctx (Close).
+func (l *InstanceLock) keep(ctx context.Context) {
+	defer close(l.done)
+	log := l.s.log.With().Str("instance", l.s.cfg.InstanceID).Logger()
+	t := time.NewTicker(InstanceLockCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if l.conn != nil {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := l.conn.Ping(pctx)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			l.held.Store(false)
+			log.Error().Err(err).Msg("lost the instance id's lock with its connection; taking it again")
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = l.conn.Close(cctx)
+			cancel()
+			l.conn = nil
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := l.s.lockInstanceConn(lctx, l.url)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Msg("taking the instance id's lock again failed; retrying")
+			}
+			continue
+		}
+		l.conn = conn
+		l.pid.Store(conn.PgConn().PID())
+		l.held.Store(true)
+		log.Info().Msg("took the instance id's lock again")
+	}
+}
+
+// Held reports whether the lock is held now (false while its connection is
+// lost and it is not taken again yet). False on nil.
+func (l *InstanceLock) Held() bool { return l != nil && l.held.Load() }
+
+// Close lets the lock go (stopping its keeper, then closing its
+// connection). Safe on nil and twice.
 func (l *InstanceLock) Close(ctx context.Context) error {
-	if l == nil || l.conn == nil {
+	if l == nil || l.cancel == nil {
+		return nil
+	}
+	l.cancel()
+	<-l.done
+	l.cancel = nil
+	l.held.Store(false)
+	if l.conn == nil {
 		return nil
 	}
 	err := l.conn.Close(ctx)
@@ -87,7 +190,8 @@ func (l *InstanceLock) Close(ctx context.Context) error {
 	return err
 }
 
-// releaseInstanceSQL ends every lease owned by $1, locking the rows in key
+// releaseInstanceSQL ends every lease owned by $1 (the instance's streams';
+// not the "#pop" leases its clients hold), locking the rows in key
 // order first (as releaseLeaseSQL), and names what it freed. It counts no
 // attempt: the gateway's crash is not the consumer's failure. The scan
 // goes through consumers_lease_id (leased rows only).
@@ -115,8 +219,9 @@ type FreedLease struct {
 
 // ReleaseInstanceLeases gives back at once every lease recorded under this
 // instance's id (Config.InstanceID), without counting a failed attempt: a
-// restarted instance's previous life held them, and its connections died
-// with it. Call it at start, before serving, with the id's lock held
+// restarted instance's previous life held them for its streams, and those
+// died with it. Leases its clients popped (owner id + "#pop") are the
+// clients' own: they end by ack, release or expiry only. Call it at start, before serving, with the id's lock held
 // (LockInstance), so that no live instance's leases are touched.
 func (s *Store) ReleaseInstanceLeases(ctx context.Context) ([]FreedLease, error) {
 	rows, err := s.pool.Query(ctx, releaseInstanceSQL, s.cfg.InstanceID)

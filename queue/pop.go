@@ -28,6 +28,10 @@ type PopRequest struct {
 	// it, and acks and extensions by another non-admin subject are refused
 	// (Ack.Holder).
 	Subject string
+	// Stream: the leases are for a stream of this instance (a WebSocket or
+	// SSE subscription), given back when the instance restarts; false (an
+	// HTTP pop): the client holds them, and they end by ack or expiry only.
+	Stream bool
 	// QueueMatch narrows a selection by namespace and task (Queue empty)
 	// to the queues whose name matches this PostgreSQL regular expression
 	// (the queues a token may consume); "" narrows nothing.
@@ -312,7 +316,7 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 	rows := decidePop(claims, req, leaseID, res)
 	var u consumerUpdates
 	for _, r := range rows {
-		u.add(r.claim.partitionID, req.Group, &r.claim.st, r.leaseTime, s.cfg.InstanceID, req.Subject)
+		u.add(r.claim.partitionID, req.Group, &r.claim.st, r.leaseTime, s.leaseOwner(req.Stream), req.Subject)
 	}
 	w := &pgx.Batch{}
 	queueDeadLetters(w, append(dead, bad...))

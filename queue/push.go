@@ -147,7 +147,7 @@ func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	plan.queue(b, s.cfg.InstanceID)
+	plan.queue(b, s.leaseOwner(true)) // hand-offs serve subscriptions only
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
 	_, err = br.Exec()
@@ -267,7 +267,7 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, items []PushItem) ([]Push
 		return nil, err
 	}
 	b := &pgx.Batch{}
-	plan.queue(b, s.cfg.InstanceID)
+	plan.queue(b, s.leaseOwner(true)) // hand-offs serve subscriptions only
 	br := tx.SendBatch(ctx, b)
 	err = plan.read(br)
 	if cerr := br.Close(); err == nil && cerr != nil {

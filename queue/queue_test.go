@@ -182,6 +182,47 @@ func TestAck_RepeatAfterItsLeaseEndedSucceedsAndChangesNothing(t *testing.T) {
 	assert.True(t, done[0].Success && done[0].LeaseReleased)
 }
 
+// A seek ends the leases of the rows it moves: an ack under such a lease of
+// an offset the seek passed over is refused, not taken for a harmless
+// repeat (the offset is done only because the position moved), and so is
+// one naming no lease. An offset acked before the seek still repeats
+// harmlessly; after a seek back, what is delivered and acked again does too.
+func TestAck_UnderALeaseASeekEndedIsRefused(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "", nums(1, 4)...)
+	held := pop(t, s, queue.PopRequest{Queue: "q", Group: "g", Batch: 3})
+	require.Equal(t, []int{1, 2, 3}, payloads(t, held.Messages))
+	ack := func(m queue.Message, lease string) queue.AckResult {
+		t.Helper()
+		out, err := s.Ack(ctxT(t), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: lease,
+			Group: "g", Status: queue.StatusCompleted}})
+		require.NoError(t, err)
+		return out[0]
+	}
+	require.True(t, ack(held.Messages[0], held.LeaseID).Success)
+	_, err := s.Seek(ctxT(t), "g", "q", "", nil) // to the end: past 2, 3 and 4
+	require.NoError(t, err)
+
+	assert.True(t, ack(held.Messages[0], held.LeaseID).Success, "1 was acked before the seek: a repeat")
+	r := ack(held.Messages[1], held.LeaseID)
+	assert.False(t, r.Success, "the seek ended the lease")
+	assert.Equal(t, queue.ErrTextInvalidLease, r.Error)
+	r = ack(held.Messages[2], "")
+	assert.False(t, r.Success, "3 was not delivered since the seek")
+	assert.Equal(t, queue.ErrTextNotLeased, r.Error)
+
+	_, err = s.Seek(ctxT(t), "g", "q", "", new(time.Time)) // back to the beginning
+	require.NoError(t, err)
+	again := pop(t, s, queue.PopRequest{Queue: "q", Group: "g", Batch: 4})
+	require.Equal(t, []int{1, 2, 3, 4}, payloads(t, again.Messages))
+	for i, r := range ackAll(t, s, again, queue.StatusCompleted) {
+		require.True(t, r.Success, "item %d: %s", i, r.Error)
+	}
+	for i, r := range ackAll(t, s, again, queue.StatusCompleted) {
+		assert.True(t, r.Success, "item %d, acked since the seek back, repeats harmlessly: %s", i, r.Error)
+	}
+}
+
 func TestAck_LeaseValidation(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "q", "", nums(1, 1)...)

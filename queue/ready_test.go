@@ -247,15 +247,15 @@ func TestIssue16_CoalescedPopIsLinearInAssignments(t *testing.T) {
 	require.GreaterOrEqual(t, len(av), 200)
 	const n = 200
 	ints, lims, tots := make([]int32, n), make([]int32, n), make([]int32, n)
-	pids, grps, leases := make([]string, n), make([]string, n), make([]string, n)
+	pids, grps, leases, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	autos := make([]string, n)
 	lease := queue.NewID()
 	for i, a := range av[:n] {
 		lims[i], tots[i] = 1, n
-		pids[i], grps[i], leases[i], autos[i] = a.PartitionID, a.Group, lease, "false"
+		pids[i], grps[i], leases[i], autos[i], owners[i] = a.PartitionID, a.Group, lease, "false", "me"
 	}
 	boolArr := "{" + strings.Join(autos, ",") + "}"
-	loops := maxLoops(explain(t, s, queue.PopAssignedSQL, ints, pids, grps, lims, tots, boolArr, leases, "me", make([]string, n)))
+	loops := maxLoops(explain(t, s, queue.PopAssignedSQL, ints, pids, grps, lims, tots, boolArr, leases, owners, make([]string, n)))
 	t.Logf("%d assignments: a node ran at most %d times", n, loops)
 	assert.Less(t, loops, int64(4*n), "a node of the coalesced pop runs once per pair of assignments")
 }

@@ -38,8 +38,10 @@ type Config struct {
 	// Pool is the connection pool. Required. Its connections' search_path
 	// decides which schema holds the tables.
 	Pool *pgxpool.Pool
-	// InstanceID is recorded as the owner of leases this instance takes.
-	// Zero means "herald".
+	// InstanceID is recorded as the owner of leases this instance takes
+	// for its streams; leases popped by clients through it are recorded as
+	// InstanceID + "#pop" (Store.leaseOwner). Zero means "herald"; it must
+	// not end in "#pop".
 	InstanceID string
 	// PartitionCacheSize bounds the partition id cache; zero means
 	// PartitionCacheSizeDefault.
@@ -122,6 +124,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckFlushers < 0 {
 		return errors.New("queue: Config.AckFlushers must not be negative")
+	}
+	if strings.HasSuffix(c.InstanceID, popOwnerSuffix) {
+		return fmt.Errorf("queue: Config.InstanceID must not end in %q (the owner of the leases clients pop)", popOwnerSuffix)
 	}
 	return nil
 }

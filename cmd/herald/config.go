@@ -62,7 +62,7 @@ var options = []option{
 		func(c *config, v string) (err error) { c.BodyLimit, err = strconv.ParseInt(v, 10, 64); return err }},
 	{"body-read-timeout", "HERALD_BODY_READ_TIMEOUT", gateway.BodyReadTimeoutDefault.String(), "a request body not received within this (from the end of its headers) is answered 408 and its connection closed; requests without a body (long-polls, WebSocket, SSE) have no such deadline",
 		func(c *config, v string) (err error) { c.BodyReadTimeout, err = time.ParseDuration(v); return err }},
-	{"instance-id", "HERALD_INSTANCE_ID", "", "name of this instance, recorded as lease owner; unique among live instances (a second one with an id in use is refused); keep it across restarts: at start an instance gives back the leases its previous life held; empty means hostname:port",
+	{"instance-id", "HERALD_INSTANCE_ID", "", "name of this instance, recorded as lease owner; unique among live instances (a second one with an id in use is refused); keep it across restarts: at start an instance gives back the leases its previous life's WebSocket and SSE streams held (leases popped over HTTP stay with their clients); empty means hostname:port",
 		func(c *config, v string) error { c.InstanceID = v; return nil }},
 	{"db-max-conns", "HERALD_DB_MAX_CONNS", "0", "database pool size; 0 means max(4, CPUs)",
 		func(c *config, v string) (err error) { c.DBMaxConns, err = strconv.Atoi(v); return err }},

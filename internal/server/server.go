@@ -492,8 +492,15 @@ func lockInstance(ctx context.Context, store *queue.Store, url string, log zerol
 // out the lease time though nobody holds them. No attempt is counted. The
 // other instances' consumers are woken (NOTIFY, syncnet, lease hints), so
 // they need not wait for their timers. A failure is logged: the leases
-// then expire in time.
+// then expire in time. Nor does it run while the instance id's lock is not
+// held (its connection was lost, and it is being taken again): a twin may
+// have the id meanwhile, and these would be its live leases.
 func (s *Server) releasePreviousLife(ctx context.Context) {
+	if !s.lock.Held() {
+		s.log.Warn().Str("instance", s.instance).
+			Msg("the instance id's lock is not held (its connection was lost): the leases of this instance's previous life are not released; they expire in time")
+		return
+	}
 	freed, err := s.store.ReleaseInstanceLeases(ctx)
 	if err != nil {
 		s.log.Warn().Err(err).Msg("releasing the leases of this instance's previous life; they expire in time")

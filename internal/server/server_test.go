@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -172,4 +173,73 @@ func TestServer_MaintenanceRefreshIsLongInEveryWakeMode(t *testing.T) {
 		require.NoError(t, s.Close())
 		assert.Equal(t, gateway.MaintenanceRefreshListening, got, wake)
 	}
+}
+
+// A lease taken by an HTTP pop is the client's: it processes the message
+// and acks it on any instance, whatever becomes of the one that answered
+// the pop. A restart of that instance (same id) gives back the leases its
+// streams held, not this one: the message is not delivered to anyone else
+// meanwhile, and the client's ack still succeeds.
+func TestStart_KeepsTheLeasesClientsPopped(t *testing.T) {
+	// wait=false pops in the request; a long-poll through the poller's
+	// coalesced pop (the path subscriptions share).
+	for _, pop := range []string{"wait=false", "wait=true&timeout=5000"} {
+		t.Run(pop, func(t *testing.T) { keepsThePoppedLease(t, pop) })
+	}
+}
+
+func keepsThePoppedLease(t *testing.T, pop string) {
+	cfg := testConfig(t)
+	cfg.InstanceID = "popper"
+	s, err := New(context.Background(), cfg)
+	require.NoError(t, err)
+	stop := run(t, s)
+	res, err := http.Post(s.URL()+"/api/v1/push", "application/json",
+		strings.NewReader(`{"items":[{"queue":"held","payload":{"n":1}}]}`))
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	code, body := httpCall(t, http.MethodGet, s.URL()+"/api/v1/pop/queue/held?"+pop, "")
+	require.Equal(t, http.StatusOK, code, body)
+	var popped struct {
+		Messages []struct {
+			TransactionID string `json:"transactionId"`
+			PartitionID   string `json:"partitionId"`
+			LeaseID       string `json:"leaseId"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &popped), body)
+	require.Len(t, popped.Messages, 1, body)
+	m := popped.Messages[0]
+	require.NotEmpty(t, m.LeaseID, body)
+	require.NoError(t, stop())
+
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Listener = nil
+	again, err := New(context.Background(), cfg)
+	require.NoError(t, err)
+	stopAgain := run(t, again)
+	defer func() { assert.NoError(t, stopAgain()) }()
+	code, body = httpCall(t, http.MethodGet, again.URL()+"/api/v1/pop/queue/held?wait=false", "")
+	assert.Equal(t, http.StatusNoContent, code, "the popped message went to another consumer: %s", body)
+	code, body = httpCall(t, http.MethodPost, again.URL()+"/api/v1/ack", `{"transactionId":"`+m.TransactionID+
+		`","partitionId":"`+m.PartitionID+`","leaseId":"`+m.LeaseID+`","status":"completed"}`)
+	assert.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"success":true`)
+}
+
+// httpCall sends body (none when "") and returns the status and body.
+func httpCall(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(b)
 }

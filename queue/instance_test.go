@@ -1,0 +1,54 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/queue"
+)
+
+// The leases clients pop are owned by "<instance id>#pop": an instance id
+// ending so would give back, at its start, the leases another instance's
+// clients hold. It is refused, naming the field.
+func TestConfig_InstanceIDEndingInThePopOwnerIsRefused(t *testing.T) {
+	err := queue.Config{Pool: &pgxpool.Pool{}, InstanceID: "a#pop"}.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Config.InstanceID")
+	assert.NoError(t, queue.Config{Pool: &pgxpool.Pool{}, InstanceID: "a#popper"}.Validate())
+}
+
+// The instance id's lock lives on a connection of its own: when that
+// connection is lost (here its backend is terminated, as a restart of
+// PostgreSQL would), the lock is taken again within seconds, on a new
+// backend, and a second instance with the same id is refused again.
+func TestInstanceLock_IsTakenAgainWhenItsConnectionIsLost(t *testing.T) {
+	s := newStore(t)
+	l, err := s.LockInstance(ctxT(t), "")
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, l.Close(context.Background())) }()
+	require.True(t, l.Held())
+	first := l.BackendPID()
+	require.NotZero(t, first)
+
+	exec(t, s, "SELECT pg_terminate_backend($1)", int32(first))
+	deadline := time.Now().Add(15 * time.Second)
+	for l.BackendPID() == first || !l.Held() {
+		require.True(t, time.Now().Before(deadline), "the lock was not taken again within 15 s")
+		time.Sleep(50 * time.Millisecond)
+	}
+	var locks int
+	require.NoError(t, s.Pool().QueryRow(ctxT(t),
+		"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $1", int32(l.BackendPID())).Scan(&locks))
+	assert.Equal(t, 1, locks, "the new backend holds the advisory lock")
+	twin, err := s.LockInstance(ctxT(t), "")
+	if twin != nil {
+		_ = twin.Close(context.Background())
+	}
+	assert.True(t, errors.Is(err, queue.ErrInstanceInUse), "a twin is refused again: %v", err)
+}

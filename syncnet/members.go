@@ -157,8 +157,16 @@ func (n *Node) SetMembers(ms []Member) {
 	}
 	for id := range n.members {
 		if !seen[id] {
+			gone := n.members[id]
 			delete(n.members, id)
 			delete(n.byID, id) // its lease hints are ignored: no state, not alive
+			if n.seedOfLocked(id, gone.addr) {
+				// Also a seed: dead (no heartbeat since the zero time),
+				// not unknown, which would get every wake-up until
+				// DeadAfter passed again. A heartbeat of its next life
+				// makes it alive.
+				n.byID[id] = &peerState{presence: map[string]time.Time{}}
+			}
 		}
 	}
 	n.rebuildLocked()
@@ -247,4 +255,16 @@ func (st *peerState) presenceFrom(m presenceSetPayload) {
 	if st.view == m.Digest {
 		st.announced, st.mismatch = true, time.Time{}
 	}
+}
+
+// seedOfLocked reports whether a seed is the member id (heard as id, or
+// at its address), naming the seed id if it was not yet. Called with mu.
+func (n *Node) seedOfLocked(id string, addr *net.UDPAddr) bool {
+	for _, p := range n.seeds {
+		if p.id == id || p.id == "" && p.addr.String() == addr.String() {
+			p.id = id
+			return true
+		}
+	}
+	return false
 }

@@ -177,3 +177,23 @@ func TestNode_IdleMemberWakesOnlyEveryResolve(t *testing.T) {
 	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("q"); return !has }, 5*time.Second, 10*time.Millisecond,
 		"the deregistration went out after Linger")
 }
+
+// A member that is also a seed (--sync-peers) and whose row goes (it
+// died) is dead, not unknown: it gets no wake-ups, where an unknown peer
+// would get every one until DeadAfter had passed again.
+func TestMembership_DepartedMemberThatIsASeedIsDead(t *testing.T) {
+	nodes := mesh(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	a.SetPeers([]string{b.Addr().String()})
+	b.SetPeers(nil)
+	b.SetLocal("q", true)
+	members(a, b)
+	require.Eventually(t, func() bool { has, known := a.HasSubscribers("q"); return has && known }, 5*time.Second, 10*time.Millisecond)
+	a.SetMembers(nil) // b's row is gone: it died
+	has, known := a.HasSubscribers("q")
+	assert.False(t, has)
+	assert.True(t, known, "the departed seed is dead: nobody left whose presence is unknown")
+	before := sentTo(t, a, MessageAvailable)
+	a.Notify("q", "p")
+	assert.Equal(t, before, sentTo(t, a, MessageAvailable), "no wake-up to a departed member that is also a seed")
+}

@@ -38,7 +38,7 @@ type Reservation struct {
 	// AutoAck: the push moves the group's cursor past what it hands off
 	// (no lease; LeaseID is unused).
 	AutoAck bool
-	Token       any    // the HandOff's own
+	Token   any // the HandOff's own
 	// OutcomeUnknown: the push failed after it was sent, and may have
 	// committed (OutcomeUnknown(err)); set for Settle.
 	OutcomeUnknown bool

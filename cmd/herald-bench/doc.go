@@ -9,7 +9,12 @@
 // Scenarios (default: all, idle first so that its memory baseline is a
 // fresh server): idle, connections (a ramp: connect rate and RSS per
 // connection), latency, throughput, drain and cluster (three instances,
-// cross-instance latency with syncnet on and off). Without --url it starts
+// cross-instance latency with syncnet on and off); groups runs only when
+// named (consumer groups that come and go: the push cost with 0, 1,000 and
+// 10,000 groups that read once and left, with the WAL per push from the
+// private PostgreSQL or --dsn; 1,000 new groups subscribing at once, timed
+// to their first message; autoAck against manual-ack latency at 200
+// msgs/s). Without --url it starts
 // `herald serve` (the binary next to herald-bench, or --herald) on a
 // private PostgreSQL in a temporary directory and measures that process;
 // with --url it measures a running server (give --pid for its memory and

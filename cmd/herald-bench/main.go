@@ -34,6 +34,9 @@ type benchConfig struct {
 	Connections int
 	// DrainPartitions: the drain scenario's partition counts.
 	DrainPartitions []int
+	// DSN: the server's PostgreSQL, for the WAL the groups scenario's
+	// pushes write ("" measures no WAL).
+	DSN string
 }
 
 func main() {
@@ -64,9 +67,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.MatrixFor, "matrix-for", 5*time.Second, "throughput: how long each of the 12 batch × partitions × groups runs lasts (0 skips them)")
 	fs.IntVar(&cfg.Holders, "holders", 4, "idle and connections: child processes that hold the connections")
 	fs.IntVar(&cfg.Connections, "connections", 20000, "connections: how many to ramp to, in four steps (half WebSocket, half SSE)")
+	fs.StringVar(&cfg.DSN, "dsn", "", "groups: the server's PostgreSQL (a connection string), to measure the WAL per push; empty skips it")
 	drainParts := fs.String("drain-partitions", "200,2000,5000", "drain: partition counts, one message in each, drained by HTTP pops and by one WebSocket subscription")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain]")
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [groups]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -89,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		scenarios = []string{"idle", "connections", "latency", "throughput", "drain", "cluster"}
 	}
 	for _, s := range scenarios {
-		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" {
+		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" && s != "groups" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
@@ -135,6 +139,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			rep.Throughput, err = runThroughput(ctx, target, cfg, stderr)
 		case "drain":
 			rep.Drain, err = runDrain(ctx, target, cfg, stderr)
+		case "groups":
+			rep.Groups, err = runGroups(ctx, target, cfg, stderr)
 		case "idle":
 			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
 		case "connections":

@@ -272,6 +272,9 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The group is reading (written at most every GroupSeenEvery; before
+	// the pop, so that its answer waits for nothing after the commit).
+	s.seen(ctx, [5][]string{{req.Queue}, {req.Namespace}, {req.Task}, {req.QueueMatch}, {req.Group}})
 	var res *PopResult
 	for attempt := 0; ; attempt++ {
 		res = &PopResult{Group: req.Group}
@@ -294,7 +297,6 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	}
 	s.countDecryptFailures(res.undecryptable) // once committed
 	s.markRows(context.WithoutCancel(ctx), res.movedPids, res.movedGroups)
-	s.seen(ctx, [5][]string{{req.Queue}, {req.Namespace}, {req.Task}, {req.QueueMatch}, {req.Group}})
 	return res, nil
 }
 

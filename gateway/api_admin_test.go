@@ -259,9 +259,10 @@ func TestTransaction(t *testing.T) {
 }
 
 // optionDefaults is the reference's resolved options object for a queue
-// configured with nothing (example 5 has the same values), in its key order.
+// configured with nothing (example 5 has the same values), in its key order,
+// with Herald's idleGroupRetentionSeconds.
 const optionDefaults = `{"completedRetentionSeconds":0,"deadLetterQueue":false,"delayedProcessing":0,"dlqAfterMaxRetries":false,` +
-	`"encryptionEnabled":false,"leaseTime":300,"maxSize":0,"maxWaitTimeSeconds":0,"priority":0,"retentionEnabled":false,` +
+	`"encryptionEnabled":false,"idleGroupRetentionSeconds":86400,"leaseTime":300,"maxSize":0,"maxWaitTimeSeconds":0,"priority":0,"retentionEnabled":false,` +
 	`"retentionSeconds":0,"retryDelay":1000,"retryLimit":3,"ttl":3600,"windowBuffer":0}`
 
 func TestConfigure(t *testing.T) {
@@ -295,7 +296,7 @@ func TestConfigure(t *testing.T) {
 	r, res := configure(`{"queue":"golden-plain"}`)
 	assert.Equal(t, body("golden-plain", "", "", optionDefaults, res), string(r.body))
 	opts := object(t, object(t, r.body)["options"])
-	assert.Len(t, opts, 15)
+	assert.Len(t, opts, 16)
 	r, res = configure(`{"queue":"golden-plain2","options":{}}`)
 	assert.Equal(t, body("golden-plain2", "", "", optionDefaults, res), string(r.body))
 	r, res = configure(`{"queue":"golden-plain3","options":null}`)
@@ -314,7 +315,7 @@ func TestConfigure(t *testing.T) {
 		`"retryDelay":5000,"maxSize":100000,"ttl":86400,"deadLetterQueue":true,"dlqAfterMaxRetries":true,"priority":7,` +
 		`"delayedProcessing":0,"windowBuffer":0,"retentionSeconds":7200,"completedRetentionSeconds":600}}`)
 	const opts7 = `{"completedRetentionSeconds":600,"deadLetterQueue":true,"delayedProcessing":0,"dlqAfterMaxRetries":true,` +
-		`"encryptionEnabled":false,"leaseTime":120,"maxSize":100000,"maxWaitTimeSeconds":0,"priority":7,"retentionEnabled":false,` +
+		`"encryptionEnabled":false,"idleGroupRetentionSeconds":86400,"leaseTime":120,"maxSize":100000,"maxWaitTimeSeconds":0,"priority":7,"retentionEnabled":false,` +
 		`"retentionSeconds":7200,"retryDelay":5000,"retryLimit":2,"ttl":86400,"windowBuffer":0}`
 	assert.Equal(t, body("golden-opts", "billing", "invoices", opts7, res), string(r.body))
 

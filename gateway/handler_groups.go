@@ -58,7 +58,8 @@ func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) {
 			"name": g.Group, "topics": []string{g.Queue}, "queueName": g.Queue, "members": g.Members,
 			"partitionsWithLag": g.Lagging, "totalLag": nil, "maxTimeLag": int64(g.MaxTimeLag.Seconds()),
 			"state": groupState(g), "subscriptionMode": mode, "subscriptionTimestamp": optTime(g.SubscribedFrom),
-			"subscriptionCreatedAt": optTime(g.SubscribedAt),
+			"subscriptionCreatedAt": optTime(g.SubscribedAt), "lastSeenAt": optTime(g.LastSeenAt),
+			"idleGroupRetentionSeconds": g.IdleRetention,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -20,7 +20,7 @@ var hole7Options = []struct {
 	{"leaseTime", 1, 86400}, {"retryLimit", 0, 10000}, {"retryDelay", 0, 86400000},
 	{"delayedProcessing", 0, 2592000}, {"windowBuffer", 0, 86400}, {"maxSize", 0, 1000000000},
 	{"ttl", 0, 315360000}, {"retentionSeconds", 0, 315360000}, {"completedRetentionSeconds", 0, 315360000},
-	{"priority", 0, 1000000}, {"maxWaitTimeSeconds", 0, 315360000},
+	{"priority", 0, 1000000}, {"maxWaitTimeSeconds", 0, 315360000}, {"idleGroupRetentionSeconds", 0, 315360000},
 }
 
 // Hole 7: an integer option past int4 (2^31 … 2^63−1) reached pgx, which

@@ -71,7 +71,8 @@ func TestIssue19_GroupReads(t *testing.T) {
 	assert.EqualValues(t, 0, ops["partitionsWithLag"], "ops subscribed after the messages")
 	assert.Equal(t, "Dead", ops["state"], "never consumed anything")
 	assert.ElementsMatch(t, []string{"name", "topics", "queueName", "members", "partitionsWithLag", "totalLag", "maxTimeLag",
-		"state", "subscriptionMode", "subscriptionTimestamp", "subscriptionCreatedAt"}, keys(t, array(t, r.body)[0]))
+		"state", "subscriptionMode", "subscriptionTimestamp", "subscriptionCreatedAt", "lastSeenAt", "idleGroupRetentionSeconds"},
+		keys(t, array(t, r.body)[0]))
 
 	r = e.get("/api/v1/consumer-groups/lagging?minLagSeconds=60")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)

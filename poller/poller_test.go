@@ -520,3 +520,35 @@ func TestPoller_IdleWithNothingWaitingDoesNotWake(t *testing.T) {
 	require.NoError(t, err) // no Wake: only the sweep finds it
 	assert.Equal(t, []int{1}, ns(receive(t, w, 5*time.Second)))
 }
+
+// An autoAck subscription gets a push's messages by the hand-off as a
+// manual-ack one does: the push moves the group's cursor past them in its
+// own transaction, no pre-flight or pop runs, and no lease is kept.
+func TestPoller_PushHandsOffToAutoAckSubscriptions(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "ha", Group: "dash"}, Batch: 10, Credit: 100, AutoAck: true})
+	e.push("ha", "p", 0, 0) // registers the group, learns the partition
+	assert.Equal(t, []int{0}, ns(receive1(t, got)))
+	e.p.AddCredit(in, 1)
+	e.settled()
+	handoffs := metricValue(t, reg, "herald_handoffs_total")
+	stats := e.store.QueryStats()
+	before := stats.Snapshot()
+	e.push("ha", "p", 1, 3)
+	res := receive1(t, got)
+	assert.Equal(t, []int{1, 2, 3}, ns(res))
+	assert.Empty(t, res.LeaseID, "autoAck keeps no lease")
+	assert.Empty(t, res.Messages[0].LeaseID)
+	assert.Equal(t, handoffs+1, metricValue(t, reg, "herald_handoffs_total"))
+	e.settled()
+	ops := opsBetween(before, stats.Snapshot())
+	assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
+	assert.Zero(t, ops["pop_assigned"], "no pop: %v", ops)
+	e.p.AddCredit(in, 3)
+	// The cursor moved: the next push is handed off too, and nothing is
+	// delivered twice.
+	e.push("ha", "p", 4, 4)
+	assert.Equal(t, []int{4}, ns(receive1(t, got)))
+	assert.Equal(t, handoffs+2, metricValue(t, reg, "herald_handoffs_total"))
+}

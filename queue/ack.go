@@ -416,6 +416,24 @@ func (s *Store) writeAck(ctx context.Context, q querier, plan ackPlan, standalon
 	u.queue(w)
 	if standalone {
 		w.Queue("COMMIT")
+		if pids, groups := caughtUp(plan.rows); len(pids) > 0 {
+			// Errors of the marking come after the acks committed: not theirs.
+			n := w.Len()
+			queueReady(w, pids, readyRowsSQL, pids, groups)
+			br := q.SendBatch(ctx, w)
+			for range n {
+				if _, err := br.Exec(); err != nil {
+					_ = br.Close()
+					return fmt.Errorf("applying acknowledgements: %w", err)
+				}
+			}
+			if err := br.Close(); err != nil {
+				// The marking's transaction may be left open: end it.
+				_, _ = q.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+				s.markRows(context.WithoutCancel(ctx), pids, groups)
+			}
+			return nil
+		}
 	}
 	if w.Len() == 0 {
 		return nil

@@ -33,6 +33,22 @@ type ackPlan struct {
 type consumerRow struct {
 	key consumerKey
 	st  *cursorState
+	// lastOffset is the row's copy of its partition's last_offset, as read:
+	// a row whose cursor reaches it is caught up, and is marked again after
+	// the commit (caughtUp).
+	lastOffset int64
+}
+
+// caughtUp lists the rows whose new cursor reached their copy of
+// last_offset: the rows to mark after the commit (readyRowsSQL).
+func caughtUp(rows []consumerRow) (pids, groups []string) {
+	for _, r := range rows {
+		if r.st.cursor >= r.lastOffset {
+			pids = append(pids, r.key.partitionID)
+			groups = append(groups, r.key.group)
+		}
+	}
+	return pids, groups
 }
 
 // decideAck applies acks, in order, to the rows of st (changed in place:
@@ -110,7 +126,7 @@ func decideAck(st ackState, acks []Ack, proven []string) (ackPlan, error) {
 			plan.results[lc.releasedBy].Pending = lc.st.cursor < lc.lastOffset
 		}
 		if lc.st.changed {
-			plan.rows = append(plan.rows, consumerRow{k, &lc.st})
+			plan.rows = append(plan.rows, consumerRow{k, &lc.st, lc.lastOffset})
 		}
 	}
 	return plan, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -52,7 +53,7 @@ WITH a AS (
 	                     $8::text[])
 	       WITH ORDINALITY AS a(intention, pid, grp, lim, total, auto, lease, subj, owner, ord)
 ), locked AS (
-	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, c.last_offset,
+	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, p.last_offset,
 	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
 	       a.intention, a.lim, a.total, a.auto, a.lease, a.subj, a.owner, a.ord,
 	       q.name AS qname, q.lease_time, q.delayed_processing, p.name AS pname
@@ -79,7 +80,7 @@ WITH a AS (
 // $7 lease id, $8 owner (Store.leaseOwner), $9 intention, $10 subject.
 var popClaimSQL = `-- herald:pop_claim
 WITH locked AS (
-	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, c.last_offset,
+	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, p.last_offset,
 	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
 	       $9::int AS intention, $4::int AS lim, $5::int AS total, $6::bool AS auto, $7::text AS lease,
 	       $10::text AS subj, $8::text AS owner,
@@ -213,7 +214,11 @@ func (s *Store) PopAssigned(ctx context.Context, as []Assignment) (map[int]*PopR
 	if err != nil {
 		return nil, fmt.Errorf("popping assigned partitions: %w", err)
 	}
-	return s.readLeased(ctx, rows)
+	out, err := s.readLeased(ctx, rows)
+	if err == nil {
+		s.markMoved(ctx, out, slices.Contains(auto, true))
+	}
+	return out, err
 }
 
 // Claim is what PopClaim leases for one intention: up to Partitions of a
@@ -252,7 +257,11 @@ func (s *Store) PopClaim(ctx context.Context, c Claim) (map[int]*PopResult, erro
 	if err != nil {
 		return nil, fmt.Errorf("claiming partitions: %w", err)
 	}
-	return s.readLeased(ctx, rows)
+	out, err := s.readLeased(ctx, rows)
+	if err == nil {
+		s.markMoved(ctx, out, c.AutoAck)
+	}
+	return out, err
 }
 
 // readLeased reads what popLeaseSQL returns, per intention: the messages in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -220,6 +221,62 @@ func BenchmarkAckParallel(b *testing.B) {
 			}
 			b.ReportMetric(float64(stmts)/float64(b.N), "stmts/ack")
 			b.ReportMetric(float64(after["ack_lock"]-before["ack_lock"])/float64(b.N), "txs/ack")
+		})
+	}
+}
+
+// BenchmarkPushIdleGroups: single-message pushes to a queue that 0, 1,000
+// or 10,000 consumer groups read once and left (each registered, caught up,
+// gone), with one group reading. Reports the push's p50 and p99 and the WAL
+// it writes per push (pg_current_wal_lsn before and after).
+func BenchmarkPushIdleGroups(b *testing.B) {
+	for _, groups := range []int{0, 1000, 10000} {
+		b.Run(fmt.Sprintf("idle=%d", groups), func(b *testing.B) {
+			s := newStore(b)
+			ctx := context.Background()
+			q := "idle-bench"
+			item := []queue.PushItem{{Queue: q, Payload: benchPayload}}
+			if _, err := s.Push(ctx, item); err != nil {
+				b.Fatal(err)
+			}
+			var ts []queue.Target
+			for g := range groups {
+				ts = append(ts, queue.Target{Queue: q, Group: fmt.Sprintf("tab%05d", g), SubscriptionMode: "new"})
+			}
+			for len(ts) > 0 { // as a poll cycle registers them
+				n := min(len(ts), 500)
+				if err := s.EnsureConsumers(ctx, ts[:n]); err != nil {
+					b.Fatal(err)
+				}
+				ts = ts[n:]
+			}
+			if _, err := s.Push(ctx, item); err != nil { // the push after they left
+				b.Fatal(err)
+			}
+			var lats []time.Duration
+			var wal0, wal1 int64
+			lsn := func() int64 {
+				var v int64
+				if err := s.Pool().QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&v); err != nil {
+					b.Fatal(err)
+				}
+				return v
+			}
+			wal0 = lsn()
+			pushes := 0
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := s.Push(ctx, item); err != nil {
+					b.Fatal(err)
+				}
+				lats = append(lats, time.Since(t0))
+				pushes++
+			}
+			wal1 = lsn()
+			slices.Sort(lats)
+			b.ReportMetric(float64(lats[len(lats)/2].Microseconds())/1000, "p50_ms")
+			b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds())/1000, "p99_ms")
+			b.ReportMetric(float64(wal1-wal0)/float64(pushes), "wal_B/push")
 		})
 	}
 }

@@ -230,7 +230,7 @@ func (s *Store) BrowsePartitions(ctx context.Context, qry PartitionsQuery) (*Par
 		err := tx.QueryRow(ctx, queueOptionsSQL, qry.Queue).Scan(&qs.ID, &qs.CreatedAt, &qs.Namespace, &qs.Task,
 			&o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.DelayedProcessing, &o.WindowBuffer, &o.MaxSize, &o.TTL,
 			&o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.RetentionEnabled, &o.DeadLetterQueue,
-			&o.DLQAfterMaxRetries, &o.Priority, &o.EncryptionEnabled, &o.MaxWaitTimeSeconds)
+			&o.DLQAfterMaxRetries, &o.Priority, &o.EncryptionEnabled, &o.MaxWaitTimeSeconds, &o.IdleGroupRetentionSeconds)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrQueueNotFound
 		}

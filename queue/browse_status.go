@@ -61,7 +61,7 @@ const LagSample = 10000
 // waits for. At 100,000 partitions waiting, about 50,000 blocks.
 var browseLagSQL = fmt.Sprintf(`-- herald:browse_lag
 WITH r AS MATERIALIZED (
-	SELECT c.partition_id, c.cursor, greatest(c.last_offset - c.cursor - cardinality(c.done), 0) AS waiting
+	SELECT c.partition_id, c.cursor, greatest(p.last_offset - c.cursor - cardinality(c.done), 0) AS waiting
 	FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues q ON q.id = p.queue_id
 	WHERE c.last_offset > c.cursor AND %[1]s
 ), t AS MATERIALIZED (

@@ -48,14 +48,14 @@ func scanQueueInfo(row interface{ Scan(...any) error }, qi *QueueInfo) error {
 	return row.Scan(&qi.Name, &qi.ID, &qi.Version, &qi.Namespace, &qi.Task, &o.LeaseTime, &o.RetryLimit,
 		&o.RetryDelay, &o.DelayedProcessing, &o.WindowBuffer, &o.MaxSize, &o.TTL, &o.RetentionSeconds,
 		&o.CompletedRetentionSeconds, &o.RetentionEnabled, &o.DeadLetterQueue, &o.DLQAfterMaxRetries, &o.Priority,
-		&o.EncryptionEnabled, &o.MaxWaitTimeSeconds)
+		&o.EncryptionEnabled, &o.MaxWaitTimeSeconds, &o.IdleGroupRetentionSeconds)
 }
 
 // queueInfoColumns are the columns scanQueueInfo reads, of a queues row q.
 const queueInfoColumns = `q.name, q.id::text, q.version, q.namespace, q.task, q.lease_time, q.retry_limit,
 	q.retry_delay, q.delayed_processing, q.window_buffer, q.max_size, q.ttl, q.retention_seconds,
 	q.completed_retention_seconds, q.retention_enabled, q.dead_letter_queue, q.dlq_after_max_retries,
-	q.priority, q.encryption_enabled, q.max_wait_time_seconds`
+	q.priority, q.encryption_enabled, q.max_wait_time_seconds, q.idle_group_retention_seconds`
 
 // CachedConfig returns a queue's settings from the cache, without touching
 // the database; ok is false on a miss.

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,12 +30,19 @@ type Options struct {
 	Priority                  int  `json:"priority"`
 	EncryptionEnabled         bool `json:"encryptionEnabled"`
 	MaxWaitTimeSeconds        int  `json:"maxWaitTimeSeconds"`
+	// IdleGroupRetentionSeconds: a consumer group none of whose consumers
+	// has read for this long, holding no lease, is removed with its
+	// positions by retention (0: kept forever; under
+	// MinIdleGroupRetentionSeconds counts as that). The default group
+	// (queue mode) is never removed.
+	IdleGroupRetentionSeconds int `json:"idleGroupRetentionSeconds"`
 }
 
 // DefaultOptions are the settings of a queue created by a push, and the base
 // that configure overlays the given options on (the reference server's).
 func DefaultOptions() Options {
-	return Options{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600}
+	return Options{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600,
+		IdleGroupRetentionSeconds: IdleGroupRetentionDefault}
 }
 
 // Upper bounds of the integer options. Each is far above any sensible
@@ -49,6 +57,15 @@ const (
 	MaxQueueSize        = 1000000000              // maxSize, in messages
 	MaxKeepSeconds      = 10 * 365 * 24 * 60 * 60 // ttl, retentionSeconds, completedRetentionSeconds, maxWaitTimeSeconds: ten years
 	MaxPriority         = 1000000
+)
+
+// IdleGroupRetentionDefault is a queue's idleGroupRetentionSeconds unless
+// configured: one day. MinIdleGroupRetentionSeconds is the least it
+// acts on: a group's last read is recorded at most every GroupSeenEvery,
+// so a shorter time could remove a group that is reading.
+const (
+	IdleGroupRetentionDefault    = 24 * 60 * 60
+	MinIdleGroupRetentionSeconds = 3 * int(GroupSeenEvery/time.Second)
 )
 
 // OptionRange is the accepted range of an integer option, both ends
@@ -73,6 +90,7 @@ var OptionRanges = []OptionRange{
 	{"completedRetentionSeconds", 0, MaxKeepSeconds, func(o *Options) *int { return &o.CompletedRetentionSeconds }},
 	{"priority", 0, MaxPriority, func(o *Options) *int { return &o.Priority }},
 	{"maxWaitTimeSeconds", 0, MaxKeepSeconds, func(o *Options) *int { return &o.MaxWaitTimeSeconds }},
+	{"idleGroupRetentionSeconds", 0, MaxKeepSeconds, func(o *Options) *int { return &o.IdleGroupRetentionSeconds }},
 }
 
 func (r OptionRange) errorf() error {
@@ -171,11 +189,11 @@ type ConfigureResult struct {
 
 const optionColumns = `namespace, task, lease_time, retry_limit, retry_delay, delayed_processing, window_buffer,
 	max_size, ttl, retention_seconds, completed_retention_seconds, retention_enabled, dead_letter_queue,
-	dlq_after_max_retries, priority, encryption_enabled, max_wait_time_seconds`
+	dlq_after_max_retries, priority, encryption_enabled, max_wait_time_seconds, idle_group_retention_seconds`
 
 const configureSQL = `-- herald:configure
 INSERT INTO queues (id, name, ` + optionColumns + `)
-VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
 ON CONFLICT (name) DO UPDATE SET namespace = EXCLUDED.namespace, task = EXCLUDED.task,
 	lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit, retry_delay = EXCLUDED.retry_delay,
 	delayed_processing = EXCLUDED.delayed_processing, window_buffer = EXCLUDED.window_buffer,
@@ -184,6 +202,7 @@ ON CONFLICT (name) DO UPDATE SET namespace = EXCLUDED.namespace, task = EXCLUDED
 	retention_enabled = EXCLUDED.retention_enabled, dead_letter_queue = EXCLUDED.dead_letter_queue,
 	dlq_after_max_retries = EXCLUDED.dlq_after_max_retries, priority = EXCLUDED.priority,
 	encryption_enabled = EXCLUDED.encryption_enabled, max_wait_time_seconds = EXCLUDED.max_wait_time_seconds,
+	idle_group_retention_seconds = EXCLUDED.idle_group_retention_seconds,
 	version = queues.version + 1, updated_at = now()
 RETURNING id::text, version`
 
@@ -204,7 +223,8 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 		err := tx.QueryRow(ctx, `SELECT `+optionColumns+` FROM queues WHERE name = $1 FOR UPDATE`, req.Queue).Scan(
 			&ns, &task, &o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.DelayedProcessing, &o.WindowBuffer,
 			&o.MaxSize, &o.TTL, &o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.RetentionEnabled,
-			&o.DeadLetterQueue, &o.DLQAfterMaxRetries, &o.Priority, &o.EncryptionEnabled, &o.MaxWaitTimeSeconds)
+			&o.DeadLetterQueue, &o.DLQAfterMaxRetries, &o.Priority, &o.EncryptionEnabled, &o.MaxWaitTimeSeconds,
+			&o.IdleGroupRetentionSeconds)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			o = DefaultOptions()
@@ -232,7 +252,7 @@ func (s *Store) Configure(ctx context.Context, req ConfigureRequest) (*Configure
 		if err := tx.QueryRow(ctx, configureSQL, NewID(), req.Queue, ns, task, o.LeaseTime, o.RetryLimit,
 			o.RetryDelay, o.DelayedProcessing, o.WindowBuffer, o.MaxSize, o.TTL, o.RetentionSeconds,
 			o.CompletedRetentionSeconds, o.RetentionEnabled, o.DeadLetterQueue, o.DLQAfterMaxRetries, o.Priority,
-			o.EncryptionEnabled, o.MaxWaitTimeSeconds).Scan(&res.QueueID, &res.Version); err != nil {
+			o.EncryptionEnabled, o.MaxWaitTimeSeconds, o.IdleGroupRetentionSeconds).Scan(&res.QueueID, &res.Version); err != nil {
 			return fmt.Errorf("configuring queue %s: %w", req.Queue, err)
 		}
 		// A new partition gets a consumer row per group of its queue, as in

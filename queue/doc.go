@@ -24,19 +24,39 @@
 // last_offset, so the pairs with work for a group are one range of the
 // partial index consumers_ready (WHERE last_offset > cursor): pops and the
 // pre-flight read as many entries as they want partitions, at any partition
-// count. A push copies it right after its commit, in the same round trip,
-// in a short transaction that does not wait for its WAL flush (readySQL):
-// written inside the push, the rows stayed locked until the push's flush,
-// and pops, which skip locked rows, missed a partition that was pushed to
-// without a pause. The copy only trails committed data, so a crash that
-// loses one loses no message: RepairReady, at start and in the hygiene
-// loop, copies whatever lags, and until then the messages wait. For that,
+// count. The copy is a lower bound: a row whose copy is above its cursor
+// stays ready whatever the partition holds now, so a push marks (copies
+// its last_offset to) only the rows that are caught up (last_offset <=
+// cursor: the partial index consumers_caught_up), in its own statement (no
+// pop takes anything from a caught-up row before its commit). Groups that
+// are not reading cost a push nothing: their rows were marked once, by the
+// first push after they left. Whoever leaves a row caught up (an ack, an
+// autoAck pop, dead letters, an SSE resume, DeleteMessage, retention, a
+// transaction) marks it after its commit (queueReady: readyRowsSQL or
+// readySQL), in a short transaction that does not wait for its WAL flush
+// and share-locks the partitions first, so a push in flight (which holds
+// its partition lock until its commit) commits before the marking reads
+// its last_offset: either the push's statement saw the row caught up, or
+// the marking sees the push. A marking only trails committed data, so a
+// crash that loses one loses no message: RepairReady, at start and in the
+// hygiene loop, marks whatever lags. Counts of waiting messages read the
+// partition's last_offset, not the copy. For that,
 // a group registered on a queue (consumer_groups) has a row on every
 // partition of it: resolvePartitions (and Configure, for the Default
 // partition) gives a new partition one per group, under the queue row's
-// share (update) lock; registerGroup gives a group new to a
-// queue one per partition, under the queue row's no-key-update lock and the
-// partitions' share locks, so one of the two always sees the other.
+// share (update) lock; registerGroups gives groups new to a queue (any
+// number, in one transaction) one per partition, under the queue row's
+// no-key-update lock and the partitions' share locks, so one of the two
+// always sees the other.
+//
+// # Idle groups
+//
+// A group records when a consumer last read (consumer_groups.last_seen_at:
+// pre-flights, pops, registration; at most every GroupSeenEvery per
+// instance, groups_idle.go). Retention removes a group idle past its
+// queue's idleGroupRetentionSeconds and holding no live lease, with its
+// rows (idleGroupsSQL: the queue, the group's record, then its rows in key
+// order); the default group stays.
 //
 // # Deleted offsets
 //
@@ -142,8 +162,9 @@
 // Pops claim (partition, group) rows with FOR UPDATE SKIP
 // LOCKED, so concurrent pops never lease the same pair and never wait. Locks
 // are taken in one order: queue row, partition rows by id, consumer rows
-// by (partition, group). Pushes lock their partitions (lock_partitions),
-// their markings after the commit the partitions' consumer rows, acks the
+// by (partition, group). Pushes lock their partitions (lock_partitions)
+// then their caught-up consumer rows, the markings after a commit the
+// partitions (share) then the rows, acks the
 // consumer rows they need, a registration the queue then its partitions
 // (a retention batch locks messages, then the queues of those it may
 // delete, but skips what it cannot lock, so it never waits while it
@@ -173,7 +194,7 @@
 // end (under a 30 s bound) even if its caller gives up. The background
 // loops log a failed run and try again at the next tick. A stale cache
 // entry costs a retry or a lookup, never a wrong answer: the database
-// decides. A crash between a push's commit and its ready marking loses no
+// decides. A crash between a commit and its ready marking loses no
 // message (RepairReady, at start and in the hygiene loop), and a payload
 // that no longer decrypts is dead-lettered (DecryptError) rather than
 // blocking its partition.

@@ -36,6 +36,13 @@ type GroupSummary struct {
 	SubscriptionMode string
 	SubscribedFrom   *time.Time
 	SubscribedAt     *time.Time // when the group first read the queue
+	// LastSeenAt is when a consumer of the group last read (written at
+	// most every GroupSeenEvery); retention removes the group once it is
+	// older than the queue's idleGroupRetentionSeconds. Nil for rows with
+	// no group record.
+	LastSeenAt *time.Time
+	// IdleRetention is the queue's idleGroupRetentionSeconds.
+	IdleRetention int
 }
 
 // groupListSQL summarizes every (group, queue) pair: one pass over the
@@ -46,12 +53,13 @@ SELECT c.consumer_group, q.name, count(*),
        coalesce(max(extract(epoch FROM now() - p.last_push_at))
                 FILTER (WHERE p.last_offset - c.cursor - cardinality(c.done) > 0), 0)::float8,
        bool_or(c.leased_at IS NOT NULL),
-       coalesce(g.subscription_mode, ''), g.subscribed_from, g.created_at
+       coalesce(g.subscription_mode, ''), g.subscribed_from, g.created_at, g.last_seen_at, q.idle_group_retention_seconds
 FROM consumers c
 JOIN partitions p ON p.id = c.partition_id
 JOIN queues q ON q.id = c.queue_id
 LEFT JOIN consumer_groups g ON g.queue_id = c.queue_id AND g.name = c.consumer_group
-GROUP BY c.consumer_group, q.name, g.subscription_mode, g.subscribed_from, g.created_at
+GROUP BY c.consumer_group, q.name, g.subscription_mode, g.subscribed_from, g.created_at, g.last_seen_at,
+	q.idle_group_retention_seconds
 ORDER BY c.consumer_group, q.name`
 
 // ConsumerGroups lists every (group, queue) pair with consumer rows,
@@ -67,7 +75,7 @@ func (s *Store) ConsumerGroups(ctx context.Context) ([]GroupSummary, error) {
 		var g GroupSummary
 		var secs float64
 		if err := rows.Scan(&g.Group, &g.Queue, &g.Members, &g.Lagging, &secs, &g.Consumed, &g.SubscriptionMode,
-			&g.SubscribedFrom, &g.SubscribedAt); err != nil {
+			&g.SubscribedFrom, &g.SubscribedAt, &g.LastSeenAt, &g.IdleRetention); err != nil {
 			return nil, fmt.Errorf("listing consumer groups: %w", err)
 		}
 		g.MaxTimeLag = time.Duration(secs * float64(time.Second))

@@ -35,7 +35,10 @@ type Reservation struct {
 	LeaseID     string
 	Limit       int    // the most messages to lease to it
 	Subject     string // who the consumer is (its token's sub); "" for none
-	Token       any    // the HandOff's own
+	// AutoAck: the push moves the group's cursor past what it hands off
+	// (no lease; LeaseID is unused).
+	AutoAck bool
+	Token   any // the HandOff's own
 	// OutcomeUnknown: the push failed after it was sent, and may have
 	// committed (OutcomeUnknown(err)); set for Settle.
 	OutcomeUnknown bool
@@ -108,7 +111,11 @@ func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
 	if !ok {
 		return nil
 	}
-	res := &PopResult{LeaseID: r.LeaseID, Group: r.Group, PartitionID: r.PartitionID, PartitionsClaimed: 1}
+	lease := r.LeaseID
+	if r.AutoAck {
+		lease = ""
+	}
+	res := &PopResult{LeaseID: lease, Group: r.Group, PartitionID: r.PartitionID, PartitionsClaimed: 1}
 	// The fresh rows of the partition, in item order, took the offsets
 	// after the partition's last one before the push: the lease starts at
 	// the first of them.
@@ -130,7 +137,7 @@ func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
 		res.Queue, res.Partition = pr.Queue, pr.Partition
 		res.Messages = append(res.Messages, Message{ID: pr.MessageID, TransactionID: pr.TransactionID, TraceID: it.TraceID,
 			Data: data, ProducerSub: it.ProducerSub, CreatedAt: p.created[pr.PartitionID][seq], PartitionID: pr.PartitionID,
-			Partition: pr.Partition, Queue: pr.Queue, LeaseID: r.LeaseID, Group: r.Group, Offset: seq})
+			Partition: pr.Partition, Queue: pr.Queue, LeaseID: lease, Group: r.Group, Offset: seq})
 		seq++
 	}
 	if len(res.Messages) == 0 {
@@ -140,13 +147,14 @@ func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
 }
 
 // handOffArgs are the push insert's hand-off parameters.
-func (p *pushPlan) handOffArgs() (pids, groups, leases []string, limits []int32, subjects []*string) {
+func (p *pushPlan) handOffArgs() (pids, groups, leases []string, limits []int32, subjects []*string, auto []bool) {
 	for _, r := range p.reserved {
 		pids = append(pids, r.PartitionID)
 		groups = append(groups, r.Group)
 		leases = append(leases, r.LeaseID)
 		limits = append(limits, int32(r.Limit))
 		subjects = append(subjects, optString(r.Subject))
+		auto = append(auto, r.AutoAck)
 	}
-	return pids, groups, leases, limits, subjects
+	return pids, groups, leases, limits, subjects, auto
 }

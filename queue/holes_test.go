@@ -39,7 +39,7 @@ func TestIssue16_RegistrationReadsNoMessagePerOffset(t *testing.T) {
 		require.NoError(t, err)
 		var plan []map[string]any
 		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+queue.GroupRegisterSQL,
-			[]string{qid}, "late", now, nil).Scan(&plan))
+			[]string{qid}, []string{"late"}, []bool{now}, []*time.Time{nil}).Scan(&plan))
 		var cursor int64
 		var done []int64
 		require.NoError(t, tx.QueryRow(ctx, `SELECT cursor, done FROM consumers WHERE consumer_group = 'late'`).Scan(&cursor, &done))

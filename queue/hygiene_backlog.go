@@ -63,12 +63,14 @@ type DeadLetterCount struct {
 // the first left after retention.
 const backlogSQL = `-- herald:hygiene_backlog
 WITH lag AS MATERIALIZED (
+	-- The partition's last_offset, not the row's copy (a lower bound:
+	-- pushes leave the rows of groups that are not reading alone).
 	SELECT c.queue_id, c.consumer_group,
-	       sum(greatest(c.last_offset - c.cursor - cardinality(c.done), 0))::bigint AS waiting,
-	       count(*) FILTER (WHERE c.last_offset - c.cursor - cardinality(c.done) > 0) AS parts
-	FROM consumers c WHERE c.last_offset > c.cursor
+	       sum(greatest(p.last_offset - c.cursor - cardinality(c.done), 0))::bigint AS waiting,
+	       count(*) FILTER (WHERE p.last_offset - c.cursor - cardinality(c.done) > 0) AS parts
+	FROM consumers c JOIN partitions p ON p.id = c.partition_id WHERE c.last_offset > c.cursor
 	GROUP BY 1, 2
-	HAVING sum(greatest(c.last_offset - c.cursor - cardinality(c.done), 0)) > 0
+	HAVING sum(greatest(p.last_offset - c.cursor - cardinality(c.done), 0)) > 0
 	ORDER BY 3 DESC LIMIT $1
 )
 SELECT q.name, l.consumer_group, l.waiting, l.parts,

@@ -178,5 +178,9 @@ func (s *Store) DeleteMessage(ctx context.Context, partitionID, transactionID st
 		}
 		return nil, fmt.Errorf("deleting message %s of %s: %w", transactionID, partitionID, err)
 	}
+	// The offset counts as done: rows whose cursor it moved may be caught up.
+	if err := sendReady(context.WithoutCancel(ctx), s.pool, []string{partitionID}); err != nil {
+		s.log.Warn().Err(err).Msg("marking consumer rows ready after a delete")
+	}
 	return res, nil
 }

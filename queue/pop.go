@@ -89,6 +89,29 @@ type PopResult struct {
 	DeadLettered map[string]int
 
 	undecryptable int // how many of DeadLettered failed to decrypt
+	// moved: the rows whose cursor the pop moved (autoAck, dead letters),
+	// marked after its commit (markRows).
+	movedPids, movedGroups []string
+}
+
+// markMoved marks, after its commit, the rows a pop moved the cursor of
+// (autoAck, dead letters): each may be caught up now.
+func (s *Store) markMoved(ctx context.Context, res map[int]*PopResult, auto bool) {
+	if !auto {
+		return
+	}
+	type pair struct{ pid, group string }
+	seen := map[pair]bool{}
+	var pids, groups []string
+	for _, r := range res {
+		for _, m := range r.Messages {
+			if k := (pair{m.PartitionID, m.Group}); !seen[k] {
+				seen[k] = true
+				pids, groups = append(pids, m.PartitionID), append(groups, m.Group)
+			}
+		}
+	}
+	s.markRows(context.WithoutCancel(ctx), pids, groups)
 }
 
 // MaxBatch bounds one pop's batch, so one request cannot load a whole queue.
@@ -262,6 +285,9 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The group is reading (written at most every GroupSeenEvery; before
+	// the pop, so that its answer waits for nothing after the commit).
+	s.seen(ctx, [5][]string{{req.Queue}, {req.Namespace}, {req.Task}, {req.QueueMatch}, {req.Group}})
 	var res *PopResult
 	for attempt := 0; ; attempt++ {
 		res = &PopResult{Group: req.Group}
@@ -283,6 +309,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 		return nil, err
 	}
 	s.countDecryptFailures(res.undecryptable) // once committed
+	s.markRows(context.WithoutCancel(ctx), res.movedPids, res.movedGroups)
 	return res, nil
 }
 
@@ -317,6 +344,9 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 	var u consumerUpdates
 	for _, r := range rows {
 		u.add(r.claim.partitionID, req.Group, &r.claim.st, r.leaseTime, s.leaseOwner(req.Stream), req.Subject)
+		if req.AutoAck || len(dead) > 0 || len(bad) > 0 {
+			res.movedPids, res.movedGroups = append(res.movedPids, r.claim.partitionID), append(res.movedGroups, req.Group)
+		}
 	}
 	w := &pgx.Batch{}
 	queueDeadLetters(w, append(dead, bad...))

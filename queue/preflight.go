@@ -127,7 +127,7 @@ WITH k AS (
 	WHERE k.qname = ''
 ), rows AS (
 	SELECT kq.ord, kq.name AS qname, kq.id::text AS qid, kq.priority, p.id::text AS pid, p.name AS pname, kq.grp,
-	       c.last_offset - c.cursor - cardinality(c.done) AS waiting, true AS has_consumer,
+	       p.last_offset - c.cursor - cardinality(c.done) AS waiting, true AS has_consumer,
 	       CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease_until,
 	       CASE WHEN kq.window_buffer > 0 AND p.last_push_at > now() - make_interval(secs => kq.window_buffer)
 	            THEN p.last_push_at + make_interval(secs => kq.window_buffer) END AS window_until,
@@ -192,6 +192,9 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 		qn[i], ns[i], tk[i], pn[i], gr[i], qm[i] = t.Queue, t.Namespace, t.Task, t.Partition, g, t.QueueMatch
 		want[i] = int32(min(max(t.Want, 1), MaxPartitions*100)) // #nosec G115 -- bounded above
 	}
+	// Every waiting consumer is in a pre-flight at least every sweep: its
+	// group is reading (at most every GroupSeenEvery).
+	s.seen(ctx, [5][]string{qn, ns, tk, qm, gr})
 	rows, err := s.pool.Query(ctx, preflightSQL, qn, ns, tk, pn, gr, want, qm)
 	if err != nil {
 		return nil, fmt.Errorf("running pre-flight: %w", err)
@@ -239,11 +242,19 @@ func (s *Store) Preflight(ctx context.Context, targets []Target) ([]Availability
 
 // EnsureConsumers registers the targets' groups on the queues they select
 // and do not know them yet, each with a consumer row on every partition and
-// starting cursors set by its subscription options. Each target is a
-// transaction of its own (its queues locked in id order), so instances
-// registering at once cannot deadlock.
+// starting cursors set by its subscription options, all in one transaction
+// of a fixed number of statements (registerGroups: the queues locked in id
+// order, so instances registering at once cannot deadlock), whatever the
+// number of targets.
 func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
-	for _, t := range targets {
+	type sub struct {
+		group string
+		now   bool
+		from  *time.Time
+	}
+	subs := make([]sub, len(targets))
+	var sel [5][]string
+	for i, t := range targets {
 		req := PopRequest{Queue: t.Queue, Namespace: t.Namespace, Task: t.Task, Partition: t.Partition, Group: t.Group,
 			QueueMatch:       t.QueueMatch,
 			SubscriptionMode: t.SubscriptionMode, SubscriptionFrom: t.SubscriptionFrom}
@@ -258,9 +269,19 @@ func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
 			since := t.Since
 			subNow, subFrom = false, &since
 		}
-		if err := s.registerGroup(ctx, &req, subNow, subFrom); err != nil {
-			return err
-		}
+		subs[i] = sub{req.Group, subNow, subFrom}
+		sel[0], sel[1], sel[2] = append(sel[0], req.Queue), append(sel[1], req.Namespace), append(sel[2], req.Task)
+		sel[3], sel[4] = append(sel[3], req.QueueMatch), append(sel[4], req.Group)
 	}
+	if len(targets) == 0 {
+		return nil
+	}
+	err := s.registerGroups(ctx, sel, func(ord int) (string, bool, *time.Time) {
+		return subs[ord].group, subs[ord].now, subs[ord].from
+	})
+	if err != nil {
+		return fmt.Errorf("registering %d consumer groups: %w", len(targets), err)
+	}
+	s.analyzeIfDue(ctx)
 	return nil
 }

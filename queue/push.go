@@ -134,11 +134,10 @@ func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, er
 	}
 }
 
-// runPush sends plan's transaction, then, when its statement left rows
-// with messages pending unmarked, the ready marking. An error before the
-// COMMIT returned is the push's (nothing of it committed); one after it is
-// only the marking's, which is tried again and otherwise left to
-// RepairReady: the push stands.
+// runPush sends plan's transaction, in one round trip. Its statement
+// marks every row that needs it: a row an ack or pop leaves caught up
+// after the statement read it is marked by that ack or pop after its
+// commit, which waits for this push's partition locks (queueReady).
 func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -166,12 +165,6 @@ func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 		rollbackIfOpen(ctx, conn)
 		return err
 	}
-	if plan.unmarked > 0 {
-		if err := sendReady(context.WithoutCancel(ctx), conn, plan.partIDs); err != nil {
-			rollbackIfOpen(ctx, conn)
-			s.markReady(context.WithoutCancel(ctx), plan.partIDs, err)
-		}
-	}
 	return nil
 }
 
@@ -184,15 +177,17 @@ func rollbackIfOpen(ctx context.Context, conn *pgxpool.Conn) {
 }
 
 // readyUpdateSQL copies each partition's last_offset to its consumer rows
-// that lag behind it (of the partitions filter selects), which puts them in
-// consumers_ready; lock is the rows' locking clause. A row only ever moves
-// forward, and rows are locked in key order, as acks lock them.
-func readyUpdateSQL(name, filter, lock string) string {
+// that are caught up (last_offset <= cursor) and lag behind it (of the
+// rows filter selects), which puts them in consumers_ready; lock is the
+// rows' locking clause. A row already ready is left alone: its copy is a
+// lower bound, and whoever leaves it caught up marks it again. A row only
+// ever moves forward, and rows are locked in key order, as acks lock them.
+func readyUpdateSQL(name, from, filter, lock string) string {
 	return "-- herald:" + name + `
 WITH l AS (
 	SELECT c.partition_id, c.consumer_group, p.last_offset
-	FROM partitions p JOIN consumers c ON c.partition_id = p.id
-	WHERE ` + filter + ` c.last_offset < p.last_offset
+	FROM ` + from + `
+	WHERE ` + filter + ` c.last_offset <= c.cursor AND c.last_offset < p.last_offset
 	ORDER BY c.partition_id, c.consumer_group
 	` + lock + `
 )
@@ -200,30 +195,70 @@ UPDATE consumers c SET last_offset = l.last_offset FROM l
 WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group AND c.last_offset < l.last_offset`
 }
 
-// readySQL marks the partitions $1 after a push's commit, so it reads the
-// offsets that commit wrote (or later ones). It waits for a row an ack or
-// pop holds: that holder read the row before this push was marked, and
-// this marking (then the push's wake-up) comes after it.
-var readySQL = readyUpdateSQL("ready", "p.id = ANY($1::uuid[]) AND", "FOR NO KEY UPDATE OF c")
+const readyFromPartitions = `partitions p JOIN consumers c ON c.partition_id = p.id`
+
+// readySQL marks the caught-up rows of the partitions $1 after a
+// statement moved their cursors, or after a transaction's pushes.
+var readySQL = readyUpdateSQL("ready", readyFromPartitions, "p.id = ANY($1::uuid[]) AND", "FOR NO KEY UPDATE OF c")
+
+// readyRowsSQL is readySQL for the rows ($1 partition ids, $2 groups) an
+// ack or a pop may have left caught up.
+var readyRowsSQL = readyUpdateSQL("ready_rows", `unnest($1::text[], $2::text[]) AS k(pid, grp)
+	JOIN consumers c ON c.partition_id = k.pid::uuid AND c.consumer_group = k.grp
+	JOIN partitions p ON p.id = c.partition_id`, "", "FOR NO KEY UPDATE OF c")
 
 // repairReadySQL is readySQL over every partition, skipping rows others
-// hold (whoever holds one now is a push's marking or will be followed by
-// one, or the next repair sees it).
-var repairReadySQL = readyUpdateSQL("ready_repair", "", "FOR NO KEY UPDATE OF c SKIP LOCKED")
+// hold (whoever holds one now marks it after its commit, or the next
+// repair sees it).
+var repairReadySQL = readyUpdateSQL("ready_repair", readyFromPartitions, "", "FOR NO KEY UPDATE OF c SKIP LOCKED")
 
-// sendReady runs the ready marking of partIDs on q in a transaction of its
+// readyLockSQL share-locks the partitions $1 in id order before a
+// marking: a push in flight on one of them (which holds its lock until its
+// commit) commits first, and the marking, a statement after the lock, reads
+// its last_offset. Without the wait, an ack that left a row caught up
+// while such a push ran could miss it: the push read the row as ready
+// (before the ack's commit), and the marking read the partition before the
+// push's commit. Partitions before consumer rows: the push's lock order.
+const readyLockSQL = `-- herald:ready_lock
+SELECT count(*) FROM (SELECT 1 FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR SHARE) x`
+
+// queueReady adds to b, after the caller's COMMIT, a marking (readySQL or
+// readyRowsSQL with args, of the partitions pids) in a transaction of its
 // own that commits without waiting for its WAL flush: it copies what
-// committed data says, and RepairReady redoes whatever a crash loses.
-func sendReady(ctx context.Context, q querier, partIDs []string) error {
-	b := &pgx.Batch{}
+// committed data says, and RepairReady redoes whatever a crash loses. It
+// writes nothing, and so commits nothing, when every row it selects is
+// marked already.
+func queueReady(b *pgx.Batch, pids []string, sql string, args ...any) {
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL synchronous_commit = off")
-	b.Queue(readySQL, partIDs)
+	b.Queue(readyLockSQL, pids)
+	b.Queue(sql, args...)
 	b.Queue("COMMIT")
+}
+
+// sendReady runs the ready marking of partIDs on q.
+func sendReady(ctx context.Context, q querier, partIDs []string) error {
+	b := &pgx.Batch{}
+	queueReady(b, partIDs, readySQL, partIDs)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("marking consumer rows ready: %w", err)
 	}
 	return nil
+}
+
+// markRows marks the rows (pids[i], groups[i]) after a commit that may have
+// left them caught up (an ack, a pop with autoAck, a dead letter). A
+// failure is logged: RepairReady, run by the hygiene loop, catches up.
+func (s *Store) markRows(ctx context.Context, pids, groups []string) {
+	if len(pids) == 0 {
+		return
+	}
+	b := &pgx.Batch{}
+	queueReady(b, pids, readyRowsSQL, pids, groups)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		s.log.Error().Err(err).Int("rows", len(pids)).
+			Msg("marking consumer rows ready failed: their messages wait for the next push or repair")
+	}
 }
 
 // markReady runs the ready marking of partIDs on a connection of its own:
@@ -298,10 +333,6 @@ type pushPlan struct {
 	reserved []Reservation
 	handed   map[consumerKey]handedLease
 	created  map[string]map[int64]time.Time
-	// unmarked: consumer rows of the partitions that lag behind the push
-	// and that its statement did not mark (they have messages pending):
-	// the marking after the commit (readySQL) runs only when there are.
-	unmarked int64
 }
 
 // ValidatePushItems checks items as Push does before it touches the
@@ -469,16 +500,19 @@ SELECT lock_partitions($1::uuid[])`
 
 // pushInsertSQL finds duplicates, numbers the fresh rows densely per
 // partition from last_offset, bumps last_offset and inserts, in one
-// statement. The consumer rows are marked after the commit (readySQL),
-// except those with nothing pending, which it marks itself (no pop can
-// take anything from them before it commits), and those it leases to the
-// consumers a HandOff reserved ($7–$10, $12 their subjects):
-// a reserved group's row gets the lease of the partition's new messages
-// if it is caught up to them (its cursor at the old last offset, nothing
-// done above it, no lease) on a queue with no delay and no window. Rows:
-// kind 0 a duplicate (ord, message id), kind 1 a lease taken (partition,
-// group, range), kind 2 a leased message's offset and created_at, kind 3
-// how many rows are left for the marking after the commit.
+// statement. It marks ready the consumer rows of its partitions that are
+// caught up (last_offset <= cursor: the partial index consumers_caught_up),
+// and only those: a row already ready stays ready whatever its copy of
+// last_offset (a lower bound), so groups that are not reading cost the push
+// nothing. No pop can take anything from a caught-up row before this
+// commits, so holding it does not hide work. It leases to the consumers a
+// HandOff reserved ($7–$10, $12 their subjects, $13 autoAck): a reserved
+// group's row gets the lease of the partition's new messages (with
+// autoAck: its cursor moves past them) if it is caught up to them (its
+// cursor at the old last offset, nothing done above it, no lease) on a
+// queue with no delay and no window. Rows: kind 0 a duplicate (ord,
+// message id), kind 1 a lease taken (partition, group, range), kind 2 a
+// leased message's offset and created_at.
 const pushInsertSQL = `-- herald:push_insert
 WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
@@ -507,40 +541,38 @@ WITH input AS (
 	FROM counts c WHERE p.id = c.partition_id
 	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base, p.queue_id, p.follow_xid
 ), handoff AS (
-	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj
-	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[]) AS h(pid, grp, lease, lim, subj)
-), lagging AS (
-	SELECT c.partition_id, c.consumer_group, c.last_offset, c.cursor
-	FROM bumped b JOIN consumers c ON c.partition_id = b.id
-	WHERE c.last_offset < b.last_offset
+	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto
+	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[]) AS h(pid, grp, lease, lim, subj, auto)
 ), lk AS (
-	-- Written here, locked in key order: rows with nothing pending (no
-	-- pop can take anything from them before this commit anyway) and rows
-	-- handed off. Rows with messages pending, which pops may be taking,
-	-- are marked after the commit (readySQL), so the push never holds them.
+	-- The caught-up rows (consumers_caught_up), locked in key order. A
+	-- reserved group's row that can be handed off is one of them (its
+	-- cursor is at the old last offset).
 	SELECT c.partition_id, c.consumer_group
-	FROM lagging l JOIN consumers c ON c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
-	WHERE l.last_offset <= l.cursor
-	   OR EXISTS (SELECT 1 FROM handoff h WHERE h.pid = l.partition_id AND h.grp = l.consumer_group)
+	FROM bumped b JOIN consumers c ON c.partition_id = b.id
+	WHERE c.last_offset <= c.cursor AND c.last_offset < b.last_offset
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 ), handed AS (
-	UPDATE consumers c SET lease_id = h.lease, lease_owner = $11, lease_subject = h.subj,
-		lease_expires_at = now() + make_interval(secs => q.lease_time),
-		lease_from = b.base + 1, lease_to = least(b.last_offset, b.base + h.lim),
-		delivered_to = greatest(c.delivered_to, least(b.last_offset, b.base + h.lim)),
+	UPDATE consumers c SET
+		lease_id = CASE WHEN h.auto THEN NULL ELSE h.lease END,
+		lease_owner = CASE WHEN h.auto THEN NULL ELSE $11 END,
+		lease_subject = CASE WHEN h.auto THEN c.lease_subject ELSE h.subj END,
+		lease_expires_at = CASE WHEN h.auto THEN NULL ELSE now() + make_interval(secs => q.lease_time) END,
+		lease_from = CASE WHEN h.auto THEN NULL ELSE b.base + 1 END,
+		lease_to = CASE WHEN h.auto THEN NULL ELSE least(b.last_offset, b.base + h.lim) END,
+		cursor = CASE WHEN h.auto THEN least(b.last_offset, b.base + h.lim) ELSE c.cursor END,
+		delivered_to = greatest(c.delivered_to, CASE WHEN h.auto THEN 0 ELSE least(b.last_offset, b.base + h.lim) END),
 		leased_at = now(), last_offset = greatest(c.last_offset, b.last_offset), attempts = 0, attempt_seq = 0
 	FROM handoff h JOIN bumped b ON b.id = h.pid JOIN lk ON lk.partition_id = h.pid AND lk.consumer_group = h.grp, queues q
 	WHERE c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id
 	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
-	RETURNING c.partition_id, c.consumer_group, c.lease_from, c.lease_to
+	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto
 ), woke AS (
 	UPDATE consumers c SET last_offset = b.last_offset
 	FROM lk JOIN bumped b ON b.id = lk.partition_id
 	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND c.last_offset < b.last_offset
 	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)
-	RETURNING c.partition_id, c.consumer_group
 ), inserted AS (
 	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload, queue_id, follow_xid)
 	SELECT f.partition_id, b.base + f.rn, f.id, f.txid, f.trace_id, f.producer_sub, f.payload, b.queue_id, b.follow_xid
@@ -549,21 +581,17 @@ WITH input AS (
 )
 SELECT 0, d.ord, d.id::text, '', 0::bigint, 0::bigint, NULL::timestamptz FROM dups d
 UNION ALL
-SELECT 1, 0, h.partition_id::text, h.consumer_group, h.lease_from, h.lease_to, NULL FROM handed h
+SELECT 1, 0, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FROM handed h
 UNION ALL
 SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
-WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lease_from AND h.lease_to)
-UNION ALL
-SELECT 3, count(*), '', '', 0, 0, NULL FROM lagging l
-WHERE NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = l.partition_id AND h.consumer_group = l.consumer_group)
-  AND NOT EXISTS (SELECT 1 FROM woke w WHERE w.partition_id = l.partition_id AND w.consumer_group = l.consumer_group)`
+WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
 
 // queue adds the push's two statements to b; owner owns the leases it
 // hands off.
 func (p *pushPlan) queue(b *pgx.Batch, owner string) {
 	b.Queue(pushLockSQL, p.partIDs)
-	hp, hg, hl, hn, hs := p.handOffArgs()
-	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, owner, hs)
+	hp, hg, hl, hn, hs, ha := p.handOffArgs()
+	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, owner, hs, ha)
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {
@@ -607,8 +635,6 @@ func (p *pushPlan) read(br pgx.BatchResults) error {
 			if created != nil {
 				p.created[id][from] = *created
 			}
-		case 3:
-			p.unmarked = ord
 		}
 	}
 	rows.Close()

@@ -113,6 +113,11 @@ func (s *Store) ResumeLeases(ctx context.Context, group string, marks []LeaseMar
 	if err != nil {
 		return nil, err
 	}
+	groups := make([]string, len(pids))
+	for i := range groups {
+		groups[i] = group
+	}
+	s.markRows(context.WithoutCancel(ctx), pids, groups)
 	return out, nil
 }
 

@@ -57,7 +57,7 @@ FOR UPDATE OF m SKIP LOCKED`
 
 // retentionQueuesSQL share-locks the queues ($1) retention is about to
 // delete from, in id order, skipping those a group's registration, seek or
-// reset holds (FOR NO KEY UPDATE: groupLockSQL, groupQueuesLockSQL) or a
+// reset holds (FOR NO KEY UPDATE: groupsLockSQL, groupQueuesLockSQL) or a
 // configuration: their messages wait for the next batch. Those acts place
 // a group's cursors from the messages and holes they read, and retention's
 // rule reads the groups' cursors: run across each other, the delete did not
@@ -164,17 +164,19 @@ var retentionRules = []struct{ reason, cond string }{
 // or an ack holding one and waiting for another deadlocked with it.
 const retentionCursorsSQL = `-- herald:retention_cursors
 WITH x AS (
-	SELECT p.id, coalesce((SELECT min(m.seq) FROM messages m WHERE m.partition_id = p.id) - 1, p.last_offset) AS floor
+	SELECT p.id, coalesce((SELECT min(m.seq) FROM messages m WHERE m.partition_id = p.id) - 1, p.last_offset) AS floor,
+	       p.last_offset
 	FROM partitions p WHERE p.id = ANY ($1::uuid[])
 ), lk AS (
-	SELECT c.partition_id, c.consumer_group, x.floor
+	SELECT c.partition_id, c.consumer_group, x.floor, x.last_offset
 	FROM x JOIN consumers c ON c.partition_id = x.id
 	WHERE c.cursor < x.floor AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 )
 UPDATE consumers c SET cursor = lk.floor, attempts = 0, attempt_seq = 0,
-	done = ARRAY(SELECT d FROM unnest(c.done) d WHERE d > lk.floor ORDER BY d)
+	done = ARRAY(SELECT d FROM unnest(c.done) d WHERE d > lk.floor ORDER BY d),
+	last_offset = greatest(c.last_offset, lk.last_offset) -- still ready when messages remain
 FROM lk
 WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group`
 
@@ -225,6 +227,12 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 	}
 	defer conn.Release()
 	totals := map[[2]string]int64{}
+	// Idle groups first: their rows no longer hold back completed retention.
+	if err := s.removeIdleGroups(ctx, conn, max(batch/100, 10), func(q string) {
+		totals[[2]string{q, RetentionIdleGroup}]++
+	}); err != nil {
+		return collect(totals), true, err
+	}
 	for _, rule := range retentionRules {
 		for {
 			began := time.Now()
@@ -237,6 +245,10 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 			if len(parts) > 0 {
 				if _, err := conn.Exec(ctx, retentionCursorsSQL, parts); err != nil {
 					return collect(totals), true, fmt.Errorf("retention: moving cursors: %w", err)
+				}
+				// Rows a push raced past are marked after the commit.
+				if err := sendReady(ctx, conn, parts); err != nil {
+					return collect(totals), true, fmt.Errorf("retention: %w", err)
 				}
 			}
 			if n < int64(batch) {
@@ -363,6 +375,10 @@ func (s *Store) expireWaiting(ctx context.Context, conn *pgxpool.Conn, batch int
 	if total > 0 {
 		if _, err := conn.Exec(ctx, donePrefixSQL); err != nil {
 			return 0, fmt.Errorf("retention (max wait): moving cursors: %w", err)
+		}
+		// The rows it left caught up, marked after its commit.
+		if _, err := conn.Exec(ctx, repairReadySQL); err != nil {
+			return 0, fmt.Errorf("retention (max wait): marking rows ready: %w", err)
 		}
 	}
 	return total, nil

@@ -21,7 +21,7 @@ import (
 // waits for: they run before it or after it, never across.
 func TestIssue16_RegistrationWaitsForCompletedRetention(t *testing.T) {
 	t.Run("Register", func(t *testing.T) {
-		groupActAcrossRetention(t, "late", "herald:group_missing", func(s *queue.Store) error {
+		groupActAcrossRetention(t, "late", "herald:groups_lock", func(s *queue.Store) error {
 			return s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "cr", Group: "late"}})
 		})
 	})

@@ -320,3 +320,64 @@ func TestRetention_PoolOfOneConnectionIsRefusedNotHung(t *testing.T) {
 	require.ErrorContains(t, err, "at least 2 connections")
 	assert.False(t, ran)
 }
+
+// A consumer group nobody has read with for longer than its queue's
+// idleGroupRetentionSeconds, holding no lease, is removed with its rows,
+// counted per queue; then it no longer holds back completed retention. A
+// group with a live lease, one that read recently, the default group and
+// the groups of a queue with the option 0 all stay.
+func TestRetention_RemovesIdleGroups(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "churn",
+		Options: json.RawMessage(`{"idleGroupRetentionSeconds": 3600, "completedRetentionSeconds": 1, "retentionEnabled": true}`)})
+	require.NoError(t, err)
+	_, err = s.Configure(ctx, queue.ConfigureRequest{Queue: "keep", Options: json.RawMessage(`{"idleGroupRetentionSeconds": 0}`)})
+	require.NoError(t, err)
+	_, err = s.Configure(ctx, queue.ConfigureRequest{Queue: "busy", Options: json.RawMessage(`{"idleGroupRetentionSeconds": 3600}`)})
+	require.NoError(t, err)
+	for _, q := range []string{"churn", "keep", "busy"} {
+		push(t, s, q, "", nums(1, 1)...)
+		push(t, s, q, "p2", nums(1, 1)...)
+	}
+	read := func(q, g string, ack bool) {
+		for range 2 {
+			res := pop(t, s, queue.PopRequest{Queue: q, Group: g, Batch: 10})
+			if ack && len(res.Messages) > 0 {
+				ackAll(t, s, res, queue.StatusCompleted)
+			}
+		}
+	}
+	read("churn", "tab1", false) // abandoned holding nothing done: blocks completed retention
+	read("churn", "tab2", true)
+	read("busy", "leased", false)
+	read("churn", "recent", true)
+	read("churn", "", true)
+	read("keep", "backend", false)
+	// Time passes: every group's last read is two hours old, but the
+	// leased group's lease is live.
+	exec(t, s, `UPDATE consumer_groups SET last_seen_at = now() - interval '2 hours' WHERE name <> 'recent'`)
+	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second' WHERE consumer_group = 'tab1'`)
+	exec(t, s, `UPDATE consumers SET lease_expires_at = now() + interval '1 hour' WHERE consumer_group = 'leased'`)
+	age(t, s, "churn", 1, 1, 10)
+
+	deleted, ran, err := s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.EqualValues(t, 2, deletedBy(deleted, "churn", queue.RetentionIdleGroup), "%v", deleted)
+	assert.Zero(t, deletedBy(deleted, "keep", queue.RetentionIdleGroup))
+	var groups []string
+	rows, err := s.Pool().Query(ctx, `SELECT q.name || '/' || g.name FROM consumer_groups g JOIN queues q ON q.id = g.queue_id ORDER BY 1`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var g string
+		require.NoError(t, rows.Scan(&g))
+		groups = append(groups, g)
+	}
+	assert.Equal(t, []string{"busy/leased", "churn/__QUEUE_MODE__", "churn/recent", "keep/backend"}, groups)
+	var orphans int
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM consumers WHERE consumer_group IN ('tab1', 'tab2')`).Scan(&orphans))
+	assert.Zero(t, orphans, "their rows go with them")
+	// tab1 never finished its messages: gone, they no longer wait for it.
+	assert.EqualValues(t, 2, deletedBy(deleted, "churn", queue.RetentionCompleted), "%v", deleted)
+}

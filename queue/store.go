@@ -154,6 +154,7 @@ type Store struct {
 
 	partHits, partMisses, partEvictions atomic.Uint64
 	lastAnalyze                         atomic.Int64 // UnixNano of the last analyzeIfDue check
+	groupSeen                           groupSeen    // when this instance last wrote each group's last read
 	// lastBacklog is the backlog part of the latest hygiene sample, for
 	// LatestBacklog; backlogFirst serialises the one read taken before
 	// the hygiene loop's first sample (hygiene_backlog.go).

@@ -166,6 +166,18 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 		// does after its commit.
 		s.markReady(context.WithoutCancel(ctx), pushParts, nil)
 	}
+	// And the rows its acks may have left caught up, as an ack does.
+	var ackParts, ackGroups []string
+	for _, op := range ops {
+		if op.Type == "ack" && ValidUUID(op.Ack.PartitionID) {
+			g := op.Ack.Group
+			if g == "" {
+				g = DefaultGroup
+			}
+			ackParts, ackGroups = append(ackParts, op.Ack.PartitionID), append(ackGroups, g)
+		}
+	}
+	s.markRows(context.WithoutCancel(ctx), ackParts, ackGroups)
 	res.Success = true
 	return res, nil
 }
@@ -183,7 +195,7 @@ SELECT count(*) FROM (
 	-- The first condition lets the primary key's index find the rows (the
 	-- OR alone read the whole table).
 	WHERE c.partition_id = ANY($1::uuid[] || $2::uuid[])
-	  AND (c.partition_id = ANY($1::uuid[])
+	  AND ((c.partition_id = ANY($1::uuid[]) AND c.last_offset <= c.cursor) -- what the push's statement locks
 	       OR (c.partition_id, c.consumer_group) IN (SELECT * FROM unnest($2::uuid[], $3::text[])))
 	ORDER BY c.partition_id, c.consumer_group
 	FOR UPDATE OF c

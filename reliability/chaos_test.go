@@ -144,7 +144,8 @@ func newCluster(t *testing.T, dsn string, dropped *atomic.Int64) *cluster {
 			"--addr", fmt.Sprintf("127.0.0.1:%d", httpPorts[i]), "--database-url", dsn,
 			"--sync-bind", fmt.Sprintf("127.0.0.1:%d", syncPorts[i]), "--sync-peers", strings.Join(peers, ","),
 			"--sync-secret", secret, "--server-id", name, "--instance-id", name,
-			"--drain-window", "300ms", "--log-level", "error", "--sse-resume-grace", "3s"}}
+			"--drain-window", "300ms", "--log-level", "error", "--sse-resume-grace", "3s",
+			"--retention-interval", "5s"}} // the churned groups are removed during the run
 		c.insts = append(c.insts, in)
 		c.start(i)
 	}
@@ -649,6 +650,13 @@ func TestChaos(t *testing.T) {
 	reckless := &careless{consumer: consumer{name: "g1-careless", group: "g1"}, pool: pool, tally: map[string]map[string]int{}}
 	wg.Go(func() { reckless.run(runCtx, r, cl, 2) })
 
+	// Group churn: browser tabs each in a group of its own come, read a
+	// little (some over a WebSocket, some by HTTP pops that leave their
+	// lease unacked) and go; their groups are then aged past the queue's
+	// idle time, for retention to remove while everything else runs.
+	churn := &groupChurn{pool: pool}
+	wg.Go(func() { churn.run(runCtx, cl) })
+
 	// Producers: unique transactionIds, 20 partitions, through every
 	// instance in turn; a batch that fails is pushed again (duplicates are
 	// recognised by transactionId).
@@ -756,6 +764,7 @@ func TestChaos(t *testing.T) {
 	pwg.Wait()
 	stop()
 	wg.Wait()
+	churn.verify(t, ctx, dsn)
 
 	// ---- the verdict ----
 	conn := db()
@@ -770,6 +779,9 @@ func TestChaos(t *testing.T) {
 		var g, tx string
 		var rc int
 		require.NoError(t, rows.Scan(&g, &tx, &rc))
+		if dlq[g] == nil {
+			continue // a churned group's (none is expected: they never pop again)
+		}
 		dlq[g][tx] = rc
 	}
 	require.NoError(t, rows.Err())
@@ -859,6 +871,87 @@ func TestChaos(t *testing.T) {
 
 // finished reports whether every group has finished every partition: its
 // cursor (plus what it did out of order) reached the last offset.
+// groupChurn creates consumer groups during the run and abandons them.
+type groupChurn struct {
+	pool    *pgxpool.Pool
+	created atomic.Int64
+	misread atomic.Int64 // deliveries out of partition order within a churned group
+}
+
+func (g *groupChurn) run(ctx context.Context, cl *cluster) {
+	for i := 0; ctx.Err() == nil; i++ {
+		name := fmt.Sprintf("tab-%05d", i)
+		inst := cl.insts[i%3]
+		if i%2 == 0 {
+			g.ws(ctx, inst.url, name)
+		} else {
+			// An HTTP pop that takes a lease and never acks it.
+			if res, err := http.Get(fmt.Sprintf("%s/api/v1/pop/queue/%s?consumerGroup=%s&batch=5&wait=false",
+				inst.url, queueName, name)); err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+			}
+		}
+		g.created.Add(1)
+		// Age the groups abandoned so far past the idle time: retention
+		// (every 5 s on some instance) removes them, rows and all.
+		_, _ = g.pool.Exec(ctx, `UPDATE consumer_groups SET last_seen_at = now() - interval '2 days'
+			WHERE name LIKE 'tab-%' AND name < $1`, name)
+		sleep(ctx, 300*time.Millisecond)
+	}
+}
+
+// ws reads a few messages in group name over a WebSocket (autoAck on odd
+// tabs), checking their order per partition, then leaves.
+func (g *groupChurn) ws(ctx context.Context, url, name string) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cli, err := client.Dial(cctx, url, client.Options{})
+	if err != nil {
+		return
+	}
+	defer func() { _ = cli.Close() }()
+	last := map[string]int{}
+	got := 0
+	_ = cli.Subscribe(cctx, client.SubscribeOptions{Queue: queueName, ConsumerGroup: name, Batch: 5, MaxInFlight: 10,
+		AutoAck: len(name)%2 == 1, SubscriptionMode: "new"},
+		func(_ context.Context, m *client.Message) error {
+			var v struct{ N int }
+			if json.Unmarshal(m.Data, &v) == nil {
+				if prev, ok := last[m.PartitionID]; ok && v.N <= prev {
+					g.misread.Add(1)
+				}
+				last[m.PartitionID] = v.N
+			}
+			if got++; got >= 20 {
+				cancel()
+			}
+			return nil
+		})
+}
+
+// verify: the churned groups aged past the idle time are gone with their
+// rows (retention removed them during or right after the run), and none
+// saw its messages out of order.
+func (g *groupChurn) verify(t *testing.T, ctx context.Context, dsn string) {
+	t.Logf("group churn: %d groups created", g.created.Load())
+	assert.Positive(t, g.created.Load())
+	assert.Zero(t, g.misread.Load(), "a churned group got a partition's messages out of order")
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(ctx) }()
+	_, err = conn.Exec(ctx, `UPDATE consumer_groups SET last_seen_at = now() - interval '2 days' WHERE name LIKE 'tab-%'`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `UPDATE consumers SET lease_expires_at = now() - interval '1 second' WHERE consumer_group LIKE 'tab-%'`)
+	require.NoError(t, err)
+	var left, rows int64
+	require.Eventually(t, func() bool {
+		require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM consumer_groups WHERE name LIKE 'tab-%'),
+			(SELECT count(*) FROM consumers WHERE consumer_group LIKE 'tab-%')`).Scan(&left, &rows))
+		return left == 0 && rows == 0
+	}, 30*time.Second, 200*time.Millisecond, "abandoned groups are removed: %d groups, %d rows left", left, rows)
+}
+
 func finished(t *testing.T, conn *pgx.Conn, n int) bool {
 	var total int64
 	if err := conn.QueryRow(context.Background(), `SELECT coalesce(sum(p.last_offset), 0) FROM partitions p
@@ -868,7 +961,7 @@ func finished(t *testing.T, conn *pgx.Conn, n int) bool {
 	var lag, rows int64
 	if err := conn.QueryRow(context.Background(), `SELECT coalesce(sum(p.last_offset - c.cursor - cardinality(c.done)), 0), count(*)
 		FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues q ON q.id = p.queue_id
-		WHERE q.name = $1`, queueName).Scan(&lag, &rows); err != nil {
+		WHERE q.name = $1 AND c.consumer_group = ANY($2)`, queueName, groups).Scan(&lag, &rows); err != nil {
 		return false
 	}
 	return lag == 0 && rows >= int64(partitions*len(groups)) // (and the Default partition, which configure makes)

@@ -16,13 +16,17 @@
 // PostgreSQL CPU per 1,000 deliveries, idle RSS and heap per follower;
 // --fanout-cluster the same over three instances with syncnet, pushes to
 // the first; --fanout-profile takes herald's CPU profile during the
-// pushes). Two more run only when named: restart (--restart-partitions
+// pushes). Three more run only when named: restart (--restart-partitions
 // subscriptions naming a partition each hold their messages; the instance
 // is restarted under them, by SIGTERM or --restart-kill; time to each
 // one's first message again, with the restarted instance's CPU profile in
-// --restart-profile) and mesh (--mesh-instances idle instances found
-// through the members table). Cluster, fanout, restart and mesh start
-// their own servers. Without --url it starts
+// --restart-profile), mesh (--mesh-instances idle instances found through
+// the members table) and groups (consumer groups that come and go: the
+// push cost with 0, 1,000 and 10,000 groups that read once and left, with
+// the WAL per push from the private PostgreSQL or --dsn; 1,000 new groups
+// subscribing at once, timed to their first message; autoAck against
+// manual-ack latency at 200 msgs/s). Cluster, fanout, restart and mesh
+// start their own servers. Without --url it starts
 // `herald serve` (the binary next to herald-bench, or --herald) on a
 // private PostgreSQL in a temporary directory and measures that process;
 // with --url it measures a running server (give --pid for its memory and

@@ -52,6 +52,9 @@ type benchConfig struct {
 	// FanoutProfile: a file prefix for CPU profiles of herald during the
 	// single-instance fanout pushes; empty takes none.
 	FanoutProfile string
+	// DSN: the server's PostgreSQL, for the WAL the groups scenario's
+	// pushes write ("" measures no WAL).
+	DSN string
 }
 
 // fanoutMax is the most followers one fanout case puts on one instance.
@@ -102,9 +105,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fanout := fs.String("fanout", "10000@10,1000@100", "fanout: FOLLOWERS@RATE cases, comma-separated: SSE followers of one queue on one instance, single-message pushes per second for --duration")
 	fanoutCluster := fs.String("fanout-cluster", "10000@10", "fanout: FOLLOWERS@RATE cases on three instances (syncnet on), followers spread evenly, pushes to the first; empty runs none")
 	fs.StringVar(&cfg.FanoutProfile, "fanout-profile", "", "fanout: write a CPU profile of herald (--pprof-addr) during each single-instance case's pushes to PREFIX-FOLLOWERS@RATE.pprof")
+	fs.StringVar(&cfg.DSN, "dsn", "", "groups: the server's PostgreSQL (a connection string), to measure the WAL per push; empty skips it")
 	drainParts := fs.String("drain-partitions", "200,2000,5000", "drain: partition counts, one message in each, drained by HTTP pops and by one WebSocket subscription")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [fanout] [restart] [mesh]")
+		fmt.Fprintln(stderr, "usage: herald-bench [flags] [latency] [throughput] [idle] [connections] [cluster] [drain] [fanout] [restart] [mesh] [groups]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -139,7 +143,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	needTarget := false
 	for _, s := range scenarios {
 		if s != "latency" && s != "throughput" && s != "idle" && s != "cluster" && s != "connections" && s != "drain" &&
-			s != "fanout" && s != "restart" && s != "mesh" {
+			s != "fanout" && s != "restart" && s != "mesh" && s != "groups" {
 			fmt.Fprintf(stderr, "herald-bench: unknown scenario %q\n", s)
 			return 2
 		}
@@ -196,6 +200,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 				break
 			}
 			rep.Restart, err = runRestart(ctx, cfg, stderr)
+		case "groups":
+			rep.Groups, err = runGroups(ctx, target, cfg, stderr)
 		case "idle":
 			rep.Idle, err = runIdle(ctx, target, cfg, stderr)
 		case "fanout":

@@ -21,6 +21,7 @@ type report struct {
 	Drain       []drainResult       `json:"drain,omitempty"`
 	Restart     *restartResult      `json:"restart,omitempty"`
 	Fanout      []fanoutResult      `json:"fanout,omitempty"`
+	Groups      *groupsResult       `json:"groups,omitempty"`
 }
 
 func (r *report) print(w io.Writer) {
@@ -88,6 +89,9 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.1f\t\n", c.Connections, c.ConnectPerSec, float64(c.RSS)/(1<<20), c.BytesPerConn/1024)
 		}
 		_ = tw.Flush()
+	}
+	if r.Groups != nil {
+		printGroups(w, r.Groups)
 	}
 	if i := r.Idle; i != nil {
 		fmt.Fprintln(w, "\nidle connections")

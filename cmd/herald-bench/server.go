@@ -243,3 +243,21 @@ func (s *server) metric(name string) (float64, error) {
 	}
 	return sum, sc.Err()
 }
+
+// pgDSN is a connection string to the server's private PostgreSQL (its
+// socket directory and port, from postmaster.pid), or "" when it is not
+// known (--url).
+func (s *server) pgDSN() string {
+	if s.pgDir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(s.pgDir, "postgres", "pgdata", "postmaster.pid"))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 5 {
+		return ""
+	}
+	return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres", strings.TrimSpace(lines[4]), strings.TrimSpace(lines[3]))
+}

@@ -32,7 +32,7 @@ export async function render(root) {
       caption: "Consumer groups by queue",
       className: "groups",
       columns: [{ label: "group" }, { label: "queue" }, { label: "lag", num: true }, { label: "partitions", num: true },
-        { label: "lagging", num: true }, { label: "leased", num: true }, { label: "time lag", num: true }, { label: "state" }, { label: "actions" }],
+        { label: "lagging", num: true }, { label: "leased", num: true }, { label: "time lag", num: true }, { label: "last read" }, { label: "state" }, { label: "actions" }],
       rows: list.map((g) => {
         const s = lag[`${g.name}\u0000${g.queueName}`];
         return {
@@ -45,6 +45,7 @@ export async function render(root) {
             exact(g.partitionsWithLag),
             s ? exact(s.leased) : "—",
             { v: duration(g.maxTimeLag), title: "age of the newest message it has not finished" },
+            { v: ago(g.lastSeenAt), title: idleTitle(g) },
             badge(g.state, g.state === "Lagging" ? "warn" : g.state === "Dead" ? "muted" : "ok"),
             h("div", { className: "row-actions" },
               h("button", { type: "button", className: "secondary seek", on: { click: () => seek(g.name, g.queueName) } }, "Seek…"),
@@ -55,6 +56,12 @@ export async function render(root) {
       }),
       empty: "No consumer group has read anything yet.",
     }));
+  }
+
+  // What retention will do with a group nobody reads (idleGroupRetentionSeconds).
+  function idleTitle(g) {
+    if (g.name === "__QUEUE_MODE__" || !g.idleGroupRetentionSeconds) return "when a consumer last read; never removed for idleness";
+    return `when a consumer last read; removed by retention after ${duration(g.idleGroupRetentionSeconds)} without one`;
   }
 
   function show(node) {

@@ -84,13 +84,6 @@ WHERE NOT EXISTS (SELECT 1 FROM consumer_groups g WHERE g.queue_id = q.id AND g.
 ORDER BY q.id
 FOR NO KEY UPDATE OF q`
 
-// registration is one (queue, group) pair to register.
-type registration struct {
-	queueID, group string
-	subNow         bool
-	subFrom        *time.Time
-}
-
 // registerGroups registers the pairs sel finds (groupsLockSQL's
 // arguments; pick gives the subscription of target ord), in one transaction
 // that takes, in order: those queues' locks, their partitions' share locks

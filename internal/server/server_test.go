@@ -238,7 +238,7 @@ func httpCall(t *testing.T, method, url, body string) (int, string) {
 	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	b, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	return res.StatusCode, string(b)

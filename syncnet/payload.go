@@ -35,18 +35,21 @@ type QueueConfig struct {
 	DLQEnabled                bool   `msgpack:"dlq_enabled"`
 	EncryptionEnabled         bool   `msgpack:"encryption_enabled"`
 	ID                        string `msgpack:"id"`
-	LeaseTime                 uint64 `msgpack:"lease_time"`
-	MaxSize                   uint64 `msgpack:"max_size"`
-	MaxWaitTimeSeconds        uint64 `msgpack:"max_wait_time_seconds"`
-	NamespaceName             string `msgpack:"namespace_name"`
-	Priority                  uint64 `msgpack:"priority"`
-	RetentionEnabled          bool   `msgpack:"retention_enabled"`
-	RetentionSeconds          uint64 `msgpack:"retention_seconds"`
-	RetryDelay                uint64 `msgpack:"retry_delay"`
-	RetryLimit                uint64 `msgpack:"retry_limit"`
-	Task                      string `msgpack:"task"`
-	TTL                       uint64 `msgpack:"ttl"`
-	WindowBuffer              uint64 `msgpack:"window_buffer"`
+	// IdleGroupRetentionSeconds is Herald's own (the reference server
+	// neither sends nor reads it): absent, it is the default.
+	IdleGroupRetentionSeconds *uint64 `msgpack:"idle_group_retention_seconds,omitempty"`
+	LeaseTime                 uint64  `msgpack:"lease_time"`
+	MaxSize                   uint64  `msgpack:"max_size"`
+	MaxWaitTimeSeconds        uint64  `msgpack:"max_wait_time_seconds"`
+	NamespaceName             string  `msgpack:"namespace_name"`
+	Priority                  uint64  `msgpack:"priority"`
+	RetentionEnabled          bool    `msgpack:"retention_enabled"`
+	RetentionSeconds          uint64  `msgpack:"retention_seconds"`
+	RetryDelay                uint64  `msgpack:"retry_delay"`
+	RetryLimit                uint64  `msgpack:"retry_limit"`
+	Task                      string  `msgpack:"task"`
+	TTL                       uint64  `msgpack:"ttl"`
+	WindowBuffer              uint64  `msgpack:"window_buffer"`
 }
 
 // QueueConfigSetPayload: a queue was configured.

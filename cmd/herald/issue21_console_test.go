@@ -111,7 +111,7 @@ func TestIssue21_Console(t *testing.T) {
 		// orders: each group's cursor and lag, shipping's live lease on asia.
 		goTo(ctx, t, "#/queue/orders", `!!document.querySelector('#partitions tr[data-partition="asia"]')`)
 		asia := text(ctx, t, `#partitions tr[data-partition="asia"] li[data-group="shipping"]`)
-		assert.Regexp(t, `shipping · cursor 0 · lag 2 · leased herald-1 \(ops\), expires in \d`, asia)
+		assert.Regexp(t, `shipping · cursor 0 · lag 2 · leased herald-1 by pop \(ops\), expires in \d`, asia)
 		assert.Contains(t, text(ctx, t, `#partitions tr[data-partition="us"] li[data-group="billing"]`), "cursor 3 · lag 0")
 		shot(ctx, t, "console-queue.png", false)
 		phone(ctx, t, "console-queue-phone.png")

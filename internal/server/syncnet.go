@@ -49,6 +49,7 @@ func wireConfig(info queue.QueueInfo) syncnet.QueueConfig {
 		NamespaceName: info.Namespace, Priority: u64(o.Priority), RetentionEnabled: o.RetentionEnabled,
 		RetentionSeconds: u64(o.RetentionSeconds), RetryDelay: u64(o.RetryDelay), RetryLimit: u64(o.RetryLimit),
 		Task: info.Task, TTL: u64(o.TTL), WindowBuffer: u64(o.WindowBuffer),
+		IdleGroupRetentionSeconds: new(u64(o.IdleGroupRetentionSeconds)),
 	}
 }
 
@@ -72,6 +73,10 @@ func infoFromWire(name string, c syncnet.QueueConfig, version uint64) queue.Queu
 		CompletedRetentionSeconds: toInt(c.CompletedRetentionSeconds), RetentionEnabled: c.RetentionEnabled,
 		DeadLetterQueue: c.DLQEnabled, DLQAfterMaxRetries: c.DLQAfterMaxRetries, Priority: toInt(c.Priority),
 		EncryptionEnabled: c.EncryptionEnabled, MaxWaitTimeSeconds: toInt(c.MaxWaitTimeSeconds),
+		IdleGroupRetentionSeconds: queue.IdleGroupRetentionDefault,
+	}
+	if c.IdleGroupRetentionSeconds != nil {
+		o.IdleGroupRetentionSeconds = toInt(*c.IdleGroupRetentionSeconds)
 	}
 	info := queue.QueueInfo{ID: c.ID, Name: name, Namespace: c.NamespaceName, Task: c.Task, Options: o}
 	if version <= 1<<62 {

@@ -132,7 +132,11 @@ function groupsCell(groups) {
 }
 
 function leaseText(l) {
-  const who = `${l.owner ?? "?"}${l.subject ? ` (${l.subject})` : ""}`;
+  // An HTTP pop's lease is owned by "<instance>#pop" (a restart keeps it):
+  // its client holds it, not a stream of that instance.
+  const owner = l.owner ?? "?";
+  const inst = owner.endsWith("#pop") ? `${owner.slice(0, -4)} by pop` : owner;
+  const who = `${inst}${l.subject ? ` (${l.subject})` : ""}`;
   return l.live
     ? h("span", { title: `lease ${l.id}, offsets ${l.from}–${l.to}` }, badge("leased", "ok"), ` ${who}, expires ${ago(l.expiresAt)}`)
     : h("span", { title: `lease ${l.id}` }, badge("expired", "warn"), ` ${who}, ${ago(l.expiresAt)}`);

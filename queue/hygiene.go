@@ -153,6 +153,13 @@ func (s *Store) analyzeIfDue(ctx context.Context) {
 	}
 }
 
+// analyzeGrown runs AnalyzeGrown now; a failure is logged, not returned.
+func (s *Store) analyzeGrown(ctx context.Context) {
+	if _, err := s.AnalyzeGrown(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn().Err(err).Msg("analyzing grown tables")
+	}
+}
+
 // XminWarnAfter: a snapshot held longer than this is logged as a warning.
 const XminWarnAfter = 5 * time.Minute
 

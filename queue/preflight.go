@@ -282,6 +282,6 @@ func (s *Store) EnsureConsumers(ctx context.Context, targets []Target) error {
 	if err != nil {
 		return fmt.Errorf("registering %d consumer groups: %w", len(targets), err)
 	}
-	s.analyzeIfDue(ctx)
+	s.analyzeGrown(ctx) // as registerGroup
 	return nil
 }

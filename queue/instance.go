@@ -93,6 +93,10 @@ func (s *Store) LockInstance(ctx context.Context, url string) (*InstanceLock, er
 	return l, nil
 }
 
+// InstanceLockApplication is the application_name of the instance lock's
+// session.
+const InstanceLockApplication = "herald instance lock"
+
 // lockInstanceConn opens the lock's connection and takes the lock on it.
 func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, err error) {
 	var conn *pgx.Conn
@@ -114,6 +118,11 @@ func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, 
 	}()
 	if _, err := conn.Exec(ctx, instanceKeepaliveSQL); err != nil {
 		return nil, fmt.Errorf("setting the instance lock's keepalives: %w", err)
+	}
+	// Named in pg_stat_activity: the one session of Herald's that holds an
+	// advisory lock while idle, on purpose.
+	if _, err := conn.Exec(ctx, "SET application_name = '"+InstanceLockApplication+"'"); err != nil {
+		return nil, fmt.Errorf("naming the instance lock's session: %w", err)
 	}
 	var ok bool
 	if err := conn.QueryRow(ctx, instanceLockSQL, s.cfg.InstanceID).Scan(&ok); err != nil {

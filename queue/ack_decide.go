@@ -123,7 +123,7 @@ func decideAck(st ackState, acks []Ack, proven []string) (ackPlan, error) {
 		if lc.releasedBy >= 0 && lc.st.leaseID != "" {
 			lc.st.release()
 			plan.results[lc.releasedBy].LeaseReleased = true
-			plan.results[lc.releasedBy].Pending = lc.st.cursor < lc.lastOffset
+			plan.results[lc.releasedBy].Pending = lc.st.cursor < max(lc.lastOffset, lc.partLast)
 		}
 		if lc.st.changed {
 			plan.rows = append(plan.rows, consumerRow{k, &lc.st, lc.lastOffset})
@@ -142,6 +142,7 @@ type lockedConsumer struct {
 	liveLease   string // the lease id when the request started, if unexpired
 	deliveredTo int64  // the highest offset ever leased to the group here
 	lastOffset  int64  // the partition's last offset, as the row knows it
+	partLast    int64  // the partition's last offset itself (the copy lags for a group that was behind)
 	retryLimit  int
 	subject     string // who the last lease was for; "" for no one
 	// seekFrom, seekTo: the offsets (seekFrom, seekTo] the last seek (or

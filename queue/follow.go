@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -30,33 +31,13 @@ type FollowPos struct {
 
 // Compare orders positions: -1, 0 or +1.
 func (p FollowPos) Compare(q FollowPos) int {
-	if c := cmpUint(p.XID, q.XID); c != 0 {
+	if c := cmp.Compare(p.XID, q.XID); c != 0 {
 		return c
 	}
 	if c := strings.Compare(p.pid(), q.pid()); c != 0 {
 		return c
 	}
-	return cmpInt(p.Offset, q.Offset)
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Compare(p.Offset, q.Offset)
 }
 
 const nilUUID = "00000000-0000-0000-0000-000000000000"

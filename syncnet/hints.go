@@ -8,7 +8,8 @@ import (
 // Lease hints (seed tier 4): which instance holds the lease of a
 // (partition, group). A hint lets a poller skip a pop that would come back
 // empty; it never decides anything. It lives for a fifth of the lease's
-// time, is ignored once its holder is dead, and 1 lookup in
+// time, is ignored once its holder is dead (a member that left the
+// table, a seed silent for DeadAfter), and 1 lookup in
 // HintAuditRatio ignores it and asks the database, which both heals a wrong
 // hint and measures how often hints are right.
 
@@ -64,7 +65,9 @@ func (n *Node) LeasedElsewhere(partitionID, group string) (until time.Time, audi
 	}
 	n.mu.Lock()
 	st := n.byID[h.holder]
-	alive := st != nil && now.Sub(st.lastBeat) <= n.cfg.DeadAfter
+	// A member is alive while the database lists it (members send no
+	// heartbeats); a seed while it is heard.
+	alive := st != nil && (st.member || now.Sub(st.lastBeat) <= n.cfg.DeadAfter)
 	n.mu.Unlock()
 	if !alive {
 		n.hint("holder_dead")

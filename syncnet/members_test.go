@@ -197,3 +197,29 @@ func TestMembership_DepartedMemberThatIsASeedIsDead(t *testing.T) {
 	a.Notify("q", "p")
 	assert.Equal(t, before, sentTo(t, a, MessageAvailable), "no wake-up to a departed member that is also a seed")
 }
+
+// A member's lease hint holds however long the member has been silent:
+// members send no heartbeats (the database says who is alive), so silence
+// is no sign of death; a hint is dropped when the member leaves the table.
+func TestLeaseHint_SilentMemberStillHoldsItsLease(t *testing.T) {
+	nodes := mesh(t, 2, nil, func(_ int, c *Config) { c.DeadAfter = 20 * time.Millisecond })
+	a, b := nodes[0], nodes[1]
+	a.SetPeers(nil)
+	b.SetPeers(nil)
+	a.SetLocal("q", true) // b's hints go to members with consumers of q
+	members(a, b)
+	require.Eventually(t, func() bool { has, known := b.HasSubscribers("q"); return has && known },
+		5*time.Second, 10*time.Millisecond)
+	b.LeaseAcquired("q", "p", "pid-1", "g", time.Now().Add(time.Minute))
+	require.Eventually(t, func() bool { return a.Stats().LeaseHints == 1 }, 5*time.Second, time.Millisecond)
+	// Ten times DeadAfter of silence from b: the hint still holds.
+	assert.Never(t, func() bool {
+		until, audit := a.LeasedElsewhere("pid-1", "g")
+		return until.IsZero() && !audit
+	}, 10*a.cfg.DeadAfter, a.cfg.DeadAfter/4, "b's hint is honoured while b is a member")
+	assert.Zero(t, a.Stats().Counters["hint:holder_dead"])
+
+	a.SetMembers(nil) // b's row is gone
+	until, audit := a.LeasedElsewhere("pid-1", "g")
+	assert.True(t, until.IsZero() && !audit, "a departed member's hint is ignored")
+}

@@ -310,11 +310,15 @@ func TestSyncnet_StalePresenceAbsent(t *testing.T) {
 	// A in the same mode for the same timings; it has no consumers to announce.
 	a, b := servertest.Start(t, dsn, "syncnet-noregister"), servertest.Start(t, dsn, "syncnet-noregister")
 	servertest.Link(a, b)
-	_ = b.LongPoll("stale-a", time.Second) // B has a consumer, and says so in vain
+	first := b.LongPoll("stale-a", time.Second) // B has a consumer, and says so in vain
 	require.Eventually(t, func() bool {
 		has, known := a.Node().HasSubscribers("stale-a")
 		return known && !has
 	}, 10*time.Second, 20*time.Millisecond, "A's view: presence known, nobody consumes stale-a")
+	// That consumer is gone before the first push (else it could take the
+	// message meant for the next one, which then waited in vain).
+	ans := servertest.Wait(t, first, 10*time.Second)
+	require.Equal(t, http.StatusNoContent, ans.Status, ans.Body)
 	servertest.ConsumeOnce(t, a, b, "stale-a", 20)
 }
 

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"sync"
 )
 
 // FollowOptions say what to follow and from where.
@@ -46,12 +45,8 @@ type Follow struct {
 	opts   FollowOptions
 	events chan followEvent
 
-	mu    sync.Mutex
-	cn    *conn  // the connection it follows on, nil between
-	last  string // the event id to resume after: the last one received (or the start)
-	ended chan struct{}
-	err   error
-	left  chan struct{} // closed when Follow returns
+	standing
+	last string // the event id to resume after: the last one received (or the start); under mu
 }
 
 // Follow receives every message pushed to a queue (or to one of its
@@ -71,8 +66,8 @@ func (c *Client) Follow(ctx context.Context, opts FollowOptions, handler Handler
 	if opts.Queue == "" {
 		return errors.New("herald: FollowOptions.Queue is required")
 	}
-	f := &Follow{c: c, opts: opts, events: make(chan followEvent, followBuffer),
-		last: opts.From, ended: make(chan struct{}), left: make(chan struct{})}
+	f := &Follow{c: c, opts: opts, events: make(chan followEvent, followBuffer), last: opts.From}
+	f.init()
 	c.mu.Lock()
 	if c.terminal != nil {
 		c.mu.Unlock()
@@ -183,49 +178,14 @@ func (f *Follow) gap(g Gap) {
 	}
 }
 
-// detach forgets cn after it ended.
-func (f *Follow) detach(cn *conn) {
-	f.mu.Lock()
-	if f.cn == cn {
-		f.cn = nil
-	}
-	f.mu.Unlock()
-}
-
-func (f *Follow) end(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	select {
-	case <-f.ended:
-	default:
-		f.err = err
-		close(f.ended)
-	}
-}
-
 // leave unregisters the follow and, on a live connection, unfollows.
 func (f *Follow) leave() {
-	close(f.left)
 	f.c.mu.Lock()
 	delete(f.c.follows, f)
 	f.c.mu.Unlock()
-	f.mu.Lock()
-	cn := f.cn
-	f.cn = nil
-	f.mu.Unlock()
-	if cn == nil || !cn.alive() {
-		return
-	}
-	cn.mu.Lock()
-	var id string
-	for k, v := range cn.follows {
-		if v == f {
-			id = k
-			delete(cn.follows, k)
+	if cn := f.leaving(); cn != nil {
+		if id := dropFrom(cn, cn.follows, f); id != "" {
+			_ = cn.send(map[string]any{"type": "unfollow", "follow": id}, nil)
 		}
-	}
-	cn.mu.Unlock()
-	if id != "" {
-		_ = cn.send(map[string]any{"type": "unfollow", "follow": id}, nil)
 	}
 }

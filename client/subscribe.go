@@ -185,11 +185,7 @@ type Subscription struct {
 	opts SubscribeOptions
 	msgs chan *Message
 
-	mu    sync.Mutex
-	cn    *conn // the connection it is subscribed on, nil between
-	ended chan struct{}
-	err   error
-	left  chan struct{} // closed when Subscribe returns
+	standing
 
 	acking sync.WaitGroup // acks sent and not yet answered (sendAcks)
 }
@@ -206,8 +202,8 @@ func (c *Client) Subscribe(ctx context.Context, opts SubscribeOptions, handler H
 	if inFlight <= 0 {
 		inFlight = 100
 	}
-	s := &Subscription{c: c, opts: opts, msgs: make(chan *Message, 2*inFlight),
-		ended: make(chan struct{}), left: make(chan struct{})}
+	s := &Subscription{c: c, opts: opts, msgs: make(chan *Message, 2*inFlight)}
+	s.init()
 	c.mu.Lock()
 	if c.terminal != nil {
 		c.mu.Unlock()
@@ -312,56 +308,15 @@ func (s *Subscription) attach(ctx context.Context, cn *conn) {
 	}
 }
 
-// detach forgets cn after it ended.
-func (s *Subscription) detach(cn *conn) {
-	s.mu.Lock()
-	if s.cn == cn {
-		s.cn = nil
-	}
-	s.mu.Unlock()
-}
-
-func (s *Subscription) current(cn *conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cn == cn && cn.alive()
-}
-
-func (s *Subscription) end(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	select {
-	case <-s.ended:
-	default:
-		s.err = err
-		close(s.ended)
-	}
-}
-
 // leave unregisters the subscription; on a live connection it unsubscribes,
 // which gives back what it holds.
 func (s *Subscription) leave() {
-	close(s.left)
 	s.c.mu.Lock()
 	delete(s.c.subs, s)
 	s.c.mu.Unlock()
-	s.mu.Lock()
-	cn := s.cn
-	s.cn = nil
-	s.mu.Unlock()
-	if cn == nil || !cn.alive() {
-		return
-	}
-	cn.mu.Lock()
-	var id string
-	for k, v := range cn.subs {
-		if v == s {
-			id = k
-			delete(cn.subs, k)
+	if cn := s.leaving(); cn != nil {
+		if id := dropFrom(cn, cn.subs, s); id != "" {
+			_ = cn.send(map[string]any{"type": "unsubscribe", "sub": id}, nil)
 		}
-	}
-	cn.mu.Unlock()
-	if id != "" {
-		_ = cn.send(map[string]any{"type": "unsubscribe", "sub": id}, nil)
 	}
 }

@@ -97,6 +97,26 @@ function refreshIn(tok) {
   return exp ? Math.max(0, (exp - Date.now()) * 0.8) : -1;
 }
 
+/**
+ * renewBefore(herald, tok, current, reopen) → a timer, or null without a token function or an exp: before tok
+ * expires, unless current() says the stream was replaced or closed, asks the token function for a fresh token
+ * and calls reopen(fresh). A token function that fails leaves the stream to end at exp.
+ */
+function renewBefore(herald, tok, current, reopen) {
+  const wait = typeof herald.token === "function" ? refreshIn(tok) : -1;
+  if (wait < 0) return null;
+  return setTimeout(async () => {
+    if (!current()) return;
+    let fresh;
+    try {
+      fresh = await herald._token();
+    } catch {
+      return;
+    }
+    reopen(fresh);
+  }, wait);
+}
+
 export class Herald {
   /**
    * @param {string} [base] the server's URL; default: this page's origin
@@ -441,20 +461,13 @@ export class Herald {
       // With a token function: before this token expires, reopen with a
       // fresh one, resuming after the last event (the server acks what it
       // covers and hands the rest back to this stream first).
-      const wait = typeof herald.token === "function" ? refreshIn(tok) : -1;
-      if (wait >= 0) {
+      const renew = renewBefore(herald, tok, () => !closed && handle.source === es, (fresh) => {
+        es.close();
+        open(fresh);
+      });
+      if (renew) {
         clearTimeout(timer);
-        timer = setTimeout(async () => {
-          if (closed || handle.source !== es) return;
-          let fresh;
-          try {
-            fresh = await herald._token();
-          } catch {
-            return; // the stream ends at exp
-          }
-          es.close();
-          open(fresh);
-        }, wait);
+        timer = renew;
       }
     };
     opts.onState?.({ state: "connecting", attempt: 0, delay: 0 });
@@ -582,21 +595,15 @@ export class Herald {
         run(() => opts.onGap?.(g, handle));
       });
       // With a token function: before this token expires, reopen with a
-      // fresh one, after the last event.
-      const wait = typeof herald.token === "function" ? refreshIn(tok) : -1;
-      if (wait >= 0) {
+      // fresh one, after the last event (a token function that fails: the
+      // stream ends at exp, and reopens then).
+      const renew = renewBefore(herald, tok, () => !closed && handle.source === es, (fresh) => {
+        es.close();
+        open(fresh);
+      });
+      if (renew) {
         clearTimeout(timer);
-        timer = setTimeout(async () => {
-          if (closed || handle.source !== es) return;
-          let fresh;
-          try {
-            fresh = await herald._token();
-          } catch {
-            return; // the stream ends at exp, and reopens then
-          }
-          es.close();
-          open(fresh);
-        }, wait);
+        timer = renew;
       }
     };
     // From "now" (the default) the start is asked for first (a long-poll

@@ -10,7 +10,9 @@
 // auth.go, jwks.go and rights.go for tokens, auth_cookie.go for what a
 // token in the cookie alone may do and which origins a browser's pages may
 // come from, effects.go for what follows a push, an ack or a release
-// (metrics, wake-ups, credit).
+// (metrics, wake-ups, credit), analytics_history.go for the 24 h of
+// per-minute figures each instance keeps in memory for the analytics
+// routes (handler_analytics.go; Server.RunAnalytics samples its gauges).
 //
 // # Browsers: origins and the cookie
 //

@@ -48,6 +48,7 @@ func (d *deliveries) settle(k deliveryKey) {
 // afterPush counts pushed messages, wakes this instance's poller and tells
 // other instances (Notifier) about every partition that got one.
 func (s *Server) afterPush(results []queue.PushResult) {
+	s.metrics.history.pushed(results)
 	type qp struct{ queue, partition string }
 	seen := map[qp]bool{}
 	for _, res := range results {
@@ -69,11 +70,18 @@ func (s *Server) afterPush(results []queue.PushResult) {
 	}
 }
 
+// countDLQ counts messages of queue q moved to the dead-letter queue.
+func (s *Server) countDLQ(q string, n int64) {
+	s.metrics.dlq.WithLabelValues(q).Add(float64(n))
+	s.metrics.history.deadLettered(q, n)
+}
+
 // afterAck follows applied acknowledgements (results in the order of acks):
 // metrics; the holding stream's credit for each ack that settled its
 // delivery (applied, or refused because the lease is gone, so the stream
 // stops waiting for it); and every lease an ack released.
 func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
+	s.metrics.history.acked(acks, results)
 	// Successes are counted per run of one queue and status: one counter
 	// lookup for a batch, not one per message.
 	var run struct {
@@ -102,7 +110,7 @@ func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
 			run.n++
 		}
 		if res.DLQ {
-			s.metrics.dlq.WithLabelValues(res.Queue).Inc()
+			s.countDLQ(res.Queue, 1)
 		}
 		lease := res.LeaseID
 		if lease == "" {

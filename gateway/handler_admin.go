@@ -285,6 +285,18 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 		}
 		s.afterPush(pushed)
 		s.afterAck(acks, acked)
+		touched := map[string]bool{}
+		for _, p := range pushed {
+			touched[p.Queue] = true
+		}
+		for _, a := range acked {
+			touched[a.Queue] = true
+		}
+		for q := range touched {
+			if q != "" {
+				s.metrics.history.transaction(q)
+			}
+		}
 	}
 	status := http.StatusOK
 	if res.Forbidden {

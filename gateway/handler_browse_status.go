@@ -96,9 +96,10 @@ type statusJSON struct {
 }
 
 // handleStatusDashboard is the dashboard's main view, from what exists
-// now: queues, message figures, live leases and dead letters. Herald keeps
-// no time series (throughput buckets, workers, request counters), so those
-// are empty or zero; from and to are checked and echoed.
+// now: queues, message figures, live leases and dead letters. Its time
+// series (throughput buckets, workers, request counters) are empty or
+// zero: this instance's history is served by the analytics routes
+// (handler_analytics.go); from and to are checked and echoed.
 func (s *Server) handleStatusDashboard(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	from, to, err := timeRange(q, time.Hour)

@@ -315,7 +315,7 @@ func (s *Server) afterReplay(res *queue.DLQActResult) {
 		s.metrics.dlqReplayed.WithLabelValues(q).Add(float64(n))
 	}
 	for q, n := range res.DeadLettered {
-		s.metrics.dlq.WithLabelValues(q).Add(float64(n))
+		s.countDLQ(q, int64(n))
 	}
 	for _, l := range res.Released {
 		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)

@@ -192,6 +192,7 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.countDeadLetters(res)
+		s.metrics.history.popRequest(req.Queue, len(res.Messages) == 0)
 		if len(res.Messages) == 0 {
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -212,6 +213,8 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		return
 	}
 	popOn := s.maint.popStarted() // closed if pop maintenance starts while it waits
+	unpark := s.metrics.history.park(req.Queue)
+	defer unpark()
 	waiter := s.poller.Wait(poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition, QueueMatch: req.QueueMatch,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
@@ -225,6 +228,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 	defer timer.Stop()
 	select {
 	case res := <-waiter.C():
+		s.metrics.history.popRequest(req.Queue, false)
 		if r.Context().Err() == nil {
 			s.writePop(w, res)
 			return
@@ -237,6 +241,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 	case <-r.Context().Done():
 	}
 	res := waiter.Cancel()
+	s.metrics.history.popRequest(req.Queue, res == nil)
 	if res == nil {
 		if r.Context().Err() == nil {
 			w.WriteHeader(http.StatusNoContent)
@@ -260,7 +265,7 @@ func (s *Server) releaseFor(r *http.Request, res *queue.PopResult) {
 // expired once too often.
 func (s *Server) countDeadLetters(res *queue.PopResult) {
 	for q, n := range res.DeadLettered {
-		s.metrics.dlq.WithLabelValues(q).Add(float64(n))
+		s.countDLQ(q, int64(n))
 	}
 }
 
@@ -272,5 +277,6 @@ func (s *Server) writePop(w http.ResponseWriter, res *queue.PopResult) {
 		out.Messages[i] = messageOf(m)
 		s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
 	}
+	s.metrics.history.popped(res.Messages)
 	writeJSON(w, http.StatusOK, out)
 }

@@ -184,11 +184,13 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		// The client went away; nobody reads the answer.
 		w.WriteHeader(499)
 	case queue.IsUnavailable(err):
+		s.metrics.history.dbError()
 		s.outage.Fail(err, "request failed")
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnavailable))
 		writeError(w, http.StatusServiceUnavailable, ErrTextUnavailable)
 	default:
 		// The details (SQL, driver errors) go to the log, not to the client.
+		s.metrics.history.dbError()
 		s.log.Error().Err(err).Msg("request failed")
 		writeError(w, http.StatusInternalServerError, "internal server error")
 	}

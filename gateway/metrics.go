@@ -141,7 +141,8 @@ type metrics struct {
 	dlq         queueCounter
 	dlqReplayed queueCounter
 	dlqPurged   queueCounter
-	rates       *rates // push and ack samples for GET /api/v1/status/rates (rates.go)
+	rates       *rates   // push and ack samples for GET /api/v1/status/rates (rates.go)
+	history     *history // minutes for the /api/v1/analytics/* routes (analytics_history.go)
 	wsBadFrames prometheus.Counter
 
 	wsConns        prometheus.Gauge
@@ -178,6 +179,7 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 	}
 	m.popped.second = groupLabel(cfg, queues)
 	m.rates = newRates(queues)
+	m.history = newHistory(NewLabelLimiter(HistoryMaxQueues))
 	m.wsBadFrames = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_ws_bad_frames_total",
 		Help: "WebSocket frames that were not the protocol (answered with an error frame)."})
 	m.wsConns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_ws_connections",

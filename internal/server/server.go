@@ -146,7 +146,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	// The maintenance switches, and the push buffer's drain.
-	s.runners = append(s.runners, runner{"maintenance", s.gw.RunMaintenance})
+	s.runners = append(s.runners, runner{"maintenance", s.gw.RunMaintenance},
+		// The analytics history's gauges (pool, CPU, memory, scheduler).
+		runner{"analytics", s.gw.RunAnalytics})
 	if err := s.gw.LoadMaintenance(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("reading the maintenance switches at start; they are read again periodically")
 	}
@@ -308,7 +310,10 @@ func (s *Server) gatewayConfig(ctx context.Context) (gateway.Config, error) {
 			return s.store.RunConfigRefresh(ctx, queue.ConfigRefreshDefault)
 		}},
 		runner{"retention", func(ctx context.Context) error {
-			return s.store.RunRetentionLoop(ctx, c.RetentionInterval, retained)
+			return s.store.RunRetentionLoop(ctx, c.RetentionInterval, func(ds []queue.RetentionDeleted) {
+				retained(ds)
+				s.gw.RecordRetention(ds) // the analytics history (the gateway exists before the loops run)
+			})
 		}},
 		runner{"hygiene", func(ctx context.Context) error {
 			return s.store.RunHygieneLoop(ctx, hygieneInterval, hygiene)

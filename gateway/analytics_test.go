@@ -145,7 +145,7 @@ func TestAnalytics_DashboardCallsGetTheFieldsItsViewsRead(t *testing.T) {
 			parked <- err.Error()
 			return
 		}
-		res.Body.Close()
+		_ = res.Body.Close()
 		parked <- res.Status
 	}()
 	defer func() { cancel(); <-parked }()

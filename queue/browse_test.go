@@ -122,6 +122,26 @@ func TestBrowse_DeleteTheLastUnfinishedMessageOfALease(t *testing.T) {
 	t.Fatal("a wildcard pop did not reach partition b")
 }
 
+// Deleting the last unfinished message of a lease held by a group that
+// was behind (pushes left its row's copy of last_offset alone): the lease
+// ends, and the messages pushed meanwhile are reported pending.
+func TestBrowse_DeleteEndingALeaseReportsMessagesPushedWhileTheGroupWasBehind(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	push(t, s, "del-behind", "", nums(1, 1)...)
+	a := pop(t, s, queue.PopRequest{Queue: "del-behind", Group: "g", Batch: 1})
+	require.Len(t, a.Messages, 1)
+	push(t, s, "del-behind", "", nums(2, 3)...)
+
+	res, err := s.DeleteMessage(ctx, a.Messages[0].PartitionID, a.Messages[0].TransactionID)
+	require.NoError(t, err)
+	require.Len(t, res.Leases, 1)
+	assert.True(t, res.Leases[0].Released)
+	assert.True(t, res.Leases[0].Pending, "messages 2 and 3 wait for the group")
+	b := pop(t, s, queue.PopRequest{Queue: "del-behind", Group: "g", Batch: 10})
+	assert.Equal(t, []int{2, 3}, payloads(t, b.Messages))
+}
+
 // Deleting the first or the last message: cursors move over it, and a
 // group registered later (from the start or from now) starts caught up
 // with what is gone.

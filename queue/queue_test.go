@@ -119,6 +119,59 @@ func TestAck_FullAckReleasesLeaseAtOnce(t *testing.T) {
 	assert.Equal(t, []int{3, 4}, payloads(t, next.Messages))
 }
 
+// rowCopy is a consumer row's copy of its partition's last_offset and its
+// cursor.
+func rowCopy(t *testing.T, s *queue.Store, partitionID, group string) (copied, cursor int64) {
+	t.Helper()
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT last_offset, cursor FROM consumers
+		WHERE partition_id = $1::uuid AND consumer_group = $2`, partitionID, group).Scan(&copied, &cursor))
+	return copied, cursor
+}
+
+// A push leaves alone the row of a group that is behind (its copy of
+// last_offset is a lower bound), so the ack that ends its lease cannot
+// tell from the copy whether messages were pushed meanwhile: it reports
+// them pending all the same (a waiting consumer is woken for them), and
+// reports a drained partition as drained. The row is ready again for the
+// next pop.
+func TestAck_ReleaseReportsMessagesPushedWhileTheGroupWasBehind(t *testing.T) {
+	s := newStore(t)
+	const q, g = "behind", "g"
+	push(t, s, q, "", nums(1, 1)...)
+	res := pop(t, s, queue.PopRequest{Queue: q, Group: g, Batch: 1})
+	require.Len(t, res.Messages, 1)
+	push(t, s, q, "", nums(2, 3)...)
+	copied, cursor := rowCopy(t, s, res.PartitionID, g)
+	require.Equal(t, [2]int64{1, 0}, [2]int64{copied, cursor}, "the pushes left the row of a group that was behind alone")
+
+	acks := ackAll(t, s, res, queue.StatusCompleted)
+	require.True(t, acks[0].Success)
+	assert.True(t, acks[0].LeaseReleased)
+	assert.True(t, acks[0].Pending, "messages 2 and 3 wait for the group")
+	copied, cursor = rowCopy(t, s, res.PartitionID, g)
+	assert.Equal(t, [2]int64{3, 1}, [2]int64{copied, cursor}, "the row is marked ready again")
+
+	res = pop(t, s, queue.PopRequest{Queue: q, Group: g, Batch: 10})
+	assert.Equal(t, []int{2, 3}, payloads(t, res.Messages))
+	acks = ackAll(t, s, res, queue.StatusCompleted)
+	assert.True(t, acks[1].LeaseReleased)
+	assert.False(t, acks[1].Pending, "drained")
+
+	// The same through a transaction's ack.
+	push(t, s, q, "", nums(4, 4)...)
+	res = pop(t, s, queue.PopRequest{Queue: q, Group: g, Batch: 1})
+	require.Len(t, res.Messages, 1)
+	push(t, s, q, "", nums(5, 5)...)
+	m := res.Messages[0]
+	tr, err := s.Transaction(ctxT(t), []queue.TxOp{{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID,
+		PartitionID: m.PartitionID, LeaseID: m.LeaseID, Group: g}}}, nil, "")
+	require.NoError(t, err)
+	require.True(t, tr.Success, tr.Error)
+	require.NotNil(t, tr.Results[0].Ack)
+	assert.True(t, tr.Results[0].Ack.LeaseReleased)
+	assert.True(t, tr.Results[0].Ack.Pending, "message 5 waits for the group")
+}
+
 func TestAck_OutOfOrderAndIdempotent(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "q", "", nums(1, 3)...)

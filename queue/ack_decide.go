@@ -27,6 +27,24 @@ type ackPlan struct {
 	results []AckResult
 	dead    []deadLetter
 	rows    []consumerRow
+	// released: the result index of the item that ended each row's lease,
+	// for settlePending.
+	released map[consumerKey]int
+}
+
+// settlePending completes the Pending of the leases the plan ended once
+// the rows caughtUp lists were marked after the commit: the copy a row's
+// ack read is a lower bound (a push leaves the row of a group that is
+// behind alone), so a lease that ended with the cursor at the copy has
+// messages waiting if its marking says so (pending: readyRowsPendingSQL),
+// or, when the marking failed (ok false), as far as anyone can tell (a
+// waiting consumer then looks once for nothing, rather than never).
+func (p ackPlan) settlePending(pending map[consumerKey]bool, ok bool) {
+	for k, i := range p.released {
+		if r := &p.results[i]; !r.Pending && (!ok || pending[k]) {
+			r.Pending = true
+		}
+	}
 }
 
 // consumerRow is a consumer row to write back.
@@ -123,7 +141,13 @@ func decideAck(st ackState, acks []Ack, proven []string) (ackPlan, error) {
 		if lc.releasedBy >= 0 && lc.st.leaseID != "" {
 			lc.st.release()
 			plan.results[lc.releasedBy].LeaseReleased = true
-			plan.results[lc.releasedBy].Pending = lc.st.cursor < max(lc.lastOffset, lc.partLast)
+			// Exact when the copy says so; otherwise the row is caught
+			// up, and its marking tells (settlePending).
+			plan.results[lc.releasedBy].Pending = lc.st.cursor < lc.lastOffset
+			if plan.released == nil {
+				plan.released = map[consumerKey]int{}
+			}
+			plan.released[k] = lc.releasedBy
 		}
 		if lc.st.changed {
 			plan.rows = append(plan.rows, consumerRow{k, &lc.st, lc.lastOffset})
@@ -142,7 +166,6 @@ type lockedConsumer struct {
 	liveLease   string // the lease id when the request started, if unexpired
 	deliveredTo int64  // the highest offset ever leased to the group here
 	lastOffset  int64  // the partition's last offset, as the row knows it
-	partLast    int64  // the partition's last offset itself (the copy lags for a group that was behind)
 	retryLimit  int
 	subject     string // who the last lease was for; "" for no one
 	// seekFrom, seekTo: the offsets (seekFrom, seekTo] the last seek (or

@@ -18,7 +18,8 @@ import (
 //   - pushed (Counts.Total) is a partition's last_offset: offsets are dense;
 //   - waiting for a group is last_offset − cursor − cardinality(done), read
 //     from consumers_ready (the rows with something waiting) for a queue's
-//     totals, and from the partition's own rows for one partition;
+//     totals, and from the partition's own rows for one partition; always
+//     the partition's last_offset, never the row's copy (a lower bound);
 //   - processing is the unfinished offsets of a live lease's range;
 //   - dead letters come from dead_letters.
 //
@@ -183,11 +184,16 @@ WITH qs AS (
 	WHERE %[2]s
 	GROUP BY 1
 ), grp AS (
+	-- The partition's last_offset, not the row's copy (a lower bound: a
+	-- push leaves the row of a group that is behind alone). The listed
+	-- queues' partitions, joined by queue: read as a range, not probed
+	-- once per row.
 	SELECT c.queue_id, c.consumer_group,
-	       sum(greatest(c.last_offset - c.cursor - cardinality(c.done), 0)) AS waiting,
+	       sum(greatest(p.last_offset - c.cursor - cardinality(c.done), 0)) AS waiting,
 	       sum(` + leasedUndoneSQL + `) AS processing,
 	       count(*) FILTER (WHERE c.attempts > 0) AS failed
 	FROM qs JOIN consumers c ON c.queue_id = qs.id AND c.last_offset > c.cursor
+	JOIN partitions p ON p.queue_id = qs.id AND p.id = c.partition_id
 	%[3]s
 	GROUP BY 1, 2
 ), dl AS (
@@ -222,7 +228,7 @@ const browseQueuesWhere = `($1::text IS NULL OR strpos(lower(q.name), lower($1))
 // without the joins a scope needs (a plan would keep them otherwise).
 var (
 	browseQueuesScoped = fmt.Sprintf(browseQueuesSQL, queueInScope("q.name", 7), inScope("qs.name", "p.name", 7, 8),
-		"JOIN partitions p ON p.id = c.partition_id WHERE "+inScope("qs.name", "p.name", 7, 8),
+		"WHERE "+inScope("qs.name", "p.name", 7, 8),
 		"JOIN partitions p ON p.id = d.partition_id WHERE "+inScope("qs.name", "p.name", 7, 8))
 	browseQueuesAll = fmt.Sprintf(browseQueuesSQL, "$7::text[] IS NULL AND $8::text[] IS NULL", "true", "", "")
 )
@@ -251,10 +257,13 @@ CROSS JOIN (
 	       max(grp.processing) AS processing, max(grp.failed) AS failed
 	FROM (
 		SELECT c.consumer_group,
-		       sum(greatest(c.last_offset - c.cursor - cardinality(c.done), 0)) AS waiting,
+		       sum(greatest(p.last_offset - c.cursor - cardinality(c.done), 0)) AS waiting,
 		       sum(` + leasedUndoneSQL + `) AS processing,
 		       count(*) FILTER (WHERE c.attempts > 0) AS failed
-		FROM consumers c %[2]s
+		FROM consumers c
+		-- The partition's last_offset, not the row's copy (see
+		-- browseQueuesSQL), the queue's partitions read as a range.
+		JOIN partitions p ON p.queue_id = $1::uuid AND p.id = c.partition_id %[2]s
 		WHERE c.queue_id = $1::uuid AND c.last_offset > c.cursor
 		GROUP BY 1
 	) grp
@@ -262,7 +271,7 @@ CROSS JOIN (
 
 var (
 	queueTotalsScoped = fmt.Sprintf(queueTotalsSQL, inScope("$2::text", "p.name", 3, 4),
-		"JOIN partitions p ON p.id = c.partition_id AND "+inScope("$2::text", "p.name", 3, 4),
+		"AND "+inScope("$2::text", "p.name", 3, 4),
 		"JOIN partitions p ON p.id = d.partition_id AND "+inScope("$2::text", "p.name", 3, 4))
 	queueTotalsAll = fmt.Sprintf(queueTotalsSQL, "$2::text IS NOT NULL AND $3::text[] IS NULL AND $4::text[] IS NULL", "", "")
 )

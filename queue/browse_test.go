@@ -122,6 +122,26 @@ func TestBrowse_DeleteTheLastUnfinishedMessageOfALease(t *testing.T) {
 	t.Fatal("a wildcard pop did not reach partition b")
 }
 
+// Deleting the last unfinished message of a lease held by a group that
+// was behind (pushes left its row's copy of last_offset alone): the lease
+// ends, and the messages pushed meanwhile are reported pending.
+func TestBrowse_DeleteEndingALeaseReportsMessagesPushedWhileTheGroupWasBehind(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	push(t, s, "del-behind", "", nums(1, 1)...)
+	a := pop(t, s, queue.PopRequest{Queue: "del-behind", Group: "g", Batch: 1})
+	require.Len(t, a.Messages, 1)
+	push(t, s, "del-behind", "", nums(2, 3)...)
+
+	res, err := s.DeleteMessage(ctx, a.Messages[0].PartitionID, a.Messages[0].TransactionID)
+	require.NoError(t, err)
+	require.Len(t, res.Leases, 1)
+	assert.True(t, res.Leases[0].Released)
+	assert.True(t, res.Leases[0].Pending, "messages 2 and 3 wait for the group")
+	b := pop(t, s, queue.PopRequest{Queue: "del-behind", Group: "g", Batch: 10})
+	assert.Equal(t, []int{2, 3}, payloads(t, b.Messages))
+}
+
 // Deleting the first or the last message: cursors move over it, and a
 // group registered later (from the start or from now) starts caught up
 // with what is gone.
@@ -238,6 +258,36 @@ func scans(plan map[string]any) []string {
 		out = append(out, scans(sub.(map[string]any))...)
 	}
 	return out
+}
+
+// The queue list and one queue's figures count what a group waits for
+// from the partitions' last offsets: a push leaves the row of a group that
+// is behind alone (its copy of last_offset is a lower bound), so counting
+// from the copy would leave out what was pushed meanwhile.
+func TestBrowse_QueueCountsMessagesPushedWhileAGroupWasBehind(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	const q = "counts-behind"
+	push(t, s, q, "", nums(1, 1)...)
+	res := pop(t, s, queue.PopRequest{Queue: q, Batch: 1})
+	require.Len(t, res.Messages, 1)
+	push(t, s, q, "", nums(2, 3)...) // the default group is behind: its row keeps the copy 1
+	want := queue.Counts{Total: 3, Pending: 2, Processing: 1}
+
+	list, err := s.BrowseQueues(ctx, queue.QueuesQuery{Name: q})
+	require.NoError(t, err)
+	require.Len(t, list.Queues, 1)
+	assert.Equal(t, want, list.Queues[0].Counts, "the queue list")
+	scoped, err := s.BrowseQueues(ctx, queue.QueuesQuery{Name: q, Scope: &queue.Scope{Queues: []string{"^counts"}, Partitions: []string{".*"}}})
+	require.NoError(t, err)
+	require.Len(t, scoped.Queues, 1)
+	assert.Equal(t, want, scoped.Queues[0].Counts, "the queue list, scoped")
+	page, err := s.BrowsePartitions(ctx, queue.PartitionsQuery{Queue: q, Limit: 10})
+	require.NoError(t, err)
+	assert.Equal(t, want, page.Queue.Counts, "the queue's figures")
+	page, err = s.BrowsePartitions(ctx, queue.PartitionsQuery{Queue: q, Limit: 10, Scope: &queue.Scope{Queues: []string{"^counts"}, Partitions: []string{".*"}}})
+	require.NoError(t, err)
+	assert.Equal(t, want, page.Queue.Counts, "the queue's figures, scoped")
 }
 
 // Issue 19: an operator console pages a queue of 100,000 partitions and

@@ -172,7 +172,9 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, sel DLQSelection) (*DLQAc
 		return nil, err
 	}
 	var res *DLQActResult
+	var written []consumerKey
 	err := s.dlqTx(ctx, "replaying dead letters", func(tx pgx.Tx) error {
+		written = nil
 		refs, err := selectDeadLetters(ctx, tx, sel)
 		if err != nil {
 			return err
@@ -206,6 +208,7 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, sel DLQSelection) (*DLQAc
 				return fmt.Errorf("writing the replay: %w", err)
 			}
 		}
+		written = plan.rows
 		res = &DLQActResult{Items: withMissing(sel, plan.items), Done: map[string]int{}, Released: plan.released,
 			DeadLettered: plan.deadBy}
 		for _, o := range plan.items {
@@ -218,6 +221,15 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, sel DLQSelection) (*DLQAc
 	if err != nil {
 		return nil, err
 	}
+	// The expired leases a replay settles may dead-letter their first
+	// message and move the cursor past the row's copy of last_offset (a
+	// lower bound): mark the rows written, as an ack marks its rows, so a
+	// waiting consumer finds them at once rather than at the next repair.
+	pids, groups := make([]string, len(written)), make([]string, len(written))
+	for i, k := range written {
+		pids[i], groups[i] = k.partitionID, k.group
+	}
+	s.markRows(context.WithoutCancel(ctx), pids, groups)
 	return res, nil
 }
 

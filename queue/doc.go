@@ -32,15 +32,17 @@
 // are not reading cost a push nothing: their rows were marked once, by the
 // first push after they left. Whoever leaves a row caught up (an ack, an
 // autoAck pop, dead letters, an SSE resume, DeleteMessage, retention, a
-// transaction) marks it after its commit (queueReady: readyRowsSQL or
-// readySQL), in a short transaction that does not wait for its WAL flush
+// transaction, a seek or group reset, a DLQ replay) marks it after its
+// commit (queueReady: readyRowsSQL or readySQL), in a short transaction that does not wait for its WAL flush
 // and share-locks the partitions first, so a push in flight (which holds
 // its partition lock until its commit) commits before the marking reads
 // its last_offset: either the push's statement saw the row caught up, or
 // the marking sees the push. A marking only trails committed data, so a
 // crash that loses one loses no message: RepairReady, at start and in the
 // hygiene loop, marks whatever lags. Counts of waiting messages read the
-// partition's last_offset, not the copy. For that,
+// partition's last_offset, not the copy; so does whether an ack that ends
+// a lease leaves messages pending (AckResult.Pending), read by the ack's
+// marking (readyRowsPendingSQL) rather than in its transaction. For that,
 // a group registered on a queue (consumer_groups) has a row on every
 // partition of it: resolvePartitions (and Configure, for the Default
 // partition) gives a new partition one per group, under the queue row's

@@ -264,7 +264,8 @@ FROM (
 	` + holesAfterStart + `
 	WHERE c2.consumer_group = $1 AND c2.queue_id = ANY ($2::uuid[])
 ) x
-WHERE c.partition_id = x.partition_id AND c.consumer_group = $1`
+WHERE c.partition_id = x.partition_id AND c.consumer_group = $1
+RETURNING c.partition_id::text`
 
 // firstRemaining is the offset before partition p's first remaining
 // message (its last offset when none remains): a position below it would
@@ -306,6 +307,7 @@ func (s *Store) DeleteGroup(ctx context.Context, group, queueName string, delete
 		return nil, err
 	}
 	res := &GroupDeleted{MetadataDeleted: deleteMetadata}
+	var reset []string // the partitions of the rows a reset placed
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		qids, rowsTouched, released, err := lockGroup(ctx, tx, group, queueName)
 		if err != nil || len(qids) == 0 {
@@ -313,7 +315,11 @@ func (s *Store) DeleteGroup(ctx context.Context, group, queueName string, delete
 		}
 		res.Partitions, res.Released = rowsTouched, released
 		if !deleteMetadata {
-			_, err := tx.Exec(ctx, groupResetSQL, group, qids)
+			rows, err := tx.Query(ctx, groupResetSQL, group, qids)
+			if err != nil {
+				return err
+			}
+			reset, err = readIDs(rows)
 			return err
 		}
 		b := &pgx.Batch{}
@@ -324,6 +330,7 @@ func (s *Store) DeleteGroup(ctx context.Context, group, queueName string, delete
 	if err != nil {
 		return nil, fmt.Errorf("deleting consumer group %s: %w", group, err)
 	}
+	s.markPlaced(ctx, reset, group)
 	return res, nil
 }
 
@@ -392,7 +399,7 @@ FROM (
 	  AND ($3::timestamptz IS NOT NULL OR p.last_offset > 0)
 ) x
 WHERE c.partition_id = x.partition_id AND c.consumer_group = $1
-RETURNING (SELECT m.created_at FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor)`
+RETURNING c.partition_id::text, (SELECT m.created_at FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor)`
 
 // Seek moves group's position on queueName: to the end of every partition
 // (to nil) or to just after the last message pushed at or before *to, so
@@ -419,7 +426,9 @@ func (s *Store) Seek(ctx context.Context, group, queueName, partition string, to
 		}
 	}
 	res := &SeekResult{}
+	var moved []string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		moved = moved[:0]
 		qids, _, released, err := lockGroup(ctx, tx, group, queueName)
 		if err != nil || len(qids) == 0 {
 			return err
@@ -435,10 +444,12 @@ func (s *Store) Seek(ctx context.Context, group, queueName, partition string, to
 		}
 		defer rows.Close()
 		for rows.Next() {
+			var pid string
 			var at *time.Time
-			if err := rows.Scan(&at); err != nil {
+			if err := rows.Scan(&pid, &at); err != nil {
 				return err
 			}
+			moved = append(moved, pid)
 			res.Partitions++
 			res.MovedTo = at
 		}
@@ -447,7 +458,23 @@ func (s *Store) Seek(ctx context.Context, group, queueName, partition string, to
 	if err != nil {
 		return nil, fmt.Errorf("seeking consumer group %s on %s: %w", group, queueName, err)
 	}
+	s.markPlaced(ctx, moved, group)
 	return res, nil
+}
+
+// markPlaced marks, after the commit of a seek or a group reset, the rows
+// of group it placed on the partitions pids: a push in flight meanwhile may
+// have read a row as ready (before the move) and left it alone, while the
+// move read the partition before that push's commit, leaving the row
+// caught up with a message after it. The marking waits for such a push
+// (queueReady), so a waiting consumer is served at once, not at the next
+// repair.
+func (s *Store) markPlaced(ctx context.Context, pids []string, group string) {
+	groups := make([]string, len(pids))
+	for i := range groups {
+		groups[i] = group
+	}
+	s.markRows(context.WithoutCancel(ctx), pids, groups)
 }
 
 // SetSubscription moves the start of group's subscription on every queue

@@ -35,14 +35,18 @@ type CoveredLease struct {
 // to, waits for the delete, so its new rows see the message gone and the
 // hole recorded; a queue deletion waits too) and then every consumer row
 // of it, in key order as acks lock them, so that no pop, ack or retention
-// run changes a cursor while the message goes. $1 partition id.
+// run changes a cursor while the message goes. It reads the partition's
+// last_offset, not the rows' copies (a lower bound: a push leaves the row
+// of a group that is behind alone), so that a lease the delete ends says
+// exactly whether messages wait after it; no push runs on the partition
+// while it is locked. $1 partition id.
 const deleteLockSQL = `-- herald:delete_message_lock
 WITH part AS (
-	SELECT p.id, p.name, p.queue_id FROM partitions p WHERE p.id = $1::uuid FOR NO KEY UPDATE
+	SELECT p.id, p.name, p.queue_id, p.last_offset FROM partitions p WHERE p.id = $1::uuid FOR NO KEY UPDATE
 )
 SELECT q.name, part.name, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
-       c.attempts, c.attempt_seq, c.last_offset
+       c.attempts, c.attempt_seq, part.last_offset
 FROM part JOIN queues q ON q.id = part.queue_id
 LEFT JOIN LATERAL (
 	SELECT * FROM consumers c WHERE c.partition_id = part.id ORDER BY c.consumer_group FOR UPDATE
@@ -103,7 +107,7 @@ func (s *Store) DeleteMessage(ctx context.Context, partitionID, transactionID st
 			group      string
 			st         cursorState
 			live       bool
-			lastOffset int64
+			lastOffset int64 // the partition's
 		}
 		var locked []*row
 		found := false

@@ -207,6 +207,16 @@ var readyRowsSQL = readyUpdateSQL("ready_rows", `unnest($1::text[], $2::text[]) 
 	JOIN consumers c ON c.partition_id = k.pid::uuid AND c.consumer_group = k.grp
 	JOIN partitions p ON p.id = c.partition_id`, "", "FOR NO KEY UPDATE OF c")
 
+// readyRowsPendingSQL is readyRowsSQL returning the rows it marked and
+// whether their group has messages waiting now (the partition's
+// last_offset, read under the marking's share lock, above the cursor): a
+// push leaves the row of a group that is behind alone, so the copy an ack
+// read cannot say whether messages came meanwhile, and the marking, which
+// reads the partition anyway, can. A row it leaves alone was marked by a
+// push after the ack's commit, and that push wakes its consumers itself.
+var readyRowsPendingSQL = readyRowsSQL + `
+RETURNING c.partition_id::text, c.consumer_group, c.last_offset > c.cursor`
+
 // repairReadySQL is readySQL over every partition, skipping rows others
 // hold (whoever holds one now marks it after its commit, or the next
 // repair sees it).
@@ -256,9 +266,66 @@ func (s *Store) markRows(ctx context.Context, pids, groups []string) {
 	b := &pgx.Batch{}
 	queueReady(b, pids, readyRowsSQL, pids, groups)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		s.log.Error().Err(err).Int("rows", len(pids)).
-			Msg("marking consumer rows ready failed: their messages wait for the next push or repair")
+		s.logMarkingFailed(err, len(pids))
 	}
+}
+
+func (s *Store) logMarkingFailed(err error, rows int) {
+	s.log.Error().Err(err).Int("rows", rows).
+		Msg("marking consumer rows ready failed: their messages wait for the next push or repair")
+}
+
+// markRowsPending is markRows telling which rows have messages waiting
+// once marked (readyRowsPendingSQL). ok is false when the marking failed
+// (logged): the caller then cannot tell, and counts every row as pending.
+func (s *Store) markRowsPending(ctx context.Context, pids, groups []string) (pending map[consumerKey]bool, ok bool) {
+	if len(pids) == 0 {
+		return nil, true
+	}
+	b := &pgx.Batch{}
+	queueReady(b, pids, readyRowsPendingSQL, pids, groups)
+	br := s.pool.SendBatch(ctx, b)
+	pending, err := readMarked(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.logMarkingFailed(err, len(pids))
+		return nil, false
+	}
+	return pending, true
+}
+
+// readMarked reads the results queueReady added with readyRowsPendingSQL:
+// the rows it marked that have messages waiting.
+func readMarked(br pgx.BatchResults) (map[consumerKey]bool, error) {
+	for range 3 { // BEGIN, SET LOCAL, the partitions' share lock
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	pending := map[consumerKey]bool{}
+	for rows.Next() {
+		var k consumerKey
+		var waiting bool
+		if err := rows.Scan(&k.partitionID, &k.group, &waiting); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if waiting {
+			pending[k] = true
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	_, err = br.Exec() // COMMIT
+	return pending, err
 }
 
 // markReady runs the ready marking of partIDs on a connection of its own:

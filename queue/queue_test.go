@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"sync"
 	"testing"
@@ -116,6 +117,59 @@ func TestAck_FullAckReleasesLeaseAtOnce(t *testing.T) {
 
 	next := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
 	assert.Equal(t, []int{3, 4}, payloads(t, next.Messages))
+}
+
+// rowCopy is a consumer row's copy of its partition's last_offset and its
+// cursor.
+func rowCopy(t *testing.T, s *queue.Store, partitionID, group string) (copied, cursor int64) {
+	t.Helper()
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT last_offset, cursor FROM consumers
+		WHERE partition_id = $1::uuid AND consumer_group = $2`, partitionID, group).Scan(&copied, &cursor))
+	return copied, cursor
+}
+
+// A push leaves alone the row of a group that is behind (its copy of
+// last_offset is a lower bound), so the ack that ends its lease cannot
+// tell from the copy whether messages were pushed meanwhile: it reports
+// them pending all the same (a waiting consumer is woken for them), and
+// reports a drained partition as drained. The row is ready again for the
+// next pop.
+func TestAck_ReleaseReportsMessagesPushedWhileTheGroupWasBehind(t *testing.T) {
+	s := newStore(t)
+	const q, g = "behind", "g"
+	push(t, s, q, "", nums(1, 1)...)
+	res := pop(t, s, queue.PopRequest{Queue: q, Group: g, Batch: 1})
+	require.Len(t, res.Messages, 1)
+	push(t, s, q, "", nums(2, 3)...)
+	copied, cursor := rowCopy(t, s, res.PartitionID, g)
+	require.Equal(t, [2]int64{1, 0}, [2]int64{copied, cursor}, "the pushes left the row of a group that was behind alone")
+
+	acks := ackAll(t, s, res, queue.StatusCompleted)
+	require.True(t, acks[0].Success)
+	assert.True(t, acks[0].LeaseReleased)
+	assert.True(t, acks[0].Pending, "messages 2 and 3 wait for the group")
+	copied, cursor = rowCopy(t, s, res.PartitionID, g)
+	assert.Equal(t, [2]int64{3, 1}, [2]int64{copied, cursor}, "the row is marked ready again")
+
+	res = pop(t, s, queue.PopRequest{Queue: q, Group: g, Batch: 10})
+	assert.Equal(t, []int{2, 3}, payloads(t, res.Messages))
+	acks = ackAll(t, s, res, queue.StatusCompleted)
+	assert.True(t, acks[1].LeaseReleased)
+	assert.False(t, acks[1].Pending, "drained")
+
+	// The same through a transaction's ack.
+	push(t, s, q, "", nums(4, 4)...)
+	res = pop(t, s, queue.PopRequest{Queue: q, Group: g, Batch: 1})
+	require.Len(t, res.Messages, 1)
+	push(t, s, q, "", nums(5, 5)...)
+	m := res.Messages[0]
+	tr, err := s.Transaction(ctxT(t), []queue.TxOp{{Type: "ack", Ack: queue.Ack{TransactionID: m.TransactionID,
+		PartitionID: m.PartitionID, LeaseID: m.LeaseID, Group: g}}}, nil, "")
+	require.NoError(t, err)
+	require.True(t, tr.Success, tr.Error)
+	require.NotNil(t, tr.Results[0].Ack)
+	assert.True(t, tr.Results[0].Ack.LeaseReleased)
+	assert.True(t, tr.Results[0].Ack.Pending, "message 5 waits for the group")
 }
 
 func TestAck_OutOfOrderAndIdempotent(t *testing.T) {
@@ -645,6 +699,65 @@ func TestPushFunction(t *testing.T) {
 	var last int64
 	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT last_offset FROM partitions WHERE name = 'p1'`).Scan(&last))
 	assert.Equal(t, int64(2), last)
+}
+
+// sqlPushRowsWritten runs the push SQL function once in a transaction of
+// its own and returns how many consumer rows it wrote (inserted or
+// updated), as PostgreSQL counts them for the transaction: a count of the
+// work, not a time.
+func sqlPushRowsWritten(t *testing.T, s *queue.Store, q string, n int) int64 {
+	t.Helper()
+	ctx := ctxT(t)
+	tx, err := s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	// The backend's counts not yet sent to the statistics are part of what
+	// the view reads (PostgreSQL 15 and later): the push's is the difference.
+	const count = `SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0)::bigint
+		FROM pg_stat_xact_user_tables WHERE relname = 'consumers' AND schemaname = current_schema()`
+	var before, after int64
+	require.NoError(t, tx.QueryRow(ctx, count).Scan(&before))
+	_, err = tx.Exec(ctx, `SELECT push($1, NULL, jsonb_build_object('n', $2::int), NULL)`, q, n)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, count).Scan(&after))
+	require.NoError(t, tx.Commit(ctx))
+	return after - before
+}
+
+// The push SQL function, like the HTTP push, writes only the consumer rows
+// that are caught up: groups that read a queue and left cost it nothing
+// once the first push after they left has marked their rows, so its cost
+// does not grow with them. A group that comes back gets what it missed,
+// and one caught up again is marked by the next push.
+func TestPushFunction_CostDoesNotGrowWithIdleGroups(t *testing.T) {
+	s := newStore(t)
+	const q = "sql-idle"
+	push(t, s, q, "", nums(1, 1)...)
+	const idle = 30
+	for i := range idle {
+		g := fmt.Sprintf("gone%02d", i)
+		res := pop(t, s, queue.PopRequest{Queue: q, Group: g, Batch: 10})
+		require.Len(t, res.Messages, 1)
+		ackAll(t, s, res, queue.StatusCompleted)
+	}
+	res := pop(t, s, queue.PopRequest{Queue: q, Batch: 10}) // the default group, caught up too
+	ackAll(t, s, res, queue.StatusCompleted)
+
+	// The first push after they left marks their rows, once.
+	assert.Equal(t, int64(idle+1), sqlPushRowsWritten(t, s, q, 2), "the first push marks every caught-up row")
+	before := idleRowVersions(t, s, "gone")
+	for n := 3; n <= 6; n++ {
+		assert.Zero(t, sqlPushRowsWritten(t, s, q, n), "push %d wrote consumer rows of groups that are not reading", n)
+	}
+	assert.Equal(t, before, idleRowVersions(t, s, "gone"), "pushes wrote the rows of groups that are not reading")
+
+	// Still ready: a group coming back gets all it missed, in order.
+	res = pop(t, s, queue.PopRequest{Queue: q, Group: "gone07", Batch: 10})
+	assert.Equal(t, ints(2, 6), payloads(t, res.Messages))
+	ackAll(t, s, res, queue.StatusCompleted)
+	assert.Equal(t, int64(1), sqlPushRowsWritten(t, s, q, 7), "the one group caught up again is marked")
+	res = pop(t, s, queue.PopRequest{Queue: q, Group: "gone07", Batch: 10})
+	assert.Equal(t, []int{7}, payloads(t, res.Messages))
 }
 
 // Instances that start together on a database whose schema does not exist

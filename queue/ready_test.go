@@ -589,32 +589,42 @@ func TestPush_IdleGroupsAreNotTouched(t *testing.T) {
 // commits) and leave it alone, and the ack's marking may read the partition
 // before the push commits. The ack's marking waits for the push's
 // partition lock, so the pushed message is never stranded: with no later
-// push and no repair, the consumer still finds it at once.
+// push and no repair, the consumer still finds it at once. The same holds
+// for the push SQL function.
 func TestAck_CaughtUpWhileAPushRunsIsMarked(t *testing.T) {
-	s := newStore(t)
-	const q = "ack-race"
-	push(t, s, q, "", nums(0, 0)...)
-	res := pop(t, s, queue.PopRequest{Queue: q, Batch: 10})
-	require.Len(t, res.Messages, 1)
-	for k := 1; k <= 60; k++ {
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			ackAll(t, s, res, queue.StatusCompleted)
-		}()
-		go func() {
-			defer wg.Done()
-			push(t, s, q, "", nums(k, k)...)
-		}()
-		wg.Wait()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			res = pop(t, s, queue.PopRequest{Queue: q, Batch: 10})
-			if len(res.Messages) > 0 || time.Now().After(deadline) {
-				break
+	for name, pushOne := range map[string]func(t *testing.T, s *queue.Store, q string, k int){
+		"HTTPPush": func(t *testing.T, s *queue.Store, q string, k int) { push(t, s, q, "", nums(k, k)...) },
+		"SQLPush": func(t *testing.T, s *queue.Store, q string, k int) {
+			exec(t, s, `SELECT push($1, NULL, jsonb_build_object('n', $2::int), NULL)`, q, k)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t)
+			const q = "ack-race"
+			push(t, s, q, "", nums(0, 0)...)
+			res := pop(t, s, queue.PopRequest{Queue: q, Batch: 10})
+			require.Len(t, res.Messages, 1)
+			for k := 1; k <= 60; k++ {
+				var wg sync.WaitGroup
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					ackAll(t, s, res, queue.StatusCompleted)
+				}()
+				go func() {
+					defer wg.Done()
+					pushOne(t, s, q, k)
+				}()
+				wg.Wait()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					res = pop(t, s, queue.PopRequest{Queue: q, Batch: 10})
+					if len(res.Messages) > 0 || time.Now().After(deadline) {
+						break
+					}
+				}
+				require.Equal(t, []int{k}, payloads(t, res.Messages), "round %d: the pushed message is found", k)
 			}
-		}
-		require.Equal(t, []int{k}, payloads(t, res.Messages), "round %d: the pushed message is found", k)
+		})
 	}
 }

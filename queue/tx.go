@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -38,6 +39,12 @@ type TxResult struct {
 	// or an ack's ErrTextForeign).
 	Forbidden bool
 	Results   []TxOpResult
+}
+
+// txAcked is a transaction's ack result and the row it acted on.
+type txAcked struct {
+	res *AckResult
+	key consumerKey
 }
 
 // errTxAborted rolls the transaction back after a logical failure.
@@ -88,6 +95,7 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 		sort.Strings(pushParts)
 	}
 	res := &TxResult{TransactionID: NewID(), Results: []TxOpResult{}}
+	var acked []txAcked
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Then every row the operations write is locked before the first
 		// runs, in the one lock order: the pushes' partitions by id, then
@@ -147,6 +155,10 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 				}
 				ar := ars[0]
 				res.Results = append(res.Results, TxOpResult{Index: len(res.Results), Type: "ack", Ack: &ar})
+				if a.Group == "" {
+					a.Group = DefaultGroup
+				}
+				acked = append(acked, txAcked{&ar, consumerKey{strings.ToLower(a.PartitionID), a.Group}})
 				if !ar.Success {
 					res.Error, res.Forbidden = "ACK operation failed: "+ar.Error, ar.Error == ErrTextForeign
 					return errTxAborted
@@ -166,7 +178,9 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 		// does after its commit.
 		s.markReady(context.WithoutCancel(ctx), pushParts, nil)
 	}
-	// And the rows its acks may have left caught up, as an ack does.
+	// And the rows its acks may have left caught up, as an ack does; the
+	// marking completes the Pending of the leases they ended
+	// (ackPlan.settlePending).
 	var ackParts, ackGroups []string
 	for _, op := range ops {
 		if op.Type == "ack" && ValidUUID(op.Ack.PartitionID) {
@@ -177,7 +191,12 @@ func (s *Store) Transaction(ctx context.Context, ops []TxOp, requiredLeases []st
 			ackParts, ackGroups = append(ackParts, op.Ack.PartitionID), append(ackGroups, g)
 		}
 	}
-	s.markRows(context.WithoutCancel(ctx), ackParts, ackGroups)
+	pending, ok := s.markRowsPending(context.WithoutCancel(ctx), ackParts, ackGroups)
+	for _, a := range acked {
+		if a.res.LeaseReleased && !a.res.Pending {
+			a.res.Pending = !ok || pending[a.key]
+		}
+	}
 	res.Success = true
 	return res, nil
 }

@@ -19,8 +19,10 @@ import (
 // The groups scenario: consumer groups that come and go (browser tabs each
 // in a group of its own).
 //   - push cost: single-message pushes to a queue that 0, 1,000 and 10,000
-//     groups read once and left; p50, p99 and, with --dsn, the WAL each
-//     push writes (pg_current_wal_lsn before and after);
+//     groups read once and left, over HTTP and, with a database, through
+//     the push SQL function (SQL producers); p50, p99 and, with a
+//     database, the WAL each push writes (pg_current_wal_lsn before and
+//     after);
 //   - burst: 1,000 WebSocket subscriptions, each a new group
 //     (subscriptionMode=new), opened within about a second, then one push:
 //     how long until every one of them has it;
@@ -30,6 +32,7 @@ import (
 // groupsPushCost is the push cost with idle groups on the queue.
 type groupsPushCost struct {
 	IdleGroups int     `json:"idle_groups"`
+	Via        string  `json:"via"` // "http" or "sql" (the push SQL function)
 	Pushes     int     `json:"pushes"`
 	P50        float64 `json:"p50_ms"`
 	P99        float64 `json:"p99_ms"`
@@ -75,12 +78,14 @@ func runGroups(ctx context.Context, srv *server, cfg benchConfig, log io.Writer)
 	}
 	for _, n := range []int{0, 1000, 10000} {
 		progress(log, "groups: %d groups read a queue once and leave", n)
-		r, err := pushCost(ctx, srv.url, db, n)
+		rs, err := pushCost(ctx, srv.url, db, n)
 		if err != nil {
 			return nil, err
 		}
-		progress(log, "groups: %d idle groups: push p50 %.2f ms, p99 %.2f ms, WAL %.0f B/push", n, r.P50, r.P99, r.WALPerPush)
-		out.PushCost = append(out.PushCost, r)
+		for _, r := range rs {
+			progress(log, "groups: %d idle groups, %s push: p50 %.2f ms, p99 %.2f ms, WAL %.0f B/push", n, r.Via, r.P50, r.P99, r.WALPerPush)
+		}
+		out.PushCost = append(out.PushCost, rs...)
 	}
 	progress(log, "groups: %d new groups subscribe, then one push", groupsBurstSize)
 	b, err := burst(ctx, srv.url, groupsBurstSize)
@@ -101,14 +106,15 @@ func runGroups(ctx context.Context, srv *server, cfg benchConfig, log io.Writer)
 }
 
 // pushCost makes n groups read queue q once (an autoAck pop each) and
-// leave, then measures groupsPushes single-message pushes.
-func pushCost(ctx context.Context, base string, db *pgx.Conn, n int) (groupsPushCost, error) {
+// leave, then measures groupsPushes single-message pushes over HTTP and,
+// with db, as many through the push SQL function.
+func pushCost(ctx context.Context, base string, db *pgx.Conn, n int) ([]groupsPushCost, error) {
 	q := fmt.Sprintf("bench-groups-%d-%d", n, time.Now().UnixNano())
 	push := func() error {
 		return post(ctx, base+"/api/v1/push", fmt.Sprintf(`{"items":[{"queue":%q,"payload":{"t":1}}]}`, q), http.StatusCreated)
 	}
 	if err := push(); err != nil {
-		return groupsPushCost{}, err
+		return nil, err
 	}
 	jobs := make(chan int)
 	errc := make(chan error, 1)
@@ -141,11 +147,11 @@ func pushCost(ctx context.Context, base string, db *pgx.Conn, n int) (groupsPush
 	wg.Wait()
 	select {
 	case err := <-errc:
-		return groupsPushCost{}, err
+		return nil, err
 	default:
 	}
 	if err := push(); err != nil { // the push after they left
-		return groupsPushCost{}, err
+		return nil, err
 	}
 	lsn := func() int64 {
 		var v int64
@@ -154,19 +160,46 @@ func pushCost(ctx context.Context, base string, db *pgx.Conn, n int) (groupsPush
 		}
 		return v
 	}
-	wal0 := lsn()
-	lats := make([]time.Duration, 0, groupsPushes)
-	for range groupsPushes {
-		t0 := time.Now()
-		if err := push(); err != nil {
-			return groupsPushCost{}, err
+	measure := func(via string, push func() error) (groupsPushCost, error) {
+		wal0 := lsn()
+		lats := make([]time.Duration, 0, groupsPushes)
+		for range groupsPushes {
+			t0 := time.Now()
+			if err := push(); err != nil {
+				return groupsPushCost{}, fmt.Errorf("%s push: %w", via, err)
+			}
+			lats = append(lats, time.Since(t0))
 		}
-		lats = append(lats, time.Since(t0))
+		wal1 := lsn()
+		slices.Sort(lats)
+		return groupsPushCost{IdleGroups: n, Via: via, Pushes: groupsPushes, P50: ms(percentile(lats, 50)),
+			P99: ms(percentile(lats, 99)), WALPerPush: float64(wal1-wal0) / groupsPushes}, nil
 	}
-	wal1 := lsn()
-	slices.Sort(lats)
-	return groupsPushCost{IdleGroups: n, Pushes: groupsPushes, P50: ms(percentile(lats, 50)), P99: ms(percentile(lats, 99)),
-		WALPerPush: float64(wal1-wal0) / groupsPushes}, nil
+	r, err := measure("http", push)
+	if err != nil || db == nil {
+		return []groupsPushCost{r}, err
+	}
+	fn, err := pushFunction(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := measure("sql", func() error {
+		_, err := db.Exec(ctx, `SELECT `+fn+`($1, NULL, '{"t":1}'::jsonb, NULL)`, q)
+		return err
+	})
+	return []groupsPushCost{r, rs}, err
+}
+
+// pushFunction is the qualified name of Herald's push SQL function in the
+// database db reaches (the schema Herald migrated: "herald" by default).
+func pushFunction(ctx context.Context, db *pgx.Conn) (string, error) {
+	var schema string
+	if err := db.QueryRow(ctx, `SELECT n.nspname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = 'herald_migrations'
+		WHERE p.proname = 'push' ORDER BY n.nspname = 'herald' DESC LIMIT 1`).Scan(&schema); err != nil {
+		return "", fmt.Errorf("finding the push SQL function: %w", err)
+	}
+	return pgx.Identifier{schema, "push"}.Sanitize(), nil
 }
 
 // burst opens n WebSocket subscriptions, each a new group, as fast as it
@@ -286,8 +319,8 @@ func autoAckLatency(ctx context.Context, base string, cfg benchConfig, auto bool
 func printGroups(w io.Writer, g *groupsResult) {
 	fmt.Fprintln(w, "\nconsumer groups that come and go")
 	for _, c := range g.PushCost {
-		fmt.Fprintf(w, "  %6d idle groups: push p50 %.2f ms, p99 %.2f ms, WAL %.0f B/push (%d pushes)\n",
-			c.IdleGroups, c.P50, c.P99, c.WALPerPush, c.Pushes)
+		fmt.Fprintf(w, "  %6d idle groups, %-4s push: p50 %.2f ms, p99 %.2f ms, WAL %.0f B/push (%d pushes)\n",
+			c.IdleGroups, c.Via, c.P50, c.P99, c.WALPerPush, c.Pushes)
 	}
 	if b := g.Burst; b != nil {
 		fmt.Fprintf(w, "  %d new groups (subscribed in %.2f s): %d served %.2f s after the push\n",

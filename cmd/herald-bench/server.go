@@ -245,8 +245,9 @@ func (s *server) metric(name string) (float64, error) {
 }
 
 // pgDSN is a connection string to the server's private PostgreSQL (its
-// socket directory and port, from postmaster.pid), or "" when it is not
-// known (--url).
+// socket directory and port, from postmaster.pid; the database Herald
+// migrated, where the push SQL function is), or "" when it is not known
+// (--url).
 func (s *server) pgDSN() string {
 	if s.pgDir == "" {
 		return ""
@@ -259,5 +260,5 @@ func (s *server) pgDSN() string {
 	if len(lines) < 5 {
 		return ""
 	}
-	return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres", strings.TrimSpace(lines[4]), strings.TrimSpace(lines[3]))
+	return fmt.Sprintf("host=%s port=%s user=postgres dbname=herald", strings.TrimSpace(lines[4]), strings.TrimSpace(lines[3]))
 }

@@ -292,7 +292,7 @@ Usage:
   herald produce [flags]   push a few demo messages a second (herald produce -h)
   herald health [--url U]  exit 0 when U (default http://127.0.0.1:6632/health) answers 200
   herald token [flags]     sign a development token with --auth-secret (herald token -h)
-  herald version           print the version (also herald --version, -v)
+  herald version           print the version and commit (also --version, -v)
 
 Flags (each also read from its environment variable):
 `)

@@ -6,7 +6,7 @@
 //
 // It is a Go module of its own (github.com/heraldmq/herald/client) and
 // requires nothing from the server module: it speaks the protocol
-// documented in the README (WebSocket subprotocol herald.v1, JSON frames;
+// documented in docs/clients.md (WebSocket subprotocol herald.v1, JSON frames;
 // pushes over HTTP), so a program that imports it resolves only
 // gorilla/websocket (and this module's test libraries). Its tests run a
 // herald built from the server module next door as a separate process.

@@ -9,7 +9,7 @@ import (
 	"github.com/heraldmq/herald/client"
 )
 
-// The Go SDK example of the README ("### Go SDK"), verbatim:
+// The Go SDK example of docs/clients.md ("## Go SDK"), verbatim:
 // TestIssue17_ReadmeGoBlocksAreExamples fails when the two differ, and
 // Example_readme runs it against a real Herald.
 
@@ -68,7 +68,7 @@ func pushAndBill(ctx context.Context, base, token string) error {
 	return <-done
 }
 
-// The README's example against the real Herald TestMain started.
+// The example of docs/clients.md against the real Herald TestMain started.
 func Example_readme() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

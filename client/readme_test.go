@@ -9,17 +9,34 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 17: every ```go block of the README appears, word for word (each
+// Issue 17: every ```go block of the README and of docs/*.md (the Go SDK's
+// examples live in docs/clients.md) appears, word for word (each
 // line's leading and trailing blanks aside, blank lines aside), in a test
 // file of this package that holds Example functions, so it compiles and
-// (with its Example's Output line) runs against a real Herald. A README
-// edit that is not made to the Example too, or the other way round, fails
-// here.
+// (with its Example's Output line) runs against a real Herald. A
+// documentation edit that is not made to the Example too, or the other
+// way round, fails here.
 func TestIssue17_ReadmeGoBlocksAreExamples(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	pages, err := filepath.Glob("../docs/*.md")
 	require.NoError(t, err)
-	blocks := fencedBlocks(string(readme), "go")
-	require.NotEmpty(t, blocks, "the README has a ```go block (the Go SDK example)")
+	pages = append([]string{"../README.md"}, pages...)
+	type pageBlock struct {
+		page string
+		fencedBlock
+	}
+	var blocks []pageBlock
+	inClients := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		require.NoError(t, err)
+		for _, blk := range fencedBlocks(string(b), "go") {
+			blocks = append(blocks, pageBlock{strings.TrimPrefix(page, "../"), blk})
+			if page == "../docs/clients.md" {
+				inClients++
+			}
+		}
+	}
+	require.Positive(t, inClients, "docs/clients.md has a ```go block (the Go SDK example)")
 
 	files, err := filepath.Glob("*_test.go")
 	require.NoError(t, err)
@@ -35,7 +52,7 @@ func TestIssue17_ReadmeGoBlocksAreExamples(t *testing.T) {
 
 	for _, blk := range blocks {
 		want := normalizedLines(blk.text)
-		require.NotEmpty(t, want, "README.md:%d: an empty ```go block", blk.line)
+		require.NotEmpty(t, want, "%s:%d: an empty ```go block", blk.page, blk.line)
 		found := false
 		for _, got := range examples {
 			if containsRun(got, want) {
@@ -53,12 +70,12 @@ func TestIssue17_ReadmeGoBlocksAreExamples(t *testing.T) {
 				}
 			}
 			if bestFile == "" {
-				t.Errorf("README.md:%d: no Example test file in client/ contains this ```go block (its first line %q appears in none)",
-					blk.line, want[0])
+				t.Errorf("%s:%d: no Example test file in client/ contains this ```go block (its first line %q appears in none)",
+					blk.page, blk.line, want[0])
 				continue
 			}
-			t.Errorf("README.md:%d: the ```go block is not in an Example test file word for word: "+
-				"%s matches its first %d lines, then the README has %q", blk.line, bestFile, best, want[best])
+			t.Errorf("%s:%d: the ```go block is not in an Example test file word for word: "+
+				"%s matches its first %d lines, then the page has %q", blk.page, blk.line, bestFile, best, want[best])
 		}
 	}
 }

@@ -58,12 +58,12 @@ func TestIssue18_RightsPatterns(t *testing.T) {
 	}
 }
 
-// The README's example claim is one ParseRights reads.
+// The example claim of docs/operating.md (Auth) is one ParseRights reads.
 func TestIssue18_ReadmeClaimParses(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/operating.md")
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(b), "```json\n{\"sub\": \"alice\"")
-	require.True(t, ok, "the README's example claim")
+	require.True(t, ok, "the example claim of docs/operating.md")
 	block, _, _ := strings.Cut(`{"sub": "alice"`+rest, "```")
 	var token struct{ Herald json.RawMessage }
 	require.NoError(t, json.Unmarshal([]byte(block), &token))

@@ -13,7 +13,7 @@ import (
 )
 
 // Close codes of a Disconnect: 4000–4499 allow a reconnect, 4500–4999 do
-// not. The numbers are the protocol (README, close codes): append only.
+// not. The numbers are the protocol (docs/clients.md, close codes): append only.
 const (
 	CloseShuttingDown  = 4000 // the server is draining: reconnect (elsewhere)
 	CloseSlowConsumer  = 4001 // the client did not read its frames in time: reconnect

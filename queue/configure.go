@@ -21,12 +21,12 @@ type Options struct {
 	DelayedProcessing         int  `json:"delayedProcessing"` // seconds before a pushed message is visible
 	WindowBuffer              int  `json:"windowBuffer"`      // seconds a partition must be quiet before delivery
 	MaxSize                   int  `json:"maxSize"`
-	TTL                       int  `json:"ttl"`
+	TTL                       int  `json:"ttl"` // seconds; stored and answered back for Queen's clients: messages do not expire by it
 	RetentionSeconds          int  `json:"retentionSeconds"`
 	CompletedRetentionSeconds int  `json:"completedRetentionSeconds"`
 	RetentionEnabled          bool `json:"retentionEnabled"`
-	DeadLetterQueue           bool `json:"deadLetterQueue"`
-	DLQAfterMaxRetries        bool `json:"dlqAfterMaxRetries"`
+	DeadLetterQueue           bool `json:"deadLetterQueue"`    // stored and answered back: a message past RetryLimit is always dead-lettered
+	DLQAfterMaxRetries        bool `json:"dlqAfterMaxRetries"` // stored and answered back, as DeadLetterQueue
 	Priority                  int  `json:"priority"`
 	EncryptionEnabled         bool `json:"encryptionEnabled"`
 	MaxWaitTimeSeconds        int  `json:"maxWaitTimeSeconds"`

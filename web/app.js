@@ -554,6 +554,18 @@ async function refreshNow() {
       $("feed-followers").textContent = "";
       return;
     }
+    if (e.status === 401) {
+      // Auth is on and this page has no token Herald takes: say so, and how
+      // to get one, once (the panels say only that they need it).
+      $("instance").textContent = "needs a token";
+      $("version").textContent = token
+        ? "· auth is on and Herald refused this page's token (expired, or not signed with its secret)"
+        : "· auth is on: open this page as /?access_token=<token>, with a token from "
+          + "herald token --sub ops --role admin, run where Herald runs (its --auth-secret set)";
+      for (const id of ["peers", "queue-status", "wakeups"]) $(id).textContent = "needs a token";
+      $("feed-followers").textContent = "";
+      return;
+    }
     $("instance").textContent = `unreachable (${e.message})`;
     $("peers").innerHTML = "";
     return;

@@ -39,7 +39,7 @@
 const BACKOFF_MIN = 100;
 const BACKOFF_MAX = 10000;
 
-// Close codes after which reconnecting cannot help (README: close codes).
+// Close codes after which reconnecting cannot help (docs/clients.md: close codes).
 const TERMINAL = new Set([1009, 4500, 4501, 4503]);
 
 /** Full-jitter exponential back-off: a random delay up to min(max, min·2^attempt). */

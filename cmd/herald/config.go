@@ -40,8 +40,8 @@ const (
 )
 
 // option is one setting: its flag, environment variable, default and help.
-// The same table drives flag parsing, --help and the README's configuration
-// table (a test keeps the README in step).
+// The same table drives flag parsing, --help and the configuration table
+// of docs/operating.md (a test keeps that page in step).
 type option struct {
 	flag, env, def, help string
 	set                  func(c *config, v string) error
@@ -292,7 +292,7 @@ Usage:
   herald produce [flags]   push a few demo messages a second (herald produce -h)
   herald health [--url U]  exit 0 when U (default http://127.0.0.1:6632/health) answers 200
   herald token [flags]     sign a development token with --auth-secret (herald token -h)
-  herald version           print the version (also herald --version, -v)
+  herald version           print the version and commit (also --version, -v)
 
 Flags (each also read from its environment variable):
 `)
@@ -339,7 +339,7 @@ func wrap(s string, width int) []string {
 	return append(lines, line)
 }
 
-// markdownTable renders the options as the README's configuration table.
+// markdownTable renders the options as docs/operating.md's configuration table.
 func markdownTable() string {
 	var b strings.Builder
 	b.WriteString("| flag | environment | default | meaning |\n|---|---|---|---|\n")

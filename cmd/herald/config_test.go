@@ -59,11 +59,11 @@ func TestRun_VersionAndHelp(t *testing.T) {
 	assert.Equal(t, 2, run([]string{"--log-level", "loud"}, &out, &errOut))
 }
 
-// The README's configuration table is generated from the same option table
-// as --help; this fails when one changes without the other.
-func TestREADME_ConfigTable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// The configuration table of docs/operating.md is generated from the same
+// option table as --help; this fails when one changes without the other.
+func TestOperatingDoc_ConfigTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operating.md")
 	require.NoError(t, err)
-	assert.Contains(t, string(readme), markdownTable(),
-		"README.md's configuration table is stale; replace it with:\n%s", markdownTable())
+	assert.Contains(t, string(doc), markdownTable(),
+		"docs/operating.md's configuration table is stale; replace it with:\n%s", markdownTable())
 }

@@ -8,7 +8,7 @@
 //	herald produce   push a few demo messages a second
 //	herald health    exit 0 when /health answers 200
 //	herald token     sign a development token with --auth-secret
-//	herald version   print the version
+//	herald version   print the module version and the commit it was built from
 //
 // Every flag has an environment variable; a flag given wins over the
 // variable, which wins over the default (config.go; herald --help prints

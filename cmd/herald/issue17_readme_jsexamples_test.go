@@ -17,10 +17,10 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Issue 17: the README's JavaScript examples run, as printed, in headless
-// Chromium against a real Herald. The plain EventSource example ("### SSE
+// Issue 17: the JavaScript examples of docs/clients.md run, as printed, in
+// headless Chromium against a real Herald. The plain EventSource example ("## SSE
 // (EventSource)") runs as a classic script and acks what it receives; the
-// browser SDK example ("### Browser SDK") runs as a module script, its
+// browser SDK example ("## Browser SDK") runs as a module script, its
 // import URL and server URL pointed at the test server, with render, mark
 // and warn (which it leaves to the page) defined by a prelude that records
 // their calls. It must push its three messages, receive them on its
@@ -28,10 +28,10 @@ import (
 // HTTP), report only states its onState comment lists (which must name
 // every state herald.js reports), refuse nothing, and close on pagehide.
 func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/clients.md")
 	require.NoError(t, err)
 	var sdk, sse, follow []string
-	for _, b := range markdownBlocks(string(readme), "js") {
+	for _, b := range markdownBlocks(string(doc), "js") {
 		switch {
 		case strings.Contains(b, "import { Herald }"):
 			sdk = append(sdk, b)
@@ -41,9 +41,9 @@ func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
 			follow = append(follow, b)
 		}
 	}
-	require.Len(t, sdk, 1, "one ```js block of the README imports the browser SDK")
-	require.Len(t, sse, 1, "one ```js block of the README opens a plain EventSource on a subscription")
-	require.Len(t, follow, 1, "one ```js block of the README opens a plain EventSource on a follow stream")
+	require.Len(t, sdk, 1, "one ```js block of docs/clients.md imports the browser SDK")
+	require.Len(t, sse, 1, "one ```js block of docs/clients.md opens a plain EventSource on a subscription")
+	require.Len(t, follow, 1, "one ```js block of docs/clients.md opens a plain EventSource on a follow stream")
 
 	// The states the example's onState comment documents cover every state
 	// herald.js reports.
@@ -51,7 +51,7 @@ func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
 	sdkSource, err := os.ReadFile("../../web/herald.js")
 	require.NoError(t, err)
 	for _, m := range regexp.MustCompile(`state: "(\w+)"`).FindAllStringSubmatch(string(sdkSource), -1) {
-		assert.Contains(t, documented, m[1], "the README's onState comment lists every state herald.js reports")
+		assert.Contains(t, documented, m[1], "the onState comment of docs/clients.md lists every state herald.js reports")
 	}
 
 	bin := buildHerald(t)
@@ -226,7 +226,7 @@ func onStateComment(t *testing.T, block string) []string {
 	for _, l := range strings.Split(block, "\n") {
 		if strings.HasPrefix(l, "h.onState(") {
 			_, comment, ok := strings.Cut(l, "//")
-			require.True(t, ok, "the onState line of the README example has a comment listing the states: %q", l)
+			require.True(t, ok, "the onState line of the browser SDK example has a comment listing the states: %q", l)
 			var states []string
 			for _, s := range strings.Split(comment, ",") {
 				states = append(states, strings.TrimSpace(s))
@@ -235,6 +235,6 @@ func onStateComment(t *testing.T, block string) []string {
 			return states
 		}
 	}
-	t.Fatalf("the README's browser SDK example has no h.onState line")
+	t.Fatalf("the browser SDK example of docs/clients.md has no h.onState line")
 	return nil
 }

@@ -14,12 +14,12 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Issue 18: the README's worked example runs as printed: herald token mints
+// Issue 18: the worked example of docs/operating.md (Auth) runs as printed: herald token mints
 // alice's and bob's tokens with the server's secret; bob pushes to his
 // mailbox; alice cannot read it; bob can. (The server is this test's, with
 // the same secret; the live SSE line is left out: it never ends.)
 func TestIssue18_ReadmeMailboxExampleRuns(t *testing.T) {
-	lines := readmeBlock(t, "sh", "export HERALD_AUTH_SECRET=")
+	lines := docBlock(t, "docs/operating.md", "sh", "export HERALD_AUTH_SECRET=")
 	require.Len(t, lines, 8)
 	bin := buildHerald(t)
 	secret := strings.Repeat("s3cr3t-", 8)
@@ -29,7 +29,7 @@ func TestIssue18_ReadmeMailboxExampleRuns(t *testing.T) {
 		"echo; echo BOB; " + lines[6]}, "\n")
 	script = strings.ReplaceAll(script, "go run ./cmd/herald", bin)
 	script = strings.ReplaceAll(script, "localhost:6632", host)
-	cmd := exec.CommandContext(context.Background(), "sh", "-c", script) // #nosec G204 -- the README's own lines
+	cmd := exec.CommandContext(context.Background(), "sh", "-c", script) // #nosec G204 -- the documentation's own lines
 	cmd.Env = append(os.Environ(), "HERALD_AUTH_SECRET="+secret)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)

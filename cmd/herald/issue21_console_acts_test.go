@@ -49,11 +49,17 @@ func consoleDLQ(ctx context.Context, t *testing.T, a *adminClient, seed *console
 	assert.Equal(t, "page 1 of 1 (3 dead letters)", text(ctx, t, "#dlq-list .page-of"))
 	assertAllLabelled(ctx, t)
 
-	// View: payload and attempts.
+	// View: payload and retries. The dead letter failed twice (retryLimit
+	// 1): one retry, which is what retryCount counts, so the column and the
+	// detail say "retries", not "attempts" (there were two).
+	headers := evalJS[string](ctx, t, `Promise.resolve([...document.querySelectorAll("#dlq-list thead th")].map((th) => th.textContent).join("|"))`)
+	assert.Contains(t, headers, "retries", "the column of retryCount is named for what it counts")
+	assert.NotContains(t, headers, "attempts", "retryCount is not the number of attempts")
 	click(ctx, t, row(seed.dead[0])+" .view")
 	detail := evalJS[string](ctx, t, fmt.Sprintf(`document.querySelector(%q).nextElementSibling.innerText`, row(seed.dead[0])))
 	assert.Contains(t, detail, `"n": 1`)
-	assert.Regexp(t, `attempts\s+1`, detail)
+	assert.Regexp(t, `retries\s+1`, detail)
+	assert.NotContains(t, detail, "attempts")
 	assert.Contains(t, detail, "boom: card declined")
 
 	// Replay the first, selected by its checkbox.

@@ -87,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func runTool(cmd string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+	log := toolLogger(stderr)
 	var err error
 	switch cmd {
 	case "demo":
@@ -116,9 +116,17 @@ func runTool(cmd string, args []string, stdout, stderr io.Writer) int {
 func newLogger(cfg *config, w io.Writer) zerolog.Logger {
 	lvl, _ := zerolog.ParseLevel(cfg.LogLevel)
 	if cfg.LogFormat == "console" || (cfg.LogFormat == "auto" && isTerminal(w)) {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+// toolLogger is the logger of herald demo and herald produce: console
+// lines, coloured only when w is a terminal (a redirected log gets plain
+// text, no escape codes).
+func toolLogger(w io.Writer) zerolog.Logger {
+	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
+	return zerolog.New(cw).With().Timestamp().Logger()
 }
 
 // plainError is an error as Herald logs it. A connection error from pgx
@@ -151,14 +159,52 @@ func isTerminal(w io.Writer) bool {
 	return ok && terminal(f)
 }
 
+// buildVersion is what `herald version`, /health and the logs report: the
+// version set with -ldflags "-X main.version=…" or else the module's, and
+// the commit it was built from, as the Go toolchain recorded them.
 func buildVersion() string {
-	if version != "" {
-		return version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		bi = nil
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+	return describeBuild(version, bi)
+}
+
+// describeBuild renders a build's version: ldVersion when set, else the
+// main module's version (a release tag with go install …@vX, a
+// pseudo-version, or "(devel)"), then the VCS revision (12 characters,
+// "modified" when the tree had uncommitted changes) or a note that the
+// build recorded none (built outside a git checkout, in a git worktree, or
+// with -buildvcs=false).
+func describeBuild(ldVersion string, bi *debug.BuildInfo) string {
+	v := ldVersion
+	if v == "" && bi != nil {
+		v = bi.Main.Version
 	}
-	return "dev"
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, modified string
+	if bi != nil {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
+		}
+	}
+	if rev == "" {
+		return v + " (no VCS revision recorded)"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if modified == "true" {
+		return v + " (commit " + rev + ", modified)"
+	}
+	return v + " (commit " + rev + ")"
 }
 
 // serve runs one instance until ctx ends; migrate only applies the

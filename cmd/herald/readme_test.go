@@ -21,10 +21,11 @@ const repoRoot = "../.."
 // repository names a file or directory that exists, inside the repository;
 // a #anchor into a markdown file names one of its headings (GitHub's
 // slugs); no page points outside the repository (no ../shared); and the
-// README links to docs/design.md and docs/api.md.
+// README links to every page of docs/ written for a reader and to the
+// changelog.
 // http(s) and mailto links are not followed.
 func TestIssue17_ReadmeLinksResolve(t *testing.T) {
-	pages := []string{"README.md"}
+	pages := []string{"README.md", "CHANGELOG.md"}
 	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	require.NoError(t, err)
 	for _, d := range docs {
@@ -90,13 +91,33 @@ func TestIssue17_ReadmeLinksResolve(t *testing.T) {
 			}
 		}
 	}
-	for _, doc := range []string{"docs/design.md", "docs/api.md"} {
+	for _, doc := range []string{"docs/operating.md", "docs/clients.md", "docs/design.md", "docs/api.md",
+		"docs/failover.md", "docs/benchmarks.md", "docs/development.md", "CHANGELOG.md"} {
 		if !readmeLinks[doc] {
 			t.Errorf("README.md does not link to %s", doc)
 		}
 	}
 	require.Positive(t, checked, "the pages link to files of the repository (docs/design.md, docs/api.md)")
 	t.Logf("%d links into the repository checked in %d pages", checked, len(pages))
+}
+
+// The README is read in five minutes: at most 200 lines, and it never
+// sends its reader outside the repository (no web address but the local
+// server's, in prose or in a link; the code blocks talk to localhost).
+func TestReadme_ShortAndSelfContained(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	require.NoError(t, err)
+	readme := string(b)
+	lines := strings.Count(readme, "\n")
+	assert.LessOrEqual(t, lines, 200, "README.md has %d lines", lines)
+	web := regexp.MustCompile(`(?i)\b(?:https?://|www\.)[^\s)>\]` + "`" + `"']*`)
+	forEachProseLine(readme, func(n int, l string) {
+		for _, u := range web.FindAllString(l, -1) {
+			if !strings.HasPrefix(strings.ToLower(u), "http://localhost:") {
+				t.Errorf("README.md:%d: points outside the repository: %s", n, u)
+			}
+		}
+	})
 }
 
 func must[T any](v T, err error) T {
@@ -223,8 +244,8 @@ func TestIssue17_GitHubSlug(t *testing.T) {
 	}
 }
 
-// Issue 20: the README's test command is the one `make test` runs and the
-// one .ci/run runs, and it reaches the Go SDK, a module of its own that
+// Issue 20: the README's test command is the one `make test` runs (and
+// docs/development.md says so) and the one .ci/run runs, and it reaches the Go SDK, a module of its own that
 // `go test ./...` at the root does not.
 func TestIssue20_ReadmeTestCommandIsMakeTestAndCI(t *testing.T) {
 	read := func(name string) string {
@@ -232,19 +253,21 @@ func TestIssue20_ReadmeTestCommandIsMakeTestAndCI(t *testing.T) {
 		require.NoError(t, err)
 		return string(b)
 	}
-	var readme, makeTest string // the quick start's command; the Development section's `make test` line
-	for l := range strings.Lines(read("README.md")) {
-		cmd, comment, _ := strings.Cut(strings.TrimSpace(l), "#")
-		cmd, comment = strings.TrimSpace(cmd), strings.TrimSpace(comment)
-		switch {
-		case strings.HasSuffix(comment, "(make test)"):
-			readme = cmd
-		case cmd == "make test":
-			makeTest = comment
+	var readme, makeTest string // the quick start's command; docs/development.md's `make test` line
+	for _, page := range []string{"README.md", "docs/development.md"} {
+		for l := range strings.Lines(read(page)) {
+			cmd, comment, _ := strings.Cut(strings.TrimSpace(l), "#")
+			cmd, comment = strings.TrimSpace(cmd), strings.TrimSpace(comment)
+			switch {
+			case page == "README.md" && strings.HasSuffix(comment, "(make test)"):
+				readme = cmd
+			case page == "docs/development.md" && cmd == "make test":
+				makeTest = comment
+			}
 		}
 	}
 	require.NotEmpty(t, readme, "the README's quick start has a command marked (make test)")
-	assert.Equal(t, readme, makeTest, "the README's Development section says what make test runs")
+	assert.Equal(t, readme, makeTest, "docs/development.md says what make test runs")
 	assert.Contains(t, readme, "(cd client && go test", "the whole suite includes the SDK's module")
 
 	var recipe []string

@@ -34,10 +34,25 @@ export function setToken(t) {
 
 const herald = new Herald(location.origin, { token: () => current });
 
-/** api(method, path, body) → the answer of /api/v1<path> (or of path when it starts with /internal). */
-export function api(method, path, body) {
+/** TOKEN_COMMAND makes an admin token where Herald runs (it signs with the server's --auth-secret). */
+export const TOKEN_COMMAND = "herald token --sub ops --role admin";
+
+/**
+ * api(method, path, body) → the answer of /api/v1<path> (or of path when it
+ * starts with /internal). A refusal for the token (401, 403) is also told
+ * once to the page, as the event "herald-auth" with the status, so the
+ * advice on getting a token is shown in one place (main.js), not per panel.
+ */
+export async function api(method, path, body) {
   const full = path.startsWith("/internal/") ? path : `/api/v1${path}`;
-  return herald.request(method, full, body);
+  try {
+    return await herald.request(method, full, body);
+  } catch (e) {
+    if (e?.status === 401 || e?.status === 403) {
+      window.dispatchEvent(new CustomEvent("herald-auth", { detail: { status: e.status } }));
+    }
+    throw e;
+  }
 }
 
 /** get(path, params) → the answer of GET /api/v1<path>?params (empty params left out). */
@@ -64,9 +79,9 @@ export function errorText(e) {
     case 0:
       return "Network error: the server does not answer. Is Herald running?";
     case 401:
-      return "Auth is on: paste an admin token above (this one is missing, expired or invalid).";
+      return "Needs an admin token (see above).";
     case 403:
-      return "This needs an admin token: the token given has a lower role or rights.";
+      return "Needs a token with role admin (see above).";
     default:
       return e?.message ?? String(e);
   }

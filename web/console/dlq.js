@@ -1,5 +1,5 @@
 // dlq.js: the dead-letter queue: filter by queue, group, partition, error
-// and time; view a dead letter's payload and attempts; replay (back to its
+// and time; view a dead letter's payload and retries; replay (back to its
 // partition for its group) or purge one, a selection, or everything
 // matching the filter, after a confirmation; each item's outcome shown.
 import { ago, api, enc, exact, get, json, query, when } from "./api.js";
@@ -123,7 +123,7 @@ export async function render(root, { params }) {
       caption: "Dead letters, newest first",
       className: "dlq",
       columns: [{ label: "" }, { label: "failed" }, { label: "queue" }, { label: "partition" }, { label: "group" }, { label: "error" },
-        { label: "attempts", num: true }, { label: "" }],
+        { label: "retries", num: true, title: "retryCount: how many times the message was retried before it was dead-lettered" }, { label: "" }],
       rows: rows.filter((r) => !(r instanceof Node)),
       empty: "No dead letter matches.",
     });
@@ -177,11 +177,11 @@ export async function render(root, { params }) {
   await load();
 }
 
-// details shows a dead letter whole: payload, attempts, ids, its message.
+// details shows a dead letter whole: payload, retries, ids, its message.
 function details(d) {
   return h("div", { className: "dl-detail" },
     h("dl", { className: "facts" },
-      h("dt", {}, "attempts"), h("dd", {}, exact(d.retryCount)),
+      h("dt", {}, "retries"), h("dd", {}, exact(d.retryCount)),
       h("dt", {}, "error"), h("dd", {}, d.errorMessage || "—"),
       h("dt", {}, "failed at"), h("dd", {}, when(d.failedAt)),
       h("dt", {}, "pushed at"), h("dd", {}, when(d.createdAt)),

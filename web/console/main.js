@@ -1,7 +1,7 @@
 // main.js: the console's shell: the token form, the instance line, and
 // hash routing ("#/dlq?queue=orders") to the pages, each a module with
 // render(root, route) that may return a function to stop its timers.
-import { api, errorText, setToken, token } from "./api.js";
+import { api, errorText, setToken, token, TOKEN_COMMAND } from "./api.js";
 import * as overview from "./overview.js";
 import * as queuePage from "./queue.js";
 import * as messages from "./messages.js";
@@ -79,6 +79,7 @@ function showTokenState() {
 $("token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   setToken($("token").value);
+  authHint(0);
   $("token").value = "";
   showTokenState();
   instance();
@@ -86,6 +87,7 @@ $("token-form").addEventListener("submit", (ev) => {
 });
 $("token-forget").addEventListener("click", () => {
   setToken("");
+  authHint(0);
   showTokenState();
   instance();
   route();
@@ -100,6 +102,28 @@ async function instance() {
     $("instance").textContent = e.status === 401 || e.status === 403 ? "needs an admin token" : "unreachable";
   }
 }
+
+// authHint says, once for the whole page, what to do when Herald refused
+// the token: 401 (none, expired or invalid) or 403 (below admin). It is
+// cleared when the token changes and shown again by the next refusal.
+function authHint(status) {
+  const el = $("auth-hint");
+  if (!status) {
+    el.hidden = true;
+    el.textContent = "";
+    return;
+  }
+  const why = status === 401
+    ? (token() ? "Auth is on and Herald refused this token (expired, or not signed with its secret)."
+      : "Auth is on and this console has no token.")
+    : "This token's role is below admin, and the console needs role admin.";
+  const code = document.createElement("code");
+  code.textContent = TOKEN_COMMAND;
+  el.replaceChildren(`${why} Make an admin token where Herald runs, with its --auth-secret set: `, code,
+    ", and paste it above.");
+  el.hidden = false;
+}
+window.addEventListener("herald-auth", (e) => authHint(e.detail.status));
 
 window.addEventListener("hashchange", route);
 showTokenState();

@@ -73,7 +73,7 @@ export async function renderMessage(root, { args }) {
         fact("partition id", h("span", { className: "mono" }, m.partitionId)),
         fact("trace id", m.traceId ?? "—"),
         fact("producer", m.producerSub ?? "—"),
-        m.errorMessage ? fact("last error", `${m.errorMessage} (attempts: ${m.retryCount ?? "?"})`) : null),
+        m.errorMessage ? fact("last error", `${m.errorMessage} (retries: ${m.retryCount ?? "?"})`) : null),
       h("h3", {}, "Payload"), pre(json(m.payload)),
       h("h3", {}, "Consumer groups"),
       table({

@@ -216,7 +216,12 @@
 //     and the lease expires in time. Nothing is lost either way.
 //
 // Database loss: requests answer 500 and streams keep their connections;
-// their subscriptions lease again when the poller reaches the database.
+// their subscriptions lease again when the poller reaches the database. A
+// database that lost what it committed (a failover to an asynchronous
+// standby) is reconciled by the assembly (internal/server): StreamLeases
+// names the leases the streams hold, and ForgetLostLeases forgets the
+// deliveries whose lease the database no longer has, as a refused ack
+// would (reconcile.go).
 // During push maintenance pushes go to the buffer (503 when there is none,
 // or it is full); during pop maintenance pops and waiting long-polls answer
 // 204 and the poller is paused. A read of the switches that fails keeps

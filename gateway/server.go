@@ -275,8 +275,10 @@ type Server struct {
 
 	graceMu sync.Mutex
 	grace   map[*time.Timer]func() // leases of closed SSE streams, released after the grace period
-	graceWG sync.WaitGroup
-	closed  bool
+	// graceLeases counts those leases by id, until released (StreamLeases).
+	graceLeases map[string]int
+	graceWG     sync.WaitGroup
+	closed      bool
 }
 
 // New returns a Server.
@@ -303,6 +305,8 @@ func New(cfg Config) (*Server, error) {
 		wsConns:  map[*session]bool{},
 		grace:    map[*time.Timer]func(){},
 		stacks:   newWarmStacks(),
+
+		graceLeases: map[string]int{},
 
 		sseStreams: map[*session]bool{},
 	}

@@ -137,13 +137,21 @@ func (ss *session) close(d *Disconnect) {
 // query: it never runs under graceMu, which the grace timers and every
 // closing stream take.
 func (s *Server) releaseLater(lease string, msgs []queue.Message) {
-	release := func() { s.poller.Release(context.Background(), lease, msgs) }
 	s.graceMu.Lock()
 	if s.closed {
 		// A stream that ended after Server.Close: nothing waits for a resume.
 		s.graceMu.Unlock()
-		release()
+		s.poller.Release(context.Background(), lease, msgs)
 		return
+	}
+	s.graceLeases[lease]++
+	release := func() {
+		s.graceMu.Lock()
+		if s.graceLeases[lease]--; s.graceLeases[lease] <= 0 {
+			delete(s.graceLeases, lease)
+		}
+		s.graceMu.Unlock()
+		s.poller.Release(context.Background(), lease, msgs)
 	}
 	s.graceWG.Add(1)
 	var t *time.Timer

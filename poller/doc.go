@@ -120,6 +120,9 @@
 // goroutine holds at most one worker's mutex (SetPaused, WakeAll, Wake and
 // Intentions take them one after another), and a Waiter's mutex is taken
 // with no worker's held (Waiter.Cancel withdraws the intention first).
+// The one leaf: the mutex of the statements under way that lease
+// (leasing.go), which Reserve takes under a worker's and which takes
+// nothing.
 //
 // No callback and no query runs under a lock. Deliver, OnPresence, the
 // LeaseHints methods and every queue.Store method (queries and the store's

@@ -22,7 +22,8 @@ type reservation struct {
 	w                *worker
 	in               *Intention
 	key, partitionID string
-	could            int // what the intention could take (a delivery of that many may leave more)
+	could            int    // what the intention could take (a delivery of that many may leave more)
+	leasing          func() // ends the reservation's mark (leasing.go) once settled
 }
 
 // Reserve implements queue.HandOff.
@@ -57,8 +58,10 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			could := min(in.Batch, in.free())
 			limit := min(could, pp.Messages)
 			in.reserved += limit
+			end := p.leasing.begin() // before the lease id, until settled
 			out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(),
-				Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck, Token: &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, could: could}})
+				Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck, Token: &reservation{w: w, in: in, key: key,
+					partitionID: pp.PartitionID, could: could, leasing: end}})
 			return true
 		})
 		w.mu.Unlock()
@@ -72,6 +75,7 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	if !ok {
 		return
 	}
+	defer t.leasing()
 	w, in := t.w, t.in
 	w.mu.Lock()
 	in.reserved -= r.Limit // the credit it held

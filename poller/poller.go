@@ -32,6 +32,7 @@ type Poller struct {
 	nsKeys  atomic.Int64 // registered intentions with a namespace/task target
 	paused  atomic.Bool  // pop maintenance: lease nothing (pause.go)
 	orph    orphans      // lease ids of lost answers (orphans.go)
+	leasing leasing      // the statements under way that lease (leasing.go)
 	outage  queue.OutageLog
 }
 

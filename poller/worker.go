@@ -248,6 +248,7 @@ func (w *worker) claimServe(ctx context.Context, in *Intention) (worked bool) {
 		w.mu.Unlock()
 		return false
 	}
+	defer p.leasing.begin()() // before its lease id, until delivered
 	c := queue.Claim{Queue: in.Target.Queue, Group: in.Target.Group, Partitions: max(in.Partitions, 1),
 		Limit: min(in.Batch, in.free()), Total: in.take(), AutoAck: in.AutoAck, Subject: in.Subject,
 		Stream: in.Standing}
@@ -431,7 +432,8 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 
 	leases := make([]string, len(chunk))
 	var as []queue.Assignment
-	w.mu.Lock() // credit changes under it (AddCredit)
+	defer p.leasing.begin()() // before the lease ids, until delivered
+	w.mu.Lock()               // credit changes under it (AddCredit)
 	for _, a := range assigns {
 		in := chunk[a.candidate]
 		if leases[a.candidate] == "" && !in.AutoAck {

@@ -51,7 +51,8 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 	var as []queue.Assignment
 	var owners []*Intention
 	var audits []audit
-	partial := map[int]bool{} // owners that could not claim every hinted partition
+	partial := map[int]bool{}   // owners that could not claim every hinted partition
+	defer w.p.leasing.begin()() // before the lease ids, until delivered
 	w.mu.Lock()
 	for i, h := range items {
 		fitems[i].cands = fastCands(h.intentions)

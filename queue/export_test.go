@@ -59,3 +59,7 @@ var (
 
 // BackendPID is the instance lock's backend, for the tests that end it.
 func (l *InstanceLock) BackendPID() uint32 { return l.pid.Load() }
+
+// SetDatabaseStarted makes the lock take its database's postmaster to have
+// started at started, as if it had been held on another server.
+func (l *InstanceLock) SetDatabaseStarted(started string) { l.started.Store(&started) }

@@ -40,8 +40,12 @@ var ErrInstanceInUse = errors.New("the instance id is in use by another live ins
 // instanceLockSQL takes the instance id's advisory lock, if free. The key
 // covers the schema: instances of other deployments (and of other tests)
 // in the same database may share an id.
+// It also reads when the server's postmaster started: a database that
+// restarted, or another server (a promoted standby), starts at another
+// time (see InstanceLock.OnDatabaseChanged).
 const instanceLockSQL = `-- herald:instance_lock
-SELECT pg_try_advisory_lock(hashtextextended('herald instance ' || current_schema() || ' ' || $1::text, 0))`
+SELECT pg_try_advisory_lock(hashtextextended('herald instance ' || current_schema() || ' ' || $1::text, 0)),
+       pg_postmaster_start_time()::text`
 
 // instanceKeepaliveSQL makes PostgreSQL notice within about 25 s that the
 // lock's client is gone when its host died without closing the socket
@@ -71,6 +75,25 @@ type InstanceLock struct {
 	pid    atomic.Uint32 // the lock's backend, for logs and tests
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// started is when the postmaster of the database the lock was last
+	// taken on started (pg_postmaster_start_time).
+	started atomic.Pointer[string]
+	changed atomic.Pointer[func()] // OnDatabaseChanged's
+}
+
+// OnDatabaseChanged sets f to be called when the lock, lost with its
+// connection, is taken again on a database whose postmaster started at
+// another time than the one it was held on: the server restarted, or the
+// connection string now leads to another server (a promoted standby).
+// What that database has may be older than what the last one answered
+// (a failover to an asynchronous standby loses what it had not received:
+// acks that ended leases, pops that made them). f runs on the lock's
+// goroutine: it must not block.
+func (l *InstanceLock) OnDatabaseChanged(f func()) {
+	if l != nil {
+		l.changed.Store(&f)
+	}
 }
 
 // LockInstance takes the advisory lock of Config.InstanceID on a connection
@@ -81,12 +104,13 @@ type InstanceLock struct {
 // lost (a restart of PostgreSQL frees it) it is taken again, on a new
 // connection (see InstanceLock). Close lets it go.
 func (s *Store) LockInstance(ctx context.Context, url string) (*InstanceLock, error) {
-	conn, err := s.lockInstanceConn(ctx, url)
+	conn, started, err := s.lockInstanceConn(ctx, url)
 	if err != nil {
 		return nil, err
 	}
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l := &InstanceLock{s: s, url: url, conn: conn, cancel: cancel, done: make(chan struct{})}
+	l.started.Store(&started)
 	l.held.Store(true)
 	l.pid.Store(conn.PgConn().PID())
 	go l.keep(kctx)
@@ -97,17 +121,18 @@ func (s *Store) LockInstance(ctx context.Context, url string) (*InstanceLock, er
 // session.
 const InstanceLockApplication = "herald instance lock"
 
-// lockInstanceConn opens the lock's connection and takes the lock on it.
-func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, err error) {
+// lockInstanceConn opens the lock's connection and takes the lock on it;
+// started is when the database's postmaster started.
+func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, started string, err error) {
 	var conn *pgx.Conn
 	if url != "" {
 		if conn, err = pgx.Connect(ctx, url); err != nil {
-			return nil, fmt.Errorf("connecting for the instance lock: %w", err)
+			return nil, "", fmt.Errorf("connecting for the instance lock: %w", err)
 		}
 	} else {
 		c, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("acquiring a connection for the instance lock: %w", err)
+			return nil, "", fmt.Errorf("acquiring a connection for the instance lock: %w", err)
 		}
 		conn = c.Hijack()
 	}
@@ -117,21 +142,21 @@ func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, 
 		}
 	}()
 	if _, err := conn.Exec(ctx, instanceKeepaliveSQL); err != nil {
-		return nil, fmt.Errorf("setting the instance lock's keepalives: %w", err)
+		return nil, "", fmt.Errorf("setting the instance lock's keepalives: %w", err)
 	}
 	// Named in pg_stat_activity: the one session of Herald's that holds an
 	// advisory lock while idle, on purpose.
 	if _, err := conn.Exec(ctx, "SET application_name = '"+InstanceLockApplication+"'"); err != nil {
-		return nil, fmt.Errorf("naming the instance lock's session: %w", err)
+		return nil, "", fmt.Errorf("naming the instance lock's session: %w", err)
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, instanceLockSQL, s.cfg.InstanceID).Scan(&ok); err != nil {
-		return nil, fmt.Errorf("locking instance id %s: %w", s.cfg.InstanceID, err)
+	if err := conn.QueryRow(ctx, instanceLockSQL, s.cfg.InstanceID).Scan(&ok, &started); err != nil {
+		return nil, "", fmt.Errorf("locking instance id %s: %w", s.cfg.InstanceID, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("locking instance id %s: %w", s.cfg.InstanceID, ErrInstanceInUse)
+		return nil, "", fmt.Errorf("locking instance id %s: %w", s.cfg.InstanceID, ErrInstanceInUse)
 	}
-	return conn, nil
+	return conn, started, nil
 }
 
 // keep checks the lock's connection every InstanceLockCheck and, once it
@@ -162,7 +187,7 @@ func (l *InstanceLock) keep(ctx context.Context) {
 			l.conn = nil
 		}
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := l.s.lockInstanceConn(lctx, l.url)
+		conn, started, err := l.s.lockInstanceConn(lctx, l.url)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -174,6 +199,13 @@ func (l *InstanceLock) keep(ctx context.Context) {
 		l.pid.Store(conn.PgConn().PID())
 		l.held.Store(true)
 		log.Info().Msg("took the instance id's lock again")
+		if was := *l.started.Swap(&started); was != started {
+			log.Warn().Str("was_started", was).Str("started", started).
+				Msg("the database is not the one the lock was held on (restarted, or failed over): reconciling this instance's leases")
+			if f := l.changed.Load(); f != nil {
+				(*f)()
+			}
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,4 +52,37 @@ func TestInstanceLock_IsTakenAgainWhenItsConnectionIsLost(t *testing.T) {
 		_ = twin.Close(context.Background())
 	}
 	assert.True(t, errors.Is(err, queue.ErrInstanceInUse), "a twin is refused again: %v", err)
+}
+
+// The lock, lost with its connection, is taken again: on the same
+// database (its backend terminated) nothing more happens; on a database
+// whose postmaster started at another time (here made to look so: a
+// promoted standby, a restarted server) OnDatabaseChanged's func is called,
+// once.
+func TestInstanceLock_TellsWhenTakenAgainOnAnotherDatabase(t *testing.T) {
+	s := newStore(t)
+	l, err := s.LockInstance(ctxT(t), "")
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, l.Close(context.Background())) }()
+	var changed atomic.Int32
+	l.OnDatabaseChanged(func() { changed.Add(1) })
+	retake := func() {
+		t.Helper()
+		first := l.BackendPID()
+		exec(t, s, "SELECT pg_terminate_backend($1)", int32(first))
+		deadline := time.Now().Add(15 * time.Second)
+		for l.BackendPID() == first || !l.Held() {
+			require.True(t, time.Now().Before(deadline), "the lock was not taken again within 15 s")
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	retake()
+	assert.Zero(t, changed.Load(), "taken again on the same database")
+	l.SetDatabaseStarted("2000-01-01 00:00:00+00")
+	retake()
+	deadline := time.Now().Add(5 * time.Second)
+	for changed.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.Equal(t, int32(1), changed.Load(), "taken again on another database")
 }

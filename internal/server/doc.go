@@ -39,6 +39,20 @@
 // capture the Server and read its fields, all set before Run starts
 // anything that could call them.
 //
+// # The database changing under the instance
+//
+// The instance id's lock is taken again when its connection is lost; when
+// it is taken on a database whose postmaster started at another time (a
+// restart, a promoted standby: queue.InstanceLock.OnDatabaseChanged) the
+// lease reconciler (a loop, reconcile.go) reconciles the leases of this
+// instance's streams with it in one statement: what the old database
+// committed and this one lost (an asynchronous standby's gap) leaves
+// leases back that no stream holds (given back uncharged, partitions
+// woken here and on the other instances) and deliveries held under leases
+// it does not have (forgotten, their credit back). It retries until the
+// database answers, and runs again while a pop begun before the change
+// was under way.
+//
 // # Glue
 //
 // Neither queue nor syncnet knows the other: this package converts a

@@ -51,6 +51,8 @@ type Server struct {
 	logical    *pgnotify.Logical
 	mesh       *mesh
 	meshKick   chan struct{} // the mesh's kick, made before the node that kicks it
+	// reconcileKick asks for a reconciliation of the leases (reconcile.go).
+	reconcileKick chan struct{}
 
 	// runners are the long-lived loops Run starts (each returns when its
 	// context ends); wakeReady fires once the database wake source
@@ -149,6 +151,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.runners = append(s.runners, runner{"maintenance", s.gw.RunMaintenance},
 		// The analytics history's gauges (pool, CPU, memory, scheduler).
 		runner{"analytics", s.gw.RunAnalytics})
+	// The leases, reconciled when the database changes (reconcile.go).
+	s.reconcileKick = make(chan struct{}, 1)
+	s.lock.OnDatabaseChanged(s.databaseChanged)
+	s.runners = append(s.runners, runner{"lease reconciler", s.reconcileLoop})
 	if err := s.gw.LoadMaintenance(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("reading the maintenance switches at start; they are read again periodically")
 	}
@@ -514,17 +520,7 @@ func (s *Server) releasePreviousLife(ctx context.Context) {
 	if len(freed) == 0 {
 		return
 	}
-	woken := map[[2]string]bool{}
-	for _, l := range freed {
-		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
-		if k := [2]string{l.Queue, l.Partition}; !woken[k] {
-			woken[k] = true
-			s.poller.Wake(poller.SourceRelease, l.Queue, l.Partition)
-			if s.wakeOthers != nil {
-				s.wakeOthers.Notify(l.Queue, l.Partition)
-			}
-		}
-	}
+	s.wakeFreed(freed)
 	s.log.Info().Int("leases", len(freed)).Str("instance", s.instance).Msg("released the leases of this instance's previous life")
 }
 

@@ -206,6 +206,7 @@ type Consumer struct {
 	refusals    map[string]int // per-item ack errors, by text
 	reconnects  int
 	acked       map[string]bool // acknowledged with success
+	ackedAt     map[string]time.Time
 	lastAckFail time.Time
 }
 
@@ -222,7 +223,7 @@ type ackAnswer struct {
 func StartConsumer(t testing.TB, base, queue string, batch int) *Consumer {
 	c := &Consumer{t: t, url: "ws" + strings.TrimPrefix(base, "http") + "/api/v1/ws", queue: queue, batch: batch,
 		waiting: map[string]chan ackAnswer{}, ackFailed: map[string]bool{}, refusals: map[string]int{},
-		acked: map[string]bool{}}
+		acked: map[string]bool{}, ackedAt: map[string]time.Time{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go c.run()
@@ -378,6 +379,9 @@ func (c *Consumer) ack(msgs []wsMessage) {
 				key := fmt.Sprintf("%d-%d", msgs[i].Data.P, msgs[i].Data.N)
 				if r.Success {
 					c.acked[key] = true
+					if _, ok := c.ackedAt[key]; !ok {
+						c.ackedAt[key] = time.Now()
+					}
 				} else if r.Error != nil {
 					c.refusals[*r.Error]++
 					c.ackFailed[key] = true
@@ -415,6 +419,14 @@ func (c *Consumer) Acked(k, n int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.acked[fmt.Sprintf("%d-%d", k, n)]
+}
+
+// AckedAt is when message n of partition k was first answered acknowledged
+// (zero if it was not).
+func (c *Consumer) AckedAt(k, n int) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ackedAt[fmt.Sprintf("%d-%d", k, n)]
 }
 
 // AckStats returns the ack attempts that were retried, the per-item
@@ -463,9 +475,31 @@ type Report struct {
 // 201 and not yet delivered, with no delivery of its for longer than
 // stall (until end, for one still waiting then).
 func Check(p *Producer, c *Consumer, stall time.Duration, end time.Time) Report {
+	return CheckLoss(p, c, stall, end, Loss{})
+}
+
+// Loss is what a database that lost committed transactions (a failover to
+// an asynchronous standby that had not received them) may explain.
+type Loss struct {
+	// Gone reports a message answered 201 that the database no longer
+	// has: it is not counted lost, and no partition waits for it.
+	Gone func(k, n int) bool
+	// AckedFrom: a message whose ack was answered success at or after
+	// this time may be delivered again (the ack may be gone); zero: none.
+	AckedFrom time.Time
+}
+
+// CheckLoss is Check for a run in which the database lost what loss
+// says.
+func CheckLoss(p *Producer, c *Consumer, stall time.Duration, end time.Time, loss Loss) Report {
 	conf := p.Confirmed()
 	ds := c.Deliveries()
 	retries, refusals, failed, _ := c.AckStats()
+	gone := func(k, n int) bool { return loss.Gone != nil && loss.Gone(k, n) }
+	ackMayBeLost := func(k, n int) bool {
+		at := c.AckedAt(k, n)
+		return !loss.AckedFrom.IsZero() && !at.IsZero() && !at.Before(loss.AckedFrom)
+	}
 	r := Report{Refusals: refusals, AckRetries: retries}
 	seen := map[[2]int]int{}
 	firstOrder := make([]int, len(conf)) // the highest n first-delivered so far
@@ -489,16 +523,23 @@ func Check(p *Producer, c *Consumer, stall time.Duration, end time.Time) Report 
 		} else {
 			r.Duplicates = append(r.Duplicates, key)
 		}
-		if (seen[[2]int{d.P, d.N}] > 1 || d.RetryCount > 0) && !failed[key] {
+		again := seen[[2]int{d.P, d.N}] > 1 && !ackMayBeLost(d.P, d.N)
+		if (again || d.RetryCount > 0) && !failed[key] {
 			r.Unexplained = append(r.Unexplained, fmt.Sprintf("%s (delivery %d, retryCount %d)", key,
 				seen[[2]int{d.P, d.N}], d.RetryCount))
 		}
 	}
 	for k, n := range conf {
 		r.Pushed += n
+		waiting := 0      // answered 201, still in the database, never delivered
+		firstWaiting := 0 // the first of them
 		for i := 1; i <= n; i++ {
-			if seen[[2]int{k, i}] == 0 {
+			if seen[[2]int{k, i}] == 0 && !gone(k, i) {
 				r.Lost = append(r.Lost, fmt.Sprintf("%d-%d", k, i))
+				waiting++
+				if firstWaiting == 0 {
+					firstWaiting = i
+				}
 			}
 		}
 		// A partition waits from the 201 of its first undelivered
@@ -518,16 +559,16 @@ func Check(p *Producer, c *Consumer, stall time.Duration, end time.Time) Report 
 			}
 			last = d.At
 		}
-		if len(perPart[k]) < n {
+		if waiting > 0 {
 			// Still waiting at the end.
-			waitFrom := p.ConfirmedAt(k, firstOrder[k]+1)
+			waitFrom := p.ConfirmedAt(k, firstWaiting)
 			if last.After(waitFrom) {
 				waitFrom = last
 			}
 			if gap := end.Sub(waitFrom); gap > stall {
 				r.LongestGap = max(r.LongestGap, gap)
 				r.Stalls = append(r.Stalls, fmt.Sprintf("partition %d: %v without a delivery, %d messages waiting at the end",
-					k, gap.Round(time.Millisecond), n-len(perPart[k])))
+					k, gap.Round(time.Millisecond), waiting))
 			}
 		}
 	}

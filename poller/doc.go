@@ -20,17 +20,17 @@
 //
 // # Decisions
 //
-// Two pure functions decide; the worker only gathers their input and
-// carries out their answer. decide (decide.go) works on a pre-flight: it
-// gives each (partition, consumer group) to at most one intention per
-// cycle, intentions naming a partition first, then the oldest; a wildcard
+// One engine decides (decide.go), pure: the worker only gathers its input
+// and carries out its answer. Every decision offers work in one order
+// (preferred): intentions naming a partition first, then the others, each
+// oldest first. decide works on a pre-flight: it gives each (partition,
+// consumer group) to at most one intention per cycle; a wildcard
 // intention gets the fullest eligible partitions (of the queues of highest
 // priority first, for a namespace or task target), up to its partition
 // count and until what they hold covers its credit (a batch at most from
-// each). decideFast (decide_fast.go) works on push hints, when the only
+// each). decideFast works on push hints, when the only
 // news of a queue is that some of its partitions got messages: per hinted
-// partition and group, the intention a cycle would pick (naming it first,
-// then the oldest), skipping one that may take nothing now, a group a push
+// partition and group, the intention a cycle would pick, skipping one that may take nothing now, a group a push
 // leased the partition to already, and a partition another live instance
 // holds by a lease hint (Config.Hints); a partition whose id the store has
 // not cached sends its queue to a pre-flight. The ids come from the
@@ -56,6 +56,11 @@
 // statement claims partitions from the queue's ready rows and leases them,
 // with no pre-flight; a claim that comes back short hands the queue back to
 // the pre-flight, and so does the sweep.
+//
+// The three serving routes (serve after a pre-flight, fastServe on push
+// hints, claimServe) end in one tail, popDeliver: the pop statement, the
+// credit given back, the leases of a pop whose outcome is unknown
+// forgotten, each result delivered.
 //
 // # Hand-off, and what marks a queue
 //

@@ -260,16 +260,10 @@ func (w *worker) claimServe(ctx context.Context, in *Intention) (worked bool) {
 	pl := plan{total: c.Total}
 	unhold := w.hold(map[int]plan{0: pl}, func(int) *Intention { return in })
 	w.mu.Unlock()
-	got, err := p.store.PopClaim(ctx, c)
-	unhold()
-	if err != nil {
-		p.forgetOnUnknown(err, in.key, c.LeaseID)
-		p.logFailure(ctx, err, "claiming pop failed")
-	}
+	got, err := w.popDeliver(ctx, func() (map[int]*queue.PopResult, error) { return p.store.PopClaim(ctx, c) }, unhold,
+		func(int) *Intention { return in }, []string{c.LeaseID}, map[int]plan{0: pl}, func(int) bool { return false },
+		"claiming pop failed")
 	res := got[0]
-	if res != nil {
-		w.deliver(ctx, in, res, false, pl)
-	}
 	if err == nil && res != nil && (len(res.Messages) >= c.Total || res.PartitionsClaimed >= c.Partitions) {
 		return true
 	}
@@ -317,35 +311,83 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	p.metrics.cycles.Inc()
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
+	ts := w.targetsOf(chunk)
+	avail, err := w.preflight(ctx, chunk, ts.targets)
+	if err != nil {
+		return false, w.retryChunk(chunk) // retry soon
+	}
+	needRows, dead, due := w.noteAvailability(avail, ts)
+	assigns, skipped := decide(ts.cands, avail)
+	if n := doubleAssigned(assigns); n > 0 {
+		p.metrics.double.Add(float64(n))
+		p.log.Error().Int("pairs", n).Msg("decision engine assigned a partition twice")
+		return false, due
+	}
+	for _, reason := range skipped {
+		p.metrics.skipped.WithLabelValues(reason).Inc()
+	}
+	if len(needRows) > 0 && w.ensureRows(ctx, chunk, needRows, ts) {
+		worked = true // their partitions can be leased from the next cycle, now
+	}
+	if len(assigns) > 0 {
+		worked = true
+		retry, failed := w.popAssigned(ctx, chunk, assigns, ts.cands)
+		if failed {
+			return worked, w.retryChunk(chunk)
+		}
+		if !retry.IsZero() && (due.IsZero() || retry.Before(due)) {
+			due = retry
+		}
+	} else {
+		w.caughtUp(chunk, nil)
+	}
+	if w.popDeadOnExpiry(ctx, chunk, assigns, dead, ts.cands) {
+		worked = true
+	}
+	return worked, due
+}
 
-	// One target per distinct (key, partition, group).
+// targets is a chunk as the pre-flight and decide see it: one target per
+// distinct (key, partition, group), the key of each, and a candidate per
+// intention.
+type targets struct {
+	targets []queue.Target
+	keys    []string
+	cands   []candidate
+}
+
+// targetsOf builds a chunk's targets and candidates.
+func (w *worker) targetsOf(chunk []*Intention) targets {
 	type tkey struct{ key, partition, group string }
-	targetIdx := map[tkey]int{}
-	var targets []queue.Target
-	var targetKeys []string
-	cands := make([]candidate, len(chunk))
+	idx := map[tkey]int{}
+	ts := targets{cands: make([]candidate, len(chunk))}
 	w.mu.Lock() // credit, which take reads, changes under it
+	defer w.mu.Unlock()
 	for i, in := range chunk {
 		tk := tkey{in.key, in.Target.Partition, in.Target.Group}
-		ti, ok := targetIdx[tk]
+		ti, ok := idx[tk]
 		if !ok {
-			ti = len(targets)
-			targetIdx[tk] = ti
-			targets = append(targets, in.Target)
-			targetKeys = append(targetKeys, in.key)
+			ti = len(ts.targets)
+			idx[tk] = ti
+			ts.targets = append(ts.targets, in.Target)
+			ts.keys = append(ts.keys, in.key)
 		}
-		cands[i] = candidate{id: i, target: ti, specific: in.Target.Partition != "", seq: in.seq, partitions: in.Partitions,
+		ts.cands[i] = candidate{id: i, target: ti, specific: in.Target.Partition != "", seq: in.seq, partitions: in.Partitions,
 			budget: in.take(), batch: in.Batch}
 		// The pre-flight reports as many partitions per target as its
 		// intentions could take together.
-		if cands[i].specific {
-			targets[ti].Want++
+		if ts.cands[i].specific {
+			ts.targets[ti].Want++
 		} else {
-			targets[ti].Want += max(in.Partitions, 1)
+			ts.targets[ti].Want += max(in.Partitions, 1)
 		}
 	}
-	w.mu.Unlock()
+	return ts
+}
 
+// preflight runs the one pre-flight query of a chunk.
+func (w *worker) preflight(ctx context.Context, chunk []*Intention, targets []queue.Target) ([]queue.Availability, error) {
+	p := w.p
 	start := time.Now()
 	avail, err := p.store.Preflight(ctx, targets)
 	took := time.Since(start)
@@ -356,18 +398,25 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	}
 	if err != nil {
 		p.logFailure(ctx, err, "pre-flight failed")
-		return false, w.retryChunk(chunk) // retry soon
+		return nil, err
 	}
 	p.outage.OK()
+	return avail, nil
+}
 
-	// Partitions a group has never read need consumer rows first; blocked
-	// ones set the timer; an expiry that dead-letters takes the slow path.
-	needRows := map[int]bool{}
-	var dead []queue.Availability
+// noteAvailability reads what the pre-flight found besides work: targets
+// whose partitions a group has never read (they need consumer rows
+// first), expired leases that dead-letter (the slow path), blocked
+// partitions (the keys' timers, and due, the earliest), and targets with
+// nothing waiting (keyState.empty).
+func (w *worker) noteAvailability(avail []queue.Availability, ts targets) (needRows map[int]bool, dead []queue.Availability, due time.Time) {
+	needRows = map[int]bool{}
 	dueAt := map[string]time.Time{}
+	found := make([]bool, len(ts.targets))
 	for _, a := range avail {
+		found[a.Target] = true
 		if a.PartitionID != "" {
-			p.store.NotePartitionID(a.Queue, a.Partition, a.QueueID, a.PartitionID) // for the fast path
+			w.p.store.NotePartitionID(a.Queue, a.Partition, a.QueueID, a.PartitionID) // for the fast path
 		}
 		switch {
 		case !a.HasConsumer:
@@ -375,7 +424,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 		case a.DeadOnExpiry:
 			dead = append(dead, a)
 		case !a.Eligible && !a.EligibleAt.IsZero():
-			k := targetKeys[a.Target]
+			k := ts.keys[a.Target]
 			if d, ok := dueAt[k]; !ok || a.EligibleAt.Before(d) {
 				dueAt[k] = a.EligibleAt
 			}
@@ -384,11 +433,8 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			}
 		}
 	}
-	found := make([]bool, len(targets))
-	for _, a := range avail {
-		found[a.Target] = true
-	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for k, at := range dueAt {
 		if ks := w.keys[k]; ks != nil && (ks.dueAt.IsZero() || at.Before(ks.dueAt)) {
 			ks.dueAt = at
@@ -397,43 +443,39 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	// Targets with nothing waiting, unless a wake-up came during the
 	// pre-flight (it may have seen an older state).
 	for ti, f := range found {
-		if ks := w.keys[targetKeys[ti]]; !f && ks != nil && !ks.dirty && len(ks.hints) == 0 {
+		if ks := w.keys[ts.keys[ti]]; !f && ks != nil && !ks.dirty && len(ks.hints) == 0 {
 			if ks.empty == nil {
 				ks.empty = map[[2]string]bool{}
 			}
-			ks.empty[[2]string{targets[ti].Partition, targets[ti].Group}] = true
+			ks.empty[[2]string{ts.targets[ti].Partition, ts.targets[ti].Group}] = true
 		}
 	}
-	w.mu.Unlock()
+	return needRows, dead, due
+}
 
-	assigns, skipped := decide(cands, avail)
-	if n := doubleAssigned(assigns); n > 0 {
-		p.metrics.double.Add(float64(n))
-		p.log.Error().Int("pairs", n).Msg("decision engine assigned a partition twice")
-		return false, due
+// ensureRows creates the consumer rows of the targets in needRows and
+// marks their keys for the next cycle; false if that failed.
+func (w *worker) ensureRows(ctx context.Context, chunk []*Intention, needRows map[int]bool, ts targets) bool {
+	var need []queue.Target
+	for ti := range needRows {
+		need = append(need, ts.targets[ti])
 	}
-	for _, reason := range skipped {
-		p.metrics.skipped.WithLabelValues(reason).Inc()
+	if err := w.p.store.EnsureConsumers(ctx, need); err != nil {
+		w.p.log.Error().Err(err).Msg("creating consumer rows failed")
+		return false
 	}
+	w.markDirty(chunk, needRows, ts.cands)
+	return true
+}
 
-	if len(needRows) > 0 {
-		var ts []queue.Target
-		for ti := range needRows {
-			ts = append(ts, targets[ti])
-		}
-		if err := p.store.EnsureConsumers(ctx, ts); err != nil {
-			p.log.Error().Err(err).Msg("creating consumer rows failed")
-		} else {
-			// Their partitions can be leased from the next cycle, now.
-			w.markDirty(chunk, needRows, cands)
-			worked = true
-		}
-	}
-
+// popAssigned leases what decide assigned, one lease per intention, in one
+// statement, and delivers it. It reports when to look again at
+// assignments that came back empty, and whether the pop failed.
+func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []assignment, cands []candidate) (retry time.Time, failed bool) {
 	leases := make([]string, len(chunk))
 	var as []queue.Assignment
-	defer p.leasing.begin()() // before the lease ids, until delivered
-	w.mu.Lock()               // credit changes under it (AddCredit)
+	defer w.p.leasing.begin()() // before the lease ids, until delivered
+	w.mu.Lock()                 // credit changes under it (AddCredit)
 	for _, a := range assigns {
 		in := chunk[a.candidate]
 		if leases[a.candidate] == "" && !in.AutoAck {
@@ -448,34 +490,49 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	planned := plansOf(as)
 	unhold := w.hold(planned, func(i int) *Intention { return chunk[i] })
 	w.mu.Unlock()
-	if len(as) > 0 {
-		worked = true
-		got, err := p.store.PopAssigned(ctx, as)
-		unhold()
-		if err != nil {
-			for i, lease := range leases {
-				p.forgetOnUnknown(err, chunk[i].key, lease)
-			}
-			p.logFailure(ctx, err, "coalesced pop failed")
-			return worked, w.retryChunk(chunk)
-		}
-		for id, res := range got {
-			w.deliver(ctx, chunk[id], res, false, planned[id])
-		}
-		w.caughtUp(chunk, got)
-		// An assignment that came back empty found its row taken, or held
-		// by a transaction (an ack under way: pops skip locked rows). What
-		// holds it may change nothing and wake nobody (an ack refused), so
-		// look again soon rather than at the sweep.
-		if d := w.retryEmpty(chunk, planned, got); !d.IsZero() && (due.IsZero() || d.Before(due)) {
-			due = d
-		}
-	} else {
-		w.caughtUp(chunk, nil)
+	got, err := w.popDeliver(ctx, func() (map[int]*queue.PopResult, error) { return w.p.store.PopAssigned(ctx, as) },
+		unhold, func(i int) *Intention { return chunk[i] }, leases, planned, func(int) bool { return false }, "coalesced pop failed")
+	if err != nil {
+		return time.Time{}, true
 	}
+	w.caughtUp(chunk, got)
+	// An assignment that came back empty found its row taken, or held by a
+	// transaction (an ack under way: pops skip locked rows). What holds it
+	// may change nothing and wake nobody (an ack refused), so look again
+	// soon rather than at the sweep.
+	return w.retryEmpty(chunk, planned, got), false
+}
 
-	// Rare: an expired lease whose attempt dead-letters goes through Pop,
-	// for the oldest intention of its target that got nothing.
+// popDeliver is the tail every serving route shares (serve, fastServe,
+// claimServe): run pop (one statement for every intention it leases to),
+// give back the credit held for it (unhold), forget the leases it made
+// when its outcome is unknown, and deliver each intention's result. owner
+// names intention i, leases[i] its lease id, all(i) whether it claimed
+// every partition it was offered. The results are nil when pop failed.
+func (w *worker) popDeliver(ctx context.Context, pop func() (map[int]*queue.PopResult, error), unhold func(),
+	owner func(i int) *Intention, leases []string, planned map[int]plan, all func(i int) bool, what string,
+) (map[int]*queue.PopResult, error) {
+	got, err := pop()
+	unhold()
+	if err != nil {
+		for i, lease := range leases {
+			w.p.forgetOnUnknown(err, owner(i).key, lease)
+		}
+		w.p.logFailure(ctx, err, what)
+		return nil, err
+	}
+	for i, res := range got {
+		if res != nil {
+			w.deliver(ctx, owner(i), res, all(i), planned[i])
+		}
+	}
+	return got, nil
+}
+
+// popDeadOnExpiry serves, rarely, an expired lease whose attempt
+// dead-letters: through Pop, for the oldest intention of its target that
+// got nothing. It reports whether it tried any.
+func (w *worker) popDeadOnExpiry(ctx context.Context, chunk []*Intention, assigns []assignment, dead []queue.Availability, cands []candidate) (worked bool) {
 	served := map[int]bool{}
 	for _, a := range assigns {
 		served[a.candidate] = true
@@ -487,25 +544,31 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 			}
 			served[i] = true
 			worked = true
-			w.mu.Lock()
-			batch := min(in.Batch, in.credit)
-			w.mu.Unlock()
-			leaseID := queue.NewID()
-			res, err := p.store.Pop(ctx, queue.PopRequest{Queue: a.Queue, Partition: a.Partition, Group: a.Group,
-				Batch: batch, AutoAck: in.AutoAck, Subject: in.Subject, LeaseID: leaseID, Stream: in.Standing})
-			if err != nil {
-				if !in.AutoAck {
-					p.forgetOnUnknown(err, in.key, leaseID)
-				}
-				p.log.Error().Err(err).Msg("pop after lease expiry failed")
-			} else if len(res.Messages) > 0 {
-				res.More = true // Pop does not tell
-				w.deliver(ctx, in, res, false, plan{total: batch, partitions: 1})
-			}
+			w.popOne(ctx, in, a)
 			break
 		}
 	}
-	return worked, due
+	return worked
+}
+
+// popOne pops a's partition for in (the dead-lettering path).
+func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability) {
+	defer w.p.leasing.begin()() // before its lease id, until delivered
+	w.mu.Lock()
+	batch := min(in.Batch, in.credit)
+	w.mu.Unlock()
+	leaseID := queue.NewID()
+	res, err := w.p.store.Pop(ctx, queue.PopRequest{Queue: a.Queue, Partition: a.Partition, Group: a.Group,
+		Batch: batch, AutoAck: in.AutoAck, Subject: in.Subject, LeaseID: leaseID, Stream: in.Standing})
+	if err != nil {
+		if !in.AutoAck {
+			w.p.forgetOnUnknown(err, in.key, leaseID)
+		}
+		w.p.log.Error().Err(err).Msg("pop after lease expiry failed")
+	} else if len(res.Messages) > 0 {
+		res.More = true // Pop does not tell
+		w.deliver(ctx, in, res, false, plan{total: batch, partitions: 1})
+	}
 }
 
 // retryChunk marks the keys of a chunk whose pre-flight or pop failed for

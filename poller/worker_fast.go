@@ -44,14 +44,6 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 		fitems[i] = w.hintedItem(h, hints)
 	}
 
-	type audit struct {
-		owner       int
-		partitionID string
-	}
-	var as []queue.Assignment
-	var owners []*Intention
-	var audits []audit
-	partial := map[int]bool{}   // owners that could not claim every hinted partition
 	defer w.p.leasing.begin()() // before the lease ids, until delivered
 	w.mu.Lock()
 	for i, h := range items {
@@ -69,71 +61,93 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 			due = until
 		}
 	}
-	owner := map[[2]int]int{}
-	var leases []string
-	for _, a := range pl.assigns {
-		k := [2]int{a.item, a.cand}
-		in := items[a.item].intentions[a.cand]
-		idx, ok := owner[k]
-		if !ok {
-			idx = len(owners)
-			owner[k] = idx
-			owners = append(owners, in)
-			lease := ""
-			if !in.AutoAck {
-				lease = queue.NewID() // the hinted partitions it claims, under one lease
-			}
-			leases = append(leases, lease)
-			partial[idx] = pl.partial[k]
-		}
-		if a.audit {
-			audits = append(audits, audit{idx, a.partitionID})
-		}
-		as = append(as, queue.Assignment{Intention: idx, PartitionID: a.partitionID, Group: in.Target.Group,
-			Limit: a.limit, Total: a.total, AutoAck: in.AutoAck, LeaseID: leases[idx], Subject: in.Subject,
-			Stream: in.Standing})
-	}
-	planned := plansOf(as)
-	unhold := w.hold(planned, func(i int) *Intention { return owners[i] })
+	fl := leasesOf(items, pl)
+	planned := plansOf(fl.as)
+	unhold := w.hold(planned, func(i int) *Intention { return fl.owners[i] })
 	w.mu.Unlock()
 
 	w.p.metrics.skipped.WithLabelValues("lease_hint").Add(float64(pl.hintSkips))
 	fallback := pl.fallback
-	if len(as) > 0 {
+	if len(fl.as) > 0 {
 		worked = true
-		got, err := w.p.store.PopAssigned(ctx, as)
-		unhold()
-		if err != nil {
-			for i, in := range owners {
-				w.p.forgetOnUnknown(err, in.key, leases[i])
-			}
-			w.p.logFailure(ctx, err, "coalesced pop failed")
-		}
-		for _, a := range audits {
+		got, err := w.popDeliver(ctx, func() (map[int]*queue.PopResult, error) { return w.p.store.PopAssigned(ctx, fl.as) },
+			unhold, func(i int) *Intention { return fl.owners[i] }, fl.leases, planned,
+			func(i int) bool { return !fl.partial[i] }, "coalesced pop failed")
+		for _, a := range fl.audits {
 			if err == nil {
 				// The hint was right if the database had nothing to lease.
 				w.p.cfg.Hints.HintAudited(!tookFrom(got[a.owner], a.partitionID))
 			}
 		}
-		for i, in := range owners {
-			if res := got[i]; res != nil {
-				w.deliver(ctx, in, res, !partial[i], planned[i])
-			} else {
+		for i, in := range fl.owners {
+			if got[i] == nil {
 				fallback = append(fallback, in.key)
 			}
 		}
 	}
-	if len(fallback) > 0 {
-		w.mu.Lock()
-		for _, k := range fallback {
-			if ks := w.keys[k]; ks != nil {
-				ks.touch()
-			}
-		}
-		w.mu.Unlock()
-		w.signal()
-	}
+	w.touchKeys(fallback)
 	return worked, due
+}
+
+// fastLeases is decideFast's plan as pop assignments: the hinted
+// partitions an intention claims go under one lease, its owner index's.
+type fastLeases struct {
+	as      []queue.Assignment
+	owners  []*Intention
+	leases  []string     // per owner; "" for autoAck
+	partial map[int]bool // owners that could not claim every hinted partition
+	audits  []fastAudit
+}
+
+// fastAudit is a lease hint audited by a pop: the owner's result says
+// whether the database had anything to lease.
+type fastAudit struct {
+	owner       int
+	partitionID string
+}
+
+// leasesOf turns pl into assignments. Called with the worker's mutex.
+func leasesOf(items []hinted, pl fastPlan) fastLeases {
+	fl := fastLeases{partial: map[int]bool{}}
+	owner := map[[2]int]int{}
+	for _, a := range pl.assigns {
+		k := [2]int{a.item, a.cand}
+		in := items[a.item].intentions[a.cand]
+		idx, ok := owner[k]
+		if !ok {
+			idx = len(fl.owners)
+			owner[k] = idx
+			fl.owners = append(fl.owners, in)
+			lease := ""
+			if !in.AutoAck {
+				lease = queue.NewID()
+			}
+			fl.leases = append(fl.leases, lease)
+			fl.partial[idx] = pl.partial[k]
+		}
+		if a.audit {
+			fl.audits = append(fl.audits, fastAudit{idx, a.partitionID})
+		}
+		fl.as = append(fl.as, queue.Assignment{Intention: idx, PartitionID: a.partitionID, Group: in.Target.Group,
+			Limit: a.limit, Total: a.total, AutoAck: in.AutoAck, LeaseID: fl.leases[idx], Subject: in.Subject,
+			Stream: in.Standing})
+	}
+	return fl
+}
+
+// touchKeys hands keys to the next cycle's pre-flight.
+func (w *worker) touchKeys(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	w.mu.Lock()
+	for _, k := range keys {
+		if ks := w.keys[k]; ks != nil {
+			ks.touch()
+		}
+	}
+	w.mu.Unlock()
+	w.signal()
 }
 
 // hintedItem is h for decideFast, but for its intentions (fastCands, under

@@ -110,50 +110,67 @@ func decideAck(st ackState, acks []Ack, proven []string) (ackPlan, error) {
 			touched[k] = true
 			order = append(order, k)
 		}
-		switch a.Status {
-		case StatusCompleted, StatusSuccess:
-			lc.st.markDone(seq)
-		case StatusDLQ:
-			plan.dead = append(plan.dead, deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error,
-				retries: lc.st.retryCount(seq)})
-			lc.st.markDone(seq)
+		dead, err := lc.apply(a, seq, i)
+		if err != nil {
+			return ackPlan{}, err
+		}
+		if dead != nil {
+			plan.dead = append(plan.dead, *dead)
 			r.DLQ = true
-		case StatusFailed:
-			if isDead, retries := lc.st.fail(seq, lc.retryLimit); isDead {
-				plan.dead = append(plan.dead, deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error,
-					retries: retries})
-				lc.st.markDone(seq)
-				r.DLQ = true
-			} else {
-				lc.giveBack(seq, i)
-			}
-		case StatusRetry:
-			lc.giveBack(seq, i)
-		default:
-			return ackPlan{}, inputErrorf("unknown ack status %q", a.Status)
 		}
 		if lc.st.leaseComplete() {
 			lc.releaseAfter(i)
 		}
 	}
 	for _, k := range order {
-		lc := st.locked[k]
-		if lc.releasedBy >= 0 && lc.st.leaseID != "" {
-			lc.st.release()
-			plan.results[lc.releasedBy].LeaseReleased = true
-			// Exact when the copy says so; otherwise the row is caught
-			// up, and its marking tells (settlePending).
-			plan.results[lc.releasedBy].Pending = lc.st.cursor < lc.lastOffset
-			if plan.released == nil {
-				plan.released = map[consumerKey]int{}
-			}
-			plan.released[k] = lc.releasedBy
-		}
-		if lc.st.changed {
-			plan.rows = append(plan.rows, consumerRow{k, &lc.st, lc.lastOffset})
-		}
+		plan.settle(k, st.locked[k])
 	}
 	return plan, nil
+}
+
+// apply applies ack i (a, of the message at seq) to the row: done, given
+// back, or dead-lettered (the dead letter it returns).
+func (lc *lockedConsumer) apply(a Ack, seq int64, i int) (*deadLetter, error) {
+	switch a.Status {
+	case StatusCompleted, StatusSuccess:
+		lc.st.markDone(seq)
+	case StatusDLQ:
+		dl := deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error, retries: lc.st.retryCount(seq)}
+		lc.st.markDone(seq)
+		return &dl, nil
+	case StatusFailed:
+		isDead, retries := lc.st.fail(seq, lc.retryLimit)
+		if !isDead {
+			lc.giveBack(seq, i)
+			return nil, nil
+		}
+		lc.st.markDone(seq)
+		return &deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error, retries: retries}, nil
+	case StatusRetry:
+		lc.giveBack(seq, i)
+	default:
+		return nil, inputErrorf("unknown ack status %q", a.Status)
+	}
+	return nil, nil
+}
+
+// settle records what the acks did to row k: the lease they ended (on the
+// result of the ack that ended it) and the row to write.
+func (plan *ackPlan) settle(k consumerKey, lc *lockedConsumer) {
+	if lc.releasedBy >= 0 && lc.st.leaseID != "" {
+		lc.st.release()
+		plan.results[lc.releasedBy].LeaseReleased = true
+		// Exact when the copy says so; otherwise the row is caught up, and
+		// its marking tells (settlePending).
+		plan.results[lc.releasedBy].Pending = lc.st.cursor < lc.lastOffset
+		if plan.released == nil {
+			plan.released = map[consumerKey]int{}
+		}
+		plan.released[k] = lc.releasedBy
+	}
+	if lc.st.changed {
+		plan.rows = append(plan.rows, consumerRow{k, &lc.st, lc.lastOffset})
+	}
 }
 
 // consumerKey names a consumer row: a (partition, group) pair.

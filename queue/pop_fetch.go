@@ -40,18 +40,7 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 		after[i] = c.st.cursor
 	}
 	for round := 0; round < maxFetchRounds && remaining > 0; round++ {
-		var idx []int // claims read this round
-		var pids []string
-		var curs []int64
-		var lims, delays []int32
-		for i, c := range claims {
-			if !stopped[i] {
-				idx = append(idx, i)
-				pids, curs = append(pids, c.partitionID), append(curs, after[i])
-				lims = append(lims, int32(remaining+len(c.st.done)))
-				delays = append(delays, int32(c.delay))
-			}
-		}
+		idx, pids, curs, lims, delays := fetchArgs(claims, stopped, after, remaining)
 		if len(idx) == 0 {
 			break
 		}
@@ -84,15 +73,7 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 			}
 			plain, ok := s.open(payload, sealRef{c.partitionID, m.TransactionID, m.ID})
 			if !ok {
-				s.log.Warn().Str("queue", c.queue).Str("partitionId", c.partitionID).Str("messageId", m.ID).
-					Int64("offset", m.Offset).Str("group", req.Group).Msg("payload failed to decrypt: dead-lettered, not delivered")
-				bad = append(bad, deadLetter{partitionID: c.partitionID, seq: m.Offset, group: req.Group, err: DecryptError,
-					retries: c.st.retryCount(m.Offset)})
-				c.st.markDone(m.Offset)
-				if res.DeadLettered == nil {
-					res.DeadLettered = map[string]int{}
-				}
-				res.DeadLettered[c.queue]++
+				bad = append(bad, s.undecryptable(c, &m, req.Group, res))
 				failed++
 				continue
 			}
@@ -118,4 +99,35 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 	}
 	res.undecryptable += len(bad)
 	return bad, nil
+}
+
+// fetchArgs are one read's arguments: the claims not stopped (their
+// indexes), each with its partition, the offset to read after, how many
+// rows to read (what is left to take, plus the rows already done that the
+// read passes over) and its delay.
+func fetchArgs(claims []*claimed, stopped []bool, after []int64, remaining int) (idx []int, pids []string, curs []int64, lims, delays []int32) {
+	for i, c := range claims {
+		if !stopped[i] {
+			idx = append(idx, i)
+			pids, curs = append(pids, c.partitionID), append(curs, after[i])
+			lims = append(lims, int32(remaining+len(c.st.done)))
+			delays = append(delays, int32(c.delay))
+		}
+	}
+	return idx, pids, curs, lims, delays
+}
+
+// undecryptable dead-letters a message whose payload does not open (it is
+// never delivered) and counts it in res.
+func (s *Store) undecryptable(c *claimed, m *Message, group string, res *PopResult) deadLetter {
+	s.log.Warn().Str("queue", c.queue).Str("partitionId", c.partitionID).Str("messageId", m.ID).
+		Int64("offset", m.Offset).Str("group", group).Msg("payload failed to decrypt: dead-lettered, not delivered")
+	dl := deadLetter{partitionID: c.partitionID, seq: m.Offset, group: group, err: DecryptError,
+		retries: c.st.retryCount(m.Offset)}
+	c.st.markDone(m.Offset)
+	if res.DeadLettered == nil {
+		res.DeadLettered = map[string]int{}
+	}
+	res.DeadLettered[c.queue]++
+	return dl
 }

@@ -313,10 +313,68 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 	if len(missQ) == 0 {
 		return out, nil
 	}
+	if err := s.createPartitions(ctx, missQ, missP, out); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if _, ok := out[k]; !ok {
+			// Deleted between insert and select by a concurrent delete.
+			return nil, fmt.Errorf("resolving partition %s/%s: %w", k.queue, k.partition, errRaced)
+		}
+	}
+	// Many new partitions at once (a burst of new mailboxes) can leave the
+	// cached plans behind the table's size.
+	s.analyzeIfDue(ctx)
+	return out, nil
+}
+
+// createPartitions finds or creates the partitions (queues[i],
+// partitions[i]) and their queues, in one batch, into out (and the caches).
+func (s *Store) createPartitions(ctx context.Context, queues, partitions []string, out map[partKey]partRef) error {
+	b, known := s.createPartitionsBatch(queues, partitions)
+	br := s.pool.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	if !known {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("creating queues: %w", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("locking queues: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("creating partitions: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("resolving partitions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k partKey
+		var ref partRef
+		var info QueueInfo
+		if err := scanQueueInfo(prefixScan{rows, []any{&k.partition, &ref.partitionID}}, &info); err != nil {
+			return fmt.Errorf("resolving partitions: %w", err)
+		}
+		k.queue, ref.queueID = info.Name, info.ID
+		out[k] = ref
+		s.notePartition(k, ref)
+		s.cacheConfig(info)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("resolving partitions: %w", err)
+	}
+	return nil
+}
+
+// createPartitionsBatch is createPartitions' batch; known reports that
+// every queue is cached (it exists: no create statement).
+func (s *Store) createPartitionsBatch(missQ, missP []string) (b *pgx.Batch, known bool) {
 	// Queues known to exist (cached config) need no create statement; a
 	// cached queue deleted meanwhile yields no row and the push retries.
-	b := &pgx.Batch{}
-	known := true
+	b = &pgx.Batch{}
+	known = true
 	for _, q := range missQ {
 		if _, ok := s.CachedConfig(q); !ok {
 			known = false
@@ -368,50 +426,7 @@ func (s *Store) resolvePartitions(ctx context.Context, keys []partKey) (map[part
 		FROM unnest($1::text[], $2::text[]) AS t(queue, partition)
 		JOIN queues q ON q.name = t.queue
 		JOIN partitions p ON p.queue_id = q.id AND p.name = t.partition`, missQ, missP)
-	br := s.pool.SendBatch(ctx, b)
-	defer func() { _ = br.Close() }()
-	if !known {
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("creating queues: %w", err)
-		}
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("locking queues: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("creating partitions: %w", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, fmt.Errorf("resolving partitions: %w", err)
-	}
-	for rows.Next() {
-		var k partKey
-		var ref partRef
-		var info QueueInfo
-		if err := scanQueueInfo(prefixScan{rows, []any{&k.partition, &ref.partitionID}}, &info); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("resolving partitions: %w", err)
-		}
-		k.queue, ref.queueID = info.Name, info.ID
-		out[k] = ref
-		s.notePartition(k, ref)
-		s.cacheConfig(info)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("resolving partitions: %w", err)
-	}
-	for _, k := range keys {
-		if _, ok := out[k]; !ok {
-			// Deleted between insert and select by a concurrent delete.
-			return nil, fmt.Errorf("resolving partition %s/%s: %w", k.queue, k.partition, errRaced)
-		}
-	}
-	// Many new partitions at once (a burst of new mailboxes) can leave the
-	// cached plans behind the table's size.
-	s.analyzeIfDue(ctx)
-	return out, nil
+	return b, known
 }
 
 // groupRowsOfCreatedSQL ends a statement whose CTE created(id, queue_id)

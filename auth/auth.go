@@ -88,7 +88,7 @@ type Claims struct {
 	Rights  *Rights   // the herald claim; nil when absent (the role alone decides)
 }
 
-// Token errors; each answers 401.
+// Token errors; the gateway answers each 401.
 var (
 	ErrNoToken      = errors.New("a bearer token is required")
 	ErrBadToken     = errors.New("the bearer token is not a valid JWT signed with a key Herald knows")
@@ -219,6 +219,17 @@ func SignToken(secret []byte, sub, role string, ttl time.Duration) string {
 	}
 	return string(out)
 }
+
+// Source is where a request's token came from (Bearer).
+type Source int
+
+// Sources.
+const (
+	FromNone Source = iota
+	FromHeader
+	FromQuery
+	FromCookie
+)
 
 // Bearer finds the token and where it came from: the Authorization
 // header, the access_token query parameter (EventSource and browser

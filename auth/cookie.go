@@ -74,17 +74,6 @@ const (
 	Upgrades               // the WebSocket upgrade, whose Origin CheckOrigin checks
 )
 
-// Source is where a request's token came from (Bearer).
-type Source int
-
-// Sources.
-const (
-	FromNone Source = iota
-	FromHeader
-	FromQuery
-	FromCookie
-)
-
 // cookieRefused is a refusal by the cookie rule (403).
 type cookieRefused string
 

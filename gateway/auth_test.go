@@ -13,16 +13,40 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/lestrrat-go/jwx/v3/jws"
+	"github.com/lestrrat-go/jwx/v3/jwt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 )
 
 var authSecret = []byte("0123456789abcdef0123456789abcdef")
 
+// sign makes a token with the given claims, signed by key with alg, with
+// kid in its header when not empty.
+func sign(t *testing.T, alg jwa.SignatureAlgorithm, key any, kid string, claims map[string]any) string {
+	t.Helper()
+	b := jwt.NewBuilder()
+	for k, v := range claims {
+		b = b.Claim(k, v)
+	}
+	tok, err := b.Build()
+	require.NoError(t, err)
+	var opts []jwt.Option
+	if kid != "" {
+		h := jws.NewHeaders()
+		require.NoError(t, h.Set(jws.KeyIDKey, kid))
+		opts = append(opts, jws.WithProtectedHeaders(h))
+	}
+	out, err := jwt.Sign(tok, jwt.WithKey(alg, key, opts...))
+	require.NoError(t, err)
+	return string(out)
+}
+
 func newAuthEnv(t *testing.T) *env {
-	return newEnv(t, func(c *gateway.Config) { c.Auth = &gateway.Auth{Secret: authSecret} })
+	return newEnv(t, func(c *gateway.Config) { c.Auth = &auth.Auth{Secret: authSecret} })
 }
 
 // doAuth sends a request with a bearer token ("" sends none).
@@ -44,17 +68,17 @@ func (e *env) doAuth(method, path, token, body string) resp {
 func TestAuth_Tokens(t *testing.T) {
 	t.Parallel()
 	e := newAuthEnv(t)
-	reader := gateway.SignToken(authSecret, "reader", "read-only", time.Hour)
-	writer := gateway.SignToken(authSecret, "svc-orders", "read-write", time.Hour)
-	admin := gateway.SignToken(authSecret, "ops", "admin", 0)
+	reader := auth.SignToken(authSecret, "reader", "read-only", time.Hour)
+	writer := auth.SignToken(authSecret, "svc-orders", "read-write", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", 0)
 	push := `{"items":[{"queue":"authq","payload":1,"producerSub":"someone-else"}]}`
 
 	// No token, a forged one, an expired one, alg none, no role: 401.
-	forged := gateway.SignToken([]byte("another secret of enough length!"), "x", "admin", time.Hour)
-	expired := gateway.SignToken(authSecret, "x", "admin", -time.Minute)
+	forged := auth.SignToken([]byte("another secret of enough length!"), "x", "admin", time.Hour)
+	expired := auth.SignToken(authSecret, "x", "admin", -time.Minute)
 	parts := strings.Split(admin, ".")
 	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none"}`)) + "." + parts[1] + "."
-	noRole := gateway.SignToken(authSecret, "x", "superuser", time.Hour)
+	noRole := auth.SignToken(authSecret, "x", "superuser", time.Hour)
 	for name, tok := range map[string]string{"missing": "", "forged": forged, "expired": expired, "none": none,
 		"no role": noRole, "garbage": "a.b.c"} {
 		r := e.doAuth(http.MethodPost, "/api/v1/push", tok, push)
@@ -85,7 +109,7 @@ func TestAuth_Tokens(t *testing.T) {
 
 	// Push stamps the token's sub as producerSub, whatever the body says.
 	assert.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", writer, push).status)
-	consumer := gateway.SignToken(authSecret, "consumer", "read-write", time.Hour)
+	consumer := auth.SignToken(authSecret, "consumer", "read-write", time.Hour)
 	r := e.doAuth(http.MethodGet, "/api/v1/pop/queue/authq", consumer, "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	assert.Contains(t, string(r.body), `"producerSub":"svc-orders"`)
@@ -104,14 +128,14 @@ func TestAuth_SSE(t *testing.T) {
 	e := newAuthEnv(t)
 	r := e.get("/api/v1/sse/queue/authsse")
 	assert.Equal(t, http.StatusUnauthorized, r.status)
-	reader := gateway.SignToken(authSecret, "reader", "read-only", time.Hour)
+	reader := auth.SignToken(authSecret, "reader", "read-only", time.Hour)
 	c := e.openSSE(t, "/api/v1/sse/queue/authsse?access_token="+reader, nil)
 	require.Equal(t, http.StatusForbidden, c.res.StatusCode, "a stream leases: read-write")
 	_ = c.res.Body.Close()
-	consumer := gateway.SignToken(authSecret, "browser", "read-write", time.Hour)
+	consumer := auth.SignToken(authSecret, "browser", "read-write", time.Hour)
 	c = e.openSSE(t, "/api/v1/sse/queue/authsse?access_token="+consumer, nil)
 	require.Equal(t, http.StatusOK, c.res.StatusCode)
-	writer := gateway.SignToken(authSecret, "w", "read-write", time.Hour)
+	writer := auth.SignToken(authSecret, "w", "read-write", time.Hour)
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", writer,
 		`{"items":[{"queue":"authsse","payload":1}]}`).status)
 	m, _ := c.next()
@@ -158,7 +182,7 @@ func TestAuth_WebSocket(t *testing.T) {
 
 	// read-only may connect, but neither push nor subscribe, ack or renew
 	// (they lease or settle messages); read-write may.
-	ws, err = dialToken(t, e, gateway.SignToken(authSecret, "r", "read-only", time.Hour))
+	ws, err = dialToken(t, e, auth.SignToken(authSecret, "r", "read-only", time.Hour))
 	require.NoError(t, err)
 	require.NoError(t, ws.SetReadDeadline(time.Now().Add(5*time.Second)))
 	for i, frame := range []string{`{"type":"push","id":1,"items":[{"queue":"authws","payload":1}]}`,
@@ -169,7 +193,7 @@ func TestAuth_WebSocket(t *testing.T) {
 		require.NoError(t, err)
 		assert.Contains(t, string(data), `"code":"forbidden"`, "frame %d", i)
 	}
-	ws, err = dialToken(t, e, gateway.SignToken(authSecret, "rw", "read-write", time.Hour))
+	ws, err = dialToken(t, e, auth.SignToken(authSecret, "rw", "read-write", time.Hour))
 	require.NoError(t, err)
 	require.NoError(t, ws.SetReadDeadline(time.Now().Add(5*time.Second)))
 	require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"subscribe","id":2,"queue":"authws"}`)))
@@ -178,7 +202,7 @@ func TestAuth_WebSocket(t *testing.T) {
 	assert.Contains(t, string(data), `"subscribed"`)
 
 	// A token that expires ends the connection with 4501 when it does.
-	ws, err = dialToken(t, e, gateway.SignToken(authSecret, "r", "read-only", 1500*time.Millisecond))
+	ws, err = dialToken(t, e, auth.SignToken(authSecret, "r", "read-only", 1500*time.Millisecond))
 	require.NoError(t, err)
 	err = readClose(t, ws)
 	assert.True(t, websocket.IsCloseError(err, gateway.CloseUnauthorized), "%v", err)
@@ -192,8 +216,8 @@ func TestAuth_WebSocket(t *testing.T) {
 const cookieName = "herald_token"
 
 func newCookieEnv(t *testing.T, cfg ...func(*gateway.Config)) *env {
-	auth := func(c *gateway.Config) { c.Auth = &gateway.Auth{Secret: authSecret, Cookie: cookieName} }
-	return newEnv(t, append([]func(*gateway.Config){auth}, cfg...)...)
+	withAuth := func(c *gateway.Config) { c.Auth = &auth.Auth{Secret: authSecret, Cookie: cookieName} }
+	return newEnv(t, append([]func(*gateway.Config){withAuth}, cfg...)...)
 }
 
 // doCookie sends a request whose only credential is token in the cookie,
@@ -239,7 +263,7 @@ func assertCookieRefused(t *testing.T, r resp, what string) {
 func TestAuth_CookieAloneCannotPush(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	for name, hdr := range foreignPages {
 		r := e.doCookie(http.MethodPost, "/api/v1/push", user, `{"items":[{"queue":"csrf-push","payload":1}]}`, hdr)
 		assertCookieRefused(t, r, name)
@@ -257,7 +281,7 @@ func TestAuth_CookieAloneCannotPush(t *testing.T) {
 func TestAuth_CookieAloneCannotAck(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", user, `{"items":[{"queue":"csrf-ack","payload":1}]}`).status)
 	r := e.doAuth(http.MethodGet, "/api/v1/pop/queue/csrf-ack?wait=false", user, "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
@@ -293,7 +317,7 @@ func (e *env) stillThere(token, q string) {
 func TestAuth_CookieAloneCannotPop(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	e.pushedAs(user, "csrf-pop")
 	for name, hdr := range foreignPages {
 		for _, path := range []string{"/api/v1/pop/queue/csrf-pop?wait=false", "/api/v1/pop/queue/csrf-pop/partition/Default?wait=false",
@@ -307,7 +331,7 @@ func TestAuth_CookieAloneCannotPop(t *testing.T) {
 func TestAuth_CookieAloneCannotPopWithAutoAck(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	e.pushedAs(user, "csrf-autoack")
 	for name, hdr := range foreignPages {
 		assertCookieRefused(t, e.doCookie(http.MethodGet, "/api/v1/pop/queue/csrf-autoack?wait=false&autoAck=true", user, "", hdr), name)
@@ -318,7 +342,7 @@ func TestAuth_CookieAloneCannotPopWithAutoAck(t *testing.T) {
 func TestAuth_CookieAloneCannotRunATransaction(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	for name, hdr := range foreignPages {
 		assertCookieRefused(t, e.doCookie(http.MethodPost, "/api/v1/transaction", user,
 			`{"operations":[{"type":"push","items":[{"queue":"csrf-tx","payload":1}]}]}`, hdr), name)
@@ -332,7 +356,7 @@ func TestAuth_CookieAloneCannotRunATransaction(t *testing.T) {
 func TestAuth_CookieAloneCannotAdminister(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	e.pushedAs(admin, "csrf-admin")
 	lease := "00000000-0000-0000-0000-000000000001"
 	routes := []struct{ method, path, body string }{
@@ -364,7 +388,7 @@ func TestAuth_CookieAloneCannotAdminister(t *testing.T) {
 func TestAuth_CookieAloneCannotOpenAStreamFromAnotherOrigin(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	e.pushedAs(user, "csrf-sse")
 	pages := map[string]http.Header{
 		"a cross-origin EventSource with credentials": {"Origin": {"http://evil.example"}},
@@ -391,7 +415,7 @@ func TestAuth_CookieAloneCannotOpenAStreamFromAnotherOrigin(t *testing.T) {
 func TestAuth_CookieAloneFollowsOnlyFromAnAllowedOrigin(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	e.pushedAs(user, "csrf-follow")
 	const poll = "/api/v1/follow/queue/csrf-follow?from=beginning&wait=true&timeout=20000" // waits past an open transaction of another test (the barrier)
 	for name, hdr := range map[string]http.Header{"no headers": nil, "own origin": {"Origin": {e.url}},
@@ -413,7 +437,7 @@ func TestAuth_CookieAloneFollowsOnlyFromAnAllowedOrigin(t *testing.T) {
 func TestAuth_CookieServesTheServersOwnPages(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	own := http.Header{"Origin": {e.url}}
 	for name, hdr := range map[string]http.Header{"plain http": nil, "trustworthy": {"Sec-Fetch-Site": {"same-origin"}}} {
 		c := e.openSSE(t, "/api/v1/sse/queue/csrf-own", withCookie(hdr, user))
@@ -452,7 +476,7 @@ func TestAuth_CookieServesTheServersOwnPages(t *testing.T) {
 func TestAuth_OnlyTheCookieDependsOnTheOrigin(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	push := `{"items":[{"queue":"csrf-bearer","payload":1}]}`
 	foreign := http.Header{"Origin": {"https://evil.example"}, "Sec-Fetch-Site": {"cross-site"}, "Content-Type": {"application/json"}}
 	assertCookieRefused(t, e.doCookie(http.MethodPost, "/api/v1/push", user, push, foreign), "the cookie")

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -49,7 +50,7 @@ func (s *Server) handleBacklog(w http.ResponseWriter, r *http.Request) {
 // backlogGroups joins a sample's lag and dead-letter counts by (queue,
 // group), keeping the pairs rights may read; the most waiting first, then
 // the most dead letters.
-func backlogGroups(b *queue.BacklogSample, rights *Rights) []backlogGroupJSON {
+func backlogGroups(b *queue.BacklogSample, rights *auth.Rights) []backlogGroupJSON {
 	type pair struct{ queue, group string }
 	at := map[pair]int{}
 	out := []backlogGroupJSON{}

@@ -7,12 +7,13 @@
 // rights, calls queue.Store, and shapes the answer exactly as docs/api.md
 // says (field names, key order, status codes). Files go by prefix:
 // handler_*.go per route group, session*.go for streams, maintenance*.go,
-// auth.go, jwks.go and rights.go for tokens, auth_cookie.go for what a
-// token in the cookie alone may do and which origins a browser's pages may
-// come from, effects.go for what follows a push, an ack or a release
-// (metrics, wake-ups, credit), analytics_history.go for the 24 h of
-// per-minute figures each instance keeps in memory for the analytics
-// routes (handler_analytics.go; Server.RunAnalytics samples its gauges).
+// authorize.go for the token at the door of each route and the rights
+// checks that need the store (what a token is and may do, and the cookie
+// rule, are the auth package's), effects.go for what follows a push, an
+// ack or a release (metrics, wake-ups, credit), analytics_history.go for
+// the 24 h of per-minute figures each instance keeps in memory for the
+// analytics routes (handler_analytics.go; Server.RunAnalytics samples its
+// gauges).
 //
 // # Browsers: origins and the cookie
 //
@@ -26,7 +27,7 @@
 // (scheme, Host) or Config.AllowedOrigins (by Origin, else by
 // Sec-Fetch-Site), a stream only when asked for as one (Accept:
 // text/event-stream), a change only with X-Herald-CSRF or Sec-Fetch-Site:
-// same-origin (auth_cookie.go has the rule and why each part holds). A
+// same-origin (auth/cookie.go has the rule and why each part holds). A
 // browser's WebSocket upgrade, whatever its credential, must come from the
 // same origins (403 otherwise); clients without an Origin are not
 // browsers and are let through.
@@ -132,8 +133,8 @@
 //
 // RunMaintenance runs on its caller's goroutine until ctx ends, reading
 // the maintenance switches (maintenance.go), and owns one more that drains
-// the push buffer (spool.Dir) when there is one. JWKS.Start refreshes the
-// key set on a goroutine that ends with its ctx.
+// the push buffer (spool.Dir) when there is one. (The JWKS refresh is the
+// auth package's.)
 //
 // Lock order. Server.wsMu, Server.sseMu and Server.graceMu are each taken
 // alone (Drain holds wsMu or sseMu only to list the sessions, starting a
@@ -156,7 +157,7 @@
 //	                                         holds mu and only tries wmu: TryLock)
 //
 // sseStream.wmu (held across one socket write, under its 10 s deadline),
-// wsConn.pmu, JWKS.mu and LabelLimiter.mu are taken alone; Server.deliveries
+// wsConn.pmu and LabelLimiter.mu are taken alone; Server.deliveries
 // is a sync.Map. The poller calls into the gateway with a worker's mutex
 // held only for an intention's Hold, an atomic load (session.held), so no
 // order runs the other way. No gateway mutex is held during a store call, a lease

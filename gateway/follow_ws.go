@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -208,7 +209,7 @@ func (c *wsConn) unfollow(f *wsFrame) {
 
 // recheckFollows ends, each with its own forbidden error, the follows that
 // rights (a fresh token's) no longer allow.
-func (c *wsConn) recheckFollows(rights *Rights) {
+func (c *wsConn) recheckFollows(rights *auth.Rights) {
 	if c.fl == nil {
 		return
 	}

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/heraldmq/herald/auth"
 )
 
 // The reference server's /api/v1/analytics/* routes, which its dashboard's
@@ -24,13 +26,13 @@ const AnalyticsMaxWindow = 7 * 24 * time.Hour
 // are those of the queues the token may consume; postgres-stats, which
 // shows the SQL the database is running for any client, needs an admin.
 func (s *Server) analyticsRoutes() {
-	s.read("GET /api/v1/analytics/system-metrics", "analytics_system", RoleReadOnly, s.handleSystemMetrics)
-	s.read("GET /api/v1/analytics/worker-metrics", "analytics_worker", RoleReadOnly, s.handleWorkerMetrics)
-	s.read("GET /api/v1/analytics/queue-lag", "analytics_queue_lag", RoleReadOnly, s.handleQueueLag)
-	s.read("GET /api/v1/analytics/queue-ops", "analytics_queue_ops", RoleReadOnly, s.handleQueueOps)
-	s.read("GET /api/v1/analytics/queue-parked-replicas", "analytics_parked", RoleReadOnly, s.handleParkedReplicas)
-	s.read("GET /api/v1/analytics/retention", "analytics_retention", RoleReadOnly, s.handleRetentionSeries)
-	s.read("GET /api/v1/analytics/postgres-stats", "analytics_postgres", RoleAdmin, s.handlePostgresStats)
+	s.read("GET /api/v1/analytics/system-metrics", "analytics_system", auth.RoleReadOnly, s.handleSystemMetrics)
+	s.read("GET /api/v1/analytics/worker-metrics", "analytics_worker", auth.RoleReadOnly, s.handleWorkerMetrics)
+	s.read("GET /api/v1/analytics/queue-lag", "analytics_queue_lag", auth.RoleReadOnly, s.handleQueueLag)
+	s.read("GET /api/v1/analytics/queue-ops", "analytics_queue_ops", auth.RoleReadOnly, s.handleQueueOps)
+	s.read("GET /api/v1/analytics/queue-parked-replicas", "analytics_parked", auth.RoleReadOnly, s.handleParkedReplicas)
+	s.read("GET /api/v1/analytics/retention", "analytics_retention", auth.RoleReadOnly, s.handleRetentionSeries)
+	s.read("GET /api/v1/analytics/postgres-stats", "analytics_postgres", auth.RoleAdmin, s.handlePostgresStats)
 }
 
 // analyticsQuery is what an analytics request asks for.
@@ -67,7 +69,7 @@ func (s *Server) analyticsParams(r *http.Request) (analyticsQuery, error) {
 		return a, err
 	}
 	a.keep = func(qn string) bool {
-		return (name == "" || qn == name) && rights.maySeeQueue(qn)
+		return (name == "" || qn == name) && rights.MaySeeQueue(qn)
 	}
 	a.ours = true
 	if h := q.Get("hostname"); h != "" {

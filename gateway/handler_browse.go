@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -22,24 +23,24 @@ import (
 // is 403, and a message of another partition (named by the partition's
 // id) is not found, as one that does not exist (see nowhere).
 func (s *Server) browseRoutes() {
-	s.read("GET /api/v1/resources/overview", "resources_overview", RoleReadOnly, s.handleOverview)
-	s.read("GET /api/v1/resources/namespaces", "resources_namespaces", RoleReadOnly, s.handleNamespaces)
-	s.read("GET /api/v1/resources/tasks", "resources_tasks", RoleReadOnly, s.handleTasks)
-	s.read("GET /api/v1/resources/queues", "resources_queues", RoleReadOnly, s.handleResourceQueues)
-	s.read("GET /api/v1/resources/queues/{queue}", "resources_queue", RoleReadOnly, s.handleResourceQueue)
-	s.read("GET /api/v1/resources/partitions", "resources_partitions", RoleReadOnly, s.handlePartitions)
-	s.read("GET /api/v1/messages", "messages", RoleReadOnly, s.handleMessages)
-	s.read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", RoleReadOnly, s.handleMessage)
-	s.handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", RoleReadWrite, s.handleDeleteMessage)
-	s.read("GET /api/v1/status", "status_dashboard", RoleReadOnly, s.handleStatusDashboard)
-	s.read("GET /api/v1/status/queues", "status_queues", RoleReadOnly, s.handleStatusQueues)
-	s.read("GET /api/v1/status/queues/{queue}", "status_queue", RoleReadOnly, s.handleStatusQueue)
-	s.read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", RoleReadOnly, s.handleStatusQueueMessages)
-	s.read("GET /api/v1/status/analytics", "status_analytics", RoleReadOnly, s.handleStatusAnalytics)
-	s.read("GET /api/v1/status/buffers", "status_buffers", RoleReadOnly, s.handleStatusBuffers)
-	s.read("GET /api/v1/status/rates", "status_rates", RoleReadOnly, s.handleRates)    // rates.go
-	s.read("GET /api/v1/status/backlog", "status_backlog", RoleAdmin, s.handleBacklog) // backlog.go
-	s.analyticsRoutes()                                                                // handler_analytics.go
+	s.read("GET /api/v1/resources/overview", "resources_overview", auth.RoleReadOnly, s.handleOverview)
+	s.read("GET /api/v1/resources/namespaces", "resources_namespaces", auth.RoleReadOnly, s.handleNamespaces)
+	s.read("GET /api/v1/resources/tasks", "resources_tasks", auth.RoleReadOnly, s.handleTasks)
+	s.read("GET /api/v1/resources/queues", "resources_queues", auth.RoleReadOnly, s.handleResourceQueues)
+	s.read("GET /api/v1/resources/queues/{queue}", "resources_queue", auth.RoleReadOnly, s.handleResourceQueue)
+	s.read("GET /api/v1/resources/partitions", "resources_partitions", auth.RoleReadOnly, s.handlePartitions)
+	s.read("GET /api/v1/messages", "messages", auth.RoleReadOnly, s.handleMessages)
+	s.read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", auth.RoleReadOnly, s.handleMessage)
+	s.handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", auth.RoleReadWrite, s.handleDeleteMessage)
+	s.read("GET /api/v1/status", "status_dashboard", auth.RoleReadOnly, s.handleStatusDashboard)
+	s.read("GET /api/v1/status/queues", "status_queues", auth.RoleReadOnly, s.handleStatusQueues)
+	s.read("GET /api/v1/status/queues/{queue}", "status_queue", auth.RoleReadOnly, s.handleStatusQueue)
+	s.read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", auth.RoleReadOnly, s.handleStatusQueueMessages)
+	s.read("GET /api/v1/status/analytics", "status_analytics", auth.RoleReadOnly, s.handleStatusAnalytics)
+	s.read("GET /api/v1/status/buffers", "status_buffers", auth.RoleReadOnly, s.handleStatusBuffers)
+	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates)    // rates.go
+	s.read("GET /api/v1/status/backlog", "status_backlog", auth.RoleAdmin, s.handleBacklog) // backlog.go
+	s.analyticsRoutes() // handler_analytics.go
 }
 
 // failBrowse answers err: 404 for what a browse names and does not find,
@@ -59,7 +60,7 @@ func (s *Server) failBrowse(w http.ResponseWriter, err error) {
 // the store's Scope: each consume pattern as a pair of regular expressions
 // (a pattern without a partition reads every partition). Nil without a
 // herald claim.
-func browseScope(r *Rights) *queue.Scope {
+func browseScope(r *auth.Rights) *queue.Scope {
 	if r == nil {
 		return nil
 	}
@@ -69,30 +70,15 @@ func browseScope(r *Rights) *queue.Scope {
 		if !two {
 			part = "*"
 		}
-		sc.Queues = append(sc.Queues, "^"+globRegexp(q)+"$")
-		sc.Partitions = append(sc.Partitions, "^"+globRegexp(part)+"$")
+		sc.Queues = append(sc.Queues, "^"+auth.GlobRegexp(q)+"$")
+		sc.Partitions = append(sc.Partitions, "^"+auth.GlobRegexp(part)+"$")
 	}
 	return sc
 }
 
-// maySeeQueue reports whether r lets its bearer read some partition of
-// queue (a pattern naming the queue, whole or in part).
-func (r *Rights) maySeeQueue(queue string) bool {
-	if r == nil {
-		return true
-	}
-	for _, p := range r.Consume {
-		q, _, _ := strings.Cut(p, "/")
-		if glob(q, queue) {
-			return true
-		}
-	}
-	return false
-}
-
 // checkQueueRead refuses a read naming a queue the token may read nothing of.
-func checkQueueRead(r *Rights, queue string) error {
-	if queue != "" && !r.maySeeQueue(queue) {
+func checkQueueRead(r *auth.Rights, queue string) error {
+	if queue != "" && !r.MaySeeQueue(queue) {
 		return forbidden("this token may not read queue %s", queue)
 	}
 	return nil

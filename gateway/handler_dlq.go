@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -20,10 +21,10 @@ import (
 
 // dlqRoutes registers the dead-letter routes.
 func (s *Server) dlqRoutes() {
-	s.read("GET /api/v1/dlq", "dlq", RoleReadOnly, s.handleDLQ)
-	s.read("GET /api/v1/dlq/{id}", "dlq_one", RoleReadOnly, s.handleDLQOne)
-	s.handle("POST /api/v1/dlq/replay", "dlq_replay", RoleAdmin, s.handleDLQReplay)
-	s.handle("POST /api/v1/dlq/purge", "dlq_purge", RoleAdmin, s.handleDLQPurge)
+	s.read("GET /api/v1/dlq", "dlq", auth.RoleReadOnly, s.handleDLQ)
+	s.read("GET /api/v1/dlq/{id}", "dlq_one", auth.RoleReadOnly, s.handleDLQOne)
+	s.handle("POST /api/v1/dlq/replay", "dlq_replay", auth.RoleAdmin, s.handleDLQReplay)
+	s.handle("POST /api/v1/dlq/purge", "dlq_purge", auth.RoleAdmin, s.handleDLQPurge)
 }
 
 type dlqMessageJSON struct {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -16,15 +17,15 @@ import (
 // server's: reads read-only, seek and subscription read-write, deletes
 // admin. "lagging" is matched before {group}, as on the reference.
 func (s *Server) consumerGroupRoutes() {
-	s.read("GET /api/v1/consumer-groups", "groups", RoleReadOnly, s.handleGroups)
-	s.read("GET /api/v1/consumer-groups/lagging", "groups_lagging", RoleReadOnly, s.handleGroupsLagging)
-	s.read("GET /api/v1/consumer-groups/{group}", "group", RoleReadOnly, s.handleGroup)
-	s.handle("DELETE /api/v1/consumer-groups/{group}", "group_delete", RoleAdmin, s.handleGroupDelete)
-	s.handle("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", "group_delete_queue", RoleAdmin, s.handleGroupDelete)
-	s.handle("POST /api/v1/consumer-groups/{group}/subscription", "group_subscription", RoleReadWrite, s.handleGroupSubscription)
-	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", "group_seek", RoleReadWrite, s.handleGroupSeek)
+	s.read("GET /api/v1/consumer-groups", "groups", auth.RoleReadOnly, s.handleGroups)
+	s.read("GET /api/v1/consumer-groups/lagging", "groups_lagging", auth.RoleReadOnly, s.handleGroupsLagging)
+	s.read("GET /api/v1/consumer-groups/{group}", "group", auth.RoleReadOnly, s.handleGroup)
+	s.handle("DELETE /api/v1/consumer-groups/{group}", "group_delete", auth.RoleAdmin, s.handleGroupDelete)
+	s.handle("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", "group_delete_queue", auth.RoleAdmin, s.handleGroupDelete)
+	s.handle("POST /api/v1/consumer-groups/{group}/subscription", "group_subscription", auth.RoleReadWrite, s.handleGroupSubscription)
+	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", "group_seek", auth.RoleReadWrite, s.handleGroupSeek)
 	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", "group_seek_partition",
-		RoleReadWrite, s.handleGroupSeek)
+		auth.RoleReadWrite, s.handleGroupSeek)
 }
 
 // groupState is the reference server's word for a group on a queue.

@@ -5,17 +5,18 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 )
 
 // maintenanceRoutes registers the routes of maintenance modes: push and pop.
 func (s *Server) maintenanceRoutes() {
-	s.read("GET /api/v1/system/maintenance", "maintenance", RoleAdmin, s.handleMaintenanceGet)
-	s.handle("POST /api/v1/system/maintenance", "maintenance_set", RoleAdmin, s.handleMaintenanceSet)
-	s.read("GET /api/v1/system/maintenance/pop", "pop_maintenance", RoleAdmin, s.handlePopMaintenanceGet)
-	s.handle("POST /api/v1/system/maintenance/pop", "pop_maintenance_set", RoleAdmin, s.handlePopMaintenanceSet)
+	s.read("GET /api/v1/system/maintenance", "maintenance", auth.RoleAdmin, s.handleMaintenanceGet)
+	s.handle("POST /api/v1/system/maintenance", "maintenance_set", auth.RoleAdmin, s.handleMaintenanceSet)
+	s.read("GET /api/v1/system/maintenance/pop", "pop_maintenance", auth.RoleAdmin, s.handlePopMaintenanceGet)
+	s.handle("POST /api/v1/system/maintenance/pop", "pop_maintenance_set", auth.RoleAdmin, s.handlePopMaintenanceSet)
 	// The reference server's name for the stats of the shared state.
-	s.read("GET /api/v1/system/shared-state", "shared_state", RoleAdmin, s.handleStats)
+	s.read("GET /api/v1/system/shared-state", "shared_state", auth.RoleAdmin, s.handleStats)
 }
 
 // maintenanceJSON is GET /api/v1/system/maintenance, in the reference

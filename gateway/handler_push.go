@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -93,7 +94,7 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 // stampProducer records the authenticated subject as every item's
 // producerSub; a body cannot claim to be someone else.
 func stampProducer(ctx context.Context, items []queue.PushItem) {
-	if c, ok := claimsOf(ctx); ok {
+	if c, ok := auth.ClaimsFrom(ctx); ok {
 		stampSubject(items, c.Subject)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -193,7 +194,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	st := &sseStream{autoAck: req.AutoAck}
 	opts := sessionOptions{keepForResume: true, leaseCheck: s.cfg.SSELeaseCheck, flushOnDrain: true,
 		partitionSettled: st.forget}
-	if c, ok := claimsOf(r.Context()); ok && !c.Expires.IsZero() {
+	if c, ok := auth.ClaimsFrom(r.Context()); ok && !c.Expires.IsZero() {
 		// The stream lasts as long as its token would be accepted on HTTP.
 		opts.expires = c.Expires.Add(s.cfg.Auth.Leeway)
 	}

@@ -5,15 +5,16 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 )
 
 // traceRoutes registers the routes of traces: record and read notes attached to messages.
 func (s *Server) traceRoutes() {
-	s.handle("POST /api/v1/traces", "traces_record", RoleReadWrite, s.handleRecordTrace)
-	s.read("GET /api/v1/traces/names", "traces_names", RoleReadOnly, s.handleTraceNames)
-	s.read("GET /api/v1/traces/by-name/{name}", "traces_by_name", RoleReadOnly, s.handleTracesByName)
-	s.read("GET /api/v1/traces/{partitionId}/{transactionId}", "traces_of_message", RoleReadOnly, s.handleTracesOf)
+	s.handle("POST /api/v1/traces", "traces_record", auth.RoleReadWrite, s.handleRecordTrace)
+	s.read("GET /api/v1/traces/names", "traces_names", auth.RoleReadOnly, s.handleTraceNames)
+	s.read("GET /api/v1/traces/by-name/{name}", "traces_by_name", auth.RoleReadOnly, s.handleTracesByName)
+	s.read("GET /api/v1/traces/{partitionId}/{transactionId}", "traces_of_message", auth.RoleReadOnly, s.handleTracesOf)
 }
 
 // The answers' items, keys in the reference server's (sorted) order.
@@ -229,14 +230,14 @@ func tracePage(limit, offset string) (int, int, error) {
 // its bearer consume (the store's PartitionMatch). Trace reads by name and
 // the names list filter with it: a token limited to some partitions sees,
 // and counts, only the traces on those.
-func consumeMatch(r *Rights) string {
+func consumeMatch(r *auth.Rights) string {
 	alts := make([]string, 0, len(r.Consume))
 	for _, p := range r.Consume {
 		q, part, two := strings.Cut(p, "/")
 		if !two {
 			part = "*" // "queue": every partition of it
 		}
-		alts = append(alts, globRegexp(q)+queue.PartitionMatchSep+globRegexp(part))
+		alts = append(alts, auth.GlobRegexp(q)+queue.PartitionMatchSep+auth.GlobRegexp(part))
 	}
 	if len(alts) == 0 {
 		// No pattern: nothing. "queue<sep>partition" is never empty.

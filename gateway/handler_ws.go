@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -114,7 +115,7 @@ func miscasedFrameField(frame []byte) string {
 type wsConn struct {
 	ss     *session
 	ws     *websocket.Conn
-	claims Claims // when auth is on
+	claims auth.Claims // when auth is on
 
 	pmu     sync.Mutex
 	pinger  *time.Timer
@@ -135,7 +136,7 @@ type wsConn struct {
 const wsAcksInFlight = 64
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
-	if !s.checkOrigin(r) {
+	if !auth.CheckOrigin(r, s.allowedOrigins) {
 		writeError(w, http.StatusForbidden, "origin not allowed")
 		return
 	}
@@ -152,10 +153,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "too many WebSocket connections; retry later or elsewhere")
 		return
 	}
-	var claims Claims
+	var claims auth.Claims
 	var authErr error
 	if s.cfg.Auth != nil {
-		claims, authErr = s.checkToken(r, RoleReadOnly, upgrades)
+		claims, authErr = s.checkToken(r, auth.RoleReadOnly, auth.Upgrades)
 	}
 	// A small read buffer of its own (the HTTP server's 4 KiB one is let go;
 	// larger payloads are read past it) and write buffers lent only while
@@ -168,7 +169,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(WSReadLimitDefault)
 	switch {
-	case errors.Is(authErr, errForbidden):
+	case errors.Is(authErr, auth.ErrForbidden):
 		// A browser cannot read the status of a refused upgrade; it can
 		// read a close code.
 		wsClose(ws, &Disconnect{Code: CloseForbidden, Reason: authErr.Error()})
@@ -295,7 +296,7 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
 			return
 		}
-		res, err := c.ss.s.store.ExtendLease(ctx, lease, f.Seconds, c.claims.holder())
+		res, err := c.ss.s.store.ExtendLease(ctx, lease, f.Seconds, c.claims.Holder())
 		if err != nil {
 			c.ss.send(wsStoreError(f.ID, err, "extending the lease failed"))
 			return
@@ -518,8 +519,8 @@ func (c *wsConn) auth(f *wsFrame) {
 		c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
 		c.ss.send(wsError(f.ID, "forbidden", "a fresh token must name the same subject as the connection's"))
 		return
-	case claims.Role < RoleReadOnly:
-		c.ss.send(wsError(f.ID, "forbidden", forbiddenError{have: claims.Role, need: RoleReadOnly}.Error()))
+	case claims.Role < auth.RoleReadOnly:
+		c.ss.send(wsError(f.ID, "forbidden", auth.RoleError{Have: claims.Role, Need: auth.RoleReadOnly}.Error()))
 		return
 	}
 	c.claims = claims
@@ -637,11 +638,11 @@ func parseWSPush(raw json.RawMessage) ([]queue.PushItem, error) {
 // mayWrite reports whether the connection's token may send f (role
 // read-write, when auth is on); if not, it answers f's forbidden error.
 func (c *wsConn) mayWrite(f *wsFrame) bool {
-	if c.ss.s.cfg.Auth == nil || c.claims.Role >= RoleReadWrite {
+	if c.ss.s.cfg.Auth == nil || c.claims.Role >= auth.RoleReadWrite {
 		return true
 	}
 	c.ss.s.metrics.authFailures.WithLabelValues("forbidden").Inc()
-	c.ss.send(wsError(f.ID, "forbidden", forbiddenError{have: c.claims.Role, need: RoleReadWrite}.Error()))
+	c.ss.send(wsError(f.ID, "forbidden", auth.RoleError{Have: c.claims.Role, Need: auth.RoleReadWrite}.Error()))
 	return false
 }
 

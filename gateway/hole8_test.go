@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 )
 
@@ -102,12 +103,12 @@ func TestHole8_MetricsCardinalityBounded(t *testing.T) {
 // token; without it, it stays open as before. /health is always open.
 func TestHole8_MetricsAuth(t *testing.T) {
 	t.Parallel()
-	reader := gateway.SignToken(authSecret, "reader", "read-only", time.Hour)
-	writer := gateway.SignToken(authSecret, "writer", "read-write", time.Hour)
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	reader := auth.SignToken(authSecret, "reader", "read-only", time.Hour)
+	writer := auth.SignToken(authSecret, "writer", "read-write", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 
 	guarded := newEnv(t, func(c *gateway.Config) {
-		c.Auth = &gateway.Auth{Secret: authSecret}
+		c.Auth = &auth.Auth{Secret: authSecret}
 		c.Metrics.Auth = true
 	})
 	for _, tc := range []struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 )
 
@@ -22,13 +23,13 @@ import (
 func TestHole6_SSEStreamClosesAtTokenExpiry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *gateway.Config) {
-		c.Auth = &gateway.Auth{Secret: authSecret} // no leeway: the stream ends at exp itself
+		c.Auth = &auth.Auth{Secret: authSecret} // no leeway: the stream ends at exp itself
 		c.SSEResumeGrace = 100 * time.Millisecond
 	})
-	admin := gateway.SignToken(authSecret, "ops", "admin", 0)
+	admin := auth.SignToken(authSecret, "ops", "admin", 0)
 	// exp is whole seconds: 3 s ahead is at least 2 s, time to see a delivery.
-	reader := gateway.SignToken(authSecret, "browser", "read-write", 3*time.Second) // a stream leases: read-write
-	claims, err := (&gateway.Auth{Secret: authSecret}).Verify(reader, time.Now())
+	reader := auth.SignToken(authSecret, "browser", "read-write", 3*time.Second) // a stream leases: read-write
+	claims, err := (&auth.Auth{Secret: authSecret}).Verify(reader, time.Now())
 	require.NoError(t, err)
 	exp := claims.Expires
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -47,9 +47,9 @@ func (l leased) ack(extra string) string {
 // 403 and nothing changed; bob (and an admin) still act on it.
 func TestIssue18_LeaseOfAnotherSubjectIsRefused(t *testing.T) {
 	e := newAuthEnv(t)
-	alice := gateway.SignToken(authSecret, "alice", "read-write", time.Hour)
-	bob := gateway.SignToken(authSecret, "bob", "read-write", time.Hour)
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	alice := auth.SignToken(authSecret, "alice", "read-write", time.Hour)
+	bob := auth.SignToken(authSecret, "bob", "read-write", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	push := func(q string) {
 		t.Helper()
 		r := e.doAuth(http.MethodPost, "/api/v1/push", bob, `{"items":[{"queue":"`+q+`","payload":{"q":"`+q+`"}}]}`)
@@ -181,8 +181,8 @@ func TestIssue18_LeaseOfAnotherSubjectIsRefused(t *testing.T) {
 // and acks nothing; bob resumes with it.
 func TestIssue18_ResumeTokenBoundToSubject(t *testing.T) {
 	e := newAuthEnv(t)
-	alice := gateway.SignToken(authSecret, "alice", "read-write", time.Hour)
-	bob := gateway.SignToken(authSecret, "bob", "read-write", time.Hour)
+	alice := auth.SignToken(authSecret, "alice", "read-write", time.Hour)
+	bob := auth.SignToken(authSecret, "bob", "read-write", time.Hour)
 	for _, p := range []string{"1", "2"} {
 		require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", bob,
 			`{"items":[{"queue":"feed","payload":`+p+`}]}`).status)
@@ -210,7 +210,7 @@ func TestIssue18_ResumeTokenBoundToSubject(t *testing.T) {
 // "." of "acme.a" does not match the "-" of "acme-a".
 func TestIssue18_NamespacePopServesPermittedQueuesOnly(t *testing.T) {
 	e := newAuthEnv(t)
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	require.Equal(t, http.StatusOK, e.doAuth(http.MethodPost, "/api/v1/configure", admin,
 		`{"queue":"acme-a","namespace":"acme"}`).status)
 	push := func(q, part string) {
@@ -307,7 +307,7 @@ func TestIssue18_RightsHoldForAnySpellingAndWithoutSub(t *testing.T) {
 		assert.NotContains(t, string(r.body), "bob", "%s: %s", name, r)
 	}
 
-	anonymous := gateway.SignToken(authSecret, "", "read-write", time.Hour)
+	anonymous := auth.SignToken(authSecret, "", "read-write", time.Hour)
 	r = e.doAuth(http.MethodPost, "/api/v1/lease/"+m.LeaseID+"/extend", anonymous, `{"seconds":60}`)
 	assert.Equal(t, http.StatusForbidden, r.status, "a token without sub: %s", r)
 	r = e.doAuth(http.MethodPost, "/api/v1/ack", anonymous, m.ack(""))

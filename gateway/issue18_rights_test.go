@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,78 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 )
-
-func TestIssue18_RightsPatterns(t *testing.T) {
-	r, err := gateway.ParseRights([]byte(`{"consume":["mail/alice","news","logs/*","t-*/inbox-*"],"produce":["mail/*"],"namespaces":["acme"]}`))
-	require.NoError(t, err)
-	for _, c := range []struct {
-		queue, partition string
-		want             bool
-	}{
-		{"mail", "alice", true},
-		{"mail", "bob", false},
-		{"mail", "", false}, // the whole queue needs a pattern for every partition
-		{"mail", "alice2", false},
-		{"news", "", true},
-		{"news", "any", true},
-		{"logs", "", true},
-		{"logs", "x", true},
-		{"t-1", "inbox-7", true},
-		{"t-1", "outbox", false},
-		{"t-1", "", false},
-		{"other", "alice", false},
-	} {
-		assert.Equal(t, c.want, r.MayConsume(c.queue, c.partition), "consume %s/%s", c.queue, c.partition)
-	}
-	assert.True(t, r.MayProduce("mail", "bob"))
-	assert.False(t, r.MayProduce("news", "x"))
-	assert.True(t, r.MayUseNamespace("acme", ""))
-	assert.True(t, r.MayUseNamespace("acme", "billing"))
-	assert.False(t, r.MayUseNamespace("", "billing"), "any namespace is not acme")
-	var none *gateway.Rights
-	assert.True(t, none.MayConsume("any", ""), "no claim: the role decides")
-
-	for _, bad := range []string{`[]`, `{"consume":"mail"}`, `{"consume":[""]}`, `{"consume":["a/b/c"]}`, `{"consume":["/p"]}`,
-		`{"consume":["q/"]}`, `{"read":["x"]}`, `{"consume":[1]}`, `{} {}`} {
-		_, err := gateway.ParseRights([]byte(bad))
-		assert.ErrorIs(t, err, gateway.ErrBadRights, bad)
-	}
-}
-
-// The example claim of docs/operating.md (Auth) is one ParseRights reads.
-func TestIssue18_ReadmeClaimParses(t *testing.T) {
-	b, err := os.ReadFile("../docs/operating.md")
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(b), "```json\n{\"sub\": \"alice\"")
-	require.True(t, ok, "the example claim of docs/operating.md")
-	block, _, _ := strings.Cut(`{"sub": "alice"`+rest, "```")
-	var token struct{ Herald json.RawMessage }
-	require.NoError(t, json.Unmarshal([]byte(block), &token))
-	r, err := gateway.ParseRights(token.Herald)
-	require.NoError(t, err)
-	assert.True(t, r.MayConsume("mail", "alice"))
-	assert.False(t, r.MayConsume("mail", "bob"))
-}
-
-func FuzzParseRights(f *testing.F) {
-	for _, s := range []string{`{"consume":["mail/alice"],"produce":["*"]}`, `{"namespaces":["a/b"]}`, `{}`, `{"consume":["**/*a*"]}`} {
-		f.Add([]byte(s), "mail", "alice")
-	}
-	f.Fuzz(func(t *testing.T, claim []byte, queue, partition string) {
-		r, err := gateway.ParseRights(claim)
-		if err != nil {
-			return
-		}
-		// Whatever the patterns, a whole-queue grant implies every partition.
-		if r.MayConsume(queue, "") && partition != "" {
-			require.True(t, r.MayConsume(queue, partition), "%s: %s/%s", claim, queue, partition)
-		}
-		_ = r.MayProduce(queue, partition)
-		_ = r.MayUseNamespace(queue, partition)
-	})
-}
 
 // mailbox mints a token for user whose rights are their own mailbox
 // partition of the queue mail (consume and produce), as a browser of that
@@ -215,7 +145,7 @@ func TestIssue18_TenantIsolation(t *testing.T) {
 	assert.Contains(t, string(r.body), `"success":true`, "bob's lease was untouched: he acks it")
 
 	// A token without the claim: the role alone decides, as before.
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	assert.Equal(t, http.StatusCreated, push(admin, "bob"))
 	// A malformed claim grants nothing: 401.
 	bad := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "x", "role": "admin",
@@ -247,12 +177,12 @@ func (s *syncBuffer) String() string {
 func TestIssue18_TokensNeverLogged(t *testing.T) {
 	var logs syncBuffer
 	e := newEnv(t, func(c *gateway.Config) {
-		c.Auth = &gateway.Auth{Secret: authSecret}
+		c.Auth = &auth.Auth{Secret: authSecret}
 		c.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel)
 	})
 	alice := mailbox(t, "alice")
-	expired := gateway.SignToken(authSecret, "x", "admin", -time.Hour)
-	forged := gateway.SignToken([]byte("not the server's secret, but long"), "x", "admin", time.Hour)
+	expired := auth.SignToken(authSecret, "x", "admin", -time.Hour)
+	forged := auth.SignToken([]byte("not the server's secret, but long"), "x", "admin", time.Hour)
 	for _, tok := range []string{alice, expired, forged} {
 		e.doAuth(http.MethodPost, "/api/v1/push", tok, `{"items":[{"queue":"mail","partition":"alice","payload":1}]}`)
 		e.doAuth(http.MethodGet, "/api/v1/pop/queue/mail/partition/alice?wait=false&access_token="+tok, "", "")
@@ -380,7 +310,7 @@ func TestIssue18_WebSocketAuthFrame(t *testing.T) {
 // Issue 18: an EventSource cannot set headers; besides ?access_token= the
 // configured cookie carries the token (and only that cookie).
 func TestIssue18_TokenInACookie(t *testing.T) {
-	e := newEnv(t, func(c *gateway.Config) { c.Auth = &gateway.Auth{Secret: authSecret, Cookie: "herald_token"} })
+	e := newEnv(t, func(c *gateway.Config) { c.Auth = &auth.Auth{Secret: authSecret, Cookie: "herald_token"} })
 	alice := mailbox(t, "alice")
 	c := e.openSSE(t, "/api/v1/sse/queue/mail/partition/alice", http.Header{"Cookie": {"herald_token=" + alice}})
 	assert.Equal(t, http.StatusOK, c.res.StatusCode)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/queue/queuetest"
 )
@@ -763,7 +763,7 @@ func TestBrowse_Status(t *testing.T) {
 func TestBrowse_Rights(t *testing.T) {
 	t.Parallel()
 	e := newAuthEnv(t)
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	push := func(q, part, id string) pushResult {
 		r := e.doAuth(http.MethodPost, "/api/v1/push", admin,
 			fmt.Sprintf(`{"items":[{"queue":%q,"partition":%q,"transactionId":%q,"payload":{}}]}`, q, part, id))

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 )
 
 // datas lists the payloads of a pop (nil for 204).
@@ -285,9 +285,9 @@ func TestIssue19_SeekAndDeleteUnderALiveSubscription(t *testing.T) {
 // those.
 func TestIssue19_GroupRoutesRoles(t *testing.T) {
 	e := newAuthEnv(t)
-	ro := gateway.SignToken(authSecret, "r", "read-only", time.Hour)
-	rw := gateway.SignToken(authSecret, "w", "read-write", time.Hour)
-	admin := gateway.SignToken(authSecret, "a", "admin", time.Hour)
+	ro := auth.SignToken(authSecret, "r", "read-only", time.Hour)
+	rw := auth.SignToken(authSecret, "w", "read-write", time.Hour)
+	admin := auth.SignToken(authSecret, "a", "admin", time.Hour)
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", rw, `{"items":[{"queue":"mail","partition":"bob","payload":1}]}`).status)
 	require.Equal(t, http.StatusOK, e.doAuth(http.MethodGet, "/api/v1/pop/queue/mail?consumerGroup=g&autoAck=true", rw, "").status)
 	for _, c := range []struct {

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 )
 
 // traceItem is an item of GET /api/v1/traces/... answers (by message: the
@@ -337,8 +337,8 @@ func TestTrace_Names(t *testing.T) {
 func TestTrace_RightsAndRoles(t *testing.T) {
 	e := newAuthEnv(t)
 	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
-	reader := gateway.SignToken(authSecret, "dash", "read-only", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
+	reader := auth.SignToken(authSecret, "dash", "read-only", time.Hour)
 	pushTo := func(tok, partition string) pushResult {
 		r := e.doAuth(http.MethodPost, "/api/v1/push", tok, `{"items":[{"queue":"mail","partition":"`+partition+`","payload":{"to":"`+partition+`"}}]}`)
 		require.Equal(t, http.StatusCreated, r.status, "%s", r)

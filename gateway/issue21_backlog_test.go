@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 )
 
 // backlogAnswer is GET /api/v1/status/backlog's answer.
@@ -94,10 +94,10 @@ func TestIssue21_BacklogRole(t *testing.T) {
 		token string
 		want  int
 	}{
-		{gateway.SignToken(authSecret, "r", "read-only", time.Hour), http.StatusForbidden},
-		{gateway.SignToken(authSecret, "w", "read-write", time.Hour), http.StatusForbidden},
+		{auth.SignToken(authSecret, "r", "read-only", time.Hour), http.StatusForbidden},
+		{auth.SignToken(authSecret, "w", "read-write", time.Hour), http.StatusForbidden},
 		{"", http.StatusUnauthorized},
-		{gateway.SignToken(authSecret, "a", "admin", time.Hour), http.StatusOK},
+		{auth.SignToken(authSecret, "a", "admin", time.Hour), http.StatusOK},
 	} {
 		r := e.doAuth(http.MethodGet, "/api/v1/status/backlog", c.token, "")
 		assert.Equal(t, c.want, r.status, "%s", r)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/poller"
 )
 
@@ -163,9 +163,9 @@ func TestIssue21_DLQReplayWakesAWaitingConsumer(t *testing.T) {
 // admin to the queues and partitions it may consume.
 func TestIssue21_DLQRoles(t *testing.T) {
 	e := newAuthEnv(t)
-	ro := gateway.SignToken(authSecret, "r", "read-only", time.Hour)
-	rw := gateway.SignToken(authSecret, "w", "read-write", time.Hour)
-	admin := gateway.SignToken(authSecret, "a", "admin", time.Hour)
+	ro := auth.SignToken(authSecret, "r", "read-only", time.Hour)
+	rw := auth.SignToken(authSecret, "w", "read-write", time.Hour)
+	admin := auth.SignToken(authSecret, "a", "admin", time.Hour)
 	narrow := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "n", "role": "admin",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": []string{"mail/alice"}}})
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", rw,

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/server"
 	"github.com/heraldmq/herald/internal/server/servertest"
@@ -202,10 +203,10 @@ func TestMaintenance_RoutesAndShapes(t *testing.T) {
 
 func TestMaintenance_Roles(t *testing.T) {
 	t.Parallel()
-	e := newMaintEnv(t, func(c *gateway.Config) { c.Auth = &gateway.Auth{Secret: authSecret} })
-	writer := gateway.SignToken(authSecret, "svc", "read-write", time.Hour)
-	reader := gateway.SignToken(authSecret, "dash", "read-only", time.Hour)
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	e := newMaintEnv(t, func(c *gateway.Config) { c.Auth = &auth.Auth{Secret: authSecret} })
+	writer := auth.SignToken(authSecret, "svc", "read-write", time.Hour)
+	reader := auth.SignToken(authSecret, "dash", "read-only", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	routes := []struct{ method, path, body string }{
 		{http.MethodGet, "/api/v1/system/maintenance", ""},
 		{http.MethodPost, "/api/v1/system/maintenance", `{"enabled":true}`},
@@ -234,7 +235,7 @@ func TestMaintenance_Roles(t *testing.T) {
 // admin when auth is on).
 func (e *env) srvBuffered() int {
 	e.t.Helper()
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	r := e.doAuth(http.MethodGet, "/api/v1/system/maintenance", admin, "")
 	require.Equal(e.t, http.StatusOK, r.status, "%s", r)
 	var out struct {

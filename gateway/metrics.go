@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -41,11 +42,11 @@ type MetricsConfig struct {
 }
 
 // role is the least role /metrics needs.
-func (c MetricsConfig) role() Role {
+func (c MetricsConfig) role() auth.Role {
 	if c.Auth {
-		return RoleAdmin
+		return auth.RoleAdmin
 	}
-	return RoleNone
+	return auth.RoleNone
 }
 
 // LabelLimiter bounds the values a label takes: the first Max distinct

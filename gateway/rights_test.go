@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/queue"
 )
@@ -124,12 +125,12 @@ func makeBobsObjects(t *testing.T, e *env, bob, admin string) tenantObjects {
 func TestRights_RefusalsDoNotRevealAnotherTenantsObjects(t *testing.T) {
 	// Bob's stream keeps its lease for his resume while the cases run: no
 	// release by its timer among the statements counted.
-	e := newEnv(t, func(c *gateway.Config) { c.Auth, c.SSEResumeGrace = &gateway.Auth{Secret: authSecret}, time.Hour })
+	e := newEnv(t, func(c *gateway.Config) { c.Auth, c.SSEResumeGrace = &auth.Auth{Secret: authSecret}, time.Hour })
 	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
 	aliceAdmin := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "admin",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": []string{"mail/alice"},
 			"produce": []string{"mail/alice"}}})
-	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", alice,
 		`{"items":[{"queue":"mail","partition":"alice","payload":"hers"}]}`).status)
 	bobs := makeBobsObjects(t, e, bob, admin)

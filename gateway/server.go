@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/web"
@@ -62,7 +63,7 @@ type Config struct {
 	Notifier interface{ Notify(queue, partition string) }
 	// AllowedOrigins lists origins (scheme://host[:port], http or https)
 	// besides the server's own whose pages may open a WebSocket and use the
-	// auth cookie (auth_cookie.go); empty means the server's own origin
+	// auth cookie (auth/cookie.go); empty means the server's own origin
 	// only: the scheme the request came over (X-Forwarded-Proto from a
 	// proxy that ends TLS) and its Host. An upgrade from another origin is
 	// answered 403; one without an Origin (a client that is not a browser)
@@ -150,7 +151,7 @@ type Config struct {
 	SharedState func() any
 	// Auth, when set, requires a bearer token on every endpoint but
 	// /health and /metrics (and /metrics too with Metrics.Auth).
-	Auth *Auth
+	Auth *auth.Auth
 	// Version is reported by /health.
 	Version string
 	// Database, when set, reports on the private PostgreSQL this process
@@ -233,7 +234,7 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Config.FollowBuffer must not be negative")
 	}
 	for _, o := range c.AllowedOrigins {
-		if _, ok := normalOrigin(o); !ok {
+		if _, ok := auth.NormalOrigin(o); !ok {
 			return fmt.Errorf("gateway: Config.AllowedOrigins: %q is not an origin: scheme://host[:port], http or https, with no path"+
 				" (there is no wildcard: each origin whose pages may use the cookie is named)", o)
 		}
@@ -255,7 +256,7 @@ type Server struct {
 	notify  func(queue, partition string)
 	outage  *queue.OutageLog // database failures, one line per outage
 	// allowedOrigins are Config.AllowedOrigins as browsers write them
-	// (normalOrigin).
+	// (auth.NormalOrigin).
 	allowedOrigins []string
 
 	drainOnce sync.Once
@@ -320,7 +321,7 @@ func New(cfg Config) (*Server, error) {
 		s.cfg.MaxWSConnections, s.cfg.MaxSSEConnections = min(cfg.MaxWSConnections, c), min(cfg.MaxSSEConnections, c)
 	}
 	for _, o := range cfg.AllowedOrigins {
-		n, _ := normalOrigin(o) // Validate checked them
+		n, _ := auth.NormalOrigin(o) // Validate checked them
 		s.allowedOrigins = append(s.allowedOrigins, n)
 	}
 	m, err := newMetrics(reg, cfg.Store, cfg.Metrics)
@@ -342,24 +343,24 @@ func New(cfg Config) (*Server, error) {
 }
 
 func (s *Server) routes() {
-	s.handle("POST /api/v1/push", "push", RoleReadWrite, s.handlePush)
+	s.handle("POST /api/v1/push", "push", auth.RoleReadWrite, s.handlePush)
 	// A pop leases messages (and with autoAck consumes them): a GET, but a
-	// change (auth_cookie.go). Routes registered with read change nothing.
-	s.handle("GET /api/v1/pop/queue/{queue}", "pop", RoleReadWrite, s.handlePop)
-	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", RoleReadWrite, s.handlePop)
-	s.handle("GET /api/v1/pop", "pop_namespace", RoleReadWrite, s.handlePop)
-	s.handle("POST /api/v1/ack", "ack", RoleReadWrite, s.handleAck)
-	s.handle("POST /api/v1/ack/batch", "ack_batch", RoleReadWrite, s.handleAckBatch)
-	s.handle("POST /api/v1/lease/{leaseId}/extend", "lease_extend", RoleReadWrite, s.handleLeaseExtend)
-	s.handle("POST /api/v1/transaction", "transaction", RoleReadWrite, s.handleTransaction)
-	s.handle("POST /api/v1/configure", "configure", RoleReadWrite, s.handleConfigure)
-	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", RoleAdmin, s.handleDeleteQueue)
+	// change (auth/cookie.go). Routes registered with read change nothing.
+	s.handle("GET /api/v1/pop/queue/{queue}", "pop", auth.RoleReadWrite, s.handlePop)
+	s.handle("GET /api/v1/pop/queue/{queue}/partition/{partition}", "pop_partition", auth.RoleReadWrite, s.handlePop)
+	s.handle("GET /api/v1/pop", "pop_namespace", auth.RoleReadWrite, s.handlePop)
+	s.handle("POST /api/v1/ack", "ack", auth.RoleReadWrite, s.handleAck)
+	s.handle("POST /api/v1/ack/batch", "ack_batch", auth.RoleReadWrite, s.handleAckBatch)
+	s.handle("POST /api/v1/lease/{leaseId}/extend", "lease_extend", auth.RoleReadWrite, s.handleLeaseExtend)
+	s.handle("POST /api/v1/transaction", "transaction", auth.RoleReadWrite, s.handleTransaction)
+	s.handle("POST /api/v1/configure", "configure", auth.RoleReadWrite, s.handleConfigure)
+	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", auth.RoleAdmin, s.handleDeleteQueue)
 	s.dlqRoutes() // handler_dlq.go
 	// Streams get no request metrics: they live for hours. The WebSocket
 	// checks its token itself, to answer with a close code a browser sees.
-	s.stream("GET /api/v1/ws", RoleNone, s.handleWS)
-	s.stream("GET /api/v1/sse/queue/{queue}", RoleReadWrite, s.handleSSE)
-	s.stream("GET /api/v1/sse/queue/{queue}/partition/{partition}", RoleReadWrite, s.handleSSE)
+	s.stream("GET /api/v1/ws", auth.RoleNone, s.handleWS)
+	s.stream("GET /api/v1/sse/queue/{queue}", auth.RoleReadWrite, s.handleSSE)
+	s.stream("GET /api/v1/sse/queue/{queue}/partition/{partition}", auth.RoleReadWrite, s.handleSSE)
 	// Follow streams (follow_*.go): SSE, or a long-poll with after=/wait=.
 	// They lease nothing and write nothing: read-only tokens may follow
 	// what their rights let them consume.
@@ -368,30 +369,30 @@ func (s *Server) routes() {
 	// Probes and scrapes stay open: orchestrators and Prometheus hold no
 	// token. Metrics.Auth closes /metrics, which names queues, to all but
 	// admins.
-	s.read("GET /health", "health", RoleNone, s.handleHealth)
+	s.read("GET /health", "health", auth.RoleNone, s.handleHealth)
 	s.read("GET /metrics", "metrics", s.cfg.Metrics.role(), promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
-	s.read("GET /internal/api/shared-state/stats", "stats", RoleAdmin, s.handleStats)
+	s.read("GET /internal/api/shared-state/stats", "stats", auth.RoleAdmin, s.handleStats)
 	// The demo page and the browser SDK (web/).
 	page := web.Handler()
-	s.read("GET /{$}", "index", RoleNone, page.ServeHTTP)
+	s.read("GET /{$}", "index", auth.RoleNone, page.ServeHTTP)
 	for _, name := range web.Names() {
 		if name != "index.html" {
-			s.read("GET /"+name, "web", RoleNone, page.ServeHTTP)
+			s.read("GET /"+name, "web", auth.RoleNone, page.ServeHTTP)
 		}
 	}
 	// The operator console (web/console/): static files like the demo
 	// page's; every API call it makes carries the admin token pasted into it.
-	s.read("GET /console", "console", RoleNone, page.ServeHTTP)
-	s.read("GET /console/", "console", RoleNone, page.ServeHTTP)
+	s.read("GET /console", "console", auth.RoleNone, page.ServeHTTP)
+	s.read("GET /console/", "console", auth.RoleNone, page.ServeHTTP)
 	// Every queue's name and lag, every instance: not for a tenant's token.
-	s.read("GET /internal/api/status", "status", RoleAdmin, s.handleStatus)
+	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
 	// The reference server's admin, browsing and group API (issue 19).
 	s.consumerGroupRoutes() // handler_groups.go
 	s.traceRoutes()         // handler_traces.go
 	s.maintenanceRoutes()   // handler_maintenance.go
 	s.browseRoutes()        // handler_browse.go
-	s.handle("OPTIONS /", "options", RoleNone, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	s.handle("/", "not_found", RoleNone, func(w http.ResponseWriter, r *http.Request) {
+	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s.handle("/", "not_found", auth.RoleNone, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
 }
@@ -505,38 +506,38 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 // handle registers h under pattern with the per-request middleware; route is
 // the metrics label (fixed strings, never ids) and need the least role a
 // token must carry when auth is on. The route changes state, as far as the
-// cookie rule is concerned (auth_cookie.go): a token in the cookie alone
+// cookie rule is concerned (auth/cookie.go): a token in the cookie alone
 // needs X-Herald-CSRF. A GET that changes nothing is registered with read.
-func (s *Server) handle(pattern, route string, need Role, h http.HandlerFunc) {
-	s.mux.Handle(pattern, s.instrument(route, need, changes, h))
+func (s *Server) handle(pattern, route string, need auth.Role, h http.HandlerFunc) {
+	s.mux.Handle(pattern, s.instrument(route, need, auth.Changes, h))
 }
 
 // read registers a GET route with no side effect: the cookie alone may
 // authorize it from an allowed origin. A GET that leases or consumes (a
 // pop) is no read: it is registered with handle.
-func (s *Server) read(pattern, route string, need Role, h http.HandlerFunc) {
-	s.mux.Handle(pattern, s.instrument(route, need, reads, h))
+func (s *Server) read(pattern, route string, need auth.Role, h http.HandlerFunc) {
+	s.mux.Handle(pattern, s.instrument(route, need, auth.Reads, h))
 }
 
 // stream registers a long-lived GET endpoint: CORS and auth, no request
 // metrics. An event stream opened with the cookie alone must come from an
 // allowed origin and be asked for as one (Accept: text/event-stream: an
 // EventSource, not a link). The WebSocket checks its token itself.
-func (s *Server) stream(pattern string, need Role, h http.HandlerFunc) {
-	s.longLived(pattern, need, streams, h)
+func (s *Server) stream(pattern string, need auth.Role, h http.HandlerFunc) {
+	s.longLived(pattern, need, auth.Streams, h)
 }
 
 // followRoute registers a follow route: an SSE stream or a long-poll (after=,
 // wait=) that leases and writes nothing, so the cookie alone may open it
 // from an allowed origin as it may a read, whatever its Accept.
 func (s *Server) followRoute(pattern string, h http.HandlerFunc) {
-	s.longLived(pattern, RoleReadOnly, reads, h)
+	s.longLived(pattern, auth.RoleReadOnly, auth.Reads, h)
 }
 
-func (s *Server) longLived(pattern string, need Role, mark effect, h http.HandlerFunc) {
+func (s *Server) longLived(pattern string, need auth.Role, mark auth.Effect, h http.HandlerFunc) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		setCORS(w.Header())
-		w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID, "+CSRFHeader)
+		w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID, "+auth.CSRFHeader)
 		r, ok := s.authorize(w, r, need, mark)
 		if !ok {
 			return
@@ -549,12 +550,12 @@ func setCORS(hdr http.Header) {
 	hdr.Set("Access-Control-Allow-Origin", "*")
 	hdr.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
 	// No Access-Control-Allow-Credentials, ever: a page of another origin
-	// cannot send the CSRF header with the user's cookie (auth_cookie.go).
-	hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, "+CSRFHeader)
+	// cannot send the CSRF header with the user's cookie (auth/cookie.go).
+	hdr.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, "+auth.CSRFHeader)
 	hdr.Set("Access-Control-Max-Age", "86400")
 }
 
-func (s *Server) instrument(route string, need Role, eff effect, h http.HandlerFunc) http.Handler {
+func (s *Server) instrument(route string, need auth.Role, eff auth.Effect, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		setCORS(w.Header())

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,23 +48,6 @@ func FuzzToken(f *testing.F) {
 		}
 		if len(again) != len(marks) {
 			t.Fatalf("round trip changed %d marks to %d", len(marks), len(again))
-		}
-	})
-}
-
-// FuzzAuthVerify: any bearer token is verified or refused, never panics,
-// and nothing but a correctly signed token passes.
-func FuzzAuthVerify(f *testing.F) {
-	secret := []byte("fuzz secret")
-	f.Add(SignToken(secret, "s", "admin", time.Hour))
-	f.Add("a.b.c")
-	f.Add("eyJhbGciOiJub25lIn0.e30.")
-	f.Add("")
-	a := &Auth{Secret: secret}
-	f.Fuzz(func(t *testing.T, tok string) {
-		c, err := a.Verify(tok, time.Now())
-		if err == nil && c.Role == RoleNone {
-			t.Fatal("a verified token has a role")
 		}
 	})
 }

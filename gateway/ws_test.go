@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/poller"
@@ -711,7 +712,7 @@ func TestWS_AllowedOriginsMustBeOrigins(t *testing.T) {
 func TestWS_CookieAloneFromAForeignOriginIsRefused(t *testing.T) {
 	t.Parallel()
 	e := newCookieEnv(t)
-	user := gateway.SignToken(authSecret, "user", "read-write", time.Hour)
+	user := auth.SignToken(authSecret, "user", "read-write", time.Hour)
 	cookie := cookieName + "=" + user
 	for _, origin := range []string{"https://evil.example", "http://127.0.0.1:1"} {
 		assert.Equal(t, http.StatusForbidden, e.upgradeStatus(t, http.Header{"Origin": {origin}, "Cookie": {cookie}}), "Origin %s", origin)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
@@ -40,7 +40,7 @@ func TestConsoleAndDemo_SayHowToGetATokenWhenAuthIsOn(t *testing.T) {
 	shot(ctx, t, "console-auth-missing.png", false)
 
 	// A read-only token: the console needs admin, and says so once.
-	weak := gateway.SignToken([]byte(secret), "viewer", "read-only", time.Hour)
+	weak := auth.SignToken([]byte(secret), "viewer", "read-only", time.Hour)
 	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("token"), weak),
 		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`))))
 	waitState(ctx, t, 15*time.Second, "the console says the token lacks rights",
@@ -50,7 +50,7 @@ func TestConsoleAndDemo_SayHowToGetATokenWhenAuthIsOn(t *testing.T) {
 	shot(ctx, t, "console-auth-weak.png", false)
 
 	// An admin token: the advice goes away.
-	admin := gateway.SignToken([]byte(secret), "ops", "admin", time.Hour)
+	admin := auth.SignToken([]byte(secret), "ops", "admin", time.Hour)
 	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("token"), admin),
 		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`))))
 	waitState(ctx, t, 15*time.Second, "the advice is gone with an admin token",

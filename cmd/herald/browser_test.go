@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
 )
@@ -262,8 +262,8 @@ func TestBrowser_ForeignPageCannotUseTheCookie(t *testing.T) {
 	bin := buildHerald(t)
 	secret := strings.Repeat("cookies-", 5)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret, "--auth-cookie", "herald_token")
-	user := gateway.SignToken([]byte(secret), "user", "read-write", time.Hour)
-	admin := gateway.SignToken([]byte(secret), "ops", "admin", time.Hour)
+	user := auth.SignToken([]byte(secret), "user", "read-write", time.Hour)
+	admin := auth.SignToken([]byte(secret), "ops", "admin", time.Hour)
 	bearer := func(method, path, body string) int {
 		req, err := http.NewRequestWithContext(t.Context(), method, p.url+path, strings.NewReader(body))
 		require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/server"
 	"github.com/heraldmq/herald/pgnotify"
@@ -240,7 +241,7 @@ func (c *config) validate() error {
 		return errors.New("--sync-secret must be 64 hex characters (syncnet on: --sync-secret or --sync-peers set)")
 	}
 	for _, o := range c.AllowedOrigins {
-		if !gateway.ValidOrigin(o) {
+		if !auth.ValidOrigin(o) {
 			return fmt.Errorf("--ws-allowed-origins: %q is not an origin: scheme://host[:port], http or https, no path (there is no wildcard)", o)
 		}
 	}

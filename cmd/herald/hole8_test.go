@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgtest"
 )
@@ -59,7 +60,7 @@ func TestHole8_ServeMetricsFlags(t *testing.T) {
 	secret := strings.Repeat("k", 32)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret,
 		"--metrics-auth", "--metrics-max-queues", "1")
-	admin := gateway.SignToken([]byte(secret), "ops", "admin", time.Hour)
+	admin := auth.SignToken([]byte(secret), "ops", "admin", time.Hour)
 	call := func(method, path, token, body string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequest(method, p.url+path, strings.NewReader(body))

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
@@ -60,7 +60,7 @@ func TestIssue18_BrowserSDKTokenFunction(t *testing.T) {
 			onMessage: (m) => { t.sse.push(m.data); }, onError: (e) => t.errors.push(e.message) });
 		return "ok";
 	})()`, list))
-	admin := gateway.SignToken([]byte(secret), "ops", "admin", time.Hour)
+	admin := auth.SignToken([]byte(secret), "ops", "admin", time.Hour)
 	pushAs := func(n int) {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.url+"api/v1/push",
 			strings.NewReader(fmt.Sprintf(`{"items":[{"queue":"tok","payload":%d}]}`, n)))
@@ -166,7 +166,7 @@ func TestIssue18_DemoPageWithAUserToken(t *testing.T) {
 	// Nothing reached bob's mailbox.
 	req, err := http.NewRequest(http.MethodGet, p.url+"api/v1/pop/queue/mail/partition/bob?wait=false", nil)
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+gateway.SignToken([]byte(secret), "ops", "admin", time.Minute))
+	req.Header.Set("Authorization", "Bearer "+auth.SignToken([]byte(secret), "ops", "admin", time.Minute))
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	_ = res.Body.Close()

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
@@ -29,7 +29,7 @@ func TestIssue21_Console(t *testing.T) {
 	secret := strings.Repeat("console-", 5)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret,
 		"--instance-id", "herald-1")
-	admin := &adminClient{t: t, base: p.url, token: gateway.SignToken([]byte(secret), "ops", "admin", time.Hour)}
+	admin := &adminClient{t: t, base: p.url, token: auth.SignToken([]byte(secret), "ops", "admin", time.Hour)}
 	seed := seedConsole(t, admin)
 
 	ctx := browser(t)
@@ -43,7 +43,7 @@ func TestIssue21_Console(t *testing.T) {
 			`document.querySelector("#overview .alert.error")?.textContent.includes("Needs an admin token") &&
 			 document.querySelector("#auth-hint")?.textContent.includes("Auth is on") &&
 			 document.querySelector("#auth-hint")?.textContent.includes("herald token --sub ops --role admin")`)
-		useToken(ctx, t, gateway.SignToken([]byte(secret), "bob", "read-write", time.Hour))
+		useToken(ctx, t, auth.SignToken([]byte(secret), "bob", "read-write", time.Hour))
 		waitJS(ctx, t, "a read-write token: needs an admin token",
 			`document.querySelector("#overview .alert.error")?.textContent.includes("role admin") &&
 			 document.querySelector("#auth-hint")?.textContent.includes("below admin")`)

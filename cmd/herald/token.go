@@ -12,7 +12,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 )
 
 // listFlag collects a repeatable string flag.
@@ -52,7 +52,7 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	if len(key) < 32 {
 		return errors.New("give the server's secret (at least 32 bytes) with --secret or HERALD_AUTH_SECRET")
 	}
-	if _, ok := gateway.ParseRole(*role); !ok {
+	if _, ok := auth.ParseRole(*role); !ok {
 		return errors.New("--role must be read-only, read-write or admin")
 	}
 	b := jwt.NewBuilder().Subject(*sub).IssuedAt(time.Now()).Claim("role", *role)
@@ -66,8 +66,8 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 		b = b.Audience([]string{*audience})
 	}
 	if len(consume)+len(produce)+len(namespaces) > 0 {
-		r := gateway.Rights{Consume: consume, Produce: produce, Namespaces: namespaces}
-		if _, err := gateway.ParseRights(mustJSON(r)); err != nil {
+		r := auth.Rights{Consume: consume, Produce: produce, Namespaces: namespaces}
+		if _, err := auth.ParseRights(mustJSON(r)); err != nil {
 			return err
 		}
 		b = b.Claim("herald", r)

@@ -29,7 +29,7 @@ var testHelpers = []string{"internal/pgtest", "queue/queuetest"}
 // assembly is what a test that runs whole instances may import (the
 // multi-instance tests of pgnotify and syncnet, gateway's end-to-end
 // tests): every server package.
-var assembly = []string{"gateway", "internal/...", "pgnotify", "poller", "queue/...", "spool", "syncnet", "web"}
+var assembly = []string{"auth", "gateway", "internal/...", "pgnotify", "poller", "queue/...", "spool", "syncnet", "web"}
 
 // design is docs/design.md §1 as import rules, one row per package.
 var design = map[string]rule{
@@ -40,7 +40,8 @@ var design = map[string]rule{
 	"syncnet":            {tests: assembly},
 	"spool":              {},
 	"web":                {},
-	"gateway":            {imports: []string{"poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
+	"auth":               {}, // tokens, rights, JWKS, the cookie rule: no store, no handlers
+	"gateway":            {imports: []string{"auth", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
 	"internal/pgcluster": {},
 	"internal/pgtest":    {imports: []string{"internal/pgcluster"}},
 	"internal/backoff":   {},

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/auth"
 )
 
 // authLeeway is the clock skew tolerated on a token's exp and nbf.
@@ -19,8 +19,8 @@ const authLeeway = 30 * time.Second
 // newAuth builds the token verifier from the Auth* settings: an HMAC
 // secret, a PEM public key, a JWKS URL (fetched now: Herald does not start
 // without its keys; refreshed until ctx ends), or several of them.
-func newAuth(ctx context.Context, cfg *Config, reg prometheus.Registerer, log zerolog.Logger) (*gateway.Auth, error) {
-	a := &gateway.Auth{Secret: []byte(cfg.AuthSecret), Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, Cookie: cfg.AuthCookie, Leeway: authLeeway}
+func newAuth(ctx context.Context, cfg *Config, reg prometheus.Registerer, log zerolog.Logger) (*auth.Auth, error) {
+	a := &auth.Auth{Secret: []byte(cfg.AuthSecret), Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, Cookie: cfg.AuthCookie, Leeway: authLeeway}
 	if cfg.AuthPublicKey != "" {
 		b, err := os.ReadFile(cfg.AuthPublicKey) // #nosec G703 G304 -- the operator names the file
 		if err != nil {
@@ -36,7 +36,7 @@ func newAuth(ctx context.Context, cfg *Config, reg prometheus.Registerer, log ze
 		a.PublicKey = k
 	}
 	if cfg.AuthJWKSURL != "" {
-		a.JWKS = &gateway.JWKS{URL: cfg.AuthJWKSURL, Logger: log.With().Str("component", "jwks").Logger()}
+		a.JWKS = &auth.JWKS{URL: cfg.AuthJWKSURL, Logger: log.With().Str("component", "jwks").Logger()}
 		if err := reg.Register(a.JWKS); err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package gateway
+package auth
 
 import (
 	"mime"
@@ -18,16 +18,16 @@ import (
 // another origin:
 //
 //  1. Its Origin, when it has one, is the server's own (scheme, host and
-//     port) or in Config.AllowedOrigins. Browsers send Origin on every
-//     POST, every cross-origin fetch or EventSource, and every WebSocket
-//     upgrade.
+//     port) or an allowed one (the gateway's Config.AllowedOrigins).
+//     Browsers send Origin on every POST, every cross-origin fetch or
+//     EventSource, and every WebSocket upgrade.
 //  2. Without an Origin, its Sec-Fetch-Site, when it has one, is neither
 //     cross-site nor same-site: an <img>, a link or a form GET of another
 //     origin sends no Origin, but a browser says where it comes from
 //     (Chromium, Firefox and Safari send Sec-Fetch-Site to https and
 //     loopback origins, not over plain http to other hosts).
-//  3. By what its route does (the mark given when the route is
-//     registered):
+//  3. By what its route does (its Effect, the mark the gateway gives a
+//     route when it registers it):
 //     - reads (a GET with no side effect): nothing more.
 //     - streams (a GET event stream: it leases messages, and with
 //     autoAck consumes them): Accept: text/event-stream, which an
@@ -40,7 +40,7 @@ import (
 //     a CORS preflight answered with Access-Control-Allow-Credentials,
 //     which Herald never sends (it answers Access-Control-Allow-Origin: *).
 //     - the WebSocket upgrade: its Origin is checked for every client
-//     (checkOrigin), so rules 1 and 2 are all there is; its frames come
+//     (CheckOrigin), so rules 1 and 2 are all there is; its frames come
 //     from the page that opened it.
 //
 // A refusal is 403 with an error that names what was missing. Over plain
@@ -62,40 +62,33 @@ import (
 // The browser SDK (web/herald.js) sends it on every request.
 const CSRFHeader = "X-Herald-CSRF"
 
-// effect is what a route does, as the cookie rule sees it; each route is
-// marked when it is registered (Server.handle, read, stream).
-type effect int
+// Effect is what a route does, as the cookie rule sees it; the gateway
+// marks each route when it registers it.
+type Effect int
 
+// Effects.
 const (
-	changes  effect = iota // the default: a state change
-	reads                  // a GET with no side effect
-	streams                // a GET event stream (SSE): it leases, and may consume
-	upgrades               // the WebSocket upgrade, whose Origin checkOrigin checks
-)
-
-// tokenSource is where a request's token came from.
-type tokenSource int
-
-const (
-	fromNone tokenSource = iota
-	fromHeader
-	fromQuery
-	fromCookie
+	Changes  Effect = iota // the default: a state change
+	Reads                  // a GET with no side effect
+	Streams                // a GET event stream (SSE): it leases, and may consume
+	Upgrades               // the WebSocket upgrade, whose Origin CheckOrigin checks
 )
 
 // cookieRefused is a refusal by the cookie rule (403).
 type cookieRefused string
 
 func (e cookieRefused) Error() string { return "cookie refused: " + string(e) }
-func (e cookieRefused) Unwrap() error { return errForbidden }
+func (e cookieRefused) Unwrap() error { return ErrForbidden }
 
-// cookieRule returns why a request whose token came in the cookie alone
-// may not do what its route does (eff), or nil.
-func (s *Server) cookieRule(r *http.Request, eff effect) error {
+// CookieRule returns why a request whose token came in the cookie alone
+// may not do what its route does (eff), or nil; allowed are the origins
+// besides the server's own, as NormalOrigin writes them. A refusal wraps
+// ErrForbidden.
+func CookieRule(r *http.Request, eff Effect, allowed []string) error {
 	origin := r.Header.Get("Origin")
 	site := strings.ToLower(r.Header.Get("Sec-Fetch-Site"))
 	switch {
-	case origin != "" && !s.originAllowed(r, origin):
+	case origin != "" && !originAllowed(r, origin, allowed):
 		return cookieRefused("the request comes from a page of another origin (Origin: " + origin +
 			"); send the token in an Authorization header")
 	case origin == "" && (site == "cross-site" || site == "same-site"):
@@ -103,11 +96,11 @@ func (s *Server) cookieRule(r *http.Request, eff effect) error {
 			"); send the token in an Authorization header")
 	}
 	switch eff {
-	case streams:
+	case Streams:
 		if !acceptsEventStream(r) {
 			return cookieRefused("an event stream on the cookie alone is opened by an EventSource (Accept: text/event-stream)")
 		}
-	case changes:
+	case Changes:
 		if r.Header.Get(CSRFHeader) == "" && site != "same-origin" {
 			return cookieRefused("a request that changes state on the cookie alone needs the header " + CSRFHeader +
 				" (or Sec-Fetch-Site: same-origin), or the token in an Authorization header")
@@ -129,25 +122,26 @@ func acceptsEventStream(r *http.Request) bool {
 	return false
 }
 
-// checkOrigin tells whether a WebSocket upgrade may proceed: a client that
-// is not a browser sends no Origin; a browser page's must be allowed.
-func (s *Server) checkOrigin(r *http.Request) bool {
+// CheckOrigin tells whether a WebSocket upgrade may proceed: a client that
+// is not a browser sends no Origin; a browser page's must be the server's
+// own or one of allowed (as NormalOrigin writes them).
+func CheckOrigin(r *http.Request, allowed []string) bool {
 	origin := r.Header.Get("Origin")
-	return origin == "" || s.originAllowed(r, origin)
+	return origin == "" || originAllowed(r, origin, allowed)
 }
 
 // originAllowed reports whether origin (an Origin header) is the server's
 // own — the scheme the request came over, and its Host — or one of
-// Config.AllowedOrigins.
-func (s *Server) originAllowed(r *http.Request, origin string) bool {
-	o, ok := normalOrigin(origin)
+// allowed.
+func originAllowed(r *http.Request, origin string, allowed []string) bool {
+	o, ok := NormalOrigin(origin)
 	if !ok {
 		return false // "null" (a sandboxed frame, a file) and anything malformed
 	}
-	if own, ok := normalOrigin(requestScheme(r) + "://" + r.Host); ok && own == o {
+	if own, ok := NormalOrigin(requestScheme(r) + "://" + r.Host); ok && own == o {
 		return true
 	}
-	return slices.Contains(s.allowedOrigins, o)
+	return slices.Contains(allowed, o)
 }
 
 // requestScheme is the scheme the browser used: https over TLS, or when a
@@ -164,17 +158,18 @@ func requestScheme(r *http.Request) string {
 	return "http"
 }
 
-// ValidOrigin reports whether s is an origin as Config.AllowedOrigins takes
-// one: scheme://host[:port], http or https, nothing after it.
+// ValidOrigin reports whether s is an origin as the gateway's
+// Config.AllowedOrigins takes one: scheme://host[:port], http or https,
+// nothing after it.
 func ValidOrigin(s string) bool {
-	_, ok := normalOrigin(s)
+	_, ok := NormalOrigin(s)
 	return ok
 }
 
-// normalOrigin returns an origin as browsers serialize it — lower case,
+// NormalOrigin returns an origin as browsers serialize it — lower case,
 // without its scheme's default port — and whether s is one: http or https,
 // a host, nothing after it.
-func normalOrigin(s string) (string, bool) {
+func NormalOrigin(s string) (string, bool) {
 	u, err := url.Parse(strings.TrimSuffix(s, "/"))
 	if err != nil || u.Host == "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
 		return "", false

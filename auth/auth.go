@@ -1,4 +1,4 @@
-package gateway
+package auth
 
 import (
 	"context"
@@ -68,7 +68,7 @@ type Auth struct {
 	// Cookie, when set, names a cookie that may carry the token too (an
 	// EventSource cannot set headers; a cookie keeps the token out of URLs).
 	// A token in the cookie alone is honoured only as the cookie rule
-	// allows (auth_cookie.go): from the server's own origin or an allowed
+	// allows (cookie.go): from the server's own origin or an allowed
 	// one, and for a change only with the header X-Herald-CSRF.
 	Cookie   string
 	Audience string // when set, aud must contain it
@@ -88,7 +88,7 @@ type Claims struct {
 	Rights  *Rights   // the herald claim; nil when absent (the role alone decides)
 }
 
-// Token errors; each answers 401.
+// Token errors; the gateway answers each 401.
 var (
 	ErrNoToken      = errors.New("a bearer token is required")
 	ErrBadToken     = errors.New("the bearer token is not a valid JWT signed with a key Herald knows")
@@ -220,90 +220,65 @@ func SignToken(secret []byte, sub, role string, ttl time.Duration) string {
 	return string(out)
 }
 
-// bearer finds the token and where it came from: the Authorization
+// Source is where a request's token came from (Bearer).
+type Source int
+
+// Sources.
+const (
+	FromNone Source = iota
+	FromHeader
+	FromQuery
+	FromCookie
+)
+
+// Bearer finds the token and where it came from: the Authorization
 // header, the access_token query parameter (EventSource and browser
 // WebSockets cannot set headers), or the cookie named cookie when it is
 // set. Only the cookie comes with requests the user's page did not make
-// (the cookie rule, auth_cookie.go).
-func bearer(r *http.Request, cookie string) (string, tokenSource) {
+// (the cookie rule, cookie.go).
+func Bearer(r *http.Request, cookie string) (string, Source) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
-			return strings.TrimSpace(tok), fromHeader
+			return strings.TrimSpace(tok), FromHeader
 		}
-		return "", fromNone
+		return "", FromNone
 	}
 	if t := r.URL.Query().Get("access_token"); t != "" {
-		return t, fromQuery
+		return t, FromQuery
 	}
 	if cookie == "" {
-		return "", fromNone
+		return "", FromNone
 	}
 	if c, err := r.Cookie(cookie); err == nil && c.Value != "" {
-		return c.Value, fromCookie
+		return c.Value, FromCookie
 	}
-	return "", fromNone
+	return "", FromNone
 }
 
 type claimsKey struct{}
 
-// claimsOf returns the request's verified claims; ok is false when auth is
-// off.
-func claimsOf(ctx context.Context) (Claims, bool) {
+// WithClaims returns ctx carrying a request's verified claims.
+func WithClaims(ctx context.Context, c Claims) context.Context {
+	return context.WithValue(ctx, claimsKey{}, c)
+}
+
+// ClaimsFrom returns the verified claims ctx carries; ok is false when it
+// carries none (auth is off).
+func ClaimsFrom(ctx context.Context) (Claims, bool) {
 	c, ok := ctx.Value(claimsKey{}).(Claims)
 	return c, ok
 }
 
-// authorize checks the request's token against need, and a token from the
-// cookie alone against what the route does (eff). On failure it answers
-// 401 (no or bad token) or 403 (role too low, the cookie refused) and
-// returns false; with auth off it lets everything through.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Role, eff effect) (*http.Request, bool) {
-	if s.cfg.Auth == nil || need == RoleNone {
-		return r, true
-	}
-	c, err := s.checkToken(r, need, eff)
-	if err != nil {
-		status := http.StatusUnauthorized
-		if errors.Is(err, errForbidden) {
-			status = http.StatusForbidden
-		} else {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
-		}
-		writeError(w, status, err.Error())
-		return r, false
-	}
-	return r.WithContext(context.WithValue(r.Context(), claimsKey{}, c)), true
+// ErrForbidden is what every refusal of a verified token wraps (403): a
+// role too low (RoleError), the cookie rule (cookie.go).
+var ErrForbidden = errors.New("forbidden")
+
+// RoleError is a token whose role is below what the request needs.
+type RoleError struct{ Have, Need Role }
+
+func (e RoleError) Error() string {
+	return "role " + e.Have.String() + " may not do this; it needs " + e.Need.String()
 }
 
-var errForbidden = errors.New("forbidden")
-
-type forbiddenError struct{ have, need Role }
-
-func (e forbiddenError) Error() string {
-	return "role " + e.have.String() + " may not do this; it needs " + e.need.String()
-}
-func (e forbiddenError) Unwrap() error { return errForbidden }
-
-func (s *Server) checkToken(r *http.Request, need Role, eff effect) (Claims, error) {
-	tok, from := bearer(r, s.cfg.Auth.Cookie)
-	if tok == "" {
-		s.metrics.authFailures.WithLabelValues("missing").Inc()
-		return Claims{}, ErrNoToken
-	}
-	if from == fromCookie {
-		if err := s.cookieRule(r, eff); err != nil {
-			s.metrics.authFailures.WithLabelValues("cross_site").Inc()
-			return Claims{}, err
-		}
-	}
-	c, err := s.cfg.Auth.Verify(tok, time.Now())
-	if err != nil {
-		s.metrics.authFailures.WithLabelValues("invalid").Inc()
-		return Claims{}, err
-	}
-	if c.Role < need {
-		s.metrics.authFailures.WithLabelValues("forbidden").Inc()
-		return c, forbiddenError{have: c.Role, need: need}
-	}
-	return c, nil
-}
+// Unwrap makes a RoleError an ErrForbidden.
+func (e RoleError) Unwrap() error { return ErrForbidden }

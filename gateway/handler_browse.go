@@ -40,7 +40,7 @@ func (s *Server) browseRoutes() {
 	s.read("GET /api/v1/status/buffers", "status_buffers", auth.RoleReadOnly, s.handleStatusBuffers)
 	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates)    // rates.go
 	s.read("GET /api/v1/status/backlog", "status_backlog", auth.RoleAdmin, s.handleBacklog) // backlog.go
-	s.analyticsRoutes() // handler_analytics.go
+	s.analyticsRoutes()                                                                     // handler_analytics.go
 }
 
 // failBrowse answers err: 404 for what a browse names and does not find,

@@ -53,7 +53,10 @@ var design = map[string]rule{
 	// The chaos suite runs the herald binary; its files carry a build tag.
 	"reliability": {},
 	// client is the SDK's own module (github.com/heraldmq/herald/client).
-	"cmd/herald":       {imports: assembly, tests: slices.Concat(assembly, []string{"client"})},
+	// The binary serves through internal/server (its flags' defaults
+	// included: server.Defaults); auth for `herald token`, pgcluster for
+	// `herald demo`'s private PostgreSQL.
+	"cmd/herald":       {imports: []string{"auth", "internal/server", "internal/pgcluster"}, tests: slices.Concat(assembly, []string{"client"})},
 	"cmd/herald-bench": {imports: []string{"client"}, tests: slices.Concat(assembly, []string{"client"})},
 }
 

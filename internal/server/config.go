@@ -13,6 +13,7 @@ import (
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/spool"
 	"github.com/heraldmq/herald/syncnet"
 )
 
@@ -215,4 +216,27 @@ func (c *Config) BufferDirOrDefault() string {
 		return c.BufferDir
 	}
 	return filepath.Join(c.DataDir, "buffer")
+}
+
+// FlagDefaults are the components' defaults that herald's flags show, in
+// one place: the binary reads them here, not from each package.
+type FlagDefaults struct {
+	BodyLimit, WSMaxConnections, SSEMaxConnections, MetricsMaxQueues int
+	PollWorkers, PreflightMax, BufferMaxBytes                        int
+	BodyReadTimeout, DBConnectTimeout, NotifyWindow                  time.Duration
+	SweepMin, SweepMax, PreflightTimeout                             time.Duration
+	SSEHeartbeat, SSEResumeGrace, SyncFreshness                      time.Duration
+	RetentionInterval, TraceRetention                                time.Duration
+}
+
+// Defaults are the components' defaults (each package's own constants).
+var Defaults = FlagDefaults{
+	BodyLimit: gateway.BodyLimitDefault, WSMaxConnections: gateway.MaxWSConnectionsDefault,
+	SSEMaxConnections: gateway.MaxSSEConnectionsDefault, MetricsMaxQueues: gateway.MetricsMaxQueuesDefault,
+	PollWorkers: poller.WorkersDefault, PreflightMax: poller.MaxIntentionsPerPreflight, BufferMaxBytes: spool.MaxBytesDefault,
+	BodyReadTimeout: gateway.BodyReadTimeoutDefault, DBConnectTimeout: queue.ConnectTimeoutDefault,
+	NotifyWindow: pgnotify.WindowDefault, SweepMin: poller.SweepMinDefault, SweepMax: poller.SweepMaxDefault,
+	PreflightTimeout: poller.PreflightTimeoutDefault, SSEHeartbeat: gateway.SSEHeartbeatDefault,
+	SSEResumeGrace: gateway.SSEResumeGraceDefault, SyncFreshness: syncnet.FreshnessDefault,
+	RetentionInterval: queue.RetentionIntervalDefault, TraceRetention: queue.TraceRetentionDefault,
 }

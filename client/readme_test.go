@@ -9,13 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 17: every ```go block of the README appears, word for word (each
+// Every ```go block of the README appears, word for word (each
 // line's leading and trailing blanks aside, blank lines aside), in a test
 // file of this package that holds Example functions, so it compiles and
 // (with its Example's Output line) runs against a real Herald. A README
 // edit that is not made to the Example too, or the other way round, fails
 // here.
-func TestIssue17_ReadmeGoBlocksAreExamples(t *testing.T) {
+func TestReadme_GoBlocksAreExamples(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
 	blocks := fencedBlocks(string(readme), "go")

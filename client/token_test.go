@@ -13,10 +13,10 @@ import (
 	"github.com/heraldmq/herald/client"
 )
 
-// Issue 18: the Go SDK takes a token provider, asked on every connection
+// The Go SDK takes a token provider, asked on every connection
 // and push and before the live token expires: a subscription outlives many
 // short-lived tokens without a reconnect.
-func TestIssue18_TokenSourceRefreshesBeforeExpiry(t *testing.T) {
+func TestTokenSource_RefreshesBeforeExpiry(t *testing.T) {
 	t.Parallel()
 	const secret = "0123456789abcdef0123456789abcdef"
 	s := newHerald(t, "--auth-secret", secret)

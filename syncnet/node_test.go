@@ -133,7 +133,7 @@ func TestNode_TargetedWakeups(t *testing.T) {
 	a.Notify("orders", "p2")
 	assert.Equal(t, before, sentTo(t, a, MessageAvailable), "nothing to a dead peer or one without consumers")
 	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.alive) == 1 }, 2*time.Second, 10*time.Millisecond, "only B alive")
-	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.dead), "C dead (issue 21: the peer-dead alert)")
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.dead), "C dead (the peer-dead alert reads it)")
 
 	// The last consumer leaving announces it.
 	b.SetLocal("x", true)

@@ -16,10 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 14, hole 4: datagrams captured before and after a peer's restart
-// were replayed without the secret, alternately, and every one was accepted
+// Replayed datagrams: captured before and after a peer's restart and
+// replayed without the secret, alternately, every one used to be accepted
 // as "a restart"; each replayed MESSAGE_AVAILABLE woke the poller, and each
-// replayed old-session datagram wiped the peer's presence.
+// replayed old-session datagram wiped the peer's presence. These tests
+// keep them out.
 
 const testSecret = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
@@ -154,8 +155,8 @@ var attacker = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9}
 
 // Datagrams of a session older than the newest seen are dropped for good,
 // and a datagram whose signed ts is outside the freshness window is
-// dropped: 0 of 400 replays get through (the issue saw 100 of 100).
-func TestHole4_SyncnetReplayAcrossRestart(t *testing.T) {
+// dropped: 0 of 400 replays get through (100 of 100 did before sessions were strict).
+func TestReplay_DatagramsAcrossARestartAreDropped(t *testing.T) {
 	hb, ma := restartCapture(t, [2]string{"q1", "q2"})
 
 	v, _ := runNode(t, Config{ServerID: "v:1"})
@@ -196,7 +197,7 @@ func TestHole4_SyncnetReplayAcrossRestart(t *testing.T) {
 // However often a MESSAGE_AVAILABLE is replayed, and however fast a peer
 // sends them, a queue gets at most one wake-up per WakeWindow (the first at
 // once, the rest coalesced into one at the window's end).
-func TestHole4_ReplayedMessageAvailableCoalesced(t *testing.T) {
+func TestReplay_MessageAvailableWakesOncePerWindow(t *testing.T) {
 	window := WakeWindowDefault
 	// quiet reports whether no further wake-up arrives for several windows
 	// (a bounded wait for an absence: there is no event to wait on).
@@ -321,7 +322,7 @@ func TestHole4_ReplayedMessageAvailableCoalesced(t *testing.T) {
 // A replayed datagram of the session before a peer's restart leaves what
 // the peer announced since (its presence, how long it has been known) as it
 // was.
-func TestHole4_StaleSessionKeepsPresence(t *testing.T) {
+func TestReplay_StaleSessionKeepsPresence(t *testing.T) {
 	c := newCapture(t)
 	v, _ := runNode(t, Config{ServerID: "v:1"})
 	a1, stop := runNode(t, Config{Peers: []string{v.Addr().String(), c.addr()}, ServerID: "a:1"})
@@ -361,7 +362,7 @@ func TestHole4_StaleSessionKeepsPresence(t *testing.T) {
 // greets with a heartbeat the peers it learns of and the peers it hears
 // (re)start: news without a ts (here QUEUE_CONFIG_DELETE) reaches them at
 // once, not after the next heartbeat (a minute away here).
-func TestHole4_NewPeersAdoptSessionAtOnce(t *testing.T) {
+func TestSession_NewPeersAdoptItAtOnce(t *testing.T) {
 	deleted := make(chan string, 4)
 	onDeleted := func(q string) { deleted <- q }
 	expect := func(q string) {

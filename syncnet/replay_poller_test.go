@@ -47,13 +47,13 @@ func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return total
 }
 
-// The measurement, end to end: a consumer waits on a queue; an
+// The replay measured end to end: a consumer waits on a queue; an
 // eavesdropper replays, for a second, the MESSAGE_AVAILABLE datagrams it
 // captured before and after a peer's restart, alternately, to the
 // instance's socket. Each accepted one used to cost a poll cycle (4,143
 // pre-flights in 5 s); now none is accepted and the poller works for the
 // two real ones only.
-func TestHole4_ReplayedMessageAvailablePollCycles(t *testing.T) {
+func TestReplay_MessageAvailableCostsNoPollCycles(t *testing.T) {
 	// Capture a:1's datagrams across a restart.
 	eve, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	require.NoError(t, err)

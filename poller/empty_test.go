@@ -12,12 +12,12 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16, point 5: idle long-polls ask again when their wait ends, and
+// Idle long-polls ask again when their wait ends, and
 // each new intention ran a pre-flight that found nothing (938 long-polls
 // cost 7 queries a second). A target the last pre-flight found empty, with
 // no wake-up since, still is: a new intention on it waits without a query.
 // Another group, or anything after a wake-up, is checked as before.
-func TestIssue16_IdleTargetCostsNoQueryPerIntention(t *testing.T) {
+func TestPoller_EmptyTargetCostsNoQueryPerIntention(t *testing.T) {
 	e := newEnv(t, slowSweep)
 	e.push("q", "", 1, 1)
 	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q", Group: "g"}, AutoAck: true})
@@ -58,7 +58,7 @@ func TestIssue16_IdleTargetCostsNoQueryPerIntention(t *testing.T) {
 // (TestIssue19_SeekAndDeleteUnderALiveSubscription failed so under load).
 // The queue is looked at again emptyRetry later, and again while the row
 // stays held.
-func TestIssue16_EmptyAssignmentIsRetried(t *testing.T) {
+func TestPoller_EmptyAssignmentIsLookedAtAgain(t *testing.T) {
 	e := newEnv(t, slowSweep)
 	e.push("q", "", 1, 1)
 	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true})

@@ -9,7 +9,7 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 21: a prefix search is a range of partitions_name_prefix, in byte
+// A prefix search is a range of partitions_name_prefix, in byte
 // order and case-sensitive; % and _ are plain characters; keyset paging
 // goes on in the same order; search and prefix together are refused.
 func TestBrowse_PartitionsByPrefix(t *testing.T) {
@@ -66,7 +66,7 @@ func TestPrefixEnd(t *testing.T) {
 	}
 }
 
-// Issue 21: at 100,000 partitions a substring search reads every one of
+// At 100,000 partitions a substring search reads every one of
 // the queue; a prefix reads the index range that matches, with a custom
 // plan and with the generic plan a pooled connection keeps.
 func TestPlan_PartitionPrefixSearchIsIndexBacked(t *testing.T) {

@@ -39,7 +39,7 @@ func ready(t *testing.T, s *queue.Store, q string) int {
 	return n
 }
 
-// Issue 19: a message deleted from the middle of a lease. Offsets are
+// A message deleted from the middle of a lease. Offsets are
 // dense and cursors move only over finished offsets, so the deleted offset
 // must count as finished for every group, now and later: the holder's
 // other acks end the lease, the group goes on after it, a group that had
@@ -240,7 +240,7 @@ func scans(plan map[string]any) []string {
 	return out
 }
 
-// Issue 19: an operator console pages a queue of 100,000 partitions and
+// An operator console pages a queue of 100,000 partitions and
 // reads its totals. The page reads an index range of partitions
 // (queue_id, name) and a few rows per partition shown, whatever the
 // queue's size; a keyset page as much; an offset page adds only index

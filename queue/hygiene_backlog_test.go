@@ -10,7 +10,7 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 21: the hygiene sample reports what each consumer group has not
+// The hygiene sample reports what each consumer group has not
 // finished, the age of the oldest of it and the dead-letter counts, for
 // the lag, age and DLQ alerts.
 func TestHygiene_Backlog(t *testing.T) {
@@ -56,7 +56,7 @@ func TestHygiene_Backlog(t *testing.T) {
 	assert.GreaterOrEqual(t, h.SlotRetainedBytes, int64(0))
 }
 
-// Issue 21: the backlog sample over 100,000 partitions with something
+// The backlog sample over 100,000 partitions with something
 // waiting never scans messages: it probes at most BacklogAgeSample
 // partitions' first messages per pair.
 func TestPlan_BacklogSampleIsBounded(t *testing.T) {

@@ -45,13 +45,13 @@ func (h *handTo) Settle(_ queue.Reservation, res *queue.PopResult) {
 	}
 }
 
-// Issue 18: every way a lease is made records the subject it was made for
+// Every way a lease is made records the subject it was made for
 // (Pop, PopAssigned, PopClaim, a push's hand-off), and every way a lease is
 // acted on refuses another non-admin subject: Ack (named lease or none),
 // ExtendLease, Transaction (its acks and its required leases) and
 // ResumeLeases. Holder "" (an admin, auth off) is never refused; a lease
 // made for no subject binds nothing.
-func TestIssue18_LeasesRecordTheirSubject(t *testing.T) {
+func TestLease_EveryWayRecordsItsSubject(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
 	leaseBy := map[string]func(q string) *queue.PopResult{

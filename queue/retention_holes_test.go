@@ -12,7 +12,7 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16 review: a group's registration scanned every stored offset of
+// A group's registration scanned every stored offset of
 // every partition for gaps (registering over 1,000,000 messages took 1 s,
 // with the partitions share-locked, so pushes waited). It reads the
 // recorded holes instead, whatever the partition holds: here no plan node
@@ -20,7 +20,7 @@ import (
 // message; the last before the subscription's start), on a partition of
 // 20,000 messages with 20 holes. Seeks and group resets, which place
 // cursors the same way, too.
-func TestIssue16_RegistrationReadsNoMessagePerOffset(t *testing.T) {
+func TestRegister_ReadsNoMessagePerOffset(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	push(t, s, "big", "", 1)
@@ -108,7 +108,7 @@ func partitionHoles(t *testing.T, s *queue.Store, q string) []int64 {
 // above the partition's first remaining message (a group registered later
 // counts them as finished), and forgets those below it once the prefix
 // goes: the table keeps only the holes between remaining messages.
-func TestIssue16_CompletedRetentionRecordsItsHoles(t *testing.T) {
+func TestRetention_CompletedRecordsItsHoles(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	completedRetentionGap(t, s)
@@ -129,7 +129,7 @@ func TestIssue16_CompletedRetentionRecordsItsHoles(t *testing.T) {
 // Holes below a partition's first remaining message are of no use (every
 // position starts at or after it) and a run of retention forgets them,
 // wherever they came from (two deleters racing may leave one behind).
-func TestIssue16_RetentionForgetsHolesBelowTheFirstMessage(t *testing.T) {
+func TestRetention_ForgetsHolesBelowTheFirstMessage(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "h", Options: json.RawMessage(`{"completedRetentionSeconds":3600}`)})
@@ -148,7 +148,7 @@ func TestIssue16_RetentionForgetsHolesBelowTheFirstMessage(t *testing.T) {
 // The migration that makes completed retention record its holes records
 // the gaps it left before: offsets with no message between remaining ones
 // and after the last one.
-func TestIssue16_MigrationRecordsExistingGaps(t *testing.T) {
+func TestMigrate_RecordsExistingGaps(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "m", "", nums(1, 8)...)
 	exec(t, s, `DELETE FROM messages WHERE seq IN (1, 3, 4, 7, 8)`)

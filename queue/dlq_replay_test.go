@@ -75,10 +75,10 @@ func cursorOf(t *testing.T, s *queue.Store, g string) (cursor int64, done []int6
 	return cursor, done
 }
 
-// Issue 21: a replay puts exactly the dead-lettered message back, for its
+// A replay puts exactly the dead-lettered message back, for its
 // group only and in its place; once acked the cursor is where it was; a
 // second replay of the same dead letter changes nothing.
-func TestIssue21_DLQReplayPutsOneMessageBack(t *testing.T) {
+func TestDLQReplay_PutsOneMessageBack(t *testing.T) {
 	s := newStore(t)
 	dlqFixture(t, s, 5, 2)
 	dl := deadLetters(t, s, "g")
@@ -122,9 +122,9 @@ func TestIssue21_DLQReplayPutsOneMessageBack(t *testing.T) {
 	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "g", Batch: 10}).Messages)
 }
 
-// Issue 21: the reasons a replay skips a dead letter, each leaving it and
+// The reasons a replay skips a dead letter, each leaving it and
 // the cursor as they were.
-func TestIssue21_DLQReplaySkips(t *testing.T) {
+func TestDLQReplay_SkipsWhatItMust(t *testing.T) {
 	s := newStore(t)
 	dlqFixture(t, s, 6, 2, 3, 4)
 	dl := deadLetters(t, s, "g")
@@ -187,9 +187,9 @@ func TestIssue21_DLQReplaySkips(t *testing.T) {
 	assert.Equal(t, 0, got.Messages[0].RetryCount, "the expired lease was not charged to the replayed message")
 }
 
-// Issue 21: filter mode acts on at most its limit, oldest first; the error
+// Filter mode acts on at most its limit, oldest first; the error
 // filter matches any case; purge deletes dead letters and is idempotent.
-func TestIssue21_DLQFilterModeAndPurge(t *testing.T) {
+func TestDLQ_FilterModeAndPurge(t *testing.T) {
 	s := newStore(t)
 	dlqFixture(t, s, 8, 2, 3, 5, 7)
 	page, err := s.DLQ(ctxT(t), queue.DLQQuery{Queue: "q", Error: "BOOM 5"})
@@ -228,11 +228,11 @@ func TestIssue21_DLQFilterModeAndPurge(t *testing.T) {
 	assert.Equal(t, []int64{4, 5, 6, 7, 8}, done, "2 and 3 pending (leased), the purged 5 and 7 finished")
 }
 
-// Issue 21: replay and purge while a consumer of the group pops and acks
+// Replay and purge while a consumer of the group pops and acks
 // the partition without a pause, and a producer pushes: every message is
 // delivered, each replayed one exactly once more, nothing is lost, and the
 // cursor ends on the last offset with no dead letter left.
-func TestIssue21_DLQReplayUnderALiveConsumer(t *testing.T) {
+func TestDLQReplay_UnderALiveConsumer(t *testing.T) {
 	s := newStore(t)
 	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = 0 })})
 	require.NoError(t, err)

@@ -10,11 +10,11 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Review of issue 19: completed retention deletes a message every group
+// Completed retention deletes a message every group
 // finished out of order; a seek back over it (or a group reset) must count
 // its offset as finished, or the group waits for it forever (retention
 // records the offset in message_holes, which seeks and resets read).
-func TestIssue19_SeekOverACompletedRetentionGap(t *testing.T) {
+func TestSeek_OverACompletedRetentionGap(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	completedRetentionGap(t, s)
@@ -57,13 +57,13 @@ func completedRetentionGap(t *testing.T, s *queue.Store) {
 	require.Equal(t, 2, left, "offset 2, finished out of order, is gone")
 }
 
-// Issue 16, point 5 (issue 19's note): a group registered after completed
+// A group registered after completed
 // retention took a message from the middle of a partition took only the
 // recorded holes (message_holes) as finished, and retention records none:
 // it waited on the missing offset forever. Retention now records the
 // offsets it takes above a partition's first remaining message there, in
 // the transaction that deletes them.
-func TestIssue16_RegistrationAfterCompletedRetentionGap(t *testing.T) {
+func TestRegister_AfterACompletedRetentionGap(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	completedRetentionGap(t, s)

@@ -11,11 +11,11 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 19: a queue's priority orders pops by namespace and by task, as
+// A queue's priority orders pops by namespace and by task, as
 // the reference server does: higher priorities are served first, whatever
 // order the queues were created or pushed to in; the pre-flight reports
 // the priority so the poller's decision follows it too.
-func TestIssue19_PriorityOrdersNamespacePops(t *testing.T) {
+func TestPop_PriorityOrdersNamespacePops(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	for name, prio := range map[string]int{"ns.low": 0, "ns.high": 10, "ns.mid": 5} {

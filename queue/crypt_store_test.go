@@ -14,13 +14,13 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-var hole11Key = bytes.Repeat([]byte{9}, 32)
+var boundKey = bytes.Repeat([]byte{9}, 32)
 
 // sealedStore is a store with an encryption key and encrypted queues qs.
 func sealedStore(t *testing.T, qs ...string) *queue.Store {
 	t.Helper()
 	plain := newStore(t)
-	s, err := queue.New(queue.Config{Pool: plain.Pool(), EncryptionKey: hole11Key})
+	s, err := queue.New(queue.Config{Pool: plain.Pool(), EncryptionKey: boundKey})
 	require.NoError(t, err)
 	require.NoError(t, s.CheckEncryption(ctxT(t)))
 	for _, q := range qs {
@@ -62,11 +62,11 @@ func dlqIDs(t *testing.T, s *queue.Store, q, group string) []string {
 	return out
 }
 
-// Hole 11: a ciphertext is bound to its message (AES-GCM additional data:
+// A ciphertext is bound to its message (AES-GCM additional data:
 // partition, transaction id, message id). One copied into another row of
 // the same queue, or of another queue, is not delivered as that message's
 // data: the pop dead-letters the row and goes on.
-func TestHole11_CiphertextBoundToMessage(t *testing.T) {
+func TestCrypt_CiphertextIsBoundToItsMessage(t *testing.T) {
 	s := sealedStore(t, "enc-a", "enc-b")
 	ctx := ctxT(t)
 	a := push(t, s, "enc-a", "", map[string]any{"n": 1, "secret": "A"}, map[string]any{"n": 2, "secret": "B"},
@@ -107,10 +107,10 @@ func TestHole11_CiphertextBoundToMessage(t *testing.T) {
 	assert.Equal(t, uint64(2), s.DecryptFailures())
 }
 
-// Hole 11: a ciphertext with a flipped byte is not delivered (not as the
+// A ciphertext with a flipped byte is not delivered (not as the
 // raw envelope either): it goes to the DLQ with the reason, is counted, and
 // the message after it is still delivered, in order.
-func TestHole11_TamperedPayloadNotDelivered(t *testing.T) {
+func TestCrypt_TamperedPayloadIsNotDelivered(t *testing.T) {
 	s := sealedStore(t, "enc")
 	pushed := push(t, s, "enc", "", nums(1, 4)...)
 	tamper(t, s, pushed[1].MessageID)
@@ -165,7 +165,7 @@ func tamper(t *testing.T, s *queue.Store, messageID string) {
 // sealV1 is the envelope of the first format: AAD "herald payload v1".
 func sealV1(t *testing.T, plain string) string {
 	t.Helper()
-	block, err := aes.NewCipher(hole11Key)
+	block, err := aes.NewCipher(boundKey)
 	require.NoError(t, err)
 	aead, err := cipher.NewGCM(block)
 	require.NoError(t, err)

@@ -10,11 +10,11 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Hole 9: a transaction whose push is refused by a queue's maxSize rolls
+// A transaction whose push is refused by a queue's maxSize rolls
 // back as a whole (the ack before it too), reports which push was refused,
 // and pushes of earlier operations of the same transaction count towards
 // the limit.
-func TestHole9_TransactionMaxSizeAllOrNothing(t *testing.T) {
+func TestTransaction_MaxSizeRefusalIsAllOrNothing(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "full", Options: json.RawMessage(`{"maxSize":2}`)})
@@ -73,10 +73,10 @@ func TestHole9_TransactionMaxSizeAllOrNothing(t *testing.T) {
 	assert.True(t, res.Success, res.Error)
 }
 
-// Hole 9: every result of a transaction carries its own index, counting
+// Every result of a transaction carries its own index, counting
 // each pushed item as one operation as the reference server does (it
 // flattens push items): results[i].Index == i.
-func TestHole9_TransactionPushIndexes(t *testing.T) {
+func TestTransaction_ResultsCarryTheirIndex(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	push(t, s, "src", "", nums(1, 1)...)

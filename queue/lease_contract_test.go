@@ -11,8 +11,8 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// The holes an outside attacker found in the lease and ack contract
-// (issue 14, points 1, 2, 3 and 10), and their siblings.
+// The lease and ack contract against a careless or hostile client: the
+// holes an outside attacker found in it, and their siblings.
 
 func expireLeases(t *testing.T, s *queue.Store) {
 	t.Helper()
@@ -26,9 +26,9 @@ func leaseExpiry(t *testing.T, s *queue.Store, leaseID string) time.Time {
 	return at
 }
 
-// Hole 1: seconds ≥ 2^31 was narrowed to int32 and wrapped negative, which
+// Seconds ≥ 2^31 was narrowed to int32 and wrapped negative, which
 // ended the lease and answered success; 2^31−1 pinned a partition for 68 years.
-func TestHole1_ExtendLeaseSecondsBounded(t *testing.T) {
+func TestExtendLease_SecondsAreBounded(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "q", "", nums(1, 1)...)
 	res := pop(t, s, queue.PopRequest{Queue: "q"})
@@ -52,10 +52,10 @@ func TestHole1_ExtendLeaseSecondsBounded(t *testing.T) {
 	assert.True(t, out[0].Success, "the holder's ack still counts")
 }
 
-// Hole 2: A's lease expired and B leased the message; A's retry without a
+// A's lease expired and B leased the message; A's retry without a
 // leaseId released B's live lease, C got the message while B worked, and
 // B's ack was refused.
-func TestHole2_StaleAckWithoutLeaseKeepsLiveHolder(t *testing.T) {
+func TestAck_StaleWithoutLeaseKeepsTheLiveHolder(t *testing.T) {
 	for _, status := range []queue.AckStatus{queue.StatusRetry, queue.StatusFailed, queue.StatusCompleted, queue.StatusDLQ} {
 		t.Run(string(status), func(t *testing.T) {
 			s := newStore(t)
@@ -84,10 +84,10 @@ func TestHole2_StaleAckWithoutLeaseKeepsLiveHolder(t *testing.T) {
 	}
 }
 
-// Hole 2's sibling: with no live lease, an ack naming no lease may finish a
+// With no live lease, an ack naming no lease may finish a
 // message that was delivered (the consumer's verdict), but failed and retry
 // have no lease to give back (the expiry already counted the attempt).
-func TestHole2_AckWithoutLeaseAfterExpiry(t *testing.T) {
+func TestAck_WithoutLeaseAfterExpiryMayOnlyComplete(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "q", "", nums(1, 2)...)
 	a := pop(t, s, queue.PopRequest{Queue: "q"})
@@ -107,9 +107,9 @@ func TestHole2_AckWithoutLeaseAfterExpiry(t *testing.T) {
 	assert.Zero(t, next.Messages[0].RetryCount)
 }
 
-// Hole 3: the ack checked the lease was live, not that the offset lay in
+// The ack checked the lease was live, not that the offset lay in
 // its range: acking x3 under x1's lease lost x3.
-func TestHole3_AckOutsideLeasedRangeRefused(t *testing.T) {
+func TestAck_OutsideLeasedRangeIsRefused(t *testing.T) {
 	s := newStore(t)
 	res := push(t, s, "q", "", nums(1, 3)...)
 	leased := pop(t, s, queue.PopRequest{Queue: "q", Batch: 1})
@@ -142,10 +142,10 @@ func TestHole3_AckOutsideLeasedRangeRefused(t *testing.T) {
 	assert.Zero(t, rest.Messages[1].RetryCount)
 }
 
-// Hole 10: each item of a batch was checked against the state at the start
+// Each item of a batch was checked against the state at the start
 // of the request, so naming one message four times as failed dead-lettered
 // it after a single delivery.
-func TestHole10_BatchItemsAppliedInOrder(t *testing.T) {
+func TestAck_BatchItemsAppliedInOrder(t *testing.T) {
 	s := newStore(t)
 	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = 3 })})
 	require.NoError(t, err)
@@ -192,10 +192,10 @@ func TestHole10_BatchItemsAppliedInOrder(t *testing.T) {
 	assert.Equal(t, 1, last.Messages[0].RetryCount, "a retry counts no attempt")
 }
 
-// Hole 3 and 10 on the transaction path: its acks go through the same
+// On the transaction path acks go through the same
 // rules, each operation against the state the operations before it left,
 // and a refusal rolls the whole transaction back.
-func TestHole3_TransactionAcksFollowTheContract(t *testing.T) {
+func TestTransaction_AcksFollowTheLeaseContract(t *testing.T) {
 	s := newStore(t)
 	res := push(t, s, "src", "", nums(1, 3)...)
 	leased := pop(t, s, queue.PopRequest{Queue: "src", Batch: 1})
@@ -226,11 +226,11 @@ func TestHole3_TransactionAcksFollowTheContract(t *testing.T) {
 	assert.Zero(t, rest.Messages[0].RetryCount)
 }
 
-// Hole 2 on the transaction path: Queen's transaction builder sends its
+// On the transaction path Queen's transaction builder sends its
 // acks without a leaseId and lists the lease in requiredLeases. That proves
 // the request holds it, so the ack acts under it; without the proof the ack
 // is refused like any other that names no lease under a live one.
-func TestHole2_TransactionRequiredLeasesProveTheHolder(t *testing.T) {
+func TestTransaction_RequiredLeasesProveTheHolder(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "src", "", nums(1, 1)...)
 	leased := pop(t, s, queue.PopRequest{Queue: "src"})

@@ -33,7 +33,7 @@ func (h *recordedHints) has(partitionID, group string) bool {
 	return h.released[partitionID+"/"+group]
 }
 
-// Issue 15, point 3: a lease a stream gives back (a WebSocket that closes,
+// A lease a stream gives back (a WebSocket that closes,
 // an unsubscribe) is followed like any other release: other instances hear
 // of it for every partition it covered. The release used to pass no
 // partition ids, so no hint went out and only the first partition woke.

@@ -68,9 +68,9 @@ func publicJWK(t *testing.T, priv crypto.Signer) jwk.Key {
 	return k
 }
 
-// Issue 18: the verifier is jwx; every algorithm the issue names verifies
+// The verifier is jwx; every algorithm Herald accepts verifies
 // with its key; the algorithm comes from the key, never from the token.
-func TestIssue18_AlgorithmComesFromTheKey(t *testing.T) {
+func TestKeys_AlgorithmComesFromTheKey(t *testing.T) {
 	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
 	p256, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -151,9 +151,9 @@ func handSigned(t *testing.T, alg string, secret []byte, claims map[string]any) 
 	return in + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// Issue 18: --auth-issuer and --auth-audience are enforced when set; the
+// --auth-issuer and --auth-audience are enforced when set; the
 // leeway tolerates clock skew on exp and nbf.
-func TestIssue18_IssuerAudienceLeeway(t *testing.T) {
+func TestKeys_IssuerAudienceLeeway(t *testing.T) {
 	a := &gateway.Auth{Secret: authSecret, Issuer: "https://id.example", Audience: "herald", Leeway: 30 * time.Second}
 	now := time.Now()
 	good := map[string]any{"sub": "u", "role": "admin", "iss": "https://id.example", "aud": []string{"herald", "x"},
@@ -232,11 +232,11 @@ func (s *jwksServer) serveRaw(status int, body []byte) {
 	s.mu.Unlock()
 }
 
-// Issue 18: keys from a JWKS URL: rotation (old kid removed, new kid used)
+// Keys from a JWKS URL: rotation (old kid removed, new kid used)
 // is picked up on the first token with the new kid; unknown kids fetch at
 // most once per MinInterval; a failing or oversized fetch keeps the last
 // good set, logged and counted.
-func TestIssue18_JWKSRotation(t *testing.T) {
+func TestKeys_JWKSRotation(t *testing.T) {
 	k1, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	k2, err := rsa.GenerateKey(rand.Reader, 2048)

@@ -58,10 +58,10 @@ func deadLetterAll(t *testing.T, e *env, q, g string, n int, poison ...string) {
 	}
 }
 
-// Issue 21: the listing's new filters and ids, one dead letter, replay by
+// The listing's new filters and ids, one dead letter, replay by
 // ids (the message comes back to its group alone, idempotently), by a
 // bounded filter, purge, and the counters.
-func TestIssue21_DLQReplayAndPurgeRoutes(t *testing.T) {
+func TestDLQ_ReplayAndPurgeRoutes(t *testing.T) {
 	e := newEnv(t)
 	e.pushItems(`[{"queue":"orders","partition":"eu","payload":1},{"queue":"orders","partition":"eu","payload":2},
 		{"queue":"orders","partition":"eu","payload":3},{"queue":"orders","partition":"us","payload":4}]`)
@@ -124,10 +124,10 @@ func TestIssue21_DLQReplayAndPurgeRoutes(t *testing.T) {
 	assert.Contains(t, m, `herald_dlq_purged_total{queue="orders"} 1`)
 }
 
-// Issue 21: a long-poll of the group waiting on the partition gets the
+// A long-poll of the group waiting on the partition gets the
 // replayed message at once (the replay wakes it, it is not left to the
 // safety sweep, here slowed to a minute).
-func TestIssue21_DLQReplayWakesAWaitingConsumer(t *testing.T) {
+func TestDLQ_ReplayWakesAWaitingConsumer(t *testing.T) {
 	e := newEnvPolling(t, func(c *poller.Config) { c.SweepMin, c.SweepMax = time.Minute, time.Minute })
 	e.push("jobs", `"a"`, `"b"`)
 	deadLetterAll(t, e, "jobs", "w", 2, `"a"`)
@@ -159,9 +159,9 @@ func TestIssue21_DLQReplayWakesAWaitingConsumer(t *testing.T) {
 	}
 }
 
-// Issue 21: replay and purge are admin acts; a rights claim narrows an
+// Replay and purge are admin acts; a rights claim narrows an
 // admin to the queues and partitions it may consume.
-func TestIssue21_DLQRoles(t *testing.T) {
+func TestDLQ_Roles(t *testing.T) {
 	e := newAuthEnv(t)
 	ro := gateway.SignToken(authSecret, "r", "read-only", time.Hour)
 	rw := gateway.SignToken(authSecret, "w", "read-write", time.Hour)
@@ -212,9 +212,9 @@ func TestIssue21_DLQRoles(t *testing.T) {
 	assert.Contains(t, string(r.body), `"replayed":1`)
 }
 
-// Issue 21: bad replay and purge bodies are 400 with a clear message, and
+// Bad replay and purge bodies are 400 with a clear message, and
 // change nothing.
-func TestIssue21_DLQBadInput(t *testing.T) {
+func TestDLQ_BadInput(t *testing.T) {
 	e := newEnv(t)
 	many := make([]string, 10001)
 	for i := range many {
@@ -250,43 +250,4 @@ func TestIssue21_DLQBadInput(t *testing.T) {
 			}
 		})
 	}
-}
-
-// Issue 21: GET /api/v1/status/rates counts this instance's pushes and
-// acks per queue.
-func TestIssue21_StatusRates(t *testing.T) {
-	e := newEnv(t)
-	e.push("ratesq", `1`, `2`, `3`)
-	res := e.pop("/api/v1/pop/queue/ratesq?batch=2&wait=false")
-	for _, m := range res.Messages {
-		e.ack(m, "completed", "")
-	}
-	r := e.get("/api/v1/status/rates")
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var out struct {
-		IntervalSeconds int `json:"intervalSeconds"`
-		Samples         int `json:"samples"`
-		Since           string
-		Queues          []struct {
-			Queue         string
-			Pushed, Acked []int64
-		}
-	}
-	require.NoError(t, json.Unmarshal(r.body, &out))
-	assert.Equal(t, 10, out.IntervalSeconds)
-	assert.Equal(t, 30, out.Samples)
-	require.Len(t, out.Queues, 1)
-	q := out.Queues[0]
-	assert.Equal(t, "ratesq", q.Queue)
-	require.Len(t, q.Pushed, 30)
-	sum := func(xs []int64) (n int64) {
-		for _, x := range xs {
-			n += x
-		}
-		return n
-	}
-	assert.Equal(t, int64(3), sum(q.Pushed))
-	assert.Equal(t, int64(2), sum(q.Acked))
-	r = e.get("/api/v1/status/rates?queue=nope")
-	assert.Contains(t, string(r.body), `"queues":[]`)
 }

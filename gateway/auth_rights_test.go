@@ -21,7 +21,7 @@ import (
 	"github.com/heraldmq/herald/gateway"
 )
 
-func TestIssue18_RightsPatterns(t *testing.T) {
+func TestRights_Patterns(t *testing.T) {
 	r, err := gateway.ParseRights([]byte(`{"consume":["mail/alice","news","logs/*","t-*/inbox-*"],"produce":["mail/*"],"namespaces":["acme"]}`))
 	require.NoError(t, err)
 	for _, c := range []struct {
@@ -59,7 +59,7 @@ func TestIssue18_RightsPatterns(t *testing.T) {
 }
 
 // The README's example claim is one ParseRights reads.
-func TestIssue18_ReadmeClaimParses(t *testing.T) {
+func TestRights_ReadmeClaimParses(t *testing.T) {
 	b, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(b), "```json\n{\"sub\": \"alice\"")
@@ -100,10 +100,10 @@ func mailbox(t *testing.T, user string) string {
 		"herald": map[string]any{"consume": []string{"mail/" + user}, "produce": []string{"mail/" + user}}})
 }
 
-// Issue 18: user A's token against user B's partition, on every transport
+// User A's token against user B's partition, on every transport
 // that reads or writes a partition: refused (403, or a forbidden error
 // frame for that subscription alone), and A's own traffic unaffected.
-func TestIssue18_TenantIsolation(t *testing.T) {
+func TestRights_TenantIsolation(t *testing.T) {
 	e := newAuthEnv(t)
 	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
 	push := func(tok, partition string) int {
@@ -241,10 +241,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// Issue 18: tokens never reach the logs, whether sent as a header or in the
+// Tokens never reach the logs, whether sent as a header or in the
 // query string (EventSource, browser WebSockets), accepted or refused, at
 // the debug level where every request is logged.
-func TestIssue18_TokensNeverLogged(t *testing.T) {
+func TestAuth_TokensNeverLogged(t *testing.T) {
 	var logs syncBuffer
 	e := newEnv(t, func(c *gateway.Config) {
 		c.Auth = &gateway.Auth{Secret: authSecret}
@@ -272,7 +272,7 @@ func TestIssue18_TokensNeverLogged(t *testing.T) {
 	}
 }
 
-// Issue 18: an SSE resume token acks what it covers; another user's token,
+// An SSE resume token acks what it covers; another user's token,
 // learned out of band, acks nothing, while its owner resumes with it.
 func TestSSE_ResumeTokenOfAnotherSubjectAcksNothing(t *testing.T) {
 	e := newAuthEnv(t)
@@ -301,12 +301,12 @@ func TestSSE_ResumeTokenOfAnotherSubjectAcksNothing(t *testing.T) {
 	assert.JSONEq(t, "2", string(m.Data))
 }
 
-// Issue 18: a WebSocket takes a fresh token in an auth frame before exp:
+// A WebSocket takes a fresh token in an auth frame before exp:
 // rights are checked again (a subscription the new token no longer allows
 // ends with its own error, the others carry on) and the connection lives
 // past the old exp; a token of another subject, or an invalid one, changes
 // nothing.
-func TestIssue18_WebSocketAuthFrame(t *testing.T) {
+func TestWS_AuthFrameRenewsTheToken(t *testing.T) {
 	e := newAuthEnv(t)
 	tok := func(ttl time.Duration, consume ...string) string {
 		return sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
@@ -377,9 +377,9 @@ func TestIssue18_WebSocketAuthFrame(t *testing.T) {
 	next("pong")
 }
 
-// Issue 18: an EventSource cannot set headers; besides ?access_token= the
+// An EventSource cannot set headers; besides ?access_token= the
 // configured cookie carries the token (and only that cookie).
-func TestIssue18_TokenInACookie(t *testing.T) {
+func TestAuth_TokenInACookie(t *testing.T) {
 	e := newEnv(t, func(c *gateway.Config) { c.Auth = &gateway.Auth{Secret: authSecret, Cookie: "herald_token"} })
 	alice := mailbox(t, "alice")
 	c := e.openSSE(t, "/api/v1/sse/queue/mail/partition/alice", http.Header{"Cookie": {"herald_token=" + alice}})

@@ -20,7 +20,7 @@ import (
 	"github.com/heraldmq/herald/web"
 )
 
-// Issue 17: docs/api.md names every route the gateway registers (as
+// docs/api.md names every route the gateway registers (as
 // "`METHOD /path`", the pattern as registered; `GET /{$}` is written
 // `GET /`), every WebSocket close code it sends (a row "| code |" of the
 // close code table), every WebSocket frame type it reads or writes and
@@ -31,7 +31,7 @@ import (
 // registration anywhere else fails the test); the web files' routes are
 // expanded with web.Names. A real gateway's mux then confirms that each
 // pattern read is one it serves, so a misread source fails too.
-func TestIssue17_APIDocListsEveryRoute(t *testing.T) {
+func TestAPIDoc_ListsEveryRoute(t *testing.T) {
 	doc, err := os.ReadFile("../docs/api.md")
 	require.NoError(t, err)
 	api := string(doc)

@@ -14,12 +14,12 @@ import (
 	"github.com/heraldmq/herald/gateway"
 )
 
-// TestHole6_SSEStreamClosesAtTokenExpiry: an SSE stream opened with a token
+// TestSSE_StreamClosesAtTokenExpiry: an SSE stream opened with a token
 // that expires ends at exp (leeway zero here) with event: disconnect
 // {code 4501}, as a WebSocket closes with 4501; what it held goes back as
 // for any closed stream, and what is pushed after exp goes to another
 // consumer, never to the expired stream.
-func TestHole6_SSEStreamClosesAtTokenExpiry(t *testing.T) {
+func TestSSE_StreamClosesAtTokenExpiry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *gateway.Config) {
 		c.Auth = &gateway.Auth{Secret: authSecret} // no leeway: the stream ends at exp itself
@@ -32,9 +32,9 @@ func TestHole6_SSEStreamClosesAtTokenExpiry(t *testing.T) {
 	require.NoError(t, err)
 	exp := claims.Expires
 
-	c := e.openSSE(t, "/api/v1/sse/queue/hole6?access_token="+url.QueryEscape(reader), nil)
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-exp?access_token="+url.QueryEscape(reader), nil)
 	require.Equal(t, http.StatusOK, c.res.StatusCode)
-	r := e.doAuth(http.MethodPost, "/api/v1/push", admin, `{"items":[{"queue":"hole6","payload":"before"}]}`)
+	r := e.doAuth(http.MethodPost, "/api/v1/push", admin, `{"items":[{"queue":"sse-exp","payload":"before"}]}`)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r)
 	m, _ := c.next()
 	assert.JSONEq(t, `"before"`, string(m.Data))
@@ -59,15 +59,15 @@ func TestHole6_SSEStreamClosesAtTokenExpiry(t *testing.T) {
 		assert.NotEqual(t, "message", ev.event, "a message after exp: %+v", ev)
 	}
 	// The same token is refused over HTTP now, as it was on the stream.
-	assert.Equal(t, http.StatusUnauthorized, e.doAuth(http.MethodGet, "/api/v1/pop/queue/hole6", reader, "").status)
+	assert.Equal(t, http.StatusUnauthorized, e.doAuth(http.MethodGet, "/api/v1/pop/queue/sse-exp", reader, "").status)
 
 	// A push after exp goes to another consumer, with the expired stream's
 	// unacknowledged message once its resume grace is over.
-	r = e.doAuth(http.MethodPost, "/api/v1/push", admin, `{"items":[{"queue":"hole6","payload":"after"}]}`)
+	r = e.doAuth(http.MethodPost, "/api/v1/push", admin, `{"items":[{"queue":"sse-exp","payload":"after"}]}`)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r)
 	var got []string
 	eventually(t, func() bool {
-		r := e.doAuth(http.MethodGet, "/api/v1/pop/queue/hole6?batch=10", admin, "")
+		r := e.doAuth(http.MethodGet, "/api/v1/pop/queue/sse-exp?batch=10", admin, "")
 		if r.status == http.StatusOK {
 			var p popResult
 			require.NoError(t, json.Unmarshal(r.body, &p))

@@ -35,11 +35,11 @@ func getBacklog(t *testing.T, e *env) backlogAnswer {
 	return out
 }
 
-// Issue 21: the backlog route answers per (queue, group) the lag, the
+// The backlog route answers per (queue, group) the lag, the
 // partitions lagging, the oldest pending age and the dead letters: from a
 // read of its own before the hygiene loop's first sample, then from the
 // latest sample (a change shows only once a sample is taken).
-func TestIssue21_BacklogRoute(t *testing.T) {
+func TestBacklog_Route(t *testing.T) {
 	e := newEnv(t)
 	e.pushItems(`[{"queue":"orders","partition":"eu","payload":1},{"queue":"orders","partition":"eu","payload":2},
 		{"queue":"orders","partition":"us","payload":3}]`)
@@ -87,8 +87,8 @@ func TestIssue21_BacklogRoute(t *testing.T) {
 	assert.Equal(t, "billing", after.Groups[0].Group)
 }
 
-// Issue 21: the backlog route is the admin's.
-func TestIssue21_BacklogRole(t *testing.T) {
+// The backlog route is the admin's.
+func TestBacklog_IsTheAdminsOnly(t *testing.T) {
 	e := newAuthEnv(t)
 	for _, c := range []struct {
 		token string

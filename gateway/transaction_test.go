@@ -9,11 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Hole 9 over HTTP: a transaction whose push hits maxSize answers as any
+// Over HTTP, a transaction whose push hits maxSize answers as any
 // failed transaction does (200, success false, an error naming the refusal,
 // results ending with the refused item, which says success false), commits
 // nothing, and each result's index is its own position.
-func TestHole9_TransactionMaxSizeHTTP(t *testing.T) {
+func TestTransaction_MaxSizeRefusalOverHTTP(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	r := e.post("/api/v1/configure", `{"queue":"tx-full","options":{"maxSize":2}}`)

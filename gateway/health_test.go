@@ -11,10 +11,10 @@ import (
 	"github.com/heraldmq/herald/gateway"
 )
 
-// Hole 5: while the supervised private PostgreSQL is being restarted,
+// While the supervised private PostgreSQL is being restarted,
 // /health says so (503, "restarting", the count) without waiting on a ping;
 // once it serves again /health is 200 and still counts the restart.
-func TestHole5_HealthReportsDatabaseRestart(t *testing.T) {
+func TestHealth_ReportsDatabaseRestart(t *testing.T) {
 	t.Parallel()
 	var restarting atomic.Bool
 	var restarts atomic.Int64

@@ -37,7 +37,7 @@ func (l leased) ack(extra string) string {
 		l.LeaseID + `"` + extra + `}`
 }
 
-// Issue 18: acks and lease extensions name leases the bearer's own
+// Acks and lease extensions name leases the bearer's own
 // deliveries hold. Two read-write tokens with no rights claim (the role
 // alone lets both read the queue): bob's lease, learned by alice out of
 // band, delivered to him over every path a delivery takes (a pop, a
@@ -45,7 +45,7 @@ func (l leased) ack(extra string) string {
 // her on every path that acts on a lease — ack, batch ack, failed ack,
 // extension, transaction ack and required lease, WebSocket renew — with
 // 403 and nothing changed; bob (and an admin) still act on it.
-func TestIssue18_LeaseOfAnotherSubjectIsRefused(t *testing.T) {
+func TestLease_OfAnotherSubjectIsRefused(t *testing.T) {
 	e := newAuthEnv(t)
 	alice := gateway.SignToken(authSecret, "alice", "read-write", time.Hour)
 	bob := gateway.SignToken(authSecret, "bob", "read-write", time.Hour)
@@ -175,11 +175,11 @@ func TestIssue18_LeaseOfAnotherSubjectIsRefused(t *testing.T) {
 	assert.False(t, results[0].Success)
 }
 
-// Issue 18: an SSE resume token is bound to the subject that earned it,
+// An SSE resume token is bound to the subject that earned it,
 // with role-only tokens too (no rights claim narrows the partitions): bob's
 // token on alice's stream of the same queue is refused, terminally (403),
 // and acks nothing; bob resumes with it.
-func TestIssue18_ResumeTokenBoundToSubject(t *testing.T) {
+func TestSSE_ResumeTokenIsBoundToItsSubject(t *testing.T) {
 	e := newAuthEnv(t)
 	alice := gateway.SignToken(authSecret, "alice", "read-write", time.Hour)
 	bob := gateway.SignToken(authSecret, "bob", "read-write", time.Hour)
@@ -204,11 +204,11 @@ func TestIssue18_ResumeTokenBoundToSubject(t *testing.T) {
 	c2.close()
 }
 
-// Issue 18: a pop by namespace (HTTP, long-poll) serves only the
+// A pop by namespace (HTTP, long-poll) serves only the
 // queues of the namespace the token may consume whole; a token that may
 // consume no whole queue is refused. Pattern characters are literal: the
 // "." of "acme.a" does not match the "-" of "acme-a".
-func TestIssue18_NamespacePopServesPermittedQueuesOnly(t *testing.T) {
+func TestPop_NamespaceServesPermittedQueuesOnly(t *testing.T) {
 	e := newAuthEnv(t)
 	admin := gateway.SignToken(authSecret, "ops", "admin", time.Hour)
 	require.Equal(t, http.StatusOK, e.doAuth(http.MethodPost, "/api/v1/configure", admin,
@@ -278,12 +278,12 @@ func TestIssue18_NamespacePopServesPermittedQueuesOnly(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, r.status, "%s", r)
 }
 
-// Review of issue 18: a partition id in upper case names the same
+// A partition id in upper case names the same
 // partition (the store reads it in any case), so the rights check must
 // read it so too: another tenant's message is refused whatever the
 // spelling. And a token below admin without sub may not act on leases
 // delivered to a subject.
-func TestIssue18_RightsHoldForAnySpellingAndWithoutSub(t *testing.T) {
+func TestRights_HoldForAnySpellingAndWithoutSub(t *testing.T) {
 	e := newAuthEnv(t)
 	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", bob,

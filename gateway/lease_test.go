@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Hole 1 (issue 14): seconds ≥ 2^31 was narrowed to 32 bits, which ended the
+// Seconds ≥ 2^31 was narrowed to 32 bits, which ended the
 // lease (expiresAt 1958) and answered success; the WebSocket renew shares the
 // code. Every out-of-range value is now a 400 (an error frame on the
 // WebSocket) and leaves the lease as it was.
-func TestHole1_LeaseExtendSecondsBounded(t *testing.T) {
+func TestLease_ExtendSecondsAreBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.push("ext", `1`)

@@ -32,13 +32,13 @@ const (
 // synthetic are the series Prometheus makes itself, never in /metrics.
 var synthetic = []string{"up"}
 
-// Issue 21: every metric the Grafana dashboard and the alert rules use
+// Every metric the Grafana dashboard and the alert rules use
 // exists in a real instance's /metrics, after the traffic that makes
 // labelled series appear; a family with no series yet (no auth failure,
 // no syncnet peer) must at least be registered. And both files are well
 // formed: rule groups whose alerts each have a for, a severity and a
 // summary; panels each with the templated datasource and a query.
-func TestIssue21_DashboardAndAlertsUseRealMetrics(t *testing.T) {
+func TestMonitoring_DashboardAndAlertsUseRealMetrics(t *testing.T) {
 	exprs := append(dashboardExprs(t), alertExprs(t)...)
 	require.NotEmpty(t, exprs)
 
@@ -92,7 +92,7 @@ func TestIssue21_DashboardAndAlertsUseRealMetrics(t *testing.T) {
 // The checker finds what a typo would hide: names in every position of a
 // PromQL expression, and none of its functions, keywords, labels or
 // Grafana variables.
-func TestIssue21_MetricNames(t *testing.T) {
+func TestMonitoring_MetricNamesChecker(t *testing.T) {
 	for _, tc := range []struct {
 		expr string
 		want []string
@@ -388,7 +388,7 @@ func registered(reg *prometheus.Registry, name string) bool {
 		if !ok {
 			continue
 		}
-		err := reg.Register(probe{prometheus.NewDesc(base, "issue 21 probe", nil, nil)})
+		err := reg.Register(probe{prometheus.NewDesc(base, "monitoring probe", nil, nil)})
 		if err != nil && strings.Contains(err.Error(), "previously registered descriptor with the same fully-qualified name") {
 			return true
 		}
@@ -396,7 +396,7 @@ func registered(reg *prometheus.Registry, name string) bool {
 	return false
 }
 
-var errProbe = errors.New("issue 21 probe: never registered")
+var errProbe = errors.New("monitoring probe: never registered")
 
 // probe describes its descriptor, then one the registry rejects.
 type probe struct{ desc *prometheus.Desc }

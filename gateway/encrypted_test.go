@@ -14,10 +14,10 @@ import (
 	"github.com/heraldmq/herald/queue/queuetest"
 )
 
-// Hole 11 over HTTP: a waiting consumer (the coalesced pop) is not handed
+// Over HTTP, a waiting consumer (the coalesced pop) is not handed
 // a ciphertext copied from another message; it gets the next message, and
 // the DLQ listing names the copy with the reason and no data.
-func TestHole11_UndecryptableNotDeliveredOverHTTP(t *testing.T) {
+func TestPop_UndecryptableMessageIsNotDelivered(t *testing.T) {
 	t.Parallel()
 	plain := queuetest.NewStore(t)
 	s, err := queue.New(queue.Config{Pool: plain.Pool(), EncryptionKey: bytes.Repeat([]byte{5}, 32)})

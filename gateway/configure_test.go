@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hole7Options are configure's integer options with their documented ranges
+// intOptions are configure's integer options with their documented ranges
 // (README, queue.OptionRanges).
-var hole7Options = []struct {
+var intOptions = []struct {
 	name     string
 	min, max int64
 }{
@@ -23,11 +23,11 @@ var hole7Options = []struct {
 	{"priority", 0, 1000000}, {"maxWaitTimeSeconds", 0, 315360000}, {"idleGroupRetentionSeconds", 0, 315360000},
 }
 
-// Hole 7: an integer option past int4 (2^31 … 2^63−1) reached pgx, which
+// An integer option past int4 (2^31 … 2^63−1) reached pgx, which
 // cannot encode it, and configure answered 500, which clients retry. Every
 // integer option is bounded: out of range is a 400 naming the option and
 // its range, and nothing is stored.
-func TestHole7_ConfigureIntegerOutOfRange(t *testing.T) {
+func TestConfigure_IntegerOutOfRangeIsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	// An existing queue whose settings a refused configure must not touch.
@@ -45,7 +45,7 @@ func TestHole7_ConfigureIntegerOutOfRange(t *testing.T) {
 	_, _, _, v0 := stored("h7-existing")
 	require.NotZero(t, v0)
 
-	for _, o := range hole7Options {
+	for _, o := range intOptions {
 		values := []string{"2147483648", "9007199254740992", "9223372036854775807", "18446744073709551616",
 			strconv.FormatInt(o.max+1, 10), strconv.FormatInt(o.min-1, 10), "-9223372036854775808"}
 		for _, v := range values {

@@ -31,10 +31,10 @@ func datas(t *testing.T, e *env, path string) []string {
 	return out
 }
 
-// Issue 19: GET /api/v1/consumer-groups, /lagging and /{group}, in the
+// GET /api/v1/consumer-groups, /lagging and /{group}, in the
 // reference server's shapes, over Herald's rows; an unknown group is 404;
 // nothing yet is 200 [] (the reference sends an empty body).
-func TestIssue19_GroupReads(t *testing.T) {
+func TestGroups_Reads(t *testing.T) {
 	e := newEnv(t)
 	r := e.get("/api/v1/consumer-groups")
 	require.Equal(t, http.StatusOK, r.status)
@@ -108,11 +108,11 @@ func TestIssue19_GroupReads(t *testing.T) {
 	assertError(t, e.get("/api/v1/consumer-groups/nobody"), http.StatusNotFound, "Consumer group not found")
 }
 
-// Issue 19: seeking a group by time re-delivers what came after the time,
+// Seeking a group by time re-delivers what came after the time,
 // acked or not; to the end skips everything; one partition's seek moves
 // only it; every moved row loses its lease, so a holder's late ack is
 // refused and the message is delivered again (nothing lost).
-func TestIssue19_Seek(t *testing.T) {
+func TestGroups_Seek(t *testing.T) {
 	e := newEnv(t)
 	e.pushItems(`[{"queue":"s","partition":"a","payload":1},{"queue":"s","partition":"a","payload":2}]`)
 	e.exec(`UPDATE messages SET created_at = created_at - interval '1 hour'`)
@@ -175,13 +175,13 @@ func TestIssue19_Seek(t *testing.T) {
 		"toEnd must be true or false")
 }
 
-// Issue 19: deleting a group removes its positions and leases; with its
+// Deleting a group removes its positions and leases; with its
 // metadata (the default) its next read registers it afresh with that
 // read's subscription; keeping the metadata, it starts over at its
 // subscription point. A group's subscription time can be moved; it counts
 // where the group has no position yet. Scoped to one queue, the others
 // keep theirs.
-func TestIssue19_DeleteGroupAndSubscription(t *testing.T) {
+func TestGroups_DeleteGroupAndSubscription(t *testing.T) {
 	e := newEnv(t)
 	e.push("d1", `1`)
 	e.popEmpty("/api/v1/pop/queue/d1?consumerGroup=g&subscriptionMode=new&wait=false")
@@ -230,11 +230,11 @@ func TestIssue19_DeleteGroupAndSubscription(t *testing.T) {
 		"deleteMetadata must be true or false")
 }
 
-// Issue 19: seek and group deletion racing a live WebSocket subscription
+// Seek and group deletion racing a live WebSocket subscription
 // of that group: the subscription keeps running, its deliveries under an
 // ended lease are refused when acked and come again, and everything pushed
 // is received at least once; nothing is lost.
-func TestIssue19_SeekAndDeleteUnderALiveSubscription(t *testing.T) {
+func TestGroups_SeekAndDeleteUnderALiveSubscription(t *testing.T) {
 	e := newEnv(t)
 	require.Equal(t, http.StatusOK, e.post("/api/v1/configure", `{"queue":"live"}`).status)
 	ws := e.dialWS(t)
@@ -279,11 +279,11 @@ func TestIssue19_SeekAndDeleteUnderALiveSubscription(t *testing.T) {
 	assert.LessOrEqual(t, seen["4"], 1)
 }
 
-// Issue 19: roles as the reference server's for the group routes: reads
+// Roles as the reference server's for the group routes: reads
 // read-only, seek and subscription read-write, deletes admin; a token
 // with rights acts only on queues it may consume whole, and sees only
 // those.
-func TestIssue19_GroupRoutesRoles(t *testing.T) {
+func TestGroups_RoutesRoles(t *testing.T) {
 	e := newAuthEnv(t)
 	ro := gateway.SignToken(authSecret, "r", "read-only", time.Hour)
 	rw := gateway.SignToken(authSecret, "w", "read-write", time.Hour)
@@ -327,10 +327,10 @@ func TestIssue19_GroupRoutesRoles(t *testing.T) {
 	assert.False(t, strings.Contains(string(e.doAuth(http.MethodGet, "/api/v1/consumer-groups/lagging?minLagSeconds=0", alice, "").body), "bob"))
 }
 
-// Issue 19: a seek back over a message deleted from the middle of a
+// A seek back over a message deleted from the middle of a
 // partition reads around it (the deleted offset counts as done), and the
 // group is not left waiting for it.
-func TestIssue19_SeekOverADeletedMessage(t *testing.T) {
+func TestGroups_SeekOverADeletedMessage(t *testing.T) {
 	e := newEnv(t)
 	pushed := e.push("holes", `1`, `2`, `3`)
 	assert.Equal(t, []string{"1", "2", "3"}, datas(t, e, "/api/v1/pop/queue/holes?consumerGroup=g&batch=10&autoAck=true&wait=false"))

@@ -19,7 +19,7 @@ import (
 	"github.com/heraldmq/herald/queue/queuetest"
 )
 
-// Issue 19: the reference server's resources, messages and status reads,
+// The reference server's resources, messages and status reads,
 // computed live from Herald's partition and consumer rows, with Herald's
 // honest status codes and a token's rights applied.
 
@@ -548,7 +548,7 @@ func TestBrowse_MessageRead(t *testing.T) {
 	assert.Equal(t, "a/b", got.TransactionID)
 }
 
-// Issue 19: deleting a message while a group holds it under a lease and
+// Deleting a message while a group holds it under a lease and
 // another group has not reached it. The delete counts as finished for
 // every group: the holder's other acks end the lease, the next pop goes
 // on after it, the other group skips it.
@@ -847,4 +847,43 @@ func TestBrowse_Rights(t *testing.T) {
 	var ns struct{ Namespaces []any }
 	require.NoError(t, json.Unmarshal(get(alice, "/api/v1/resources/namespaces").body, &ns))
 	assert.Empty(t, ns.Namespaces)
+}
+
+// GET /api/v1/status/rates counts this instance's pushes and
+// acks per queue.
+func TestBrowse_StatusRates(t *testing.T) {
+	e := newEnv(t)
+	e.push("ratesq", `1`, `2`, `3`)
+	res := e.pop("/api/v1/pop/queue/ratesq?batch=2&wait=false")
+	for _, m := range res.Messages {
+		e.ack(m, "completed", "")
+	}
+	r := e.get("/api/v1/status/rates")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var out struct {
+		IntervalSeconds int `json:"intervalSeconds"`
+		Samples         int `json:"samples"`
+		Since           string
+		Queues          []struct {
+			Queue         string
+			Pushed, Acked []int64
+		}
+	}
+	require.NoError(t, json.Unmarshal(r.body, &out))
+	assert.Equal(t, 10, out.IntervalSeconds)
+	assert.Equal(t, 30, out.Samples)
+	require.Len(t, out.Queues, 1)
+	q := out.Queues[0]
+	assert.Equal(t, "ratesq", q.Queue)
+	require.Len(t, q.Pushed, 30)
+	sum := func(xs []int64) (n int64) {
+		for _, x := range xs {
+			n += x
+		}
+		return n
+	}
+	assert.Equal(t, int64(3), sum(q.Pushed))
+	assert.Equal(t, int64(2), sum(q.Acked))
+	r = e.get("/api/v1/status/rates?queue=nope")
+	assert.Contains(t, string(r.body), `"queues":[]`)
 }

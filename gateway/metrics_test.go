@@ -40,12 +40,12 @@ func scrape(t *testing.T, e *env) (string, map[string]map[string]float64) {
 	return string(r.body), out
 }
 
-// Hole 8: every queue and every consumer group name became a label value,
+// Every queue and every consumer group name became a label value,
 // so 20,000 queues made /metrics 3 MB, and any consumer could add series by
 // popping under invented group names. By default the first 100 queues get
 // their own label value and the rest share "__other__"; group names are no
 // label values at all; nor are invented HTTP methods.
-func TestHole8_MetricsCardinalityBounded(t *testing.T) {
+func TestMetrics_CardinalityIsBounded(t *testing.T) {
 	t.Parallel()
 	const queues, limit = 500, 100
 	e := newEnv(t)
@@ -97,10 +97,10 @@ func TestHole8_MetricsCardinalityBounded(t *testing.T) {
 	assert.Equal(t, float64(queues-limit), series["herald_messages_pushed_total"][`queue="__other__"`])
 }
 
-// Hole 8: /metrics named every queue and group without a token when auth
+// /metrics named every queue and group without a token when auth
 // was on. With Config.Metrics.Auth (--metrics-auth) it takes an admin
 // token; without it, it stays open as before. /health is always open.
-func TestHole8_MetricsAuth(t *testing.T) {
+func TestMetrics_AuthTakesAnAdminToken(t *testing.T) {
 	t.Parallel()
 	reader := gateway.SignToken(authSecret, "reader", "read-only", time.Hour)
 	writer := gateway.SignToken(authSecret, "writer", "read-write", time.Hour)
@@ -137,7 +137,7 @@ func TestHole8_MetricsAuth(t *testing.T) {
 // The bounds are configurable: no queue labels at all (--metrics-max-queues
 // 0), and group names as labels when asked (--metrics-group-labels), as
 // bounded as the queues.
-func TestHole8_MetricsLabelOptions(t *testing.T) {
+func TestMetrics_LabelOptions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *gateway.Config) {
 		c.Metrics.Queues = gateway.NewLabelLimiter(0)
@@ -165,7 +165,7 @@ func TestHole8_MetricsLabelOptions(t *testing.T) {
 	}, series["herald_messages_popped_total"])
 }
 
-func TestHole8_LabelLimiterConcurrent(t *testing.T) {
+func TestMetrics_LabelLimiterConcurrent(t *testing.T) {
 	t.Parallel()
 	l := gateway.NewLabelLimiter(50)
 	named := make(chan string, 16*200)

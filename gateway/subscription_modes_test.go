@@ -9,12 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 19: subscription modes as the reference server's clients use them:
+// Subscription modes as the reference server's clients use them:
 // "new" (or new-only) starts after what is in the queue; any other mode
 // ("from_beginning", "all", anything) reads from the beginning (was 400);
 // a subscriptionFrom time wins over mode new; queue mode ignores both; the
 // first subscription of a group fixes its start, later ones are ignored.
-func TestIssue19_SubscriptionModes(t *testing.T) {
+func TestSubscription_Modes(t *testing.T) {
 	e := newEnv(t)
 	data := func(path string) []string {
 		t.Helper()

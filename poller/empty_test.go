@@ -55,7 +55,7 @@ func TestPoller_EmptyTargetCostsNoQueryPerIntention(t *testing.T) {
 // locked rows) came back empty, and nothing looked again: the holder may
 // change nothing and wake nobody (a refused ack after a seek), so the
 // waiting consumer got its message from the safety sweep, seconds later
-// (TestIssue19_SeekAndDeleteUnderALiveSubscription failed so under load).
+// (TestGroups_SeekAndDeleteUnderALiveSubscription failed so under load).
 // The queue is looked at again emptyRetry later, and again while the row
 // stays held.
 func TestPoller_EmptyAssignmentIsLookedAtAgain(t *testing.T) {

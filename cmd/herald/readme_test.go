@@ -16,14 +16,14 @@ import (
 // repoRoot is the repository's root, seen from this package's directory.
 const repoRoot = "../.."
 
-// Issue 17: every link of the README and of docs/*.md (markdown links,
+// Every link of the README and of docs/*.md (markdown links,
 // images, reference definitions, HTML href and src) to a file of the
 // repository names a file or directory that exists, inside the repository;
 // a #anchor into a markdown file names one of its headings (GitHub's
 // slugs); no page points outside the repository (no ../shared); and the
 // README links to docs/design.md and docs/api.md.
 // http(s) and mailto links are not followed.
-func TestIssue17_ReadmeLinksResolve(t *testing.T) {
+func TestReadme_LinksResolve(t *testing.T) {
 	pages := []string{"README.md"}
 	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	require.NoError(t, err)
@@ -198,7 +198,7 @@ func githubSlug(heading string) string {
 	return b.String()
 }
 
-func TestIssue17_GitHubSlug(t *testing.T) {
+func TestReadme_GitHubSlug(t *testing.T) {
 	for heading, want := range map[string]string{
 		"Reference exchanges":                                          "reference-exchanges",
 		"Browser SDK (`web/herald.js`)":                                "browser-sdk-webheraldjs",
@@ -223,10 +223,10 @@ func TestIssue17_GitHubSlug(t *testing.T) {
 	}
 }
 
-// Issue 20: the README's test command is the one `make test` runs and the
+// The README's test command is the one `make test` runs and the
 // one .ci/run runs, and it reaches the Go SDK, a module of its own that
 // `go test ./...` at the root does not.
-func TestIssue20_ReadmeTestCommandIsMakeTestAndCI(t *testing.T) {
+func TestReadme_TestCommandIsMakeTestAndCI(t *testing.T) {
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(repoRoot, name))
 		require.NoError(t, err)

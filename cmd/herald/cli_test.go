@@ -42,7 +42,7 @@ func exitCode(t *testing.T, cmd *exec.Cmd) (int, string) {
 // A port in use was found after initdb, a PostgreSQL start and migrations
 // (1–6 s, and ./.herald created): serve and demo now bind first, and say
 // how to choose another.
-func TestIssue17_PortInUseFailsBeforePostgres(t *testing.T) {
+func TestCLI_PortInUseFailsBeforePostgres(t *testing.T) {
 	bin := buildHerald(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -103,7 +103,7 @@ func fakeInitdb(t *testing.T, script string) []string {
 
 // A failing initdb put its ~900-character transcript into one log line:
 // it now goes to a file the error names.
-func TestIssue17_InitdbTranscriptGoesToAFile(t *testing.T) {
+func TestCLI_InitdbTranscriptGoesToAFile(t *testing.T) {
 	bin := buildHerald(t)
 	transcript := strings.Repeat("initdb says something long. ", 60)
 	env := fakeInitdb(t, fmt.Sprintf("echo %q; echo 'initdb: error: it went wrong' >&2; exit 1", transcript))
@@ -128,7 +128,7 @@ func TestIssue17_InitdbTranscriptGoesToAFile(t *testing.T) {
 // Ctrl-C was an error (exit 1, "ERR herald stopped error=... context
 // canceled"), also while initdb ran: a stop asked for by a signal exits 0
 // with one "herald stopped" line at info, at any stage.
-func TestIssue17_SignalsExitZero(t *testing.T) {
+func TestCLI_SignalsExitZero(t *testing.T) {
 	bin := buildHerald(t)
 
 	t.Run("during initdb", func(t *testing.T) {
@@ -201,7 +201,7 @@ func openPty(t *testing.T) (ptmx, pts *os.File) {
 
 // Logs were JSON even for a person at a terminal: auto (the default) picks
 // console lines on a terminal and JSON anywhere else; the flag wins.
-func TestIssue17_LogFormatFollowsTheTerminal(t *testing.T) {
+func TestCLI_LogFormatFollowsTheTerminal(t *testing.T) {
 	cfg, err := parseConfig("serve", nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "auto", cfg.LogFormat)
@@ -258,7 +258,7 @@ func TestIssue17_LogFormatFollowsTheTerminal(t *testing.T) {
 
 // Database errors carried pgx's first attempt, "tls error: server refused
 // TLS connection", ahead of the real cause.
-func TestIssue17_DatabaseErrorsWithoutTLSNoise(t *testing.T) {
+func TestCLI_DatabaseErrorsWithoutTLSNoise(t *testing.T) {
 	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
 	require.NoError(t, err)
 	url := fmt.Sprintf("postgres://%s@%s:%d/no_such_database", cfg.User, cfg.Host, cfg.Port) // sslmode prefer: TLS first
@@ -273,7 +273,7 @@ func TestIssue17_DatabaseErrorsWithoutTLSNoise(t *testing.T) {
 }
 
 // A mysql:// URL got "cannot parse" without saying what is expected.
-func TestIssue17_BadURLSchemeNamed(t *testing.T) {
+func TestCLI_BadURLSchemeIsNamed(t *testing.T) {
 	for _, flag := range []string{"--database-url", "--listen-database-url"} {
 		_, err := parseConfig("serve", []string{flag, "mysql://u:secret@h/db"}, func(string) string { return "" }, io.Discard)
 		require.Error(t, err)
@@ -289,7 +289,7 @@ func TestIssue17_BadURLSchemeNamed(t *testing.T) {
 }
 
 // herald --version was unknown; --help's columns broke on long flag names.
-func TestIssue17_VersionAndHelp(t *testing.T) {
+func TestCLI_VersionAndHelp(t *testing.T) {
 	for _, arg := range []string{"--version", "-v", "version"} {
 		var out, errOut bytes.Buffer
 		assert.Equal(t, 0, run([]string{arg}, &out, &errOut), arg)

@@ -27,9 +27,9 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Issue 18: herald serve verifies tokens with a PEM public key and with a
+// Herald serve verifies tokens with a PEM public key and with a
 // JWKS URL (an identity provider's keys), and enforces --auth-issuer.
-func TestIssue18_ServeWithPublicKeyAndJWKS(t *testing.T) {
+func TestServe_WithPublicKeyAndJWKS(t *testing.T) {
 	bin := buildHerald(t)
 	pemKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)

@@ -18,13 +18,13 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Issue 21: the operator console in Chromium against a real server (auth
+// The operator console in Chromium against a real server (auth
 // on) with real data pushed, consumed, failed and traced through the HTTP
 // API. Each page renders that data; each act (replay, purge, seek, delete,
 // maintenance) works end to end, shows its result, and the API agrees.
 // Screenshots at desktop and phone width go to $HERALD_ARTIFACTS
 // (docs/console-*.png in the README).
-func TestIssue21_Console(t *testing.T) {
+func TestConsole_EveryPageAndActInChromium(t *testing.T) {
 	bin := buildHerald(t)
 	secret := strings.Repeat("console-", 5)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret,

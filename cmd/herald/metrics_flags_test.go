@@ -15,9 +15,9 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Hole 8's flags: the label bound, group labels and /metrics auth, from
+// The metrics flags: the label bound, group labels and /metrics auth, from
 // flags (a switch alone turns it on) and the environment.
-func TestHole8_MetricsFlags(t *testing.T) {
+func TestFlags_Metrics(t *testing.T) {
 	var out bytes.Buffer
 	c, err := parseConfig("serve", nil, func(string) string { return "" }, &out)
 	require.NoError(t, err)
@@ -54,7 +54,7 @@ func TestHole8_MetricsFlags(t *testing.T) {
 
 // The flags reach the server: with --metrics-auth /metrics takes an admin
 // token, and --metrics-max-queues 1 names one queue.
-func TestHole8_ServeMetricsFlags(t *testing.T) {
+func TestServe_MetricsFlags(t *testing.T) {
 	bin := buildHerald(t)
 	secret := strings.Repeat("k", 32)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret,

@@ -17,7 +17,7 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Issue 17: the README's JavaScript examples run, as printed, in headless
+// The README's JavaScript examples run, as printed, in headless
 // Chromium against a real Herald. The plain EventSource example ("### SSE
 // (EventSource)") runs as a classic script and acks what it receives; the
 // browser SDK example ("### Browser SDK") runs as a module script, its
@@ -27,7 +27,7 @@ import (
 // WebSocket subscription (acked: onAck) and its EventSource (acked over
 // HTTP), report only states its onState comment lists (which must name
 // every state herald.js reports), refuse nothing, and close on pagehide.
-func TestIssue17_ReadmeJSExamplesRun(t *testing.T) {
+func TestReadme_JSExamplesRun(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	var sdk, sse, follow []string

@@ -52,7 +52,7 @@ func health(hc *http.Client, base string) (healthState, error) {
 // same transaction id, so that a retry of a push that was stored after all
 // is answered "duplicate" instead of storing it twice.
 func pushRetrying(ctx context.Context, hc *http.Client, base, queue string, n int, retries *atomic.Int64) error {
-	body := fmt.Sprintf(`{"items":[{"queue":%q,"transactionId":"hole5-%d","payload":{"n":%d}}]}`, queue, n, n)
+	body := fmt.Sprintf(`{"items":[{"queue":%q,"transactionId":"pgkill-%d","payload":{"n":%d}}]}`, queue, n, n)
 	for try := 0; ; try++ {
 		if try > 0 {
 			retries.Add(1)
@@ -73,11 +73,11 @@ func pushRetrying(ctx context.Context, hc *http.Client, base, queue string, n in
 	}
 }
 
-// Hole 5: kill -9 of the private PostgreSQL's postmaster under a producer
+// kill -9 of the private PostgreSQL's postmaster under a producer
 // and a WebSocket consumer. Herald restarts it, /health reports the restart
 // while it happens and after, service is back within 10 s, and every
 // message answered 201 is delivered and acknowledged exactly once.
-func TestHole5_PrivatePostgresKilledIsRestarted(t *testing.T) {
+func TestPrivatePostgres_KilledIsRestarted(t *testing.T) {
 	bin := buildHerald(t)
 	dir := dataDir(t)
 	p := startHerald(t, bin, dir)
@@ -85,7 +85,7 @@ func TestHole5_PrivatePostgresKilledIsRestarted(t *testing.T) {
 	defer cancel()
 	hc := &http.Client{Timeout: 3 * time.Second}
 
-	const queue, total, killAt = "hole5", 300, 100
+	const queue, total, killAt = "pgkill", 300, 100
 	var pushRetries, ackRetries atomic.Int64
 	var mu sync.Mutex
 	delivered, acked := map[int]int{}, map[int]int{}
@@ -217,10 +217,10 @@ func TestHole5_PrivatePostgresKilledIsRestarted(t *testing.T) {
 	gone(t, newPM, "the restarted postmaster is stopped with herald")
 }
 
-// Hole 5: a private PostgreSQL that cannot be started again (its files
+// A private PostgreSQL that cannot be started again (its files
 // are from an incompatible version) is tried five times with back-off,
 // then herald exits with status 1, so that its own supervisor acts.
-func TestHole5_PrivatePostgresThatCannotRestartEndsHerald(t *testing.T) {
+func TestPrivatePostgres_ThatCannotRestartEndsHerald(t *testing.T) {
 	bin := buildHerald(t)
 	dir := dataDir(t)
 	p := startHerald(t, bin, dir, "--drain-window", "0")

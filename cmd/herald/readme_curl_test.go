@@ -32,11 +32,11 @@ func readmeBlock(t *testing.T, lang, first string) []string {
 	return nil
 }
 
-// Issue 17: the README's curl lines (push, pop, ack, a live SSE stream, a
+// The README's curl lines (push, pop, ack, a live SSE stream, a
 // follow stream from the beginning) run
 // as printed against a real server (its address in place of
 // localhost:6632), the ack with the ids the pop answered in place of "…".
-func TestIssue17_ReadmeCurlExamplesRun(t *testing.T) {
+func TestReadme_CurlExamplesRun(t *testing.T) {
 	_, err := exec.LookPath("curl")
 	require.NoError(t, err, "the README's examples use curl (apt-get install -y curl)")
 	lines := readmeBlock(t, "sh", "curl -s -XPOST localhost:6632/api/v1/push")

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 19: --trace-retention (HERALD_TRACE_RETENTION), 7 days by default;
+// --trace-retention (HERALD_TRACE_RETENTION), 7 days by default;
 // 0 keeps traces forever (internal/server's TestStoreDurations), a
 // negative value is refused.
 func TestTraceRetentionFlag(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Issue 17: the demo page must be clear for a newcomer, at a desktop's
+// The demo page must be clear for a newcomer, at a desktop's
 // 1280 px and at a phone's 390 px. The latency chart shows one message as a
 // whole dot inside its plot, and only messages pushed after subscribing: a
 // backlog drained on subscribing is a line of its own, not latency (its
@@ -27,7 +27,7 @@ import (
 // panel says in plain words what it shows (wake-ups too), counts are
 // singular or plural as they should be, and no latency claims a precision it
 // does not have ("≈0.0 ms").
-func TestIssue17_DemoPageReadable(t *testing.T) {
+func TestDemo_PageReadable(t *testing.T) {
 	bin := buildHerald(t)
 	dsn := pgtest.DSN(t)
 	p := startHerald(t, bin, dataDir(t), "--database-url", dsn, "--drain-window", "200ms")
@@ -35,7 +35,7 @@ func TestIssue17_DemoPageReadable(t *testing.T) {
 
 	// A backlog, pushed first: it waits in the queue while the browser
 	// starts and the first case runs, then is drained by a subscription.
-	const backlogQueue, liveQueue = "issue17-backlog", "issue17-live"
+	const backlogQueue, liveQueue = "demopage-backlog", "demopage-live"
 	pushMany(t, p.url, backlogQueue, 50)
 
 	ctx := browser(t)

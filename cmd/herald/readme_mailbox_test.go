@@ -14,11 +14,11 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Issue 18: the README's worked example runs as printed: herald token mints
+// The README's worked example runs as printed: herald token mints
 // alice's and bob's tokens with the server's secret; bob pushes to his
 // mailbox; alice cannot read it; bob can. (The server is this test's, with
 // the same secret; the live SSE line is left out: it never ends.)
-func TestIssue18_ReadmeMailboxExampleRuns(t *testing.T) {
+func TestReadme_MailboxExampleRuns(t *testing.T) {
 	lines := readmeBlock(t, "sh", "export HERALD_AUTH_SECRET=")
 	require.Len(t, lines, 8)
 	bin := buildHerald(t)

@@ -18,12 +18,12 @@ import (
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
-// Issue 18: the browser SDK takes a token function, called on every
+// The browser SDK takes a token function, called on every
 // connection and before the live token expires: a WebSocket subscription
 // and an EventSource stream outlive several 2-second tokens, the socket
 // never closed (auth frames), the stream reopened with a fresh token and
 // resumed.
-func TestIssue18_BrowserSDKTokenFunction(t *testing.T) {
+func TestBrowserSDK_TokenFunction(t *testing.T) {
 	bin := buildHerald(t)
 	secret := strings.Repeat("browser-", 5)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret)
@@ -109,12 +109,12 @@ func countOf(xs []string, x string) int {
 	return n
 }
 
-// Issue 18: the demo page runs with auth on and a user's token, not only
+// The demo page runs with auth on and a user's token, not only
 // an admin's: alice's mailbox token subscribes to and pushes into her
 // partition; a subscription to bob's is refused on its card, a push into
 // it says why; the live view (admin only: it names every queue and
 // instance) says it needs an admin token instead of failing every second.
-func TestIssue18_DemoPageWithAUserToken(t *testing.T) {
+func TestDemo_PageWithAUserToken(t *testing.T) {
 	bin := buildHerald(t)
 	secret := strings.Repeat("demopage-", 4)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-secret", secret)
@@ -161,7 +161,7 @@ func TestIssue18_DemoPageWithAUserToken(t *testing.T) {
 	assert.Contains(t, evalJS[string](ctx, t, `document.getElementById("push-status").textContent`), "may not produce to mail/bob")
 	assert.Equal(t, "connected", evalJS[string](ctx, t, `document.getElementById("sub-1").dataset.state`),
 		"alice's own subscription carries on")
-	shot(ctx, t, "issue18-demo-user-token.png", false)
+	shot(ctx, t, "demo-user-token.png", false)
 
 	// Nothing reached bob's mailbox.
 	req, err := http.NewRequest(http.MethodGet, p.url+"api/v1/pop/queue/mail/partition/bob?wait=false", nil)

@@ -39,13 +39,13 @@ func TestStandby_PrimaryKilledStandbyPromoted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pair := newStandbyPair(t, sync)
 			run := startFailoverTraffic(t, pair)
-			time.Sleep(5 * time.Second) // #nosec -- traffic before the fault
+			run.flowing(t)
 			pid := pair.primary.postmasterPID(t)
 			killAt := time.Now()
 			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 			pair.standby.pgctl(t, "promote", "-w")
 			promoted := time.Since(killAt)
-			time.Sleep(15 * time.Second) // #nosec -- traffic after the fault
+			run.flowingAgain(t, killAt)
 			r := run.finish(t, killAt)
 			t.Logf("%s: kill → promoted %v, → pushes back %v, → deliveries back %v; lost %d, duplicates %d, "+
 				"charged %d, stalls %d, ack retries %d", name, promoted.Round(time.Millisecond),
@@ -78,7 +78,7 @@ func TestStandby_PrimaryKilledStandbyPromoted(t *testing.T) {
 func TestStandby_PrimaryHungStandbyPromoted(t *testing.T) {
 	pair := newStandbyPair(t, true)
 	run := startFailoverTraffic(t, pair)
-	time.Sleep(5 * time.Second) // #nosec -- traffic before the fault
+	run.flowing(t)
 	pids := pair.primary.processes(t)
 	freezeAt := time.Now()
 	for _, pid := range pids {
@@ -112,7 +112,7 @@ func TestStandby_PrimaryHungStandbyPromoted(t *testing.T) {
 					firstOK[i] = time.Now()
 				}
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // #nosec -- the sampler's pace: /health every 100 ms for 20 s
 		}
 		for i := range healthBack {
 			healthBack[i] = firstOK[i].Sub(freezeAt)
@@ -160,6 +160,28 @@ func startFailoverTraffic(t *testing.T, pair *standbyPair) *failoverTraffic {
 	ft.prod = servertest.StartProducer(t, []string{ft.instances[0].URL(), ft.instances[1].URL()}, "ha", 8, 200)
 	ft.cons = servertest.StartConsumer(t, ft.instances[1].URL(), "ha", 10)
 	return &ft
+}
+
+// flowing waits until traffic flows before a fault: 1,000 deliveries
+// (5 s at 200 pushes a second), not a span of time (a busy machine may
+// take longer to start the producer).
+func (ft *failoverTraffic) flowing(t *testing.T) {
+	t.Helper()
+	require.True(t, servertest.WaitFor(60*time.Second, nil, func() bool { return len(ft.cons.Deliveries()) >= 1000 }),
+		"1,000 deliveries before the fault")
+}
+
+// flowingAgain waits until traffic flows after the fault at faultAt: a
+// message pushed after it is delivered, then 3,000 more deliveries (15 s
+// at 200 pushes a second) run through the promoted standby.
+func (ft *failoverTraffic) flowingAgain(t *testing.T, faultAt time.Time) {
+	t.Helper()
+	require.True(t, servertest.WaitFor(60*time.Second, nil, func() bool {
+		return servertest.DeliveriesBack(ft.prod, ft.cons, faultAt) > 0
+	}), "a message pushed after the fault is delivered within 60 s")
+	after := len(ft.cons.Deliveries()) + 3000
+	require.True(t, servertest.WaitFor(60*time.Second, nil, func() bool { return len(ft.cons.Deliveries()) >= after }),
+		"3,000 deliveries after the fault")
 }
 
 type failoverReport struct {

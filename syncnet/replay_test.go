@@ -341,7 +341,7 @@ func TestReplay_StaleSessionKeepsPresence(t *testing.T) {
 		defer v.mu.Unlock()
 		st := v.byID["a:1"]
 		return has && known && st != nil && st.session == a2.session[:maxSession]
-	}, 5*time.Second, 5*time.Millisecond, "v knows the restarted a:1 and its consumers")
+	}, 15*time.Second, 5*time.Millisecond, "v knows the restarted a:1 and its consumers")
 
 	before := dropped(v, "stale_session")
 	for _, b := range old {

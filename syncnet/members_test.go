@@ -140,7 +140,7 @@ func TestNode_SeedNeverHeardIsDead(t *testing.T) {
 	})
 	a := nodes[0]
 	a.SetPeers([]string{"127.0.0.1:9"})
-	require.Eventually(t, func() bool { _, known := a.HasSubscribers("q"); return known }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { _, known := a.HasSubscribers("q"); return known }, 10*time.Second, 10*time.Millisecond,
 		"the silent seed is dead after DeadAfter (300 ms here)")
 	beats := sentTo(t, a, Heartbeat)
 	time.Sleep(300 * time.Millisecond) // 6 heartbeat intervals: the absence of sends is the point (no event to wait for)
@@ -172,9 +172,9 @@ func TestNode_IdleMemberWakesOnlyEveryResolve(t *testing.T) {
 	// Duties come back when due: a queue's last consumer leaving is
 	// announced once Linger has passed, though the node was idle.
 	b.SetLocal("q", true)
-	require.Eventually(t, func() bool { has, known := a.HasSubscribers("q"); return has && known }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { has, known := a.HasSubscribers("q"); return has && known }, 10*time.Second, 10*time.Millisecond)
 	b.SetLocal("q", false)
-	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("q"); return !has }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("q"); return !has }, 10*time.Second, 10*time.Millisecond,
 		"the deregistration went out after Linger")
 }
 

@@ -52,7 +52,7 @@ func TestStreamReleaseSendsLeaseHints(t *testing.T) {
 	}
 	_ = c.ws.Close()
 	for _, m := range got {
-		require.Eventually(t, func() bool { return hints.has(m.PartitionID, "g") }, 5*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return hints.has(m.PartitionID, "g") }, 10*time.Second, 10*time.Millisecond,
 			"a lease hint for partition %s", m.Partition)
 	}
 	r := e.pop("/api/v1/pop/queue/rel-hints?consumerGroup=g&batch=2&partitions=2")

@@ -20,9 +20,10 @@ failover:
 	go test -tags reliability -count=1 -timeout 20m -run 'TestStandby|TestPatroni|TestPgBouncer' -v ./reliability
 
 # The README's test command. The Go SDK (client/) is a module of its own,
-# which ./... at the root does not reach: its tests run in there.
+# which ./... at the root does not reach: its tests run in there, whether
+# the root's pass or not, and the command fails if either half does.
 test:
-	go test -race -count=1 ./... && (cd client && go test -race -count=1 ./...)
+	go test -race -count=1 ./...; a=$$?; (cd client && go test -race -count=1 ./...); b=$$?; [ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 # golangci-lint is pinned in tools/go.mod, a module of its own, so that the
 # server's and the SDK's users resolve none of its requirements.

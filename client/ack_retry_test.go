@@ -106,12 +106,8 @@ func TestAck_UnavailableIsSentAgain(t *testing.T) {
 					t.Fatal("Ack did not return")
 				}
 			}
-			ok := false
-			for !ok && ctx.Err() == nil {
-				ok = len(srv.ackFrames()) >= 2
-				time.Sleep(10 * time.Millisecond)
-			}
-			require.True(t, ok, "the ack was sent again")
+			require.Eventually(t, func() bool { return len(srv.ackFrames()) >= 2 }, 10*time.Second, 10*time.Millisecond,
+				"the ack was sent again")
 			frames := srv.ackFrames()
 			assert.GreaterOrEqual(t, frames[1].Sub(frames[0]), 90*time.Millisecond, "after a back-off")
 			stop()

@@ -10,7 +10,7 @@ import (
 )
 
 // The Go SDK example of docs/clients.md ("## Go SDK"), verbatim:
-// TestIssue17_ReadmeGoBlocksAreExamples fails when the two differ, and
+// TestReadme_GoBlocksAreExamples fails when the two differ, and
 // Example_readme runs it against a real Herald.
 
 // pushAndBill pushes an order to the queue "orders" and bills it in the consumer group "billing".

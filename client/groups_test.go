@@ -12,7 +12,7 @@ import (
 	"github.com/heraldmq/herald/client"
 )
 
-// Issue 15: several subscriptions of one client (one socket) to the same
+// Several subscriptions of one client (one socket) to the same
 // queue in different groups, with automatic and manual acks side by side:
 // every handler runs once per message, every group finishes, nothing is
 // dead-lettered.

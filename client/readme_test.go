@@ -9,14 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 17: every ```go block of the README and of docs/*.md (the Go SDK's
+// Every ```go block of the README and of docs/*.md (the Go SDK's
 // examples live in docs/clients.md) appears, word for word (each
 // line's leading and trailing blanks aside, blank lines aside), in a test
 // file of this package that holds Example functions, so it compiles and
 // (with its Example's Output line) runs against a real Herald. A
 // documentation edit that is not made to the Example too, or the other
 // way round, fails here.
-func TestIssue17_ReadmeGoBlocksAreExamples(t *testing.T) {
+func TestReadme_GoBlocksAreExamples(t *testing.T) {
 	pages, err := filepath.Glob("../docs/*.md")
 	require.NoError(t, err)
 	pages = append([]string{"../README.md"}, pages...)

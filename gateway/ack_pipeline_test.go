@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 16: a WebSocket connection's ack frames were applied one at a
+// A WebSocket connection's ack frames were applied one at a
 // time, each a transaction of its own with its commit's fsync, while the
 // reader waited: one consumer acking message by message could not go past
 // one ack per commit, whatever the database could do. Ack frames sent back
 // to back now share transactions, and a frame after them (here a ping)
 // is answered only once they are applied.
-func TestIssue16_WSAcksBackToBackShareTransactions(t *testing.T) {
+func TestWS_AcksBackToBackShareTransactions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const n = 30

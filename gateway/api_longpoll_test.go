@@ -458,3 +458,49 @@ func TestPop_LongPollAutoAckMultiPartition(t *testing.T) {
 	assert.Equal(t, 3, total)
 	e.popEmpty("/api/v1/pop/queue/lpmulti?wait=false&partitions=3&batch=10")
 }
+
+// On a queue with windowBuffer, partitions pushed to more
+// often than the window filled the pre-flight's range, so a partition past
+// its window behind them was never offered to a waiting consumer while the
+// pushes went on (an HTTP pop without wait found it). A long-poll must get
+// it within its timeout.
+func TestPop_LongPollWindowedPartitionsDoNotStarveAQuietOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.post("/api/v1/configure", `{"queue":"winq","options":{"windowBuffer":1}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	// busy-a and busy-b come first in the index (created first).
+	e.pushItems(`[{"queue":"winq","partition":"busy-a","payload":{"n":0}},{"queue":"winq","partition":"busy-b","payload":{"n":0}}]`)
+	e.pushItems(`[{"queue":"winq","partition":"quiet","payload":{"quiet":true}}]`)
+
+	stop := make(chan struct{})
+	pushed := make(chan struct{})
+	go func() {
+		defer close(pushed)
+		tick := time.NewTicker(150 * time.Millisecond) // well inside the 1 s window
+		defer tick.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			e.pushItems(fmt.Sprintf(`[{"queue":"winq","partition":"busy-a","payload":{"n":%d}},{"queue":"winq","partition":"busy-b","payload":{"n":%d}}]`, n, n))
+		}
+	}()
+	defer func() { close(stop); <-pushed }()
+
+	// The quiet partition's window ends 1 s after its push; the busy ones'
+	// never do while the pushes go on.
+	got := e.get("/api/v1/pop/queue/winq?wait=true&timeout=6000&consumerGroup=g")
+	require.Equal(t, http.StatusOK, got.status, "the quiet partition was not delivered while the others were pushed to: %s", got)
+	var body struct {
+		Messages []struct {
+			Partition string          `json:"partition"`
+			Data      json.RawMessage `json:"data"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(got.body, &body))
+	require.NotEmpty(t, body.Messages)
+	assert.Equal(t, "quiet", body.Messages[0].Partition)
+}

@@ -11,12 +11,12 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16, point 5: push and ack items were decoded into structs by
+// Push and ack items were decoded into structs by
 // encoding/json, which matches names without regard to case: "Queue",
 // "PAYLOAD" or "STATUS" were read as queue, payload and status. The
 // reference server (JSON.parse) takes a name as written: a name spelt
 // otherwise is an unknown field, ignored (docs/api.md, General rules).
-func TestIssue16_ItemFieldNamesAreCaseSensitive(t *testing.T) {
+func TestJSON_ItemFieldNamesAreCaseSensitive(t *testing.T) {
 	t.Run("PushItems", func(t *testing.T) {
 		items, err := parsePushItems([]json.RawMessage{
 			[]byte(`{"queue":"q","PAYLOAD":{"a":1},"Partition":"p","TRANSACTIONID":"t","traceid":"x"}`),

@@ -36,7 +36,7 @@ herald_xmin_held_seconds 90
 	assert.Equal(t, 4, n)
 }
 
-// Issue 21: the backlog gauges serve the last sample whole; pairs sharing
+// The backlog gauges serve the last sample whole; pairs sharing
 // a label value add up (the age takes the oldest); a pair that caught up
 // disappears.
 func TestBacklogMetrics(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 21: the rate rings keep the last RateSamples intervals per queue,
+// The rate rings keep the last RateSamples intervals per queue,
 // forget older laps, and bound the queues by the label limiter.
-func TestIssue21_RateRing(t *testing.T) {
+func TestRates_Ring(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	r := newRates(NewLabelLimiter(2))
 	r.now = func() time.Time { return now }

@@ -33,7 +33,7 @@ func (h *recordedHints) has(partitionID, group string) bool {
 	return h.released[partitionID+"/"+group]
 }
 
-// Issue 15, point 3: a lease a stream gives back (a WebSocket that closes,
+// A lease a stream gives back (a WebSocket that closes,
 // an unsubscribe) is followed like any other release: other instances hear
 // of it for every partition it covered. The release used to pass no
 // partition ids, so no hint went out and only the first partition woke.
@@ -52,7 +52,7 @@ func TestStreamReleaseSendsLeaseHints(t *testing.T) {
 	}
 	_ = c.ws.Close()
 	for _, m := range got {
-		require.Eventually(t, func() bool { return hints.has(m.PartitionID, "g") }, 5*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return hints.has(m.PartitionID, "g") }, 10*time.Second, 10*time.Millisecond,
 			"a lease hint for partition %s", m.Partition)
 	}
 	r := e.pop("/api/v1/pop/queue/rel-hints?consumerGroup=g&batch=2&partitions=2")

@@ -386,7 +386,7 @@ func (s *Server) routes() {
 	s.read("GET /console/", "console", auth.RoleNone, page.ServeHTTP)
 	// Every queue's name and lag, every instance: not for a tenant's token.
 	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
-	// The reference server's admin, browsing and group API (issue 19).
+	// The reference server's admin, browsing and group API.
 	s.consumerGroupRoutes() // handler_groups.go
 	s.traceRoutes()         // handler_traces.go
 	s.maintenanceRoutes()   // handler_maintenance.go

@@ -128,7 +128,7 @@ func (r *randomSocket) anySub() string {
 	return ""
 }
 
-// Issue 15: random interleavings on one socket settle every message
+// Random interleavings on one socket settle every message
 // exactly once per group, with nothing dead-lettered.
 func TestWS_RandomInterleavingsOnOneSocket(t *testing.T) {
 	t.Parallel()

@@ -15,7 +15,7 @@ import (
 	"github.com/heraldmq/herald/poller"
 )
 
-// Issue 15: acks over a WebSocket resolve per delivery, never per
+// Acks over a WebSocket resolve per delivery, never per
 // connection; what follows an ack happens whichever path made it.
 
 // settledState is the queue's state in the database: what every group has
@@ -175,7 +175,7 @@ func deref(s *string) string {
 	return *s
 }
 
-// Issue 15, point 3: a lease that expires gives its credit back to the
+// A lease that expires gives its credit back to the
 // WebSocket subscription holding the delivery (through the lease check),
 // so a subscription whose client never answered is not stuck at zero
 // credit: the message comes to it again.

@@ -525,8 +525,8 @@ func TestSession_ResolveAck(t *testing.T) {
 	}
 }
 
-// waitFor waits up to 5 s for cond.
+// waitFor waits up to 10 s for cond.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond, "condition not met within 5 s")
+	require.Eventually(t, cond, 10*time.Second, 5*time.Millisecond, "condition not met within 10 s")
 }

@@ -18,11 +18,11 @@ import (
 	"github.com/heraldmq/herald/gateway"
 )
 
-// TestHole12_SlowBodyIsCut: a POST whose body trickles in (one byte a
+// TestSlowBody_IsCut: a POST whose body trickles in (one byte a
 // second of a declared 1,000) is answered 408 and its connection closed at
 // the body deadline, and counted; a normal push, a long-poll that waits
 // past the deadline and an SSE stream open across it are not affected.
-func TestHole12_SlowBodyIsCut(t *testing.T) {
+func TestSlowBody_IsCut(t *testing.T) {
 	t.Parallel()
 	const deadline = time.Second
 	e := newEnv(t, func(c *gateway.Config) { c.BodyReadTimeout = deadline })
@@ -75,21 +75,21 @@ func TestHole12_SlowBodyIsCut(t *testing.T) {
 
 	// Requests without a body have no body deadline: an SSE stream and a
 	// long-poll live past it.
-	c := e.openSSE(t, "/api/v1/sse/queue/hole12-sse", nil)
+	c := e.openSSE(t, "/api/v1/sse/queue/slowbody-sse", nil)
 	lpStart := time.Now()
-	r := e.get("/api/v1/pop/queue/hole12-lp?wait=true&timeout=" + strconv.FormatInt((3*deadline).Milliseconds(), 10))
+	r := e.get("/api/v1/pop/queue/slowbody-lp?wait=true&timeout=" + strconv.FormatInt((3*deadline).Milliseconds(), 10))
 	assert.Equal(t, http.StatusNoContent, r.status, "%s", r)
 	assert.GreaterOrEqual(t, time.Since(lpStart), 2*deadline, "the long-poll did not wait well past the body deadline")
-	e.push("hole12-sse", `"late"`)
+	e.push("slowbody-sse", `"late"`)
 	m, _ := c.next()
 	assert.JSONEq(t, `"late"`, string(m.Data))
 
 	// A normal push, and one whose body comes in two parts within the
 	// deadline, are served.
-	assert.Len(t, e.push("hole12", `"quick"`), 1)
+	assert.Len(t, e.push("slowbody", `"quick"`), 1)
 	pr, pw := io.Pipe()
 	go func() {
-		_, _ = io.WriteString(pw, `{"items":[{"queue":"hole12",`)
+		_, _ = io.WriteString(pw, `{"items":[{"queue":"slowbody",`)
 		<-time.After(deadline / 4) // the client's pace, not a wait for a result
 		_, _ = io.WriteString(pw, `"payload":"paced"}]}`)
 		_ = pw.Close()
@@ -102,6 +102,6 @@ func TestHole12_SlowBodyIsCut(t *testing.T) {
 	pbody, _ := io.ReadAll(pres.Body)
 	_ = pres.Body.Close()
 	assert.Equal(t, http.StatusCreated, pres.StatusCode, "%s", pbody)
-	assert.True(t, strings.Contains(string(pbody), "hole12"), "%s", pbody)
+	assert.True(t, strings.Contains(string(pbody), "slowbody"), "%s", pbody)
 	assert.Equal(t, before+1, e.scrape("herald_http_slow_body_total"), "a served body was counted as slow")
 }

@@ -15,14 +15,14 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16: credit comes back to a subscription while a cycle pops for
+// Credit comes back to a subscription while a cycle pops for
 // it, and a subscription that took all its credit allowed looks again when
 // credit comes back. Draining 500 one-message partitions with credit 100
 // stalled (the sweep is a minute away here) when a cycle judged "took all
 // it could" by credit that had grown since it planned, or when credit
 // given back to a subscription that had drained what it took never marked
 // its queue.
-func TestIssue16_CreditBackDuringACycleIsNotLost(t *testing.T) {
+func TestCredit_BackDuringACycleIsNotLost(t *testing.T) {
 	e := newEnv(t, slowSweep)
 	var items []queue.PushItem
 	for i := range 500 {
@@ -60,7 +60,7 @@ func TestIssue16_CreditBackDuringACycleIsNotLost(t *testing.T) {
 // merged wake-up (cross-instance p50 / p99 at 1,000 msgs/s went from
 // 4.1 / 10.8 ms to 8.9 / 22.7 without it). Credit alone, on a queue
 // pushed to only here, costs nothing.
-func TestIssue16_CreditLooksWhilePushedElsewhere(t *testing.T) {
+func TestCredit_LooksAtOnceWhilePushedElsewhere(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
 	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "x"}, Batch: 10, Credit: 100})

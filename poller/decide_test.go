@@ -53,7 +53,7 @@ func TestDecide(t *testing.T) {
 			want:  []string{"0:p100", "1:p50", "2:p10"},
 		},
 		{
-			// Issue 19: a namespace target's queues of higher priority
+			// A namespace target's queues of higher priority
 			// first, however full the others are; fullest within one.
 			name:  "PriorityFirst",
 			cands: []candidate{{id: 0, seq: 1}, {id: 1, seq: 2}, {id: 2, seq: 3}, {id: 3, seq: 4}},

@@ -12,7 +12,7 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 21: the delivery latency histogram counts first deliveries only,
+// The delivery latency histogram counts first deliveries only,
 // with their age at delivery (a clock ahead of the database's is 0).
 func TestMetrics_DeliveryLatency(t *testing.T) {
 	reg := prometheus.NewRegistry()

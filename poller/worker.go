@@ -42,7 +42,7 @@ type keyState struct {
 	// partition with messages, with no wake-up since (touch forgets them).
 	// A new intention on one of them waits for a wake-up instead of
 	// running a pre-flight that would find nothing: a long-poll asking
-	// again when its wait ends costs no query (issue 16, point 5).
+	// again when its wait ends costs no query.
 	empty map[[2]string]bool
 }
 

@@ -293,14 +293,14 @@ func sorted(s []string) []string {
 	return s
 }
 
-// Review of issue 16: acks queued one after the other on the same
+// Acks queued one after the other on the same
 // (partition, group) must apply in that order (QueueAck promises it: a
 // WebSocket connection's frames rely on it). The batcher kept them out of
 // one batch, but with two flushers the second ran in a batch of its own at
 // the same time as the first, and either could win: a completed ack queued
 // after a retry that gave the lease back succeeded about one time in five.
 // A request waits now for every running batch it overlaps.
-func TestIssue16_QueuedAcksOnOnePairKeepTheirOrder(t *testing.T) {
+func TestAck_QueuedOnOnePairKeepTheirOrder(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
 	for i := range 60 {

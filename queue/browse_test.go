@@ -39,7 +39,7 @@ func ready(t *testing.T, s *queue.Store, q string) int {
 	return n
 }
 
-// Issue 19: a message deleted from the middle of a lease. Offsets are
+// A message deleted from the middle of a lease. Offsets are
 // dense and cursors move only over finished offsets, so the deleted offset
 // must count as finished for every group, now and later: the holder's
 // other acks end the lease, the group goes on after it, a group that had
@@ -290,8 +290,9 @@ func TestBrowse_QueueCountsMessagesPushedWhileAGroupWasBehind(t *testing.T) {
 	assert.Equal(t, want, page.Queue.Counts, "the queue's figures, scoped")
 }
 
-// Issue 19: an operator console pages a queue of 100,000 partitions and
-// reads its totals. The page reads an index range of partitions
+// An operator console pages a queue of many partitions (20,000 prove the
+// plans; 100,000 took minutes on a busy machine and proved nothing more)
+// and reads its totals. The page reads an index range of partitions
 // (queue_id, name) and a few rows per partition shown, whatever the
 // queue's size; a keyset page as much; an offset page adds only index
 // entries; the totals read the queue's own rows and never a message; and
@@ -299,7 +300,7 @@ func TestBrowse_QueueCountsMessagesPushedWhileAGroupWasBehind(t *testing.T) {
 func TestBrowse_QueueReadStaysIndexBacked(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxBig(t)
-	const big = 100000
+	const big = 20000
 	fillPartitions(t, s, "big", big)
 	fillPartitions(t, s, "small", 100)
 	require.NoError(t, s.EnsureConsumers(ctx, []queue.Target{{Queue: "big"}, {Queue: "big", Group: "bus"}, {Queue: "small"}}))
@@ -316,16 +317,16 @@ func TestBrowse_QueueReadStaysIndexBacked(t *testing.T) {
 	// One page of 100 partitions: the same work in both queues.
 	smallPage := blocks(explainCustom(t, s, queue.BrowsePartitionsAllSQL, smallID, "small", "", "", 100, 0, nil, nil, nil))
 	first := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "", "", 100, 0, nil, nil, nil)
-	keyset := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "p77777", "", 100, 0, nil, nil, nil)
-	offset := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "", "", 100, 50000, nil, nil, nil)
-	t.Logf("a page of 100 partitions: %d blocks in a queue of 100; of %d: %d (first), %d (keyset), %d (offset 50,000)",
+	keyset := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "p15555", "", 100, 0, nil, nil, nil)
+	offset := explainCustom(t, s, queue.BrowsePartitionsAllSQL, bigID, "big", "", "", 100, big/2, nil, nil, nil)
+	t.Logf("a page of 100 partitions: %d blocks in a queue of 100; of %d: %d (first), %d (keyset), %d (offset half the queue)",
 		smallPage, big, blocks(first), blocks(keyset), blocks(offset))
 	for name, p := range map[string]map[string]any{"first": first, "keyset": keyset, "offset": offset} {
 		assert.Empty(t, scans(p), "%s page: no table is scanned", name)
 	}
 	assert.LessOrEqual(t, blocks(first), smallPage*3/2+20, "the first page costs what it costs in a small queue")
 	assert.LessOrEqual(t, blocks(keyset), smallPage*3/2+20, "a keyset page too")
-	assert.LessOrEqual(t, blocks(offset), blocks(first)+50000/3, "an offset page adds the index entries it skips")
+	assert.LessOrEqual(t, blocks(offset), blocks(first)+big/2/3, "an offset page adds the index entries it skips")
 
 	// The totals: the queue's own rows, no message.
 	smallTotals := explainCustom(t, s, queue.QueueTotalsAllSQL, smallID, "small", nil, nil)
@@ -339,12 +340,12 @@ func TestBrowse_QueueReadStaysIndexBacked(t *testing.T) {
 	assert.Less(t, blocks(bigTotals), int64(big/5), "a fifth of a block per partition, at most")
 
 	// And the reads answer.
-	page, err := s.BrowsePartitions(ctx, queue.PartitionsQuery{Queue: "big", After: "p99990", Limit: 100, Groups: true})
+	page, err := s.BrowsePartitions(ctx, queue.PartitionsQuery{Queue: "big", After: "p9990", Limit: 100, Groups: true})
 	require.NoError(t, err)
 	assert.Equal(t, int64(big), page.Matching)
 	assert.Equal(t, int64(big), page.Queue.Partitions)
 	assert.Equal(t, queue.Counts{Total: big, Pending: big, Processing: 50}, page.Queue.Counts, "each figure the group furthest behind for it")
-	require.Len(t, page.Partitions, 9, "p99991 … p99999")
-	assert.Equal(t, "p99991", page.Partitions[0].Name)
+	require.Len(t, page.Partitions, 9, "p9991 … p9999 (p99990 and above do not exist)")
+	assert.Equal(t, "p9991", page.Partitions[0].Name)
 	assert.Len(t, page.Partitions[0].Groups, 2)
 }

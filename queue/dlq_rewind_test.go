@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 21: the rewind math of a replay, on a consumer row in memory.
-func TestIssue21_Rewind(t *testing.T) {
+// The rewind math of a replay, on a consumer row in memory.
+func TestDLQReplay_RewindMath(t *testing.T) {
 	for _, c := range []struct {
 		name             string
 		cursor           int64
@@ -67,9 +67,9 @@ func TestIssue21_Rewind(t *testing.T) {
 	}
 }
 
-// Issue 21: decideReplay skips what it must, settles an expired lease
+// decideReplay skips what it must, settles an expired lease
 // before rewinding, and rewinds a row once per dead letter.
-func TestIssue21_DecideReplay(t *testing.T) {
+func TestDLQReplay_DecideSkipsSettlesAndRewindsOnce(t *testing.T) {
 	ref := func(id int64, pid, group string, seq int64) dlqRef {
 		return dlqRef{DLQOutcome: DLQOutcome{ID: id, Queue: "q", Partition: pid, PartitionID: pid, Group: group}, seq: seq}
 	}

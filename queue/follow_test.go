@@ -183,9 +183,16 @@ func TestFollow_StartPositions(t *testing.T) {
 	ctx := ctxT(t)
 	push(t, s, "fs", "a", 1, 2)
 	push(t, s, "fs", "b", 3)
-	time.Sleep(20 * time.Millisecond) // created_at apart: the time start is a boundary between pushes
-	mid := time.Now()
-	time.Sleep(20 * time.Millisecond)
+	// The time start is a boundary between pushes: mid is after every
+	// created_at so far, and the next pushes wait until the database's
+	// clock has passed it (its clock, not this process's, stamps them).
+	var mid time.Time
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT max(created_at) + interval '1 millisecond' FROM messages`).Scan(&mid))
+	require.Eventually(t, func() bool {
+		var passed bool
+		require.NoError(t, s.Pool().QueryRow(ctx, `SELECT clock_timestamp() > $1`, mid).Scan(&passed))
+		return passed
+	}, 10*time.Second, time.Millisecond, "the database's clock passes the boundary")
 	push(t, s, "fs", "a", 4)
 	push(t, s, "fs", "b", 5)
 

@@ -17,7 +17,7 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16, point 5: every statement that locks several consumer rows (or
+// Every statement that locks several consumer rows (or
 // partition rows) takes them in key order, as pushes and acks do, or two of
 // them each hold a row the other waits for until PostgreSQL breaks the
 // deadlock (40P01) and one request fails. Retention's cursor moves and
@@ -114,7 +114,7 @@ func spanningLease(t *testing.T, s *queue.Store, q string, n int) (lease string,
 	return res.Messages[0].LeaseID, keys
 }
 
-func TestIssue16_ExtendLeaseLocksInKeyOrder(t *testing.T) {
+func TestExtendLease_LocksInKeyOrder(t *testing.T) {
 	s := newStore(t)
 	lease, keys := spanningLease(t, s, "q", 4)
 	lockOrderCase{keys: keys, marker: "extend_lease", run: func(ctx context.Context) error {
@@ -126,7 +126,7 @@ func TestIssue16_ExtendLeaseLocksInKeyOrder(t *testing.T) {
 	}}.check(t, s)
 }
 
-func TestIssue16_ReleaseLeaseLocksInKeyOrder(t *testing.T) {
+func TestReleaseLease_LocksInKeyOrder(t *testing.T) {
 	s := newStore(t)
 	lease, keys := spanningLease(t, s, "q", 4)
 	lockOrderCase{keys: keys, marker: "release_lease", run: func(ctx context.Context) error {
@@ -163,7 +163,7 @@ func groupKeys(t *testing.T, s *queue.Store, q string, n int, groups ...string) 
 	return keys
 }
 
-func TestIssue16_RetentionCursorsLockInKeyOrder(t *testing.T) {
+func TestRetention_CursorsLockInKeyOrder(t *testing.T) {
 	s := newStore(t)
 	keys := groupKeys(t, s, "q", 3, "a", "b")
 	// Retention took every partition's first message.
@@ -191,7 +191,7 @@ func TestIssue16_RetentionCursorsLockInKeyOrder(t *testing.T) {
 	require.Zero(t, behind, "every cursor moved past the deleted offset")
 }
 
-func TestIssue16_RetentionDonePrefixLocksInKeyOrder(t *testing.T) {
+func TestRetention_DonePrefixLocksInKeyOrder(t *testing.T) {
 	s := newStore(t)
 	keys := groupKeys(t, s, "q", 3, "a", "b")
 	// maxWait marked the first offset done.
@@ -208,7 +208,7 @@ func TestIssue16_RetentionDonePrefixLocksInKeyOrder(t *testing.T) {
 // Idle partitions are deleted in id order, skipping one a push holds: that
 // one is not idle (the push bumps its last_push_at), and waiting for it
 // while holding others deadlocked with a multi-partition push.
-func TestIssue16_PartitionCleanupLocksInKeyOrder(t *testing.T) {
+func TestRetention_PartitionCleanupLocksInKeyOrder(t *testing.T) {
 	s := newStore(t)
 	for i := range 4 {
 		push(t, s, "q", fmt.Sprint("p", i), 1)
@@ -251,8 +251,8 @@ func TestIssue16_PartitionCleanupLocksInKeyOrder(t *testing.T) {
 // rows its pushes write, before any operation runs: run one by one in the
 // order the client listed them, acks of [p3, p2, p1, p0] held p3..p1 while
 // waiting for p0, and ExtendLease of a lease over them (p0 first) could
-// deadlock with it (review of issue 16).
-func TestIssue16_TransactionAcksLockInKeyOrder(t *testing.T) {
+// deadlock with it.
+func TestTransaction_AcksLockInKeyOrder(t *testing.T) {
 	s := newStore(t)
 	for i := range 4 {
 		push(t, s, "txq", fmt.Sprint("p", i), nums(1, 1)...)
@@ -283,9 +283,9 @@ func TestIssue16_TransactionAcksLockInKeyOrder(t *testing.T) {
 }
 
 // The transaction's consumer-row lock finds its rows through the primary
-// key, whatever the size of the table (review: its OR read every consumer
+// key, whatever the size of the table (its OR used to read every consumer
 // row of every queue).
-func TestIssue16_TransactionLockReadsNoWholeTable(t *testing.T) {
+func TestTransaction_LockReadsNoWholeTable(t *testing.T) {
 	s := newStore(t)
 	fillPartitions(t, s, "big", 5000)
 	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "big"}}))

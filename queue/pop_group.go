@@ -140,7 +140,7 @@ func (s *Store) registerGroup(ctx context.Context, req *PopRequest, subNow bool,
 	// statistics may be behind. Checked on every registration (one cheap
 	// read of pg_stat_user_tables): one rate-limited with the pushes' checks
 	// left a pre-flight planned at 200 partitions scanning 20,000 until the
-	// next check (TestIssue16_CachedPlansFollowTableGrowth).
+	// next check (TestPop_CachedPlansFollowTableGrowth).
 	s.analyzeGrown(ctx)
 	return nil
 }

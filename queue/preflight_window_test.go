@@ -10,7 +10,7 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16 review: the pre-flight cut each target's range of
+// The pre-flight cut each target's range of
 // consumers_ready at want + 1 rows before looking at windows and delays,
 // so on a queue with windowBuffer (or delayedProcessing) partitions still
 // inside their window hid an eligible one further along the index: the
@@ -19,7 +19,7 @@ import (
 // windows never all ended at once: the eligible partition behind them
 // starved for as long as the pushes went on. Each partition is reported
 // once, and a queue without window or delay is read as before.
-func TestIssue16_PreflightSeesEligiblePartitionsBehindWindows(t *testing.T) {
+func TestPreflight_SeesEligiblePartitionsBehindWindows(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
 	for _, c := range []struct {

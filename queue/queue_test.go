@@ -453,7 +453,7 @@ func TestSubscriptionModes(t *testing.T) {
 		assert.Equal(t, []int{3, 4}, payloads(t, res.Messages))
 	})
 	t.Run("BadInput", func(t *testing.T) {
-		// Any mode but new reads from the beginning (issue 19); a time
+		// Any mode but new reads from the beginning; a time
 		// that does not parse is refused.
 		_, err := s.Pop(ctxT(t), queue.PopRequest{Queue: "q", Group: "g", SubscriptionMode: "sometimes"})
 		assert.NoError(t, err)

@@ -83,12 +83,12 @@ func fillPartitions(t *testing.T, s *queue.Store, q string, n int) {
 	}
 }
 
-// Issue 16: a pop and a pre-flight read every partition of the queue (a
+// A pop and a pre-flight read every partition of the queue (a
 // join over partitions filtered on last_offset > cursor, and an anti-join
 // looking for partitions without a consumer row), so one message in each
 // of 20,000 partitions made each pop ten times dearer than with 2,000.
 // They now read one range of an index: the same work at any partition count.
-func TestIssue16_PopCostIndependentOfPartitionCount(t *testing.T) {
+func TestPop_CostIndependentOfPartitionCount(t *testing.T) {
 	s := newStore(t)
 	cost := func(q string) (claim, preflight int64) {
 		claim = explainBuffers(t, s, queue.PopLockSQL, q, "", "", "", "g", 10)
@@ -126,7 +126,7 @@ func TestIssue16_PopCostIndependentOfPartitionCount(t *testing.T) {
 // at once, one of them must see the other, and a push in flight must not
 // leave a row with a stale last_offset: otherwise a message is never seen
 // by the group (it is not in consumers_ready) until the next push.
-func TestIssue16_NewGroupsAndNewPartitionsAtOnce(t *testing.T) {
+func TestReady_NewGroupsAndNewPartitionsAtOnce(t *testing.T) {
 	s := newStore(t)
 	const partitions, groups = 60, 8
 	for round := range 3 {
@@ -169,7 +169,7 @@ func TestIssue16_NewGroupsAndNewPartitionsAtOnce(t *testing.T) {
 // ack holding another wait for each other until Postgres breaks the
 // deadlock (the push failed with 500 in the bench's matrix). Lease
 // extensions take part too (see lockorder_test.go).
-func TestIssue16_PushesAndAcksDoNotDeadlock(t *testing.T) {
+func TestReady_PushesAndAcksDoNotDeadlock(t *testing.T) {
 	s := newStore(t)
 	const parts = 12
 	groups := []string{"a", "b", "c"}
@@ -233,11 +233,11 @@ func TestIssue16_PushesAndAcksDoNotDeadlock(t *testing.T) {
 	}
 }
 
-// Issue 16: a subscription now leases up to one partition per message of
+// A subscription now leases up to one partition per message of
 // credit in one coalesced pop. The pop's last step joined every lease
 // range to every assignment through a subquery run again for each row: 100
 // assignments ran one node 10,000 times (263 ms); it is computed once.
-func TestIssue16_CoalescedPopIsLinearInAssignments(t *testing.T) {
+func TestPop_CoalescedIsLinearInAssignments(t *testing.T) {
 	s := newStore(t)
 	fillPartitions(t, s, "wide", 200)
 	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "wide"}}))
@@ -260,14 +260,14 @@ func TestIssue16_CoalescedPopIsLinearInAssignments(t *testing.T) {
 	assert.Less(t, loops, int64(4*n), "a node of the coalesced pop runs once per pair of assignments")
 }
 
-// Issue 16, the same hole by another door: plans are cached per connection
+// The same cost by another door: plans are cached per connection
 // (generic plans), and a pre-flight planned while the queue had 200
 // partitions scanned and sorted all 20,000 consumer rows once it had
 // 20,000 (a 100,000-partition WebSocket drain fell to 310 msgs/s) until
 // autovacuum's next ANALYZE, up to a minute later. Registering a group,
 // creating partitions and the hygiene loop now analyze the tables that
 // doubled, which re-plans.
-func TestIssue16_CachedPlansFollowTableGrowth(t *testing.T) {
+func TestPop_CachedPlansFollowTableGrowth(t *testing.T) {
 	s := newStore(t)
 	fillPartitions(t, s, "small", 200)
 	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "small"}}))
@@ -296,12 +296,12 @@ func TestIssue16_CachedPlansFollowTableGrowth(t *testing.T) {
 	assert.Empty(t, again)
 }
 
-// Review of issue 16: Configure creates a queue's Default partition, a
+// Configure creates a queue's Default partition, a
 // third place partitions are born. It gave the partition no consumer rows,
 // so a group registered on the queue never saw a message pushed there (the
 // old per-pop anti-join used to add them). It now adds them like the
 // others.
-func TestIssue16_ConfigureGivesTheDefaultPartitionItsConsumerRows(t *testing.T) {
+func TestConfigure_GivesTheDefaultPartitionItsConsumerRows(t *testing.T) {
 	s := newStore(t)
 	push(t, s, "cq", "a", nums(1, 1)...)
 	res := pop(t, s, queue.PopRequest{Queue: "cq", Group: "g", Batch: 10})
@@ -314,13 +314,13 @@ func TestIssue16_ConfigureGivesTheDefaultPartitionItsConsumerRows(t *testing.T) 
 		"the message on Default reaches the group")
 }
 
-// Review of issue 16: a transaction that acks a message and then pushes
+// A transaction that acks a message and then pushes
 // the next step to the same partition held the consumer row (ack) while
 // waiting for the partition, which a plain push held while waiting for
 // that consumer row (pushes now write consumer rows): Postgres broke the
 // deadlock by failing one side. A transaction now locks its pushes'
 // partitions and their consumer rows first, in the pushes' order.
-func TestIssue16_TransactionAckThenPushDoesNotDeadlock(t *testing.T) {
+func TestTransaction_AckThenPushDoesNotDeadlock(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
 	push(t, s, "txq", "p", nums(1, 60)...)
@@ -366,14 +366,14 @@ func TestIssue16_TransactionAckThenPushDoesNotDeadlock(t *testing.T) {
 	}
 }
 
-// Issue 16 review: pushes wrote (and locked until their commit) the
+// Pushes wrote (and locked until their commit) the
 // consumer rows of their partitions, and pops skip locked rows, so a
 // partition pushed to without a pause looked empty to pops: with four
 // producers on one partition, 172 of 200 pops without wait came back
 // empty while its backlog grew. Pops must see a backlog whatever pushes
 // are in flight. Each pop here is acked before the next, so only a skipped
 // row can make one come back empty.
-func TestIssue16_PopsSeePartitionsBeingPushedTo(t *testing.T) {
+func TestPop_SeesPartitionsBeingPushedTo(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
 	_, err := s.Push(ctx, []queue.PushItem{{Queue: "busy", Partition: "p", Payload: json.RawMessage(`0`)}})
@@ -422,7 +422,7 @@ func TestIssue16_PopsSeePartitionsBeingPushedTo(t *testing.T) {
 // A push's ready marking commits without waiting for its flush, so a crash
 // may lose it: the messages are stored but their consumer rows do not say
 // so. RepairReady (at start and in the hygiene loop) marks them.
-func TestIssue16_RepairReadyMarksWhatACrashLost(t *testing.T) {
+func TestReady_RepairMarksWhatACrashLost(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
 	for _, p := range []string{"a", "b"} {
@@ -456,7 +456,7 @@ func TestIssue16_RepairReadyMarksWhatACrashLost(t *testing.T) {
 // in its own statement (no pop can take anything from them before its
 // commit), so it costs one round trip; rows with messages pending are
 // ready already and left alone, so it never needs a second.
-func TestIssue16_PushMarksIdleRowsItself(t *testing.T) {
+func TestPush_MarksIdleRowsItself(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
 	_, err := s.Push(ctx, []queue.PushItem{{Queue: "mk", Partition: "p", Payload: json.RawMessage(`{"n":0}`)}})
@@ -488,10 +488,10 @@ func TestIssue16_PushMarksIdleRowsItself(t *testing.T) {
 // Concurrent pushes of one transaction id to one partition store it once
 // and report the others as duplicates of it, never an error: the duplicate
 // check runs after the partition locks (a statement of its own), which a
-// single statement could not do (its snapshot predates its locks; tried in
-// issue 16, it also missed consumer rows a group registration committed
-// while the push waited, see TestIssue16_NewGroupsAndNewPartitionsAtOnce).
-func TestIssue16_ConcurrentDuplicatePushesStoreOnce(t *testing.T) {
+// single statement could not do (its snapshot predates its locks; when
+// tried, it also missed consumer rows a group registration committed
+// while the push waited, see TestReady_NewGroupsAndNewPartitionsAtOnce).
+func TestPush_ConcurrentDuplicatesStoreOnce(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
 	_, err := s.Push(ctx, []queue.PushItem{{Queue: "dup", Partition: "p", Payload: json.RawMessage(`0`)}})

@@ -9,12 +9,12 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16 review: the done-prefix step locked every row with a non-empty
+// The done-prefix step locked every row with a non-empty
 // done and no live lease, and waited for each: one row an ack held stalled
 // the step even when it had nothing to move there (its done offsets do not
 // follow its cursor). It now locks only rows whose cursor's next offset is
 // done; the row held here has none and is not waited for.
-func TestIssue16_DonePrefixWaitsOnlyForRowsItMoves(t *testing.T) {
+func TestRetention_DonePrefixWaitsOnlyForRowsItMoves(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	keys := groupKeys(t, s, "q", 3, "a")

@@ -10,7 +10,7 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16 review: a group registered while completed retention deleted a
+// A group registered while completed retention deleted a
 // message from the middle of a partition, between retention's delete and
 // its commit: the delete could not see the new group (so it took a message
 // the group had not finished), and the registration's snapshot still saw
@@ -19,7 +19,7 @@ import (
 // the offset likewise. Retention now share-locks the queues it deletes
 // from before it deletes, which a registration's (and a seek's) queue lock
 // waits for: they run before it or after it, never across.
-func TestIssue16_RegistrationWaitsForCompletedRetention(t *testing.T) {
+func TestRegister_WaitsForCompletedRetention(t *testing.T) {
 	t.Run("Register", func(t *testing.T) {
 		groupActAcrossRetention(t, "late", "herald:groups_lock", func(s *queue.Store) error {
 			return s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "cr", Group: "late"}})

@@ -9,7 +9,7 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 16, point 5: completed retention decided which messages every
+// Completed retention decided which messages every
 // group had finished on the snapshot its scan started with. A dead letter
 // replayed while it scanned (its message pending for its group again,
 // committed after the scan's snapshot but before the scan locked the
@@ -24,7 +24,7 @@ import (
 // what the replay writes to the group's row (a replay itself would now
 // wait for the message's lock). Deciding on the locking statement's
 // snapshot, as the single statement did, deletes the message.
-func TestIssue16_RetentionKeepsAMessageReplayedMeanwhile(t *testing.T) {
+func TestRetention_KeepsAMessageReplayedMeanwhile(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	dlqFixture(t, s, 5, 2) // g dead-lettered offset 2; g and h finished the rest

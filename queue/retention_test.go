@@ -274,12 +274,12 @@ func TestRetention_MaxWait(t *testing.T) {
 	assert.EqualValues(t, 1, cursor, "busy, under a live lease, is untouched")
 }
 
-// Issue 19: maxWaitTimeSeconds covers a queue no consumer group has read
+// maxWaitTimeSeconds covers a queue no consumer group has read
 // yet, with the reference server's effect: messages older than the limit
 // are deleted, on every partition (no group's dead-letter queue to take
 // them); younger ones stay, and a group subscribing later reads only those.
 // A queue without the option keeps everything.
-func TestIssue19_MaxWaitOnUnreadQueue(t *testing.T) {
+func TestRetention_MaxWaitOnUnreadQueue(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "unread", Options: json.RawMessage(`{"maxWaitTimeSeconds":60}`)})

@@ -19,7 +19,7 @@ import (
 
 // careless is a consumer of g1 that does its work (what it acks counts like
 // any consumer's) and, around it, sends the acks a careless or hostile client
-// sends (issue 14): acks outside its lease's range, acks naming no lease while
+// sends: acks outside its lease's range, acks naming no lease while
 // it holds one, stale acks of deliveries whose lease has ended, with and
 // without their old lease id, and one message failed four times in a batch.
 // None of them may lose a message, release a lease or dead-letter early:

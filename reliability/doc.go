@@ -1,4 +1,4 @@
-// Package reliability is the chaos suite (issue 8), built only with the
+// Package reliability is the chaos suite, built only with the
 // reliability tag: three herald processes on one PostgreSQL, syncnet
 // between them through proxies that drop 30% of the datagrams, producers
 // and consumers on every transport (WebSocket, SSE, long-poll) in two
@@ -8,8 +8,8 @@
 //
 // At the end every message must have been acked exactly once per consumer
 // group, in push order within each partition, or dead-lettered after its
-// retries, with nothing left leased. One consumer is careless on purpose
-// (issue 14): around its work it sends acks outside its lease, acks naming
+// retries, with nothing left leased. One consumer is careless on purpose:
+// around its work it sends acks outside its lease, acks naming
 // no lease under a live one, stale acks with and without their old lease
 // ids, and one failure four times in a batch; none may be accepted where it
 // must be refused, or release a lease.

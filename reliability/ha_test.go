@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/client"
+	"github.com/heraldmq/herald/internal/server/servertest"
 )
 
 // ---- processes of the HA parts (PgBouncer, etcd, Patroni) ----
@@ -261,19 +262,17 @@ func (f *flow) missing(group string) []int {
 // waitDrained waits up to ceiling for every group to have acked every
 // pushed message; it returns what is still missing per group.
 func (f *flow) waitDrained(ceiling time.Duration) map[string][]int {
-	deadline := time.Now().Add(ceiling)
-	for {
-		left := map[string][]int{}
+	var left map[string][]int
+	servertest.WaitFor(ceiling, nil, func() bool {
+		left = map[string][]int{}
 		for g := range f.acks {
 			if m := f.missing(g); len(m) > 0 {
 				left[g] = m
 			}
 		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(left) == 0
+	})
+	return left
 }
 
 // verdict lists duplicates (acked more than once) and order breaks (a

@@ -368,8 +368,8 @@ func patroniFailover(t *testing.T, what string, fail func(t *testing.T, leader, 
 	assert.Empty(t, dups, "messages acked twice")
 	assert.Empty(t, disorder, "acks out of push order within a partition")
 	if len(stalled) > 0 || len(stalls) > 0 {
-		// Stalls after a connection loss are issue 30's point 1, fixed
-		// elsewhere; here they are recorded, not judged.
+		// Stalls after a connection loss are judged elsewhere (the
+		// reconnect tests); here they are recorded, not judged.
 		t.Logf("STALL: %d messages stored but not delivered within 60 s of the end; partitions late: %v", len(stalled), stalls)
 	}
 

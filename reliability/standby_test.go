@@ -46,7 +46,7 @@ func TestStandby_PrimaryKilledStandbyPromoted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pair := newStandbyPair(t, sync)
 			run := startFailoverTraffic(t, pair)
-			time.Sleep(5 * time.Second) // #nosec -- traffic before the fault
+			run.flowing(t)
 			var loss servertest.Loss
 			if !sync {
 				loss.AckedFrom = pair.stopStreaming(t)
@@ -57,7 +57,7 @@ func TestStandby_PrimaryKilledStandbyPromoted(t *testing.T) {
 			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 			pair.standby.pgctl(t, "promote", "-w")
 			promoted := time.Since(killAt)
-			time.Sleep(15 * time.Second) // #nosec -- traffic after the fault
+			run.flowingAgain(t, killAt)
 			r := run.finishLoss(t, killAt, pair.standby, loss)
 			t.Logf("%s: kill → promoted %v, → pushes back %v, → deliveries back %v; lost %d, gone with the primary %d, "+
 				"duplicates %d, charged %d, stalls %d, longest wait %v, ack retries %d", name,
@@ -104,7 +104,7 @@ func (sp *standbyPair) stopStreaming(t *testing.T) time.Time {
 func TestStandby_PrimaryHungStandbyPromoted(t *testing.T) {
 	pair := newStandbyPair(t, true)
 	run := startFailoverTraffic(t, pair)
-	time.Sleep(5 * time.Second) // #nosec -- traffic before the fault
+	run.flowing(t)
 	pids := pair.primary.processes(t)
 	freezeAt := time.Now()
 	for _, pid := range pids {
@@ -138,7 +138,7 @@ func TestStandby_PrimaryHungStandbyPromoted(t *testing.T) {
 					firstOK[i] = time.Now()
 				}
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // #nosec -- the sampler's pace: /health every 100 ms for 20 s
 		}
 		for i := range healthBack {
 			healthBack[i] = firstOK[i].Sub(freezeAt)
@@ -206,6 +206,28 @@ func (l logLines) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// flowing waits until traffic flows before a fault: 1,000 deliveries
+// (5 s at 200 pushes a second), not a span of time (a busy machine may
+// take longer to start the producer).
+func (ft *failoverTraffic) flowing(t *testing.T) {
+	t.Helper()
+	require.True(t, servertest.WaitFor(60*time.Second, nil, func() bool { return len(ft.cons.Deliveries()) >= 1000 }),
+		"1,000 deliveries before the fault")
+}
+
+// flowingAgain waits until traffic flows after the fault at faultAt: a
+// message pushed after it is delivered, then 3,000 more deliveries (15 s
+// at 200 pushes a second) run through the promoted standby.
+func (ft *failoverTraffic) flowingAgain(t *testing.T, faultAt time.Time) {
+	t.Helper()
+	require.True(t, servertest.WaitFor(60*time.Second, nil, func() bool {
+		return servertest.DeliveriesBack(ft.prod, ft.cons, faultAt) > 0
+	}), "a message pushed after the fault is delivered within 60 s")
+	after := len(ft.cons.Deliveries()) + 3000
+	require.True(t, servertest.WaitFor(60*time.Second, nil, func() bool { return len(ft.cons.Deliveries()) >= after }),
+		"3,000 deliveries after the fault")
 }
 
 type failoverReport struct {

@@ -86,7 +86,7 @@ func TestPresence_NoIdleDatagramsBetweenMembers(t *testing.T) {
 	// 1 s idle: 20 heartbeat and 10 announce intervals in this mesh's
 	// timings, 5 reads of the members table.
 	for range 5 {
-		time.Sleep(200 * time.Millisecond) // idle time is the point: nothing to wait for
+		time.Sleep(200 * time.Millisecond) // idle time is the point: an absence has no event to wait for
 		members(nodes...)
 	}
 	for i, nd := range nodes {
@@ -140,10 +140,10 @@ func TestNode_SeedNeverHeardIsDead(t *testing.T) {
 	})
 	a := nodes[0]
 	a.SetPeers([]string{"127.0.0.1:9"})
-	require.Eventually(t, func() bool { _, known := a.HasSubscribers("q"); return known }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { _, known := a.HasSubscribers("q"); return known }, 10*time.Second, 10*time.Millisecond,
 		"the silent seed is dead after DeadAfter (300 ms here)")
 	beats := sentTo(t, a, Heartbeat)
-	time.Sleep(300 * time.Millisecond) // 6 heartbeat intervals: the absence of sends is the point
+	time.Sleep(300 * time.Millisecond) // 6 heartbeat intervals: the absence of sends is the point (no event to wait for)
 	assert.Equal(t, beats, sentTo(t, a, Heartbeat), "no heartbeats to a dead seed")
 }
 
@@ -166,15 +166,15 @@ func TestNode_IdleMemberWakesOnlyEveryResolve(t *testing.T) {
 	// listed it) is gone within a few heartbeats.
 	require.Eventually(t, func() bool { return !a.needsBeat() && !b.needsBeat() }, 5*time.Second, 20*time.Millisecond)
 	before := a.wokeUp.Load()
-	time.Sleep(500 * time.Millisecond) // idle time is the point: 10 heartbeat intervals
+	time.Sleep(500 * time.Millisecond) // idle time is the point (10 heartbeat intervals): an absence has no event to wait for
 	assert.LessOrEqual(t, a.wokeUp.Load()-before, uint64(1), "an idle member's timer fired every Heartbeat")
 
 	// Duties come back when due: a queue's last consumer leaving is
 	// announced once Linger has passed, though the node was idle.
 	b.SetLocal("q", true)
-	require.Eventually(t, func() bool { has, known := a.HasSubscribers("q"); return has && known }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { has, known := a.HasSubscribers("q"); return has && known }, 10*time.Second, 10*time.Millisecond)
 	b.SetLocal("q", false)
-	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("q"); return !has }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("q"); return !has }, 10*time.Second, 10*time.Millisecond,
 		"the deregistration went out after Linger")
 }
 

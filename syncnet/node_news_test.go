@@ -67,7 +67,7 @@ func TestNode_LeaseHints(t *testing.T) {
 
 	acquired := time.Now()
 	b.LeaseAcquired("q", "p", "pid-1", "g", acquired.Add(10*time.Second))
-	require.Eventually(t, func() bool { return a.Stats().LeaseHints == 1 }, 2*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return a.Stats().LeaseHints == 1 }, 10*time.Second, time.Millisecond)
 	var until time.Time
 	for until.IsZero() { // 1% of lookups are audits
 		until, _ = a.LeasedElsewhere("pid-1", "g")
@@ -101,7 +101,7 @@ func TestNode_LeaseHints(t *testing.T) {
 
 	// A dead holder's hint is ignored.
 	b.LeaseAcquired("q", "p", "pid-2", "g", time.Now().Add(time.Minute))
-	require.Eventually(t, func() bool { return a.Stats().LeaseHints == 1 }, 2*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return a.Stats().LeaseHints == 1 }, 10*time.Second, time.Millisecond)
 	b.stop()
 	require.Eventually(t, func() bool {
 		u, audit := a.LeasedElsewhere("pid-2", "g")

@@ -188,7 +188,7 @@ func TestDecode_Rejects(t *testing.T) {
 }
 
 // The reference server's receiver rules (syncnet-rules.md §7), made
-// strict about sessions (issue 14, hole 4): a session is adopted only by a
+// strict about sessions (replayed datagrams): a session is adopted only by a
 // fresh signed ts later than the current session's, and a superseded one
 // never comes back.
 func TestReplay_Rules(t *testing.T) {

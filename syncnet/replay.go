@@ -9,7 +9,7 @@ import (
 // Replay decides which verified datagrams are new. The reference server
 // keeps per sender (session, highest sequence) and takes any session other
 // than the last as a restart, so datagrams captured on either side of a
-// restart and replayed alternately were all accepted (issue 14, hole 4).
+// restart and replayed alternately were all accepted.
 //
 // The session id is random: nothing in it orders sessions. What is signed
 // and carries time is the payload's ts (ms since the Unix epoch, the

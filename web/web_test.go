@@ -54,7 +54,7 @@ func TestHandler(t *testing.T) {
 	assert.ElementsMatch(t, []string{"app.css", "app.js", "herald.js", "index.html"}, web.Names())
 }
 
-// Issue 21: the operator console's files are embedded and served under
+// The operator console's files are embedded and served under
 // /console with their content types; /console itself is its page.
 func TestHandler_Console(t *testing.T) {
 	ts := httptest.NewServer(web.Handler())

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The end-to-end throughput scenario (issue 16, point 3): e2eProducers
+// The end-to-end throughput scenario: e2eProducers
 // producers push batches of e2eBatch messages as fast as the system takes
 // them, one consumer per consumer group acks each message, and the
 // producers pause while the slowest group is more than e2eBacklog messages

@@ -17,17 +17,17 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// Issue 15, holes 4 and 5: herald.js in real headless Chromium against a
+// herald.js in real headless Chromium against a
 // real Herald. One server and one browser serve the three subtests (the
 // build and the start are the slow part).
-func TestIssue15_HeraldJS(t *testing.T) {
+func TestBrowserSDK_HeraldJS(t *testing.T) {
 	bin := buildHerald(t)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t))
 	ctx := browser(t)
 
-	t.Run("Hole5_GroupsOnOneWebSocket", func(t *testing.T) { hole5GroupsOnOneWebSocket(ctx, t, p.url) })
-	t.Run("Hole4_RefusedAckRejectsAndReachesOnError", func(t *testing.T) { hole4RefusedAck(ctx, t, p.url) })
-	t.Run("Hole4_DemoPageMarksRowsAndFollowsQueues", func(t *testing.T) { hole4DemoPage(ctx, t, p.url) })
+	t.Run("GroupsOnOneWebSocket", func(t *testing.T) { groupsOnOneWebSocket(ctx, t, p.url) })
+	t.Run("RefusedAckRejectsAndReachesOnError", func(t *testing.T) { refusedAckRejects(ctx, t, p.url) })
+	t.Run("DemoPageMarksRowsAndFollowsQueues", func(t *testing.T) { demoPageMarksRows(ctx, t, p.url) })
 }
 
 // waitState waits until a JavaScript expression is true in the page, at
@@ -106,9 +106,9 @@ func dlqTotal(t *testing.T, base, q string) int {
 // One Herald object, three subscriptions to one queue in three consumer
 // groups over one WebSocket: ack "auto", ack "manual" (the handler acks
 // with sub.ack), and "auto" with a handler that throws the first time it
-// sees each message (nack → delivered again → succeeds). Before issue 15
-// every ack on such a socket was refused.
-func hole5GroupsOnOneWebSocket(ctx context.Context, t *testing.T, base string) {
+// sees each message (nack → delivered again → succeeds). Every ack on such a
+// socket used to be refused.
+func groupsOnOneWebSocket(ctx context.Context, t *testing.T, base string) {
 	const q, n = "js-groups", 20
 	// Half the messages wait in the queue before anyone subscribes: the
 	// three subscriptions are handed the same messages at once.
@@ -223,7 +223,7 @@ func hole5GroupsOnOneWebSocket(ctx context.Context, t *testing.T, base string) {
 // A refused ack rejects the promise of sub.ack / herald.ack with the
 // server's reason and reaches onError with the message attached, in
 // "manual" mode and in "auto" mode (where the SDK acks by itself).
-func hole4RefusedAck(ctx context.Context, t *testing.T, base string) {
+func refusedAckRejects(ctx context.Context, t *testing.T, base string) {
 	const q = "js-refused"
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"herald.js")))
 	evalJS[string](ctx, t, fmt.Sprintf(`(async () => {
@@ -309,7 +309,7 @@ func hole4RefusedAck(ctx context.Context, t *testing.T, base string) {
 // (auto and manual) and one to another queue. Every row says what became
 // of it (acked, nacked, ack failed with the server's reason), and the live
 // panel shows each subscribed queue.
-func hole4DemoPage(ctx context.Context, t *testing.T, base string) {
+func demoPageMarksRows(ctx context.Context, t *testing.T, base string) {
 	const qa, qb = "page-a", "page-b"
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base), chromedp.WaitVisible(chromedp.ID("subscribe"))))
 	subscribe := func(q, group, ack string) {

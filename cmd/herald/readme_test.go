@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // repoRoot is the repository's root, seen from this package's directory.
 const repoRoot = "../.."
 
-// Issue 17: every link of the README and of docs/*.md (markdown links,
+// Every link of the README and of docs/*.md (markdown links,
 // images, reference definitions, HTML href and src) to a file of the
 // repository names a file or directory that exists, inside the repository;
 // a #anchor into a markdown file names one of its headings (GitHub's
@@ -24,7 +25,7 @@ const repoRoot = "../.."
 // README links to every page of docs/ written for a reader and to the
 // changelog.
 // http(s) and mailto links are not followed.
-func TestIssue17_ReadmeLinksResolve(t *testing.T) {
+func TestReadme_LinksResolve(t *testing.T) {
 	pages := []string{"README.md", "CHANGELOG.md"}
 	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	require.NoError(t, err)
@@ -219,7 +220,7 @@ func githubSlug(heading string) string {
 	return b.String()
 }
 
-func TestIssue17_GitHubSlug(t *testing.T) {
+func TestReadme_GitHubSlug(t *testing.T) {
 	for heading, want := range map[string]string{
 		"Reference exchanges":                                          "reference-exchanges",
 		"Browser SDK (`web/herald.js`)":                                "browser-sdk-webheraldjs",
@@ -244,10 +245,10 @@ func TestIssue17_GitHubSlug(t *testing.T) {
 	}
 }
 
-// Issue 20: the README's test command is the one `make test` runs (and
+// The README's test command is the one `make test` runs (and
 // docs/development.md says so) and the one .ci/run runs, and it reaches the Go SDK, a module of its own that
 // `go test ./...` at the root does not.
-func TestIssue20_ReadmeTestCommandIsMakeTestAndCI(t *testing.T) {
+func TestReadme_TestCommandIsMakeTestAndCI(t *testing.T) {
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(repoRoot, name))
 		require.NoError(t, err)
@@ -277,19 +278,53 @@ func TestIssue20_ReadmeTestCommandIsMakeTestAndCI(t *testing.T) {
 		case strings.HasPrefix(l, "test:"):
 			inTest = true
 		case inTest && strings.HasPrefix(l, "\t"):
-			recipe = append(recipe, strings.TrimSpace(l))
+			// What make hands the shell: $$ is a $.
+			recipe = append(recipe, strings.ReplaceAll(strings.TrimSpace(l), "$$", "$"))
 		default:
 			inTest = false
 		}
 	}
 	assert.Equal(t, []string{readme}, recipe, "make test runs the README's test command")
 
-	ran := false
+	ran, errexit := false, true
 	for l := range strings.Lines(read(".ci/run")) {
-		// set -e does not stop on a failure inside an && list, hence the || exit 1.
-		if l = strings.TrimSpace(l); l == readme || l == readme+" || exit 1" {
+		switch l = strings.TrimSpace(l); {
+		case strings.HasPrefix(l, "set "):
+			// set -e…, set +e… (errexit among other one-letter options)
+			if f := strings.Fields(l); len(f) > 1 && len(f[1]) > 1 && f[1][1] != 'o' && strings.ContainsRune(f[1][1:], 'e') {
+				errexit = f[1][0] == '-'
+			}
+		case l == readme:
 			ran = true
+			// set -e would end the script at the root's failure, before
+			// the SDK's half.
+			assert.False(t, errexit, ".ci/run runs the README's test command with set +e")
 		}
 	}
 	assert.True(t, ran, ".ci/run runs the README's test command: %s", readme)
+
+	// The command itself, with a go that fails where asked: the SDK's half
+	// runs whatever the root's result, and the status is a failure when
+	// either half fails.
+	fake := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(fake, "go"), []byte(`#!/bin/sh
+basename "$PWD" >> "$RUNS"
+case " $FAIL " in *" $(basename "$PWD") "*) exit 1 ;; esac
+`), 0o755))
+	for _, c := range []struct {
+		fail string // the directories whose tests fail
+		ok   bool
+	}{{"", true}, {"root", false}, {"client", false}, {"root client", false}} {
+		root := filepath.Join(t.TempDir(), "root")
+		require.NoError(t, os.MkdirAll(filepath.Join(root, "client"), 0o755))
+		runs := filepath.Join(t.TempDir(), "runs")
+		cmd := exec.Command("sh", "-c", readme)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "PATH="+fake+string(os.PathListSeparator)+os.Getenv("PATH"), "RUNS="+runs, "FAIL="+c.fail)
+		err := cmd.Run()
+		assert.Equal(t, c.ok, err == nil, "failing %q: %v", c.fail, err)
+		got, rerr := os.ReadFile(runs)
+		require.NoError(t, rerr)
+		assert.Equal(t, "root\nclient\n", string(got), "failing %q: both halves run", c.fail)
+	}
 }

@@ -662,12 +662,16 @@ func TestServe_ConnectionsPastTheDescriptorLimitAreRefusedAndTheInstanceLives(t 
 		Connections    int    `json:"connections"`
 		MaxConnections int    `json:"maxConnections"`
 	}
+	// The span is the point (the supervisor's give-up time): probes at a
+	// steady pace, each asserting.
+	probe := time.NewTicker(250 * time.Millisecond)
+	defer probe.Stop()
 	for time.Since(flooded) < 10*time.Second {
 		code, body := get(t, p.url+"health")
 		require.Equal(t, http.StatusOK, code, "%s\n%s", body, p.problemLines())
 		require.NoError(t, json.Unmarshal([]byte(body), &health))
 		require.False(t, exited())
-		time.Sleep(250 * time.Millisecond) // probing at a steady pace; each probe asserts
+		<-probe.C
 	}
 	assert.Equal(t, "connected", health.Database)
 	assert.Equal(t, pm, postmaster(dir), "the same postmaster")

@@ -35,11 +35,11 @@ func supervise(t *testing.T, c *pgcluster.Cluster, cfg pgcluster.SuperviseConfig
 	return done
 }
 
-// Hole 5: a postmaster killed with SIGKILL (which leaves a stale
+// A postmaster killed with SIGKILL (which leaves a stale
 // postmaster.pid) is restarted on the same port, so the URL works again
 // and nothing committed is lost; Health says what happened, OnRestart is
 // told, and Stop ends supervision without a restart.
-func TestHole5_SuperviseRestartsAKilledPostmaster(t *testing.T) {
+func TestSupervise_RestartsAKilledPostmaster(t *testing.T) {
 	t.Parallel()
 	cfg := newConfig(t)
 	c, err := pgcluster.Start(startCtx(t), cfg)
@@ -81,11 +81,11 @@ func TestHole5_SuperviseRestartsAKilledPostmaster(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "postgres is down")
 }
 
-// Hole 5: when the postmaster cannot be started again (here the cluster's
+// When the postmaster cannot be started again (here the cluster's
 // files are from an incompatible version), Supervise tries MaxFailures
 // times with back-off and then returns an error that says why, so that
 // herald exits and its own supervisor acts.
-func TestHole5_SuperviseGivesUp(t *testing.T) {
+func TestSupervise_GivesUpWhenThePostmasterCannotStart(t *testing.T) {
 	t.Parallel()
 	cfg := newConfig(t)
 	cfg.Settings = map[string]string{"fsync": "off"}
@@ -122,10 +122,10 @@ func TestSuperviseConfig_WithDefaults(t *testing.T) {
 		"the cap is never below the first wait")
 }
 
-// Hole 5: two handles on one Dir (two herald processes sharing a data dir)
+// Two handles on one Dir (two herald processes sharing a data dir)
 // both supervise; after a kill exactly one postmaster comes back, on the
 // same port, and both count the restart.
-func TestHole5_SuperviseSharedDir(t *testing.T) {
+func TestSupervise_SharedDirRestartsOnePostmaster(t *testing.T) {
 	t.Parallel()
 	cfg := newConfig(t)
 	cfg.Settings = map[string]string{"fsync": "off"}

@@ -47,7 +47,10 @@ func TestFailover_KilledConnectionsLoseAndStallNothing(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = killer.Close(context.Background()) }()
 
-	time.Sleep(time.Second) // #nosec -- traffic flows before the first cut
+	// Traffic flows before the first cut: deliveries, not a span of time
+	// (a busy machine may take seconds to start the producer).
+	require.True(t, servertest.WaitFor(30*time.Second, nil, func() bool { return len(cons.Deliveries()) >= 50 }),
+		"50 deliveries before the first cut")
 	kills := 0
 	end := time.Now().Add(20 * time.Second)
 	for time.Now().Before(end) {
@@ -57,9 +60,14 @@ func TestFailover_KilledConnectionsLoseAndStallNothing(t *testing.T) {
 				SELECT pid FROM pg_stat_activity WHERE application_name = $1
 				ORDER BY state = 'active' DESC, random() LIMIT 1) AS victim`, app).Scan(&n))
 		kills += n
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // #nosec -- the fault injector's pace: a cut every 200 ms for 20 s
 	}
-	time.Sleep(2 * time.Second) // #nosec -- traffic flows after the last cut
+	// Traffic flows after the last cut: a message pushed after it is
+	// delivered.
+	lastCut := time.Now()
+	require.True(t, servertest.WaitFor(30*time.Second, nil, func() bool {
+		return servertest.DeliveriesBack(prod, cons, lastCut) > 0
+	}), "a message pushed after the last cut is delivered within 30 s")
 	prod.Stop()
 
 	conf := prod.Confirmed()

@@ -160,8 +160,8 @@ func TestServer_CloseWithoutRun(t *testing.T) {
 // every 5 s, whatever its wake mode: a NOTIFY (listening), a datagram
 // (syncnet) and the members beat (every 2 s, which also reads when a
 // switch last changed) tell it sooner; the periodic read only heals. At
-// 5 s the read was a third of an idle instance's statements (issue 16,
-// point 5), and the most frequent wake-up of an idle one after the beat.
+// 5 s the read was a third of an idle instance's statements, and the
+// most frequent wake-up of an idle one after the beat.
 func TestServer_MaintenanceRefreshIsLongInEveryWakeMode(t *testing.T) {
 	for _, wake := range []string{WakeNotify, WakePoll, WakeLocal} {
 		cfg := testConfig(t)

@@ -1,0 +1,196 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/gateway"
+)
+
+// seriesRE is one sample line of the Prometheus text format.
+var seriesRE = regexp.MustCompile(`^(\w+)\{(.*)\} (\S+)$`)
+
+// scrape reads /metrics and returns, per metric name, its samples' label
+// strings with their values.
+func scrape(t *testing.T, e *env) (string, map[string]map[string]float64) {
+	t.Helper()
+	r := e.get("/metrics")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	out := map[string]map[string]float64{}
+	for _, line := range strings.Split(string(r.body), "\n") {
+		m := seriesRE.FindStringSubmatch(line)
+		if m == nil || !strings.HasPrefix(m[1], "herald_") {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[3], 64)
+		require.NoError(t, err, line)
+		if out[m[1]] == nil {
+			out[m[1]] = map[string]float64{}
+		}
+		out[m[1]][m[2]] = v
+	}
+	return string(r.body), out
+}
+
+// Every queue and every consumer group name became a label value,
+// so 20,000 queues made /metrics 3 MB, and any consumer could add series by
+// popping under invented group names. By default the first 100 queues get
+// their own label value and the rest share "__other__"; group names are no
+// label values at all; nor are invented HTTP methods.
+func TestMetrics_CardinalityIsBounded(t *testing.T) {
+	t.Parallel()
+	const queues, limit = 500, 100
+	e := newEnv(t)
+	items := make([]string, queues)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"queue":"h8-q-%d","payload":%d}`, i, i)
+	}
+	e.pushItems("[" + strings.Join(items, ",") + "]")
+	for i := range queues {
+		got := e.pop(fmt.Sprintf("/api/v1/pop/queue/h8-q-%d?consumerGroup=invented-group-%d&wait=false", i, i))
+		require.Len(t, got.Messages, 1)
+		require.True(t, e.ack(got.Messages[0], "completed", "").Success)
+	}
+	for i := range 20 {
+		e.do(fmt.Sprintf("INVENTED%d", i), "/", "")
+	}
+
+	body, series := scrape(t, e)
+	assert.NotContains(t, body, "invented-group-")
+	assert.NotContains(t, body, "INVENTED")
+	queueRE := regexp.MustCompile(`queue="([^"]*)"`)
+	labelled := 0
+	for name, samples := range series {
+		if !strings.Contains(fmt.Sprint(samples), `queue="`) {
+			continue
+		}
+		labelled++
+		names := map[string]bool{}
+		for labels := range samples {
+			if m := queueRE.FindStringSubmatch(labels); m != nil {
+				names[m[1]] = true
+			}
+		}
+		assert.LessOrEqual(t, len(samples), limit+1, "%s has %d series", name, len(samples))
+		assert.LessOrEqual(t, len(names), limit+1, "%s names %d queues", name, len(names))
+		assert.True(t, names["__other__"], "%s has no __other__ bucket", name)
+	}
+	assert.GreaterOrEqual(t, labelled, 3, "pushed, popped and acks carry a queue label")
+	// Nothing is lost in the bucket: the series still add up.
+	sum := func(name string) (n float64) {
+		for _, v := range series[name] {
+			n += v
+		}
+		return n
+	}
+	assert.Equal(t, float64(queues), sum("herald_messages_pushed_total"))
+	assert.Equal(t, float64(queues), sum("herald_messages_popped_total"))
+	assert.Equal(t, float64(queues), sum("herald_acks_total"))
+	assert.Equal(t, float64(queues-limit), series["herald_messages_pushed_total"][`queue="__other__"`])
+}
+
+// /metrics named every queue and group without a token when auth
+// was on. With Config.Metrics.Auth (--metrics-auth) it takes an admin
+// token; without it, it stays open as before. /health is always open.
+func TestMetrics_AuthTakesAnAdminToken(t *testing.T) {
+	t.Parallel()
+	reader := auth.SignToken(authSecret, "reader", "read-only", time.Hour)
+	writer := auth.SignToken(authSecret, "writer", "read-write", time.Hour)
+	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
+
+	guarded := newEnv(t, func(c *gateway.Config) {
+		c.Auth = &auth.Auth{Secret: authSecret}
+		c.Metrics.Auth = true
+	})
+	for _, tc := range []struct {
+		token  string
+		status int
+	}{{"", http.StatusUnauthorized}, {"a.b.c", http.StatusUnauthorized}, {reader, http.StatusForbidden},
+		{writer, http.StatusForbidden}, {admin, http.StatusOK}} {
+		r := guarded.doAuth(http.MethodGet, "/metrics", tc.token, "")
+		assert.Equal(t, tc.status, r.status, "token %q: %s", tc.token, r)
+		if tc.status == http.StatusOK {
+			assert.Contains(t, string(r.body), "herald_http_requests_total")
+		} else {
+			assert.NotContains(t, string(r.body), "herald_")
+		}
+	}
+	assert.Equal(t, http.StatusOK, guarded.doAuth(http.MethodGet, "/health", "", "").status)
+
+	// Without Metrics.Auth: open, with or without auth, as before.
+	open := newAuthEnv(t)
+	assert.Equal(t, http.StatusOK, open.doAuth(http.MethodGet, "/metrics", "", "").status)
+	assert.Equal(t, http.StatusOK, open.doAuth(http.MethodGet, "/metrics", reader, "").status)
+	// Metrics.Auth without auth has nothing to check tokens with: open.
+	noAuth := newEnv(t, func(c *gateway.Config) { c.Metrics.Auth = true })
+	assert.Equal(t, http.StatusOK, noAuth.doAuth(http.MethodGet, "/metrics", "", "").status)
+}
+
+// The bounds are configurable: no queue labels at all (--metrics-max-queues
+// 0), and group names as labels when asked (--metrics-group-labels), as
+// bounded as the queues.
+func TestMetrics_LabelOptions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *gateway.Config) {
+		c.Metrics.Queues = gateway.NewLabelLimiter(0)
+	})
+	e.push("h8-a", `1`)
+	e.push("h8-b", `2`)
+	_, series := scrape(t, e)
+	assert.Equal(t, map[string]float64{`queue="__other__"`: 2}, series["herald_messages_pushed_total"])
+
+	g := newEnv(t, func(c *gateway.Config) {
+		c.Metrics.Queues = gateway.NewLabelLimiter(2)
+		c.Metrics.GroupLabels = true
+	})
+	for i := range 4 {
+		g.push(fmt.Sprintf("h8-g%d", i), `1`)
+		got := g.pop(fmt.Sprintf("/api/v1/pop/queue/h8-g%d?consumerGroup=grp-%d&wait=false", i, i))
+		require.Len(t, got.Messages, 1)
+	}
+	got := g.pop("/api/v1/pop/queue/h8-g0?wait=false")
+	require.Len(t, got.Messages, 1)
+	_, series = scrape(t, g)
+	assert.Equal(t, map[string]float64{
+		`group="grp-0",queue="h8-g0"`: 1, `group="grp-1",queue="h8-g1"`: 1,
+		`group="__other__",queue="__other__"`: 2, `group="__QUEUE_MODE__",queue="h8-g0"`: 1,
+	}, series["herald_messages_popped_total"])
+}
+
+func TestMetrics_LabelLimiterConcurrent(t *testing.T) {
+	t.Parallel()
+	l := gateway.NewLabelLimiter(50)
+	named := make(chan string, 16*200)
+	done := make(chan struct{})
+	for w := range 16 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 200 {
+				named <- l.Value(fmt.Sprintf("q%d", (w*7+i)%300))
+			}
+		}()
+	}
+	for range 16 {
+		<-done
+	}
+	close(named)
+	distinct := map[string]bool{}
+	for v := range named {
+		distinct[v] = true
+	}
+	assert.Len(t, distinct, 51, "50 names and __other__")
+	assert.True(t, distinct[gateway.OtherLabel])
+	assert.Equal(t, gateway.OtherLabel, l.Value("never-seen"))
+	for v := range distinct {
+		assert.Equal(t, v, l.Value(v), "a named value stays named")
+	}
+}

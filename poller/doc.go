@@ -117,7 +117,11 @@
 //
 // Mutexes. Each worker's mutex guards its registry shard (the keys hashed
 // to it, their dirty marks, hints and timers) and the mutable fields of
-// their intentions (credit, reserved, gone, missed, limited). A Waiter's
+// their intentions (credit, reserved, serving, gone, missed, limited). A
+// one-shot intention's cancel waits on the worker's condition (served, on
+// that mutex) while a pop for it is under way (serving, from hold until
+// its result is delivered): a long-poll whose wait ends mid-pop gets what
+// the pop took, which with autoAck was consumed already. A Waiter's
 // mutex guards its state. The rest is atomic (paused, the sequence, the
 // count of namespace intentions) or a sync.Map (wake-up counts).
 //

@@ -8,3 +8,11 @@ func (p *Poller) WorkerRuns() uint64 {
 	}
 	return n
 }
+
+// BeforePop runs f on the worker, with no lock held, just before each pop
+// statement of a cycle (after its intentions were chosen and held), until
+// the test ends.
+func (p *Poller) BeforePop(f func()) func() {
+	beforePop.Store(&f)
+	return func() { beforePop.Store(nil) }
+}

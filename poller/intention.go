@@ -49,7 +49,12 @@ type Intention struct {
 	// reserved: credit a push in flight holds for a hand-off (Reserve
 	// until Settle).
 	reserved int
-	gone     bool
+	// serving: pops under way for this one-shot intention (from hold
+	// until their result is delivered). Its cancel waits for them, so a
+	// long-poll whose wait ends mid-pop gets what the pop took (with
+	// autoAck the pop consumed it) instead of losing it.
+	serving int
+	gone    bool
 	// missed: a cycle passed it over while it could take nothing (no
 	// credit, or held), so when it can take again its queue must be looked
 	// at; otherwise new credit alone finds nothing a pre-flight would not

@@ -554,3 +554,47 @@ func TestPoller_PushHandsOffToAutoAckSubscriptions(t *testing.T) {
 	assert.Equal(t, []int{4}, ns(receive1(t, got)))
 	assert.Equal(t, handoffs+2, metricValue(t, reg, "herald_handoffs_total"))
 }
+
+// A long-poll whose wait ends while a cycle pops for it (autoAck: the pop
+// consumes) loses nothing: its Cancel waits for the pop under way and
+// returns what it took.
+func TestWaiter_CancelDuringAnAutoAckPopLosesNothing(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	ctx := context.Background()
+	e.push("q", "", 1, 1)
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, AutoAck: true})
+	cancelled := make(chan *queue.PopResult, 1)
+	hooked := make(chan bool, 1) // whether Cancel returned before the pop
+	var once sync.Once
+	t.Cleanup(e.p.BeforePop(func() {
+		once.Do(func() {
+			// The long-poll's wait ends now: in the pop's way.
+			go func() { cancelled <- w.Cancel() }()
+			select {
+			case got := <-cancelled:
+				cancelled <- got
+				hooked <- true
+			case <-time.After(time.Second): // it waits for the pop under way
+				hooked <- false
+			}
+		})
+	}))
+	var before bool
+	select {
+	case before = <-hooked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pop for the long-poll")
+	}
+	var got *queue.PopResult
+	select {
+	case got = <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Cancel did not return")
+	}
+	t.Logf("Cancel returned before the pop: %v", before)
+	require.NotNil(t, got, "the pop under way took message 1 for the long-poll: Cancel returns it")
+	assert.Equal(t, []int{1}, ns(got))
+	res, err := e.store.Pop(ctx, queue.PopRequest{Queue: "q", AutoAck: true, Batch: 10})
+	require.NoError(t, err)
+	assert.Empty(t, res.Messages, "taken once")
+}

@@ -23,6 +23,9 @@ type worker struct {
 
 	mu   sync.Mutex
 	keys map[string]*keyState
+	// served is signalled (on mu) when a one-shot intention's pops under
+	// way are delivered (Intention.serving).
+	served *sync.Cond
 }
 
 // keyState is one queue (or namespace pattern) with waiting intentions.
@@ -54,7 +57,9 @@ func (ks *keyState) touch() {
 }
 
 func newWorker(p *Poller, idx int) *worker {
-	return &worker{p: p, idx: idx, wake: make(chan struct{}, 1), keys: map[string]*keyState{}}
+	w := &worker{p: p, idx: idx, wake: make(chan struct{}, 1), keys: map[string]*keyState{}}
+	w.served = sync.NewCond(&w.mu)
+	return w
 }
 
 func (w *worker) signal() {
@@ -478,6 +483,9 @@ func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []
 	w.mu.Lock()                 // credit changes under it (AddCredit)
 	for _, a := range assigns {
 		in := chunk[a.candidate]
+		if in.gone {
+			continue // its consumer left since the pre-flight: pop nothing for it
+		}
 		if leases[a.candidate] == "" && !in.AutoAck {
 			leases[a.candidate] = queue.NewID()
 		}
@@ -503,6 +511,9 @@ func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []
 	return w.retryEmpty(chunk, planned, got), false
 }
 
+// beforePop is a test's hook (export_test.go); nil in a running server.
+var beforePop atomic.Pointer[func()]
+
 // popDeliver is the tail every serving route shares (serve, fastServe,
 // claimServe): run pop (one statement for every intention it leases to),
 // give back the credit held for it (unhold), forget the leases it made
@@ -512,8 +523,12 @@ func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []
 func (w *worker) popDeliver(ctx context.Context, pop func() (map[int]*queue.PopResult, error), unhold func(),
 	owner func(i int) *Intention, leases []string, planned map[int]plan, all func(i int) bool, what string,
 ) (map[int]*queue.PopResult, error) {
+	if f := beforePop.Load(); f != nil {
+		(*f)()
+	}
 	got, err := pop()
 	unhold()
+	defer w.doneServing(planned, owner)
 	if err != nil {
 		for i, lease := range leases {
 			w.p.forgetOnUnknown(err, owner(i).key, lease)
@@ -527,6 +542,20 @@ func (w *worker) popDeliver(ctx context.Context, pop func() (map[int]*queue.PopR
 		}
 	}
 	return got, nil
+}
+
+// doneServing ends the pops hold marked on the one-shot intentions of
+// planned, once their results are delivered, and wakes a cancel waiting
+// for them.
+func (w *worker) doneServing(planned map[int]plan, owner func(i int) *Intention) {
+	w.mu.Lock()
+	for i := range planned {
+		if in := owner(i); !in.Standing {
+			in.serving--
+		}
+	}
+	w.mu.Unlock()
+	w.served.Broadcast()
 }
 
 // popDeadOnExpiry serves, rarely, an expired lease whose attempt
@@ -555,8 +584,17 @@ func (w *worker) popDeadOnExpiry(ctx context.Context, chunk []*Intention, assign
 func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability) {
 	defer w.p.leasing.begin()() // before its lease id, until delivered
 	w.mu.Lock()
+	if in.gone {
+		w.mu.Unlock()
+		return
+	}
 	batch := min(in.Batch, in.credit)
+	planned := map[int]plan{0: {total: batch, partitions: 1}}
+	if !in.Standing {
+		in.serving++
+	}
 	w.mu.Unlock()
+	defer w.doneServing(planned, func(int) *Intention { return in })
 	leaseID := queue.NewID()
 	res, err := w.p.store.Pop(ctx, queue.PopRequest{Queue: a.Queue, Partition: a.Partition, Group: a.Group,
 		Batch: batch, AutoAck: in.AutoAck, Subject: in.Subject, LeaseID: leaseID, Stream: in.Standing})
@@ -628,6 +666,7 @@ func (w *worker) hold(planned map[int]plan, of func(int) *Intention) (unhold fun
 		n := pl.total
 		if !in.Standing {
 			n = in.free()
+			in.serving++ // until delivered (doneServing)
 		}
 		held[in] = n
 		in.reserved += n

@@ -19,7 +19,9 @@ import (
 func TestLogical_CrossInstance(t *testing.T) {
 	dsn := servertest.SharedDSN(t)
 	a, b := servertest.Start(t, dsn, "none"), servertest.Start(t, dsn, "logical")
-	assert.LessOrEqual(t, servertest.CrossLatency(t, a, b, "lq"), 50*time.Millisecond)
+	// Each of 20 within 10 s, where the sweep is a minute: woken, not swept
+	// (cmd/herald-bench cluster measures how fast).
+	servertest.CrossLatency(t, a, b, "lq")
 
 	// Any producer: a plain SQL call to the push function wakes B too.
 	got := b.LongPoll("lq", 10*time.Second)

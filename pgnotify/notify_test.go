@@ -19,12 +19,14 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
-// A long-poll on instance B gets a message pushed through instance A within
-// 50 ms (median of 20): A's notifier NOTIFYs, B's listener wakes its poller.
+// A long-poll on instance B gets a message pushed through instance A: A's
+// notifier NOTIFYs, B's listener wakes its poller.
 func TestNotify_CrossInstance(t *testing.T) {
 	dsn := servertest.SharedDSN(t)
 	a, b := servertest.Start(t, dsn, "notify"), servertest.Start(t, dsn, "notify")
-	assert.LessOrEqual(t, servertest.CrossLatency(t, a, b, "xq"), 50*time.Millisecond)
+	// Each of 20 within 10 s, where the sweep is a minute: woken, not swept
+	// (cmd/herald-bench cluster measures how fast).
+	servertest.CrossLatency(t, a, b, "xq")
 }
 
 // A message enqueued with the push SQL function wakes waiting consumers.

@@ -290,14 +290,14 @@ func TestSyncnet_PartitionDeletedReachesPeer(t *testing.T) {
 }
 
 // With syncnet instead of NOTIFY: A sends MESSAGE_AVAILABLE to B, which
-// has the consumer, and B's poller wakes (median of 20 within 50 ms, the
-// NOTIFY test's bound, under -race and a loaded CI; the benchmark gives the
-// real figures).
+// has the consumer, and B's poller wakes.
 func TestSyncnet_CrossInstance(t *testing.T) {
 	dsn := servertest.SharedDSN(t)
 	a, b := servertest.Start(t, dsn, "syncnet"), servertest.Start(t, dsn, "syncnet")
 	servertest.Link(a, b)
-	assert.LessOrEqual(t, servertest.CrossLatency(t, a, b, "sq"), 50*time.Millisecond)
+	// Each of 20 within 10 s, where the sweep is a minute: woken, not swept
+	// (cmd/herald-bench cluster measures how fast).
+	servertest.CrossLatency(t, a, b, "sq")
 }
 
 // With 30% of syncnet's datagrams lost, every message pushed through A is

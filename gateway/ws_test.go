@@ -218,7 +218,7 @@ func TestWS_KilledConnectionReleasesLeases(t *testing.T) {
 	ms := deliveredMessages(t, c2.next("deliver"))
 	t.Logf("redelivered %v after the kill", time.Since(killed))
 	assert.Len(t, ms, 2)
-	assert.Less(t, time.Since(killed), 100*time.Millisecond)
+	assert.Less(t, time.Since(killed), 10*time.Second, "given back at the kill, not at the lease's expiry (300 s)")
 	assert.Equal(t, 0, ms[0].RetryCount, "a release is not a failed attempt")
 }
 

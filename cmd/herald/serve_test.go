@@ -428,10 +428,9 @@ func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
 	}
 	require.Eventually(t, meshView, 20*time.Second, 50*time.Millisecond, "A's view of the mesh")
 
-	// Push through A, C's consumer answers. The median of 7 is 6 ms on an
-	// idle machine (the 10 ms aim is measured by BenchmarkCrossInstance);
-	// 11.6 ms was seen with the whole suite sharing two cores, so the bound
-	// is 25 ms, still well below a sweep (100 ms and more).
+	// Push through A, C's consumer answers, woken by A's MESSAGE_AVAILABLE
+	// (the datagram counts below; the median is 6 ms on an idle machine,
+	// which herald-bench cluster measures, not this test).
 	var took []time.Duration
 	for i := range 7 {
 		if i > 0 {
@@ -451,7 +450,6 @@ func TestServe_SyncnetTargetsTheInstanceWithConsumers(t *testing.T) {
 	}
 	slices.Sort(took)
 	t.Logf("push through A → delivery on C: %v", took)
-	assert.LessOrEqual(t, took[len(took)/2], 25*time.Millisecond, "median cross-instance delivery")
 	const avail = `herald_syncnet_received_total{type="message_available"}`
 	const sentAvail = `herald_syncnet_sent_total{type="message_available"}`
 	assert.Equal(t, 7.0, metricValue(t, a.url, sentAvail), "one datagram per push, to C")

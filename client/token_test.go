@@ -29,7 +29,9 @@ func TestTokenSource_RefreshesBeforeExpiry(t *testing.T) {
 			if asked.Add(1) >= 5 {
 				once.Do(func() { close(fifth) })
 			}
-			return heraldToken(ctx, secret, "svc", "read-write", 2*time.Second)
+			// 5 s (exp is whole seconds: 4–5 s of life): the refresh at 4/5
+			// of it leaves a second for a busy machine.
+			return heraldToken(ctx, secret, "svc", "read-write", 5*time.Second)
 		},
 		OnState: func(st client.State) {
 			if st.Kind == client.StateReconnecting {
@@ -51,7 +53,8 @@ func TestTokenSource_RefreshesBeforeExpiry(t *testing.T) {
 	// Past two tokens' lifetimes: the connection is refreshed, not closed.
 	select {
 	case <-fifth:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the token source was not asked five times")
 	}
 	push(t, c, "sdk-refresh", 2, 2)
 	select {

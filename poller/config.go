@@ -75,12 +75,14 @@ type Config struct {
 	// the intention (a worker's), and must not block; an intention's
 	// registration is told before its withdrawal.
 	// It answers true when a registration is news to the other instances:
-	// its queue is then checked again PresenceGrace later, so a push
-	// elsewhere before the announcement arrived is not missed.
+	// its queue is then checked again PresenceGrace later (and 4 and 20
+	// times that), so a push elsewhere before the announcement arrived is
+	// not missed.
 	OnPresence func(queue string, present bool) (news bool)
 	// PresenceGrace is how long after a registration that is news
 	// (OnPresence) its queue is checked again: the time other instances
-	// take to hear of it. Zero means PresenceGraceDefault (50 ms).
+	// take to hear of it (it is checked at 4 and 20 times it too, for a
+	// busy machine). Zero means PresenceGraceDefault (50 ms).
 	PresenceGrace time.Duration
 	// Hints, when set, shares lease hints with other instances (syncnet):
 	// this poller tells it the leases it takes and gives back, and skips

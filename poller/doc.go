@@ -107,8 +107,8 @@
 // Goroutines. Run starts one goroutine per worker (Config.Workers, default
 // 2) and returns once they have all returned, after ctx ends; Start runs Run
 // on one more goroutine, which its stop func waits for. A registration that
-// OnPresence calls news arms a time.AfterFunc (Config.PresenceGrace) that marks
-// its queue once. Nothing else runs on the poller's own goroutines: there
+// OnPresence calls news arms three time.AfterFuncs (Config.PresenceGrace,
+// 4 and 20 times it) that each mark its queue. Nothing else runs on the poller's own goroutines: there
 // is no goroutine per intention (a long-poll waits on its request's
 // goroutine, through a Waiter). Register, AddCredit, Wake, WakeAll,
 // SetPaused and Release run on their callers' goroutines (the gateway, the

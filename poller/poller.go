@@ -137,16 +137,22 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	if news {
 		// Other instances learn of this consumer a moment from now; a push
 		// they make meanwhile may not be announced to us. Look again once
-		// they know.
+		// they know: after PresenceGrace, and twice more (4 and 20 times
+		// it) for a busy machine, whose peers may hear later.
 		key := in.key
-		time.AfterFunc(p.cfg.PresenceGrace, func() {
-			w.mu.Lock()
-			if ks := w.keys[key]; ks != nil {
-				ks.touch()
-			}
-			w.mu.Unlock()
-			w.signal()
-		})
+		for _, d := range []time.Duration{p.cfg.PresenceGrace, 4 * p.cfg.PresenceGrace, 20 * p.cfg.PresenceGrace} {
+			time.AfterFunc(d, func() {
+				w.mu.Lock()
+				ks := w.keys[key]
+				if ks != nil {
+					ks.touch()
+				}
+				w.mu.Unlock()
+				if ks != nil {
+					w.signal()
+				}
+			})
+		}
 	}
 	p.metrics.intentions.Inc()
 	p.metrics.woke(SourceRegister)

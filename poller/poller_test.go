@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,6 +324,34 @@ func TestPoller_PresenceGraceRecheck(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, []string{"pg:true", "pg:false", "pg:true", "pg:false"}, told)
+}
+
+// A peer may hear of a new consumer later than PresenceGrace on a busy
+// machine: its push after the first re-check is found by a later one (4
+// and 20 times the grace), not at the sweep.
+func TestPoller_PresenceNewsIsCheckedAgainLater(t *testing.T) {
+	const grace = 100 * time.Millisecond
+	var registrations atomic.Int64
+	e := newEnv(t, slowSweep, func(c *poller.Config) {
+		c.PresenceGrace = grace
+		// Only the second registration is news (the first sets the queue
+		// up, and its re-checks would be counted below).
+		c.OnPresence = func(_ string, present bool) bool { return present && registrations.Add(1) == 2 }
+	})
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "pl"}, AutoAck: true})
+	e.push("pl", "", 1, 1)
+	receive(t, first, 5*time.Second)
+	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 0 }, "withdrawn")
+
+	preflights := func() uint64 { return e.store.QueryStats().Snapshot()["preflight"] }
+	before := preflights()
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "pl"}})
+	// Its registration's pre-flight and the first re-check's.
+	eventually(t, 10*time.Second, func() bool { return preflights() >= before+2 }, "checked at PresenceGrace")
+	// Another instance pushes now; no wake-up reaches this one.
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "pl", Payload: []byte(`{"n":2}`)}})
+	require.NoError(t, err)
+	assert.Equal(t, []int{2}, ns(receive(t, w, 10*time.Second)), "by a later re-check, not the one-minute sweep")
 }
 
 // A subscription that is kept up to date pays one pop per

@@ -40,7 +40,7 @@ type Reservation struct {
 	// next messages without waiting for its earlier acks.
 	LeaseID string
 	Limit   int    // the most messages to lease to it
-	Subject     string // who the consumer is (its token's sub); "" for none
+	Subject string // who the consumer is (its token's sub); "" for none
 	// AutoAck: the push moves the group's cursor past what it hands off
 	// (no lease; LeaseID is unused).
 	AutoAck bool

@@ -185,8 +185,9 @@
 //
 // On a stream:
 //
-//   - a write fails or a piece of it misses its 10 s deadline, or the
-//     client leaves: the session ends and gives its leases back.
+//   - a write fails or a piece of it misses its deadline (10 s, moved on
+//     once half of it has passed: a stuck piece fails within 5 to 10 s),
+//     or the client leaves: the session ends and gives its leases back.
 //   - a WebSocket client reads so slowly that 64 frames wait: its
 //     subscriptions lease nothing until the writer is down to 16.
 //   - a slow consumer, whose socket has taken nothing of a write (of a

@@ -94,10 +94,11 @@
 // of messages held back behind an open transaction (5 ms doubling to 1 s).
 // A hub renders each message's SSE event once; SSE followers queue those
 // shared bytes. The hub writes the SSE streams it hands a read to in
-// chunks of 256 (followBatch), each chunk on a goroutine of its own as soon
-// as it is full, while the hub hands the read to the next streams (the
-// first followers are written to before the last are handed anything),
-// the last chunk once the read is handed out; one non-blocking write(2) per stream on the TCP connection under the
+// chunks of 256 (followBatch): each full chunk goes at once to at most
+// GOMAXPROCS-1 writer goroutines while the hub hands the read to the next
+// streams (the first followers are written to before the last are handed
+// anything), and the hub joins the writers once the read is handed out;
+// one non-blocking write(2) per stream on the TCP connection under the
 // counting wrapper; what a socket does not take at once, or a stream
 // whose wmu is busy, goes to the stream's own writer (a writev of all that
 // waits, under the write deadline, which moves once per half of it).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -102,7 +103,7 @@ type followSink interface {
 	slow()
 }
 
-// followFlushChunk is how many streams of a batch one goroutine writes.
+// followFlushChunk is how many streams of a batch are written in one go.
 const followFlushChunk = 256
 
 // followBatch is the SSE streams one hub read handed messages to that had
@@ -110,41 +111,77 @@ const followFlushChunk = 256
 // write a non-blocking one, costs much less than waking a goroutine per
 // socket; a socket that does not take everything at once gets a writer
 // of its own (followStream.flushNow). Each full chunk is written at once,
-// on a goroutine of its own, while the hub hands the read to the next
-// streams: the first followers are written to before the last are handed
-// anything (no work in the number of followers before the first write).
+// while the hub hands the read to the next streams: the first followers
+// are written to before the last are handed anything (no work in the
+// number of followers before the first write). The chunks are written by
+// at most GOMAXPROCS-1 goroutines while the hub hands out (it holds the
+// last core), and by the hub too once it is done: a few long writers, not
+// a goroutine per chunk, so that the scheduler still gets to the pushes
+// and the reads waiting on the network between them.
 type followBatch struct {
 	stacks  *warmStacks
-	streams []*followStream // handed, not yet being written
-	wg      sync.WaitGroup  // the chunks being written
+	streams []*followStream // the chunk being filled (the hub's)
+
+	mu      sync.Mutex
+	chunks  [][]*followStream // full chunks not yet being written
+	writers int               // goroutines writing chunks
+	wg      sync.WaitGroup
 }
 
 func newFollowBatch(stacks *warmStacks) *followBatch { return &followBatch{stacks: stacks} }
 
-// add queues st (called with the hub's mutex): a full chunk starts being
-// written.
+// add queues st (called with the hub's mutex): a full chunk is queued for
+// the writers, and a writer started if fewer than GOMAXPROCS-1 run.
 func (b *followBatch) add(st *followStream) {
 	b.streams = append(b.streams, st)
 	if len(b.streams) < followFlushChunk {
 		return
 	}
-	part := b.streams
+	b.mu.Lock()
+	b.chunks = append(b.chunks, b.streams)
+	start := b.writers < max(runtime.GOMAXPROCS(0)-1, 1)
+	if start {
+		b.writers++
+		b.wg.Add(1)
+	}
+	b.mu.Unlock()
 	b.streams = nil
-	b.wg.Add(1)
-	b.stacks.goDo(func() {
-		defer b.wg.Done()
+	if start {
+		b.stacks.goDo(b.write)
+	}
+}
+
+// write writes queued chunks until none is left.
+func (b *followBatch) write() {
+	defer b.wg.Done()
+	for {
+		b.mu.Lock()
+		if len(b.chunks) == 0 {
+			b.writers--
+			b.mu.Unlock()
+			return
+		}
+		part := b.chunks[0]
+		b.chunks = b.chunks[1:]
+		b.mu.Unlock()
 		for _, st := range part {
 			st.flushNow()
 		}
-	})
+	}
 }
 
-// run writes the last chunk on this goroutine and waits for the others.
+// run writes the rest, this goroutine among the writers, and waits for
+// them.
 func (b *followBatch) run() {
-	for _, st := range b.streams {
-		st.flushNow()
+	b.mu.Lock()
+	if len(b.streams) > 0 {
+		b.chunks = append(b.chunks, b.streams)
 	}
 	b.streams = nil
+	b.writers++
+	b.wg.Add(1)
+	b.mu.Unlock()
+	b.write()
 	b.wg.Wait()
 }
 

@@ -506,9 +506,14 @@ func (h *followHub) read() {
 		}
 		// The rest of the batch is written once the mutex is let go (a
 		// stream that fails leaves the hub); another read may start then.
+		// When this hub reads again at once, the batch is written beside
+		// that read, not before it: under load, the writes of 10,000
+		// streams would hold the next message back for as long. Each
+		// stream keeps one writer (its writing flag), so its events keep
+		// their order across batches.
 		if h.again || b.Full {
 			h.mu.Unlock()
-			batch.run()
+			h.hs.s.stacks.goDo(batch.run)
 			continue
 		}
 		h.reading = false

@@ -19,7 +19,7 @@
 //
 //	peers --herald ../../bin/herald [--scenario all|latency|e2e|fanout] [--rounds 3]
 //		[--rates 200,1000] [--duration 5s] [--e2e-groups 1,5] [--e2e-duration 10s]
-//		[--fanout 10000@10,1000@100] [--fanout-duration 10s]
+//		[--fanout 10000@10,1000@100] [--fanout-duration 10s] [--fanout-floor=false]
 //
 // It starts one PostgreSQL (fsync and synchronous_commit on) for Herald
 // and River, in databases of their own, and runs every server in a process

@@ -96,8 +96,11 @@
 // its timer is the safety sweep (100 ms doubling to 5 s) and the re-read
 // of messages held back behind an open transaction (5 ms doubling to 1 s).
 // A hub renders each message's SSE event once; SSE followers queue those
-// shared bytes. After handing a read out, the hub writes the SSE streams
-// it woke (followBatch: up to GOMAXPROCS goroutines, 512 streams each),
+// shared bytes. The hub writes the SSE streams it hands a read to in
+// chunks of 256 (followBatch): each full chunk goes at once to at most
+// GOMAXPROCS-1 writer goroutines while the hub hands the read to the next
+// streams (the first followers are written to before the last are handed
+// anything), and the hub joins the writers once the read is handed out;
 // one non-blocking write(2) per stream on the TCP connection under the
 // counting wrapper; what a socket does not take at once, or a stream
 // whose wmu is busy, goes to the stream's own writer (a writev of all that
@@ -186,8 +189,9 @@
 //
 // On a stream:
 //
-//   - a write fails or a piece of it misses its 10 s deadline, or the
-//     client leaves: the session ends and gives its leases back.
+//   - a write fails or a piece of it misses its deadline (10 s, moved on
+//     once half of it has passed: a stuck piece fails within 5 to 10 s),
+//     or the client leaves: the session ends and gives its leases back.
 //   - a WebSocket client reads so slowly that 64 frames wait: its
 //     subscriptions lease nothing until the writer is down to 16.
 //   - a slow consumer, whose socket has taken nothing of a write (of a

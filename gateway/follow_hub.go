@@ -96,50 +96,93 @@ func renderFollow(q string, msgs []queue.FollowMessage) []followItem {
 // first; false when its buffer is full (the hub then drops it and calls
 // slow on another goroutine). A sink that must start a write may add
 // itself to batch, when there is one, rather than start a goroutine: the
-// hub writes the batch once it has handed the read out.
+// batch writes each chunk as it fills, the last once the hub has handed
+// the read out.
 type followSink interface {
 	deliver(items []followItem, gone *queue.FollowPos, batch *followBatch) bool
 	slow()
 }
 
-// followFlushChunk is how many streams of a batch one goroutine writes.
-const followFlushChunk = 512
+// followFlushChunk is how many streams of a batch are written in one go.
+const followFlushChunk = 256
 
 // followBatch is the SSE streams one hub read handed messages to that had
 // no write under way. Writing 10,000 sockets from a few goroutines, each
 // write a non-blocking one, costs much less than waking a goroutine per
 // socket; a socket that does not take everything at once gets a writer
-// of its own (followStream.flushNow).
+// of its own (followStream.flushNow). Each full chunk is written at once,
+// while the hub hands the read to the next streams: the first followers
+// are written to before the last are handed anything (no work in the
+// number of followers before the first write). The chunks are written by
+// at most GOMAXPROCS-1 goroutines while the hub hands out (it holds the
+// last core), and by the hub too once it is done: a few long writers, not
+// a goroutine per chunk, so that the scheduler still gets to the pushes
+// and the reads waiting on the network between them.
 type followBatch struct {
-	streams []*followStream
+	stacks  *warmStacks
+	streams []*followStream // the chunk being filled (the hub's)
+
+	mu      sync.Mutex
+	chunks  [][]*followStream // full chunks not yet being written
+	writers int               // goroutines writing chunks
+	wg      sync.WaitGroup
 }
 
-func (b *followBatch) add(st *followStream) { b.streams = append(b.streams, st) }
+func newFollowBatch(stacks *warmStacks) *followBatch { return &followBatch{stacks: stacks} }
 
-// run writes the batch: chunks on up to GOMAXPROCS goroutines, this one
-// included, and waits for them.
-func (b *followBatch) run(stacks *warmStacks) {
-	all := b.streams
-	if len(all) == 0 {
+// add queues st (called with the hub's mutex): a full chunk is queued for
+// the writers, and a writer started if fewer than GOMAXPROCS-1 run.
+func (b *followBatch) add(st *followStream) {
+	b.streams = append(b.streams, st)
+	if len(b.streams) < followFlushChunk {
 		return
 	}
-	k := min(runtime.GOMAXPROCS(0), (len(all)+followFlushChunk-1)/followFlushChunk)
-	per := (len(all) + k - 1) / k
-	var wg sync.WaitGroup
-	for i := per; i < len(all); i += per {
-		part := all[i:min(i+per, len(all))]
-		wg.Add(1)
-		stacks.goDo(func() {
-			defer wg.Done()
-			for _, st := range part {
-				st.flushNow()
-			}
-		})
+	b.mu.Lock()
+	b.chunks = append(b.chunks, b.streams)
+	start := b.writers < max(runtime.GOMAXPROCS(0)-1, 1)
+	if start {
+		b.writers++
+		b.wg.Add(1)
 	}
-	for _, st := range all[:per] {
-		st.flushNow()
+	b.mu.Unlock()
+	b.streams = nil
+	if start {
+		b.stacks.goDo(b.write)
 	}
-	wg.Wait()
+}
+
+// write writes queued chunks until none is left.
+func (b *followBatch) write() {
+	defer b.wg.Done()
+	for {
+		b.mu.Lock()
+		if len(b.chunks) == 0 {
+			b.writers--
+			b.mu.Unlock()
+			return
+		}
+		part := b.chunks[0]
+		b.chunks = b.chunks[1:]
+		b.mu.Unlock()
+		for _, st := range part {
+			st.flushNow()
+		}
+	}
+}
+
+// run writes the rest, this goroutine among the writers, and waits for
+// them.
+func (b *followBatch) run() {
+	b.mu.Lock()
+	if len(b.streams) > 0 {
+		b.chunks = append(b.chunks, b.streams)
+	}
+	b.streams = nil
+	b.writers++
+	b.wg.Add(1)
+	b.mu.Unlock()
+	b.write()
+	b.wg.Wait()
 }
 
 // follower is one follow of one client on a hub.
@@ -170,9 +213,8 @@ type followHub struct {
 	ring     []followItem    // the last messages read, oldest first
 	ringFrom queue.FollowPos // ring holds every message in (ringFrom, pos]
 	subs     map[*follower]struct{}
-	batch    followBatch // the read's streams to write: under mu, taken by the read
-	reading  bool        // a read runs
-	again    bool        // a wake-up came during it
+	reading  bool // a read runs
+	again    bool // a wake-up came during it
 	closed   bool
 	timer    *time.Timer
 	sweep    time.Duration // the next sweep's delay
@@ -438,8 +480,9 @@ func (h *followHub) read() {
 			h.mu.Unlock()
 			return
 		}
+		batch := newFollowBatch(h.hs.s.stacks) // its chunks are written as they fill
 		for f := range h.subs {
-			h.handLocked(f, items, b.Gone, &h.batch)
+			h.handLocked(f, items, b.Gone, batch)
 		}
 		h.ring = append(h.ring, items...)
 		if over := len(h.ring) - followRing; over > 0 {
@@ -461,13 +504,16 @@ func (h *followHub) read() {
 		default:
 			h.held = 0
 		}
-		// The batch is taken under the mutex: once reading is cleared
-		// below, another read may start and fill a new one.
-		batch := h.batch
-		h.batch = followBatch{}
+		// The rest of the batch is written once the mutex is let go (a
+		// stream that fails leaves the hub); another read may start then.
+		// When this hub reads again at once, the batch is written beside
+		// that read, not before it: under load, the writes of 10,000
+		// streams would hold the next message back for as long. Each
+		// stream keeps one writer (its writing flag), so its events keep
+		// their order across batches.
 		if h.again || b.Full {
 			h.mu.Unlock()
-			batch.run(h.hs.s.stacks)
+			h.hs.s.stacks.goDo(batch.run)
 			continue
 		}
 		h.reading = false
@@ -478,7 +524,7 @@ func (h *followHub) read() {
 		}
 		h.armLocked(next)
 		h.mu.Unlock()
-		batch.run(h.hs.s.stacks)
+		batch.run()
 		return
 	}
 }

@@ -99,6 +99,56 @@ func TestFollow_SSEDeliversEveryMessageToEveryFollowerInOrder(t *testing.T) {
 	}
 }
 
+// A burst (a push of many messages, then pushes while those are still
+// being written) reaches every follower whole: the hub hands several
+// messages at once and a stream writes what waits in one write. Every
+// follower gets every message once, each partition's offsets in
+// order, in one order for all, each event with its exact id: a resume
+// after the 100th gets exactly the 50 after it.
+func TestFollow_SSEBurstsAreWrittenTogetherInOrderWithExactIDs(t *testing.T) {
+	e := newEnv(t)
+	const n, total = 6, 150
+	var cs []*sseClient
+	for range n {
+		cs = append(cs, e.openSSE(t, "/api/v1/follow/queue/fc", nil))
+	}
+	waitFollowers(t, e, "fc", n)
+	items := make([]string, total)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"queue":"fc","partition":"p%d","payload":%d}`, i%3, i)
+	}
+	e.pushItems("[" + strings.Join(items[:100], ",") + "]")
+	for i := 100; i < total; i += 10 {
+		e.pushItems("[" + strings.Join(items[i:i+10], ",") + "]")
+	}
+	var first []string
+	for k, c := range cs {
+		last := map[string]int64{}
+		var ids []string
+		for i := range total {
+			m := c.nextFollow()
+			require.Equal(t, last[m.Partition]+1, m.Offset, "follower %d, message %d: %s's offsets each once, in order", k, i, m.Partition)
+			last[m.Partition] = m.Offset
+			var v int
+			require.NoError(t, json.Unmarshal(m.Data, &v))
+			require.Equal(t, fmt.Sprintf("p%d", v%3), m.Partition, "payload %d", v)
+			ids = append(ids, m.EventID)
+		}
+		c.nothing(100 * time.Millisecond)
+		if k == 0 {
+			first = ids
+			continue
+		}
+		require.Equal(t, first, ids, "follower %d: one order, the same ids", k)
+	}
+	require.Len(t, first, total)
+	r := e.openSSE(t, "/api/v1/follow/queue/fc", http.Header{"Last-Event-Id": {first[99]}})
+	for i := 100; i < total; i++ {
+		assert.Equal(t, first[i], r.nextFollow().EventID, "resumed after the 100th: message %d", i)
+	}
+	r.nothing(100 * time.Millisecond)
+}
+
 // A follow stream outlives its write timeout: every write moves the
 // deadline on, the hub's non-blocking writes included, so a stream that
 // has been open longer than the timeout still gets its messages.

@@ -222,14 +222,30 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			s.sseDone() // gone before the first byte
 			return
 		}
+		// As a follow stream's (handleFollowSSE): writes go to the TCP
+		// connection under the counting wrapper, and the deadline moves
+		// only when less than half of it is left (a timer change per
+		// piece costs as much as a tenth of its write), or to a slow
+		// consumer's close. Every write holds wmu, which guards dl.
+		wc := conn
+		if lc, ok := conn.(*limitedConn); ok {
+			wc = lc.Conn
+		}
+		dl := time.Now().Add(sseWriteTimeout) // as takeOver set it
 		st.raw = func(b []byte, progress func()) bool {
 			return writePieces(b, func(piece []byte) error {
-				_ = conn.SetWriteDeadline(st.deadline())
-				_, err := conn.Write(piece)
+				if u := st.until.Load(); u != 0 {
+					dl = time.Unix(0, u)
+					_ = wc.SetWriteDeadline(dl)
+				} else if now := time.Now(); dl.Sub(now) < sseWriteTimeout/2 {
+					dl = now.Add(sseWriteTimeout)
+					_ = wc.SetWriteDeadline(dl)
+				}
+				_, err := wc.Write(piece)
 				return err
 			}, progress) == nil
 		}
-		st.setDeadline = conn.SetWriteDeadline
+		st.setDeadline = wc.SetWriteDeadline
 		st.closeConn = func() { _ = conn.Close() }
 		s.streamWG.Add(1)
 		s.startSSE(st, sub)

@@ -383,6 +383,27 @@ func TestSSE_AutoAck(t *testing.T) {
 	assert.JSONEq(t, "4", string(m.Data))
 }
 
+// A subscription's SSE stream outlives its write timeout: the deadline
+// moves on with the writes (once less than half of it is left), so a
+// stream open longer than the timeout, busy or idle between heartbeats,
+// still gets its messages.
+func TestSSE_KeepsDeliveringPastItsWriteTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	t.Cleanup(gateway.SetSSEWriteTimeout(timeout))
+	e := newEnv(t)
+	c := e.openSSE(t, "/api/v1/sse/queue/sse-wt?autoAck=true", nil)
+	opened := time.Now()
+	for i := 0; time.Since(opened) < 4*timeout; i++ {
+		e.push("sse-wt", strconv.Itoa(i))
+		m, _ := c.next()
+		assert.JSONEq(t, strconv.Itoa(i), string(m.Data), "message %d, %v after the stream opened", i, time.Since(opened))
+	}
+	time.Sleep(2 * timeout) // idle past the timeout, then more
+	e.push("sse-wt", `"late"`)
+	m, _ := c.next()
+	assert.JSONEq(t, `"late"`, string(m.Data))
+}
+
 // Overloaded or draining: 200 with retry: and close, never a status that
 // makes EventSource give up.
 func TestSSE_OverloadAndDrain(t *testing.T) {

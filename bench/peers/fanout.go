@@ -17,7 +17,9 @@ import (
 // Herald: GET /api/v1/follow/queue/{q} (a follow stream, read from
 // PostgreSQL once per instance). centrifuge: its SSE transport (GET
 // /connection/sse?cf_connect=…, the closest it has to a plain EventSource)
-// with a server-side subscription to the channel, memory broker.
+// with a server-side subscription to the channel, memory broker. The
+// floor (floor.go, --fanout-floor): a bare server that only writes each
+// frame to every socket.
 
 // fanoutPerProcess is how many followers one child holds at most.
 const fanoutPerProcess = 5000
@@ -188,8 +190,10 @@ func metric(hc *http.Client, base, name string) (float64, error) {
 // order counts are sums.
 func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]map[fanoutCase][]fanoutSample) {
 	fmt.Fprintf(b, "Fanout. Settings: N SSE clients follow one stream (Herald: GET /api/v1/follow/queue/{q}, a follow stream; "+
-		"centrifuge: its SSE transport, GET /connection/sse with a server-side subscription, memory broker), held by "+
-		"child processes of the benchmark (raw HTTP clients, one goroutine each, from 127.0.0.2–9); single-message "+
+		"centrifuge: its SSE transport, GET /connection/sse with a server-side subscription, memory broker; floor: a bare "+
+		"server writing each frame to every socket, one write(2) each over GOMAXPROCS goroutines, no storage: the least any "+
+		"server can do on this machine), held by child processes of the benchmark (raw non-blocking sockets read by "+
+		"GOMAXPROCS epoll loops per process, from 127.0.0.2–9); single-message "+
 		"pushes of %d-byte payloads, one at a time, at the rate; %v warm-up then %v measured per run; %d rounds "+
 		"interleaved, medians shown; every client checks it gets every message in push order. CPU is the server "+
 		"process's user+system seconds (Herald: plus all processes of its PostgreSQL) from the first push to the last "+

@@ -16,15 +16,16 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
-	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -93,6 +94,13 @@ type fanoutFollower struct {
 // once each has seen a line starting with --ready, then answers every
 // "end TOTAL" line on stdin with a "result {fanoutCounts}" line once each
 // follower has TOTAL messages (or 15 s passed); it exits when stdin closes.
+//
+// The load generator shares the cores with the server it measures, so it
+// is kept cheap: each stream is a raw non-blocking socket, and --loops
+// epoll loops (one goroutine each, no goroutine per stream) read every
+// ready socket into one large buffer and parse only what the measure
+// needs (the data lines' "t" and "i"), de-chunking in place when the
+// server sends chunked bodies (centrifuge's net/http).
 func runFollowers(args []string) int {
 	fs := flag.NewFlagSet("followers", flag.ContinueOnError)
 	urls := fs.String("urls", "", "comma-separated http://host:port")
@@ -101,26 +109,32 @@ func runFollowers(args []string) int {
 	warm := fs.Int("warm", 0, "messages below this index are warm-up: not in the latencies")
 	ready := fs.String("ready", "", "a line starting with this says the stream follows")
 	local := fs.Int("local", 8, "loopback source addresses 127.0.0.2… to spread the ephemeral ports over")
-	if fs.Parse(args) != nil || *n <= 0 || *urls == "" {
+	loops := fs.Int("loops", runtime.GOMAXPROCS(0), "epoll loops reading the streams")
+	if fs.Parse(args) != nil || *n <= 0 || *urls == "" || *loops < 1 {
 		return 2
 	}
 	targets := strings.Split(*urls, ",")
 	hist := make([]atomic.Int64, fanoutBuckets)
 	fol := make([]fanoutFollower, *n)
+	rd, err := newSSEReaders(*loops, *n)
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		return 1
+	}
 	var opened sync.WaitGroup
-	opened.Add(*n)
 	var failed atomic.Value
 	sem := make(chan struct{}, 64)
 	for k := range *n {
 		fol[k].last.Store(-1)
 		sem <- struct{}{}
+		opened.Add(1)
 		go func() {
-			once := sync.OnceFunc(opened.Done)
-			defer once()
-			err := followOne(targets[k%len(targets)], *path, *ready, *warm, *local, k, &fol[k], hist, func() {
-				<-sem
-				once()
-			})
+			defer opened.Done()
+			defer func() { <-sem }()
+			c, err := dialSSE(targets[k%len(targets)], *path, *ready, *local, k, &fol[k], hist, *warm)
+			if err == nil {
+				err = rd.add(k, c)
+			}
 			if err != nil && failed.Load() == nil {
 				failed.Store(err)
 			}
@@ -173,78 +187,264 @@ func runFollowers(args []string) int {
 	return 0
 }
 
-// followOne reads one SSE stream until it ends; opened is called once it
-// follows (or failed).
-func followOne(target, path, ready string, warm, local, k int, f *fanoutFollower, hist []atomic.Int64, opened func()) error {
+// sseConn is one follower's stream: a raw socket and what its parser
+// carries from one read to the next.
+type sseConn struct {
+	fd        int
+	f         *fanoutFollower
+	hist      []atomic.Int64
+	warm      int
+	ready     []byte
+	following bool // the ready line was seen
+	chunked   bool
+	// Chunk decoding: left is the bytes of the current chunk still to
+	// come; at 0, a size line is read (size, sized once its digits end),
+	// or, after a chunk's data (crlf), the line end that follows it.
+	left  int
+	size  int
+	sized bool
+	crlf  bool
+	line  []byte // an incomplete line from the last read
+}
+
+var dataPrefix = []byte("data: ")
+
+// feed takes bytes of the response body read at now (UnixNano).
+func (c *sseConn) feed(p []byte, now int64) {
+	if !c.chunked {
+		c.lines(p, now)
+		return
+	}
+	for len(p) > 0 {
+		if c.left > 0 {
+			k := min(c.left, len(p))
+			c.lines(p[:k], now)
+			c.left -= k
+			p = p[k:]
+			c.crlf = c.left == 0
+			continue
+		}
+		i := bytes.IndexByte(p, '\n')
+		end := i
+		if i < 0 {
+			end = len(p)
+		}
+		if !c.crlf { // a size line: hex digits, perhaps ;extensions, CRLF
+			for _, b := range p[:end] {
+				d := -1
+				switch {
+				case b >= '0' && b <= '9':
+					d = int(b - '0')
+				case b >= 'a' && b <= 'f':
+					d = int(b-'a') + 10
+				case b >= 'A' && b <= 'F':
+					d = int(b-'A') + 10
+				}
+				if d < 0 {
+					c.sized = true
+				} else if !c.sized {
+					c.size = c.size<<4 | d
+				}
+			}
+		}
+		if i < 0 {
+			return
+		}
+		p = p[i+1:]
+		if c.crlf {
+			c.crlf = false
+			continue
+		}
+		c.left, c.size, c.sized = c.size, 0, false
+		if c.left == 0 { // the last chunk: the stream ends
+			return
+		}
+	}
+}
+
+// lines runs handle on every complete line of p, the incomplete one
+// before it first, and keeps the incomplete one at its end.
+func (c *sseConn) lines(p []byte, now int64) {
+	if len(c.line) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			c.line = append(c.line, p...)
+			return
+		}
+		c.line = append(c.line, p[:i+1]...)
+		c.handle(c.line, now)
+		c.line = c.line[:0]
+		p = p[i+1:]
+	}
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			c.line = append(c.line, p...)
+			return
+		}
+		c.handle(p[:i+1], now)
+		p = p[i+1:]
+	}
+}
+
+// handle reads one line: the ready line, then the data lines' stamps.
+func (c *sseConn) handle(line []byte, now int64) {
+	if !c.following {
+		c.following = bytes.HasPrefix(line, c.ready)
+		return
+	}
+	if !bytes.HasPrefix(line, dataPrefix) {
+		return
+	}
+	t, ok1 := intAfter(line, `"t":`)
+	i, ok2 := intAfter(line, `"i":`)
+	if !ok1 || !ok2 {
+		return // a ping, a connect reply
+	}
+	f := c.f
+	if i <= f.last.Load() {
+		f.violations.Add(1)
+		return
+	}
+	f.received.Add(1)
+	f.last.Store(i)
+	if i >= int64(c.warm) {
+		b := min(max((now-t)/int64(fanoutBucket), 0), fanoutBuckets-1)
+		c.hist[b].Add(1)
+	}
+}
+
+// dialSSE opens follower k's stream with blocking system calls and reads
+// it until its ready line; the socket is then made non-blocking for the
+// readers.
+func dialSSE(target, path, ready string, local, k int, f *fanoutFollower, hist []atomic.Int64, warm int) (*sseConn, error) {
 	u, err := url.Parse(target)
 	if err != nil {
-		opened()
-		return fmt.Errorf("parsing %s: %w", target, err)
+		return nil, fmt.Errorf("parsing %s: %w", target, err)
 	}
-	d := net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+k%local))}}
-	conn, err := d.Dial("tcp", u.Host)
+	ap, err := netip.ParseAddrPort(u.Host)
+	if err != nil || !ap.Addr().Is4() {
+		return nil, fmt.Errorf("%s is not an IPv4 host:port", u.Host)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		opened()
-		return fmt.Errorf("connecting to %s: %w", u.Host, err)
+		return nil, fmt.Errorf("opening a socket: %w", err)
 	}
-	defer func() { _ = conn.Close() }()
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", path, u.Host); err != nil {
-		opened()
-		return fmt.Errorf("requesting: %w", err)
+	c := &sseConn{fd: fd, f: f, hist: hist, warm: warm, ready: []byte(ready)}
+	fail := func(err error) (*sseConn, error) {
+		_ = syscall.Close(fd)
+		return nil, err
 	}
-	br := bufio.NewReaderSize(conn, 2048)
-	res, err := http.ReadResponse(br, nil) //nolint:bodyclose // the body is the connection's, closed by the defer above
-	if err != nil {
-		opened()
-		return fmt.Errorf("reading the response: %w", err)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, byte(2 + k%local)}}); err != nil {
+		return fail(fmt.Errorf("binding: %w", err))
 	}
-	if res.StatusCode != http.StatusOK {
-		opened()
-		return fmt.Errorf("GET %s: %s", path, res.Status)
+	if err := syscall.Connect(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		return fail(fmt.Errorf("connecting to %s: %w", u.Host, err))
 	}
-	body := br
-	if len(res.TransferEncoding) > 0 { // chunked (net/http's writer)
-		body = bufio.NewReaderSize(res.Body, 2048)
-	}
-	following := false
-	for {
-		line, err := body.ReadSlice('\n')
+	req := []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", path, u.Host))
+	for len(req) > 0 {
+		n, err := syscall.Write(fd, req)
 		if err != nil {
-			if !following {
-				opened()
-				return fmt.Errorf("the stream ended before it followed: %w", err)
-			}
-			if !errors.Is(err, bufio.ErrBufferFull) {
-				f.ended.Store(true)
-				return nil
-			}
+			return fail(fmt.Errorf("requesting: %w", err))
 		}
-		if !following {
-			if bytes.HasPrefix(line, []byte(ready)) {
-				following = true
-				opened()
-			}
+		req = req[n:]
+	}
+	buf := make([]byte, 4096)
+	var head []byte // the response head, until it is read
+	inBody := false
+	for !c.following {
+		n, err := syscall.Read(fd, buf)
+		if err == syscall.EINTR {
 			continue
 		}
-		if !bytes.HasPrefix(line, []byte("data: ")) {
+		if err != nil || n <= 0 {
+			return fail(fmt.Errorf("the stream ended before it followed: %v", err))
+		}
+		if inBody {
+			c.feed(buf[:n], time.Now().UnixNano())
 			continue
 		}
-		now := time.Now().UnixNano()
-		t, ok1 := intAfter(line, `"t":`)
-		i, ok2 := intAfter(line, `"i":`)
-		if !ok1 || !ok2 {
-			continue // a ping, a connect reply
-		}
-		last := f.last.Load()
-		if i <= last {
-			f.violations.Add(1)
+		head = append(head, buf[:n]...)
+		end := bytes.Index(head, []byte("\r\n\r\n"))
+		if end < 0 {
 			continue
 		}
-		f.received.Add(1)
-		f.last.Store(i)
-		if i >= int64(warm) {
-			b := min(max((now-t)/int64(fanoutBucket), 0), fanoutBuckets-1)
-			hist[b].Add(1)
+		status, hdr, _ := bytes.Cut(head[:end], []byte("\r\n"))
+		if f := bytes.Fields(status); len(f) < 2 || string(f[1]) != "200" {
+			return fail(fmt.Errorf("GET %s: %s", path, status))
+		}
+		c.chunked = bytes.Contains(bytes.ToLower(hdr), []byte("transfer-encoding: chunked"))
+		inBody = true
+		c.feed(head[end+4:], time.Now().UnixNano())
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return fail(fmt.Errorf("making the socket non-blocking: %w", err))
+	}
+	return c, nil
+}
+
+// sseReaders are the epoll loops reading every stream of a child.
+type sseReaders struct {
+	epfds []int
+	mu    sync.Mutex
+	conns []*sseConn // by follower index
+}
+
+func newSSEReaders(loops, n int) (*sseReaders, error) {
+	r := &sseReaders{conns: make([]*sseConn, n)}
+	for range loops {
+		ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+		if err != nil {
+			return nil, fmt.Errorf("creating an epoll: %w", err)
+		}
+		r.epfds = append(r.epfds, ep)
+		go r.loop(ep)
+	}
+	return r, nil
+}
+
+// add hands follower k's stream to a loop.
+func (r *sseReaders) add(k int, c *sseConn) error {
+	r.mu.Lock()
+	r.conns[k] = c
+	r.mu.Unlock()
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.fd), Pad: int32(k)} // #nosec G115 -- fds and indexes < 2^31
+	if err := syscall.EpollCtl(r.epfds[k%len(r.epfds)], syscall.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+		_ = syscall.Close(c.fd)
+		return fmt.Errorf("watching a stream: %w", err)
+	}
+	return nil
+}
+
+// loop reads the streams of epoll ep as they become readable (level
+// triggered: one read each, the rest at the next wait).
+func (r *sseReaders) loop(ep int) {
+	events := make([]syscall.EpollEvent, 512)
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := syscall.EpollWait(ep, events, -1)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "followers: epoll_wait: %v\n", err)
+			return
+		}
+		for _, ev := range events[:n] {
+			r.mu.Lock()
+			c := r.conns[ev.Pad]
+			r.mu.Unlock()
+			m, err := syscall.Read(c.fd, buf)
+			if err == syscall.EAGAIN || err == syscall.EINTR {
+				continue
+			}
+			if m > 0 {
+				c.feed(buf[:m], time.Now().UnixNano())
+				continue
+			}
+			c.f.ended.Store(true) // the server ended it (or it broke)
+			_ = syscall.EpollCtl(ep, syscall.EPOLL_CTL_DEL, c.fd, nil)
+			_ = syscall.Close(c.fd)
 		}
 	}
 }

@@ -13,11 +13,13 @@
 // The fanout scenario (only when asked for) measures one stream broadcast
 // to N SSE clients, Herald's follow stream against centrifuge's SSE
 // transport: every client must get every message in order; latency per
-// delivery and CPU per 1,000 deliveries (fanout.go).
+// delivery and CPU per 1,000 deliveries (fanout.go); a bare server that
+// only writes each frame to every socket is measured beside them, the
+// floor of this machine (floor.go).
 //
 //	peers --herald ../../bin/herald [--scenario all|latency|e2e|fanout] [--rounds 3]
 //		[--rates 200,1000] [--duration 5s] [--e2e-groups 1,5] [--e2e-duration 10s]
-//		[--fanout 10000@10,1000@100] [--fanout-duration 10s]
+//		[--fanout 10000@10,1000@100] [--fanout-duration 10s] [--fanout-floor=false]
 //
 // It starts one PostgreSQL (fsync and synchronous_commit on) for Herald
 // and River, in databases of their own, and runs every server in a process
@@ -67,6 +69,8 @@ func runChild(kind string, args []string) error {
 		return childNATS(args)
 	case "centrifuge":
 		return childCentrifuge()
+	case "floor":
+		return childFloor()
 	case "river":
 		return childRiver(args)
 	case "followers":
@@ -116,6 +120,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.out, "out", "", "also write the markdown tables to this file")
 	fs.StringVar(&cfg.scenario, "scenario", "all", "latency (paced single pushes), e2e (end-to-end throughput), all (both), or fanout (N SSE followers of one stream; herald and centrifuge)")
 	fanout := fs.String("fanout", "10000@10,1000@100", "fanout: comma-separated FOLLOWERS@RATE cases")
+	floor := fs.Bool("fanout-floor", true, "fanout: also measure the floor, a bare server writing each frame to every socket (floor.go)")
 	fs.DurationVar(&cfg.fanoutDuration, "fanout-duration", 10*time.Second, "fanout: measured part of each measurement (after --warm)")
 	fs.StringVar(&groups, "e2e-groups", "1,5", "e2e: comma-separated numbers of consumer groups")
 	fs.DurationVar(&cfg.e2eWarm, "e2e-warm", 2*time.Second, "e2e: warm-up of each measurement, not counted")
@@ -140,6 +145,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.fanout() {
 		// Only the systems with a broadcast to SSE clients.
 		cfg.systems = slices.DeleteFunc(cfg.systems, func(n string) bool { return n != "herald" && n != "centrifuge" })
+		if *floor {
+			cfg.systems = append(cfg.systems, "floor")
+		}
 	} else if !cfg.latency() {
 		// Only the systems the e2e scenario has a row for.
 		cfg.systems = slices.DeleteFunc(cfg.systems, func(n string) bool { return e2eOmitted[n] != "" })
@@ -302,6 +310,8 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 			s, err = startCentrifuge(ctx, self)
 		case "river":
 			s, err = startRiver(ctx, self, pg)
+		case "floor":
+			s, err = startFloor(ctx, self)
 		default:
 			err = errors.New("unknown system " + name)
 		}

@@ -41,8 +41,9 @@
 // binary (herald-bench with the holder argument: one process cannot hold
 // 20,000 sockets under a common file limit), each watched by a goroutine
 // that reads its "ready" line; so does fanout (the follower argument, at
-// most 5,000 followers each, one goroutine per stream, from source
-// addresses 127.0.0.2-9), which answers an "end N" line on its stdin with
+// most 5,000 followers each, raw non-blocking sockets read by GOMAXPROCS
+// epoll loops, no goroutine per stream, from source addresses
+// 127.0.0.2-9), which answers an "end N" line on its stdin with
 // its followers' counts and latency histogram. A started server is watched by a goroutine
 // waiting for its exit. SIGINT or SIGTERM cancels the context every
 // scenario runs under.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 // The fanout scenario: N SSE clients follow one stream, single-message
@@ -58,7 +60,7 @@ type fanouter interface {
 
 // fanoutSample is one fanout measurement of one system.
 type fanoutSample struct {
-	counts   fanoutCounts
+	counts   fanoutload.Counts
 	p50, p99 float64
 	cpuPer1k float64 // server (+ PostgreSQL) CPU seconds per 1,000 deliveries
 	srvPer1k float64 // the server's part
@@ -122,12 +124,12 @@ func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sy
 func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c fanoutCase, log io.Writer) (fanoutSample, error) {
 	procs := (c.followers + fanoutPerProcess - 1) / fanoutPerProcess
 	total, warm := runLength(c.rate, cfg.warm, cfg.fanoutDuration)
-	fp, err := startFollowers(ctx, []string{self, "child", "followers"}, procs, c.followers, []string{t.url}, t.path,
+	fp, err := fanoutload.StartFollowers(ctx, []string{self, "child", "followers"}, procs, c.followers, []string{t.url}, t.path,
 		t.ready, warm, log)
 	if err != nil {
 		return fanoutSample{}, err
 	}
-	defer fp.close()
+	defer fp.Close()
 	if t.joined != nil {
 		for deadline := time.Now().Add(60 * time.Second); ; {
 			n, err := t.joined()
@@ -142,19 +144,19 @@ func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c 
 	}
 	time.Sleep(time.Second) // the connects settled
 	s0, pg0 := t.cpu()
-	c0 := fp.cpu()
-	if _, err := paceSequential(ctx, c.rate, total, func(ctx context.Context, i int) error {
+	c0 := fp.CPU()
+	if _, err := fanoutload.PaceSequential(ctx, c.rate, total, func(ctx context.Context, i int) error {
 		return t.push(ctx, i, makePayload(i))
 	}); err != nil {
 		return fanoutSample{}, err
 	}
-	counts, err := fp.finish(total)
+	counts, err := fp.Finish(total)
 	if err != nil {
 		return fanoutSample{}, err
 	}
 	s1, pg1 := t.cpu()
-	c1 := fp.cpu()
-	sm := fanoutSample{counts: counts, p50: counts.quantile(50), p99: counts.quantile(99)}
+	c1 := fp.CPU()
+	sm := fanoutSample{counts: counts, p50: counts.Quantile(50), p99: counts.Quantile(99)}
 	if counts.Received > 0 {
 		sm.cpuPer1k = (s1 - s0 + pg1 - pg0).Seconds() * 1000 / float64(counts.Received)
 		sm.srvPer1k = (s1 - s0).Seconds() * 1000 / float64(counts.Received)
@@ -211,9 +213,9 @@ func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]m
 				fmt.Fprintf(b, "| %s | %v | failed | | | | | | |\n", s.name(), c)
 				continue
 			}
-			var sum fanoutCounts
+			var sum fanoutload.Counts
 			for _, sm := range ss {
-				sum.add(sm.counts)
+				sum.Add(sm.counts)
 			}
 			cpu := medianOf(ss, func(s fanoutSample) float64 { return s.cpuPer1k })
 			srv := medianOf(ss, func(s fanoutSample) float64 { return s.srvPer1k })

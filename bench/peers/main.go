@@ -40,6 +40,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 // system is one peer under measurement.
@@ -74,7 +76,7 @@ func runChild(kind string, args []string) error {
 	case "river":
 		return childRiver(args)
 	case "followers":
-		if rc := runFollowers(args); rc != 0 {
+		if rc := fanoutload.RunFollowers(args); rc != 0 {
 			return fmt.Errorf("followers exited %d", rc)
 		}
 		return nil

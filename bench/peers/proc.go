@@ -11,21 +11,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// procStat returns the fields of /proc/pid/stat after the command name.
-func procStat(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-}
+	"github.com/heraldmq/herald/internal/fanoutload"
+)
 
 // procCPU is a process's user+system CPU time (0 when it is gone).
 func procCPU(pid int) time.Duration {
-	f := procStat(pid)
+	f := fanoutload.ProcStat(pid)
 	if len(f) < 13 {
 		return 0
 	}
@@ -47,7 +39,7 @@ func children(pid int) []int {
 		if err != nil {
 			continue
 		}
-		if f := procStat(n); len(f) > 1 && f[1] == want {
+		if f := fanoutload.ProcStat(n); len(f) > 1 && f[1] == want {
 			out = append(out, n)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 // followersCmd is the hidden subcommand of a fanout follower child.
@@ -143,7 +145,7 @@ func freeAddr() string {
 // follower received.
 func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConfig, pprofAddr string,
 	log io.Writer) (fanoutResult, error) {
-	res := fanoutResult{Followers: c.Followers, Rate: c.Rate, Load: loadAverage()}
+	res := fanoutResult{Followers: c.Followers, Rate: c.Rate, Load: fanoutload.LoadAverage()}
 	q := fmt.Sprintf("bench-fanout-%d", time.Now().UnixNano())
 	var urls []string
 	for _, s := range insts {
@@ -170,12 +172,12 @@ func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConf
 	warm := min(2*c.Rate, total/5) // the first two seconds warm connections, caches and plans
 	progress(log, "fanout: %d SSE followers of %s on %d instance(s) from %d processes", c.Followers, q, len(insts), procs)
 	t0 := time.Now()
-	fp, err := startFollowers(ctx, []string{exe, followersCmd}, procs, c.Followers, urls,
+	fp, err := fanoutload.StartFollowers(ctx, []string{exe, followersCmd}, procs, c.Followers, urls,
 		"/api/v1/follow/queue/"+q, ": connected", warm, log)
 	if err != nil {
 		return res, err
 	}
-	defer fp.close()
+	defer fp.Close()
 	// Every follow has joined its hub (none is still catching up).
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		if n := sum(func(s *server) float64 { v, _ := s.metric("herald_followers"); return v }); int(n) == c.Followers {
@@ -204,9 +206,9 @@ func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConf
 		go func() { profile <- fetchProfile(ctx, pprofAddr, cfg.Duration, res.Profile) }()
 	}
 	h0, pg0 := cpu()
-	c0 := fp.cpu()
+	c0 := fp.CPU()
 	progress(log, "fanout: pushing %d msgs/s for %v to %s, one push at a time", c.Rate, cfg.Duration, urls[0])
-	pushed, err := paceSequential(ctx, c.Rate, total, func(ctx context.Context, i int) error {
+	pushed, err := fanoutload.PaceSequential(ctx, c.Rate, total, func(ctx context.Context, i int) error {
 		body := fmt.Sprintf(`{"items":[{"queue":%q,"payload":{"t":%d,"i":%d}}]}`, q, time.Now().UnixNano(), i)
 		return post(ctx, urls[0]+"/api/v1/push", body, http.StatusCreated)
 	})
@@ -214,12 +216,12 @@ func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConf
 	if err != nil {
 		return res, err
 	}
-	counts, err := fp.finish(total)
+	counts, err := fp.Finish(total)
 	if err != nil {
 		return res, err
 	}
 	h1, pg1 := cpu()
-	c1 := fp.cpu()
+	c1 := fp.CPU()
 	if profile != nil {
 		if err := <-profile; err != nil {
 			progress(log, "fanout: no CPU profile: %v", err)
@@ -228,13 +230,13 @@ func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConf
 	}
 	res.Expected, res.Received, res.Violations = counts.Expected, counts.Received, counts.Violations
 	res.Losses, res.Ended = counts.Losses, counts.Ended
-	res.P50, res.P90, res.P99, res.Max = counts.quantile(50), counts.quantile(90), counts.quantile(99), counts.quantile(100)
+	res.P50, res.P90, res.P99, res.Max = counts.Quantile(50), counts.Quantile(90), counts.Quantile(99), counts.Quantile(100)
 	if counts.Received > 0 {
 		res.CPUPer1k = (h1 - h0 + pg1 - pg0).Seconds() * 1000 / float64(counts.Received)
 		res.HeraldCPUPer1k = (h1 - h0).Seconds() * 1000 / float64(counts.Received)
 		res.ClientCPUPer1k = (c1 - c0).Seconds() * 1000 / float64(counts.Received)
 	}
-	res.Load += " → " + loadAverage()
+	res.Load += " → " + fanoutload.LoadAverage()
 	progress(log, "fanout: %d/%d deliveries in order, %d violations, %d lost; p50 %.1f ms, p99 %.1f ms; %.4f CPU s/1k (herald %.4f; followers %.4f); idle %.0f B RSS, %.0f B heap per follower; load %s",
 		res.Received, res.Expected, res.Violations, res.Losses, res.P50, res.P99, res.CPUPer1k, res.HeraldCPUPer1k, res.ClientCPUPer1k,
 		res.RSSPerFollower, res.HeapPerFollower, res.Load)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 type benchConfig struct {
@@ -79,7 +81,7 @@ func main() {
 		os.Exit(runHolder(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == followersCmd {
-		os.Exit(runFollowers(os.Args[2:]))
+		os.Exit(fanoutload.RunFollowers(os.Args[2:]))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

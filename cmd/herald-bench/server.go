@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 // server is the Herald under measurement.
@@ -156,7 +158,7 @@ func (s *server) cpu() time.Duration {
 	if s.pid == 0 {
 		return 0
 	}
-	f := procStat(s.pid)
+	f := fanoutload.ProcStat(s.pid)
 	if len(f) < 13 {
 		return 0
 	}
@@ -178,7 +180,7 @@ func (s *server) pgCPU() (d time.Duration, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	f := procStat(pm)
+	f := fanoutload.ProcStat(pm)
 	if len(f) < 15 {
 		return 0, false
 	}
@@ -193,21 +195,11 @@ func (s *server) pgCPU() (d time.Duration, ok bool) {
 		if err != nil {
 			continue
 		}
-		if c := procStat(pid); len(c) >= 13 && c[1] == parent {
+		if c := fanoutload.ProcStat(pid); len(c) >= 13 && c[1] == parent {
 			d += ticks(c[11]) + ticks(c[12])
 		}
 	}
 	return d, true
-}
-
-// procStat returns the fields of /proc/pid/stat after the command name
-// (which is in parentheses and may hold spaces); nil when it is gone.
-func procStat(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 }
 
 // ticks reads a /proc clock-tick count as a duration.

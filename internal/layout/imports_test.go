@@ -57,7 +57,9 @@ var design = map[string]rule{
 	// included: server.Defaults); auth for `herald token`, pgcluster for
 	// `herald demo`'s private PostgreSQL.
 	"cmd/herald":       {imports: []string{"auth", "internal/server", "internal/pgcluster"}, tests: slices.Concat(assembly, []string{"client"})},
-	"cmd/herald-bench": {imports: []string{"client"}, tests: slices.Concat(assembly, []string{"client"})},
+	"cmd/herald-bench": {imports: []string{"client", "internal/fanoutload"}, tests: slices.Concat(assembly, []string{"client"})},
+	// The fanout benchmarks' followers (bench/peers uses them too).
+	"internal/fanoutload": {},
 }
 
 // listed is one package as go list -json reports it.

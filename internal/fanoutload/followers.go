@@ -1,10 +1,4 @@
-package main
-
-// The fanout followers: raw SSE clients held by child processes of the
-// benchmark (one process cannot hold 10,000 sockets and the server's under
-// a 20,000 open-file limit, and a child's CPU is not the server's). This
-// file is the same in cmd/herald-bench and bench/peers (two modules): keep
-// them equal.
+package fanoutload
 
 import (
 	"bufio"
@@ -36,9 +30,9 @@ const (
 	fanoutBuckets = 300000
 )
 
-// fanoutCounts is what followers received: every follower must get every
+// Counts is what followers received: every follower must get every
 // message, in push order (the payload's "i" counts pushes from 0).
-type fanoutCounts struct {
+type Counts struct {
 	Followers  int      `json:"followers"`
 	Expected   int64    `json:"expected"`   // followers × messages pushed
 	Received   int64    `json:"received"`   // messages received in order
@@ -48,7 +42,7 @@ type fanoutCounts struct {
 	Hist       [][2]int `json:"hist"`       // latency bucket (fanoutBucket) → receipts, after warm-up
 }
 
-func (c *fanoutCounts) add(o fanoutCounts) {
+func (c *Counts) Add(o Counts) {
 	c.Followers += o.Followers
 	c.Expected += o.Expected
 	c.Received += o.Received
@@ -60,7 +54,7 @@ func (c *fanoutCounts) add(o fanoutCounts) {
 
 // quantile is the p-th percentile (0-100) of the latencies, in ms; max is
 // p = 100.
-func (c *fanoutCounts) quantile(p float64) float64 {
+func (c *Counts) Quantile(p float64) float64 {
 	h := make([]int, fanoutBuckets)
 	n := 0
 	for _, b := range c.Hist {
@@ -89,10 +83,10 @@ type fanoutFollower struct {
 	ended      atomic.Bool
 }
 
-// runFollowers is the child: it opens --n SSE streams to --urls (round
+// RunFollowers is the child: it opens --n SSE streams to --urls (round
 // robin) + --path, from --local loopback source addresses, says "ready"
 // once each has seen a line starting with --ready, then answers every
-// "end TOTAL" line on stdin with a "result {fanoutCounts}" line once each
+// "end TOTAL" line on stdin with a "result {Counts}" line once each
 // follower has TOTAL messages (or 15 s passed); it exits when stdin closes.
 //
 // The load generator shares the cores with the server it measures, so it
@@ -101,7 +95,7 @@ type fanoutFollower struct {
 // ready socket into one large buffer and parse only what the measure
 // needs (the data lines' "t" and "i"), de-chunking in place when the
 // server sends chunked bodies (centrifuge's net/http).
-func runFollowers(args []string) int {
+func RunFollowers(args []string) int {
 	fs := flag.NewFlagSet("followers", flag.ContinueOnError)
 	urls := fs.String("urls", "", "comma-separated http://host:port")
 	path := fs.String("path", "", "request path and query")
@@ -167,7 +161,7 @@ func runFollowers(args []string) int {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		c := fanoutCounts{Followers: *n, Expected: total * int64(*n)}
+		c := Counts{Followers: *n, Expected: total * int64(*n)}
 		for k := range fol {
 			c.Received += fol[k].received.Load()
 			c.Violations += fol[k].violations.Load()
@@ -464,8 +458,8 @@ func intAfter(line []byte, key string) (int64, bool) {
 	return v, j > start
 }
 
-// followerProcs are the running children of one measurement.
-type followerProcs struct {
+// Procs are the running children of one measurement.
+type Procs struct {
 	procs []*followerProc
 }
 
@@ -475,12 +469,12 @@ type followerProc struct {
 	out *bufio.Scanner
 }
 
-// startFollowers starts procs children (the command is argv, this binary
+// StartFollowers starts procs children (the command is argv, this binary
 // and its child subcommand) holding n followers between them, and returns
 // once every one follows.
-func startFollowers(ctx context.Context, argv []string, procs, n int, urls []string, path, ready string, warm int,
-	log io.Writer) (*followerProcs, error) {
-	fp := &followerProcs{}
+func StartFollowers(ctx context.Context, argv []string, procs, n int, urls []string, path, ready string, warm int,
+	log io.Writer) (*Procs, error) {
+	fp := &Procs{}
 	errc := make(chan error, procs)
 	for p := range procs {
 		share := n / procs
@@ -493,16 +487,16 @@ func startFollowers(ctx context.Context, argv []string, procs, n int, urls []str
 		cmd.Stderr = log
 		in, err := cmd.StdinPipe()
 		if err != nil {
-			fp.close()
+			fp.Close()
 			return nil, fmt.Errorf("piping to a follower process: %w", err)
 		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
-			fp.close()
+			fp.Close()
 			return nil, fmt.Errorf("piping from a follower process: %w", err)
 		}
 		if err := cmd.Start(); err != nil {
-			fp.close()
+			fp.Close()
 			return nil, fmt.Errorf("starting a follower process: %w", err)
 		}
 		pr := &followerProc{cmd: cmd, in: in, out: bufio.NewScanner(out)}
@@ -522,7 +516,7 @@ func startFollowers(ctx context.Context, argv []string, procs, n int, urls []str
 	}
 	for range procs {
 		if err := <-errc; err != nil {
-			fp.close()
+			fp.Close()
 			return nil, err
 		}
 	}
@@ -531,8 +525,8 @@ func startFollowers(ctx context.Context, argv []string, procs, n int, urls []str
 
 // finish tells the children that total messages were pushed and sums what
 // their followers received.
-func (fp *followerProcs) finish(total int) (fanoutCounts, error) {
-	var sum fanoutCounts
+func (fp *Procs) Finish(total int) (Counts, error) {
+	var sum Counts
 	for _, p := range fp.procs {
 		if _, err := fmt.Fprintf(p.in, "end %d\n", total); err != nil {
 			return sum, fmt.Errorf("telling a follower process: %w", err)
@@ -542,22 +536,22 @@ func (fp *followerProcs) finish(total int) (fanoutCounts, error) {
 		if !p.out.Scan() {
 			return sum, errors.New("a follower process ended without its result")
 		}
-		var c fanoutCounts
+		var c Counts
 		l, ok := strings.CutPrefix(p.out.Text(), "result ")
 		if !ok || json.Unmarshal([]byte(l), &c) != nil {
 			return sum, fmt.Errorf("follower process: %s", p.out.Text())
 		}
-		sum.add(c)
+		sum.Add(c)
 	}
 	return sum, nil
 }
 
 // cpu is the children's user+system CPU time so far (the load
 // generator's side of the deliveries).
-func (fp *followerProcs) cpu() time.Duration {
+func (fp *Procs) CPU() time.Duration {
 	var d time.Duration
 	for _, p := range fp.procs {
-		if f := procStat(p.cmd.Process.Pid); len(f) >= 13 {
+		if f := ProcStat(p.cmd.Process.Pid); len(f) >= 13 {
 			ut, _ := strconv.ParseInt(f[11], 10, 64)
 			st, _ := strconv.ParseInt(f[12], 10, 64)
 			d += time.Duration(ut+st) * time.Second / 100 // USER_HZ
@@ -567,7 +561,7 @@ func (fp *followerProcs) cpu() time.Duration {
 }
 
 // close ends the children (they close their streams).
-func (fp *followerProcs) close() {
+func (fp *Procs) Close() {
 	for _, p := range fp.procs {
 		_ = p.in.Close()
 	}
@@ -576,10 +570,10 @@ func (fp *followerProcs) close() {
 	}
 }
 
-// paceSequential calls push for i = 0…total-1 at rate per second, one at a
+// PaceSequential calls push for i = 0…total-1 at rate per second, one at a
 // time (the next starts when the previous is done, or at its time if
 // later): the pushes' order is their index's, which the followers check.
-func paceSequential(ctx context.Context, rate, total int, push func(ctx context.Context, i int) error) (int, error) {
+func PaceSequential(ctx context.Context, rate, total int, push func(ctx context.Context, i int) error) (int, error) {
 	start := time.Now()
 	interval := time.Second / time.Duration(rate)
 	timer := time.NewTimer(0)
@@ -600,11 +594,22 @@ func paceSequential(ctx context.Context, rate, total int, push func(ctx context.
 	return total, nil
 }
 
-// loadAverage is the 1, 5 and 15 minute load of the machine.
-func loadAverage() string {
+// LoadAverage is the 1, 5 and 15 minute load of the machine.
+func LoadAverage() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "?"
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// ProcStat returns the fields of /proc/pid/stat after the command name
+// (which is in parentheses and may hold spaces); nil when it is gone.
+func ProcStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 }

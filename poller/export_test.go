@@ -16,3 +16,22 @@ func (p *Poller) BeforePop(f func()) func() {
 	beforePop.Store(&f)
 	return func() { beforePop.Store(nil) }
 }
+
+// Pending reports whether a worker has a cycle to run: a signal not yet
+// taken, or a key marked for a pre-flight or holding push hints.
+func (p *Poller) Pending() bool {
+	for _, w := range p.workers {
+		if len(w.wake) > 0 {
+			return true
+		}
+		w.mu.Lock()
+		for _, ks := range w.keys {
+			if ks.dirty || len(ks.hints) > 0 {
+				w.mu.Unlock()
+				return true
+			}
+		}
+		w.mu.Unlock()
+	}
+	return false
+}

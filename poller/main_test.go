@@ -89,15 +89,18 @@ func eventually(t testing.TB, ceiling time.Duration, cond func() bool, msg strin
 	require.Eventually(t, cond, ceiling, 5*time.Millisecond, msg)
 }
 
-// settled waits until the store has sent no statement for 200 ms: the
-// cycles that registrations started are over.
+// settled waits until the store has sent no statement and the workers ran
+// no cycle for 200 ms, with none pending: the cycles that registrations
+// and credit started are over.
 func (e *env) settled() {
 	e.t.Helper()
 	stats := e.store.QueryStats()
-	last, quietSince := stats.Total(), time.Now()
+	last, runs, quietSince := stats.Total(), e.p.WorkerRuns(), time.Now()
 	eventually(e.t, 10*time.Second, func() bool {
-		if n := stats.Total(); n != last {
-			last, quietSince = n, time.Now()
+		// Quiet: no statement and no cycle for 200 ms, and none to run (a
+		// starved machine can leave a cycle signalled but not yet run).
+		if n, r := stats.Total(), e.p.WorkerRuns(); n != last || r != runs || e.p.Pending() {
+			last, runs, quietSince = n, r, time.Now()
 		}
 		return time.Since(quietSince) >= 200*time.Millisecond
 	}, "the poller went quiet")

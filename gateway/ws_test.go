@@ -73,12 +73,6 @@ func (c *wsClient) send(frame string) {
 // delivery before the ack_result that made room for it.
 func (c *wsClient) next(typ string) map[string]json.RawMessage {
 	c.t.Helper()
-	return c.nextWithin(typ, 5*time.Second)
-}
-
-// nextWithin is next with a ceiling of d.
-func (c *wsClient) nextWithin(typ string, d time.Duration) map[string]json.RawMessage {
-	c.t.Helper()
 	want := `"` + typ + `"`
 	for i, f := range c.pending {
 		if string(f["type"]) == want {
@@ -86,7 +80,7 @@ func (c *wsClient) nextWithin(typ string, d time.Duration) map[string]json.RawMe
 			return f
 		}
 	}
-	deadline := time.After(d)
+	deadline := time.After(5 * time.Second)
 	for {
 		select {
 		case f := <-c.frames:
@@ -97,7 +91,7 @@ func (c *wsClient) nextWithin(typ string, d time.Duration) map[string]json.RawMe
 		case err := <-c.closed:
 			c.t.Fatalf("connection ended waiting for a %s frame: %v", typ, err)
 		case <-deadline:
-			c.t.Fatalf("no %s frame within %v", typ, d)
+			c.t.Fatalf("no %s frame within 5 s", typ)
 		}
 	}
 }
@@ -767,112 +761,4 @@ func TestWS_AckWhoseAnswerIsLostWakesItsPartition(t *testing.T) {
 	t.Logf("lost ack answer → next delivery: %v", time.Since(start))
 	assert.JSONEq(t, `{"i":2}`, string(next[0].Data))
 	assert.Zero(t, next[0].RetryCount)
-}
-
-// pipelined pushes n single messages to q's default partition, one push at
-// a time, and returns them as c received each, without acking any: each
-// must arrive while the earlier ones are still unacked.
-func (c *wsClient) pipelined(e *env, q string, n int) []message {
-	c.t.Helper()
-	var got []message
-	for i := 1; i <= n; i++ {
-		e.push(q, fmt.Sprintf(`{"n":%d}`, i))
-		ms := deliveredMessages(c.t, c.next("deliver"))
-		require.Len(c.t, ms, 1)
-		require.JSONEq(c.t, fmt.Sprintf(`{"n":%d}`, i), string(ms[0].Data), "delivered out of order")
-		got = append(got, ms[0])
-	}
-	return got
-}
-
-// TestSubscription_ReceivesNextMessagesBeforeAckingEarlierOnes: a
-// subscription holding a partition with credit gets the partition's next
-// messages as they are pushed, its lease extended over them; acking them
-// all ends the lease, and nothing comes again.
-func TestSubscription_ReceivesNextMessagesBeforeAckingEarlierOnes(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	c := e.dialWS(t)
-	c.subscribe(`{"type":"subscribe","queue":"wspipe","batch":1,"maxInFlight":10}`)
-	ms := c.pipelined(e, "wspipe", 3)
-	for _, m := range ms[1:] {
-		assert.Equal(t, ms[0].LeaseID, m.LeaseID, "the lease is extended, not a new one")
-	}
-	c.send(ackFrame(ms, "completed"))
-	var results []ackResult
-	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &results))
-	require.Len(t, results, 3)
-	for i, r := range results {
-		assert.True(t, r.Success, "ack %d: %+v", i, r)
-	}
-	assert.False(t, results[1].LeaseReleased)
-	assert.True(t, results[2].LeaseReleased, "acking the whole extended range ends the lease")
-	c.nothing(300 * time.Millisecond)
-	e.popEmpty("/api/v1/pop/queue/wspipe?wait=false")
-}
-
-// TestSubscription_NackRedeliversFromFirstUnackedAfterPipelinedDeliveries:
-// a nack of the second of three pipelined messages redelivers from it, in
-// order, counting its attempt; the third is redelivered after it.
-func TestSubscription_NackRedeliversFromFirstUnackedAfterPipelinedDeliveries(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r := e.post("/api/v1/configure", `{"queue":"wspipenack","options":{"retryLimit":3}}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	c := e.dialWS(t)
-	c.subscribe(`{"type":"subscribe","queue":"wspipenack","batch":1,"maxInFlight":10}`)
-	ms := c.pipelined(e, "wspipenack", 3)
-	c.send(ackFrame(ms[:1], "completed"))
-	c.next("ack_result")
-	c.send(ackFrame(ms[1:2], "failed"))
-	var res []ackResult
-	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &res))
-	require.True(t, res[0].Success, "%+v", res[0])
-	again := c.redeliveredInOrder(ms[1:])
-	assert.Equal(t, 1, again[0].RetryCount, "the nack counts an attempt")
-	assert.Equal(t, 0, again[1].RetryCount)
-	c.nothing(300 * time.Millisecond)
-	e.popEmpty("/api/v1/pop/queue/wspipenack?wait=false")
-}
-
-// redeliveredInOrder receives want again, in order, acking each as it
-// comes, and returns the redeliveries.
-func (c *wsClient) redeliveredInOrder(want []message) []message {
-	c.t.Helper()
-	var again []message
-	for len(again) < len(want) {
-		// An expired lease is found by the session's lease check or the
-		// poller's sweep (at most 5 s apart when idle).
-		ms := deliveredMessages(c.t, c.nextWithin("deliver", 15*time.Second))
-		for _, m := range ms {
-			require.Less(c.t, len(again), len(want), "more redelivered than was unacked")
-			require.Equal(c.t, want[len(again)].ID, m.ID, "redelivery %d out of order", len(again))
-			assert.NotEqual(c.t, want[len(again)].LeaseID, m.LeaseID, "redelivered under a new lease")
-			again = append(again, m)
-		}
-		c.send(ackFrame(ms, "completed"))
-		var res []ackResult
-		require.NoError(c.t, json.Unmarshal(c.next("ack_result")["results"], &res))
-		for i, a := range res {
-			require.True(c.t, a.Success, "ack %d: %+v", i, a)
-		}
-	}
-	return again
-}
-
-// TestLease_ExpiryOfAPipelinedLeaseRedeliversInOrder: a lease extended
-// over pipelined messages that expires unacked redelivers them all, from
-// the first, in order, the first with its attempt counted.
-func TestLease_ExpiryOfAPipelinedLeaseRedeliversInOrder(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r := e.post("/api/v1/configure", `{"queue":"wspipeexp","options":{"leaseTime":1,"retryLimit":3}}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	c := e.dialWS(t)
-	c.subscribe(`{"type":"subscribe","queue":"wspipeexp","batch":1,"maxInFlight":10}`)
-	ms := c.pipelined(e, "wspipeexp", 3)
-	again := c.redeliveredInOrder(ms)
-	assert.Equal(t, 1, again[0].RetryCount, "the expiry counts an attempt of the first unacked message")
-	c.nothing(300 * time.Millisecond)
-	e.popEmpty("/api/v1/pop/queue/wspipeexp?wait=false")
 }

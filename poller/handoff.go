@@ -23,7 +23,6 @@ type reservation struct {
 	in               *Intention
 	key, partitionID string
 	could            int    // what the intention could take (a delivery of that many may leave more)
-	pushed           int    // the push's fresh messages for the partition
 	leasing          func() // ends the reservation's mark (leasing.go) once settled
 }
 
@@ -42,28 +41,6 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			w.mu.Unlock()
 			continue
 		}
-		reserve := func(in *Intention) {
-			could := min(in.Batch, in.free())
-			limit := min(could, pp.Messages)
-			in.reserved += limit
-			end := p.leasing.begin() // before the lease id, until settled
-			out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group,
-				LeaseID: in.reserveLease(pp.PartitionID), Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck,
-				Token: &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, could: could,
-					pushed: pp.Messages, leasing: end}})
-		}
-		// A Pipeline subscription holding the partition's lease comes first
-		// for its group: the push extends its lease (pipeline.go).
-		held := map[string]bool{}
-		for _, in := range ks.intentions {
-			g := in.Target.Group
-			if held[g] || in.gone || !in.holdsLease(pp.PartitionID) || in.limited || !in.ready() ||
-				(in.Target.Partition != "" && in.Target.Partition != pp.Partition) {
-				continue
-			}
-			held[g] = true
-			reserve(in)
-		}
 		eachByPreference(ks.intentions, pp.Partition, func(in *Intention) bool {
 			// Subscriptions only. A long-poll answers once: handed each push
 			// as it comes, its consumer came back for every message (at
@@ -75,10 +52,16 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			// groups on 16 partitions, 80 wasted reservations a push).
 			// autoAck ones too: the push moves their cursor instead of
 			// leasing (at 200 msgs/s they waited for a poll cycle each).
-			if held[in.Target.Group] || !in.Standing || in.limited || !in.ready() {
+			if !in.Standing || in.limited || !in.ready() {
 				return false
 			}
-			reserve(in)
+			could := min(in.Batch, in.free())
+			limit := min(could, pp.Messages)
+			in.reserved += limit
+			end := p.leasing.begin() // before the lease id, until settled
+			out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(),
+				Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck, Token: &reservation{w: w, in: in, key: key,
+					partitionID: pp.PartitionID, could: could, leasing: end}})
 			return true
 		})
 		w.mu.Unlock()
@@ -111,25 +94,12 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	}
 	if res == nil {
 		if r.OutcomeUnknown && !r.AutoAck { // an autoAck hand-off holds no lease to give back
-			w.mu.Lock()
-			in.forgetLease(t.partitionID, r.LeaseID)
-			w.mu.Unlock()
 			p.orphaned(t.key, r.LeaseID)
 		}
 		return
 	}
 	p.metrics.handoffs.Inc()
-	pl := plan{total: t.could, partitions: 1}
-	if in.Pipeline && res.LeaseID != "" {
-		if !res.More && len(res.Messages) >= t.pushed {
-			// It took every message the push brought: caught up, not
-			// limited by its batch.
-			pl.total = len(res.Messages) + 1
-		}
-		w.deliverInOrder(in, t.partitionID, res, pl)
-		return
-	}
-	w.deliver(context.Background(), in, res, true, pl)
+	w.deliver(context.Background(), in, res, true, plan{total: t.could, partitions: 1})
 }
 
 // eachByPreference offers a partition to intentions in the order a push's

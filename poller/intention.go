@@ -41,12 +41,6 @@ type Intention struct {
 	// that is (doc.go, Concurrency): it must be a plain load that takes no
 	// lock and calls nothing. Call AddCredit(in, 0) once it may take again.
 	Hold func() bool
-	// Pipeline, for a standing intention that keeps a lease: a push on a
-	// partition it holds the lease of, with credit left, extends that
-	// lease over its messages and hands them to it without waiting for
-	// the earlier acks (queue.Reservation.LeaseID); its deliveries of one
-	// lease reach Deliver in offset order. The WebSocket sets it.
-	Pipeline bool
 
 	// Set at registration, then guarded by the owning worker's mutex.
 	key    string
@@ -69,10 +63,6 @@ type Intention struct {
 	// limited: its last delivery took all it could (or left messages
 	// behind), so credit given back may find more.
 	limited bool
-	// held: per partition id, the lease a Pipeline intention was last
-	// given there, and the hand-offs waiting for its earlier messages
-	// (pipeline.go); at most heldMax entries.
-	held map[string]*heldLease
 }
 
 // take is the most messages one cycle leases for the intention: a batch

@@ -78,10 +78,6 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	}
 	w.mu.Lock()
 	in.credit -= len(res.Messages)
-	var stale []handed
-	if !res.Extends {
-		stale = in.noteLease(res)
-	}
 	// All it could take, a partition it left messages in, or as many
 	// partitions as it may take (when others may have work) means there may
 	// be more: look again now. Otherwise it drained what it took, and every
@@ -101,7 +97,6 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		more = true
 	}
 	w.mu.Unlock()
-	w.releaseStale(stale)
 	if more {
 		w.signal()
 	}

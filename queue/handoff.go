@@ -32,15 +32,9 @@ type PushedPartition struct {
 type Reservation struct {
 	PartitionID string
 	Group       string
-	// LeaseID is the lease the statement takes when the group's row is
-	// caught up and free; when the row holds this very lease already (of
-	// this instance, live, for Subject, its range ending where the push
-	// begins), the statement extends it over the new messages instead
-	// (PopResult.Extends): a subscription holding the partition gets its
-	// next messages without waiting for its earlier acks.
-	LeaseID string
-	Limit   int    // the most messages to lease to it
-	Subject string // who the consumer is (its token's sub); "" for none
+	LeaseID     string
+	Limit       int    // the most messages to lease to it
+	Subject     string // who the consumer is (its token's sub); "" for none
 	// AutoAck: the push moves the group's cursor past what it hands off
 	// (no lease; LeaseID is unused).
 	AutoAck bool
@@ -108,10 +102,7 @@ func (p *pushPlan) settle(err error, items []PushItem) {
 }
 
 // handedLease is one lease the push statement took for a reservation.
-type handedLease struct {
-	from, to int64
-	extended bool // the messages extend the consumer's live lease (Reservation.LeaseID)
-}
+type handedLease struct{ from, to int64 }
 
 // handedResult builds the delivery of reservation r from the pushed items,
 // or nil when the statement leased nothing for it.
@@ -124,7 +115,7 @@ func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
 	if r.AutoAck {
 		lease = ""
 	}
-	res := &PopResult{LeaseID: lease, Group: r.Group, PartitionID: r.PartitionID, PartitionsClaimed: 1, Extends: l.extended}
+	res := &PopResult{LeaseID: lease, Group: r.Group, PartitionID: r.PartitionID, PartitionsClaimed: 1}
 	// The fresh rows of the partition, in item order, took the offsets
 	// after the partition's last one before the push: the lease starts at
 	// the first of them.

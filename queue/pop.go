@@ -87,10 +87,6 @@ type PopResult struct {
 	// their payload failed to decrypt (they are not in Messages). Nil when
 	// there were none.
 	DeadLettered map[string]int
-	// Extends, for a push's hand-off (HandOff.Settle): the messages extend
-	// LeaseID, a lease whose earlier messages went to the same consumer
-	// before, so they must reach it after those.
-	Extends bool
 
 	undecryptable int // how many of DeadLettered failed to decrypt
 	// moved: the rows whose cursor the pop moved (autoAck, dead letters),

@@ -577,13 +577,7 @@ SELECT lock_partitions($1::uuid[])`
 // group's row gets the lease of the partition's new messages (with
 // autoAck: its cursor moves past them) if it is caught up to them (its
 // cursor at the old last offset, nothing done above it, no lease) on a
-// queue with no delay and no window; or, when the row holds the
-// reservation's lease itself (of this instance and subject, live, its
-// range ending at the old last offset: everything before the push was
-// sent to that consumer), the lease is extended over the new messages
-// (same id, range end moved, expiry refreshed, attempts kept), so a
-// subscription gets a partition's next messages without waiting for its
-// earlier acks. Rows: kind 0 a duplicate (ord,
+// queue with no delay and no window. Rows: kind 0 a duplicate (ord,
 // message id), kind 1 a lease taken (partition, group, range), kind 2 a
 // leased message's offset and created_at.
 const pushInsertSQL = `-- herald:push_insert
@@ -620,10 +614,9 @@ WITH input AS (
 	-- The caught-up rows (consumers_caught_up), locked in key order. A
 	-- reserved group's row that can be handed off is one of them (its
 	-- cursor is at the old last offset).
-	SELECT c.partition_id, c.consumer_group, c.last_offset <= c.cursor AS caught_up
+	SELECT c.partition_id, c.consumer_group
 	FROM bumped b JOIN consumers c ON c.partition_id = b.id
-	WHERE (c.last_offset <= c.cursor AND c.last_offset < b.last_offset)
-	   OR EXISTS (SELECT 1 FROM handoff h WHERE h.pid = c.partition_id AND h.grp = c.consumer_group AND c.lease_id = h.lease)
+	WHERE c.last_offset <= c.cursor AND c.last_offset < b.last_offset
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 ), handed AS (
@@ -632,29 +625,20 @@ WITH input AS (
 		lease_owner = CASE WHEN h.auto THEN NULL ELSE $11 END,
 		lease_subject = CASE WHEN h.auto THEN c.lease_subject ELSE h.subj END,
 		lease_expires_at = CASE WHEN h.auto THEN NULL ELSE now() + make_interval(secs => q.lease_time) END,
-		lease_from = CASE WHEN h.auto THEN NULL WHEN c.lease_id IS NOT NULL THEN c.lease_from ELSE b.base + 1 END,
+		lease_from = CASE WHEN h.auto THEN NULL ELSE b.base + 1 END,
 		lease_to = CASE WHEN h.auto THEN NULL ELSE least(b.last_offset, b.base + h.lim) END,
 		cursor = CASE WHEN h.auto THEN least(b.last_offset, b.base + h.lim) ELSE c.cursor END,
 		delivered_to = greatest(c.delivered_to, CASE WHEN h.auto THEN 0 ELSE least(b.last_offset, b.base + h.lim) END),
-		leased_at = CASE WHEN c.lease_id IS NOT NULL THEN c.leased_at ELSE now() END,
-		last_offset = greatest(c.last_offset, b.last_offset),
-		attempts = CASE WHEN c.lease_id IS NOT NULL THEN c.attempts ELSE 0 END,
-		attempt_seq = CASE WHEN c.lease_id IS NOT NULL THEN c.attempt_seq ELSE 0 END
+		leased_at = now(), last_offset = greatest(c.last_offset, b.last_offset), attempts = 0, attempt_seq = 0
 	FROM handoff h JOIN bumped b ON b.id = h.pid JOIN lk ON lk.partition_id = h.pid AND lk.consumer_group = h.grp, queues q
 	WHERE c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id
-	  AND ((c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL)
-	    -- The extension: the reservation's own live lease, of this
-	    -- instance and subject, covering every offset up to the push.
-	    OR (NOT h.auto AND c.lease_id = h.lease AND c.lease_owner = $11 AND c.lease_expires_at > now()
-	        AND c.lease_to = b.base AND c.lease_subject IS NOT DISTINCT FROM h.subj))
+	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
-	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto,
-		coalesce(c.lease_from <= b.base, false) AS extended
+	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto
 ), woke AS (
 	UPDATE consumers c SET last_offset = b.last_offset
 	FROM lk JOIN bumped b ON b.id = lk.partition_id
 	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND c.last_offset < b.last_offset
-	  AND lk.caught_up
 	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)
 ), inserted AS (
 	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload, queue_id, follow_xid)
@@ -664,7 +648,7 @@ WITH input AS (
 )
 SELECT 0, d.ord, d.id::text, '', 0::bigint, 0::bigint, NULL::timestamptz FROM dups d
 UNION ALL
-SELECT 1, h.extended::int, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FROM handed h
+SELECT 1, 0, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FROM handed h
 UNION ALL
 SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
 WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
@@ -707,7 +691,7 @@ func (p *pushPlan) read(br pgx.BatchResults) error {
 			if p.handed == nil {
 				p.handed = map[consumerKey]handedLease{}
 			}
-			p.handed[consumerKey{id, group}] = handedLease{from, to, ord == 1}
+			p.handed[consumerKey{id, group}] = handedLease{from, to}
 		case 2:
 			if p.created == nil {
 				p.created = map[string]map[int64]time.Time{}

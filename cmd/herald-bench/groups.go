@@ -296,7 +296,7 @@ func autoAckLatency(ctx context.Context, base string, cfg benchConfig, auto bool
 	})
 	<-ready
 	time.Sleep(200 * time.Millisecond) // the subscribe frame, before the first push
-	sent, err := pace(ctx, base, q, groupsRate, total, latencyPartitions)
+	sent, err := pace(ctx, base, q, groupsRate, total)
 	if err != nil {
 		return res, err
 	}

@@ -16,10 +16,9 @@ import (
 	"github.com/heraldmq/herald/client"
 )
 
-// latencyPartitions spreads the pushes by default (--latency-partitions):
-// a partition is leased to one consumer group at a time, so one partition
-// measures how a busy partition keeps flowing while its earlier messages
-// are unacked.
+// latencyPartitions spreads the pushes: a partition is leased to one
+// consumer at a time, so with one partition every message would wait for
+// the previous one's ack and the figure would measure ack round trips.
 const latencyPartitions = 16
 
 // stamp is the payload of a latency message.
@@ -48,12 +47,6 @@ type latencyResult struct {
 	// 1,000 messages, from the first push to the last receipt; 0 when
 	// PostgreSQL's processes are not known (--url).
 	CPUPer1k float64 `json:"cpu_s_per_1000"`
-	// Partitions the pushes spread over.
-	Partitions int `json:"partitions"`
-	// StatementsPerMsg is the statements herald sent to PostgreSQL per
-	// message pushed (herald_db_queries_total), from the first push to the
-	// last receipt; 0 when its metrics cannot be read.
-	StatementsPerMsg float64 `json:"statements_per_message"`
 }
 
 // recorder collects receipt latencies, once per message.
@@ -101,19 +94,15 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]latencyResult, error) {
 	var out []latencyResult
-	transports := cfg.LatencyTransports
-	if len(transports) == 0 {
-		transports = []string{"ws", "sse", "longpoll"}
-	}
-	for _, tr := range transports {
+	for _, tr := range []string{"ws", "sse", "longpoll"} {
 		progress(log, "latency: %s consumer, %d msgs/s for %v", tr, cfg.Rate, cfg.Duration)
 		res, err := latencyRun(ctx, srv.url, srv, cfg, tr)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", tr, err)
 		}
 		res.Setup, res.Wake = "1 instance", cfg.Wake
-		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received), %.2f statements/msg, %d partitions",
-			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed, res.StatementsPerMsg, res.Partitions)
+		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received)",
+			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed)
 		out = append(out, res)
 	}
 	return out, nil
@@ -127,11 +116,7 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	total := int(float64(cfg.Rate) * cfg.Duration.Seconds())
 	warm := 2 * cfg.Rate // the first two seconds warm connections, caches and plans
 	rec := &recorder{seen: map[int]bool{}, after: warm}
-	parts := cfg.LatencyPartitions
-	if parts < 1 {
-		parts = latencyPartitions
-	}
-	res := latencyResult{Transport: transport, Rate: cfg.Rate, Partitions: parts}
+	res := latencyResult{Transport: transport, Rate: cfg.Rate}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan error, 1)
@@ -157,8 +142,7 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	}
 	cpu0, t0 := srv.cpu(), time.Now()
 	pg0, pgKnown := srv.pgCPU()
-	st0, stErr := srv.metric("herald_db_queries_total")
-	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total, parts)
+	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total)
 	res.Pushed = pushed
 	res.ServerCPU = 100 * (srv.cpu() - cpu0).Seconds() / time.Since(t0).Seconds()
 	if err != nil {
@@ -171,9 +155,6 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	for rec.count() < pushed && time.Now().Before(deadline) {
 		t := time.NewTimer(20 * time.Millisecond)
 		<-t.C
-	}
-	if st1, err := srv.metric("herald_db_queries_total"); err == nil && stErr == nil && pushed > 0 {
-		res.StatementsPerMsg = (st1 - st0) / float64(pushed)
 	}
 	if pg1, ok := srv.pgCPU(); ok && pgKnown && pushed > 0 {
 		res.CPUPer1k = (srv.cpu() - cpu0 + pg1 - pg0).Seconds() * 1000 / float64(pushed)
@@ -194,9 +175,9 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 }
 
 // pace pushes total single-message pushes at rate per second, spread over
-// partitions, from a pool of producers so that one slow push does not
+// the partitions, from a pool of producers so that one slow push does not
 // delay the schedule.
-func pace(ctx context.Context, url, q string, rate, total, partitions int) (int, error) {
+func pace(ctx context.Context, url, q string, rate, total int) (int, error) {
 	jobs := make(chan int, 1024)
 	errc := make(chan error, 1)
 	var wg sync.WaitGroup
@@ -204,7 +185,7 @@ func pace(ctx context.Context, url, q string, rate, total, partitions int) (int,
 		wg.Go(func() {
 			for i := range jobs {
 				body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":{"t":%d,"i":%d}}]}`,
-					q, i%partitions, time.Now().UnixNano(), i)
+					q, i%latencyPartitions, time.Now().UnixNano(), i)
 				if err := post(ctx, url+"/api/v1/push", body, http.StatusCreated); err != nil {
 					select {
 					case errc <- err:

@@ -3,12 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -34,7 +34,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need auth.Rol
 		} else {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
 		}
-		writeError(w, status, err.Error())
+		httpapi.WriteError(w, status, err.Error())
 		return r, false
 	}
 	return r.WithContext(auth.WithClaims(r.Context(), c)), true
@@ -73,11 +73,6 @@ func rightsOf(ctx context.Context) *auth.Rights {
 	return nil
 }
 
-// forbidden answers 403 with why.
-func forbidden(format string, args ...any) error {
-	return &badRequest{status: http.StatusForbidden, msg: fmt.Sprintf(format, args...)}
-}
-
 // checkProduce refuses items a token may not push (every item: one refused
 // refuses the request, nothing is stored).
 func checkProduce(r *auth.Rights, items []queue.PushItem) error {
@@ -90,7 +85,7 @@ func checkProduce(r *auth.Rights, items []queue.PushItem) error {
 			p = queue.DefaultPartition
 		}
 		if !r.MayProduce(it.Queue, p) {
-			return forbidden("this token may not produce to %s/%s", it.Queue, p)
+			return httpapi.Forbiddenf("this token may not produce to %s/%s", it.Queue, p)
 		}
 	}
 	return nil
@@ -107,20 +102,20 @@ func checkConsume(r *auth.Rights, req *queue.PopRequest) error {
 	}
 	if req.Queue == "" {
 		if !r.MayUseNamespace(req.Namespace, req.Task) {
-			return forbidden("this token may not pop by namespace %q and task %q", req.Namespace, req.Task)
+			return httpapi.Forbiddenf("this token may not pop by namespace %q and task %q", req.Namespace, req.Task)
 		}
 		match, ok := r.WholeQueues()
 		if !ok {
-			return forbidden("this token may consume no whole queue, so none of namespace %q and task %q", req.Namespace, req.Task)
+			return httpapi.Forbiddenf("this token may consume no whole queue, so none of namespace %q and task %q", req.Namespace, req.Task)
 		}
 		req.QueueMatch = match
 		return nil
 	}
 	if !r.MayConsume(req.Queue, req.Partition) {
 		if req.Partition == "" {
-			return forbidden("this token may not consume the whole queue %s: name a partition it may read", req.Queue)
+			return httpapi.Forbiddenf("this token may not consume the whole queue %s: name a partition it may read", req.Queue)
 		}
-		return forbidden("this token may not consume %s/%s", req.Queue, req.Partition)
+		return httpapi.Forbiddenf("this token may not consume %s/%s", req.Queue, req.Partition)
 	}
 	return nil
 }

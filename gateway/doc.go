@@ -5,7 +5,11 @@
 // /metrics, the stats and status endpoints, and the demo page (web). It
 // holds no queue logic: each handler checks its input and the token's
 // rights, calls queue.Store, and shapes the answer exactly as docs/api.md
-// says (field names, key order, status codes). Files go by prefix:
+// says (field names, key order, status codes). A route's handler returns
+// its error (internal/httpapi's HandlerFunc) and the route's registration
+// answers it, in one place (httpapi.Failer: 4xx with the client's mistake,
+// 503 with Retry-After while the database is away, 500 otherwise); the
+// stream handlers answer theirs with Server.fail, the same Failer. Files go by prefix:
 // handler_*.go per route group, session*.go for streams, maintenance*.go,
 // authorize.go for the token at the door of each route and the rights
 // checks that need the store (what a token is and may do, and the cookie

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -45,45 +46,41 @@ type dlqMessageJSON struct {
 }
 
 func dlqJSON(d queue.DeadLetter) dlqMessageJSON {
-	return dlqMessageJSON{ConsumerGroup: d.Group, CreatedAt: formatMilli(d.CreatedAt), Data: rawJSON(d.Data),
-		ErrorMessage: nullable(d.ErrorMessage), FailedAt: formatMilli(d.FailedAt), ID: d.ID, DLQID: d.RowID,
-		Partition: d.Partition, PartitionID: d.PartitionID, ProducerSub: nullable(d.ProducerSub), Queue: d.Queue,
-		RetryCount: d.RetryCount, TraceID: nullable(d.TraceID), TransactionID: d.TransactionID}
+	return dlqMessageJSON{ConsumerGroup: d.Group, CreatedAt: httpapi.FormatMilli(d.CreatedAt), Data: rawJSON(d.Data),
+		ErrorMessage: httpapi.Nullable(d.ErrorMessage), FailedAt: httpapi.FormatMilli(d.FailedAt), ID: d.ID, DLQID: d.RowID,
+		Partition: d.Partition, PartitionID: d.PartitionID, ProducerSub: httpapi.Nullable(d.ProducerSub), Queue: d.Queue,
+		RetryCount: d.RetryCount, TraceID: httpapi.Nullable(d.TraceID), TransactionID: d.TransactionID}
 }
 
-func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit, err := intParam(q.Get("limit"), "limit", 1, queue.MaxDLQLimit)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	offset, err := intParam(q.Get("offset"), "offset", 0, 1<<30)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	qry := queue.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
 		Error: q.Get("error"), Limit: limit, Offset: offset}
 	if r := rightsOf(r.Context()); r != nil && (qry.Queue == "" || !r.MayConsume(qry.Queue, qry.Partition)) {
-		s.fail(w, forbidden("this token may read the dead letters of queues (and partitions) it may consume only: name them"))
-		return
+		return httpapi.Forbiddenf("this token may read the dead letters of queues (and partitions) it may consume only: name them")
 	}
-	if err := fromTo(q, &qry.From, &qry.To); err != nil {
-		s.fail(w, err)
-		return
+	if err := httpapi.FromTo(q, &qry.From, &qry.To); err != nil {
+		return err
 	}
 	page, err := s.store.DLQ(r.Context(), qry)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	msgs := make([]dlqMessageJSON, len(page.Messages))
 	for i, d := range page.Messages {
 		msgs[i] = dlqJSON(d)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "total": page.Total,
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"messages": msgs, "total": page.Total,
 		"pagination": map[string]int{"limit": page.Limit, "offset": page.Offset}})
+	return nil
 }
 
 // parseDLQID reads a dead letter's id: a positive decimal integer.
@@ -92,27 +89,24 @@ func parseDLQID(v string) (int64, bool) {
 	return id, err == nil && id > 0 && strconv.FormatInt(id, 10) == v
 }
 
-func (s *Server) handleDLQOne(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleDLQOne(w http.ResponseWriter, r *http.Request) error {
 	id, ok := parseDLQID(r.PathValue("id"))
 	if !ok {
-		writeError(w, http.StatusBadRequest, "id must be a dead letter's id (a positive integer)")
-		return
+		return httpapi.BadRequest("id must be a dead letter's id (a positive integer)")
 	}
 	d, err := s.store.DeadLetterByID(r.Context(), id)
 	if errors.Is(err, queue.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "Dead letter not found")
-		return
+		return httpapi.Status(http.StatusNotFound, "Dead letter not found")
 	}
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	if !rightsOf(r.Context()).MayConsume(d.Queue, d.Partition) {
 		// As if it did not exist: another tenant's ids are not confirmed.
-		writeError(w, http.StatusNotFound, "Dead letter not found")
-		return
+		return httpapi.Status(http.StatusNotFound, "Dead letter not found")
 	}
-	writeJSON(w, http.StatusOK, dlqJSON(*d))
+	httpapi.WriteJSON(w, http.StatusOK, dlqJSON(*d))
+	return nil
 }
 
 // dlqAct is a parsed replay or purge body.
@@ -125,41 +119,41 @@ type dlqAct struct {
 // Every field is checked: an unknown one is refused, as a typo in a
 // destructive act must not widen it.
 func parseDLQAct(r *http.Request) (*dlqAct, error) {
-	obj, err := readObject(r)
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
 		return nil, err
 	}
 	for k := range obj {
 		if k != "ids" && k != "filter" && k != "limit" {
-			return nil, badRequestf("unknown field %q: the body is {\"ids\": [...]} or {\"filter\": {...}, \"limit\": n}", k)
+			return nil, httpapi.BadRequestf("unknown field %q: the body is {\"ids\": [...]} or {\"filter\": {...}, \"limit\": n}", k)
 		}
 	}
 	rawIDs, rawFilter := obj["ids"], obj["filter"]
 	act := &dlqAct{}
 	switch {
-	case !isNull(rawIDs) && !isNull(rawFilter):
-		return nil, badRequestf("give either ids or filter, not both")
-	case !isNull(rawIDs):
-		if !isNull(obj["limit"]) {
-			return nil, badRequestf("limit goes with filter; ids name their dead letters")
+	case !httpapi.IsNull(rawIDs) && !httpapi.IsNull(rawFilter):
+		return nil, httpapi.BadRequestf("give either ids or filter, not both")
+	case !httpapi.IsNull(rawIDs):
+		if !httpapi.IsNull(obj["limit"]) {
+			return nil, httpapi.BadRequestf("limit goes with filter; ids name their dead letters")
 		}
 		var ids []json.RawMessage
 		if err := json.Unmarshal(rawIDs, &ids); err != nil {
-			return nil, badRequestf("ids must be an array of dead-letter ids (strings)")
+			return nil, httpapi.BadRequestf("ids must be an array of dead-letter ids (strings)")
 		}
 		if len(ids) == 0 || len(ids) > queue.MaxDLQSelection {
-			return nil, badRequestf("ids must hold 1 to %d ids", queue.MaxDLQSelection)
+			return nil, httpapi.BadRequestf("ids must hold 1 to %d ids", queue.MaxDLQSelection)
 		}
 		seen := make(map[int64]bool, len(ids))
 		act.sel.IDs = make([]int64, 0, len(ids))
 		for _, raw := range ids {
 			var v string
 			if err := json.Unmarshal(raw, &v); err != nil {
-				return nil, badRequestf("ids must be an array of dead-letter ids (strings)")
+				return nil, httpapi.BadRequestf("ids must be an array of dead-letter ids (strings)")
 			}
 			id, ok := parseDLQID(v)
 			if !ok {
-				return nil, badRequestf("bad id %q: a dead letter's id is a positive integer", v)
+				return nil, httpapi.BadRequestf("bad id %q: a dead letter's id is a positive integer", v)
 			}
 			if !seen[id] {
 				seen[id] = true
@@ -167,19 +161,19 @@ func parseDLQAct(r *http.Request) (*dlqAct, error) {
 				act.ids = append(act.ids, v)
 			}
 		}
-	case !isNull(rawFilter):
+	case !httpapi.IsNull(rawFilter):
 		if err := parseDLQFilter(rawFilter, &act.sel.Filter); err != nil {
 			return nil, err
 		}
-		if !isNull(obj["limit"]) {
-			n, _, err := intField(obj, "limit")
+		if !httpapi.IsNull(obj["limit"]) {
+			n, _, err := httpapi.IntField(obj, "limit")
 			if err != nil || n < 1 || n > queue.MaxDLQSelection {
-				return nil, badRequestf("limit must be an integer between 1 and %d", queue.MaxDLQSelection)
+				return nil, httpapi.BadRequestf("limit must be an integer between 1 and %d", queue.MaxDLQSelection)
 			}
 			act.sel.Limit = n
 		}
 	default:
-		return nil, badRequestf("give ids (an array of dead-letter ids) or filter (an object)")
+		return nil, httpapi.BadRequestf("give ids (an array of dead-letter ids) or filter (an object)")
 	}
 	return act, nil
 }
@@ -197,7 +191,7 @@ func parseDLQFilter(raw json.RawMessage, f *queue.DLQQuery) error {
 		To            *string `json:"to"`
 	}
 	if err := dec.Decode(&in); err != nil {
-		return badRequestf("filter must be an object of queue, consumerGroup, partition, error, from, to (strings): %v", err)
+		return httpapi.BadRequestf("filter must be an object of queue, consumerGroup, partition, error, from, to (strings): %v", err)
 	}
 	str := func(p *string) string {
 		if p == nil {
@@ -214,7 +208,7 @@ func parseDLQFilter(raw json.RawMessage, f *queue.DLQQuery) error {
 		if t.v != nil && *t.v != "" {
 			at, err := time.Parse(time.RFC3339Nano, *t.v)
 			if err != nil {
-				return badRequestf("filter.%s must be an RFC3339 time", t.name)
+				return httpapi.BadRequestf("filter.%s must be an RFC3339 time", t.name)
 			}
 			*t.dst = at
 		}
@@ -233,7 +227,7 @@ func authorizeDLQAct(r *http.Request, act *dlqAct) error {
 	if act.sel.IDs == nil {
 		f := act.sel.Filter
 		if f.Queue == "" || !rights.MayConsume(f.Queue, f.Partition) {
-			return forbidden("this token may act on the dead letters of queues (and partitions) it may consume only: name them in the filter")
+			return httpapi.Forbiddenf("this token may act on the dead letters of queues (and partitions) it may consume only: name them in the filter")
 		}
 		return nil
 	}
@@ -268,19 +262,19 @@ func dlqActAnswer(w http.ResponseWriter, act *dlqAct, res *queue.DLQActResult, d
 		items := make([]dlqItemJSON, len(act.ids))
 		for i, id := range act.sel.IDs {
 			o := byID[id]
-			items[i] = dlqItemJSON{ID: act.ids[i], Status: o.Status, Reason: nullable(o.Reason)}
+			items[i] = dlqItemJSON{ID: act.ids[i], Status: o.Status, Reason: httpapi.Nullable(o.Reason)}
 		}
 		out["items"] = items
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) {
-	s.dlqAct(w, r, "replayed", s.store.ReplayDeadLetters, s.afterReplay)
+func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) error {
+	return s.dlqAct(w, r, "replayed", s.store.ReplayDeadLetters, s.afterReplay)
 }
 
-func (s *Server) handleDLQPurge(w http.ResponseWriter, r *http.Request) {
-	s.dlqAct(w, r, "purged", s.store.PurgeDeadLetters, func(res *queue.DLQActResult) {
+func (s *Server) handleDLQPurge(w http.ResponseWriter, r *http.Request) error {
+	return s.dlqAct(w, r, "purged", s.store.PurgeDeadLetters, func(res *queue.DLQActResult) {
 		for q, n := range res.Done {
 			s.metrics.dlqPurged.WithLabelValues(q).Add(float64(n))
 		}
@@ -290,22 +284,21 @@ func (s *Server) handleDLQPurge(w http.ResponseWriter, r *http.Request) {
 // dlqAct runs a replay or a purge: the body parsed and checked against the
 // token's rights, the store's act, what follows it, the answer.
 func (s *Server) dlqAct(w http.ResponseWriter, r *http.Request, verb string,
-	run func(context.Context, queue.DLQSelection) (*queue.DLQActResult, error), after func(*queue.DLQActResult)) {
+	run func(context.Context, queue.DLQSelection) (*queue.DLQActResult, error), after func(*queue.DLQActResult)) error {
 	act, err := parseDLQAct(r)
 	if err == nil {
 		err = authorizeDLQAct(r, act)
 	}
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	res, err := run(r.Context(), act.sel)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	after(res)
 	dlqActAnswer(w, act, res, verb)
+	return nil
 }
 
 // afterReplay counts a replay, releases the expired leases it settled, and

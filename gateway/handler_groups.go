@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -39,11 +40,10 @@ func groupState(g queue.GroupSummary) string {
 	return "Dead"
 }
 
-func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) error {
 	groups, err := s.store.ConsumerGroups(r.Context())
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	rights := rightsOf(r.Context())
 	out := make([]map[string]any, 0, len(groups))
@@ -63,27 +63,25 @@ func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) {
 			"idleGroupRetentionSeconds": g.IdleRetention,
 		})
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) error {
 	minLag := 3600
 	if v := r.URL.Query().Get("minLagSeconds"); v != "" {
 		var err error
 		if minLag, err = intParam(v, "minLagSeconds", 0, queue.MaxKeepSeconds); err != nil {
-			s.fail(w, err)
-			return
+			return err
 		}
 	}
 	limit, offset, err := pageParams(r.URL.Query(), 100)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	lags, err := s.store.Lagging(r.Context(), time.Duration(minLag)*time.Second, limit, offset)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	rights := rightsOf(r.Context())
 	now := time.Now()
@@ -107,19 +105,18 @@ func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) {
 			"last_consumed_at": optTime(l.LastConsumed),
 		})
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) error {
 	group := r.PathValue("group")
 	parts, truncated, err := s.store.GroupPartitions(r.Context(), group, r.URL.Query().Get("queue"))
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	if len(parts) == 0 {
-		writeError(w, http.StatusNotFound, "Consumer group not found")
-		return
+		return httpapi.Status(http.StatusNotFound, "Consumer group not found")
 	}
 	rights := rightsOf(r.Context())
 	now := time.Now()
@@ -150,48 +147,45 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
 	if len(out) == 0 {
 		// Only on partitions beyond the token's rights: as if it did not
 		// exist (a 403 would confirm another tenant's group).
-		writeError(w, http.StatusNotFound, "Consumer group not found")
-		return
+		return httpapi.Status(http.StatusNotFound, "Consumer group not found")
 	}
 	if truncated {
 		w.Header().Set("X-Herald-Truncated", "true") // more than queue.MaxGroupPartitions partitions
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // groupWide refuses a token with rights an act on every queue of a group:
 // its rights cannot be checked queue by queue before the act.
 func groupWide(r *http.Request, what string) error {
 	if rightsOf(r.Context()) != nil {
-		return forbidden("a token with rights may not %s on every queue at once: name the queue", what)
+		return httpapi.Forbiddenf("a token with rights may not %s on every queue at once: name the queue", what)
 	}
 	return nil
 }
 
-func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) error {
 	group, queueName := r.PathValue("group"), r.PathValue("queue")
 	deleteMetadata := true
 	if v := r.URL.Query().Get("deleteMetadata"); v != "" {
 		var err error
 		if deleteMetadata, err = boolParam(v, "deleteMetadata"); err != nil {
-			s.fail(w, err)
-			return
+			return err
 		}
 	}
 	var err error
 	if queueName == "" {
 		err = groupWide(r, "delete a consumer group")
 	} else if !rightsOf(r.Context()).MayConsume(queueName, "") {
-		err = forbidden("this token may not consume the whole queue %s", queueName)
+		err = httpapi.Forbiddenf("this token may not consume the whole queue %s", queueName)
 	}
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	res, err := s.store.DeleteGroup(r.Context(), group, queueName, deleteMetadata)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	s.afterGroupMoved(res.Released)
 	out := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": res.Partitions,
@@ -199,7 +193,8 @@ func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) {
 	if queueName != "" {
 		out["queueName"] = queueName
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // afterGroupMoved follows a deletion or a seek: the leases it ended are
@@ -217,62 +212,54 @@ func (s *Server) afterGroupMoved(released []queue.ReleasedLease) {
 	}
 }
 
-func (s *Server) handleGroupSubscription(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGroupSubscription(w http.ResponseWriter, r *http.Request) error {
 	group := r.PathValue("group")
-	obj, err := readObject(r)
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	raw, ok := obj["subscriptionTimestamp"]
 	if !ok {
-		writeError(w, http.StatusBadRequest, "Missing subscriptionTimestamp in request body")
-		return
+		return httpapi.BadRequest("Missing subscriptionTimestamp in request body")
 	}
 	var ts string
 	if err := json.Unmarshal(raw, &ts); err != nil {
-		writeError(w, http.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 time string")
-		return
+		return httpapi.BadRequest("subscriptionTimestamp must be an RFC 3339 time string")
 	}
 	at, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 time string")
-		return
+		return httpapi.BadRequest("subscriptionTimestamp must be an RFC 3339 time string")
 	}
 	if err := groupWide(r, "move a consumer group's subscription"); err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	n, err := s.store.SetSubscription(r.Context(), group, at)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "newTimestamp": ts, "rowsUpdated": n})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "newTimestamp": ts, "rowsUpdated": n})
+	return nil
 }
 
-func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) error {
 	group, queueName, partition := r.PathValue("group"), r.PathValue("queue"), r.PathValue("partition")
 	var to *time.Time
 	var toEnd bool
 	if partition == "" {
 		// The one-partition seek reads no body: it always goes to the end.
-		obj, err := readObject(r)
+		obj, err := httpapi.ReadObject(r)
 		if err != nil {
-			s.fail(w, err)
-			return
+			return err
 		}
-		if raw, ok := obj["toEnd"]; ok && !isNull(raw) {
+		if raw, ok := obj["toEnd"]; ok && !httpapi.IsNull(raw) {
 			if err := json.Unmarshal(raw, &toEnd); err != nil {
-				writeError(w, http.StatusBadRequest, "toEnd must be true or false")
-				return
+				return httpapi.BadRequest("toEnd must be true or false")
 			}
 		}
 		var ts string
-		if raw, ok := obj["timestamp"]; ok && !isNull(raw) {
+		if raw, ok := obj["timestamp"]; ok && !httpapi.IsNull(raw) {
 			if err := json.Unmarshal(raw, &ts); err != nil {
-				writeError(w, http.StatusBadRequest, "timestamp must be an RFC 3339 time string")
-				return
+				return httpapi.BadRequest("timestamp must be an RFC 3339 time string")
 			}
 		}
 		switch {
@@ -280,27 +267,22 @@ func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) {
 		case ts != "":
 			at, err := time.Parse(time.RFC3339Nano, ts)
 			if err != nil {
-				writeError(w, http.StatusBadRequest, "timestamp must be an RFC 3339 time string")
-				return
+				return httpapi.BadRequest("timestamp must be an RFC 3339 time string")
 			}
 			to = &at
 		default:
-			writeError(w, http.StatusBadRequest, "Must specify either 'toEnd': true or 'timestamp'")
-			return
+			return httpapi.BadRequest("Must specify either 'toEnd': true or 'timestamp'")
 		}
 	}
 	if !rightsOf(r.Context()).MayConsume(queueName, partition) {
-		s.fail(w, forbidden("this token may not consume %s", joinQP(queueName, partition)))
-		return
+		return httpapi.Forbiddenf("this token may not consume %s", joinQP(queueName, partition))
 	}
 	res, err := s.store.Seek(r.Context(), group, queueName, partition, to)
 	if errors.Is(err, queue.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "Partition not found")
-		return
+		return httpapi.Status(http.StatusNotFound, "Partition not found")
 	}
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	s.afterGroupMoved(res.Released)
 	if res.Partitions > 0 {
@@ -308,16 +290,17 @@ func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) {
 		s.wakeEverywhere(poller.SourceRelease, queueName, "")
 	}
 	if partition != "" {
-		writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
+		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
 			"partitionName": partition, "updated": res.Partitions > 0, "cursorMovedTo": optTime(res.MovedTo)})
-		return
+		return nil
 	}
 	var target any
 	if to != nil {
-		target = formatMilli(*to)
+		target = httpapi.FormatMilli(*to)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
 		"seekToEnd": toEnd, "targetTimestamp": target, "partitionsUpdated": res.Partitions})
+	return nil
 }
 
 // joinQP names a queue, or one of its partitions.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -72,24 +73,26 @@ func (s *Server) currentMaintenance(r *http.Request) queue.SystemState {
 // bufferHealthy: this instance has a buffer and it accepts appends.
 func (m *maintenance) bufferHealthy() bool { return m.spool != nil && m.stats().Healthy }
 
-func (s *Server) handleMaintenanceGet(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleMaintenanceGet(w http.ResponseWriter, r *http.Request) error {
 	st := s.currentMaintenance(r)
 	m := s.maint
 	n := m.stats().Records
-	writeJSON(w, http.StatusOK, maintenanceJSON{MaintenanceMode: st.Maintenance, PopMaintenanceMode: st.PopMaintenance,
+	httpapi.WriteJSON(w, http.StatusOK, maintenanceJSON{MaintenanceMode: st.Maintenance, PopMaintenanceMode: st.PopMaintenance,
 		BufferedMessages: n, BufferHealthy: m.bufferHealthy(),
 		BufferStats: bufferStatsJSON{PendingCount: n, FailedCount: int(m.droppedN.Load()), DBHealthy: m.dbHealthy.Load()}})
+	return nil
 }
 
-func (s *Server) handlePopMaintenanceGet(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePopMaintenanceGet(w http.ResponseWriter, r *http.Request) error {
 	st := s.currentMaintenance(r)
-	writeJSON(w, http.StatusOK, popMaintenanceJSON{PopMaintenanceMode: st.PopMaintenance, Message: popMessage(st.PopMaintenance, false)})
+	httpapi.WriteJSON(w, http.StatusOK, popMaintenanceJSON{PopMaintenanceMode: st.PopMaintenance, Message: popMessage(st.PopMaintenance, false)})
+	return nil
 }
 
-func (s *Server) handleMaintenanceSet(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.setMaintenance(w, r, queue.StateMaintenance)
-	if !ok {
-		return
+func (s *Server) handleMaintenanceSet(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.setMaintenance(r, queue.StateMaintenance)
+	if err != nil {
+		return err
 	}
 	m := s.maint
 	n := m.stats().Records
@@ -97,16 +100,18 @@ func (s *Server) handleMaintenanceSet(w http.ResponseWriter, r *http.Request) {
 	if !st.Maintenance {
 		msg = fmt.Sprintf("Maintenance mode disabled: every instance drains its push buffer into the database (%d messages wait on this one)", n)
 	}
-	writeJSON(w, http.StatusOK, maintenanceSetJSON{MaintenanceMode: st.Maintenance, BufferedMessages: n,
+	httpapi.WriteJSON(w, http.StatusOK, maintenanceSetJSON{MaintenanceMode: st.Maintenance, BufferedMessages: n,
 		BufferHealthy: m.bufferHealthy(), Message: msg})
+	return nil
 }
 
-func (s *Server) handlePopMaintenanceSet(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.setMaintenance(w, r, queue.StatePopMaintenance)
-	if !ok {
-		return
+func (s *Server) handlePopMaintenanceSet(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.setMaintenance(r, queue.StatePopMaintenance)
+	if err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, popMaintenanceJSON{PopMaintenanceMode: st.PopMaintenance, Message: popMessage(st.PopMaintenance, true)})
+	httpapi.WriteJSON(w, http.StatusOK, popMaintenanceJSON{PopMaintenanceMode: st.PopMaintenance, Message: popMessage(st.PopMaintenance, true)})
+	return nil
 }
 
 func popMessage(on, switched bool) string {
@@ -124,26 +129,23 @@ func popMessage(on, switched bool) string {
 // setMaintenance reads {"enabled": bool}, stores the switch, applies it
 // here at once and tells the other instances (the transaction's NOTIFY,
 // and Config.OnMaintenance: syncnet).
-func (s *Server) setMaintenance(w http.ResponseWriter, r *http.Request, key string) (queue.SystemState, bool) {
-	obj, err := readObject(r)
+func (s *Server) setMaintenance(r *http.Request, key string) (queue.SystemState, error) {
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
-		s.fail(w, err)
-		return queue.SystemState{}, false
+		return queue.SystemState{}, err
 	}
 	raw := bytes.TrimSpace(obj["enabled"])
 	if !bytes.Equal(raw, []byte("true")) && !bytes.Equal(raw, []byte("false")) {
-		writeError(w, http.StatusBadRequest, "enabled (boolean) is required")
-		return queue.SystemState{}, false
+		return queue.SystemState{}, httpapi.BadRequest("enabled (boolean) is required")
 	}
 	enabled := raw[0] == 't'
 	st, err := s.store.SetSystemFlag(r.Context(), key, enabled)
 	if err != nil {
-		s.fail(w, err)
-		return queue.SystemState{}, false
+		return queue.SystemState{}, err
 	}
 	s.maint.apply(st, "request")
 	if s.cfg.OnMaintenance != nil {
 		s.cfg.OnMaintenance(key == queue.StatePopMaintenance, enabled)
 	}
-	return st, true
+	return st, nil
 }

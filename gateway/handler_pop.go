@@ -1,18 +1,16 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
-
-var errRequestCanceled = context.Canceled
 
 // longPollMargin is the most a long-poll answers before its timeout.
 const longPollMargin = 250 * time.Millisecond
@@ -44,9 +42,9 @@ func (r rawJSON) MarshalJSON() ([]byte, error) {
 }
 
 func messageOf(m queue.Message) messageJSON {
-	return messageJSON{ConsumerGroup: m.Group, CreatedAt: formatMicro(m.CreatedAt), Data: rawJSON(m.Data), ID: m.ID,
-		LeaseID: m.LeaseID, Partition: m.Partition, PartitionID: m.PartitionID, ProducerSub: nullable(m.ProducerSub),
-		Queue: m.Queue, RetryCount: m.RetryCount, TraceID: nullable(m.TraceID), TransactionID: m.TransactionID}
+	return messageJSON{ConsumerGroup: m.Group, CreatedAt: httpapi.FormatMicro(m.CreatedAt), Data: rawJSON(m.Data), ID: m.ID,
+		LeaseID: m.LeaseID, Partition: m.Partition, PartitionID: m.PartitionID, ProducerSub: httpapi.Nullable(m.ProducerSub),
+		Queue: m.Queue, RetryCount: m.RetryCount, TraceID: httpapi.Nullable(m.TraceID), TransactionID: m.TransactionID}
 }
 
 // streamMessageJSON is a message delivered over WebSocket or SSE: the pop
@@ -85,7 +83,7 @@ func parsePopRequest(r *http.Request) (queue.PopRequest, bool, time.Duration, er
 		SubscriptionFrom: q.Get("subscriptionFrom"),
 	}
 	if req.Queue == "" && req.Namespace == "" && req.Task == "" {
-		return req, false, 0, badRequestf("namespace or task is required (or use /api/v1/pop/queue/{queue})")
+		return req, false, 0, httpapi.BadRequestf("namespace or task is required (or use /api/v1/pop/queue/{queue})")
 	}
 	// Values above a bound are clamped, not refused: the reference server
 	// takes any number, and clients pass user settings through.
@@ -125,7 +123,7 @@ func intParam(v, name string, lo, hi int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < lo || n > hi {
-		return 0, badRequestf("%s must be an integer between %d and %d", name, lo, hi)
+		return 0, httpapi.BadRequestf("%s must be an integer between %d and %d", name, lo, hi)
 	}
 	return n, nil
 }
@@ -141,7 +139,7 @@ func clampedParam(v, name string, lo, hi int) (int, error) {
 		return hi, nil
 	}
 	if err != nil || n < lo {
-		return 0, badRequestf("%s must be an integer of at least %d", name, lo)
+		return 0, httpapi.BadRequestf("%s must be an integer of at least %d", name, lo)
 	}
 	return min(n, hi), nil
 }
@@ -153,29 +151,28 @@ func boolParam(v, name string) (bool, error) {
 	case "true", "1":
 		return true, nil
 	}
-	return false, badRequestf("%s must be true or false", name)
+	return false, httpapi.BadRequestf("%s must be true or false", name)
 }
 
-func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) error {
 	req, wait, timeout, err := parsePopRequest(r)
 	if err == nil {
 		err = checkConsume(rightsOf(r.Context()), &req)
 	}
 	req.Subject = subjectOf(r.Context())
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	if s.maint.pop.Load() {
 		// Pop maintenance: empty at once, even for wait=true; no query,
 		// no lease.
 		w.WriteHeader(http.StatusNoContent)
-		return
+		return nil
 	}
 	// While draining nothing new may wait: a long-poll is sent elsewhere.
 	if wait && s.isDraining() {
 		refuseDraining(w)
-		return
+		return nil
 	}
 	if !wait {
 		if !req.AutoAck {
@@ -188,29 +185,27 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 				// leased to nobody until it expires.
 				s.poller.GiveBack(req.LeaseID, req.Queue)
 			}
-			s.fail(w, err)
-			return
+			return err
 		}
 		s.countDeadLetters(res)
 		s.metrics.history.popRequest(req.Queue, len(res.Messages) == 0)
 		if len(res.Messages) == 0 {
 			w.WriteHeader(http.StatusNoContent)
-			return
+			return nil
 		}
 		s.poller.LeasesTaken(res)
 		s.writePop(w, res)
-		return
+		return nil
 	}
-	s.longPoll(w, r, req, timeout)
+	return s.longPoll(w, r, req, timeout)
 }
 
 // longPoll registers the request as an intention and waits for the poller
 // to lease messages for it. It holds no database connection meanwhile; the
 // only goroutine is the request's own.
-func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopRequest, timeout time.Duration) {
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopRequest, timeout time.Duration) error {
 	if err := req.Validate(); err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	popOn := s.maint.popStarted() // closed if pop maintenance starts while it waits
 	unpark := s.metrics.history.park(req.Queue)
@@ -231,10 +226,10 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		s.metrics.history.popRequest(req.Queue, false)
 		if r.Context().Err() == nil {
 			s.writePop(w, res)
-			return
+			return nil
 		}
 		s.releaseFor(r, res) // the client left while we were waking up
-		return
+		return nil
 	case <-timer.C:
 	case <-s.draining:
 	case <-popOn:
@@ -246,13 +241,14 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		if r.Context().Err() == nil {
 			w.WriteHeader(http.StatusNoContent)
 		}
-		return
+		return nil
 	}
 	if r.Context().Err() == nil {
 		s.writePop(w, res) // delivered just as the wait ended: still ours
-		return
+		return nil
 	}
 	s.releaseFor(r, res)
+	return nil
 }
 
 // releaseFor gives back, at once rather than at lease expiry, messages
@@ -278,5 +274,5 @@ func (s *Server) writePop(w http.ResponseWriter, res *queue.PopResult) {
 		s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
 	}
 	s.metrics.history.popped(res.Messages)
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }

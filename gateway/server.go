@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/web"
@@ -255,6 +256,7 @@ type Server struct {
 	poller  *poller.Poller
 	notify  func(queue, partition string)
 	outage  *queue.OutageLog // database failures, one line per outage
+	failer  *httpapi.Failer  // handlers' errors to answers
 	// allowedOrigins are Config.AllowedOrigins as browsers write them
 	// (auth.NormalOrigin).
 	allowedOrigins []string
@@ -329,6 +331,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.failer = &httpapi.Failer{Log: s.log, Outage: s.outage, OnFault: m.history.dbError}
 	if s.conns, err = newConns(cfg.MaxConnections, reg); err != nil {
 		return nil, err
 	}
@@ -370,20 +373,20 @@ func (s *Server) routes() {
 	// token. Metrics.Auth closes /metrics, which names queues, to all but
 	// admins.
 	s.read("GET /health", "health", auth.RoleNone, s.handleHealth)
-	s.read("GET /metrics", "metrics", s.cfg.Metrics.role(), promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	s.read("GET /metrics", "metrics", s.cfg.Metrics.role(), httpapi.Plain(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP))
 	s.read("GET /internal/api/shared-state/stats", "stats", auth.RoleAdmin, s.handleStats)
 	// The demo page and the browser SDK (web/).
 	page := web.Handler()
-	s.read("GET /{$}", "index", auth.RoleNone, page.ServeHTTP)
+	s.read("GET /{$}", "index", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
 	for _, name := range web.Names() {
 		if name != "index.html" {
-			s.read("GET /"+name, "web", auth.RoleNone, page.ServeHTTP)
+			s.read("GET /"+name, "web", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
 		}
 	}
 	// The operator console (web/console/): static files like the demo
 	// page's; every API call it makes carries the admin token pasted into it.
-	s.read("GET /console", "console", auth.RoleNone, page.ServeHTTP)
-	s.read("GET /console/", "console", auth.RoleNone, page.ServeHTTP)
+	s.read("GET /console", "console", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
+	s.read("GET /console/", "console", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
 	// Every queue's name and lag, every instance: not for a tenant's token.
 	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
 	// The reference server's admin, browsing and group API (issue 19).
@@ -391,9 +394,12 @@ func (s *Server) routes() {
 	s.traceRoutes()         // handler_traces.go
 	s.maintenanceRoutes()   // handler_maintenance.go
 	s.browseRoutes()        // handler_browse.go
-	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	s.handle("/", "not_found", auth.RoleNone, func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
+	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) error {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+	s.handle("/", "not_found", auth.RoleNone, func(_ http.ResponseWriter, r *http.Request) error {
+		return httpapi.Status(http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
 }
 
@@ -454,7 +460,7 @@ func (s *Server) EndStreams() {
 // closes the connection after it (it is shutting down).
 func refuseDraining(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "server shutting down; retry on another instance")
+	httpapi.WriteError(w, http.StatusServiceUnavailable, "server shutting down; retry on another instance")
 }
 
 // spread is a random delay within the drain window.
@@ -508,14 +514,14 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 // token must carry when auth is on. The route changes state, as far as the
 // cookie rule is concerned (auth/cookie.go): a token in the cookie alone
 // needs X-Herald-CSRF. A GET that changes nothing is registered with read.
-func (s *Server) handle(pattern, route string, need auth.Role, h http.HandlerFunc) {
+func (s *Server) handle(pattern, route string, need auth.Role, h httpapi.HandlerFunc) {
 	s.mux.Handle(pattern, s.instrument(route, need, auth.Changes, h))
 }
 
 // read registers a GET route with no side effect: the cookie alone may
 // authorize it from an allowed origin. A GET that leases or consumes (a
 // pop) is no read: it is registered with handle.
-func (s *Server) read(pattern, route string, need auth.Role, h http.HandlerFunc) {
+func (s *Server) read(pattern, route string, need auth.Role, h httpapi.HandlerFunc) {
 	s.mux.Handle(pattern, s.instrument(route, need, auth.Reads, h))
 }
 
@@ -555,7 +561,8 @@ func setCORS(hdr http.Header) {
 	hdr.Set("Access-Control-Max-Age", "86400")
 }
 
-func (s *Server) instrument(route string, need auth.Role, eff auth.Effect, h http.HandlerFunc) http.Handler {
+func (s *Server) instrument(route string, need auth.Role, eff auth.Effect, handler httpapi.HandlerFunc) http.Handler {
+	h := s.failer.Handler(handler)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		setCORS(w.Header())

@@ -41,7 +41,8 @@ var design = map[string]rule{
 	"spool":              {},
 	"web":                {},
 	"auth":               {}, // tokens, rights, JWKS, the cookie rule: no store, no handlers
-	"gateway":            {imports: []string{"auth", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
+	"gateway":            {imports: []string{"auth", "internal/httpapi", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
+	"internal/httpapi":   {imports: []string{"queue"}}, // answers, bodies, the error adapter: no routes
 	"internal/pgcluster": {},
 	"internal/pgtest":    {imports: []string{"internal/pgcluster"}},
 	"internal/backoff":   {},

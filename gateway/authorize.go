@@ -64,14 +64,8 @@ func (s *Server) checkToken(r *http.Request, need auth.Role, eff auth.Effect) (a
 	return c, nil
 }
 
-// rightsOf returns the rights of the request's token: nil with auth off or
-// a token without the claim.
-func rightsOf(ctx context.Context) *auth.Rights {
-	if c, ok := auth.ClaimsFrom(ctx); ok {
-		return c.Rights
-	}
-	return nil
-}
+// rightsOf returns the rights of the request's token (auth.RightsFrom).
+func rightsOf(ctx context.Context) *auth.Rights { return auth.RightsFrom(ctx) }
 
 // checkProduce refuses items a token may not push (every item: one refused
 // refuses the request, nothing is stored).
@@ -172,6 +166,20 @@ func (s *Server) hideAcks(ctx context.Context, r *auth.Rights, acks []queue.Ack)
 		acks[i].PartitionID = hidePartition(acks[i].PartitionID, names)
 	}
 	return nil
+}
+
+// hide returns id, or nowhere when it names no partition the token may
+// consume (with rights; without, id): for the admin routes, which name one
+// partition at a time.
+func (s *Server) hide(ctx context.Context, r *auth.Rights, id string) (string, error) {
+	if r == nil {
+		return id, nil
+	}
+	names, err := s.visible(ctx, r, []string{id})
+	if err != nil {
+		return "", err
+	}
+	return hidePartition(id, names), nil
 }
 
 // hideLeases returns leaseIDs with nowhere in place of each lease held on

@@ -146,52 +146,13 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) error
 	if !ok || len(arr) == 0 {
 		return httpapi.BadRequest("operations array cannot be empty")
 	}
-	ops := make([]queue.TxOp, len(arr))
-	for i, raw := range arr {
-		op, ok := httpapi.ObjectOf(raw)
-		if !ok {
-			return httpapi.BadRequest("Each operation must be an object")
-		}
-		typ, _, _ := httpapi.StringField(op, "type")
-		ops[i].Type = typ
-		switch typ {
-		case "push":
-			items, ok := httpapi.ArrayField(op, "items")
-			if !ok {
-				return httpapi.BadRequest("push operation requires an items array")
-			}
-			if ops[i].Items, err = parsePushItems(items); err != nil {
-				return err
-			}
-			if err := checkProduce(rightsOf(r.Context()), ops[i].Items); err != nil {
-				return err
-			}
-			stampProducer(r.Context(), ops[i].Items)
-		case "ack":
-			if ops[i].Ack, err = parseAck(op, true); err != nil {
-				return err
-			}
-			acks := []queue.Ack{ops[i].Ack}
-			if err := s.hideAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
-				return err
-			}
-			ops[i].Ack = acks[0]
-		default:
-			return httpapi.BadRequest("operation type must be push or ack")
-		}
+	ops, err := s.parseTxOps(r, arr)
+	if err != nil {
+		return err
 	}
-	// Newer clients gate a transaction on key-value preconditions or add
-	// timers; committing without them would break the gate, so refuse.
-	for _, key := range []string{"kv", "timers"} {
-		if arr, ok := httpapi.ArrayField(obj, key); ok && len(arr) > 0 {
-			return httpapi.BadRequest(key + " operations are not supported by this server")
-		}
-	}
-	var leases []string
-	if raw := obj["requiredLeases"]; !httpapi.IsNull(raw) {
-		if err := json.Unmarshal(raw, &leases); err != nil {
-			return httpapi.BadRequest("requiredLeases must be an array of strings")
-		}
+	leases, err := txLeases(obj)
+	if err != nil {
+		return err
 	}
 	required, err := s.hideLeases(r.Context(), rightsOf(r.Context()), leases)
 	if err != nil {
@@ -220,8 +181,24 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) error
 			}
 		}
 	}
-	results := make([]map[string]any, len(res.Results))
-	for i, or := range res.Results {
+	out := map[string]any{"transactionId": res.TransactionID, "success": res.Success, "results": txResultsJSON(res.Results)}
+	if !res.Success {
+		out["error"] = res.Error
+	} else {
+		s.afterTransaction(ops, res.Results)
+	}
+	status := http.StatusOK
+	if res.Forbidden {
+		status = http.StatusForbidden
+	}
+	httpapi.WriteJSON(w, status, out)
+	return nil
+}
+
+// txResultsJSON is the results of a transaction, one per operation.
+func txResultsJSON(rs []queue.TxOpResult) []map[string]any {
+	results := make([]map[string]any, len(rs))
+	for i, or := range rs {
 		switch {
 		case or.Push != nil && or.Push.Status == queue.StatusRejected:
 			// The item maxSize refused, which failed the transaction: no
@@ -239,47 +216,102 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) error
 				"error": httpapi.Nullable(a.Error), "transactionId": a.TransactionID}
 		}
 	}
-	out := map[string]any{"transactionId": res.TransactionID, "success": res.Success, "results": results}
-	if !res.Success {
-		out["error"] = res.Error
-	} else {
-		var pushed []queue.PushResult
-		var acked []queue.AckResult
-		for _, or := range res.Results {
-			if or.Push != nil {
-				pushed = append(pushed, *or.Push)
-			}
-			if or.Ack != nil {
-				acked = append(acked, *or.Ack)
-			}
+	return results
+}
+
+// afterTransaction does what follows a committed transaction's pushes and
+// acks (effects.go), and counts it for each queue it touched.
+func (s *Server) afterTransaction(ops []queue.TxOp, rs []queue.TxOpResult) {
+	var pushed []queue.PushResult
+	var acked []queue.AckResult
+	for _, or := range rs {
+		if or.Push != nil {
+			pushed = append(pushed, *or.Push)
 		}
-		var acks []queue.Ack // in the order of their results
-		for _, op := range ops {
-			if op.Type == "ack" {
-				acks = append(acks, op.Ack)
-			}
-		}
-		s.afterPush(pushed)
-		s.afterAck(acks, acked)
-		touched := map[string]bool{}
-		for _, p := range pushed {
-			touched[p.Queue] = true
-		}
-		for _, a := range acked {
-			touched[a.Queue] = true
-		}
-		for q := range touched {
-			if q != "" {
-				s.metrics.history.transaction(q)
-			}
+		if or.Ack != nil {
+			acked = append(acked, *or.Ack)
 		}
 	}
-	status := http.StatusOK
-	if res.Forbidden {
-		status = http.StatusForbidden
+	var acks []queue.Ack // in the order of their results
+	for _, op := range ops {
+		if op.Type == "ack" {
+			acks = append(acks, op.Ack)
+		}
 	}
-	httpapi.WriteJSON(w, status, out)
-	return nil
+	s.afterPush(pushed)
+	s.afterAck(acks, acked)
+	touched := map[string]bool{}
+	for _, p := range pushed {
+		touched[p.Queue] = true
+	}
+	for _, a := range acked {
+		touched[a.Queue] = true
+	}
+	for q := range touched {
+		if q != "" {
+			s.metrics.history.transaction(q)
+		}
+	}
+}
+
+// parseTxOps reads a transaction's operations (push or ack), each checked
+// against the token's rights as its own route would check it.
+func (s *Server) parseTxOps(r *http.Request, arr []json.RawMessage) ([]queue.TxOp, error) {
+	ops := make([]queue.TxOp, len(arr))
+	var err error
+	for i, raw := range arr {
+		op, ok := httpapi.ObjectOf(raw)
+		if !ok {
+			return nil, httpapi.BadRequest("Each operation must be an object")
+		}
+		typ, _, _ := httpapi.StringField(op, "type")
+		ops[i].Type = typ
+		switch typ {
+		case "push":
+			items, ok := httpapi.ArrayField(op, "items")
+			if !ok {
+				return nil, httpapi.BadRequest("push operation requires an items array")
+			}
+			if ops[i].Items, err = parsePushItems(items); err != nil {
+				return nil, err
+			}
+			if err := checkProduce(rightsOf(r.Context()), ops[i].Items); err != nil {
+				return nil, err
+			}
+			stampProducer(r.Context(), ops[i].Items)
+		case "ack":
+			if ops[i].Ack, err = parseAck(op, true); err != nil {
+				return nil, err
+			}
+			acks := []queue.Ack{ops[i].Ack}
+			if err := s.hideAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
+				return nil, err
+			}
+			ops[i].Ack = acks[0]
+		default:
+			return nil, httpapi.BadRequest("operation type must be push or ack")
+		}
+	}
+	return ops, nil
+}
+
+// txLeases reads requiredLeases, refusing the kv and timers operations
+// this server does not run.
+func txLeases(obj map[string]json.RawMessage) ([]string, error) {
+	// Newer clients gate a transaction on key-value preconditions or add
+	// timers; committing without them would break the gate, so refuse.
+	for _, key := range []string{"kv", "timers"} {
+		if arr, ok := httpapi.ArrayField(obj, key); ok && len(arr) > 0 {
+			return nil, httpapi.BadRequest(key + " operations are not supported by this server")
+		}
+	}
+	var leases []string
+	if raw := obj["requiredLeases"]; !httpapi.IsNull(raw) {
+		if err := json.Unmarshal(raw, &leases); err != nil {
+			return nil, httpapi.BadRequest("requiredLeases must be an array of strings")
+		}
+	}
+	return leases, nil
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {

@@ -39,9 +39,8 @@ func (s *Server) browseRoutes() {
 	s.read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", auth.RoleReadOnly, s.handleStatusQueueMessages)
 	s.read("GET /api/v1/status/analytics", "status_analytics", auth.RoleReadOnly, s.handleStatusAnalytics)
 	s.read("GET /api/v1/status/buffers", "status_buffers", auth.RoleReadOnly, s.handleStatusBuffers)
-	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates)    // rates.go
-	s.read("GET /api/v1/status/backlog", "status_backlog", auth.RoleAdmin, s.handleBacklog) // backlog.go
-	s.analyticsRoutes()                                                                     // handler_analytics.go
+	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates) // rates.go
+	s.analyticsRoutes()                                                                  // handler_analytics.go
 }
 
 // browseError is err as a browse answers it: 404 for what a browse names
@@ -85,13 +84,13 @@ func checkQueueRead(r *auth.Rights, queue string) error {
 
 // pageParams reads limit (1..MaxBrowseLimit, def when absent) and offset.
 func pageParams(q url.Values, def int) (limit, offset int, err error) {
-	if limit, err = intParam(q.Get("limit"), "limit", 1, queue.MaxBrowseLimit); err != nil {
+	if limit, err = httpapi.IntParam(q.Get("limit"), "limit", 1, queue.MaxBrowseLimit); err != nil {
 		return 0, 0, err
 	}
 	if limit == 0 {
 		limit = def
 	}
-	if offset, err = intParam(q.Get("offset"), "offset", 0, queue.MaxBrowseOffset); err != nil {
+	if offset, err = httpapi.IntParam(q.Get("offset"), "offset", 0, queue.MaxBrowseOffset); err != nil {
 		return 0, 0, err
 	}
 	return limit, offset, nil

@@ -168,7 +168,7 @@ type messageDetailJSON struct {
 	Namespace      *string            `json:"namespace"`
 	Task           *string            `json:"task"`
 	Status         string             `json:"status"`
-	Payload        rawJSON            `json:"payload"`
+	Payload        httpapi.Raw        `json:"payload"`
 	IsEncrypted    bool               `json:"isEncrypted"`
 	TraceID        *string            `json:"traceId"`
 	ProducerSub    *string            `json:"producerSub"`
@@ -212,7 +212,7 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) error {
 	mode := queue.Mode{QueueMode: m.QueueState != "", BusGroups: m.BusGroups}
 	out := messageDetailJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
 		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: httpapi.Nullable(m.Namespace),
-		Task: httpapi.Nullable(m.Task), Status: m.State, Payload: rawJSON(d.Data), IsEncrypted: d.Encrypted,
+		Task: httpapi.Nullable(m.Task), Status: m.State, Payload: httpapi.Raw(d.Data), IsEncrypted: d.Encrypted,
 		TraceID: httpapi.Nullable(m.TraceID), ProducerSub: httpapi.Nullable(m.ProducerSub), CreatedAt: httpapi.FormatMilli(m.CreatedAt),
 		ErrorMessage: d.ErrorMessage, RetryCount: d.RetryCount, LeaseExpiresAt: optTime(m.LeaseExpiresAt),
 		QueueConfig: queueConfigJSON{LeaseTime: d.Options.LeaseTime, RetryLimit: d.Options.RetryLimit,

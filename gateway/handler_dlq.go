@@ -29,24 +29,24 @@ func (s *Server) dlqRoutes() {
 }
 
 type dlqMessageJSON struct {
-	ConsumerGroup string  `json:"consumerGroup"`
-	CreatedAt     string  `json:"createdAt"`
-	Data          rawJSON `json:"data"`
-	ErrorMessage  *string `json:"errorMessage"`
-	FailedAt      string  `json:"failedAt"`
-	ID            string  `json:"id"`    // the message's id, as the reference server's
-	DLQID         string  `json:"dlqId"` // the dead letter's own id (replay, purge and GET /dlq/{dlqId} name it)
-	Partition     string  `json:"partition"`
-	PartitionID   string  `json:"partitionId"`
-	ProducerSub   *string `json:"producerSub"`
-	Queue         string  `json:"queue"`
-	RetryCount    int     `json:"retryCount"`
-	TraceID       *string `json:"traceId"`
-	TransactionID string  `json:"transactionId"`
+	ConsumerGroup string      `json:"consumerGroup"`
+	CreatedAt     string      `json:"createdAt"`
+	Data          httpapi.Raw `json:"data"`
+	ErrorMessage  *string     `json:"errorMessage"`
+	FailedAt      string      `json:"failedAt"`
+	ID            string      `json:"id"`    // the message's id, as the reference server's
+	DLQID         string      `json:"dlqId"` // the dead letter's own id (replay, purge and GET /dlq/{dlqId} name it)
+	Partition     string      `json:"partition"`
+	PartitionID   string      `json:"partitionId"`
+	ProducerSub   *string     `json:"producerSub"`
+	Queue         string      `json:"queue"`
+	RetryCount    int         `json:"retryCount"`
+	TraceID       *string     `json:"traceId"`
+	TransactionID string      `json:"transactionId"`
 }
 
 func dlqJSON(d queue.DeadLetter) dlqMessageJSON {
-	return dlqMessageJSON{ConsumerGroup: d.Group, CreatedAt: httpapi.FormatMilli(d.CreatedAt), Data: rawJSON(d.Data),
+	return dlqMessageJSON{ConsumerGroup: d.Group, CreatedAt: httpapi.FormatMilli(d.CreatedAt), Data: httpapi.Raw(d.Data),
 		ErrorMessage: httpapi.Nullable(d.ErrorMessage), FailedAt: httpapi.FormatMilli(d.FailedAt), ID: d.ID, DLQID: d.RowID,
 		Partition: d.Partition, PartitionID: d.PartitionID, ProducerSub: httpapi.Nullable(d.ProducerSub), Queue: d.Queue,
 		RetryCount: d.RetryCount, TraceID: httpapi.Nullable(d.TraceID), TransactionID: d.TransactionID}
@@ -54,11 +54,11 @@ func dlqJSON(d queue.DeadLetter) dlqMessageJSON {
 
 func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	limit, err := intParam(q.Get("limit"), "limit", 1, queue.MaxDLQLimit)
+	limit, err := httpapi.IntParam(q.Get("limit"), "limit", 1, queue.MaxDLQLimit)
 	if err != nil {
 		return err
 	}
-	offset, err := intParam(q.Get("offset"), "offset", 0, 1<<30)
+	offset, err := httpapi.IntParam(q.Get("offset"), "offset", 0, 1<<30)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) err
 	minLag := 3600
 	if v := r.URL.Query().Get("minLagSeconds"); v != "" {
 		var err error
-		if minLag, err = intParam(v, "minLagSeconds", 0, queue.MaxKeepSeconds); err != nil {
+		if minLag, err = httpapi.IntParam(v, "minLagSeconds", 0, queue.MaxKeepSeconds); err != nil {
 			return err
 		}
 	}
@@ -170,7 +170,7 @@ func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) error
 	deleteMetadata := true
 	if v := r.URL.Query().Get("deleteMetadata"); v != "" {
 		var err error
-		if deleteMetadata, err = boolParam(v, "deleteMetadata"); err != nil {
+		if deleteMetadata, err = httpapi.BoolParam(v, "deleteMetadata"); err != nil {
 			return err
 		}
 	}

@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"errors"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/heraldmq/herald/internal/httpapi"
@@ -17,32 +14,22 @@ const longPollMargin = 250 * time.Millisecond
 
 // messageJSON is one delivered message, in the reference server's key order.
 type messageJSON struct {
-	ConsumerGroup string  `json:"consumerGroup"`
-	CreatedAt     string  `json:"createdAt"`
-	Data          rawJSON `json:"data"`
-	ID            string  `json:"id"`
-	LeaseID       string  `json:"leaseId"`
-	Partition     string  `json:"partition"`
-	PartitionID   string  `json:"partitionId"`
-	ProducerSub   *string `json:"producerSub"`
-	Queue         string  `json:"queue"`
-	RetryCount    int     `json:"retryCount"`
-	TraceID       *string `json:"traceId"`
-	TransactionID string  `json:"transactionId"`
-}
-
-// rawJSON is a stored payload; empty means null.
-type rawJSON []byte
-
-func (r rawJSON) MarshalJSON() ([]byte, error) {
-	if len(r) == 0 {
-		return []byte("null"), nil
-	}
-	return r, nil
+	ConsumerGroup string      `json:"consumerGroup"`
+	CreatedAt     string      `json:"createdAt"`
+	Data          httpapi.Raw `json:"data"`
+	ID            string      `json:"id"`
+	LeaseID       string      `json:"leaseId"`
+	Partition     string      `json:"partition"`
+	PartitionID   string      `json:"partitionId"`
+	ProducerSub   *string     `json:"producerSub"`
+	Queue         string      `json:"queue"`
+	RetryCount    int         `json:"retryCount"`
+	TraceID       *string     `json:"traceId"`
+	TransactionID string      `json:"transactionId"`
 }
 
 func messageOf(m queue.Message) messageJSON {
-	return messageJSON{ConsumerGroup: m.Group, CreatedAt: httpapi.FormatMicro(m.CreatedAt), Data: rawJSON(m.Data), ID: m.ID,
+	return messageJSON{ConsumerGroup: m.Group, CreatedAt: httpapi.FormatMicro(m.CreatedAt), Data: httpapi.Raw(m.Data), ID: m.ID,
 		LeaseID: m.LeaseID, Partition: m.Partition, PartitionID: m.PartitionID, ProducerSub: httpapi.Nullable(m.ProducerSub),
 		Queue: m.Queue, RetryCount: m.RetryCount, TraceID: httpapi.Nullable(m.TraceID), TransactionID: m.TransactionID}
 }
@@ -88,17 +75,17 @@ func parsePopRequest(r *http.Request) (queue.PopRequest, bool, time.Duration, er
 	// Values above a bound are clamped, not refused: the reference server
 	// takes any number, and clients pass user settings through.
 	var err error
-	if req.Batch, err = clampedParam(q.Get("batch"), "batch", 1, queue.MaxBatch); err != nil {
+	if req.Batch, err = httpapi.ClampedParam(q.Get("batch"), "batch", 1, queue.MaxBatch); err != nil {
 		return req, false, 0, err
 	}
 	if req.Batch == 0 && q.Get("autopilot") == "true" {
 		// Autopilot clients leave the batch to the server.
 		req.Batch = AutopilotBatchDefault
 	}
-	if req.Partitions, err = clampedParam(q.Get("partitions"), "partitions", 1, queue.MaxPartitions); err != nil {
+	if req.Partitions, err = httpapi.ClampedParam(q.Get("partitions"), "partitions", 1, queue.MaxPartitions); err != nil {
 		return req, false, 0, err
 	}
-	timeoutMS, err := clampedParam(q.Get("timeout"), "timeout", 0, int(PopTimeoutMax/time.Millisecond))
+	timeoutMS, err := httpapi.ClampedParam(q.Get("timeout"), "timeout", 0, int(PopTimeoutMax/time.Millisecond))
 	if err != nil {
 		return req, false, 0, err
 	}
@@ -106,52 +93,14 @@ func parsePopRequest(r *http.Request) (queue.PopRequest, bool, time.Duration, er
 	if q.Get("timeout") != "" {
 		timeout = time.Duration(timeoutMS) * time.Millisecond
 	}
-	wait, err := boolParam(q.Get("wait"), "wait")
+	wait, err := httpapi.BoolParam(q.Get("wait"), "wait")
 	if err != nil {
 		return req, false, 0, err
 	}
-	if req.AutoAck, err = boolParam(q.Get("autoAck"), "autoAck"); err != nil {
+	if req.AutoAck, err = httpapi.BoolParam(q.Get("autoAck"), "autoAck"); err != nil {
 		return req, false, 0, err
 	}
 	return req, wait, timeout, nil
-}
-
-// intParam parses an optional integer query parameter; "" gives 0.
-func intParam(v, name string, lo, hi int) (int, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		return 0, httpapi.BadRequestf("%s must be an integer between %d and %d", name, lo, hi)
-	}
-	return n, nil
-}
-
-// clampedParam parses an optional integer query parameter; "" gives 0,
-// values below lo are refused and values above hi become hi.
-func clampedParam(v, name string, lo, hi int) (int, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil && errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
-		return hi, nil
-	}
-	if err != nil || n < lo {
-		return 0, httpapi.BadRequestf("%s must be an integer of at least %d", name, lo)
-	}
-	return min(n, hi), nil
-}
-
-func boolParam(v, name string) (bool, error) {
-	switch v {
-	case "", "false", "0":
-		return false, nil
-	case "true", "1":
-		return true, nil
-	}
-	return false, httpapi.BadRequestf("%s must be true or false", name)
 }
 
 func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) error {

@@ -22,3 +22,7 @@ func stringValue(raw []byte, key string) (string, bool, error) { return httpapi.
 
 // fail answers err (httpapi.Failer.Fail).
 func (s *Server) fail(w http.ResponseWriter, err error) { s.failer.Fail(w, err) }
+func boolParam(v, name string) (bool, error)            { return httpapi.BoolParam(v, name) }
+func clampedParam(v, name string, lo, hi int) (int, error) {
+	return httpapi.ClampedParam(v, name, lo, hi)
+}

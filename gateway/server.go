@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/heraldmq/herald/admin"
 	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
@@ -341,11 +342,13 @@ func New(cfg Config) (*Server, error) {
 	if s.follows, err = newFollowHubs(s); err != nil {
 		return nil, err
 	}
-	s.routes()
+	if err := s.routes(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
-func (s *Server) routes() {
+func (s *Server) routes() error {
 	s.handle("POST /api/v1/push", "push", auth.RoleReadWrite, s.handlePush)
 	// A pop leases messages (and with autoAck consumes them): a GET, but a
 	// change (auth/cookie.go). Routes registered with read change nothing.
@@ -391,7 +394,6 @@ func (s *Server) routes() {
 	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
 	// The reference server's admin, browsing and group API (issue 19).
 	s.consumerGroupRoutes() // handler_groups.go
-	s.traceRoutes()         // handler_traces.go
 	s.maintenanceRoutes()   // handler_maintenance.go
 	s.browseRoutes()        // handler_browse.go
 	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) error {
@@ -401,6 +403,8 @@ func (s *Server) routes() {
 	s.handle("/", "not_found", auth.RoleNone, func(_ http.ResponseWriter, r *http.Request) error {
 		return httpapi.Status(http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
+	// Administration (admin/): traces, the backlog overview.
+	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide})
 }
 
 // Drain starts a graceful shutdown: nothing new is leased to streams,

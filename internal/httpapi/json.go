@@ -201,3 +201,15 @@ func Nullable(s string) *string {
 	}
 	return &s
 }
+
+// Raw is a stored JSON value (a payload, a trace's data) written as it is;
+// empty means null.
+type Raw []byte
+
+// MarshalJSON writes r, or null when it is empty.
+func (r Raw) MarshalJSON() ([]byte, error) {
+	if len(r) == 0 {
+		return []byte("null"), nil
+	}
+	return r, nil
+}

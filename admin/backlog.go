@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"cmp"
@@ -38,13 +38,13 @@ type backlogJSON struct {
 }
 
 // handleBacklog answers GET /api/v1/status/backlog (admin).
-func (s *Server) handleBacklog(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleBacklog(w http.ResponseWriter, r *http.Request) error {
 	b, err := s.store.LatestBacklog(r.Context())
 	if err != nil {
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusOK, backlogJSON{SampledAt: httpapi.FormatMilli(b.At), Top: queue.BacklogTop,
-		Groups: backlogGroups(b, rightsOf(r.Context()))})
+		Groups: backlogGroups(b, auth.RightsFrom(r.Context()))})
 	return nil
 }
 

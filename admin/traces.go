@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"encoding/json"
@@ -11,37 +11,37 @@ import (
 )
 
 // traceRoutes registers the routes of traces: record and read notes attached to messages.
-func (s *Server) traceRoutes() {
-	s.handle("POST /api/v1/traces", "traces_record", auth.RoleReadWrite, s.handleRecordTrace)
-	s.read("GET /api/v1/traces/names", "traces_names", auth.RoleReadOnly, s.handleTraceNames)
-	s.read("GET /api/v1/traces/by-name/{name}", "traces_by_name", auth.RoleReadOnly, s.handleTracesByName)
-	s.read("GET /api/v1/traces/{partitionId}/{transactionId}", "traces_of_message", auth.RoleReadOnly, s.handleTracesOf)
+func (s *service) traceRoutes() {
+	s.routes.Handle("POST /api/v1/traces", "traces_record", auth.RoleReadWrite, s.handleRecordTrace)
+	s.routes.Read("GET /api/v1/traces/names", "traces_names", auth.RoleReadOnly, s.handleTraceNames)
+	s.routes.Read("GET /api/v1/traces/by-name/{name}", "traces_by_name", auth.RoleReadOnly, s.handleTracesByName)
+	s.routes.Read("GET /api/v1/traces/{partitionId}/{transactionId}", "traces_of_message", auth.RoleReadOnly, s.handleTracesOf)
 }
 
 // The answers' items, keys in the reference server's (sorted) order.
 type (
 	traceJSON struct {
-		ConsumerGroup string   `json:"consumer_group"`
-		CreatedAt     string   `json:"created_at"`
-		Data          rawJSON  `json:"data"`
-		EventType     string   `json:"event_type"`
-		ID            string   `json:"id"`
-		TraceNames    []string `json:"trace_names"`
-		WorkerID      string   `json:"worker_id"`
+		ConsumerGroup string      `json:"consumer_group"`
+		CreatedAt     string      `json:"created_at"`
+		Data          httpapi.Raw `json:"data"`
+		EventType     string      `json:"event_type"`
+		ID            string      `json:"id"`
+		TraceNames    []string    `json:"trace_names"`
+		WorkerID      string      `json:"worker_id"`
 	}
 	namedTraceJSON struct {
-		ConsumerGroup  string   `json:"consumer_group"`
-		CreatedAt      string   `json:"created_at"`
-		Data           rawJSON  `json:"data"`
-		EventType      string   `json:"event_type"`
-		ID             string   `json:"id"`
-		MessagePayload rawJSON  `json:"message_payload"`
-		PartitionID    string   `json:"partition_id"`
-		PartitionName  string   `json:"partition_name"`
-		QueueName      string   `json:"queue_name"`
-		TraceNames     []string `json:"trace_names"`
-		TransactionID  string   `json:"transaction_id"`
-		WorkerID       string   `json:"worker_id"`
+		ConsumerGroup  string      `json:"consumer_group"`
+		CreatedAt      string      `json:"created_at"`
+		Data           httpapi.Raw `json:"data"`
+		EventType      string      `json:"event_type"`
+		ID             string      `json:"id"`
+		MessagePayload httpapi.Raw `json:"message_payload"`
+		PartitionID    string      `json:"partition_id"`
+		PartitionName  string      `json:"partition_name"`
+		QueueName      string      `json:"queue_name"`
+		TraceNames     []string    `json:"trace_names"`
+		TransactionID  string      `json:"transaction_id"`
+		WorkerID       string      `json:"worker_id"`
 	}
 	traceNameJSON struct {
 		LastSeen     string `json:"last_seen"`
@@ -57,7 +57,7 @@ type (
 
 // handleRecordTrace records a trace about one message: 201 with its id,
 // 404 when the message does not exist.
-func (s *Server) handleRecordTrace(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleRecordTrace(w http.ResponseWriter, r *http.Request) error {
 	obj, err := httpapi.ReadObject(r)
 	if err != nil {
 		return err
@@ -84,12 +84,9 @@ func (s *Server) handleRecordTrace(w http.ResponseWriter, r *http.Request) error
 	if t.Names, err = traceNamesField(obj["traceNames"]); err != nil {
 		return err
 	}
-	if rt := rightsOf(r.Context()); rt != nil {
-		names, err := s.visible(r.Context(), rt, []string{t.PartitionID})
-		if err != nil {
-			return err
-		}
-		t.PartitionID = hidePartition(t.PartitionID, names) // not found, as an unknown one
+	t.PartitionID, err = s.hide(r.Context(), auth.RightsFrom(r.Context()), t.PartitionID) // not found, as an unknown one
+	if err != nil {
+		return err
 	}
 	res, err := s.store.RecordTrace(r.Context(), t)
 	if err != nil {
@@ -120,14 +117,11 @@ func traceNamesField(raw json.RawMessage) ([]string, error) {
 }
 
 // handleTracesOf lists the traces of one message, oldest first.
-func (s *Server) handleTracesOf(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleTracesOf(w http.ResponseWriter, r *http.Request) error {
 	pid, txid := r.PathValue("partitionId"), r.PathValue("transactionId")
-	if rt := rightsOf(r.Context()); rt != nil {
-		names, err := s.visible(r.Context(), rt, []string{pid})
-		if err != nil {
-			return err
-		}
-		pid = hidePartition(pid, names) // no traces, as of an unknown one
+	pid, err := s.hide(r.Context(), auth.RightsFrom(r.Context()), pid) // no traces, as of an unknown one
+	if err != nil {
+		return err
 	}
 	traces, err := s.store.TracesOf(r.Context(), pid, txid)
 	if err != nil {
@@ -135,7 +129,7 @@ func (s *Server) handleTracesOf(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]traceJSON, len(traces))
 	for i, t := range traces {
-		out[i] = traceJSON{ConsumerGroup: t.Group, CreatedAt: httpapi.FormatMilli(t.CreatedAt), Data: rawJSON(t.Data),
+		out[i] = traceJSON{ConsumerGroup: t.Group, CreatedAt: httpapi.FormatMilli(t.CreatedAt), Data: httpapi.Raw(t.Data),
 			EventType: t.EventType, ID: t.ID, TraceNames: t.Names, WorkerID: t.WorkerID}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"traces": out})
@@ -144,7 +138,7 @@ func (s *Server) handleTracesOf(w http.ResponseWriter, r *http.Request) error {
 
 // handleTracesByName lists the traces carrying a name, oldest first, a page
 // at a time (limit, offset), optionally within [from, to).
-func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleTracesByName(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	qry := queue.TraceQuery{Name: r.PathValue("name")}
 	var err error
@@ -154,7 +148,7 @@ func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request) erro
 	if err := httpapi.FromTo(q, &qry.From, &qry.To); err != nil {
 		return err
 	}
-	if rt := rightsOf(r.Context()); rt != nil {
+	if rt := auth.RightsFrom(r.Context()); rt != nil {
 		qry.PartitionMatch = consumeMatch(rt)
 	}
 	page, err := s.store.TracesByName(r.Context(), qry)
@@ -163,8 +157,8 @@ func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request) erro
 	}
 	out := make([]namedTraceJSON, len(page.Traces))
 	for i, t := range page.Traces {
-		out[i] = namedTraceJSON{ConsumerGroup: t.Group, CreatedAt: httpapi.FormatMilli(t.CreatedAt), Data: rawJSON(t.Data),
-			EventType: t.EventType, ID: t.ID, MessagePayload: rawJSON(t.MessagePayload), PartitionID: t.PartitionID,
+		out[i] = namedTraceJSON{ConsumerGroup: t.Group, CreatedAt: httpapi.FormatMilli(t.CreatedAt), Data: httpapi.Raw(t.Data),
+			EventType: t.EventType, ID: t.ID, MessagePayload: httpapi.Raw(t.MessagePayload), PartitionID: t.PartitionID,
 			PartitionName: t.Partition, QueueName: t.Queue, TraceNames: t.Names, TransactionID: t.TransactionID,
 			WorkerID: t.WorkerID}
 	}
@@ -177,14 +171,14 @@ func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request) erro
 }
 
 // handleTraceNames lists the trace names, most recently seen first.
-func (s *Server) handleTraceNames(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleTraceNames(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	var qry queue.TraceNamesQuery
 	var err error
 	if qry.Limit, qry.Offset, err = tracePage(q.Get("limit"), q.Get("offset")); err != nil {
 		return err
 	}
-	if rt := rightsOf(r.Context()); rt != nil {
+	if rt := auth.RightsFrom(r.Context()); rt != nil {
 		qry.PartitionMatch = consumeMatch(rt)
 	}
 	page, err := s.store.TraceNames(r.Context(), qry)
@@ -207,11 +201,11 @@ func (s *Server) handleTraceNames(w http.ResponseWriter, r *http.Request) error 
 // tracePage reads limit (1 to queue.MaxTraceLimit; absent: 0, the
 // store's default) and offset (0 or more).
 func tracePage(limit, offset string) (int, int, error) {
-	l, err := intParam(limit, "limit", 1, queue.MaxTraceLimit)
+	l, err := httpapi.IntParam(limit, "limit", 1, queue.MaxTraceLimit)
 	if err != nil {
 		return 0, 0, err
 	}
-	o, err := intParam(offset, "offset", 0, 1<<30)
+	o, err := httpapi.IntParam(offset, "offset", 0, 1<<30)
 	return l, o, err
 }
 

@@ -1,0 +1,27 @@
+// Package admin is Herald's administration room: the routes an operator
+// and the console use to look at and act on queues, beside the message
+// path. So far: traces (traces.go: record and read notes attached to
+// messages) and the backlog overview (backlog.go: the hygiene loop's
+// latest sample of what each group has not finished). The browse,
+// consumer-group, DLQ, maintenance and analytics routes are still the
+// gateway's (gateway/handler_*.go) and move here next.
+//
+// It registers its routes through the gateway's registration (Routes:
+// the same CORS, token check, request metrics and error adapter as every
+// route) and takes what it needs from the server through Deps: the store,
+// and the hiding of partition ids a token may not see. It never imports
+// the gateway, and the message path (poller, queue) never imports it; the
+// gateway calls Register when it builds its routes.
+//
+// # Concurrency
+//
+// Handlers run on net/http's goroutines; admin starts none and keeps no
+// state between requests.
+//
+// # Failures
+//
+// A handler returns its error; httpapi.Failer answers it (400 for bad
+// input, 403 for a name outside the token's rights, 503 while the database
+// is away, 500 otherwise). A message or partition the token may not see is
+// answered as one that does not exist (404), at the same cost.
+package admin

@@ -29,6 +29,23 @@ type Deps struct {
 	// answers for it as for an unknown one (gateway/authorize.go says why).
 	// Rights nil: id. Required.
 	Hide func(ctx context.Context, r *auth.Rights, id string) (string, error)
+	// Effects is what follows an act on the message path. Required.
+	Effects Effects
+}
+
+// Effects is what the message path does after an admin act: releases,
+// wake-ups and counts (gateway/effects.go). None may block.
+type Effects struct {
+	// AfterGroupMoved follows a group's deletion or seek: the leases it
+	// ended are released and their queues woken, here and elsewhere.
+	AfterGroupMoved func(released []queue.ReleasedLease)
+	// WakeQueue wakes whoever waits on a queue, here and elsewhere.
+	WakeQueue func(queue string)
+	// AfterReplay counts a DLQ replay, releases the leases it settled and
+	// wakes the partitions that have a message again.
+	AfterReplay func(*queue.DLQActResult)
+	// AfterPurge counts a DLQ purge.
+	AfterPurge func(*queue.DLQActResult)
 }
 
 // service is the admin routes' handlers and what they use.
@@ -36,15 +53,20 @@ type service struct {
 	routes Routes
 	store  *queue.Store
 	hide   func(ctx context.Context, r *auth.Rights, id string) (string, error)
+	fx     Effects
 }
 
 // Register registers the admin routes on rt.
 func Register(rt Routes, d Deps) error {
-	if rt.Read == nil || rt.Handle == nil || d.Store == nil || d.Hide == nil {
-		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store and Deps.Hide are required")
+	fx := d.Effects
+	if rt.Read == nil || rt.Handle == nil || d.Store == nil || d.Hide == nil ||
+		fx.AfterGroupMoved == nil || fx.WakeQueue == nil || fx.AfterReplay == nil || fx.AfterPurge == nil {
+		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide and every Deps.Effects func are required")
 	}
-	s := &service{routes: rt, store: d.Store, hide: d.Hide}
-	s.traceRoutes() // traces.go
+	s := &service{routes: rt, store: d.Store, hide: d.Hide, fx: fx}
+	s.dlqRoutes()           // dlq.go
+	s.consumerGroupRoutes() // groups.go
+	s.traceRoutes()         // traces.go
 	// The console's overview of what each group has not finished (admin).
 	s.routes.Read("GET /api/v1/status/backlog", "status_backlog", auth.RoleAdmin, s.handleBacklog) // backlog.go
 	return nil

@@ -1,15 +1,20 @@
 // Package admin is Herald's administration room: the routes an operator
 // and the console use to look at and act on queues, beside the message
-// path. So far: traces (traces.go: record and read notes attached to
+// path. So far: consumer groups (groups.go: list, lagging, details,
+// delete, subscription, seek), the dead-letter queue (dlq.go: list, one,
+// replay, purge), traces (traces.go: record and read notes attached to
 // messages) and the backlog overview (backlog.go: the hygiene loop's
 // latest sample of what each group has not finished). The browse,
-// consumer-group, DLQ, maintenance and analytics routes are still the
-// gateway's (gateway/handler_*.go) and move here next.
+// maintenance and analytics routes are still the gateway's
+// (gateway/handler_browse*.go, gateway/handler_maintenance.go,
+// gateway/handler_analytics.go) and move here next.
 //
 // It registers its routes through the gateway's registration (Routes:
 // the same CORS, token check, request metrics and error adapter as every
 // route) and takes what it needs from the server through Deps: the store,
-// and the hiding of partition ids a token may not see. It never imports
+// the hiding of partition ids a token may not see, and Effects, what the
+// message path does after an act (a seek's or a replay's released leases
+// and wake-ups, the DLQ counters: gateway/effects.go). It never imports
 // the gateway, and the message path (poller, queue) never imports it; the
 // gateway calls Register when it builds its routes.
 //

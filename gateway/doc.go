@@ -1,10 +1,10 @@
 // Package gateway is Herald's HTTP server: the v1 REST API of the reference
-// server (push, pop, ack, lease extension, transaction, configure, delete,
-// DLQ), its admin, browsing, consumer-group and maintenance routes (the
-// trace and backlog routes are the admin package's, registered here:
-// admin.Register), WebSocket and SSE streams, HTTP long-poll, bearer-token auth, /health,
-// /metrics, the stats and status endpoints, and the demo page (web). It
-// holds no queue logic: each handler checks its input and the token's
+// server (push, pop, ack, lease extension, transaction, configure, delete),
+// its browsing and maintenance routes, WebSocket and SSE streams, HTTP
+// long-poll, bearer-token auth, /health, /metrics, the stats and status
+// endpoints, and the demo page (web). The consumer-group, DLQ, trace and
+// backlog routes are the admin package's, registered here (admin.Register),
+// with what follows their acts from effects.go. It holds no queue logic: each handler checks its input and the token's
 // rights, calls queue.Store, and shapes the answer exactly as docs/api.md
 // says (field names, key order, status codes). A route's handler returns
 // its error (internal/httpapi's HandlerFunc) and the route's registration

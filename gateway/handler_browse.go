@@ -82,20 +82,6 @@ func checkQueueRead(r *auth.Rights, queue string) error {
 	return nil
 }
 
-// pageParams reads limit (1..MaxBrowseLimit, def when absent) and offset.
-func pageParams(q url.Values, def int) (limit, offset int, err error) {
-	if limit, err = httpapi.IntParam(q.Get("limit"), "limit", 1, queue.MaxBrowseLimit); err != nil {
-		return 0, 0, err
-	}
-	if limit == 0 {
-		limit = def
-	}
-	if offset, err = httpapi.IntParam(q.Get("offset"), "offset", 0, queue.MaxBrowseOffset); err != nil {
-		return 0, 0, err
-	}
-	return limit, offset, nil
-}
-
 // timeParam reads an optional RFC 3339 time; def when absent.
 func timeParam(q url.Values, name string, def time.Time) (time.Time, error) {
 	v := q.Get(name)
@@ -135,15 +121,6 @@ func nameParam(q url.Values, param, kind string) (string, error) {
 		return "", err
 	}
 	return v, nil
-}
-
-// optTime renders an optional time, or JSON null.
-func optTime(t *time.Time) *string {
-	if t == nil {
-		return nil
-	}
-	s := httpapi.FormatMilli(*t)
-	return &s
 }
 
 type countsJSON struct {
@@ -330,7 +307,7 @@ func queueItem(q queue.QueueSummary, waiting bool) queueItemJSON {
 // namespace and task narrow it).
 func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, def int, waiting bool) error {
 	q := r.URL.Query()
-	limit, offset, err := pageParams(q, def)
+	limit, offset, err := httpapi.PageParams(q, def)
 	if err != nil {
 		return err
 	}
@@ -364,7 +341,7 @@ func (s *Server) partitionPage(r *http.Request, name string, def int, groups boo
 	if err := queue.ValidateName("queue", name); err != nil {
 		return nil, 0, 0, err
 	}
-	limit, offset, err := pageParams(q, def)
+	limit, offset, err := httpapi.PageParams(q, def)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -411,7 +388,7 @@ func (s *Server) handleResourceQueue(w http.ResponseWriter, r *http.Request) err
 		Totals: countsOf(qs.Counts), Pagination: paginationJSON{Limit: limit, Offset: offset, Total: page.Matching}}
 	for i, p := range page.Partitions {
 		out.Partitions[i] = resourcePartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: httpapi.FormatMilli(p.CreatedAt),
-			Stats: countsOf(p.Counts), OldestMessage: optTime(p.Oldest), NewestMessage: optTime(p.Newest)}
+			Stats: countsOf(p.Counts), OldestMessage: httpapi.OptTime(p.Oldest), NewestMessage: httpapi.OptTime(p.Newest)}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -478,11 +455,11 @@ func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) error 
 	parts := make([]partitionJSON, len(page.Partitions))
 	for i, p := range page.Partitions {
 		pj := partitionJSON{ID: p.ID, Name: p.Name, CreatedAt: httpapi.FormatMilli(p.CreatedAt), LastOffset: p.LastOffset,
-			LastPushAt: optTime(p.LastPushAt), LastActivity: optTime(p.LastActivity), OldestMessage: optTime(p.Oldest),
-			NewestMessage: optTime(p.Newest), Messages: countsOf(p.Counts), Groups: make([]partitionGroupJSON, len(p.Groups))}
+			LastPushAt: httpapi.OptTime(p.LastPushAt), LastActivity: httpapi.OptTime(p.LastActivity), OldestMessage: httpapi.OptTime(p.Oldest),
+			NewestMessage: httpapi.OptTime(p.Newest), Messages: countsOf(p.Counts), Groups: make([]partitionGroupJSON, len(p.Groups))}
 		for j, g := range p.Groups {
 			gj := partitionGroupJSON{Name: g.Group, Cursor: g.Cursor, Done: g.Done, Lag: g.Lag, Pending: g.Lag - g.Processing,
-				Processing: g.Processing, DeliveredTo: g.DeliveredTo, Attempts: g.Attempts, LeasedAt: optTime(g.LeasedAt)}
+				Processing: g.Processing, DeliveredTo: g.DeliveredTo, Attempts: g.Attempts, LeasedAt: httpapi.OptTime(g.LeasedAt)}
 			if l := g.Lease; l != nil {
 				gj.Lease = &leaseJSON{ID: l.ID, Owner: l.Owner, Subject: httpapi.Nullable(l.Subject), From: l.From, To: l.To,
 					ExpiresAt: httpapi.FormatMilli(l.ExpiresAt), Live: l.Live}

@@ -46,7 +46,7 @@ func messageItem(m queue.MessageInfo) messageItemJSON {
 		Task: httpapi.Nullable(m.Task), Status: m.State, QueueStatus: httpapi.Nullable(m.QueueState),
 		BusStatus: busStatusJSON{ConsumedBy: m.ConsumedBy, TotalGroups: m.BusGroups}, TraceID: httpapi.Nullable(m.TraceID),
 		ProducerSub: httpapi.Nullable(m.ProducerSub), QueuePriority: m.Priority, CreatedAt: httpapi.FormatMilli(m.CreatedAt),
-		LeaseExpiresAt: optTime(m.LeaseExpiresAt)}
+		LeaseExpiresAt: httpapi.OptTime(m.LeaseExpiresAt)}
 }
 
 // messageQuery reads the filters of a message listing: queue, partition,
@@ -67,7 +67,7 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 	if qry.State = q.Get("status"); qry.State != "" && !queue.ValidState(qry.State) {
 		return qry, httpapi.BadRequestf("status must be pending, processing, completed or dead_letter")
 	}
-	if qry.Limit, qry.Offset, err = pageParams(q, defLimit); err != nil {
+	if qry.Limit, qry.Offset, err = httpapi.PageParams(q, defLimit); err != nil {
 		return qry, err
 	}
 	switch {
@@ -214,7 +214,7 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) error {
 		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: httpapi.Nullable(m.Namespace),
 		Task: httpapi.Nullable(m.Task), Status: m.State, Payload: httpapi.Raw(d.Data), IsEncrypted: d.Encrypted,
 		TraceID: httpapi.Nullable(m.TraceID), ProducerSub: httpapi.Nullable(m.ProducerSub), CreatedAt: httpapi.FormatMilli(m.CreatedAt),
-		ErrorMessage: d.ErrorMessage, RetryCount: d.RetryCount, LeaseExpiresAt: optTime(m.LeaseExpiresAt),
+		ErrorMessage: d.ErrorMessage, RetryCount: d.RetryCount, LeaseExpiresAt: httpapi.OptTime(m.LeaseExpiresAt),
 		QueueConfig: queueConfigJSON{LeaseTime: d.Options.LeaseTime, RetryLimit: d.Options.RetryLimit,
 			RetryDelay: d.Options.RetryDelay, TTL: d.Options.TTL, Priority: d.Options.Priority},
 		Mode: messageModeJSON{HasQueueMode: mode.QueueMode, BusGroupsCount: mode.BusGroups, ConsumedByGroups: m.ConsumedBy,
@@ -222,7 +222,7 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) error {
 		ConsumerGroups: make([]messageGroupJSON, len(d.Groups))}
 	for i, g := range d.Groups {
 		out.ConsumerGroups[i] = messageGroupJSON{Name: g.Group, Consumed: g.State == queue.StateCompleted ||
-			g.State == queue.StateDeadLetter, Status: g.State, LeaseExpiresAt: optTime(g.LeaseExpiresAt)}
+			g.State == queue.StateDeadLetter, Status: g.State, LeaseExpiresAt: httpapi.OptTime(g.LeaseExpiresAt)}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil

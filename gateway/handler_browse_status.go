@@ -213,8 +213,8 @@ func (s *Server) handleStatusQueue(w http.ResponseWriter, r *http.Request) error
 	out.Partitions = make([]statusPartitionJSON, len(page.Partitions))
 	for i, p := range page.Partitions {
 		pj := statusPartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: httpapi.FormatMilli(p.CreatedAt), Messages: countsOf(p.Counts),
-			Stats: countsOf(p.Counts), LastActivity: optTime(p.LastActivity), OldestMessage: optTime(p.Oldest),
-			NewestMessage: optTime(p.Newest)}
+			Stats: countsOf(p.Counts), LastActivity: httpapi.OptTime(p.LastActivity), OldestMessage: httpapi.OptTime(p.Oldest),
+			NewestMessage: httpapi.OptTime(p.Newest)}
 		pj.Cursor.TotalConsumed = p.Counts.Completed
 		out.Partitions[i] = pj
 	}

@@ -361,7 +361,6 @@ func (s *Server) routes() error {
 	s.handle("POST /api/v1/transaction", "transaction", auth.RoleReadWrite, s.handleTransaction)
 	s.handle("POST /api/v1/configure", "configure", auth.RoleReadWrite, s.handleConfigure)
 	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", auth.RoleAdmin, s.handleDeleteQueue)
-	s.dlqRoutes() // handler_dlq.go
 	// Streams get no request metrics: they live for hours. The WebSocket
 	// checks its token itself, to answer with a close code a browser sees.
 	s.stream("GET /api/v1/ws", auth.RoleNone, s.handleWS)
@@ -393,9 +392,8 @@ func (s *Server) routes() error {
 	// Every queue's name and lag, every instance: not for a tenant's token.
 	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
 	// The reference server's admin, browsing and group API (issue 19).
-	s.consumerGroupRoutes() // handler_groups.go
-	s.maintenanceRoutes()   // handler_maintenance.go
-	s.browseRoutes()        // handler_browse.go
+	s.maintenanceRoutes() // handler_maintenance.go
+	s.browseRoutes()      // handler_browse.go
 	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) error {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -403,8 +401,9 @@ func (s *Server) routes() error {
 	s.handle("/", "not_found", auth.RoleNone, func(_ http.ResponseWriter, r *http.Request) error {
 		return httpapi.Status(http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
-	// Administration (admin/): traces, the backlog overview.
-	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide})
+	// Administration (admin/): consumer groups, the DLQ, traces, the backlog overview.
+	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide,
+		Effects: admin.Effects{AfterGroupMoved: s.afterGroupMoved, WakeQueue: s.wakeQueue, AfterReplay: s.afterReplay, AfterPurge: s.afterPurge}})
 }
 
 // Drain starts a graceful shutdown: nothing new is leased to streams,

@@ -213,3 +213,12 @@ func (r Raw) MarshalJSON() ([]byte, error) {
 	}
 	return r, nil
 }
+
+// OptTime renders an optional time, or JSON null.
+func OptTime(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := FormatMilli(*t)
+	return &s
+}

@@ -2,8 +2,11 @@ package httpapi
 
 import (
 	"errors"
+	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/heraldmq/herald/queue"
 )
 
 // IntParam parses an optional integer query parameter; "" gives 0.
@@ -44,4 +47,18 @@ func BoolParam(v, name string) (bool, error) {
 		return true, nil
 	}
 	return false, BadRequestf("%s must be true or false", name)
+}
+
+// PageParams reads limit (1..MaxBrowseLimit, def when absent) and offset.
+func PageParams(q url.Values, def int) (limit, offset int, err error) {
+	if limit, err = IntParam(q.Get("limit"), "limit", 1, queue.MaxBrowseLimit); err != nil {
+		return 0, 0, err
+	}
+	if limit == 0 {
+		limit = def
+	}
+	if offset, err = IntParam(q.Get("offset"), "offset", 0, queue.MaxBrowseOffset); err != nil {
+		return 0, 0, err
+	}
+	return limit, offset, nil
 }

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/httpapi"
-	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -21,11 +20,11 @@ import (
 // the queues and partitions the token may consume.
 
 // dlqRoutes registers the dead-letter routes.
-func (s *Server) dlqRoutes() {
-	s.read("GET /api/v1/dlq", "dlq", auth.RoleReadOnly, s.handleDLQ)
-	s.read("GET /api/v1/dlq/{id}", "dlq_one", auth.RoleReadOnly, s.handleDLQOne)
-	s.handle("POST /api/v1/dlq/replay", "dlq_replay", auth.RoleAdmin, s.handleDLQReplay)
-	s.handle("POST /api/v1/dlq/purge", "dlq_purge", auth.RoleAdmin, s.handleDLQPurge)
+func (s *service) dlqRoutes() {
+	s.routes.Read("GET /api/v1/dlq", "dlq", auth.RoleReadOnly, s.handleDLQ)
+	s.routes.Read("GET /api/v1/dlq/{id}", "dlq_one", auth.RoleReadOnly, s.handleDLQOne)
+	s.routes.Handle("POST /api/v1/dlq/replay", "dlq_replay", auth.RoleAdmin, s.handleDLQReplay)
+	s.routes.Handle("POST /api/v1/dlq/purge", "dlq_purge", auth.RoleAdmin, s.handleDLQPurge)
 }
 
 type dlqMessageJSON struct {
@@ -52,7 +51,7 @@ func dlqJSON(d queue.DeadLetter) dlqMessageJSON {
 		RetryCount: d.RetryCount, TraceID: httpapi.Nullable(d.TraceID), TransactionID: d.TransactionID}
 }
 
-func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleDLQ(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit, err := httpapi.IntParam(q.Get("limit"), "limit", 1, queue.MaxDLQLimit)
 	if err != nil {
@@ -64,7 +63,7 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) error {
 	}
 	qry := queue.DLQQuery{Queue: q.Get("queue"), Group: q.Get("consumerGroup"), Partition: q.Get("partition"),
 		Error: q.Get("error"), Limit: limit, Offset: offset}
-	if r := rightsOf(r.Context()); r != nil && (qry.Queue == "" || !r.MayConsume(qry.Queue, qry.Partition)) {
+	if r := auth.RightsFrom(r.Context()); r != nil && (qry.Queue == "" || !r.MayConsume(qry.Queue, qry.Partition)) {
 		return httpapi.Forbiddenf("this token may read the dead letters of queues (and partitions) it may consume only: name them")
 	}
 	if err := httpapi.FromTo(q, &qry.From, &qry.To); err != nil {
@@ -89,7 +88,7 @@ func parseDLQID(v string) (int64, bool) {
 	return id, err == nil && id > 0 && strconv.FormatInt(id, 10) == v
 }
 
-func (s *Server) handleDLQOne(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleDLQOne(w http.ResponseWriter, r *http.Request) error {
 	id, ok := parseDLQID(r.PathValue("id"))
 	if !ok {
 		return httpapi.BadRequest("id must be a dead letter's id (a positive integer)")
@@ -101,7 +100,7 @@ func (s *Server) handleDLQOne(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !rightsOf(r.Context()).MayConsume(d.Queue, d.Partition) {
+	if !auth.RightsFrom(r.Context()).MayConsume(d.Queue, d.Partition) {
 		// As if it did not exist: another tenant's ids are not confirmed.
 		return httpapi.Status(http.StatusNotFound, "Dead letter not found")
 	}
@@ -220,7 +219,7 @@ func parseDLQFilter(raw json.RawMessage, f *queue.DLQQuery) error {
 // queue (and partition) the token may consume; ids are checked on what
 // they find (queue.DLQSelection.Allow).
 func authorizeDLQAct(r *http.Request, act *dlqAct) error {
-	rights := rightsOf(r.Context())
+	rights := auth.RightsFrom(r.Context())
 	if rights == nil {
 		return nil
 	}
@@ -269,21 +268,17 @@ func dlqActAnswer(w http.ResponseWriter, act *dlqAct, res *queue.DLQActResult, d
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) error {
-	return s.dlqAct(w, r, "replayed", s.store.ReplayDeadLetters, s.afterReplay)
+func (s *service) handleDLQReplay(w http.ResponseWriter, r *http.Request) error {
+	return s.dlqAct(w, r, "replayed", s.store.ReplayDeadLetters, s.fx.AfterReplay)
 }
 
-func (s *Server) handleDLQPurge(w http.ResponseWriter, r *http.Request) error {
-	return s.dlqAct(w, r, "purged", s.store.PurgeDeadLetters, func(res *queue.DLQActResult) {
-		for q, n := range res.Done {
-			s.metrics.dlqPurged.WithLabelValues(q).Add(float64(n))
-		}
-	})
+func (s *service) handleDLQPurge(w http.ResponseWriter, r *http.Request) error {
+	return s.dlqAct(w, r, "purged", s.store.PurgeDeadLetters, s.fx.AfterPurge)
 }
 
 // dlqAct runs a replay or a purge: the body parsed and checked against the
 // token's rights, the store's act, what follows it, the answer.
-func (s *Server) dlqAct(w http.ResponseWriter, r *http.Request, verb string,
+func (s *service) dlqAct(w http.ResponseWriter, r *http.Request, verb string,
 	run func(context.Context, queue.DLQSelection) (*queue.DLQActResult, error), after func(*queue.DLQActResult)) error {
 	act, err := parseDLQAct(r)
 	if err == nil {
@@ -299,26 +294,4 @@ func (s *Server) dlqAct(w http.ResponseWriter, r *http.Request, verb string,
 	after(res)
 	dlqActAnswer(w, act, res, verb)
 	return nil
-}
-
-// afterReplay counts a replay, releases the expired leases it settled, and
-// wakes whoever waits on the partitions that have a message again, here
-// and on the other instances, as a seek does.
-func (s *Server) afterReplay(res *queue.DLQActResult) {
-	for q, n := range res.Done {
-		s.metrics.dlqReplayed.WithLabelValues(q).Add(float64(n))
-	}
-	for q, n := range res.DeadLettered {
-		s.countDLQ(q, int64(n))
-	}
-	for _, l := range res.Released {
-		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
-	}
-	woken := map[[2]string]bool{}
-	for _, o := range res.Items {
-		if k := [2]string{o.Queue, o.Partition}; o.Status == queue.DLQReplayed && !woken[k] {
-			woken[k] = true
-			s.wakeEverywhere(poller.SourceRelease, o.Queue, o.Partition)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"encoding/json"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/httpapi"
-	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -17,15 +16,15 @@ import (
 // lagging, details, delete, subscription, seek. Roles as the reference
 // server's: reads read-only, seek and subscription read-write, deletes
 // admin. "lagging" is matched before {group}, as on the reference.
-func (s *Server) consumerGroupRoutes() {
-	s.read("GET /api/v1/consumer-groups", "groups", auth.RoleReadOnly, s.handleGroups)
-	s.read("GET /api/v1/consumer-groups/lagging", "groups_lagging", auth.RoleReadOnly, s.handleGroupsLagging)
-	s.read("GET /api/v1/consumer-groups/{group}", "group", auth.RoleReadOnly, s.handleGroup)
-	s.handle("DELETE /api/v1/consumer-groups/{group}", "group_delete", auth.RoleAdmin, s.handleGroupDelete)
-	s.handle("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", "group_delete_queue", auth.RoleAdmin, s.handleGroupDelete)
-	s.handle("POST /api/v1/consumer-groups/{group}/subscription", "group_subscription", auth.RoleReadWrite, s.handleGroupSubscription)
-	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", "group_seek", auth.RoleReadWrite, s.handleGroupSeek)
-	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", "group_seek_partition",
+func (s *service) consumerGroupRoutes() {
+	s.routes.Read("GET /api/v1/consumer-groups", "groups", auth.RoleReadOnly, s.handleGroups)
+	s.routes.Read("GET /api/v1/consumer-groups/lagging", "groups_lagging", auth.RoleReadOnly, s.handleGroupsLagging)
+	s.routes.Read("GET /api/v1/consumer-groups/{group}", "group", auth.RoleReadOnly, s.handleGroup)
+	s.routes.Handle("DELETE /api/v1/consumer-groups/{group}", "group_delete", auth.RoleAdmin, s.handleGroupDelete)
+	s.routes.Handle("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", "group_delete_queue", auth.RoleAdmin, s.handleGroupDelete)
+	s.routes.Handle("POST /api/v1/consumer-groups/{group}/subscription", "group_subscription", auth.RoleReadWrite, s.handleGroupSubscription)
+	s.routes.Handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", "group_seek", auth.RoleReadWrite, s.handleGroupSeek)
+	s.routes.Handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", "group_seek_partition",
 		auth.RoleReadWrite, s.handleGroupSeek)
 }
 
@@ -40,12 +39,12 @@ func groupState(g queue.GroupSummary) string {
 	return "Dead"
 }
 
-func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleGroups(w http.ResponseWriter, r *http.Request) error {
 	groups, err := s.store.ConsumerGroups(r.Context())
 	if err != nil {
 		return err
 	}
-	rights := rightsOf(r.Context())
+	rights := auth.RightsFrom(r.Context())
 	out := make([]map[string]any, 0, len(groups))
 	for _, g := range groups {
 		if !rights.MayConsume(g.Queue, "") {
@@ -58,8 +57,8 @@ func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) error {
 		out = append(out, map[string]any{
 			"name": g.Group, "topics": []string{g.Queue}, "queueName": g.Queue, "members": g.Members,
 			"partitionsWithLag": g.Lagging, "totalLag": nil, "maxTimeLag": int64(g.MaxTimeLag.Seconds()),
-			"state": groupState(g), "subscriptionMode": mode, "subscriptionTimestamp": optTime(g.SubscribedFrom),
-			"subscriptionCreatedAt": optTime(g.SubscribedAt), "lastSeenAt": optTime(g.LastSeenAt),
+			"state": groupState(g), "subscriptionMode": mode, "subscriptionTimestamp": httpapi.OptTime(g.SubscribedFrom),
+			"subscriptionCreatedAt": httpapi.OptTime(g.SubscribedAt), "lastSeenAt": httpapi.OptTime(g.LastSeenAt),
 			"idleGroupRetentionSeconds": g.IdleRetention,
 		})
 	}
@@ -67,7 +66,7 @@ func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleGroupsLagging(w http.ResponseWriter, r *http.Request) error {
 	minLag := 3600
 	if v := r.URL.Query().Get("minLagSeconds"); v != "" {
 		var err error
@@ -75,7 +74,7 @@ func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) err
 			return err
 		}
 	}
-	limit, offset, err := pageParams(r.URL.Query(), 100)
+	limit, offset, err := httpapi.PageParams(r.URL.Query(), 100)
 	if err != nil {
 		return err
 	}
@@ -83,7 +82,7 @@ func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	rights := rightsOf(r.Context())
+	rights := auth.RightsFrom(r.Context())
 	now := time.Now()
 	out := make([]map[string]any, 0, len(lags))
 	for _, l := range lags {
@@ -101,15 +100,15 @@ func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) err
 		out = append(out, map[string]any{
 			"consumer_group": l.Group, "queue_name": l.Queue, "partition_name": l.Partition, "partition_id": l.PartitionID,
 			"worker_id": owner, "offset_lag": l.OffsetLag, "time_lag_seconds": int64(lag.Seconds()),
-			"lag_hours": math.Round(lag.Hours()*100) / 100, "oldest_unconsumed_at": optTime(l.OldestUnconsumed),
-			"last_consumed_at": optTime(l.LastConsumed),
+			"lag_hours": math.Round(lag.Hours()*100) / 100, "oldest_unconsumed_at": httpapi.OptTime(l.OldestUnconsumed),
+			"last_consumed_at": httpapi.OptTime(l.LastConsumed),
 		})
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleGroup(w http.ResponseWriter, r *http.Request) error {
 	group := r.PathValue("group")
 	parts, truncated, err := s.store.GroupPartitions(r.Context(), group, r.URL.Query().Get("queue"))
 	if err != nil {
@@ -118,7 +117,7 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) error {
 	if len(parts) == 0 {
 		return httpapi.Status(http.StatusNotFound, "Consumer group not found")
 	}
-	rights := rightsOf(r.Context())
+	rights := auth.RightsFrom(r.Context())
 	now := time.Now()
 	out := map[string]any{}
 	for _, p := range parts {
@@ -139,9 +138,9 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) error {
 			lag = int64(now.Sub(*p.OldestUnconsumed).Seconds())
 		}
 		q["partitions"] = append(q["partitions"].([]map[string]any), map[string]any{
-			"partition": p.Partition, "workerId": owner, "lastConsumedAt": optTime(p.LastConsumed),
+			"partition": p.Partition, "workerId": owner, "lastConsumedAt": httpapi.OptTime(p.LastConsumed),
 			"totalConsumed": p.Consumed, "offsetLag": p.OffsetLag, "timeLagSeconds": lag,
-			"leaseActive": p.LeaseExpires != nil, "leaseExpiresAt": optTime(p.LeaseExpires),
+			"leaseActive": p.LeaseExpires != nil, "leaseExpiresAt": httpapi.OptTime(p.LeaseExpires),
 		})
 	}
 	if len(out) == 0 {
@@ -159,13 +158,13 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) error {
 // groupWide refuses a token with rights an act on every queue of a group:
 // its rights cannot be checked queue by queue before the act.
 func groupWide(r *http.Request, what string) error {
-	if rightsOf(r.Context()) != nil {
+	if auth.RightsFrom(r.Context()) != nil {
 		return httpapi.Forbiddenf("a token with rights may not %s on every queue at once: name the queue", what)
 	}
 	return nil
 }
 
-func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleGroupDelete(w http.ResponseWriter, r *http.Request) error {
 	group, queueName := r.PathValue("group"), r.PathValue("queue")
 	deleteMetadata := true
 	if v := r.URL.Query().Get("deleteMetadata"); v != "" {
@@ -177,7 +176,7 @@ func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) error
 	var err error
 	if queueName == "" {
 		err = groupWide(r, "delete a consumer group")
-	} else if !rightsOf(r.Context()).MayConsume(queueName, "") {
+	} else if !auth.RightsFrom(r.Context()).MayConsume(queueName, "") {
 		err = httpapi.Forbiddenf("this token may not consume the whole queue %s", queueName)
 	}
 	if err != nil {
@@ -187,7 +186,7 @@ func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	s.afterGroupMoved(res.Released)
+	s.fx.AfterGroupMoved(res.Released)
 	out := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": res.Partitions,
 		"metadataDeleted": res.MetadataDeleted}
 	if queueName != "" {
@@ -197,22 +196,7 @@ func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// afterGroupMoved follows a deletion or a seek: the leases it ended are
-// released (their hints dropped, here and on the other instances) and the
-// queues are looked at again, here and elsewhere, since the group may
-// have messages to read again.
-func (s *Server) afterGroupMoved(released []queue.ReleasedLease) {
-	woken := map[string]bool{}
-	for _, l := range released {
-		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
-		if !woken[l.Queue] {
-			woken[l.Queue] = true
-			s.wakeEverywhere(poller.SourceRelease, l.Queue, "")
-		}
-	}
-}
-
-func (s *Server) handleGroupSubscription(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleGroupSubscription(w http.ResponseWriter, r *http.Request) error {
 	group := r.PathValue("group")
 	obj, err := httpapi.ReadObject(r)
 	if err != nil {
@@ -241,7 +225,7 @@ func (s *Server) handleGroupSubscription(w http.ResponseWriter, r *http.Request)
 	return nil
 }
 
-func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleGroupSeek(w http.ResponseWriter, r *http.Request) error {
 	group, queueName, partition := r.PathValue("group"), r.PathValue("queue"), r.PathValue("partition")
 	var to *time.Time
 	var toEnd bool
@@ -274,7 +258,7 @@ func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) error {
 			return httpapi.BadRequest("Must specify either 'toEnd': true or 'timestamp'")
 		}
 	}
-	if !rightsOf(r.Context()).MayConsume(queueName, partition) {
+	if !auth.RightsFrom(r.Context()).MayConsume(queueName, partition) {
 		return httpapi.Forbiddenf("this token may not consume %s", joinQP(queueName, partition))
 	}
 	res, err := s.store.Seek(r.Context(), group, queueName, partition, to)
@@ -284,14 +268,14 @@ func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.afterGroupMoved(res.Released)
+	s.fx.AfterGroupMoved(res.Released)
 	if res.Partitions > 0 {
 		// Messages after the new position are to be read again.
-		s.wakeEverywhere(poller.SourceRelease, queueName, "")
+		s.fx.WakeQueue(queueName)
 	}
 	if partition != "" {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
-			"partitionName": partition, "updated": res.Partitions > 0, "cursorMovedTo": optTime(res.MovedTo)})
+			"partitionName": partition, "updated": res.Partitions > 0, "cursorMovedTo": httpapi.OptTime(res.MovedTo)})
 		return nil
 	}
 	var target any

@@ -31,6 +31,8 @@ type Deps struct {
 	Hide func(ctx context.Context, r *auth.Rights, id string) (string, error)
 	// Effects is what follows an act on the message path. Required.
 	Effects Effects
+	// Maintenance is the maintenance modes and the push buffer. Required.
+	Maintenance Maintenance
 }
 
 // Effects is what the message path does after an admin act: releases,
@@ -54,19 +56,21 @@ type service struct {
 	store  *queue.Store
 	hide   func(ctx context.Context, r *auth.Rights, id string) (string, error)
 	fx     Effects
+	maint  Maintenance
 }
 
 // Register registers the admin routes on rt.
 func Register(rt Routes, d Deps) error {
 	fx := d.Effects
 	if rt.Read == nil || rt.Handle == nil || d.Store == nil || d.Hide == nil ||
-		fx.AfterGroupMoved == nil || fx.WakeQueue == nil || fx.AfterReplay == nil || fx.AfterPurge == nil {
-		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide and every Deps.Effects func are required")
+		fx.AfterGroupMoved == nil || fx.WakeQueue == nil || fx.AfterReplay == nil || fx.AfterPurge == nil || d.Maintenance == nil {
+		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide, every Deps.Effects func and Deps.Maintenance are required")
 	}
-	s := &service{routes: rt, store: d.Store, hide: d.Hide, fx: fx}
+	s := &service{routes: rt, store: d.Store, hide: d.Hide, fx: fx, maint: d.Maintenance}
 	s.dlqRoutes()           // dlq.go
 	s.consumerGroupRoutes() // groups.go
 	s.traceRoutes()         // traces.go
+	s.maintenanceRoutes()   // maintenance.go
 	// The console's overview of what each group has not finished (admin).
 	s.routes.Read("GET /api/v1/status/backlog", "status_backlog", auth.RoleAdmin, s.handleBacklog) // backlog.go
 	return nil

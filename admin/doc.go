@@ -3,10 +3,12 @@
 // path. So far: consumer groups (groups.go: list, lagging, details,
 // delete, subscription, seek), the dead-letter queue (dlq.go: list, one,
 // replay, purge), traces (traces.go: record and read notes attached to
-// messages) and the backlog overview (backlog.go: the hygiene loop's
-// latest sample of what each group has not finished). The browse,
-// maintenance and analytics routes are still the gateway's
-// (gateway/handler_browse*.go, gateway/handler_maintenance.go,
+// messages), the maintenance switches (maintenance.go: read and set push
+// and pop maintenance; the modes themselves and the push buffer are the
+// message path's, gateway/maintenance.go, reached through Maintenance) and
+// the backlog overview (backlog.go: the hygiene loop's latest sample of
+// what each group has not finished). The browse and analytics routes are
+// still the gateway's (gateway/handler_browse*.go,
 // gateway/handler_analytics.go) and move here next.
 //
 // It registers its routes through the gateway's registration (Routes:

@@ -391,9 +391,10 @@ func (s *Server) routes() error {
 	s.read("GET /console/", "console", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
 	// Every queue's name and lag, every instance: not for a tenant's token.
 	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
-	// The reference server's admin, browsing and group API (issue 19).
-	s.maintenanceRoutes() // handler_maintenance.go
-	s.browseRoutes()      // handler_browse.go
+	// The reference server's name for the stats of the shared state.
+	s.read("GET /api/v1/system/shared-state", "shared_state", auth.RoleAdmin, s.handleStats)
+	// The reference server's browsing API.
+	s.browseRoutes() // handler_browse.go
 	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) error {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -401,9 +402,10 @@ func (s *Server) routes() error {
 	s.handle("/", "not_found", auth.RoleNone, func(_ http.ResponseWriter, r *http.Request) error {
 		return httpapi.Status(http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
-	// Administration (admin/): consumer groups, the DLQ, traces, the backlog overview.
+	// Administration (admin/): consumer groups, the DLQ, traces, maintenance, the backlog overview.
 	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide,
-		Effects: admin.Effects{AfterGroupMoved: s.afterGroupMoved, WakeQueue: s.wakeQueue, AfterReplay: s.afterReplay, AfterPurge: s.afterPurge}})
+		Effects:     admin.Effects{AfterGroupMoved: s.afterGroupMoved, WakeQueue: s.wakeQueue, AfterReplay: s.afterReplay, AfterPurge: s.afterPurge},
+		Maintenance: s.maint})
 }
 
 // Drain starts a graceful shutdown: nothing new is leased to streams,

@@ -1,7 +1,8 @@
-package gateway
+package admin
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 
@@ -11,13 +12,11 @@ import (
 )
 
 // maintenanceRoutes registers the routes of maintenance modes: push and pop.
-func (s *Server) maintenanceRoutes() {
-	s.read("GET /api/v1/system/maintenance", "maintenance", auth.RoleAdmin, s.handleMaintenanceGet)
-	s.handle("POST /api/v1/system/maintenance", "maintenance_set", auth.RoleAdmin, s.handleMaintenanceSet)
-	s.read("GET /api/v1/system/maintenance/pop", "pop_maintenance", auth.RoleAdmin, s.handlePopMaintenanceGet)
-	s.handle("POST /api/v1/system/maintenance/pop", "pop_maintenance_set", auth.RoleAdmin, s.handlePopMaintenanceSet)
-	// The reference server's name for the stats of the shared state.
-	s.read("GET /api/v1/system/shared-state", "shared_state", auth.RoleAdmin, s.handleStats)
+func (s *service) maintenanceRoutes() {
+	s.routes.Read("GET /api/v1/system/maintenance", "maintenance", auth.RoleAdmin, s.handleMaintenanceGet)
+	s.routes.Handle("POST /api/v1/system/maintenance", "maintenance_set", auth.RoleAdmin, s.handleMaintenanceSet)
+	s.routes.Read("GET /api/v1/system/maintenance/pop", "pop_maintenance", auth.RoleAdmin, s.handlePopMaintenanceGet)
+	s.routes.Handle("POST /api/v1/system/maintenance/pop", "pop_maintenance_set", auth.RoleAdmin, s.handlePopMaintenanceSet)
 }
 
 // maintenanceJSON is GET /api/v1/system/maintenance, in the reference
@@ -60,52 +59,38 @@ type popMaintenanceJSON struct {
 	Message            string `json:"message"`
 }
 
-// currentMaintenance reads the switches from the database and applies
-// them; when the database cannot be read, it answers with what this
-// instance knows (and dbHealthy turns false).
-func (s *Server) currentMaintenance(r *http.Request) queue.SystemState {
-	if st, err := s.maint.load(r.Context(), "request"); err == nil {
-		return st
-	}
-	return queue.SystemState{Maintenance: s.maint.push.Load(), PopMaintenance: s.maint.pop.Load()}
-}
-
-// bufferHealthy: this instance has a buffer and it accepts appends.
-func (m *maintenance) bufferHealthy() bool { return m.spool != nil && m.stats().Healthy }
-
-func (s *Server) handleMaintenanceGet(w http.ResponseWriter, r *http.Request) error {
-	st := s.currentMaintenance(r)
-	m := s.maint
-	n := m.stats().Records
+func (s *service) handleMaintenanceGet(w http.ResponseWriter, r *http.Request) error {
+	st := s.maint.Current(r.Context())
+	b := s.maint.Buffer()
 	httpapi.WriteJSON(w, http.StatusOK, maintenanceJSON{MaintenanceMode: st.Maintenance, PopMaintenanceMode: st.PopMaintenance,
-		BufferedMessages: n, BufferHealthy: m.bufferHealthy(),
-		BufferStats: bufferStatsJSON{PendingCount: n, FailedCount: int(m.droppedN.Load()), DBHealthy: m.dbHealthy.Load()}})
+		BufferedMessages: b.Records, BufferHealthy: b.Healthy,
+		BufferStats: bufferStatsJSON{PendingCount: b.Records, FailedCount: b.Dropped, DBHealthy: b.DBHealthy}})
 	return nil
 }
 
-func (s *Server) handlePopMaintenanceGet(w http.ResponseWriter, r *http.Request) error {
-	st := s.currentMaintenance(r)
+func (s *service) handlePopMaintenanceGet(w http.ResponseWriter, r *http.Request) error {
+	st := s.maint.Current(r.Context())
 	httpapi.WriteJSON(w, http.StatusOK, popMaintenanceJSON{PopMaintenanceMode: st.PopMaintenance, Message: popMessage(st.PopMaintenance, false)})
 	return nil
 }
 
-func (s *Server) handleMaintenanceSet(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleMaintenanceSet(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.setMaintenance(r, queue.StateMaintenance)
 	if err != nil {
 		return err
 	}
-	m := s.maint
-	n := m.stats().Records
+	b := s.maint.Buffer()
+	n := b.Records
 	msg := "Maintenance mode enabled: pushes are written to each instance's disk buffer, not to the database, until it is disabled"
 	if !st.Maintenance {
 		msg = fmt.Sprintf("Maintenance mode disabled: every instance drains its push buffer into the database (%d messages wait on this one)", n)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, maintenanceSetJSON{MaintenanceMode: st.Maintenance, BufferedMessages: n,
-		BufferHealthy: m.bufferHealthy(), Message: msg})
+		BufferHealthy: b.Healthy, Message: msg})
 	return nil
 }
 
-func (s *Server) handlePopMaintenanceSet(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handlePopMaintenanceSet(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.setMaintenance(r, queue.StatePopMaintenance)
 	if err != nil {
 		return err
@@ -126,10 +111,10 @@ func popMessage(on, switched bool) string {
 	return "Pop maintenance mode is off"
 }
 
-// setMaintenance reads {"enabled": bool}, stores the switch, applies it
-// here at once and tells the other instances (the transaction's NOTIFY,
-// and Config.OnMaintenance: syncnet).
-func (s *Server) setMaintenance(r *http.Request, key string) (queue.SystemState, error) {
+// setMaintenance reads {"enabled": bool} and sets the switch
+// (Maintenance.Set: stored, applied here at once, told to the other
+// instances).
+func (s *service) setMaintenance(r *http.Request, key string) (queue.SystemState, error) {
 	obj, err := httpapi.ReadObject(r)
 	if err != nil {
 		return queue.SystemState{}, err
@@ -139,13 +124,26 @@ func (s *Server) setMaintenance(r *http.Request, key string) (queue.SystemState,
 		return queue.SystemState{}, httpapi.BadRequest("enabled (boolean) is required")
 	}
 	enabled := raw[0] == 't'
-	st, err := s.store.SetSystemFlag(r.Context(), key, enabled)
-	if err != nil {
-		return queue.SystemState{}, err
-	}
-	s.maint.apply(st, "request")
-	if s.cfg.OnMaintenance != nil {
-		s.cfg.OnMaintenance(key == queue.StatePopMaintenance, enabled)
-	}
-	return st, nil
+	return s.maint.Set(r.Context(), key, enabled)
+}
+
+// Maintenance is the maintenance modes' switches and this instance's push
+// buffer, as the message path keeps them (gateway/maintenance.go).
+type Maintenance interface {
+	// Current reads the switches from the database and applies them; when
+	// the database cannot be read, it answers what this instance knows.
+	Current(ctx context.Context) queue.SystemState
+	// Set stores a switch (queue.StateMaintenance, queue.StatePopMaintenance),
+	// applies it here at once and tells the other instances.
+	Set(ctx context.Context, key string, enabled bool) (queue.SystemState, error)
+	// Buffer reports this instance's push buffer.
+	Buffer() BufferState
+}
+
+// BufferState is this instance's push buffer.
+type BufferState struct {
+	Records   int  // messages waiting in it
+	Healthy   bool // there is a buffer and it accepts appends
+	Dropped   int  // messages the drain could never store
+	DBHealthy bool // the last read of the switches or drain reached the database
 }

@@ -29,6 +29,10 @@ type Deps struct {
 	// answers for it as for an unknown one (gateway/authorize.go says why).
 	// Rights nil: id. Required.
 	Hide func(ctx context.Context, r *auth.Rights, id string) (string, error)
+	// Visible returns the names of the partitions among ids that exist and
+	// that the rights may consume (every one that exists, rights nil),
+	// keyed in lower case. Required.
+	Visible func(ctx context.Context, r *auth.Rights, ids []string) (map[string]queue.PartitionName, error)
 	// Effects is what follows an act on the message path. Required.
 	Effects Effects
 	// Maintenance is the maintenance modes and the push buffer. Required.
@@ -48,29 +52,35 @@ type Effects struct {
 	AfterReplay func(*queue.DLQActResult)
 	// AfterPurge counts a DLQ purge.
 	AfterPurge func(*queue.DLQActResult)
+	// AfterMessageDeleted follows the deletion of one message: the
+	// streams holding it get their credit back, the leases it ended are
+	// released and their waiters woken.
+	AfterMessageDeleted func(res *queue.DeleteResult, partitionID, transactionID string)
 }
 
 // service is the admin routes' handlers and what they use.
 type service struct {
-	routes Routes
-	store  *queue.Store
-	hide   func(ctx context.Context, r *auth.Rights, id string) (string, error)
-	fx     Effects
-	maint  Maintenance
+	routes  Routes
+	store   *queue.Store
+	hide    func(ctx context.Context, r *auth.Rights, id string) (string, error)
+	visible func(ctx context.Context, r *auth.Rights, ids []string) (map[string]queue.PartitionName, error)
+	fx      Effects
+	maint   Maintenance
 }
 
 // Register registers the admin routes on rt.
 func Register(rt Routes, d Deps) error {
 	fx := d.Effects
 	if rt.Read == nil || rt.Handle == nil || d.Store == nil || d.Hide == nil ||
-		fx.AfterGroupMoved == nil || fx.WakeQueue == nil || fx.AfterReplay == nil || fx.AfterPurge == nil || d.Maintenance == nil {
-		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide, every Deps.Effects func and Deps.Maintenance are required")
+		fx.AfterGroupMoved == nil || fx.WakeQueue == nil || fx.AfterReplay == nil || fx.AfterPurge == nil || fx.AfterMessageDeleted == nil || d.Maintenance == nil || d.Visible == nil {
+		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide, Deps.Visible, every Deps.Effects func and Deps.Maintenance are required")
 	}
-	s := &service{routes: rt, store: d.Store, hide: d.Hide, fx: fx, maint: d.Maintenance}
+	s := &service{routes: rt, store: d.Store, hide: d.Hide, visible: d.Visible, fx: fx, maint: d.Maintenance}
 	s.dlqRoutes()           // dlq.go
 	s.consumerGroupRoutes() // groups.go
 	s.traceRoutes()         // traces.go
 	s.maintenanceRoutes()   // maintenance.go
+	s.browseRoutes()        // browse.go
 	// The console's overview of what each group has not finished (admin).
 	s.routes.Read("GET /api/v1/status/backlog", "status_backlog", auth.RoleAdmin, s.handleBacklog) // backlog.go
 	return nil

@@ -196,3 +196,18 @@ func (s *Server) afterPurge(res *queue.DLQActResult) {
 		s.metrics.dlqPurged.WithLabelValues(q).Add(float64(n))
 	}
 }
+
+// afterMessageDeleted follows the deletion of one message (an admin act):
+// a stream of this instance holding it gets its credit back, and a live
+// lease it ended is released (and its waiters woken).
+func (s *Server) afterMessageDeleted(res *queue.DeleteResult, pid, txid string) {
+	for _, l := range res.Leases {
+		s.deliveries.settle(deliveryKey{l.LeaseID, pid, txid})
+		switch {
+		case l.Released && l.Pending:
+			s.afterRelease(poller.SourceAck, res.Queue, res.Partition, pid, l.Group)
+		case l.Released:
+			s.poller.LeaseReleased(res.Queue, res.Partition, pid, l.Group)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/heraldmq/herald/admin"
 	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/httpapi"
 )
@@ -54,19 +55,19 @@ func (s *Server) analyticsParams(r *http.Request) (analyticsQuery, error) {
 	q := r.URL.Query()
 	var a analyticsQuery
 	var err error
-	if a.from, a.to, err = timeRange(q, time.Hour); err != nil {
+	if a.from, a.to, err = admin.TimeRange(q, time.Hour); err != nil {
 		return a, err
 	}
 	if a.to.Sub(a.from) > AnalyticsMaxWindow {
 		return a, httpapi.BadRequestf("from and to must be at most %s apart", AnalyticsMaxWindow)
 	}
-	a.bucket = bucketMinutes(a.to.Sub(a.from))
-	name, err := nameParam(q, "queue", "queue")
+	a.bucket = admin.BucketMinutes(a.to.Sub(a.from))
+	name, err := admin.NameParam(q, "queue", "queue")
 	if err != nil {
 		return a, err
 	}
 	rights := rightsOf(r.Context())
-	if err := checkQueueRead(rights, name); err != nil {
+	if err := admin.CheckQueueRead(rights, name); err != nil {
 		return a, err
 	}
 	a.keep = func(qn string) bool {
@@ -119,7 +120,7 @@ func localPort(r *http.Request) int {
 // minute m.
 func bucketOfMinute(m int64, bucket int) int64 { return m - m%int64(bucket) }
 
-func minuteTime(m int64) string { return time.Unix(m*60, 0).UTC().Format(bucketTime) }
+func minuteTime(m int64) string { return time.Unix(m*60, 0).UTC().Format(admin.BucketTime) }
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 

@@ -393,8 +393,9 @@ func (s *Server) routes() error {
 	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
 	// The reference server's name for the stats of the shared state.
 	s.read("GET /api/v1/system/shared-state", "shared_state", auth.RoleAdmin, s.handleStats)
-	// The reference server's browsing API.
-	s.browseRoutes() // handler_browse.go
+	// What this instance measures as it serves: its analytics and rates.
+	s.analyticsRoutes()                                                                  // handler_analytics.go
+	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates) // rates.go
 	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) error {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -403,8 +404,9 @@ func (s *Server) routes() error {
 		return httpapi.Status(http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
 	// Administration (admin/): consumer groups, the DLQ, traces, maintenance, the backlog overview.
-	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide,
-		Effects:     admin.Effects{AfterGroupMoved: s.afterGroupMoved, WakeQueue: s.wakeQueue, AfterReplay: s.afterReplay, AfterPurge: s.afterPurge},
+	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide, Visible: s.visible,
+		Effects: admin.Effects{AfterGroupMoved: s.afterGroupMoved, WakeQueue: s.wakeQueue, AfterReplay: s.afterReplay, AfterPurge: s.afterPurge,
+			AfterMessageDeleted: s.afterMessageDeleted},
 		Maintenance: s.maint})
 }
 

@@ -1,12 +1,12 @@
-package gateway
+package admin
 
 import (
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/httpapi"
-	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -57,10 +57,10 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 	q := r.URL.Query()
 	var qry queue.MessageQuery
 	var err error
-	if qry.Queue, err = nameParam(q, "queue", "queue"); err != nil {
+	if qry.Queue, err = NameParam(q, "queue", "queue"); err != nil {
 		return qry, err
 	}
-	if qry.Partition, err = nameParam(q, "partition", "partition"); err != nil {
+	if qry.Partition, err = NameParam(q, "partition", "partition"); err != nil {
 		return qry, err
 	}
 	qry.Namespace, qry.Task = q.Get("ns"), q.Get("task")
@@ -72,7 +72,7 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 	}
 	switch {
 	case window > 0:
-		if qry.From, qry.To, err = timeRange(q, window); err != nil {
+		if qry.From, qry.To, err = TimeRange(q, window); err != nil {
 			return qry, err
 		}
 		if q.Get("to") == "" {
@@ -89,8 +89,8 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 			return qry, httpapi.BadRequestf("from must be before to")
 		}
 	}
-	rights := rightsOf(r.Context())
-	if err := checkQueueRead(rights, qry.Queue); err != nil {
+	rights := auth.RightsFrom(r.Context())
+	if err := CheckQueueRead(rights, qry.Queue); err != nil {
 		return qry, err
 	}
 	if qry.Queue != "" && qry.Partition != "" && !rights.MayConsume(qry.Queue, qry.Partition) {
@@ -110,7 +110,7 @@ type messagesJSON struct {
 }
 
 // handleMessages lists messages newest first, without payloads.
-func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleMessages(w http.ResponseWriter, r *http.Request) error {
 	qry, err := messageQuery(r, 200, time.Hour)
 	if err != nil {
 		return err
@@ -133,15 +133,15 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) error {
 
 // checkMessage refuses a path whose partition id is not a UUID (400); a
 // partition that does not exist, or that the token may not consume, is
-// ErrMessageNotFound, after the same lookup (see nowhere). The partition
+// ErrMessageNotFound, after the same lookup (see gateway/authorize.go). The partition
 // id is read in any case and returned in lower case.
-func (s *Server) checkMessage(r *http.Request) (partitionID, transactionID string, err error) {
+func (s *service) checkMessage(r *http.Request) (partitionID, transactionID string, err error) {
 	partitionID, transactionID = r.PathValue("partitionId"), r.PathValue("transactionId")
 	if !queue.ValidUUID(partitionID) {
 		return "", "", httpapi.BadRequestf("partitionId must be a UUID")
 	}
 	partitionID = strings.ToLower(partitionID)
-	names, err := s.visible(r.Context(), rightsOf(r.Context()), []string{partitionID})
+	names, err := s.visible(r.Context(), auth.RightsFrom(r.Context()), []string{partitionID})
 	if err != nil {
 		return "", "", err
 	}
@@ -199,7 +199,7 @@ type messageModeJSON struct {
 // handleMessage answers one message with its payload (decrypted as a pop
 // decrypts it; null when it fails to), or, when the message is gone but
 // was dead-lettered, its dead-lettered copy.
-func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleMessage(w http.ResponseWriter, r *http.Request) error {
 	pid, txid, err := s.checkMessage(r)
 	if err != nil {
 		return browseError(err)
@@ -239,7 +239,7 @@ type deletedJSON struct {
 // consumer group counts it as finished (queue.DeleteMessage): cursors move
 // over it, a live lease it ends is released (and its waiters woken), and
 // a stream of this instance holding it gets its credit back.
-func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleDeleteMessage(w http.ResponseWriter, r *http.Request) error {
 	pid, txid, err := s.checkMessage(r)
 	if err != nil {
 		return browseError(err)
@@ -248,15 +248,7 @@ func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return browseError(err)
 	}
-	for _, l := range res.Leases {
-		s.deliveries.settle(deliveryKey{l.LeaseID, pid, txid})
-		switch {
-		case l.Released && l.Pending:
-			s.afterRelease(poller.SourceAck, res.Queue, res.Partition, pid, l.Group)
-		case l.Released:
-			s.poller.LeaseReleased(res.Queue, res.Partition, pid, l.Group)
-		}
-	}
+	s.fx.AfterMessageDeleted(res, pid, txid)
 	httpapi.WriteJSON(w, http.StatusOK, deletedJSON{Success: true, PartitionID: pid, TransactionID: txid,
 		Message: "Message deleted successfully"})
 	return nil

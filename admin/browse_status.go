@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
@@ -13,20 +14,20 @@ import (
 // statusFilter reads the queue, namespace and task of a status read; a
 // queue outside the token's rights is 403.
 func statusFilter(r *http.Request, q url.Values) (queue.StatusFilter, error) {
-	name, err := nameParam(q, "queue", "queue")
+	name, err := NameParam(q, "queue", "queue")
 	if err != nil {
 		return queue.StatusFilter{}, err
 	}
-	rights := rightsOf(r.Context())
-	if err := checkQueueRead(rights, name); err != nil {
+	rights := auth.RightsFrom(r.Context())
+	if err := CheckQueueRead(rights, name); err != nil {
 		return queue.StatusFilter{}, err
 	}
 	return queue.StatusFilter{Queue: name, Namespace: q.Get("namespace"), Task: q.Get("task"), Scope: browseScope(rights)}, nil
 }
 
-// bucketMinutes is the reference server's bucket for a window: the longer
+// BucketMinutes is the reference server's bucket for a window: the longer
 // the window, the coarser.
-func bucketMinutes(window time.Duration) int {
+func BucketMinutes(window time.Duration) int {
 	switch {
 	case window <= time.Hour:
 		return 1
@@ -101,9 +102,9 @@ type statusJSON struct {
 // series (throughput buckets, workers, request counters) are empty or
 // zero: this instance's history is served by the analytics routes
 // (handler_analytics.go); from and to are checked and echoed.
-func (s *Server) handleStatusDashboard(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleStatusDashboard(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	from, to, err := timeRange(q, time.Hour)
+	from, to, err := TimeRange(q, time.Hour)
 	if err != nil {
 		return err
 	}
@@ -126,7 +127,7 @@ func (s *Server) handleStatusDashboard(w http.ResponseWriter, r *http.Request) e
 	}
 	var out statusJSON
 	out.TimeRange.From, out.TimeRange.To = httpapi.FormatMilli(from), httpapi.FormatMilli(to)
-	out.BucketMinutes = bucketMinutes(to.Sub(from))
+	out.BucketMinutes = BucketMinutes(to.Sub(from))
 	out.Throughput, out.Workers, out.Queues = []any{}, []any{}, []statusQueueJSON{}
 	for _, qs := range list.Queues {
 		out.Messages.add(qs.Counts)
@@ -149,7 +150,7 @@ func (s *Server) handleStatusDashboard(w http.ResponseWriter, r *http.Request) e
 
 // handleStatusQueues lists queues newest first; pending counts what is
 // leased too, as the reference server's does here.
-func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleStatusQueues(w http.ResponseWriter, r *http.Request) error {
 	return s.listQueues(w, r, 100, true)
 }
 
@@ -199,7 +200,7 @@ type statusQueueDetailJSON struct {
 
 // handleStatusQueue answers one queue with its settings, totals and a page
 // of its partitions (limit ≤ 1000, default 1000).
-func (s *Server) handleStatusQueue(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleStatusQueue(w http.ResponseWriter, r *http.Request) error {
 	page, limit, offset, err := s.partitionPage(r, r.PathValue("queue"), queue.MaxBrowseLimit, false)
 	if err != nil {
 		return browseError(err)
@@ -237,7 +238,7 @@ type statusMessageJSON struct {
 
 // handleStatusQueueMessages answers a bare array of one queue's messages,
 // newest first (limit 50, offset), whatever their age.
-func (s *Server) handleStatusQueueMessages(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleStatusQueueMessages(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("queue")
 	if err := queue.ValidateName("queue", name); err != nil {
 		return err
@@ -246,7 +247,7 @@ func (s *Server) handleStatusQueueMessages(w http.ResponseWriter, r *http.Reques
 	if err != nil {
 		return err
 	}
-	if err := checkQueueRead(rightsOf(r.Context()), name); err != nil {
+	if err := CheckQueueRead(auth.RightsFrom(r.Context()), name); err != nil {
 		return err
 	}
 	if _, err := s.store.QueueID(r.Context(), name); err != nil {
@@ -272,14 +273,14 @@ type dataPointJSON struct {
 	Messages  int64  `json:"messages"`
 }
 
-// bucketTime is the reference server's time-series timestamp: seconds.
-const bucketTime = "2006-01-02T15:04:05Z"
+// BucketTime is the reference server's time-series timestamp: seconds.
+const BucketTime = "2006-01-02T15:04:05Z"
 
 // handleStatusAnalytics counts stored messages by creation time (minute,
 // hour or day buckets, every one of the range present).
-func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	from, to, err := timeRange(q, 24*time.Hour)
+	from, to, err := TimeRange(q, 24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -300,7 +301,7 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) e
 	}
 	points := make([]dataPointJSON, len(buckets))
 	for i, b := range buckets {
-		points[i] = dataPointJSON{Timestamp: b.Start.UTC().Format(bucketTime), Messages: b.Messages}
+		points[i] = dataPointJSON{Timestamp: b.Start.UTC().Format(BucketTime), Messages: b.Messages}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, struct {
 		DataPoints []dataPointJSON `json:"dataPoints"`
@@ -314,7 +315,7 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) e
 // handleStatusBuffers answers as the reference server's does for its local
 // disk buffer, which Herald has none of: nothing pending or failed; whether
 // the database answers now.
-func (s *Server) handleStatusBuffers(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleStatusBuffers(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	healthy := s.store.Ping(ctx) == nil
@@ -325,6 +326,6 @@ func (s *Server) handleStatusBuffers(w http.ResponseWriter, r *http.Request) err
 		Failed    int  `json:"failed"`
 		DBHealthy bool `json:"dbHealthy"`
 		Worker    int  `json:"worker"`
-	}{Pending: s.maint.stats().Records, DBHealthy: healthy})
+	}{Pending: s.maint.Buffer().Records, DBHealthy: healthy})
 	return nil
 }

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"errors"
@@ -22,25 +22,23 @@ import (
 // With a token whose rights (the herald claim) name queues and partitions,
 // lists show only what it may consume, naming any other queue or partition
 // is 403, and a message of another partition (named by the partition's
-// id) is not found, as one that does not exist (see nowhere).
-func (s *Server) browseRoutes() {
-	s.read("GET /api/v1/resources/overview", "resources_overview", auth.RoleReadOnly, s.handleOverview)
-	s.read("GET /api/v1/resources/namespaces", "resources_namespaces", auth.RoleReadOnly, s.handleNamespaces)
-	s.read("GET /api/v1/resources/tasks", "resources_tasks", auth.RoleReadOnly, s.handleTasks)
-	s.read("GET /api/v1/resources/queues", "resources_queues", auth.RoleReadOnly, s.handleResourceQueues)
-	s.read("GET /api/v1/resources/queues/{queue}", "resources_queue", auth.RoleReadOnly, s.handleResourceQueue)
-	s.read("GET /api/v1/resources/partitions", "resources_partitions", auth.RoleReadOnly, s.handlePartitions)
-	s.read("GET /api/v1/messages", "messages", auth.RoleReadOnly, s.handleMessages)
-	s.read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", auth.RoleReadOnly, s.handleMessage)
-	s.handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", auth.RoleReadWrite, s.handleDeleteMessage)
-	s.read("GET /api/v1/status", "status_dashboard", auth.RoleReadOnly, s.handleStatusDashboard)
-	s.read("GET /api/v1/status/queues", "status_queues", auth.RoleReadOnly, s.handleStatusQueues)
-	s.read("GET /api/v1/status/queues/{queue}", "status_queue", auth.RoleReadOnly, s.handleStatusQueue)
-	s.read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", auth.RoleReadOnly, s.handleStatusQueueMessages)
-	s.read("GET /api/v1/status/analytics", "status_analytics", auth.RoleReadOnly, s.handleStatusAnalytics)
-	s.read("GET /api/v1/status/buffers", "status_buffers", auth.RoleReadOnly, s.handleStatusBuffers)
-	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates) // rates.go
-	s.analyticsRoutes()                                                                  // handler_analytics.go
+// id) is not found, as one that does not exist (see gateway/authorize.go).
+func (s *service) browseRoutes() {
+	s.routes.Read("GET /api/v1/resources/overview", "resources_overview", auth.RoleReadOnly, s.handleOverview)
+	s.routes.Read("GET /api/v1/resources/namespaces", "resources_namespaces", auth.RoleReadOnly, s.handleNamespaces)
+	s.routes.Read("GET /api/v1/resources/tasks", "resources_tasks", auth.RoleReadOnly, s.handleTasks)
+	s.routes.Read("GET /api/v1/resources/queues", "resources_queues", auth.RoleReadOnly, s.handleResourceQueues)
+	s.routes.Read("GET /api/v1/resources/queues/{queue}", "resources_queue", auth.RoleReadOnly, s.handleResourceQueue)
+	s.routes.Read("GET /api/v1/resources/partitions", "resources_partitions", auth.RoleReadOnly, s.handlePartitions)
+	s.routes.Read("GET /api/v1/messages", "messages", auth.RoleReadOnly, s.handleMessages)
+	s.routes.Read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", auth.RoleReadOnly, s.handleMessage)
+	s.routes.Handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", auth.RoleReadWrite, s.handleDeleteMessage)
+	s.routes.Read("GET /api/v1/status", "status_dashboard", auth.RoleReadOnly, s.handleStatusDashboard)
+	s.routes.Read("GET /api/v1/status/queues", "status_queues", auth.RoleReadOnly, s.handleStatusQueues)
+	s.routes.Read("GET /api/v1/status/queues/{queue}", "status_queue", auth.RoleReadOnly, s.handleStatusQueue)
+	s.routes.Read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", auth.RoleReadOnly, s.handleStatusQueueMessages)
+	s.routes.Read("GET /api/v1/status/analytics", "status_analytics", auth.RoleReadOnly, s.handleStatusAnalytics)
+	s.routes.Read("GET /api/v1/status/buffers", "status_buffers", auth.RoleReadOnly, s.handleStatusBuffers)
 }
 
 // browseError is err as a browse answers it: 404 for what a browse names
@@ -74,8 +72,8 @@ func browseScope(r *auth.Rights) *queue.Scope {
 	return sc
 }
 
-// checkQueueRead refuses a read naming a queue the token may read nothing of.
-func checkQueueRead(r *auth.Rights, queue string) error {
+// CheckQueueRead refuses a read naming a queue the token may read nothing of.
+func CheckQueueRead(r *auth.Rights, queue string) error {
 	if queue != "" && !r.MaySeeQueue(queue) {
 		return httpapi.Forbiddenf("this token may not read queue %s", queue)
 	}
@@ -95,9 +93,9 @@ func timeParam(q url.Values, name string, def time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// timeRange reads from and to, defaulting to the span before now; from
+// TimeRange reads from and to, defaulting to the span before now; from
 // must come before to.
-func timeRange(q url.Values, span time.Duration) (from, to time.Time, err error) {
+func TimeRange(q url.Values, span time.Duration) (from, to time.Time, err error) {
 	now := time.Now()
 	if to, err = timeParam(q, "to", now); err != nil {
 		return
@@ -111,8 +109,8 @@ func timeRange(q url.Values, span time.Duration) (from, to time.Time, err error)
 	return
 }
 
-// nameParam reads an optional queue or partition name.
-func nameParam(q url.Values, param, kind string) (string, error) {
+// NameParam reads an optional queue or partition name.
+func NameParam(q url.Values, param, kind string) (string, error) {
 	v := q.Get(param)
 	if v == "" {
 		return "", nil
@@ -178,8 +176,8 @@ type overviewJSON struct {
 // handleOverview sums every queue in scope. Cost: browseQueues over all
 // queues, the lag of the pairs with messages waiting, and the messages of
 // the last minute.
-func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) error {
-	f := queue.StatusFilter{Scope: browseScope(rightsOf(r.Context()))}
+func (s *service) handleOverview(w http.ResponseWriter, r *http.Request) error {
+	f := queue.StatusFilter{Scope: browseScope(auth.RightsFrom(r.Context()))}
 	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: f.Scope})
 	if err != nil {
 		return err
@@ -223,12 +221,12 @@ type groupSummaryJSON struct {
 	} `json:"messages"`
 }
 
-func (s *Server) handleNamespaces(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleNamespaces(w http.ResponseWriter, r *http.Request) error {
 	return s.groupQueues(w, r, "namespaces", func(q queue.QueueSummary) string { return q.Namespace },
 		func(g *groupSummaryJSON, name string) { g.Namespace = &name })
 }
 
-func (s *Server) handleTasks(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleTasks(w http.ResponseWriter, r *http.Request) error {
 	return s.groupQueues(w, r, "tasks", func(q queue.QueueSummary) string { return q.Task },
 		func(g *groupSummaryJSON, name string) { g.Task = &name })
 }
@@ -236,9 +234,9 @@ func (s *Server) handleTasks(w http.ResponseWriter, r *http.Request) error {
 // groupQueues answers {list: [{namespace or task, queues, partitions,
 // messages}]}: the queues in scope grouped by of (those without one are
 // left out), sorted by name.
-func (s *Server) groupQueues(w http.ResponseWriter, r *http.Request, list string, of func(queue.QueueSummary) string,
+func (s *service) groupQueues(w http.ResponseWriter, r *http.Request, list string, of func(queue.QueueSummary) string,
 	name func(*groupSummaryJSON, string)) error {
-	all, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: browseScope(rightsOf(r.Context()))})
+	all, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: browseScope(auth.RightsFrom(r.Context()))})
 	if err != nil {
 		return err
 	}
@@ -305,14 +303,14 @@ func queueItem(q queue.QueueSummary, waiting bool) queueItemJSON {
 
 // listQueues answers a page of queues newest first (the query's search,
 // namespace and task narrow it).
-func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, def int, waiting bool) error {
+func (s *service) listQueues(w http.ResponseWriter, r *http.Request, def int, waiting bool) error {
 	q := r.URL.Query()
 	limit, offset, err := httpapi.PageParams(q, def)
 	if err != nil {
 		return err
 	}
 	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Search: q.Get("search"), Namespace: q.Get("namespace"),
-		Task: q.Get("task"), Limit: limit, Offset: offset, Scope: browseScope(rightsOf(r.Context()))})
+		Task: q.Get("task"), Limit: limit, Offset: offset, Scope: browseScope(auth.RightsFrom(r.Context()))})
 	if err != nil {
 		return err
 	}
@@ -327,13 +325,13 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, def int, wai
 	return nil
 }
 
-func (s *Server) handleResourceQueues(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleResourceQueues(w http.ResponseWriter, r *http.Request) error {
 	return s.listQueues(w, r, queue.MaxBrowseLimit, false)
 }
 
 // partitionPage reads the queue named by the path (or ?queue=) and a page of
 // its partitions, after the checks every such read makes.
-func (s *Server) partitionPage(r *http.Request, name string, def int, groups bool) (*queue.PartitionPage, int, int, error) {
+func (s *service) partitionPage(r *http.Request, name string, def int, groups bool) (*queue.PartitionPage, int, int, error) {
 	q := r.URL.Query()
 	if name == "" {
 		return nil, 0, 0, httpapi.BadRequestf("queue is required")
@@ -345,8 +343,8 @@ func (s *Server) partitionPage(r *http.Request, name string, def int, groups boo
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	rights := rightsOf(r.Context())
-	if err := checkQueueRead(rights, name); err != nil {
+	rights := auth.RightsFrom(r.Context())
+	if err := CheckQueueRead(rights, name); err != nil {
 		return nil, 0, 0, err
 	}
 	page, err := s.store.BrowsePartitions(r.Context(), queue.PartitionsQuery{Queue: name, Search: q.Get("search"),
@@ -377,7 +375,7 @@ type resourceQueueJSON struct {
 // handleResourceQueue answers one queue, its totals over every partition
 // in scope and a page of its partitions by name (limit ≤ 1000, default
 // 1000): a queue of 100,000 partitions is paged, not sent whole.
-func (s *Server) handleResourceQueue(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleResourceQueue(w http.ResponseWriter, r *http.Request) error {
 	page, limit, offset, err := s.partitionPage(r, r.PathValue("queue"), queue.MaxBrowseLimit, false)
 	if err != nil {
 		return browseError(err)
@@ -446,7 +444,7 @@ type partitionsJSON struct {
 // queue's partitions by name, paged with limit/offset or keyset (after:
 // the last name of the previous page, as next gives it), searchable, with
 // each consumer group's cursor, lag and lease.
-func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handlePartitions(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	page, limit, offset, err := s.partitionPage(r, q.Get("queue"), 100, true)
 	if err != nil {

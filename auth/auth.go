@@ -269,6 +269,15 @@ func ClaimsFrom(ctx context.Context) (Claims, bool) {
 	return c, ok
 }
 
+// RightsFrom returns the rights of the token ctx carries: nil with auth
+// off or a token without the herald claim.
+func RightsFrom(ctx context.Context) *Rights {
+	if c, ok := ClaimsFrom(ctx); ok {
+		return c.Rights
+	}
+	return nil
+}
+
 // ErrForbidden is what every refusal of a verified token wraps (403): a
 // role too low (RoleError), the cookie rule (cookie.go).
 var ErrForbidden = errors.New("forbidden")

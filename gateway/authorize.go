@@ -3,12 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -34,7 +34,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need auth.Rol
 		} else {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
 		}
-		writeError(w, status, err.Error())
+		httpapi.WriteError(w, status, err.Error())
 		return r, false
 	}
 	return r.WithContext(auth.WithClaims(r.Context(), c)), true
@@ -64,19 +64,8 @@ func (s *Server) checkToken(r *http.Request, need auth.Role, eff auth.Effect) (a
 	return c, nil
 }
 
-// rightsOf returns the rights of the request's token: nil with auth off or
-// a token without the claim.
-func rightsOf(ctx context.Context) *auth.Rights {
-	if c, ok := auth.ClaimsFrom(ctx); ok {
-		return c.Rights
-	}
-	return nil
-}
-
-// forbidden answers 403 with why.
-func forbidden(format string, args ...any) error {
-	return &badRequest{status: http.StatusForbidden, msg: fmt.Sprintf(format, args...)}
-}
+// rightsOf returns the rights of the request's token (auth.RightsFrom).
+func rightsOf(ctx context.Context) *auth.Rights { return auth.RightsFrom(ctx) }
 
 // checkProduce refuses items a token may not push (every item: one refused
 // refuses the request, nothing is stored).
@@ -90,7 +79,7 @@ func checkProduce(r *auth.Rights, items []queue.PushItem) error {
 			p = queue.DefaultPartition
 		}
 		if !r.MayProduce(it.Queue, p) {
-			return forbidden("this token may not produce to %s/%s", it.Queue, p)
+			return httpapi.Forbiddenf("this token may not produce to %s/%s", it.Queue, p)
 		}
 	}
 	return nil
@@ -107,20 +96,20 @@ func checkConsume(r *auth.Rights, req *queue.PopRequest) error {
 	}
 	if req.Queue == "" {
 		if !r.MayUseNamespace(req.Namespace, req.Task) {
-			return forbidden("this token may not pop by namespace %q and task %q", req.Namespace, req.Task)
+			return httpapi.Forbiddenf("this token may not pop by namespace %q and task %q", req.Namespace, req.Task)
 		}
 		match, ok := r.WholeQueues()
 		if !ok {
-			return forbidden("this token may consume no whole queue, so none of namespace %q and task %q", req.Namespace, req.Task)
+			return httpapi.Forbiddenf("this token may consume no whole queue, so none of namespace %q and task %q", req.Namespace, req.Task)
 		}
 		req.QueueMatch = match
 		return nil
 	}
 	if !r.MayConsume(req.Queue, req.Partition) {
 		if req.Partition == "" {
-			return forbidden("this token may not consume the whole queue %s: name a partition it may read", req.Queue)
+			return httpapi.Forbiddenf("this token may not consume the whole queue %s: name a partition it may read", req.Queue)
 		}
-		return forbidden("this token may not consume %s/%s", req.Queue, req.Partition)
+		return httpapi.Forbiddenf("this token may not consume %s/%s", req.Queue, req.Partition)
 	}
 	return nil
 }
@@ -177,6 +166,20 @@ func (s *Server) hideAcks(ctx context.Context, r *auth.Rights, acks []queue.Ack)
 		acks[i].PartitionID = hidePartition(acks[i].PartitionID, names)
 	}
 	return nil
+}
+
+// hide returns id, or nowhere when it names no partition the token may
+// consume (with rights; without, id): for the admin routes, which name one
+// partition at a time.
+func (s *Server) hide(ctx context.Context, r *auth.Rights, id string) (string, error) {
+	if r == nil {
+		return id, nil
+	}
+	names, err := s.visible(ctx, r, []string{id})
+	if err != nil {
+		return "", err
+	}
+	return hidePartition(id, names), nil
 }
 
 // hideLeases returns leaseIDs with nowhere in place of each lease held on

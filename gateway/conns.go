@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldmq/herald/internal/httpapi"
 )
 
 // The connection cap (Config.MaxConnections): every HTTP connection the
@@ -164,7 +166,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.Set("Retry-After", "5")
-	writeError(w, http.StatusServiceUnavailable, "too many connections; retry later or elsewhere")
+	httpapi.WriteError(w, http.StatusServiceUnavailable, "too many connections; retry later or elsewhere")
 }
 
 // serveHTTP is the Server's handler: requests on a connection past the cap

@@ -146,3 +146,68 @@ func (s *Server) afterRelease(source, queueName, partition, partitionID, group s
 	s.poller.Wake(source, queueName, partition)
 	s.poller.LeaseReleased(queueName, partition, partitionID, group)
 }
+
+// afterGroupMoved follows a deletion or a seek: the leases it ended are
+// released (their hints dropped, here and on the other instances) and the
+// queues are looked at again, here and elsewhere, since the group may
+// have messages to read again.
+func (s *Server) afterGroupMoved(released []queue.ReleasedLease) {
+	woken := map[string]bool{}
+	for _, l := range released {
+		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
+		if !woken[l.Queue] {
+			woken[l.Queue] = true
+			s.wakeEverywhere(poller.SourceRelease, l.Queue, "")
+		}
+	}
+}
+
+// wakeQueue wakes whoever waits on queueName, here and elsewhere, after an
+// admin act (a seek, a subscription's move) may have given it messages.
+func (s *Server) wakeQueue(queueName string) {
+	s.wakeEverywhere(poller.SourceRelease, queueName, "")
+}
+
+// afterReplay counts a replay, releases the expired leases it settled, and
+// wakes whoever waits on the partitions that have a message again, here
+// and on the other instances, as a seek does.
+func (s *Server) afterReplay(res *queue.DLQActResult) {
+	for q, n := range res.Done {
+		s.metrics.dlqReplayed.WithLabelValues(q).Add(float64(n))
+	}
+	for q, n := range res.DeadLettered {
+		s.countDLQ(q, int64(n))
+	}
+	for _, l := range res.Released {
+		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
+	}
+	woken := map[[2]string]bool{}
+	for _, o := range res.Items {
+		if k := [2]string{o.Queue, o.Partition}; o.Status == queue.DLQReplayed && !woken[k] {
+			woken[k] = true
+			s.wakeEverywhere(poller.SourceRelease, o.Queue, o.Partition)
+		}
+	}
+}
+
+// afterPurge counts a purge.
+func (s *Server) afterPurge(res *queue.DLQActResult) {
+	for q, n := range res.Done {
+		s.metrics.dlqPurged.WithLabelValues(q).Add(float64(n))
+	}
+}
+
+// afterMessageDeleted follows the deletion of one message (an admin act):
+// a stream of this instance holding it gets its credit back, and a live
+// lease it ended is released (and its waiters woken).
+func (s *Server) afterMessageDeleted(res *queue.DeleteResult, pid, txid string) {
+	for _, l := range res.Leases {
+		s.deliveries.settle(deliveryKey{l.LeaseID, pid, txid})
+		switch {
+		case l.Released && l.Pending:
+			s.afterRelease(poller.SourceAck, res.Queue, res.Partition, pid, l.Group)
+		case l.Released:
+			s.poller.LeaseReleased(res.Queue, res.Partition, pid, l.Group)
+		}
+	}
+}

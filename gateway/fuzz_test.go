@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -25,11 +26,11 @@ func FuzzRequestBodies(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r := httptest.NewRequest("POST", "/api/v1/push", bytes.NewReader(body))
-		obj, err := readObject(r)
+		obj, err := httpapi.ReadObject(r)
 		if err != nil {
 			return
 		}
-		if arr, ok := arrayField(obj, "items"); ok {
+		if arr, ok := httpapi.ArrayField(obj, "items"); ok {
 			if items, err := parsePushItems(arr); err == nil {
 				for _, it := range items {
 					if it.Queue == "" && !json.Valid(body) {
@@ -40,9 +41,9 @@ func FuzzRequestBodies(f *testing.F) {
 		}
 		_, _ = parseAck(obj, true)
 		_, _ = parseAck(obj, false)
-		if arr, ok := arrayField(obj, "acknowledgments"); ok {
+		if arr, ok := httpapi.ArrayField(obj, "acknowledgments"); ok {
 			for _, raw := range arr {
-				if item, ok := objectOf(raw); ok {
+				if item, ok := httpapi.ObjectOf(raw); ok {
 					_, _ = parseAck(item, false)
 				}
 			}
@@ -82,26 +83,5 @@ func FuzzWSFrame(f *testing.F) {
 		req := queue.PopRequest{Queue: fr.Queue, Partition: fr.Partition, Group: fr.ConsumerGroup,
 			SubscriptionMode: fr.SubscriptionMode, SubscriptionFrom: fr.SubscriptionFrom}
 		_ = req.Validate()
-	})
-}
-
-// FuzzPlainString: the fast path of stringField reads exactly what
-// json.Unmarshal reads, whenever it takes a literal at all.
-func FuzzPlainString(f *testing.F) {
-	for _, seed := range []string{`"abc"`, `""`, `"a\"b"`, `"\u00e9"`, `"é"`, "\"\xff\"", `"a` + "\t" + `b"`, `1`, `null`, `"`} {
-		f.Add([]byte(seed))
-	}
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		got, ok := plainString(raw)
-		if !ok {
-			return
-		}
-		var want string
-		if err := json.Unmarshal(raw, &want); err != nil {
-			t.Fatalf("plainString took %q, which json.Unmarshal refuses: %v", raw, err)
-		}
-		if got != want {
-			t.Fatalf("plainString(%q) = %q, json.Unmarshal gives %q", raw, got, want)
-		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -20,8 +21,8 @@ type ackJSON struct {
 }
 
 func ackResultJSON(r queue.AckResult) ackJSON {
-	return ackJSON{DLQ: r.DLQ, Error: nullable(r.Error), Index: r.Index, LeaseReleased: r.LeaseReleased,
-		PartitionName: nullable(r.Partition), QueueName: nullable(r.Queue), Success: r.Success, TransactionID: r.TransactionID}
+	return ackJSON{DLQ: r.DLQ, Error: httpapi.Nullable(r.Error), Index: r.Index, LeaseReleased: r.LeaseReleased,
+		PartitionName: httpapi.Nullable(r.Partition), QueueName: httpapi.Nullable(r.Queue), Success: r.Success, TransactionID: r.TransactionID}
 }
 
 // parseAck reads one acknowledgement object. single selects the error texts
@@ -34,34 +35,34 @@ func parseAck(obj map[string]json.RawMessage, single bool) (queue.Ack, error) {
 // parseAckItem is parseAck over a decoded item.
 func parseAckItem(it *ackItemJSON, single bool) (queue.Ack, error) {
 	var a queue.Ack
-	txid, ok, err := stringValue(it.TransactionID, "transactionId")
+	txid, ok, err := httpapi.StringValue(it.TransactionID, "transactionId")
 	if err != nil || !ok || txid == "" {
 		if single {
-			return a, badRequestf("transactionId is required")
+			return a, httpapi.BadRequestf("transactionId is required")
 		}
-		return a, badRequestf("Each acknowledgment must have a transactionId string")
+		return a, httpapi.BadRequestf("Each acknowledgment must have a transactionId string")
 	}
-	pid, ok, err := stringValue(it.PartitionID, "partitionId")
+	pid, ok, err := httpapi.StringValue(it.PartitionID, "partitionId")
 	if err != nil || !ok || pid == "" {
 		if single {
-			return a, badRequestf("partitionId is required to ensure message uniqueness")
+			return a, httpapi.BadRequestf("partitionId is required to ensure message uniqueness")
 		}
-		return a, badRequestf("Each acknowledgment must have a valid partitionId string to ensure message uniqueness")
+		return a, httpapi.BadRequestf("Each acknowledgment must have a valid partitionId string to ensure message uniqueness")
 	}
 	a.TransactionID, a.PartitionID = txid, anyCase(pid)
-	if a.LeaseID, _, err = stringValue(it.LeaseID, "leaseId"); err != nil {
-		return a, badRequestf("%v", err)
+	if a.LeaseID, _, err = httpapi.StringValue(it.LeaseID, "leaseId"); err != nil {
+		return a, httpapi.BadRequestf("%v", err)
 	}
 	a.LeaseID = anyCase(a.LeaseID)
-	if a.Group, _, err = stringValue(it.ConsumerGroup, "consumerGroup"); err != nil {
-		return a, badRequestf("%v", err)
+	if a.Group, _, err = httpapi.StringValue(it.ConsumerGroup, "consumerGroup"); err != nil {
+		return a, httpapi.BadRequestf("%v", err)
 	}
-	if a.Error, _, err = stringValue(it.Error, "error"); err != nil {
-		return a, badRequestf("%v", err)
+	if a.Error, _, err = httpapi.StringValue(it.Error, "error"); err != nil {
+		return a, httpapi.BadRequestf("%v", err)
 	}
-	status, _, err := stringValue(it.Status, "status")
+	status, _, err := httpapi.StringValue(it.Status, "status")
 	if err != nil {
-		return a, badRequestf("%v", err)
+		return a, httpapi.BadRequestf("%v", err)
 	}
 	if a.Status, err = queue.ParseAckStatus(status); err != nil {
 		return a, err
@@ -69,58 +70,50 @@ func parseAckItem(it *ackItemJSON, single bool) (queue.Ack, error) {
 	return a, nil
 }
 
-func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
-	obj, err := readObject(r)
+func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) error {
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	a, err := parseAck(obj, true)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	s.ack(w, r, []queue.Ack{a})
+	return s.ack(w, r, []queue.Ack{a})
 }
 
-func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) {
-	obj, err := readObject(r)
+func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request) error {
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	arr, ok := arrayField(obj, "acknowledgments")
+	arr, ok := httpapi.ArrayField(obj, "acknowledgments")
 	if !ok {
-		writeError(w, http.StatusBadRequest, "acknowledgments array is required")
-		return
+		return httpapi.BadRequest("acknowledgments array is required")
 	}
-	group, _, err := stringField(obj, "consumerGroup")
+	group, _, err := httpapi.StringField(obj, "consumerGroup")
 	if err != nil {
-		s.fail(w, badRequestf("%v", err))
-		return
+		return httpapi.BadRequestf("%v", err)
 	}
 	acks := make([]queue.Ack, len(arr))
 	for i, raw := range arr {
 		var item ackItemJSON
 		if !item.decode(raw) {
-			writeError(w, http.StatusBadRequest, "Each acknowledgment must be an object")
-			return
+			return httpapi.BadRequest("Each acknowledgment must be an object")
 		}
 		if acks[i], err = parseAckItem(&item, false); err != nil {
-			s.fail(w, err)
-			return
+			return err
 		}
 		if group != "" {
 			acks[i].Group = group
 		}
 	}
-	s.ack(w, r, acks)
+	return s.ack(w, r, acks)
 }
 
-func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
+func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) error {
 	if err := s.hideAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	holder := holderOf(r.Context())
 	for i := range acks {
@@ -131,8 +124,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 		if queue.OutcomeUnknown(err) {
 			s.poller.AckLost(acks) // it may have committed: wake what it freed
 		}
-		s.fail(w, err)
-		return
+		return err
 	}
 	s.afterAck(acks, results)
 	out := make([]ackJSON, len(results))
@@ -148,7 +140,8 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, acks []queue.Ack) {
 		// Every item named another subject's delivery: nothing was done.
 		status = http.StatusForbidden
 	}
-	writeJSON(w, status, out)
+	httpapi.WriteJSON(w, status, out)
+	return nil
 }
 
 // ackItemJSON holds the fields of an ack item, undecoded: a struct, not a

@@ -5,65 +5,58 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
-func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) {
-	obj, err := readObject(r)
+func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request) error {
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	name, ok, err := stringField(obj, "queue")
+	name, ok, err := httpapi.StringField(obj, "queue")
 	if err != nil || !ok || name == "" {
-		writeError(w, http.StatusBadRequest, "queue is required")
-		return
+		return httpapi.BadRequest("queue is required")
 	}
 	if r := rightsOf(r.Context()); r != nil && !r.MayProduce(name, "") {
-		s.fail(w, forbidden("this token may configure only queues it may produce to whole: not %s", name))
-		return
+		return httpapi.Forbiddenf("this token may configure only queues it may produce to whole: not %s", name)
 	}
 	req := queue.ConfigureRequest{Queue: name}
-	if req.Namespace, _, err = stringField(obj, "namespace"); err != nil {
-		s.fail(w, badRequestf("%v", err))
-		return
+	if req.Namespace, _, err = httpapi.StringField(obj, "namespace"); err != nil {
+		return httpapi.BadRequestf("%v", err)
 	}
-	if req.Task, _, err = stringField(obj, "task"); err != nil {
-		s.fail(w, badRequestf("%v", err))
-		return
+	if req.Task, _, err = httpapi.StringField(obj, "task"); err != nil {
+		return httpapi.BadRequestf("%v", err)
 	}
-	mode, _, err := stringField(obj, "mode")
+	mode, _, err := httpapi.StringField(obj, "mode")
 	if err != nil || (mode != "" && mode != "merge" && mode != "replace") {
-		s.fail(w, badRequestf("mode must be merge or replace"))
-		return
+		return httpapi.BadRequestf("mode must be merge or replace")
 	}
 	req.Replace = mode == "replace"
-	if raw := obj["options"]; !isNull(raw) {
+	if raw := obj["options"]; !httpapi.IsNull(raw) {
 		// Named options change; the others keep their stored values
 		// (defaults for a new queue, or with mode "replace").
-		if _, ok := objectOf(raw); !ok {
-			s.fail(w, badRequestf("options must be an object"))
-			return
+		if _, ok := httpapi.ObjectOf(raw); !ok {
+			return httpapi.BadRequestf("options must be an object")
 		}
 		req.Options = raw
 	}
 	res, err := s.store.Configure(r.Context(), req)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	if f := s.cfg.OnQueueConfigured; f != nil {
 		f(res.Info()) // other instances cache the new settings
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{
 		"configured": true, "queueId": res.QueueID, "partitionId": res.PartitionID, "queue": res.Queue,
 		"namespace": res.Namespace, "task": res.Task, "options": sortedObject(res.Options),
 	})
+	return nil
 }
 
 // sortedObject re-encodes v through a map so its keys come out sorted, as the
@@ -75,21 +68,20 @@ func sortedObject(v any) map[string]any {
 	return m
 }
 
-func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("queue")
 	if r := rightsOf(r.Context()); r != nil && !r.MayProduce(name, "") {
-		s.fail(w, forbidden("this token may delete only queues it may produce to whole: not %s", name))
-		return
+		return httpapi.Forbiddenf("this token may delete only queues it may produce to whole: not %s", name)
 	}
 	existed, err := s.store.DeleteQueue(r.Context(), name)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	if f := s.cfg.OnQueueDeleted; f != nil {
 		f(name) // other instances drop what they cached of it
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "existed": existed, "queue": name})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"deleted": true, "existed": existed, "queue": name})
+	return nil
 }
 
 type extendJSON struct {
@@ -103,122 +95,68 @@ type extendJSON struct {
 // extendResultJSON is a lease extension's answer, for HTTP and the
 // WebSocket renew alike.
 func extendResultJSON(res *queue.ExtendResult) extendJSON {
-	out := extendJSON{Error: nullable(res.Error), LeaseID: res.LeaseID, Success: res.Success}
+	out := extendJSON{Error: httpapi.Nullable(res.Error), LeaseID: res.LeaseID, Success: res.Success}
 	if res.Success {
-		t := formatMilli(res.ExpiresAt)
+		t := httpapi.FormatMilli(res.ExpiresAt)
 		out.ExpiresAt = &t
 	}
 	return out
 }
 
-func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request) error {
 	seconds := 0
 	// The body is optional: {} and an empty body both mean the queue's lease time.
 	if r.ContentLength != 0 {
-		obj, err := readObject(r)
+		obj, err := httpapi.ReadObject(r)
 		if err != nil {
-			if br, ok := err.(*badRequest); !ok || br.msg != "Empty request body" {
-				s.fail(w, err)
-				return
+			if br, ok := err.(*httpapi.Error); !ok || br.Msg != httpapi.ErrTextEmptyBody {
+				return err
 			}
 		}
 		if obj != nil {
-			if seconds, _, err = intField(obj, "seconds"); err != nil {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("seconds must be an integer between 0 and %d (a day)", queue.MaxLeaseSeconds))
-				return
+			if seconds, _, err = httpapi.IntField(obj, "seconds"); err != nil {
+				return httpapi.BadRequest(fmt.Sprintf("seconds must be an integer between 0 and %d (a day)", queue.MaxLeaseSeconds))
 			}
 		}
 	}
 	leaseID := r.PathValue("leaseId")
 	lease, err := s.hideLease(r.Context(), rightsOf(r.Context()), leaseID)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	res, err := s.store.ExtendLease(r.Context(), lease, seconds, holderOf(r.Context()))
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	res.LeaseID = leaseID // the id asked about, hidden or not
 	status := http.StatusOK
 	if res.Error == queue.ErrTextLeaseForeign {
 		status = http.StatusForbidden
 	}
-	writeJSON(w, status, []extendJSON{extendResultJSON(res)})
+	httpapi.WriteJSON(w, status, []extendJSON{extendResultJSON(res)})
+	return nil
 }
 
-func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
-	obj, err := readObject(r)
+func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) error {
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	arr, ok := arrayField(obj, "operations")
+	arr, ok := httpapi.ArrayField(obj, "operations")
 	if !ok || len(arr) == 0 {
-		writeError(w, http.StatusBadRequest, "operations array cannot be empty")
-		return
+		return httpapi.BadRequest("operations array cannot be empty")
 	}
-	ops := make([]queue.TxOp, len(arr))
-	for i, raw := range arr {
-		op, ok := objectOf(raw)
-		if !ok {
-			writeError(w, http.StatusBadRequest, "Each operation must be an object")
-			return
-		}
-		typ, _, _ := stringField(op, "type")
-		ops[i].Type = typ
-		switch typ {
-		case "push":
-			items, ok := arrayField(op, "items")
-			if !ok {
-				writeError(w, http.StatusBadRequest, "push operation requires an items array")
-				return
-			}
-			if ops[i].Items, err = parsePushItems(items); err != nil {
-				s.fail(w, err)
-				return
-			}
-			if err := checkProduce(rightsOf(r.Context()), ops[i].Items); err != nil {
-				s.fail(w, err)
-				return
-			}
-			stampProducer(r.Context(), ops[i].Items)
-		case "ack":
-			if ops[i].Ack, err = parseAck(op, true); err != nil {
-				s.fail(w, err)
-				return
-			}
-			acks := []queue.Ack{ops[i].Ack}
-			if err := s.hideAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
-				s.fail(w, err)
-				return
-			}
-			ops[i].Ack = acks[0]
-		default:
-			writeError(w, http.StatusBadRequest, "operation type must be push or ack")
-			return
-		}
+	ops, err := s.parseTxOps(r, arr)
+	if err != nil {
+		return err
 	}
-	// Newer clients gate a transaction on key-value preconditions or add
-	// timers; committing without them would break the gate, so refuse.
-	for _, key := range []string{"kv", "timers"} {
-		if arr, ok := arrayField(obj, key); ok && len(arr) > 0 {
-			writeError(w, http.StatusBadRequest, key+" operations are not supported by this server")
-			return
-		}
-	}
-	var leases []string
-	if raw := obj["requiredLeases"]; !isNull(raw) {
-		if err := json.Unmarshal(raw, &leases); err != nil {
-			writeError(w, http.StatusBadRequest, "requiredLeases must be an array of strings")
-			return
-		}
+	leases, err := txLeases(obj)
+	if err != nil {
+		return err
 	}
 	required, err := s.hideLeases(r.Context(), rightsOf(r.Context()), leases)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	res, err := s.store.Transaction(r.Context(), ops, required, holderOf(r.Context()))
 	if err != nil {
@@ -231,8 +169,7 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 			s.poller.AckLost(acks) // it may have committed: wake what its acks freed
 		}
-		s.fail(w, err)
-		return
+		return err
 	}
 	if strings.HasSuffix(res.Error, ": "+nowhere) {
 		// The first lease hidden failed the check, as an unknown one does
@@ -244,8 +181,24 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	results := make([]map[string]any, len(res.Results))
-	for i, or := range res.Results {
+	out := map[string]any{"transactionId": res.TransactionID, "success": res.Success, "results": txResultsJSON(res.Results)}
+	if !res.Success {
+		out["error"] = res.Error
+	} else {
+		s.afterTransaction(ops, res.Results)
+	}
+	status := http.StatusOK
+	if res.Forbidden {
+		status = http.StatusForbidden
+	}
+	httpapi.WriteJSON(w, status, out)
+	return nil
+}
+
+// txResultsJSON is the results of a transaction, one per operation.
+func txResultsJSON(rs []queue.TxOpResult) []map[string]any {
+	results := make([]map[string]any, len(rs))
+	for i, or := range rs {
 		switch {
 		case or.Push != nil && or.Push.Status == queue.StatusRejected:
 			// The item maxSize refused, which failed the transaction: no
@@ -260,52 +213,108 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request) {
 		case or.Ack != nil:
 			a := or.Ack
 			results[i] = map[string]any{"index": or.Index, "type": "ack", "success": a.Success, "dlq": a.DLQ,
-				"error": nullable(a.Error), "transactionId": a.TransactionID}
+				"error": httpapi.Nullable(a.Error), "transactionId": a.TransactionID}
 		}
 	}
-	out := map[string]any{"transactionId": res.TransactionID, "success": res.Success, "results": results}
-	if !res.Success {
-		out["error"] = res.Error
-	} else {
-		var pushed []queue.PushResult
-		var acked []queue.AckResult
-		for _, or := range res.Results {
-			if or.Push != nil {
-				pushed = append(pushed, *or.Push)
-			}
-			if or.Ack != nil {
-				acked = append(acked, *or.Ack)
-			}
-		}
-		var acks []queue.Ack // in the order of their results
-		for _, op := range ops {
-			if op.Type == "ack" {
-				acks = append(acks, op.Ack)
-			}
-		}
-		s.afterPush(pushed)
-		s.afterAck(acks, acked)
-		touched := map[string]bool{}
-		for _, p := range pushed {
-			touched[p.Queue] = true
-		}
-		for _, a := range acked {
-			touched[a.Queue] = true
-		}
-		for q := range touched {
-			if q != "" {
-				s.metrics.history.transaction(q)
-			}
-		}
-	}
-	status := http.StatusOK
-	if res.Forbidden {
-		status = http.StatusForbidden
-	}
-	writeJSON(w, status, out)
+	return results
 }
 
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+// afterTransaction does what follows a committed transaction's pushes and
+// acks (effects.go), and counts it for each queue it touched.
+func (s *Server) afterTransaction(ops []queue.TxOp, rs []queue.TxOpResult) {
+	var pushed []queue.PushResult
+	var acked []queue.AckResult
+	for _, or := range rs {
+		if or.Push != nil {
+			pushed = append(pushed, *or.Push)
+		}
+		if or.Ack != nil {
+			acked = append(acked, *or.Ack)
+		}
+	}
+	var acks []queue.Ack // in the order of their results
+	for _, op := range ops {
+		if op.Type == "ack" {
+			acks = append(acks, op.Ack)
+		}
+	}
+	s.afterPush(pushed)
+	s.afterAck(acks, acked)
+	touched := map[string]bool{}
+	for _, p := range pushed {
+		touched[p.Queue] = true
+	}
+	for _, a := range acked {
+		touched[a.Queue] = true
+	}
+	for q := range touched {
+		if q != "" {
+			s.metrics.history.transaction(q)
+		}
+	}
+}
+
+// parseTxOps reads a transaction's operations (push or ack), each checked
+// against the token's rights as its own route would check it.
+func (s *Server) parseTxOps(r *http.Request, arr []json.RawMessage) ([]queue.TxOp, error) {
+	ops := make([]queue.TxOp, len(arr))
+	var err error
+	for i, raw := range arr {
+		op, ok := httpapi.ObjectOf(raw)
+		if !ok {
+			return nil, httpapi.BadRequest("Each operation must be an object")
+		}
+		typ, _, _ := httpapi.StringField(op, "type")
+		ops[i].Type = typ
+		switch typ {
+		case "push":
+			items, ok := httpapi.ArrayField(op, "items")
+			if !ok {
+				return nil, httpapi.BadRequest("push operation requires an items array")
+			}
+			if ops[i].Items, err = parsePushItems(items); err != nil {
+				return nil, err
+			}
+			if err := checkProduce(rightsOf(r.Context()), ops[i].Items); err != nil {
+				return nil, err
+			}
+			stampProducer(r.Context(), ops[i].Items)
+		case "ack":
+			if ops[i].Ack, err = parseAck(op, true); err != nil {
+				return nil, err
+			}
+			acks := []queue.Ack{ops[i].Ack}
+			if err := s.hideAcks(r.Context(), rightsOf(r.Context()), acks); err != nil {
+				return nil, err
+			}
+			ops[i].Ack = acks[0]
+		default:
+			return nil, httpapi.BadRequest("operation type must be push or ack")
+		}
+	}
+	return ops, nil
+}
+
+// txLeases reads requiredLeases, refusing the kv and timers operations
+// this server does not run.
+func txLeases(obj map[string]json.RawMessage) ([]string, error) {
+	// Newer clients gate a transaction on key-value preconditions or add
+	// timers; committing without them would break the gate, so refuse.
+	for _, key := range []string{"kv", "timers"} {
+		if arr, ok := httpapi.ArrayField(obj, key); ok && len(arr) > 0 {
+			return nil, httpapi.BadRequest(key + " operations are not supported by this server")
+		}
+	}
+	var leases []string
+	if raw := obj["requiredLeases"]; !httpapi.IsNull(raw) {
+		if err := json.Unmarshal(raw, &leases); err != nil {
+			return nil, httpapi.BadRequest("requiredLeases must be an array of strings")
+		}
+	}
+	return leases, nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	out := map[string]any{"version": s.cfg.Version}
 	// The HTTP connections admitted and open, and the cap (0: none).
 	out["connections"], out["maxConnections"] = s.Connections()
@@ -314,8 +323,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		out["restarts"] = restarts
 		if restarting { // no ping: it cannot answer, and a pool dial would only wait
 			out["status"], out["database"] = "unhealthy", "restarting"
-			writeJSON(w, http.StatusServiceUnavailable, out)
-			return
+			httpapi.WriteJSON(w, http.StatusServiceUnavailable, out)
+			return nil
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -323,26 +332,28 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if err := s.store.Ping(ctx); err != nil {
 		out["status"], out["database"], out["error"] = "unhealthy", "disconnected", "database unreachable: "+err.Error()
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnavailable))
-		writeJSON(w, http.StatusServiceUnavailable, out)
-		return
+		httpapi.WriteJSON(w, http.StatusServiceUnavailable, out)
+		return nil
 	}
 	out["status"], out["database"], out["server"] = "healthy", "connected", "Herald"
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // handleStats reports the caches and the state shared between instances
 // (Config.SharedState), or that there is none.
-func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) error {
 	if s.cfg.SharedState == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "running": false, "peers": []any{}})
-		return
+		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"enabled": false, "running": false, "peers": []any{}})
+		return nil
 	}
-	writeJSON(w, http.StatusOK, s.cfg.SharedState())
+	httpapi.WriteJSON(w, http.StatusOK, s.cfg.SharedState())
+	return nil
 }
 
 // handleStatus is what the demo page shows every second: this instance,
 // its wake-ups, one queue's depth and lag (?queue=), and the shared state.
-func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	// time is this server's clock in ms (fractional): the page compares
 	// it with its own to show the latency since push.
 	out := map[string]any{"instance": s.cfg.Instance, "version": s.cfg.Version,
@@ -352,30 +363,13 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if q := r.URL.Query().Get("queue"); q != "" {
 		st, err := s.store.QueueStatus(r.Context(), q)
 		if err != nil {
-			s.fail(w, err)
-			return
+			return err
 		}
 		out["queue"] = st
 	}
 	if s.cfg.SharedState != nil {
 		out["shared"] = s.cfg.SharedState()
 	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// fromTo reads the optional RFC 3339 times "from" and "to" of a listing.
-func fromTo(q url.Values, from, to *time.Time) error {
-	for _, f := range []struct {
-		name string
-		dst  *time.Time
-	}{{"from", from}, {"to", to}} {
-		if v := q.Get(f.name); v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				return badRequestf("%s must be an RFC3339 time", f.name)
-			}
-			*f.dst = t
-		}
-	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }

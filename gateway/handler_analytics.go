@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/heraldmq/herald/admin"
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 )
 
 // The reference server's /api/v1/analytics/* routes, which its dashboard's
@@ -53,19 +55,19 @@ func (s *Server) analyticsParams(r *http.Request) (analyticsQuery, error) {
 	q := r.URL.Query()
 	var a analyticsQuery
 	var err error
-	if a.from, a.to, err = timeRange(q, time.Hour); err != nil {
+	if a.from, a.to, err = admin.TimeRange(q, time.Hour); err != nil {
 		return a, err
 	}
 	if a.to.Sub(a.from) > AnalyticsMaxWindow {
-		return a, badRequestf("from and to must be at most %s apart", AnalyticsMaxWindow)
+		return a, httpapi.BadRequestf("from and to must be at most %s apart", AnalyticsMaxWindow)
 	}
-	a.bucket = bucketMinutes(a.to.Sub(a.from))
-	name, err := nameParam(q, "queue", "queue")
+	a.bucket = admin.BucketMinutes(a.to.Sub(a.from))
+	name, err := admin.NameParam(q, "queue", "queue")
 	if err != nil {
 		return a, err
 	}
 	rights := rightsOf(r.Context())
-	if err := checkQueueRead(rights, name); err != nil {
+	if err := admin.CheckQueueRead(rights, name); err != nil {
 		return a, err
 	}
 	a.keep = func(qn string) bool {
@@ -74,14 +76,14 @@ func (s *Server) analyticsParams(r *http.Request) (analyticsQuery, error) {
 	a.ours = true
 	if h := q.Get("hostname"); h != "" {
 		if len(h) > 255 {
-			return a, badRequestf("hostname must be at most 255 bytes")
+			return a, httpapi.BadRequestf("hostname must be at most 255 bytes")
 		}
 		a.ours = h == s.hostname()
 	}
 	if v := q.Get("workerId"); v != "" {
 		id, err := strconv.Atoi(v)
 		if err != nil || id < 0 || id > math.MaxInt32 {
-			return a, badRequestf("workerId must be an integer between 0 and %d", math.MaxInt32)
+			return a, httpapi.BadRequestf("workerId must be an integer between 0 and %d", math.MaxInt32)
 		}
 		a.ours = a.ours && id == analyticsWorkerID
 	}
@@ -118,7 +120,7 @@ func localPort(r *http.Request) int {
 // minute m.
 func bucketOfMinute(m int64, bucket int) int64 { return m - m%int64(bucket) }
 
-func minuteTime(m int64) string { return time.Unix(m*60, 0).UTC().Format(bucketTime) }
+func minuteTime(m int64) string { return time.Unix(m*60, 0).UTC().Format(admin.BucketTime) }
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
@@ -196,7 +198,7 @@ type timeRangeJSON struct {
 }
 
 func (a analyticsQuery) timeRange() timeRangeJSON {
-	return timeRangeJSON{From: formatMilli(a.from), To: formatMilli(a.to)}
+	return timeRangeJSON{From: httpapi.FormatMilli(a.from), To: httpapi.FormatMilli(a.to)}
 }
 
 // slots is this instance's minutes of the window; none for another
@@ -308,11 +310,10 @@ func (t slotsSum) schedAvg() float64 {
 // the job queue, lag from push to delivery, errors; the instance as the
 // one worker of the last 5 minutes; lag by queue; totals since it
 // started.
-func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	slots := s.slots(a)
 	starts, by := buckets(slots, a.bucket)
@@ -366,7 +367,7 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request) {
 		all := sumSlots(s.metrics.history.window(time.Now().Add(-HistoryMinutes*time.Minute), time.Now()))
 		sum.TotalPopRequests, sum.TotalDBErrors = all.popRequests, all.dbErrors
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		TimeRange     timeRangeJSON     `json:"timeRange"`
 		BucketMinutes int               `json:"bucketMinutes"`
 		PointCount    int               `json:"pointCount"`
@@ -375,6 +376,7 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request) {
 		Queues        []queueLagJSON    `json:"queues"`
 		Summary       summaryJSON       `json:"summary"`
 	}{a.timeRange(), a.bucket, len(series), series, workers, queues, sum})
+	return nil
 }
 
 type queueLagRowJSON struct {
@@ -385,11 +387,10 @@ type queueLagRowJSON struct {
 // handleQueueLag answers queue-lag: a bare array of each queue's pops and
 // lag by minute, newest first (one-minute rows whatever the window, as
 // the reference's).
-func (s *Server) handleQueueLag(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleQueueLag(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	slots := s.slots(a)
 	out := []queueLagRowJSON{}
@@ -401,7 +402,8 @@ func (s *Server) handleQueueLag(w http.ResponseWriter, r *http.Request) {
 				MaxLagMs: round2(o.lagMaxMs)}, minuteTime(slots[i].minute)})
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 type queueOpsJSON struct {
@@ -431,11 +433,10 @@ type queueOpsJSON struct {
 // first, and the queues seen. Herald does not learn when a push creates a
 // partition (partitionsCreated 0) nor snapshots partition counts
 // (partitionCount null, as the reference's rows without a snapshot).
-func (s *Server) handleQueueOps(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleQueueOps(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	starts, by := buckets(s.slots(a), a.bucket)
 	series := []queueOpsJSON{}
@@ -454,12 +455,13 @@ func (s *Server) handleQueueOps(w http.ResponseWriter, r *http.Request) {
 				EmptyPerSecond: perSecond(o.popEmpty, a.bucket), ParkedCount: round2(o.parkedSum)})
 		}
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		TimeRange     timeRangeJSON  `json:"timeRange"`
 		BucketMinutes int            `json:"bucketMinutes"`
 		Series        []queueOpsJSON `json:"series"`
 		Queues        []string       `json:"queues"`
 	}{a.timeRange(), a.bucket, series, sortedKeys(seen)})
+	return nil
 }
 
 type replicaJSON struct {
@@ -478,11 +480,10 @@ type parkedJSON struct {
 // handleParkedReplicas answers queue-parked-replicas: the long-polls
 // waiting on each queue (the average of the samples), by bucket, on this
 // replica.
-func (s *Server) handleParkedReplicas(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleParkedReplicas(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	starts, by := buckets(s.slots(a), a.bucket)
 	series := []parkedJSON{}
@@ -499,12 +500,13 @@ func (s *Server) handleParkedReplicas(w http.ResponseWriter, r *http.Request) {
 	if len(series) > 0 {
 		replicas = append(replicas, replicaJSON{s.hostname(), analyticsWorkerID})
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		TimeRange     timeRangeJSON `json:"timeRange"`
 		BucketMinutes int           `json:"bucketMinutes"`
 		Series        []parkedJSON  `json:"series"`
 		Replicas      []replicaJSON `json:"replicas"`
 	}{a.timeRange(), a.bucket, series, replicas})
+	return nil
 }
 
 type retentionJSON struct {
@@ -525,11 +527,10 @@ func retentionOf(o queueOps) retentionJSON {
 // this instance (by age, once completed, and evicted after maxWait) by
 // bucket, oldest first, and their totals. Retention runs on one instance
 // at a time, so another's series can be empty.
-func (s *Server) handleRetentionSeries(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleRetentionSeries(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	starts, by := buckets(s.slots(a), a.bucket)
 	series := []retentionJSON{}
@@ -544,12 +545,13 @@ func (s *Server) handleRetentionSeries(w http.ResponseWriter, r *http.Request) {
 		row.Bucket = minuteTime(b)
 		series = append(series, row)
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		TimeRange     timeRangeJSON   `json:"timeRange"`
 		BucketMinutes int             `json:"bucketMinutes"`
 		Series        []retentionJSON `json:"series"`
 		Totals        retentionJSON   `json:"totals"`
 	}{a.timeRange(), a.bucket, series, retentionOf(all)})
+	return nil
 }
 
 // statJSON is a gauge over a bucket, as the reference reports each.
@@ -568,11 +570,10 @@ func statOf(g gaugeStat) statJSON {
 // replica, its CPU (percent × 100 of one core, as the reference's), memory,
 // database pool and Go scheduler (GOMAXPROCS and runnable goroutines as
 // the system thread pool) by bucket, oldest first.
-func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	starts, by := buckets(s.slots(a), a.bucket)
 	type pointJSON struct {
@@ -599,7 +600,7 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request) {
 			continue // counts only: no sample this bucket
 		}
 		zero := statJSON{}
-		points = append(points, pointJSON{Timestamp: formatMilli(time.Unix(b*60, 0)), SampleCount: m.samples,
+		points = append(points, pointJSON{Timestamp: httpapi.FormatMilli(time.Unix(b*60, 0)), SampleCount: m.samples,
 			Metrics: map[string]any{
 				"cpu":      map[string]statJSON{"user_us": statOf(m.cpuUser), "system_us": statOf(m.cpuSys)},
 				"memory":   map[string]statJSON{"rss_bytes": statOf(m.rss), "virtual_bytes": statOf(m.vsize)},
@@ -619,25 +620,26 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request) {
 	if len(points) > 0 {
 		replicas = append(replicas, replicaSeriesJSON{s.hostname(), localPort(r), analyticsWorkerID, points})
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		TimeRange     timeRangeJSON       `json:"timeRange"`
 		Replicas      []replicaSeriesJSON `json:"replicas"`
 		ReplicaCount  int                 `json:"replicaCount"`
 		BucketMinutes int                 `json:"bucketMinutes"`
 		PointCount    int                 `json:"pointCount"`
 	}{a.timeRange(), replicas, len(replicas), a.bucket, len(points)})
+	return nil
 }
 
 // handlePostgresStats answers postgres-stats: PostgreSQL's statistics of
 // Herald's tables and indexes (its schema), the database's cache hits, and
 // the statements running over a second; no query parameters.
-func (s *Server) handlePostgresStats(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePostgresStats(w http.ResponseWriter, r *http.Request) error {
 	doc, err := s.store.PostgresStats(r.Context())
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(doc)
+	return nil
 }

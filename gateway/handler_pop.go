@@ -1,52 +1,37 @@
 package gateway
 
 import (
-	"context"
-	"errors"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
-
-var errRequestCanceled = context.Canceled
 
 // longPollMargin is the most a long-poll answers before its timeout.
 const longPollMargin = 250 * time.Millisecond
 
 // messageJSON is one delivered message, in the reference server's key order.
 type messageJSON struct {
-	ConsumerGroup string  `json:"consumerGroup"`
-	CreatedAt     string  `json:"createdAt"`
-	Data          rawJSON `json:"data"`
-	ID            string  `json:"id"`
-	LeaseID       string  `json:"leaseId"`
-	Partition     string  `json:"partition"`
-	PartitionID   string  `json:"partitionId"`
-	ProducerSub   *string `json:"producerSub"`
-	Queue         string  `json:"queue"`
-	RetryCount    int     `json:"retryCount"`
-	TraceID       *string `json:"traceId"`
-	TransactionID string  `json:"transactionId"`
-}
-
-// rawJSON is a stored payload; empty means null.
-type rawJSON []byte
-
-func (r rawJSON) MarshalJSON() ([]byte, error) {
-	if len(r) == 0 {
-		return []byte("null"), nil
-	}
-	return r, nil
+	ConsumerGroup string      `json:"consumerGroup"`
+	CreatedAt     string      `json:"createdAt"`
+	Data          httpapi.Raw `json:"data"`
+	ID            string      `json:"id"`
+	LeaseID       string      `json:"leaseId"`
+	Partition     string      `json:"partition"`
+	PartitionID   string      `json:"partitionId"`
+	ProducerSub   *string     `json:"producerSub"`
+	Queue         string      `json:"queue"`
+	RetryCount    int         `json:"retryCount"`
+	TraceID       *string     `json:"traceId"`
+	TransactionID string      `json:"transactionId"`
 }
 
 func messageOf(m queue.Message) messageJSON {
-	return messageJSON{ConsumerGroup: m.Group, CreatedAt: formatMicro(m.CreatedAt), Data: rawJSON(m.Data), ID: m.ID,
-		LeaseID: m.LeaseID, Partition: m.Partition, PartitionID: m.PartitionID, ProducerSub: nullable(m.ProducerSub),
-		Queue: m.Queue, RetryCount: m.RetryCount, TraceID: nullable(m.TraceID), TransactionID: m.TransactionID}
+	return messageJSON{ConsumerGroup: m.Group, CreatedAt: httpapi.FormatMicro(m.CreatedAt), Data: httpapi.Raw(m.Data), ID: m.ID,
+		LeaseID: m.LeaseID, Partition: m.Partition, PartitionID: m.PartitionID, ProducerSub: httpapi.Nullable(m.ProducerSub),
+		Queue: m.Queue, RetryCount: m.RetryCount, TraceID: httpapi.Nullable(m.TraceID), TransactionID: m.TransactionID}
 }
 
 // streamMessageJSON is a message delivered over WebSocket or SSE: the pop
@@ -85,22 +70,22 @@ func parsePopRequest(r *http.Request) (queue.PopRequest, bool, time.Duration, er
 		SubscriptionFrom: q.Get("subscriptionFrom"),
 	}
 	if req.Queue == "" && req.Namespace == "" && req.Task == "" {
-		return req, false, 0, badRequestf("namespace or task is required (or use /api/v1/pop/queue/{queue})")
+		return req, false, 0, httpapi.BadRequestf("namespace or task is required (or use /api/v1/pop/queue/{queue})")
 	}
 	// Values above a bound are clamped, not refused: the reference server
 	// takes any number, and clients pass user settings through.
 	var err error
-	if req.Batch, err = clampedParam(q.Get("batch"), "batch", 1, queue.MaxBatch); err != nil {
+	if req.Batch, err = httpapi.ClampedParam(q.Get("batch"), "batch", 1, queue.MaxBatch); err != nil {
 		return req, false, 0, err
 	}
 	if req.Batch == 0 && q.Get("autopilot") == "true" {
 		// Autopilot clients leave the batch to the server.
 		req.Batch = AutopilotBatchDefault
 	}
-	if req.Partitions, err = clampedParam(q.Get("partitions"), "partitions", 1, queue.MaxPartitions); err != nil {
+	if req.Partitions, err = httpapi.ClampedParam(q.Get("partitions"), "partitions", 1, queue.MaxPartitions); err != nil {
 		return req, false, 0, err
 	}
-	timeoutMS, err := clampedParam(q.Get("timeout"), "timeout", 0, int(PopTimeoutMax/time.Millisecond))
+	timeoutMS, err := httpapi.ClampedParam(q.Get("timeout"), "timeout", 0, int(PopTimeoutMax/time.Millisecond))
 	if err != nil {
 		return req, false, 0, err
 	}
@@ -108,74 +93,35 @@ func parsePopRequest(r *http.Request) (queue.PopRequest, bool, time.Duration, er
 	if q.Get("timeout") != "" {
 		timeout = time.Duration(timeoutMS) * time.Millisecond
 	}
-	wait, err := boolParam(q.Get("wait"), "wait")
+	wait, err := httpapi.BoolParam(q.Get("wait"), "wait")
 	if err != nil {
 		return req, false, 0, err
 	}
-	if req.AutoAck, err = boolParam(q.Get("autoAck"), "autoAck"); err != nil {
+	if req.AutoAck, err = httpapi.BoolParam(q.Get("autoAck"), "autoAck"); err != nil {
 		return req, false, 0, err
 	}
 	return req, wait, timeout, nil
 }
 
-// intParam parses an optional integer query parameter; "" gives 0.
-func intParam(v, name string, lo, hi int) (int, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		return 0, badRequestf("%s must be an integer between %d and %d", name, lo, hi)
-	}
-	return n, nil
-}
-
-// clampedParam parses an optional integer query parameter; "" gives 0,
-// values below lo are refused and values above hi become hi.
-func clampedParam(v, name string, lo, hi int) (int, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil && errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
-		return hi, nil
-	}
-	if err != nil || n < lo {
-		return 0, badRequestf("%s must be an integer of at least %d", name, lo)
-	}
-	return min(n, hi), nil
-}
-
-func boolParam(v, name string) (bool, error) {
-	switch v {
-	case "", "false", "0":
-		return false, nil
-	case "true", "1":
-		return true, nil
-	}
-	return false, badRequestf("%s must be true or false", name)
-}
-
-func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) error {
 	req, wait, timeout, err := parsePopRequest(r)
 	if err == nil {
 		err = checkConsume(rightsOf(r.Context()), &req)
 	}
 	req.Subject = subjectOf(r.Context())
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	if s.maint.pop.Load() {
 		// Pop maintenance: empty at once, even for wait=true; no query,
 		// no lease.
 		w.WriteHeader(http.StatusNoContent)
-		return
+		return nil
 	}
 	// While draining nothing new may wait: a long-poll is sent elsewhere.
 	if wait && s.isDraining() {
 		refuseDraining(w)
-		return
+		return nil
 	}
 	if !wait {
 		if !req.AutoAck {
@@ -188,29 +134,27 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) {
 				// leased to nobody until it expires.
 				s.poller.GiveBack(req.LeaseID, req.Queue)
 			}
-			s.fail(w, err)
-			return
+			return err
 		}
 		s.countDeadLetters(res)
 		s.metrics.history.popRequest(req.Queue, len(res.Messages) == 0)
 		if len(res.Messages) == 0 {
 			w.WriteHeader(http.StatusNoContent)
-			return
+			return nil
 		}
 		s.poller.LeasesTaken(res)
 		s.writePop(w, res)
-		return
+		return nil
 	}
-	s.longPoll(w, r, req, timeout)
+	return s.longPoll(w, r, req, timeout)
 }
 
 // longPoll registers the request as an intention and waits for the poller
 // to lease messages for it. It holds no database connection meanwhile; the
 // only goroutine is the request's own.
-func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopRequest, timeout time.Duration) {
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopRequest, timeout time.Duration) error {
 	if err := req.Validate(); err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	popOn := s.maint.popStarted() // closed if pop maintenance starts while it waits
 	unpark := s.metrics.history.park(req.Queue)
@@ -231,10 +175,10 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		s.metrics.history.popRequest(req.Queue, false)
 		if r.Context().Err() == nil {
 			s.writePop(w, res)
-			return
+			return nil
 		}
 		s.releaseFor(r, res) // the client left while we were waking up
-		return
+		return nil
 	case <-timer.C:
 	case <-s.draining:
 	case <-popOn:
@@ -246,13 +190,14 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		if r.Context().Err() == nil {
 			w.WriteHeader(http.StatusNoContent)
 		}
-		return
+		return nil
 	}
 	if r.Context().Err() == nil {
 		s.writePop(w, res) // delivered just as the wait ended: still ours
-		return
+		return nil
 	}
 	s.releaseFor(r, res)
+	return nil
 }
 
 // releaseFor gives back, at once rather than at lease expiry, messages
@@ -278,5 +223,5 @@ func (s *Server) writePop(w http.ResponseWriter, res *queue.PopResult) {
 		s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
 	}
 	s.metrics.history.popped(res.Messages)
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }

@@ -3,11 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -50,45 +49,40 @@ func pushResultJSON(r queue.PushResult) any {
 			Status: string(r.Status), TransactionID: r.TransactionID}
 	}
 	return pushQueued{Index: r.Index, MessageID: r.MessageID, PartitionID: r.PartitionID, QueueName: r.Queue,
-		Status: string(r.Status), TraceID: nullable(r.TraceID), TransactionID: r.TransactionID}
+		Status: string(r.Status), TraceID: httpapi.Nullable(r.TraceID), TransactionID: r.TransactionID}
 }
 
-func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
-	obj, err := readObject(r)
+func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) error {
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	arr, ok := arrayField(obj, "items")
+	arr, ok := httpapi.ArrayField(obj, "items")
 	if !ok {
-		writeError(w, http.StatusBadRequest, "items array is required")
-		return
+		return httpapi.BadRequest("items array is required")
 	}
 	items, err := parsePushItems(arr)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	if err := checkProduce(rightsOf(r.Context()), items); err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	stampProducer(r.Context(), items)
 	if s.maint.push.Load() {
-		s.bufferPush(w, items) // push maintenance: to disk, not to the database
-		return
+		return s.bufferPush(w, items)
 	}
 	results, err := s.store.Push(r.Context(), items)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	s.afterPush(results)
 	out := make([]any, len(results))
 	for i, res := range results {
 		out[i] = pushResultJSON(res)
 	}
-	writeJSON(w, http.StatusCreated, out)
+	httpapi.WriteJSON(w, http.StatusCreated, out)
+	return nil
 }
 
 // stampProducer records the authenticated subject as every item's
@@ -112,21 +106,21 @@ func parsePushItems(arr []json.RawMessage) ([]queue.PushItem, error) {
 	for i, raw := range arr {
 		var f pushItemJSON
 		if !f.decode(raw) {
-			return nil, badRequestf("Each item must be an object")
+			return nil, httpapi.BadRequestf("Each item must be an object")
 		}
-		q, present, err := stringValue(f.Queue, "queue")
+		q, present, err := httpapi.StringValue(f.Queue, "queue")
 		if err != nil || !present {
-			return nil, badRequestf("Queue must be a string")
+			return nil, httpapi.BadRequestf("Queue must be a string")
 		}
 		it := queue.PushItem{Queue: q}
-		if it.Partition, _, err = stringValue(f.Partition, "partition"); err != nil {
-			return nil, badRequestf("Partition must be a string")
+		if it.Partition, _, err = httpapi.StringValue(f.Partition, "partition"); err != nil {
+			return nil, httpapi.BadRequestf("Partition must be a string")
 		}
-		if it.TransactionID, _, err = stringValue(f.TransactionID, "transactionId"); err != nil {
-			return nil, badRequestf("TransactionId must be a string")
+		if it.TransactionID, _, err = httpapi.StringValue(f.TransactionID, "transactionId"); err != nil {
+			return nil, httpapi.BadRequestf("TransactionId must be a string")
 		}
-		if it.TraceID, _, err = stringValue(f.TraceID, "traceId"); err != nil {
-			return nil, badRequestf("TraceId must be a string")
+		if it.TraceID, _, err = httpapi.StringValue(f.TraceID, "traceId"); err != nil {
+			return nil, httpapi.BadRequestf("TraceId must be a string")
 		}
 		it.Payload = f.Payload // JSON null stays null ("null"); absent stays nil ({})
 		items[i] = it
@@ -160,39 +154,9 @@ func (f *pushItemJSON) decode(raw json.RawMessage) bool {
 }
 
 // RetryAfterUnavailable is the Retry-After (seconds) of a 503 answered
-// because the database is unreachable (queue.IsUnavailable): a failover
-// takes seconds, and a client that comes back sooner only adds load.
-const RetryAfterUnavailable = 2
+// because the database is unreachable (httpapi.RetryAfterUnavailable).
+const RetryAfterUnavailable = httpapi.RetryAfterUnavailable
 
 // ErrTextUnavailable is the error of that 503, on HTTP and in WebSocket
 // error frames (code "unavailable").
-const ErrTextUnavailable = "database unavailable: try again shortly"
-
-// fail answers an error: client mistakes 4xx with their message; the
-// database unreachable 503 with Retry-After (logged once per outage, see
-// queue.OutageLog); anything else 500 with a generic text (the details go
-// to the log).
-func (s *Server) fail(w http.ResponseWriter, err error) {
-	var br *badRequest
-	switch {
-	case errors.As(err, &br):
-		writeError(w, br.status, br.msg)
-	case queue.IsInputError(err):
-		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, queue.ErrForeign):
-		writeError(w, http.StatusForbidden, err.Error())
-	case errors.Is(err, errRequestCanceled):
-		// The client went away; nobody reads the answer.
-		w.WriteHeader(499)
-	case queue.IsUnavailable(err):
-		s.metrics.history.dbError()
-		s.outage.Fail(err, "request failed")
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnavailable))
-		writeError(w, http.StatusServiceUnavailable, ErrTextUnavailable)
-	default:
-		// The details (SQL, driver errors) go to the log, not to the client.
-		s.metrics.history.dbError()
-		s.log.Error().Err(err).Msg("request failed")
-		writeError(w, http.StatusInternalServerError, "internal server error")
-	}
-}
+const ErrTextUnavailable = httpapi.ErrTextUnavailable

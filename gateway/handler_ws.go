@@ -324,8 +324,8 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 // what failed (the details go to the log, as on HTTP).
 func wsStoreError(id json.RawMessage, err error, failed string) map[string]any {
 	var br *badRequest
-	if errors.As(err, &br) && br.status == http.StatusForbidden {
-		return wsError(id, "forbidden", br.msg)
+	if errors.As(err, &br) && br.Status == http.StatusForbidden {
+		return wsError(id, "forbidden", br.Msg)
 	}
 	if queue.IsInputError(err) {
 		return wsError(id, "bad_request", err.Error())

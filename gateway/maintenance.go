@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/heraldmq/herald/admin"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/spool"
 )
@@ -284,4 +285,35 @@ func (m *maintenance) closeSpool() {
 			m.log.Error().Err(err).Msg("closing the push buffer")
 		}
 	}
+}
+
+// Current reads the switches from the database and applies them; when the
+// database cannot be read, it answers with what this instance knows (and
+// dbHealthy turns false). For the admin routes (admin.Maintenance).
+func (m *maintenance) Current(ctx context.Context) queue.SystemState {
+	if st, err := m.load(ctx, "request"); err == nil {
+		return st
+	}
+	return queue.SystemState{Maintenance: m.push.Load(), PopMaintenance: m.pop.Load()}
+}
+
+// Set stores a switch, applies it here at once and tells the other
+// instances (the transaction's NOTIFY, and Config.OnMaintenance: syncnet).
+func (m *maintenance) Set(ctx context.Context, key string, enabled bool) (queue.SystemState, error) {
+	st, err := m.s.store.SetSystemFlag(ctx, key, enabled)
+	if err != nil {
+		return queue.SystemState{}, err
+	}
+	m.apply(st, "request")
+	if f := m.s.cfg.OnMaintenance; f != nil {
+		f(key == queue.StatePopMaintenance, enabled)
+	}
+	return st, nil
+}
+
+// Buffer reports this instance's push buffer (admin.Maintenance).
+func (m *maintenance) Buffer() admin.BufferState {
+	st := m.stats()
+	return admin.BufferState{Records: st.Records, Healthy: m.spool != nil && st.Healthy,
+		Dropped: int(m.droppedN.Load()), DBHealthy: m.dbHealthy.Load()}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/spool"
 )
@@ -99,17 +100,17 @@ func (m *maintenance) buffer(items []queue.PushItem) ([]bufferedJSON, error) {
 }
 
 // bufferPush answers an HTTP push during push maintenance.
-func (s *Server) bufferPush(w http.ResponseWriter, items []queue.PushItem) {
+func (s *Server) bufferPush(w http.ResponseWriter, items []queue.PushItem) error {
 	out, err := s.maint.buffer(items)
 	switch {
 	case errors.Is(err, errBufferFull) || errors.Is(err, errNoBuffer):
 		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return httpapi.Status(http.StatusServiceUnavailable, err.Error())
 	case err != nil:
-		s.fail(w, err)
-	default:
-		writeJSON(w, http.StatusCreated, out)
+		return err
 	}
+	httpapi.WriteJSON(w, http.StatusCreated, out)
+	return nil
 }
 
 // bufferWSPush answers a WebSocket push frame during push maintenance.

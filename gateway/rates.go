@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/heraldmq/herald/internal/httpapi"
 )
 
 // Push and ack rates for the console's sparklines: per queue, messages
@@ -103,12 +105,13 @@ func (r *rates) snapshot(keep func(string) bool) (since time.Time, out []queueRa
 // handleRates answers GET /api/v1/status/rates: this instance's samples.
 // ?queue= narrows to one queue; a token with rights sees the queues it may
 // consume whole.
-func (s *Server) handleRates(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleRates(w http.ResponseWriter, r *http.Request) error {
 	only := r.URL.Query().Get("queue")
 	rights := rightsOf(r.Context())
 	since, qs := s.metrics.rates.snapshot(func(q string) bool {
 		return (only == "" || q == only) && rights.MayConsume(q, "")
 	})
-	writeJSON(w, http.StatusOK, map[string]any{"instance": s.cfg.Instance, "intervalSeconds": int(RateInterval / time.Second),
-		"samples": RateSamples, "since": formatMilli(since), "queues": qs})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"instance": s.cfg.Instance, "intervalSeconds": int(RateInterval / time.Second),
+		"samples": RateSamples, "since": httpapi.FormatMilli(since), "queues": qs})
+	return nil
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/heraldmq/herald/admin"
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/web"
@@ -255,6 +257,7 @@ type Server struct {
 	poller  *poller.Poller
 	notify  func(queue, partition string)
 	outage  *queue.OutageLog // database failures, one line per outage
+	failer  *httpapi.Failer  // handlers' errors to answers
 	// allowedOrigins are Config.AllowedOrigins as browsers write them
 	// (auth.NormalOrigin).
 	allowedOrigins []string
@@ -329,6 +332,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.failer = &httpapi.Failer{Log: s.log, Outage: s.outage, OnFault: m.history.dbError}
 	if s.conns, err = newConns(cfg.MaxConnections, reg); err != nil {
 		return nil, err
 	}
@@ -338,11 +342,13 @@ func New(cfg Config) (*Server, error) {
 	if s.follows, err = newFollowHubs(s); err != nil {
 		return nil, err
 	}
-	s.routes()
+	if err := s.routes(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
-func (s *Server) routes() {
+func (s *Server) routes() error {
 	s.handle("POST /api/v1/push", "push", auth.RoleReadWrite, s.handlePush)
 	// A pop leases messages (and with autoAck consumes them): a GET, but a
 	// change (auth/cookie.go). Routes registered with read change nothing.
@@ -355,7 +361,6 @@ func (s *Server) routes() {
 	s.handle("POST /api/v1/transaction", "transaction", auth.RoleReadWrite, s.handleTransaction)
 	s.handle("POST /api/v1/configure", "configure", auth.RoleReadWrite, s.handleConfigure)
 	s.handle("DELETE /api/v1/resources/queues/{queue}", "delete_queue", auth.RoleAdmin, s.handleDeleteQueue)
-	s.dlqRoutes() // handler_dlq.go
 	// Streams get no request metrics: they live for hours. The WebSocket
 	// checks its token itself, to answer with a close code a browser sees.
 	s.stream("GET /api/v1/ws", auth.RoleNone, s.handleWS)
@@ -370,31 +375,39 @@ func (s *Server) routes() {
 	// token. Metrics.Auth closes /metrics, which names queues, to all but
 	// admins.
 	s.read("GET /health", "health", auth.RoleNone, s.handleHealth)
-	s.read("GET /metrics", "metrics", s.cfg.Metrics.role(), promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	s.read("GET /metrics", "metrics", s.cfg.Metrics.role(), httpapi.Plain(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}).ServeHTTP))
 	s.read("GET /internal/api/shared-state/stats", "stats", auth.RoleAdmin, s.handleStats)
 	// The demo page and the browser SDK (web/).
 	page := web.Handler()
-	s.read("GET /{$}", "index", auth.RoleNone, page.ServeHTTP)
+	s.read("GET /{$}", "index", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
 	for _, name := range web.Names() {
 		if name != "index.html" {
-			s.read("GET /"+name, "web", auth.RoleNone, page.ServeHTTP)
+			s.read("GET /"+name, "web", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
 		}
 	}
 	// The operator console (web/console/): static files like the demo
 	// page's; every API call it makes carries the admin token pasted into it.
-	s.read("GET /console", "console", auth.RoleNone, page.ServeHTTP)
-	s.read("GET /console/", "console", auth.RoleNone, page.ServeHTTP)
+	s.read("GET /console", "console", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
+	s.read("GET /console/", "console", auth.RoleNone, httpapi.Plain(page.ServeHTTP))
 	// Every queue's name and lag, every instance: not for a tenant's token.
 	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
-	// The reference server's admin, browsing and group API.
-	s.consumerGroupRoutes() // handler_groups.go
-	s.traceRoutes()         // handler_traces.go
-	s.maintenanceRoutes()   // handler_maintenance.go
-	s.browseRoutes()        // handler_browse.go
-	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	s.handle("/", "not_found", auth.RoleNone, func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
+	// The reference server's name for the stats of the shared state.
+	s.read("GET /api/v1/system/shared-state", "shared_state", auth.RoleAdmin, s.handleStats)
+	// What this instance measures as it serves: its analytics and rates.
+	s.analyticsRoutes()                                                                  // handler_analytics.go
+	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates) // rates.go
+	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) error {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
+	s.handle("/", "not_found", auth.RoleNone, func(_ http.ResponseWriter, r *http.Request) error {
+		return httpapi.Status(http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
+	})
+	// Administration (admin/): consumer groups, the DLQ, traces, maintenance, the backlog overview.
+	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide, Visible: s.visible,
+		Effects: admin.Effects{AfterGroupMoved: s.afterGroupMoved, WakeQueue: s.wakeQueue, AfterReplay: s.afterReplay, AfterPurge: s.afterPurge,
+			AfterMessageDeleted: s.afterMessageDeleted},
+		Maintenance: s.maint})
 }
 
 // Drain starts a graceful shutdown: nothing new is leased to streams,
@@ -454,7 +467,7 @@ func (s *Server) EndStreams() {
 // closes the connection after it (it is shutting down).
 func refuseDraining(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "server shutting down; retry on another instance")
+	httpapi.WriteError(w, http.StatusServiceUnavailable, "server shutting down; retry on another instance")
 }
 
 // spread is a random delay within the drain window.
@@ -508,14 +521,14 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 // token must carry when auth is on. The route changes state, as far as the
 // cookie rule is concerned (auth/cookie.go): a token in the cookie alone
 // needs X-Herald-CSRF. A GET that changes nothing is registered with read.
-func (s *Server) handle(pattern, route string, need auth.Role, h http.HandlerFunc) {
+func (s *Server) handle(pattern, route string, need auth.Role, h httpapi.HandlerFunc) {
 	s.mux.Handle(pattern, s.instrument(route, need, auth.Changes, h))
 }
 
 // read registers a GET route with no side effect: the cookie alone may
 // authorize it from an allowed origin. A GET that leases or consumes (a
 // pop) is no read: it is registered with handle.
-func (s *Server) read(pattern, route string, need auth.Role, h http.HandlerFunc) {
+func (s *Server) read(pattern, route string, need auth.Role, h httpapi.HandlerFunc) {
 	s.mux.Handle(pattern, s.instrument(route, need, auth.Reads, h))
 }
 
@@ -555,7 +568,8 @@ func setCORS(hdr http.Header) {
 	hdr.Set("Access-Control-Max-Age", "86400")
 }
 
-func (s *Server) instrument(route string, need auth.Role, eff auth.Effect, h http.HandlerFunc) http.Handler {
+func (s *Server) instrument(route string, need auth.Role, eff auth.Effect, handler httpapi.HandlerFunc) http.Handler {
+	h := s.failer.Handler(handler)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		setCORS(w.Header())

@@ -29,19 +29,23 @@ var testHelpers = []string{"internal/pgtest", "queue/queuetest"}
 // assembly is what a test that runs whole instances may import (the
 // multi-instance tests of pgnotify and syncnet, gateway's end-to-end
 // tests): every server package.
-var assembly = []string{"auth", "gateway", "internal/...", "pgnotify", "poller", "queue/...", "spool", "syncnet", "web"}
+var assembly = []string{"admin", "auth", "gateway", "internal/...", "pgnotify", "poller", "queue/...", "spool", "syncnet", "web"}
 
 // design is docs/design.md §1 as import rules, one row per package.
 var design = map[string]rule{
-	"queue":              {tests: testHelpers},
-	"queue/queuetest":    {imports: []string{"queue", "internal/pgtest"}},
-	"poller":             {imports: []string{"queue"}, tests: testHelpers},
-	"pgnotify":           {tests: assembly},
-	"syncnet":            {tests: assembly},
-	"spool":              {},
-	"web":                {},
-	"auth":               {}, // tokens, rights, JWKS, the cookie rule: no store, no handlers
-	"gateway":            {imports: []string{"auth", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
+	"queue":           {tests: testHelpers},
+	"queue/queuetest": {imports: []string{"queue", "internal/pgtest"}},
+	"poller":          {imports: []string{"queue"}, tests: testHelpers},
+	"pgnotify":        {tests: assembly},
+	"syncnet":         {tests: assembly},
+	"spool":           {},
+	"web":             {},
+	"auth":            {}, // tokens, rights, JWKS, the cookie rule: no store, no handlers
+	// The message path's server; it registers the admin routes (admin.Register).
+	"gateway": {imports: []string{"admin", "auth", "internal/httpapi", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
+	// Administration: its routes through the gateway's registration, never the gateway itself.
+	"admin":              {imports: []string{"auth", "internal/httpapi", "queue"}, tests: slices.Concat(assembly, testHelpers)},
+	"internal/httpapi":   {imports: []string{"queue"}}, // answers, bodies, the error adapter: no routes
 	"internal/pgcluster": {},
 	"internal/pgtest":    {imports: []string{"internal/pgcluster"}},
 	"internal/backoff":   {},

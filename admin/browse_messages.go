@@ -1,11 +1,12 @@
-package gateway
+package admin
 
 import (
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -41,11 +42,11 @@ type modeJSON struct {
 
 func messageItem(m queue.MessageInfo) messageItemJSON {
 	return messageItemJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: nullable(m.Namespace),
-		Task: nullable(m.Task), Status: m.State, QueueStatus: nullable(m.QueueState),
-		BusStatus: busStatusJSON{ConsumedBy: m.ConsumedBy, TotalGroups: m.BusGroups}, TraceID: nullable(m.TraceID),
-		ProducerSub: nullable(m.ProducerSub), QueuePriority: m.Priority, CreatedAt: formatMilli(m.CreatedAt),
-		LeaseExpiresAt: optTime(m.LeaseExpiresAt)}
+		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: httpapi.Nullable(m.Namespace),
+		Task: httpapi.Nullable(m.Task), Status: m.State, QueueStatus: httpapi.Nullable(m.QueueState),
+		BusStatus: busStatusJSON{ConsumedBy: m.ConsumedBy, TotalGroups: m.BusGroups}, TraceID: httpapi.Nullable(m.TraceID),
+		ProducerSub: httpapi.Nullable(m.ProducerSub), QueuePriority: m.Priority, CreatedAt: httpapi.FormatMilli(m.CreatedAt),
+		LeaseExpiresAt: httpapi.OptTime(m.LeaseExpiresAt)}
 }
 
 // messageQuery reads the filters of a message listing: queue, partition,
@@ -56,22 +57,22 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 	q := r.URL.Query()
 	var qry queue.MessageQuery
 	var err error
-	if qry.Queue, err = nameParam(q, "queue", "queue"); err != nil {
+	if qry.Queue, err = NameParam(q, "queue", "queue"); err != nil {
 		return qry, err
 	}
-	if qry.Partition, err = nameParam(q, "partition", "partition"); err != nil {
+	if qry.Partition, err = NameParam(q, "partition", "partition"); err != nil {
 		return qry, err
 	}
 	qry.Namespace, qry.Task = q.Get("ns"), q.Get("task")
 	if qry.State = q.Get("status"); qry.State != "" && !queue.ValidState(qry.State) {
-		return qry, badRequestf("status must be pending, processing, completed or dead_letter")
+		return qry, httpapi.BadRequestf("status must be pending, processing, completed or dead_letter")
 	}
-	if qry.Limit, qry.Offset, err = pageParams(q, defLimit); err != nil {
+	if qry.Limit, qry.Offset, err = httpapi.PageParams(q, defLimit); err != nil {
 		return qry, err
 	}
 	switch {
 	case window > 0:
-		if qry.From, qry.To, err = timeRange(q, window); err != nil {
+		if qry.From, qry.To, err = TimeRange(q, window); err != nil {
 			return qry, err
 		}
 		if q.Get("to") == "" {
@@ -85,15 +86,15 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 			return qry, err
 		}
 		if !qry.From.IsZero() && !qry.To.IsZero() && !qry.From.Before(qry.To) {
-			return qry, badRequestf("from must be before to")
+			return qry, httpapi.BadRequestf("from must be before to")
 		}
 	}
-	rights := rightsOf(r.Context())
-	if err := checkQueueRead(rights, qry.Queue); err != nil {
+	rights := auth.RightsFrom(r.Context())
+	if err := CheckQueueRead(rights, qry.Queue); err != nil {
 		return qry, err
 	}
 	if qry.Queue != "" && qry.Partition != "" && !rights.MayConsume(qry.Queue, qry.Partition) {
-		return qry, forbidden("this token may not read %s/%s", qry.Queue, qry.Partition)
+		return qry, httpapi.Forbiddenf("this token may not read %s/%s", qry.Queue, qry.Partition)
 	}
 	qry.Scope = browseScope(rights)
 	return qry, nil
@@ -109,16 +110,14 @@ type messagesJSON struct {
 }
 
 // handleMessages lists messages newest first, without payloads.
-func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleMessages(w http.ResponseWriter, r *http.Request) error {
 	qry, err := messageQuery(r, 200, time.Hour)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	list, err := s.store.BrowseMessages(r.Context(), qry)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	items := make([]messageItemJSON, len(list.Messages))
 	for i, m := range list.Messages {
@@ -128,20 +127,21 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	out.Messages = items
 	out.Mode = modeJSON{HasQueueMode: list.Mode.QueueMode, BusGroupsCount: list.Mode.BusGroups, Type: list.Mode.Type()}
 	out.Pagination.Limit, out.Pagination.Offset = qry.Limit, qry.Offset
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // checkMessage refuses a path whose partition id is not a UUID (400); a
 // partition that does not exist, or that the token may not consume, is
-// ErrMessageNotFound, after the same lookup (see nowhere). The partition
+// ErrMessageNotFound, after the same lookup (see gateway/authorize.go). The partition
 // id is read in any case and returned in lower case.
-func (s *Server) checkMessage(r *http.Request) (partitionID, transactionID string, err error) {
+func (s *service) checkMessage(r *http.Request) (partitionID, transactionID string, err error) {
 	partitionID, transactionID = r.PathValue("partitionId"), r.PathValue("transactionId")
 	if !queue.ValidUUID(partitionID) {
-		return "", "", badRequestf("partitionId must be a UUID")
+		return "", "", httpapi.BadRequestf("partitionId must be a UUID")
 	}
 	partitionID = strings.ToLower(partitionID)
-	names, err := s.visible(r.Context(), rightsOf(r.Context()), []string{partitionID})
+	names, err := s.visible(r.Context(), auth.RightsFrom(r.Context()), []string{partitionID})
 	if err != nil {
 		return "", "", err
 	}
@@ -168,7 +168,7 @@ type messageDetailJSON struct {
 	Namespace      *string            `json:"namespace"`
 	Task           *string            `json:"task"`
 	Status         string             `json:"status"`
-	Payload        rawJSON            `json:"payload"`
+	Payload        httpapi.Raw        `json:"payload"`
 	IsEncrypted    bool               `json:"isEncrypted"`
 	TraceID        *string            `json:"traceId"`
 	ProducerSub    *string            `json:"producerSub"`
@@ -199,24 +199,22 @@ type messageModeJSON struct {
 // handleMessage answers one message with its payload (decrypted as a pop
 // decrypts it; null when it fails to), or, when the message is gone but
 // was dead-lettered, its dead-lettered copy.
-func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleMessage(w http.ResponseWriter, r *http.Request) error {
 	pid, txid, err := s.checkMessage(r)
 	if err != nil {
-		s.failBrowse(w, err)
-		return
+		return browseError(err)
 	}
 	d, err := s.store.BrowseMessage(r.Context(), pid, txid)
 	if err != nil {
-		s.failBrowse(w, err)
-		return
+		return browseError(err)
 	}
 	m := d.MessageInfo
 	mode := queue.Mode{QueueMode: m.QueueState != "", BusGroups: m.BusGroups}
 	out := messageDetailJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: nullable(m.Namespace),
-		Task: nullable(m.Task), Status: m.State, Payload: rawJSON(d.Data), IsEncrypted: d.Encrypted,
-		TraceID: nullable(m.TraceID), ProducerSub: nullable(m.ProducerSub), CreatedAt: formatMilli(m.CreatedAt),
-		ErrorMessage: d.ErrorMessage, RetryCount: d.RetryCount, LeaseExpiresAt: optTime(m.LeaseExpiresAt),
+		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: httpapi.Nullable(m.Namespace),
+		Task: httpapi.Nullable(m.Task), Status: m.State, Payload: httpapi.Raw(d.Data), IsEncrypted: d.Encrypted,
+		TraceID: httpapi.Nullable(m.TraceID), ProducerSub: httpapi.Nullable(m.ProducerSub), CreatedAt: httpapi.FormatMilli(m.CreatedAt),
+		ErrorMessage: d.ErrorMessage, RetryCount: d.RetryCount, LeaseExpiresAt: httpapi.OptTime(m.LeaseExpiresAt),
 		QueueConfig: queueConfigJSON{LeaseTime: d.Options.LeaseTime, RetryLimit: d.Options.RetryLimit,
 			RetryDelay: d.Options.RetryDelay, TTL: d.Options.TTL, Priority: d.Options.Priority},
 		Mode: messageModeJSON{HasQueueMode: mode.QueueMode, BusGroupsCount: mode.BusGroups, ConsumedByGroups: m.ConsumedBy,
@@ -224,9 +222,10 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		ConsumerGroups: make([]messageGroupJSON, len(d.Groups))}
 	for i, g := range d.Groups {
 		out.ConsumerGroups[i] = messageGroupJSON{Name: g.Group, Consumed: g.State == queue.StateCompleted ||
-			g.State == queue.StateDeadLetter, Status: g.State, LeaseExpiresAt: optTime(g.LeaseExpiresAt)}
+			g.State == queue.StateDeadLetter, Status: g.State, LeaseExpiresAt: httpapi.OptTime(g.LeaseExpiresAt)}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 type deletedJSON struct {
@@ -240,26 +239,17 @@ type deletedJSON struct {
 // consumer group counts it as finished (queue.DeleteMessage): cursors move
 // over it, a live lease it ends is released (and its waiters woken), and
 // a stream of this instance holding it gets its credit back.
-func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleDeleteMessage(w http.ResponseWriter, r *http.Request) error {
 	pid, txid, err := s.checkMessage(r)
 	if err != nil {
-		s.failBrowse(w, err)
-		return
+		return browseError(err)
 	}
 	res, err := s.store.DeleteMessage(r.Context(), pid, txid)
 	if err != nil {
-		s.failBrowse(w, err)
-		return
+		return browseError(err)
 	}
-	for _, l := range res.Leases {
-		s.deliveries.settle(deliveryKey{l.LeaseID, pid, txid})
-		switch {
-		case l.Released && l.Pending:
-			s.afterRelease(poller.SourceAck, res.Queue, res.Partition, pid, l.Group)
-		case l.Released:
-			s.poller.LeaseReleased(res.Queue, res.Partition, pid, l.Group)
-		}
-	}
-	writeJSON(w, http.StatusOK, deletedJSON{Success: true, PartitionID: pid, TransactionID: txid,
+	s.fx.AfterMessageDeleted(res, pid, txid)
+	httpapi.WriteJSON(w, http.StatusOK, deletedJSON{Success: true, PartitionID: pid, TransactionID: txid,
 		Message: "Message deleted successfully"})
+	return nil
 }

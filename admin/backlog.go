@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"cmp"
@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -37,14 +38,14 @@ type backlogJSON struct {
 }
 
 // handleBacklog answers GET /api/v1/status/backlog (admin).
-func (s *Server) handleBacklog(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleBacklog(w http.ResponseWriter, r *http.Request) error {
 	b, err := s.store.LatestBacklog(r.Context())
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	writeJSON(w, http.StatusOK, backlogJSON{SampledAt: formatMilli(b.At), Top: queue.BacklogTop,
-		Groups: backlogGroups(b, rightsOf(r.Context()))})
+	httpapi.WriteJSON(w, http.StatusOK, backlogJSON{SampledAt: httpapi.FormatMilli(b.At), Top: queue.BacklogTop,
+		Groups: backlogGroups(b, auth.RightsFrom(r.Context()))})
+	return nil
 }
 
 // backlogGroups joins a sample's lag and dead-letter counts by (queue,

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldmq/herald/auth"
-	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -16,15 +16,15 @@ import (
 // lagging, details, delete, subscription, seek. Roles as the reference
 // server's: reads read-only, seek and subscription read-write, deletes
 // admin. "lagging" is matched before {group}, as on the reference.
-func (s *Server) consumerGroupRoutes() {
-	s.read("GET /api/v1/consumer-groups", "groups", auth.RoleReadOnly, s.handleGroups)
-	s.read("GET /api/v1/consumer-groups/lagging", "groups_lagging", auth.RoleReadOnly, s.handleGroupsLagging)
-	s.read("GET /api/v1/consumer-groups/{group}", "group", auth.RoleReadOnly, s.handleGroup)
-	s.handle("DELETE /api/v1/consumer-groups/{group}", "group_delete", auth.RoleAdmin, s.handleGroupDelete)
-	s.handle("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", "group_delete_queue", auth.RoleAdmin, s.handleGroupDelete)
-	s.handle("POST /api/v1/consumer-groups/{group}/subscription", "group_subscription", auth.RoleReadWrite, s.handleGroupSubscription)
-	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", "group_seek", auth.RoleReadWrite, s.handleGroupSeek)
-	s.handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", "group_seek_partition",
+func (s *service) consumerGroupRoutes() {
+	s.routes.Read("GET /api/v1/consumer-groups", "groups", auth.RoleReadOnly, s.handleGroups)
+	s.routes.Read("GET /api/v1/consumer-groups/lagging", "groups_lagging", auth.RoleReadOnly, s.handleGroupsLagging)
+	s.routes.Read("GET /api/v1/consumer-groups/{group}", "group", auth.RoleReadOnly, s.handleGroup)
+	s.routes.Handle("DELETE /api/v1/consumer-groups/{group}", "group_delete", auth.RoleAdmin, s.handleGroupDelete)
+	s.routes.Handle("DELETE /api/v1/consumer-groups/{group}/queues/{queue}", "group_delete_queue", auth.RoleAdmin, s.handleGroupDelete)
+	s.routes.Handle("POST /api/v1/consumer-groups/{group}/subscription", "group_subscription", auth.RoleReadWrite, s.handleGroupSubscription)
+	s.routes.Handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/seek", "group_seek", auth.RoleReadWrite, s.handleGroupSeek)
+	s.routes.Handle("POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", "group_seek_partition",
 		auth.RoleReadWrite, s.handleGroupSeek)
 }
 
@@ -39,13 +39,12 @@ func groupState(g queue.GroupSummary) string {
 	return "Dead"
 }
 
-func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleGroups(w http.ResponseWriter, r *http.Request) error {
 	groups, err := s.store.ConsumerGroups(r.Context())
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	rights := rightsOf(r.Context())
+	rights := auth.RightsFrom(r.Context())
 	out := make([]map[string]any, 0, len(groups))
 	for _, g := range groups {
 		if !rights.MayConsume(g.Queue, "") {
@@ -58,34 +57,32 @@ func (s *Server) handleGroups(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]any{
 			"name": g.Group, "topics": []string{g.Queue}, "queueName": g.Queue, "members": g.Members,
 			"partitionsWithLag": g.Lagging, "totalLag": nil, "maxTimeLag": int64(g.MaxTimeLag.Seconds()),
-			"state": groupState(g), "subscriptionMode": mode, "subscriptionTimestamp": optTime(g.SubscribedFrom),
-			"subscriptionCreatedAt": optTime(g.SubscribedAt), "lastSeenAt": optTime(g.LastSeenAt),
+			"state": groupState(g), "subscriptionMode": mode, "subscriptionTimestamp": httpapi.OptTime(g.SubscribedFrom),
+			"subscriptionCreatedAt": httpapi.OptTime(g.SubscribedAt), "lastSeenAt": httpapi.OptTime(g.LastSeenAt),
 			"idleGroupRetentionSeconds": g.IdleRetention,
 		})
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleGroupsLagging(w http.ResponseWriter, r *http.Request) error {
 	minLag := 3600
 	if v := r.URL.Query().Get("minLagSeconds"); v != "" {
 		var err error
-		if minLag, err = intParam(v, "minLagSeconds", 0, queue.MaxKeepSeconds); err != nil {
-			s.fail(w, err)
-			return
+		if minLag, err = httpapi.IntParam(v, "minLagSeconds", 0, queue.MaxKeepSeconds); err != nil {
+			return err
 		}
 	}
-	limit, offset, err := pageParams(r.URL.Query(), 100)
+	limit, offset, err := httpapi.PageParams(r.URL.Query(), 100)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	lags, err := s.store.Lagging(r.Context(), time.Duration(minLag)*time.Second, limit, offset)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	rights := rightsOf(r.Context())
+	rights := auth.RightsFrom(r.Context())
 	now := time.Now()
 	out := make([]map[string]any, 0, len(lags))
 	for _, l := range lags {
@@ -103,25 +100,24 @@ func (s *Server) handleGroupsLagging(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]any{
 			"consumer_group": l.Group, "queue_name": l.Queue, "partition_name": l.Partition, "partition_id": l.PartitionID,
 			"worker_id": owner, "offset_lag": l.OffsetLag, "time_lag_seconds": int64(lag.Seconds()),
-			"lag_hours": math.Round(lag.Hours()*100) / 100, "oldest_unconsumed_at": optTime(l.OldestUnconsumed),
-			"last_consumed_at": optTime(l.LastConsumed),
+			"lag_hours": math.Round(lag.Hours()*100) / 100, "oldest_unconsumed_at": httpapi.OptTime(l.OldestUnconsumed),
+			"last_consumed_at": httpapi.OptTime(l.LastConsumed),
 		})
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleGroup(w http.ResponseWriter, r *http.Request) error {
 	group := r.PathValue("group")
 	parts, truncated, err := s.store.GroupPartitions(r.Context(), group, r.URL.Query().Get("queue"))
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	if len(parts) == 0 {
-		writeError(w, http.StatusNotFound, "Consumer group not found")
-		return
+		return httpapi.Status(http.StatusNotFound, "Consumer group not found")
 	}
-	rights := rightsOf(r.Context())
+	rights := auth.RightsFrom(r.Context())
 	now := time.Now()
 	out := map[string]any{}
 	for _, p := range parts {
@@ -142,137 +138,112 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
 			lag = int64(now.Sub(*p.OldestUnconsumed).Seconds())
 		}
 		q["partitions"] = append(q["partitions"].([]map[string]any), map[string]any{
-			"partition": p.Partition, "workerId": owner, "lastConsumedAt": optTime(p.LastConsumed),
+			"partition": p.Partition, "workerId": owner, "lastConsumedAt": httpapi.OptTime(p.LastConsumed),
 			"totalConsumed": p.Consumed, "offsetLag": p.OffsetLag, "timeLagSeconds": lag,
-			"leaseActive": p.LeaseExpires != nil, "leaseExpiresAt": optTime(p.LeaseExpires),
+			"leaseActive": p.LeaseExpires != nil, "leaseExpiresAt": httpapi.OptTime(p.LeaseExpires),
 		})
 	}
 	if len(out) == 0 {
 		// Only on partitions beyond the token's rights: as if it did not
 		// exist (a 403 would confirm another tenant's group).
-		writeError(w, http.StatusNotFound, "Consumer group not found")
-		return
+		return httpapi.Status(http.StatusNotFound, "Consumer group not found")
 	}
 	if truncated {
 		w.Header().Set("X-Herald-Truncated", "true") // more than queue.MaxGroupPartitions partitions
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // groupWide refuses a token with rights an act on every queue of a group:
 // its rights cannot be checked queue by queue before the act.
 func groupWide(r *http.Request, what string) error {
-	if rightsOf(r.Context()) != nil {
-		return forbidden("a token with rights may not %s on every queue at once: name the queue", what)
+	if auth.RightsFrom(r.Context()) != nil {
+		return httpapi.Forbiddenf("a token with rights may not %s on every queue at once: name the queue", what)
 	}
 	return nil
 }
 
-func (s *Server) handleGroupDelete(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleGroupDelete(w http.ResponseWriter, r *http.Request) error {
 	group, queueName := r.PathValue("group"), r.PathValue("queue")
 	deleteMetadata := true
 	if v := r.URL.Query().Get("deleteMetadata"); v != "" {
 		var err error
-		if deleteMetadata, err = boolParam(v, "deleteMetadata"); err != nil {
-			s.fail(w, err)
-			return
+		if deleteMetadata, err = httpapi.BoolParam(v, "deleteMetadata"); err != nil {
+			return err
 		}
 	}
 	var err error
 	if queueName == "" {
 		err = groupWide(r, "delete a consumer group")
-	} else if !rightsOf(r.Context()).MayConsume(queueName, "") {
-		err = forbidden("this token may not consume the whole queue %s", queueName)
+	} else if !auth.RightsFrom(r.Context()).MayConsume(queueName, "") {
+		err = httpapi.Forbiddenf("this token may not consume the whole queue %s", queueName)
 	}
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	res, err := s.store.DeleteGroup(r.Context(), group, queueName, deleteMetadata)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	s.afterGroupMoved(res.Released)
+	s.fx.AfterGroupMoved(res.Released)
 	out := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": res.Partitions,
 		"metadataDeleted": res.MetadataDeleted}
 	if queueName != "" {
 		out["queueName"] = queueName
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
-// afterGroupMoved follows a deletion or a seek: the leases it ended are
-// released (their hints dropped, here and on the other instances) and the
-// queues are looked at again, here and elsewhere, since the group may
-// have messages to read again.
-func (s *Server) afterGroupMoved(released []queue.ReleasedLease) {
-	woken := map[string]bool{}
-	for _, l := range released {
-		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
-		if !woken[l.Queue] {
-			woken[l.Queue] = true
-			s.wakeEverywhere(poller.SourceRelease, l.Queue, "")
-		}
-	}
-}
-
-func (s *Server) handleGroupSubscription(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleGroupSubscription(w http.ResponseWriter, r *http.Request) error {
 	group := r.PathValue("group")
-	obj, err := readObject(r)
+	obj, err := httpapi.ReadObject(r)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	raw, ok := obj["subscriptionTimestamp"]
 	if !ok {
-		writeError(w, http.StatusBadRequest, "Missing subscriptionTimestamp in request body")
-		return
+		return httpapi.BadRequest("Missing subscriptionTimestamp in request body")
 	}
 	var ts string
 	if err := json.Unmarshal(raw, &ts); err != nil {
-		writeError(w, http.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 time string")
-		return
+		return httpapi.BadRequest("subscriptionTimestamp must be an RFC 3339 time string")
 	}
 	at, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 time string")
-		return
+		return httpapi.BadRequest("subscriptionTimestamp must be an RFC 3339 time string")
 	}
 	if err := groupWide(r, "move a consumer group's subscription"); err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	n, err := s.store.SetSubscription(r.Context(), group, at)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "newTimestamp": ts, "rowsUpdated": n})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "newTimestamp": ts, "rowsUpdated": n})
+	return nil
 }
 
-func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleGroupSeek(w http.ResponseWriter, r *http.Request) error {
 	group, queueName, partition := r.PathValue("group"), r.PathValue("queue"), r.PathValue("partition")
 	var to *time.Time
 	var toEnd bool
 	if partition == "" {
 		// The one-partition seek reads no body: it always goes to the end.
-		obj, err := readObject(r)
+		obj, err := httpapi.ReadObject(r)
 		if err != nil {
-			s.fail(w, err)
-			return
+			return err
 		}
-		if raw, ok := obj["toEnd"]; ok && !isNull(raw) {
+		if raw, ok := obj["toEnd"]; ok && !httpapi.IsNull(raw) {
 			if err := json.Unmarshal(raw, &toEnd); err != nil {
-				writeError(w, http.StatusBadRequest, "toEnd must be true or false")
-				return
+				return httpapi.BadRequest("toEnd must be true or false")
 			}
 		}
 		var ts string
-		if raw, ok := obj["timestamp"]; ok && !isNull(raw) {
+		if raw, ok := obj["timestamp"]; ok && !httpapi.IsNull(raw) {
 			if err := json.Unmarshal(raw, &ts); err != nil {
-				writeError(w, http.StatusBadRequest, "timestamp must be an RFC 3339 time string")
-				return
+				return httpapi.BadRequest("timestamp must be an RFC 3339 time string")
 			}
 		}
 		switch {
@@ -280,44 +251,40 @@ func (s *Server) handleGroupSeek(w http.ResponseWriter, r *http.Request) {
 		case ts != "":
 			at, err := time.Parse(time.RFC3339Nano, ts)
 			if err != nil {
-				writeError(w, http.StatusBadRequest, "timestamp must be an RFC 3339 time string")
-				return
+				return httpapi.BadRequest("timestamp must be an RFC 3339 time string")
 			}
 			to = &at
 		default:
-			writeError(w, http.StatusBadRequest, "Must specify either 'toEnd': true or 'timestamp'")
-			return
+			return httpapi.BadRequest("Must specify either 'toEnd': true or 'timestamp'")
 		}
 	}
-	if !rightsOf(r.Context()).MayConsume(queueName, partition) {
-		s.fail(w, forbidden("this token may not consume %s", joinQP(queueName, partition)))
-		return
+	if !auth.RightsFrom(r.Context()).MayConsume(queueName, partition) {
+		return httpapi.Forbiddenf("this token may not consume %s", joinQP(queueName, partition))
 	}
 	res, err := s.store.Seek(r.Context(), group, queueName, partition, to)
 	if errors.Is(err, queue.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "Partition not found")
-		return
+		return httpapi.Status(http.StatusNotFound, "Partition not found")
 	}
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	s.afterGroupMoved(res.Released)
+	s.fx.AfterGroupMoved(res.Released)
 	if res.Partitions > 0 {
 		// Messages after the new position are to be read again.
-		s.wakeEverywhere(poller.SourceRelease, queueName, "")
+		s.fx.WakeQueue(queueName)
 	}
 	if partition != "" {
-		writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
-			"partitionName": partition, "updated": res.Partitions > 0, "cursorMovedTo": optTime(res.MovedTo)})
-		return
+		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
+			"partitionName": partition, "updated": res.Partitions > 0, "cursorMovedTo": httpapi.OptTime(res.MovedTo)})
+		return nil
 	}
 	var target any
 	if to != nil {
-		target = formatMilli(*to)
+		target = httpapi.FormatMilli(*to)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,
 		"seekToEnd": toEnd, "targetTimestamp": target, "partitionsUpdated": res.Partitions})
+	return nil
 }
 
 // joinQP names a queue, or one of its partitions.

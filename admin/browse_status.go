@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"context"
@@ -6,26 +6,28 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
 // statusFilter reads the queue, namespace and task of a status read; a
 // queue outside the token's rights is 403.
 func statusFilter(r *http.Request, q url.Values) (queue.StatusFilter, error) {
-	name, err := nameParam(q, "queue", "queue")
+	name, err := NameParam(q, "queue", "queue")
 	if err != nil {
 		return queue.StatusFilter{}, err
 	}
-	rights := rightsOf(r.Context())
-	if err := checkQueueRead(rights, name); err != nil {
+	rights := auth.RightsFrom(r.Context())
+	if err := CheckQueueRead(rights, name); err != nil {
 		return queue.StatusFilter{}, err
 	}
 	return queue.StatusFilter{Queue: name, Namespace: q.Get("namespace"), Task: q.Get("task"), Scope: browseScope(rights)}, nil
 }
 
-// bucketMinutes is the reference server's bucket for a window: the longer
+// BucketMinutes is the reference server's bucket for a window: the longer
 // the window, the coarser.
-func bucketMinutes(window time.Duration) int {
+func BucketMinutes(window time.Duration) int {
 	switch {
 	case window <= time.Hour:
 		return 1
@@ -100,43 +102,38 @@ type statusJSON struct {
 // series (throughput buckets, workers, request counters) are empty or
 // zero: this instance's history is served by the analytics routes
 // (handler_analytics.go); from and to are checked and echoed.
-func (s *Server) handleStatusDashboard(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleStatusDashboard(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	from, to, err := timeRange(q, time.Hour)
+	from, to, err := TimeRange(q, time.Hour)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	f, err := statusFilter(r, q)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Name: f.Queue, Namespace: f.Namespace, Task: f.Task,
 		Scope: f.Scope})
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	leases, err := s.store.BrowseLeases(r.Context(), f)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	dl, err := s.store.BrowseDeadLetters(r.Context(), f)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	var out statusJSON
-	out.TimeRange.From, out.TimeRange.To = formatMilli(from), formatMilli(to)
-	out.BucketMinutes = bucketMinutes(to.Sub(from))
+	out.TimeRange.From, out.TimeRange.To = httpapi.FormatMilli(from), httpapi.FormatMilli(to)
+	out.BucketMinutes = BucketMinutes(to.Sub(from))
 	out.Throughput, out.Workers, out.Queues = []any{}, []any{}, []statusQueueJSON{}
 	for _, qs := range list.Queues {
 		out.Messages.add(qs.Counts)
 		if qs.Counts.Total > 0 {
-			out.Queues = append(out.Queues, statusQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: nullable(qs.Namespace),
-				Task: nullable(qs.Task), Partitions: qs.Partitions, TotalConsumed: qs.Counts.Completed})
+			out.Queues = append(out.Queues, statusQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: httpapi.Nullable(qs.Namespace),
+				Task: httpapi.Nullable(qs.Task), Partitions: qs.Partitions, TotalConsumed: qs.Counts.Completed})
 		}
 	}
 	out.Leases.Active, out.Leases.PartitionsWithLeases = leases.Active, leases.Partitions
@@ -147,13 +144,14 @@ func (s *Server) handleStatusDashboard(w http.ResponseWriter, r *http.Request) {
 		out.DeadLetterQueue.TopErrors[i] = errorCountJSON{Error: e.Error, Count: e.Count}
 	}
 	out.Errors.DLQMessages = dl.Total
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // handleStatusQueues lists queues newest first; pending counts what is
 // leased too, as the reference server's does here.
-func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request) {
-	s.listQueues(w, r, 100, true)
+func (s *service) handleStatusQueues(w http.ResponseWriter, r *http.Request) error {
+	return s.listQueues(w, r, 100, true)
 }
 
 type statusConfigJSON struct {
@@ -202,29 +200,29 @@ type statusQueueDetailJSON struct {
 
 // handleStatusQueue answers one queue with its settings, totals and a page
 // of its partitions (limit ≤ 1000, default 1000).
-func (s *Server) handleStatusQueue(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleStatusQueue(w http.ResponseWriter, r *http.Request) error {
 	page, limit, offset, err := s.partitionPage(r, r.PathValue("queue"), queue.MaxBrowseLimit, false)
 	if err != nil {
-		s.failBrowse(w, err)
-		return
+		return browseError(err)
 	}
 	qs, o := page.Queue, page.Options
 	var out statusQueueDetailJSON
-	out.Queue.ID, out.Queue.Name, out.Queue.Namespace, out.Queue.Task = qs.ID, qs.Name, nullable(qs.Namespace), nullable(qs.Task)
-	out.Queue.Priority, out.Queue.CreatedAt = qs.Priority, formatMilli(qs.CreatedAt)
+	out.Queue.ID, out.Queue.Name, out.Queue.Namespace, out.Queue.Task = qs.ID, qs.Name, httpapi.Nullable(qs.Namespace), httpapi.Nullable(qs.Task)
+	out.Queue.Priority, out.Queue.CreatedAt = qs.Priority, httpapi.FormatMilli(qs.CreatedAt)
 	out.Queue.Config = statusConfigJSON{LeaseTime: o.LeaseTime, RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, TTL: o.TTL,
 		MaxQueueSize: o.MaxSize, DeadLetterQueue: o.DeadLetterQueue}
 	out.Partitions = make([]statusPartitionJSON, len(page.Partitions))
 	for i, p := range page.Partitions {
-		pj := statusPartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: formatMilli(p.CreatedAt), Messages: countsOf(p.Counts),
-			Stats: countsOf(p.Counts), LastActivity: optTime(p.LastActivity), OldestMessage: optTime(p.Oldest),
-			NewestMessage: optTime(p.Newest)}
+		pj := statusPartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: httpapi.FormatMilli(p.CreatedAt), Messages: countsOf(p.Counts),
+			Stats: countsOf(p.Counts), LastActivity: httpapi.OptTime(p.LastActivity), OldestMessage: httpapi.OptTime(p.Oldest),
+			NewestMessage: httpapi.OptTime(p.Newest)}
 		pj.Cursor.TotalConsumed = p.Counts.Completed
 		out.Partitions[i] = pj
 	}
 	out.Totals = statusTotalsJSON{Messages: countsOf(qs.Counts), countsJSON: countsOf(qs.Counts)}
 	out.Pagination = paginationJSON{Limit: limit, Offset: offset, Total: page.Matching}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 type statusMessageJSON struct {
@@ -240,38 +238,34 @@ type statusMessageJSON struct {
 
 // handleStatusQueueMessages answers a bare array of one queue's messages,
 // newest first (limit 50, offset), whatever their age.
-func (s *Server) handleStatusQueueMessages(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleStatusQueueMessages(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("queue")
 	if err := queue.ValidateName("queue", name); err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	qry, err := messageQuery(r, 50, 0)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	if err := checkQueueRead(rightsOf(r.Context()), name); err != nil {
-		s.fail(w, err)
-		return
+	if err := CheckQueueRead(auth.RightsFrom(r.Context()), name); err != nil {
+		return err
 	}
 	if _, err := s.store.QueueID(r.Context(), name); err != nil {
-		s.failBrowse(w, err)
-		return
+		return browseError(err)
 	}
 	qry.Queue = name
 	list, err := s.store.BrowseMessages(r.Context(), qry)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	out := make([]statusMessageJSON, len(list.Messages))
 	for i, m := range list.Messages {
 		out[i] = statusMessageJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
 			QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Status: m.State,
-			CreatedAt: formatMilli(m.CreatedAt)}
+			CreatedAt: httpapi.FormatMilli(m.CreatedAt)}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 type dataPointJSON struct {
@@ -279,61 +273,59 @@ type dataPointJSON struct {
 	Messages  int64  `json:"messages"`
 }
 
-// bucketTime is the reference server's time-series timestamp: seconds.
-const bucketTime = "2006-01-02T15:04:05Z"
+// BucketTime is the reference server's time-series timestamp: seconds.
+const BucketTime = "2006-01-02T15:04:05Z"
 
 // handleStatusAnalytics counts stored messages by creation time (minute,
 // hour or day buckets, every one of the range present).
-func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	from, to, err := timeRange(q, 24*time.Hour)
+	from, to, err := TimeRange(q, 24*time.Hour)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	interval := q.Get("interval")
 	if interval == "" {
 		interval = "hour"
 	}
 	if _, ok := queue.AnalyticsInterval(interval); !ok {
-		s.fail(w, badRequestf("interval must be minute, hour or day"))
-		return
+		return httpapi.BadRequestf("interval must be minute, hour or day")
 	}
 	f, err := statusFilter(r, q)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	buckets, err := s.store.BrowseAnalytics(r.Context(), f, from, to, interval)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	points := make([]dataPointJSON, len(buckets))
 	for i, b := range buckets {
-		points[i] = dataPointJSON{Timestamp: b.Start.UTC().Format(bucketTime), Messages: b.Messages}
+		points[i] = dataPointJSON{Timestamp: b.Start.UTC().Format(BucketTime), Messages: b.Messages}
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		DataPoints []dataPointJSON `json:"dataPoints"`
 		Interval   string          `json:"interval"`
 		From       string          `json:"from"`
 		To         string          `json:"to"`
-	}{points, interval, formatMilli(from), formatMilli(to)})
+	}{points, interval, httpapi.FormatMilli(from), httpapi.FormatMilli(to)})
+	return nil
 }
 
 // handleStatusBuffers answers as the reference server's does for its local
 // disk buffer, which Herald has none of: nothing pending or failed; whether
 // the database answers now.
-func (s *Server) handleStatusBuffers(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleStatusBuffers(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	healthy := s.store.Ping(ctx) == nil
 	// pending: pushes this instance holds in its maintenance buffer,
 	// waiting for the end of push maintenance.
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		Pending   int  `json:"pending"`
 		Failed    int  `json:"failed"`
 		DBHealthy bool `json:"dbHealthy"`
 		Worker    int  `json:"worker"`
-	}{Pending: s.maint.stats().Records, DBHealthy: healthy})
+	}{Pending: s.maint.Buffer().Records, DBHealthy: healthy})
+	return nil
 }

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -21,39 +22,34 @@ import (
 // With a token whose rights (the herald claim) name queues and partitions,
 // lists show only what it may consume, naming any other queue or partition
 // is 403, and a message of another partition (named by the partition's
-// id) is not found, as one that does not exist (see nowhere).
-func (s *Server) browseRoutes() {
-	s.read("GET /api/v1/resources/overview", "resources_overview", auth.RoleReadOnly, s.handleOverview)
-	s.read("GET /api/v1/resources/namespaces", "resources_namespaces", auth.RoleReadOnly, s.handleNamespaces)
-	s.read("GET /api/v1/resources/tasks", "resources_tasks", auth.RoleReadOnly, s.handleTasks)
-	s.read("GET /api/v1/resources/queues", "resources_queues", auth.RoleReadOnly, s.handleResourceQueues)
-	s.read("GET /api/v1/resources/queues/{queue}", "resources_queue", auth.RoleReadOnly, s.handleResourceQueue)
-	s.read("GET /api/v1/resources/partitions", "resources_partitions", auth.RoleReadOnly, s.handlePartitions)
-	s.read("GET /api/v1/messages", "messages", auth.RoleReadOnly, s.handleMessages)
-	s.read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", auth.RoleReadOnly, s.handleMessage)
-	s.handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", auth.RoleReadWrite, s.handleDeleteMessage)
-	s.read("GET /api/v1/status", "status_dashboard", auth.RoleReadOnly, s.handleStatusDashboard)
-	s.read("GET /api/v1/status/queues", "status_queues", auth.RoleReadOnly, s.handleStatusQueues)
-	s.read("GET /api/v1/status/queues/{queue}", "status_queue", auth.RoleReadOnly, s.handleStatusQueue)
-	s.read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", auth.RoleReadOnly, s.handleStatusQueueMessages)
-	s.read("GET /api/v1/status/analytics", "status_analytics", auth.RoleReadOnly, s.handleStatusAnalytics)
-	s.read("GET /api/v1/status/buffers", "status_buffers", auth.RoleReadOnly, s.handleStatusBuffers)
-	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates)    // rates.go
-	s.read("GET /api/v1/status/backlog", "status_backlog", auth.RoleAdmin, s.handleBacklog) // backlog.go
-	s.analyticsRoutes()                                                                     // handler_analytics.go
+// id) is not found, as one that does not exist (see gateway/authorize.go).
+func (s *service) browseRoutes() {
+	s.routes.Read("GET /api/v1/resources/overview", "resources_overview", auth.RoleReadOnly, s.handleOverview)
+	s.routes.Read("GET /api/v1/resources/namespaces", "resources_namespaces", auth.RoleReadOnly, s.handleNamespaces)
+	s.routes.Read("GET /api/v1/resources/tasks", "resources_tasks", auth.RoleReadOnly, s.handleTasks)
+	s.routes.Read("GET /api/v1/resources/queues", "resources_queues", auth.RoleReadOnly, s.handleResourceQueues)
+	s.routes.Read("GET /api/v1/resources/queues/{queue}", "resources_queue", auth.RoleReadOnly, s.handleResourceQueue)
+	s.routes.Read("GET /api/v1/resources/partitions", "resources_partitions", auth.RoleReadOnly, s.handlePartitions)
+	s.routes.Read("GET /api/v1/messages", "messages", auth.RoleReadOnly, s.handleMessages)
+	s.routes.Read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", auth.RoleReadOnly, s.handleMessage)
+	s.routes.Handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", auth.RoleReadWrite, s.handleDeleteMessage)
+	s.routes.Read("GET /api/v1/status", "status_dashboard", auth.RoleReadOnly, s.handleStatusDashboard)
+	s.routes.Read("GET /api/v1/status/queues", "status_queues", auth.RoleReadOnly, s.handleStatusQueues)
+	s.routes.Read("GET /api/v1/status/queues/{queue}", "status_queue", auth.RoleReadOnly, s.handleStatusQueue)
+	s.routes.Read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", auth.RoleReadOnly, s.handleStatusQueueMessages)
+	s.routes.Read("GET /api/v1/status/analytics", "status_analytics", auth.RoleReadOnly, s.handleStatusAnalytics)
+	s.routes.Read("GET /api/v1/status/buffers", "status_buffers", auth.RoleReadOnly, s.handleStatusBuffers)
 }
 
-// failBrowse answers err: 404 for what a browse names and does not find,
-// otherwise as fail does.
-func (s *Server) failBrowse(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, queue.ErrQueueNotFound):
-		writeError(w, http.StatusNotFound, queue.ErrQueueNotFound.Error())
-	case errors.Is(err, queue.ErrMessageNotFound):
-		writeError(w, http.StatusNotFound, queue.ErrMessageNotFound.Error())
-	default:
-		s.fail(w, err)
+// browseError is err as a browse answers it: 404 for what a browse names
+// and does not find, otherwise as any handler's error.
+func browseError(err error) error {
+	for _, nf := range []error{queue.ErrQueueNotFound, queue.ErrMessageNotFound} {
+		if errors.Is(err, nf) {
+			return httpapi.Status(http.StatusNotFound, nf.Error())
+		}
 	}
+	return err
 }
 
 // browseScope is the part of the queues a token's rights let it read, as
@@ -76,26 +72,12 @@ func browseScope(r *auth.Rights) *queue.Scope {
 	return sc
 }
 
-// checkQueueRead refuses a read naming a queue the token may read nothing of.
-func checkQueueRead(r *auth.Rights, queue string) error {
+// CheckQueueRead refuses a read naming a queue the token may read nothing of.
+func CheckQueueRead(r *auth.Rights, queue string) error {
 	if queue != "" && !r.MaySeeQueue(queue) {
-		return forbidden("this token may not read queue %s", queue)
+		return httpapi.Forbiddenf("this token may not read queue %s", queue)
 	}
 	return nil
-}
-
-// pageParams reads limit (1..MaxBrowseLimit, def when absent) and offset.
-func pageParams(q url.Values, def int) (limit, offset int, err error) {
-	if limit, err = intParam(q.Get("limit"), "limit", 1, queue.MaxBrowseLimit); err != nil {
-		return 0, 0, err
-	}
-	if limit == 0 {
-		limit = def
-	}
-	if offset, err = intParam(q.Get("offset"), "offset", 0, queue.MaxBrowseOffset); err != nil {
-		return 0, 0, err
-	}
-	return limit, offset, nil
 }
 
 // timeParam reads an optional RFC 3339 time; def when absent.
@@ -106,14 +88,14 @@ func timeParam(q url.Values, name string, def time.Time) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, badRequestf("%s must be an RFC 3339 time (2026-01-05T10:00:00.000Z)", name)
+		return time.Time{}, httpapi.BadRequestf("%s must be an RFC 3339 time (2026-01-05T10:00:00.000Z)", name)
 	}
 	return t, nil
 }
 
-// timeRange reads from and to, defaulting to the span before now; from
+// TimeRange reads from and to, defaulting to the span before now; from
 // must come before to.
-func timeRange(q url.Values, span time.Duration) (from, to time.Time, err error) {
+func TimeRange(q url.Values, span time.Duration) (from, to time.Time, err error) {
 	now := time.Now()
 	if to, err = timeParam(q, "to", now); err != nil {
 		return
@@ -122,13 +104,13 @@ func timeRange(q url.Values, span time.Duration) (from, to time.Time, err error)
 		return
 	}
 	if !from.Before(to) {
-		err = badRequestf("from must be before to")
+		err = httpapi.BadRequestf("from must be before to")
 	}
 	return
 }
 
-// nameParam reads an optional queue or partition name.
-func nameParam(q url.Values, param, kind string) (string, error) {
+// NameParam reads an optional queue or partition name.
+func NameParam(q url.Values, param, kind string) (string, error) {
 	v := q.Get(param)
 	if v == "" {
 		return "", nil
@@ -137,15 +119,6 @@ func nameParam(q url.Values, param, kind string) (string, error) {
 		return "", err
 	}
 	return v, nil
-}
-
-// optTime renders an optional time, or JSON null.
-func optTime(t *time.Time) *string {
-	if t == nil {
-		return nil
-	}
-	s := formatMilli(*t)
-	return &s
 }
 
 type countsJSON struct {
@@ -203,22 +176,19 @@ type overviewJSON struct {
 // handleOverview sums every queue in scope. Cost: browseQueues over all
 // queues, the lag of the pairs with messages waiting, and the messages of
 // the last minute.
-func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
-	f := queue.StatusFilter{Scope: browseScope(rightsOf(r.Context()))}
+func (s *service) handleOverview(w http.ResponseWriter, r *http.Request) error {
+	f := queue.StatusFilter{Scope: browseScope(auth.RightsFrom(r.Context()))}
 	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: f.Scope})
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	lag, err := s.store.BrowseLag(r.Context(), f)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	ingested, err := s.store.BrowseIngested(r.Context(), f)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	var out overviewJSON
 	namespaces, tasks := map[string]bool{}, map[string]bool{}
@@ -235,8 +205,9 @@ func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
 	out.Queues, out.Namespaces, out.Tasks = len(list.Queues), len(namespaces), len(tasks)
 	out.Lag.Time, out.Lag.Offset = spreadOf(lag.Seconds), spreadOf(lag.Offset)
 	out.Throughput.IngestedPerSecond = float64(ingested) / queue.IngestWindow.Seconds()
-	out.Timestamp = formatMilli(time.Now())
-	writeJSON(w, http.StatusOK, out)
+	out.Timestamp = httpapi.FormatMilli(time.Now())
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 type groupSummaryJSON struct {
@@ -250,25 +221,24 @@ type groupSummaryJSON struct {
 	} `json:"messages"`
 }
 
-func (s *Server) handleNamespaces(w http.ResponseWriter, r *http.Request) {
-	s.groupQueues(w, r, "namespaces", func(q queue.QueueSummary) string { return q.Namespace },
+func (s *service) handleNamespaces(w http.ResponseWriter, r *http.Request) error {
+	return s.groupQueues(w, r, "namespaces", func(q queue.QueueSummary) string { return q.Namespace },
 		func(g *groupSummaryJSON, name string) { g.Namespace = &name })
 }
 
-func (s *Server) handleTasks(w http.ResponseWriter, r *http.Request) {
-	s.groupQueues(w, r, "tasks", func(q queue.QueueSummary) string { return q.Task },
+func (s *service) handleTasks(w http.ResponseWriter, r *http.Request) error {
+	return s.groupQueues(w, r, "tasks", func(q queue.QueueSummary) string { return q.Task },
 		func(g *groupSummaryJSON, name string) { g.Task = &name })
 }
 
 // groupQueues answers {list: [{namespace or task, queues, partitions,
 // messages}]}: the queues in scope grouped by of (those without one are
 // left out), sorted by name.
-func (s *Server) groupQueues(w http.ResponseWriter, r *http.Request, list string, of func(queue.QueueSummary) string,
-	name func(*groupSummaryJSON, string)) {
-	all, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: browseScope(rightsOf(r.Context()))})
+func (s *service) groupQueues(w http.ResponseWriter, r *http.Request, list string, of func(queue.QueueSummary) string,
+	name func(*groupSummaryJSON, string)) error {
+	all, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: browseScope(auth.RightsFrom(r.Context()))})
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	groups := map[string]*groupSummaryJSON{}
 	var names []string
@@ -294,7 +264,8 @@ func (s *Server) groupQueues(w http.ResponseWriter, r *http.Request, list string
 	for i, n := range names {
 		out[i] = groups[n]
 	}
-	writeJSON(w, http.StatusOK, map[string]any{list: out})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{list: out})
+	return nil
 }
 
 type queueMessagesJSON struct {
@@ -326,55 +297,54 @@ func queueItem(q queue.QueueSummary, waiting bool) queueItemJSON {
 	if waiting {
 		m.Pending = q.Counts.Waiting()
 	}
-	return queueItemJSON{ID: q.ID, Name: q.Name, Namespace: nullable(q.Namespace), Task: nullable(q.Task),
-		CreatedAt: formatMilli(q.CreatedAt), Partitions: q.Partitions, Messages: m}
+	return queueItemJSON{ID: q.ID, Name: q.Name, Namespace: httpapi.Nullable(q.Namespace), Task: httpapi.Nullable(q.Task),
+		CreatedAt: httpapi.FormatMilli(q.CreatedAt), Partitions: q.Partitions, Messages: m}
 }
 
 // listQueues answers a page of queues newest first (the query's search,
 // namespace and task narrow it).
-func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, def int, waiting bool) {
+func (s *service) listQueues(w http.ResponseWriter, r *http.Request, def int, waiting bool) error {
 	q := r.URL.Query()
-	limit, offset, err := pageParams(q, def)
+	limit, offset, err := httpapi.PageParams(q, def)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Search: q.Get("search"), Namespace: q.Get("namespace"),
-		Task: q.Get("task"), Limit: limit, Offset: offset, Scope: browseScope(rightsOf(r.Context()))})
+		Task: q.Get("task"), Limit: limit, Offset: offset, Scope: browseScope(auth.RightsFrom(r.Context()))})
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	items := make([]queueItemJSON, len(list.Queues))
 	for i, qs := range list.Queues {
 		items[i] = queueItem(qs, waiting)
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		Queues     []queueItemJSON `json:"queues"`
 		Pagination paginationJSON  `json:"pagination"`
 	}{items, paginationJSON{Limit: limit, Offset: offset, Total: list.Matching}})
+	return nil
 }
 
-func (s *Server) handleResourceQueues(w http.ResponseWriter, r *http.Request) {
-	s.listQueues(w, r, queue.MaxBrowseLimit, false)
+func (s *service) handleResourceQueues(w http.ResponseWriter, r *http.Request) error {
+	return s.listQueues(w, r, queue.MaxBrowseLimit, false)
 }
 
 // partitionPage reads the queue named by the path (or ?queue=) and a page of
 // its partitions, after the checks every such read makes.
-func (s *Server) partitionPage(r *http.Request, name string, def int, groups bool) (*queue.PartitionPage, int, int, error) {
+func (s *service) partitionPage(r *http.Request, name string, def int, groups bool) (*queue.PartitionPage, int, int, error) {
 	q := r.URL.Query()
 	if name == "" {
-		return nil, 0, 0, badRequestf("queue is required")
+		return nil, 0, 0, httpapi.BadRequestf("queue is required")
 	}
 	if err := queue.ValidateName("queue", name); err != nil {
 		return nil, 0, 0, err
 	}
-	limit, offset, err := pageParams(q, def)
+	limit, offset, err := httpapi.PageParams(q, def)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	rights := rightsOf(r.Context())
-	if err := checkQueueRead(rights, name); err != nil {
+	rights := auth.RightsFrom(r.Context())
+	if err := CheckQueueRead(rights, name); err != nil {
 		return nil, 0, 0, err
 	}
 	page, err := s.store.BrowsePartitions(r.Context(), queue.PartitionsQuery{Queue: name, Search: q.Get("search"),
@@ -405,21 +375,21 @@ type resourceQueueJSON struct {
 // handleResourceQueue answers one queue, its totals over every partition
 // in scope and a page of its partitions by name (limit ≤ 1000, default
 // 1000): a queue of 100,000 partitions is paged, not sent whole.
-func (s *Server) handleResourceQueue(w http.ResponseWriter, r *http.Request) {
+func (s *service) handleResourceQueue(w http.ResponseWriter, r *http.Request) error {
 	page, limit, offset, err := s.partitionPage(r, r.PathValue("queue"), queue.MaxBrowseLimit, false)
 	if err != nil {
-		s.failBrowse(w, err)
-		return
+		return browseError(err)
 	}
 	qs := page.Queue
-	out := resourceQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: nullable(qs.Namespace), Task: nullable(qs.Task),
-		CreatedAt: formatMilli(qs.CreatedAt), Partitions: make([]resourcePartitionJSON, len(page.Partitions)),
+	out := resourceQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: httpapi.Nullable(qs.Namespace), Task: httpapi.Nullable(qs.Task),
+		CreatedAt: httpapi.FormatMilli(qs.CreatedAt), Partitions: make([]resourcePartitionJSON, len(page.Partitions)),
 		Totals: countsOf(qs.Counts), Pagination: paginationJSON{Limit: limit, Offset: offset, Total: page.Matching}}
 	for i, p := range page.Partitions {
-		out.Partitions[i] = resourcePartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: formatMilli(p.CreatedAt),
-			Stats: countsOf(p.Counts), OldestMessage: optTime(p.Oldest), NewestMessage: optTime(p.Newest)}
+		out.Partitions[i] = resourcePartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: httpapi.FormatMilli(p.CreatedAt),
+			Stats: countsOf(p.Counts), OldestMessage: httpapi.OptTime(p.Oldest), NewestMessage: httpapi.OptTime(p.Newest)}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 type leaseJSON struct {
@@ -474,24 +444,23 @@ type partitionsJSON struct {
 // queue's partitions by name, paged with limit/offset or keyset (after:
 // the last name of the previous page, as next gives it), searchable, with
 // each consumer group's cursor, lag and lease.
-func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) {
+func (s *service) handlePartitions(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	page, limit, offset, err := s.partitionPage(r, q.Get("queue"), 100, true)
 	if err != nil {
-		s.failBrowse(w, err)
-		return
+		return browseError(err)
 	}
 	parts := make([]partitionJSON, len(page.Partitions))
 	for i, p := range page.Partitions {
-		pj := partitionJSON{ID: p.ID, Name: p.Name, CreatedAt: formatMilli(p.CreatedAt), LastOffset: p.LastOffset,
-			LastPushAt: optTime(p.LastPushAt), LastActivity: optTime(p.LastActivity), OldestMessage: optTime(p.Oldest),
-			NewestMessage: optTime(p.Newest), Messages: countsOf(p.Counts), Groups: make([]partitionGroupJSON, len(p.Groups))}
+		pj := partitionJSON{ID: p.ID, Name: p.Name, CreatedAt: httpapi.FormatMilli(p.CreatedAt), LastOffset: p.LastOffset,
+			LastPushAt: httpapi.OptTime(p.LastPushAt), LastActivity: httpapi.OptTime(p.LastActivity), OldestMessage: httpapi.OptTime(p.Oldest),
+			NewestMessage: httpapi.OptTime(p.Newest), Messages: countsOf(p.Counts), Groups: make([]partitionGroupJSON, len(p.Groups))}
 		for j, g := range p.Groups {
 			gj := partitionGroupJSON{Name: g.Group, Cursor: g.Cursor, Done: g.Done, Lag: g.Lag, Pending: g.Lag - g.Processing,
-				Processing: g.Processing, DeliveredTo: g.DeliveredTo, Attempts: g.Attempts, LeasedAt: optTime(g.LeasedAt)}
+				Processing: g.Processing, DeliveredTo: g.DeliveredTo, Attempts: g.Attempts, LeasedAt: httpapi.OptTime(g.LeasedAt)}
 			if l := g.Lease; l != nil {
-				gj.Lease = &leaseJSON{ID: l.ID, Owner: l.Owner, Subject: nullable(l.Subject), From: l.From, To: l.To,
-					ExpiresAt: formatMilli(l.ExpiresAt), Live: l.Live}
+				gj.Lease = &leaseJSON{ID: l.ID, Owner: l.Owner, Subject: httpapi.Nullable(l.Subject), From: l.From, To: l.To,
+					ExpiresAt: httpapi.FormatMilli(l.ExpiresAt), Live: l.Live}
 			}
 			pj.Groups[j] = gj
 		}
@@ -503,7 +472,8 @@ func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) {
 	}
 	var out partitionsJSON
 	out.Queue, out.Partitions = page.Queue.Name, parts
-	out.Pagination.Limit, out.Pagination.Offset, out.Pagination.After = limit, offset, nullable(q.Get("after"))
+	out.Pagination.Limit, out.Pagination.Offset, out.Pagination.After = limit, offset, httpapi.Nullable(q.Get("after"))
 	out.Pagination.Next, out.Pagination.Total = next, page.Matching
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
 }

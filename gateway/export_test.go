@@ -3,6 +3,8 @@ package gateway
 import (
 	"net/http"
 	"time"
+
+	"github.com/heraldmq/herald/queue"
 )
 
 // Mux is the ServeMux behind Handler (which refuses connections past the
@@ -16,3 +18,7 @@ func SetSSEWriteTimeout(d time.Duration) (restore func()) {
 	sseWriteTimeout = d
 	return func() { sseWriteTimeout = old }
 }
+
+// ApplyMaintenance applies a read of the maintenance switches as a
+// periodic refresh would.
+func (s *Server) ApplyMaintenance(st queue.SystemState) { s.maint.apply(st, "periodic") }

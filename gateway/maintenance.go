@@ -63,6 +63,10 @@ type maintenance struct {
 	// popOn is closed when pop maintenance starts (waiting long-polls
 	// answer 204); a new one is made when it ends. Guarded by mu.
 	popOn chan struct{}
+	// appliedAt is the UpdatedAt of the state applied last: a read older
+	// than it (one that began before a switch and ended after it) is
+	// ignored. Guarded by mu.
+	appliedAt time.Time
 
 	refresh chan struct{} // capacity 1: read the switches now
 	drain   chan struct{} // capacity 1: look at the buffer now
@@ -139,6 +143,11 @@ func (m *maintenance) apply(st queue.SystemState, source string) {
 	first := !m.loaded.Swap(true)
 	m.dbHealthy.Store(true)
 	m.mu.Lock()
+	if st.UpdatedAt.Before(m.appliedAt) {
+		m.mu.Unlock()
+		return // read before the state applied already: stale
+	}
+	m.appliedAt = st.UpdatedAt
 	wasPush := m.push.Swap(st.Maintenance)
 	popChanged := m.pop.Load() != st.PopMaintenance
 	if popChanged {

@@ -535,3 +535,16 @@ func TestMaintenance_StateReadAtStart(t *testing.T) {
 	_, err = store.SetSystemFlag(ctxT(t), "nonsense", true)
 	require.True(t, queue.IsInputError(err))
 }
+
+// A read of the switches that began before a switch was turned and ends
+// after it (a periodic refresh racing an operator) does not turn it back:
+// a state older than the one applied is ignored.
+func TestMaintenance_StaleReadDoesNotUndoASwitch(t *testing.T) {
+	t.Parallel()
+	e := newMaintEnv(t)
+	e.setMaintenance("", true)
+	e.srv.ApplyMaintenance(queue.SystemState{UpdatedAt: time.Now().Add(-time.Minute)}) // read before the switch
+	assert.Equal(t, "1", e.metric("herald_maintenance_mode"), "still on")
+	e.pushBuffered(`[{"queue":"stale","payload":1}]`) // buffered, not stored
+	e.setMaintenance("", false)
+}

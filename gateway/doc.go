@@ -236,5 +236,7 @@
 // During push maintenance pushes go to the buffer (503 when there is none,
 // or it is full); during pop maintenance pops and waiting long-polls answer
 // 204 and the poller is paused. A read of the switches that fails keeps
-// what was last read and is tried again every Config.MaintenanceRefresh.
+// what was last read and is tried again every Config.MaintenanceRefresh;
+// one older than the state applied (it began before a switch and ended
+// after it) is ignored.
 package gateway

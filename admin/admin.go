@@ -3,6 +3,8 @@ package admin
 import (
 	"context"
 	"errors"
+	"net/http"
+	"time"
 
 	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/internal/httpapi"
@@ -37,6 +39,11 @@ type Deps struct {
 	Effects Effects
 	// Maintenance is the maintenance modes and the push buffer. Required.
 	Maintenance Maintenance
+	// Series is what GET /api/v1/status charts from the instance's
+	// history: throughput buckets (newest first) between from and to and
+	// the workers of the last 2 minutes, for queue ("" for all) within the
+	// request's rights. Nil: both empty.
+	Series func(r *http.Request, from, to time.Time, bucketMinutes int, queue string) (throughput, workers []any)
 }
 
 // Effects is what the message path does after an admin act: releases,
@@ -66,6 +73,7 @@ type service struct {
 	visible func(ctx context.Context, r *auth.Rights, ids []string) (map[string]queue.PartitionName, error)
 	fx      Effects
 	maint   Maintenance
+	series  func(r *http.Request, from, to time.Time, bucketMinutes int, queue string) (throughput, workers []any)
 }
 
 // Register registers the admin routes on rt.
@@ -75,7 +83,7 @@ func Register(rt Routes, d Deps) error {
 		fx.AfterGroupMoved == nil || fx.WakeQueue == nil || fx.AfterReplay == nil || fx.AfterPurge == nil || fx.AfterMessageDeleted == nil || d.Maintenance == nil || d.Visible == nil {
 		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide, Deps.Visible, every Deps.Effects func and Deps.Maintenance are required")
 	}
-	s := &service{routes: rt, store: d.Store, hide: d.Hide, visible: d.Visible, fx: fx, maint: d.Maintenance}
+	s := &service{routes: rt, store: d.Store, hide: d.Hide, visible: d.Visible, fx: fx, maint: d.Maintenance, series: d.Series}
 	s.dlqRoutes()           // dlq.go
 	s.consumerGroupRoutes() // groups.go
 	s.traceRoutes()         // traces.go

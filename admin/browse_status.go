@@ -97,11 +97,10 @@ type statusJSON struct {
 	StatsAge int `json:"statsAge"`
 }
 
-// handleStatusDashboard is the dashboard's main view, from what exists
-// now: queues, message figures, live leases and dead letters. Its time
-// series (throughput buckets, workers, request counters) are empty or
-// zero: this instance's history is served by the analytics routes
-// (handler_analytics.go); from and to are checked and echoed.
+// handleStatusDashboard is the dashboard's main view: queues, message
+// figures, live leases and dead letters from the database; throughput
+// buckets and workers from this instance's history (Deps.Series); the
+// request counters stay zero.
 func (s *service) handleStatusDashboard(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	from, to, err := TimeRange(q, time.Hour)
@@ -129,6 +128,10 @@ func (s *service) handleStatusDashboard(w http.ResponseWriter, r *http.Request) 
 	out.TimeRange.From, out.TimeRange.To = httpapi.FormatMilli(from), httpapi.FormatMilli(to)
 	out.BucketMinutes = BucketMinutes(to.Sub(from))
 	out.Throughput, out.Workers, out.Queues = []any{}, []any{}, []statusQueueJSON{}
+	if s.series != nil {
+		out.Throughput, out.Workers = s.series(r, from, to, out.BucketMinutes, f.Queue)
+	}
+	out.PointCount = len(out.Throughput)
 	for _, qs := range list.Queues {
 		out.Messages.add(qs.Counts)
 		if qs.Counts.Total > 0 {

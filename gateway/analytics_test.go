@@ -305,3 +305,32 @@ func TestAnalytics_BadRangeOrFilterIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// GET /api/v1/status (the dashboard's main view) charts this instance's
+// history: throughput buckets that count the pushes, pops and acks made,
+// and the instance as a worker.
+func TestStatus_ThroughputAndWorkersComeFromTheHistory(t *testing.T) {
+	e, _ := newInstance(t, servertest.SharedDSN(t), "none")
+	e.push("st-tp", `{"n":1}`, `{"n":2}`, `{"n":3}`)
+	popped := e.pop("/api/v1/pop/queue/st-tp?wait=false&batch=2")
+	require.Len(t, popped.Messages, 2)
+	assert.True(t, e.ack(popped.Messages[0], "completed", "").Success)
+	assert.True(t, e.ack(popped.Messages[1], "failed", "boom").Success)
+	var doc any
+	require.Eventually(t, func() bool { // the sampler's first second
+		doc = e.dashboardGet("/api/v1/status?queue=st-tp")
+		o := doc.(map[string]any)
+		w, _ := o["workers"].([]any)
+		return len(w) == 1
+	}, 10*time.Second, 50*time.Millisecond, "the instance is a worker")
+	checkFields(t, "status", doc, "throughput.[].timestamp:string", "throughput.[].ingested:number",
+		"throughput.[].processed:number", "throughput.[].popMessages:number", "throughput.[].ingestedPerSecond:number",
+		"throughput.[].avgLagMs:number", "throughput.[].queenRssMb:number", "throughput.[].dbPoolSize:number",
+		"workers.[].hostname:string", "workers.[].workerId:number", "workers.[].messagesProcessed:number", "pointCount:number")
+	assert.Equal(t, 3.0, sum(doc, "throughput", "ingested", ""), "the pushes")
+	assert.Equal(t, 2.0, sum(doc, "throughput", "popMessages", ""), "the pops")
+	assert.Equal(t, 2.0, sum(doc, "throughput", "processed", ""), "the acks")
+	assert.Equal(t, 1.0, sum(doc, "throughput", "ackFailed", ""), "the failed ack")
+	other := e.dashboardGet("/api/v1/status?queue=st-other")
+	assert.Zero(t, sum(other, "throughput", "ingested", ""), "another queue's figures")
+}

@@ -643,3 +643,82 @@ func (s *Server) handlePostgresStats(w http.ResponseWriter, r *http.Request) err
 	_, _ = w.Write(doc)
 	return nil
 }
+
+type statusPointJSON struct {
+	Timestamp          string  `json:"timestamp"`
+	Ingested           int64   `json:"ingested"`
+	Processed          int64   `json:"processed"`
+	PopMessages        int64   `json:"popMessages"`
+	IngestedPerSecond  float64 `json:"ingestedPerSecond"`
+	ProcessedPerSecond float64 `json:"processedPerSecond"`
+	PopPerSecond       float64 `json:"popPerSecond"`
+	AvgLagMs           float64 `json:"avgLagMs"`
+	MaxLagMs           float64 `json:"maxLagMs"`
+	AvgEventLoopLagMs  float64 `json:"avgEventLoopLagMs"`
+	MaxEventLoopLagMs  float64 `json:"maxEventLoopLagMs"`
+	MinFreeSlots       float64 `json:"minFreeSlots"`
+	DBErrors           int64   `json:"dbErrors"`
+	AckFailed          int64   `json:"ackFailed"`
+	DLQCount           int64   `json:"dlqCount"`
+	CPUUserPct         float64 `json:"queenCpuUserPct"`
+	CPUSysPct          float64 `json:"queenCpuSysPct"`
+	RSSMb              float64 `json:"queenRssMb"`
+	DBPoolActive       float64 `json:"dbPoolActive"`
+	DBPoolIdle         float64 `json:"dbPoolIdle"`
+	DBPoolSize         float64 `json:"dbPoolSize"`
+}
+
+type statusWorkerJSON struct {
+	Hostname          string  `json:"hostname"`
+	WorkerID          int     `json:"workerId"`
+	AvgEventLoopLagMs float64 `json:"avgEventLoopLagMs"`
+	MaxEventLoopLagMs float64 `json:"maxEventLoopLagMs"`
+	FreeSlots         float64 `json:"freeSlots"`
+	DBConnections     float64 `json:"dbConnections"`
+	JobQueueSize      float64 `json:"jobQueueSize"`
+	MessagesProcessed int64   `json:"messagesProcessed"`
+}
+
+// statusSeries is GET /api/v1/status's throughput (newest bucket first:
+// pushes ingested, acks processed, pops, lag, scheduler latency, the
+// process's CPU and memory, the pool) and workers (this instance, over
+// the last 2 minutes), from this instance's history (admin.Deps.Series).
+func (s *Server) statusSeries(r *http.Request, from, to time.Time, bucket int, queueName string) (throughput, workers []any) {
+	rights := rightsOf(r.Context())
+	keep := func(qn string) bool { return (queueName == "" || qn == queueName) && rights.MaySeeQueue(qn) }
+	starts, by := buckets(s.metrics.history.window(from, to), bucket)
+	throughput = []any{}
+	for i := len(starts) - 1; i >= 0; i-- {
+		in := by[starts[i]]
+		q := total(queueSums(in, keep))
+		t := sumSlots(in)
+		var cpuUser, cpuSys, rss, active, idle, size gaugeStat
+		for _, sl := range in {
+			cpuUser.merge(sl.cpuUser)
+			cpuSys.merge(sl.cpuSys)
+			rss.merge(sl.rss)
+			active.merge(sl.poolActive)
+			idle.merge(sl.poolIdle)
+			size.merge(sl.poolSize)
+		}
+		processed := q.ackSuccess + q.ackFailed
+		throughput = append(throughput, statusPointJSON{Timestamp: minuteTime(starts[i]),
+			Ingested: q.pushMessages, Processed: processed, PopMessages: q.popMessages,
+			IngestedPerSecond: perSecond(q.pushMessages, bucket), ProcessedPerSecond: perSecond(processed, bucket),
+			PopPerSecond: perSecond(q.popMessages, bucket), AvgLagMs: lagAvg(&q), MaxLagMs: round2(q.lagMaxMs),
+			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.schedMaxMs), MinFreeSlots: t.freeSlots.min,
+			DBErrors: t.dbErrors, AckFailed: q.ackFailed, DLQCount: q.dlq,
+			CPUUserPct: round2(cpuUser.avg() / 100), CPUSysPct: round2(cpuSys.avg() / 100), RSSMb: round2(rss.avg() / (1 << 20)),
+			DBPoolActive: round2(active.avg()), DBPoolIdle: round2(idle.avg()), DBPoolSize: round2(size.max)})
+	}
+	workers = []any{}
+	now := time.Now()
+	if recent := s.metrics.history.window(now.Add(-2*time.Minute), now); len(recent) > 0 {
+		t := sumSlots(recent)
+		q := total(queueSums(recent, keep))
+		workers = append(workers, statusWorkerJSON{Hostname: s.hostname(), WorkerID: analyticsWorkerID,
+			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.schedMaxMs), FreeSlots: t.freeSlots.min,
+			DBConnections: t.poolTotal.max, JobQueueSize: t.runnable.max, MessagesProcessed: q.pushMessages + q.ackSuccess + q.ackFailed})
+	}
+	return throughput, workers
+}

@@ -407,7 +407,7 @@ func (s *Server) routes() error {
 	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide, Visible: s.visible,
 		Effects: admin.Effects{AfterGroupMoved: s.afterGroupMoved, WakeQueue: s.wakeQueue, AfterReplay: s.afterReplay, AfterPurge: s.afterPurge,
 			AfterMessageDeleted: s.afterMessageDeleted},
-		Maintenance: s.maint})
+		Maintenance: s.maint, Series: s.statusSeries})
 }
 
 // Drain starts a graceful shutdown: nothing new is leased to streams,

@@ -480,30 +480,7 @@ func (h *followHub) read() {
 			h.mu.Unlock()
 			return
 		}
-		batch := newFollowBatch(h.hs.s.stacks) // its chunks are written as they fill
-		for f := range h.subs {
-			h.handLocked(f, items, b.Gone, batch)
-		}
-		h.ring = append(h.ring, items...)
-		if over := len(h.ring) - followRing; over > 0 {
-			h.ringFrom = h.ring[over-1].pos
-			h.ring = append([]followItem(nil), h.ring[over:]...)
-		}
-		h.pos = b.Covered(pos)
-		if b.Gone != nil && b.Gone.Compare(h.pos) > 0 && len(items) == 0 {
-			// Everything up to the deleted mark is gone or handed out.
-			h.pos = *b.Gone
-		}
-		if len(items) > 0 || b.Gone != nil {
-			h.hs.m.delivered.Add(float64(len(items)))
-			h.sweep = followSweepMin
-		}
-		switch {
-		case b.Held:
-			h.held = min(max(2*h.held, followHeldMin), followHeldMax)
-		default:
-			h.held = 0
-		}
+		batch := h.takeLocked(pos, items, b)
 		// The rest of the batch is written once the mutex is let go (a
 		// stream that fails leaves the hub); another read may start then.
 		// When this hub reads again at once, the batch is written beside
@@ -527,6 +504,37 @@ func (h *followHub) read() {
 		batch.run()
 		return
 	}
+}
+
+// takeLocked hands what a read from pos found to the followers (their
+// writes in the batch it returns, not yet run), keeps it in the ring, and
+// moves the hub's position, sweep and held back-off. Called with mu.
+func (h *followHub) takeLocked(pos queue.FollowPos, items []followItem, b queue.FollowBatch) *followBatch {
+	batch := newFollowBatch(h.hs.s.stacks) // its chunks are written as they fill
+	for f := range h.subs {
+		h.handLocked(f, items, b.Gone, batch)
+	}
+	h.ring = append(h.ring, items...)
+	if over := len(h.ring) - followRing; over > 0 {
+		h.ringFrom = h.ring[over-1].pos
+		h.ring = append([]followItem(nil), h.ring[over:]...)
+	}
+	h.pos = b.Covered(pos)
+	if b.Gone != nil && b.Gone.Compare(h.pos) > 0 && len(items) == 0 {
+		// Everything up to the deleted mark is gone or handed out.
+		h.pos = *b.Gone
+	}
+	if len(items) > 0 || b.Gone != nil {
+		h.hs.m.delivered.Add(float64(len(items)))
+		h.sweep = followSweepMin
+	}
+	switch {
+	case b.Held:
+		h.held = min(max(2*h.held, followHeldMin), followHeldMax)
+	default:
+		h.held = 0
+	}
+	return batch
 }
 
 // follow runs a follower of t from pos: it reads and writes (write,

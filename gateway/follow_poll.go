@@ -3,10 +3,12 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -50,74 +52,73 @@ func (p *pollSink) deliver(items []followItem, gone *queue.FollowPos, _ *followB
 
 func (p *pollSink) slow() {}
 
-func (s *Server) handleFollowPoll(w http.ResponseWriter, r *http.Request) {
-	t, err := s.followCheck(r)
-	if err != nil {
-		s.fail(w, err)
-		return
+// followPollParams are a follow long-poll's wait=, batch= and timeout=.
+type followPollParams struct {
+	wait    bool
+	batch   int
+	timeout time.Duration
+}
+
+// readFollowPoll reads and bounds a follow long-poll's parameters.
+func readFollowPoll(q url.Values) (followPollParams, error) {
+	var p followPollParams
+	var err error
+	if p.wait, err = httpapi.BoolParam(q.Get("wait"), "wait"); err != nil {
+		return p, err
 	}
-	q := r.URL.Query()
-	wait, err := boolParam(q.Get("wait"), "wait")
-	if err != nil {
-		s.fail(w, err)
-		return
+	if p.batch, err = httpapi.ClampedParam(q.Get("batch"), "batch", 1, queue.FollowLimitMax); err != nil {
+		return p, err
 	}
-	batch, err := clampedParam(q.Get("batch"), "batch", 1, queue.FollowLimitMax)
-	if err != nil {
-		s.fail(w, err)
-		return
+	if p.batch == 0 {
+		p.batch = FollowBatchDefault
 	}
-	if batch == 0 {
-		batch = FollowBatchDefault
-	}
-	timeout := PopTimeoutDefault
+	p.timeout = PopTimeoutDefault
 	if v := q.Get("timeout"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms < 0 {
-			s.fail(w, badRequestf("timeout must be a non-negative number of milliseconds"))
-			return
+			return p, httpapi.BadRequestf("timeout must be a non-negative number of milliseconds")
 		}
-		timeout = min(time.Duration(ms)*time.Millisecond, PopTimeoutMax)
+		p.timeout = min(time.Duration(ms)*time.Millisecond, PopTimeoutMax)
+	}
+	return p, nil
+}
+
+func (s *Server) handleFollowPoll(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.followCheck(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	p, err := readFollowPoll(q)
+	if err != nil {
+		return err
 	}
 	pos, err := s.followPosition(r.Context(), t, q.Get("after"), q.Get("from"))
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
-	b, err := s.store.ReadFollow(r.Context(), t, pos, batch)
+	b, err := s.store.ReadFollow(r.Context(), t, pos, p.batch)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return err
 	}
 	s.follows.m.reads.Inc()
-	if len(b.Messages) > 0 || b.Gone != nil || !wait || timeout == 0 {
+	if len(b.Messages) > 0 || b.Gone != nil || !p.wait || p.timeout == 0 {
 		s.answerFollowPoll(w, t.Queue, pos, renderFollow(t.Queue, b.Messages), b.Gone, b.Full)
-		return
+		return nil
 	}
 	// Nothing yet: wait on the hub. The read covered everything below its
 	// barrier, so the hub's ring (or its next read) has what comes next.
 	sink := &pollSink{got: make(chan struct{})}
 	f := &follower{partition: t.Partition, sink: sink}
-	cover := b.Covered(pos)
-	for {
-		h := s.follows.hub(t.Queue)
-		f.hub = h
-		if err := h.join(f, cover); err == nil {
-			break
-		}
-		s.follows.release(h)
-		// Behind the hub's ring: read again (whatever came meanwhile).
-		if b, err = s.store.ReadFollow(r.Context(), t, pos, batch); err != nil {
-			s.fail(w, err)
-			return
-		}
-		if len(b.Messages) > 0 || b.Gone != nil {
-			s.answerFollowPoll(w, t.Queue, pos, renderFollow(t.Queue, b.Messages), b.Gone, b.Full)
-			return
-		}
-		cover = b.Covered(pos)
+	b, joined, err := s.joinFollowPoll(r, t, pos, p.batch, f, b)
+	if err != nil {
+		return err
 	}
-	timer := time.NewTimer(timeout)
+	if !joined {
+		s.answerFollowPoll(w, t.Queue, pos, renderFollow(t.Queue, b.Messages), b.Gone, b.Full)
+		return nil
+	}
+	timer := time.NewTimer(p.timeout)
 	defer timer.Stop()
 	select {
 	case <-sink.got:
@@ -133,12 +134,39 @@ func (s *Server) handleFollowPoll(w http.ResponseWriter, r *http.Request) {
 		// The position to ask after next, for a poll that started from=.
 		w.Header().Set("Herald-Last-Event-Id", queue.EncodeFollowID(t.Queue, pos))
 		w.WriteHeader(http.StatusNoContent)
-		return
+		return nil
 	}
-	if len(items) > batch {
-		items = items[:batch] // the rest: the client asks after its last id
+	if len(items) > p.batch {
+		items = items[:p.batch] // the rest: the client asks after its last id
 	}
 	s.answerFollowPoll(w, t.Queue, pos, items, gone, false)
+	return nil
+}
+
+// joinFollowPoll makes f, a waiting long-poll, a follower of its queue's
+// hub from what the read b covered (joined). When the hub's ring has moved
+// past that, it reads again: a batch with messages or a gap is the answer,
+// and f joins nothing.
+func (s *Server) joinFollowPoll(r *http.Request, t queue.FollowTarget, pos queue.FollowPos, batch int,
+	f *follower, b queue.FollowBatch) (queue.FollowBatch, bool, error) {
+	cover := b.Covered(pos)
+	for {
+		h := s.follows.hub(t.Queue)
+		f.hub = h
+		if err := h.join(f, cover); err == nil {
+			return b, true, nil
+		}
+		s.follows.release(h)
+		// Behind the hub's ring: read again (whatever came meanwhile).
+		var err error
+		if b, err = s.store.ReadFollow(r.Context(), t, pos, batch); err != nil {
+			return b, false, err
+		}
+		if len(b.Messages) > 0 || b.Gone != nil {
+			return b, false, nil
+		}
+		cover = b.Covered(pos)
+	}
 }
 
 // answerFollowPoll writes 200 with items after pos (and a gap).
@@ -160,5 +188,5 @@ func (s *Server) answerFollowPoll(w http.ResponseWriter, q string, pos queue.Fol
 		}
 	}
 	out.LastEventID = queue.EncodeFollowID(q, last)
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }

@@ -16,13 +16,12 @@ import (
 
 // handleFollow serves GET /api/v1/follow/queue/{queue}[/partition/{partition}]:
 // a long-poll when the request has after= or wait=, else an SSE stream.
-func (s *Server) handleFollow(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleFollow(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	if q.Has("after") || q.Has("wait") {
-		s.handleFollowPoll(w, r)
-		return
+		return s.handleFollowPoll(w, r)
 	}
-	s.handleFollowSSE(w, r)
+	return s.handleFollowSSE(w, r)
 }
 
 // followCheck reads and checks a follow request's target and rights
@@ -346,44 +345,19 @@ func (st *followStream) beat() {
 	st.mu.Unlock()
 }
 
-func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
-	t, err := s.followCheck(r)
-	if err != nil {
-		s.fail(w, err) // 400, 403: EventSource gives up, as it should
-		return
+// handleFollowSSE serves a follow as an event stream, in the shape of
+// Mercure's: a register step (check the request, find the position, open
+// the stream: all that may answer an HTTP error, returned to the adapter;
+// 400 and 403 make EventSource give up, as it should), a join of the hub,
+// and one wait (a goroutine parked in a read, or one select).
+func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) error {
+	t, pos, ok, err := s.followSSEStart(w, r)
+	if !ok {
+		return err
 	}
-	last := r.Header.Get("Last-Event-ID")
-	if last == "" {
-		last = r.URL.Query().Get("lastEventId")
-	}
-	pos, err := s.followPosition(r.Context(), t, last, r.URL.Query().Get("from"))
-	if err != nil {
-		if queue.IsInputError(err) {
-			s.fail(w, err)
-			return
-		}
-		s.log.Error().Err(err).Msg("starting a follow stream")
-		retryLater(w)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-
-	s.sseMu.Lock()
-	full := s.sseCount >= s.cfg.MaxSSEConnections
-	if !full {
-		s.sseCount++
-	}
-	s.sseMu.Unlock()
-	if full || s.isDraining() {
-		if !full {
-			s.sseDone()
-		}
-		s.metrics.sseRefused.Inc()
-		retryLater(w)
-		return
+	setEventStreamHeaders(w.Header())
+	if ok, _ := s.admitSSE(w); !ok {
+		return nil
 	}
 	handedOff := false
 	defer func() {
@@ -396,14 +370,12 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 	if t.Partition != "" && pos.PartitionID != "" {
 		if _, err := s.store.ReadFollow(r.Context(), t, pos, 1); err != nil {
 			if queue.IsInputError(err) {
-				s.fail(w, err)
-			} else {
-				retryLater(w)
+				return err
 			}
-			return
+			retryLater(w)
+			return nil
 		}
 	}
-
 	st := &followStream{s: s, queue: t.Queue, done: make(chan struct{})}
 	// An id with no data names the start: it sets the browser's
 	// Last-Event-ID before any message, and dispatches no event (nor does
@@ -411,83 +383,112 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 	// before the first message resumes after it, not at a new "now".
 	first := []byte(retryLine() + ": connected\n\nid: " + queue.EncodeFollowID(t.Queue, pos) + "\n\n")
 	conn, hijacked := takeOver(w, first)
-	var rc *http.ResponseController
 	switch {
 	case hijacked && conn == nil:
-		return // gone before the first byte
+		return nil // gone before the first byte
 	case hijacked:
-		// The write deadline moves only when less than half of it is left
-		// (a timer change per write costs as much as a tenth of the write):
-		// a stuck client's write fails within sseWriteTimeout/2 to
-		// sseWriteTimeout. Every write holds wmu, which guards dl.
-		dl := time.Now().Add(sseWriteTimeout) // as takeOver set it
-		// Writes go to the TCP connection itself: a gathered write and a
-		// non-blocking one need its descriptor, which the counting wrapper
-		// hides (closing goes through the wrapper, which counts it).
-		wc := conn
-		if lc, ok := conn.(*limitedConn); ok {
-			wc = lc.Conn
-		}
-		extend := func() {
-			if u := st.until.Load(); u != 0 { // a slow consumer's close: its grace
-				dl = time.Unix(0, u)
-				_ = wc.SetWriteDeadline(dl)
-				return
-			}
-			if now := time.Now(); dl.Sub(now) < sseWriteTimeout/2 {
-				dl = now.Add(sseWriteTimeout)
-				_ = wc.SetWriteDeadline(dl)
-			}
-		}
-		st.raw = func(b []byte) bool {
-			extend()
-			_, err := wc.Write(b)
-			return err == nil
-		}
-		st.rawv = func(frames [][]byte) bool {
-			extend()
-			if len(frames) == 1 {
-				_, err := wc.Write(frames[0])
-				return err == nil
-			}
-			bufs := net.Buffers(frames) // consumes its copy of the slice, not the frames
-			_, err := bufs.WriteTo(wc)
-			return err == nil
-		}
-		st.setDeadline = wc.SetWriteDeadline
-		st.closeConn = func() { _ = conn.Close() }
-		if try := tryWriter(wc); try != nil {
-			st.tryRaw = func(frames [][]byte) ([][]byte, error) {
-				extend() // a passed deadline fails even a write that does not wait
-				return try(frames)
-			}
-		}
+		st.overConn(conn)
 	default: // HTTP/2: through the ResponseWriter, until the handler returns
-		rc = http.NewResponseController(w)
 		w.WriteHeader(http.StatusOK)
-		st.raw = func(b []byte) bool {
-			_ = rc.SetWriteDeadline(st.deadline())
-			if _, err := w.Write(b); err != nil { //nolint:gosec // G705: text/event-stream frames the server rendered, never HTML
-				return false
-			}
-			return rc.Flush() == nil
-		}
-		st.setDeadline = rc.SetWriteDeadline
-		st.rawv = func(frames [][]byte) bool {
-			_ = rc.SetWriteDeadline(st.deadline())
-			for _, b := range frames {
-				if _, err := w.Write(b); err != nil {
-					return false
-				}
-			}
-			return rc.Flush() == nil
-		}
+		st.overWriter(w)
 		if !st.raw(first) {
-			return
+			return nil
 		}
 	}
+	if !s.joinFollowSSE(r, t, pos, st) {
+		return nil
+	}
+	if hijacked {
+		handedOff = true
+		s.whenClosed(conn, func() { s.endFollowSSE(st) })
+		return nil
+	}
+	untilDone(r, st.done, func() { s.endFollowSSE(st) })
+	return nil
+}
 
-	// Catch up with reads of its own, then join the hub.
+// followSSEStart checks a follow stream's request and finds its position
+// (Last-Event-ID, lastEventId= or from=). It returns false when the stream
+// must not start: with the error to answer, or nil when it has answered
+// (a retry:, the database failing).
+func (s *Server) followSSEStart(w http.ResponseWriter, r *http.Request) (queue.FollowTarget, queue.FollowPos, bool, error) {
+	t, err := s.followCheck(r)
+	if err != nil {
+		return t, queue.FollowPos{}, false, err
+	}
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = r.URL.Query().Get("lastEventId")
+	}
+	pos, err := s.followPosition(r.Context(), t, last, r.URL.Query().Get("from"))
+	if err != nil {
+		if queue.IsInputError(err) {
+			return t, pos, false, err
+		}
+		s.log.Error().Err(err).Msg("starting a follow stream")
+		retryLater(w)
+		return t, pos, false, nil
+	}
+	return t, pos, true, nil
+}
+
+// overConn makes the stream write to a taken-over connection (streamConn):
+// single, gathered (writev) and, where the connection has a descriptor,
+// non-blocking writes.
+func (st *followStream) overConn(conn net.Conn) {
+	sc := newStreamConn(conn, &st.until)
+	st.raw = func(b []byte) bool {
+		sc.extend()
+		_, err := sc.Write(b)
+		return err == nil
+	}
+	st.rawv = func(frames [][]byte) bool {
+		sc.extend()
+		if len(frames) == 1 {
+			_, err := sc.Write(frames[0])
+			return err == nil
+		}
+		bufs := net.Buffers(frames) // consumes its copy of the slice, not the frames
+		_, err := bufs.WriteTo(sc.Conn)
+		return err == nil
+	}
+	st.setDeadline = sc.SetWriteDeadline
+	st.closeConn = func() { _ = conn.Close() }
+	if try := tryWriter(sc.Conn); try != nil {
+		st.tryRaw = func(frames [][]byte) ([][]byte, error) {
+			sc.extend() // a passed deadline fails even a write that does not wait
+			return try(frames)
+		}
+	}
+}
+
+// overWriter makes the stream write through the ResponseWriter (HTTP/2),
+// each write with its deadline, flushed.
+func (st *followStream) overWriter(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	st.raw = func(b []byte) bool {
+		_ = rc.SetWriteDeadline(st.deadline())
+		if _, err := w.Write(b); err != nil { //nolint:gosec // G705: text/event-stream frames the server rendered, never HTML
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	st.setDeadline = rc.SetWriteDeadline
+	st.rawv = func(frames [][]byte) bool {
+		_ = rc.SetWriteDeadline(st.deadline())
+		for _, b := range frames {
+			if _, err := w.Write(b); err != nil {
+				return false
+			}
+		}
+		return rc.Flush() == nil
+	}
+}
+
+// joinFollowSSE catches the stream up with reads of its own, joins the
+// hub, and starts its heartbeat and its place in the drain. It returns
+// false when the stream ended meanwhile.
+func (s *Server) joinFollowSSE(r *http.Request, t queue.FollowTarget, pos queue.FollowPos, st *followStream) bool {
 	f, err := s.follows.follow(r.Context(), t, pos, st,
 		func(items []followItem, gone *queue.FollowPos) error {
 			if !st.send(st.eventsLocked(items, gone)) {
@@ -500,7 +501,7 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 			s.log.Error().Err(err).Msg("catching up a follow stream")
 		}
 		st.close(&Disconnect{Code: CloseShuttingDown, Reason: "try again", Reconnect: true})
-		return
+		return false
 	}
 	st.mu.Lock()
 	st.f = f
@@ -508,7 +509,7 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 	st.mu.Unlock()
 	if fin { // closed (slow) while joining: it did not see f
 		f.hub.leave(f)
-		return
+		return false
 	}
 	st.mu.Lock()
 	if !st.finished {
@@ -522,35 +523,19 @@ func (s *Server) handleFollowSSE(w http.ResponseWriter, r *http.Request) {
 	if s.isDraining() {
 		go st.drain(s.spread())
 	}
-	end := func() {
-		st.close(nil)
-		st.wg.Wait()
-		s.follows.mu.Lock()
-		delete(s.follows.streams, st)
-		s.follows.mu.Unlock()
-		s.metrics.sseStreams.Dec()
-	}
-	if hijacked {
-		handedOff = true
-		s.streamWG.Add(1)
-		go func() {
-			defer s.streamWG.Done()
-			defer s.sseDone()
-			var b [1]byte
-			for { // an EventSource sends nothing after its request
-				if _, err := conn.Read(b[:]); err != nil {
-					break
-				}
-			}
-			end()
-		}()
-		return
-	}
-	select {
-	case <-st.done:
-	case <-r.Context().Done():
-	}
-	end()
+	return true
+}
+
+// endFollowSSE ends the stream, if it has not ended, and waits until
+// nothing of it runs: on the ResponseWriter path the handler must not
+// return before.
+func (s *Server) endFollowSSE(st *followStream) {
+	st.close(nil)
+	st.wg.Wait()
+	s.follows.mu.Lock()
+	delete(s.follows.streams, st)
+	s.follows.mu.Unlock()
+	s.metrics.sseStreams.Dec()
 }
 
 // eventsLocked renders a catch-up's events (the writer is not running

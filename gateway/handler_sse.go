@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -81,85 +82,32 @@ func retryLine() string {
 	return "retry: " + strconv.FormatInt(d.Milliseconds(), 10) + "\n"
 }
 
-func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
-	req, _, _, err := parsePopRequest(r)
-	if err == nil {
-		err = req.Validate()
-	}
-	if err == nil {
-		err = checkConsume(rightsOf(r.Context()), &req) // 403: EventSource does not retry it
-	}
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	q := r.URL.Query()
-	maxInFlight, err := clampedParam(q.Get("maxInFlight"), "maxInFlight", 1, queue.MaxBatch*10)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if maxInFlight == 0 {
-		maxInFlight = WSMaxInFlightDefault
-	}
-	batch := req.Batch
-	if batch == 0 {
-		batch = WSBatchDefault
-	}
-	batch = min(batch, maxInFlight)
-	token := r.Header.Get("Last-Event-ID")
-	if token == "" {
-		token = q.Get("lastEventId")
-	}
-	marks, err := decodeToken(token)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "Last-Event-ID is not a resume token of this server")
-		return
-	}
-	if rights := rightsOf(r.Context()); rights != nil && len(marks) > 0 {
-		// A resume acks what the token covers: only on partitions this
-		// bearer may consume (another's token, learned out of band, acks
-		// nothing).
-		ids := make([]string, len(marks))
-		for i, m := range marks {
-			ids[i] = m.PartitionID
-		}
-		names, err := s.visible(r.Context(), rights, ids)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		for i := range marks {
-			marks[i].PartitionID = hidePartition(marks[i].PartitionID, names)
-		}
-	}
-	if req.Group == "" {
-		req.Group = queue.DefaultGroup
-	}
+// sseRequest is a subscription stream's request, read and checked.
+type sseRequest struct {
+	req         queue.PopRequest
+	maxInFlight int
+	batch       int
+	marks       []queue.LeaseMark // the resume token, partitions the bearer may not consume hidden
+}
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	rc := http.NewResponseController(w)
-
+// handleSSE serves a subscription as an event stream, in the shape of
+// Mercure's: a register step (read and check the request, resume, open the
+// stream: all that may answer an HTTP error, returned to the adapter) and
+// one wait (a goroutine parked in a read, or one select), until the stream
+// ends.
+func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) error {
+	p, err := s.readSSERequest(r)
+	if err != nil {
+		return err
+	}
+	setEventStreamHeaders(w.Header())
 	// Overloaded or draining: 200 and a retry: delay, so the browser comes
 	// back later (elsewhere); any other status makes EventSource give up.
-	s.sseMu.Lock()
-	full := s.sseCount >= s.cfg.MaxSSEConnections
-	if !full {
-		s.sseCount++
-	}
-	s.sseMu.Unlock()
-	if full || s.isDraining() {
-		if !full {
-			s.sseDone()
-		} else {
+	if ok, full := s.admitSSE(w); !ok {
+		if full {
 			s.conns.refused.WithLabelValues(refusedSSEMax).Inc()
 		}
-		s.metrics.sseRefused.Inc()
-		retryLater(w)
-		return
+		return nil
 	}
 	handedOff := false // to the stream's own goroutine, which then counts it done
 	defer func() {
@@ -167,30 +115,131 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			s.sseDone()
 		}
 	}()
+	if ok, err := s.resumeSSE(w, r, &p); !ok {
+		return err
+	}
+	st, sub, err := s.openSSE(r, &p)
+	if err != nil { // a new session has no subscription and is not draining
+		st.ss.close(nil)
+		retryLater(w)
+		return nil
+	}
+	first := []byte(retryLine() + ": connected\n\n")
+	if conn, ok := takeOver(w, first); ok {
+		// The handler returns: the HTTP server's goroutine and buffers go.
+		// One goroutine waits for the client to close and tears down.
+		handedOff = true
+		if conn == nil {
+			st.ss.close(nil)
+			s.sseDone() // gone before the first byte
+			return nil
+		}
+		st.overConn(conn)
+		s.startSSE(st, sub)
+		s.whenClosed(conn, func() { s.endSSE(st) })
+		return nil
+	}
+	// Not an HTTP/1 connection (HTTP/2): stream through the ResponseWriter,
+	// which must not be written after the handler returns.
+	w.WriteHeader(http.StatusOK)
+	st.overWriter(w)
+	if !st.raw(first, nil) {
+		st.ss.close(nil)
+		return nil
+	}
+	s.startSSE(st, sub)
+	untilDone(r, st.ss.done, func() { s.endSSE(st) })
+	return nil
+}
 
-	// Everything up to the token was received: acknowledge it, and give the
-	// rest of those leases back so this stream receives them again first.
-	if len(marks) > 0 && !req.AutoAck {
-		res, err := s.store.ResumeLeases(r.Context(), req.Group, marks, holderOf(r.Context()))
-		if errors.Is(err, queue.ErrForeign) {
-			// Another subject's token, learned out of band: a terminal
-			// answer (EventSource gives up on any status but 200).
-			s.fail(w, err)
-			return
+// readSSERequest reads and checks a subscription stream's request: the
+// subscription, its rights (403: EventSource does not retry it), its
+// bounds, and the resume token.
+func (s *Server) readSSERequest(r *http.Request) (sseRequest, error) {
+	var p sseRequest
+	req, _, _, err := parsePopRequest(r)
+	if err == nil {
+		err = req.Validate()
+	}
+	if err == nil {
+		err = checkConsume(rightsOf(r.Context()), &req)
+	}
+	if err != nil {
+		return p, err
+	}
+	q := r.URL.Query()
+	if p.maxInFlight, err = httpapi.ClampedParam(q.Get("maxInFlight"), "maxInFlight", 1, queue.MaxBatch*10); err != nil {
+		return p, err
+	}
+	if p.maxInFlight == 0 {
+		p.maxInFlight = WSMaxInFlightDefault
+	}
+	p.batch = req.Batch
+	if p.batch == 0 {
+		p.batch = WSBatchDefault
+	}
+	p.batch = min(p.batch, p.maxInFlight)
+	token := r.Header.Get("Last-Event-ID")
+	if token == "" {
+		token = q.Get("lastEventId")
+	}
+	if p.marks, err = decodeToken(token); err != nil {
+		return p, httpapi.BadRequest("Last-Event-ID is not a resume token of this server")
+	}
+	if rights := rightsOf(r.Context()); rights != nil && len(p.marks) > 0 {
+		// A resume acks what the token covers: only on partitions this
+		// bearer may consume (another's token, learned out of band, acks
+		// nothing).
+		ids := make([]string, len(p.marks))
+		for i, m := range p.marks {
+			ids[i] = m.PartitionID
 		}
+		names, err := s.visible(r.Context(), rights, ids)
 		if err != nil {
-			s.log.Error().Err(err).Msg("resuming an SSE stream")
-			retryLater(w)
-			return
+			return p, err
 		}
-		for i, m := range res {
-			if m.Matched {
-				s.metrics.sseResumedAcks.Add(float64(m.Acked))
-				s.afterRelease(poller.SourceRelease, m.Queue, m.Partition, marks[i].PartitionID, req.Group)
-			}
+		for i := range p.marks {
+			p.marks[i].PartitionID = hidePartition(p.marks[i].PartitionID, names)
 		}
 	}
+	if req.Group == "" {
+		req.Group = queue.DefaultGroup
+	}
+	p.req = req
+	return p, nil
+}
 
+// resumeSSE acknowledges everything up to the resume token, and gives the
+// rest of those leases back so this stream receives them again first. It
+// returns false when the stream must not start: with the error to answer,
+// or nil when it has answered (a retry:).
+func (s *Server) resumeSSE(w http.ResponseWriter, r *http.Request, p *sseRequest) (bool, error) {
+	if len(p.marks) == 0 || p.req.AutoAck {
+		return true, nil
+	}
+	res, err := s.store.ResumeLeases(r.Context(), p.req.Group, p.marks, holderOf(r.Context()))
+	if errors.Is(err, queue.ErrForeign) {
+		// Another subject's token, learned out of band: a terminal
+		// answer (EventSource gives up on any status but 200).
+		return false, err
+	}
+	if err != nil {
+		s.log.Error().Err(err).Msg("resuming an SSE stream")
+		retryLater(w)
+		return false, nil
+	}
+	for i, m := range res {
+		if m.Matched {
+			s.metrics.sseResumedAcks.Add(float64(m.Acked))
+			s.afterRelease(poller.SourceRelease, m.Queue, m.Partition, p.marks[i].PartitionID, p.req.Group)
+		}
+	}
+	return true, nil
+}
+
+// openSSE makes the stream's session and its subscription (not started).
+func (s *Server) openSSE(r *http.Request, p *sseRequest) (*sseStream, *subscription, error) {
+	req := &p.req
 	st := &sseStream{autoAck: req.AutoAck}
 	opts := sessionOptions{keepForResume: true, leaseCheck: s.cfg.SSELeaseCheck, flushOnDrain: true,
 		partitionSettled: st.forget}
@@ -203,68 +252,30 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	sub, err := st.ss.subscribe(&poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition, QueueMatch: req.QueueMatch,
 			Group: req.Group, SubscriptionMode: req.SubscriptionMode, SubscriptionFrom: req.SubscriptionFrom},
-		Batch: batch, Partitions: max(req.Partitions, streamPartitions(maxInFlight)), Credit: maxInFlight, AutoAck: req.AutoAck,
+		Batch: p.batch, Partitions: max(req.Partitions, streamPartitions(p.maxInFlight)), Credit: p.maxInFlight, AutoAck: req.AutoAck,
 		Subject: subjectOf(r.Context()),
 	})
-	if err != nil { // a new session has no subscription and is not draining
-		st.ss.close(nil)
-		retryLater(w)
-		return
-	}
+	return st, sub, err
+}
 
-	first := []byte(retryLine() + ": connected\n\n")
-	if conn, ok := takeOver(w, first); ok {
-		// The handler returns: the HTTP server's goroutine and buffers go.
-		// One goroutine waits for the client to close and tears down.
-		handedOff = true
-		if conn == nil {
-			st.ss.close(nil)
-			s.sseDone() // gone before the first byte
-			return
-		}
-		// As a follow stream's (handleFollowSSE): writes go to the TCP
-		// connection under the counting wrapper, and the deadline moves
-		// only when less than half of it is left (a timer change per
-		// piece costs as much as a tenth of its write), or to a slow
-		// consumer's close. Every write holds wmu, which guards dl.
-		wc := conn
-		if lc, ok := conn.(*limitedConn); ok {
-			wc = lc.Conn
-		}
-		dl := time.Now().Add(sseWriteTimeout) // as takeOver set it
-		st.raw = func(b []byte, progress func()) bool {
-			return writePieces(b, func(piece []byte) error {
-				if u := st.until.Load(); u != 0 {
-					dl = time.Unix(0, u)
-					_ = wc.SetWriteDeadline(dl)
-				} else if now := time.Now(); dl.Sub(now) < sseWriteTimeout/2 {
-					dl = now.Add(sseWriteTimeout)
-					_ = wc.SetWriteDeadline(dl)
-				}
-				_, err := wc.Write(piece)
-				return err
-			}, progress) == nil
-		}
-		st.setDeadline = wc.SetWriteDeadline
-		st.closeConn = func() { _ = conn.Close() }
-		s.streamWG.Add(1)
-		s.startSSE(st, sub)
-		go func() {
-			defer s.streamWG.Done()
-			defer s.sseDone()
-			var b [1]byte
-			for { // an EventSource sends nothing after its request: this ends with the connection
-				if _, err := conn.Read(b[:]); err != nil {
-					break
-				}
-			}
-			s.endSSE(st)
-		}()
-		return
+// overConn makes the stream write to a taken-over connection (streamConn).
+func (st *sseStream) overConn(conn net.Conn) {
+	sc := newStreamConn(conn, &st.until)
+	st.raw = func(b []byte, progress func()) bool {
+		return writePieces(b, func(piece []byte) error {
+			sc.extend()
+			_, err := sc.Write(piece)
+			return err
+		}, progress) == nil
 	}
-	// Not an HTTP/1 connection (HTTP/2): stream through the ResponseWriter,
-	// which must not be written after the handler returns.
-	w.WriteHeader(http.StatusOK)
+	st.setDeadline = sc.SetWriteDeadline
+	st.closeConn = func() { _ = conn.Close() }
+}
+
+// overWriter makes the stream write through the ResponseWriter (HTTP/2),
+// each piece with its deadline, flushed.
+func (st *sseStream) overWriter(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
 	st.raw = func(b []byte, progress func()) bool {
 		err := writePieces(b, func(piece []byte) error {
 			_ = rc.SetWriteDeadline(st.deadline())
@@ -274,16 +285,99 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		return err == nil && rc.Flush() == nil
 	}
 	st.setDeadline = rc.SetWriteDeadline
-	if !st.raw(first, nil) {
-		st.ss.close(nil)
-		return
+}
+
+// setEventStreamHeaders sets the headers of an event stream's 200.
+func setEventStreamHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+}
+
+// admitSSE counts a new event stream in (sseDone counts it out), unless
+// the server has MaxSSEConnections of them (full) or is draining: then it
+// answers 200 with only a retry: and counts the refusal.
+func (s *Server) admitSSE(w http.ResponseWriter) (ok, full bool) {
+	s.sseMu.Lock()
+	full = s.sseCount >= s.cfg.MaxSSEConnections
+	if !full {
+		s.sseCount++
 	}
-	s.startSSE(st, sub)
+	s.sseMu.Unlock()
+	if !full && !s.isDraining() {
+		return true, false
+	}
+	if !full {
+		s.sseDone()
+	}
+	s.metrics.sseRefused.Inc()
+	retryLater(w)
+	return false, full
+}
+
+// whenClosed waits, in a goroutine of the server's (streamWG), for the
+// client to close a taken-over event stream's connection, then runs end
+// and counts the stream out (sseDone). An EventSource sends nothing after
+// its request: the read ends with the connection.
+func (s *Server) whenClosed(conn net.Conn, end func()) {
+	s.streamWG.Add(1)
+	go func() {
+		defer s.streamWG.Done()
+		defer s.sseDone()
+		var b [1]byte
+		for {
+			if _, err := conn.Read(b[:]); err != nil {
+				break
+			}
+		}
+		end()
+	}()
+}
+
+// untilDone is the handler's one select of a stream served through the
+// ResponseWriter: it waits for the stream to end (done) or the client to
+// leave, then runs end.
+func untilDone(r *http.Request, done <-chan struct{}, end func()) {
 	select {
-	case <-st.ss.done:
+	case <-done:
 	case <-r.Context().Done():
 	}
-	s.endSSE(st)
+	end()
+}
+
+// streamConn is the TCP connection under a taken-over stream: writes go
+// to it, not to the counting wrapper (limitedConn), which hides the
+// descriptor a gathered or non-blocking write needs (closing goes through
+// the wrapper, which counts it). Its write deadline moves only when less
+// than half of it is left (a timer change per write costs as much as a
+// tenth of the write): a stuck client's write fails within
+// sseWriteTimeout/2 to sseWriteTimeout; or to a slow consumer's close
+// (until). The stream's write mutex guards dl.
+type streamConn struct {
+	net.Conn
+	until *atomic.Int64 // UnixNano: a slow consumer's close set every write's deadline
+	dl    time.Time
+}
+
+func newStreamConn(conn net.Conn, until *atomic.Int64) *streamConn {
+	wc := conn
+	if lc, ok := conn.(*limitedConn); ok {
+		wc = lc.Conn
+	}
+	return &streamConn{Conn: wc, until: until, dl: time.Now().Add(sseWriteTimeout)} // as takeOver set it
+}
+
+// extend moves the write deadline before a write, when it must.
+func (c *streamConn) extend() {
+	if u := c.until.Load(); u != 0 { // a slow consumer's close: its grace
+		c.dl = time.Unix(0, u)
+		_ = c.SetWriteDeadline(c.dl)
+		return
+	}
+	if now := time.Now(); c.dl.Sub(now) < sseWriteTimeout/2 {
+		c.dl = now.Add(sseWriteTimeout)
+		_ = c.SetWriteDeadline(c.dl)
+	}
 }
 
 // startSSE starts the stream: its subscription, its heartbeat, and its

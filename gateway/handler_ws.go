@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
@@ -135,14 +136,17 @@ type wsConn struct {
 // the reader waits past it.
 const wsAcksInFlight = 64
 
-func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+// handleWS serves a WebSocket connection: a register step (the checks an
+// HTTP answer can refuse, returned to the adapter; the upgrade; the token's
+// verdict as a close code a browser can read) and the connection's own
+// goroutine (serveWS), after which this handler returns.
+func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) error {
 	if !auth.CheckOrigin(r, s.allowedOrigins) {
-		writeError(w, http.StatusForbidden, "origin not allowed")
-		return
+		return httpapi.Status(http.StatusForbidden, "origin not allowed")
 	}
 	if s.isDraining() {
 		refuseDraining(w)
-		return
+		return nil
 	}
 	s.wsMu.Lock()
 	full := len(s.wsConns) >= s.cfg.MaxWSConnections
@@ -150,8 +154,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if full {
 		s.conns.refused.WithLabelValues(refusedWSMax).Inc()
 		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, "too many WebSocket connections; retry later or elsewhere")
-		return
+		return httpapi.Status(http.StatusServiceUnavailable, "too many WebSocket connections; retry later or elsewhere")
 	}
 	var claims auth.Claims
 	var authErr error
@@ -165,7 +168,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		ReadBufferSize: 512, WriteBufferSize: 4096, WriteBufferPool: &wsWriteBuffers}
 	ws, err := up.Upgrade(w, r, nil)
 	if err != nil {
-		return // the upgrader has answered
+		return nil // the upgrader has answered
 	}
 	ws.SetReadLimit(WSReadLimitDefault)
 	switch {
@@ -173,13 +176,13 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		// A browser cannot read the status of a refused upgrade; it can
 		// read a close code.
 		wsClose(ws, &Disconnect{Code: CloseForbidden, Reason: authErr.Error()})
-		return
+		return nil
 	case authErr != nil:
 		wsClose(ws, &Disconnect{Code: CloseUnauthorized, Reason: authErr.Error()})
-		return
+		return nil
 	case s.isDraining():
 		wsClose(ws, &disconnectShutdown)
-		return
+		return nil
 	}
 	c := &wsConn{ws: ws, claims: claims}
 	c.ss = newSession(s, sessionOptions{maxSubs: WSMaxSubscriptions,
@@ -191,7 +194,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		// wsMu, so one added after that would never be drained.
 		s.wsMu.Unlock()
 		wsClose(ws, &disconnectShutdown)
-		return
+		return nil
 	}
 	s.wsConns[c.ss] = true
 	s.wsMu.Unlock()
@@ -201,28 +204,33 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	// idle connection costs one small goroutine. Pings come from a timer,
 	// frames from the session's writer, started when there are some.
 	s.streamWG.Add(1)
-	go func() {
-		defer s.streamWG.Done()
-		c.ss.start()
-		ctx, cancel := context.WithCancel(context.Background())
-		c.pmu.Lock()
-		c.pinger = time.AfterFunc(wsPingInterval, c.ping)
-		c.pmu.Unlock()
-		c.reader(ctx)
-		c.endFollows()
-		c.acks.Wait() // the acks it read are applied, before leases are let go
-		cancel()
-		c.pmu.Lock()
-		c.stopped = true
-		c.pinger.Stop()
-		c.pmu.Unlock()
-		c.ss.close(nil)
-		c.ss.wait()
-		s.wsMu.Lock()
-		delete(s.wsConns, c.ss)
-		s.wsMu.Unlock()
-		s.metrics.wsConns.Dec()
-	}()
+	go s.serveWS(c)
+	return nil
+}
+
+// serveWS is a connection's goroutine: it reads frames until the
+// connection fails, then tears the connection down.
+func (s *Server) serveWS(c *wsConn) {
+	defer s.streamWG.Done()
+	c.ss.start()
+	ctx, cancel := context.WithCancel(context.Background())
+	c.pmu.Lock()
+	c.pinger = time.AfterFunc(wsPingInterval, c.ping)
+	c.pmu.Unlock()
+	c.reader(ctx)
+	c.endFollows()
+	c.acks.Wait() // the acks it read are applied, before leases are let go
+	cancel()
+	c.pmu.Lock()
+	c.stopped = true
+	c.pinger.Stop()
+	c.pmu.Unlock()
+	c.ss.close(nil)
+	c.ss.wait()
+	s.wsMu.Lock()
+	delete(s.wsConns, c.ss)
+	s.wsMu.Unlock()
+	s.metrics.wsConns.Dec()
 }
 
 // reader handles frames until the connection fails.
@@ -323,7 +331,7 @@ func (c *wsConn) handle(ctx context.Context, f *wsFrame) {
 // mistake (an input error) says what it was; a database fault says only
 // what failed (the details go to the log, as on HTTP).
 func wsStoreError(id json.RawMessage, err error, failed string) map[string]any {
-	var br *badRequest
+	var br *httpapi.Error
 	if errors.As(err, &br) && br.Status == http.StatusForbidden {
 		return wsError(id, "forbidden", br.Msg)
 	}
@@ -599,7 +607,7 @@ func parseWSAcks(raw json.RawMessage) ([]queue.Ack, []string, error) {
 	// once, and a frame's items are walked twice at no allocation.
 	n, objects := 0, true
 	if !eachElement(raw, func(json.RawMessage) { n++ }) || n == 0 {
-		return nil, nil, badRequestf("items must be a non-empty array of acknowledgements")
+		return nil, nil, httpapi.BadRequestf("items must be a non-empty array of acknowledgements")
 	}
 	items := make([]ackItemJSON, n)
 	n = 0
@@ -608,7 +616,7 @@ func parseWSAcks(raw json.RawMessage) ([]queue.Ack, []string, error) {
 		n++
 	})
 	if !objects {
-		return nil, nil, badRequestf("items must be a non-empty array of acknowledgements")
+		return nil, nil, httpapi.BadRequestf("items must be a non-empty array of acknowledgements")
 	}
 	acks := make([]queue.Ack, len(items))
 	subs := make([]string, len(items))
@@ -618,8 +626,8 @@ func parseWSAcks(raw json.RawMessage) ([]queue.Ack, []string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if subs[i], _, err = stringValue(it.Sub, "sub"); err != nil {
-			return nil, nil, badRequestf("%v", err)
+		if subs[i], _, err = httpapi.StringValue(it.Sub, "sub"); err != nil {
+			return nil, nil, httpapi.BadRequestf("%v", err)
 		}
 		acks[i] = a
 	}
@@ -630,7 +638,7 @@ func parseWSAcks(raw json.RawMessage) ([]queue.Ack, []string, error) {
 func parseWSPush(raw json.RawMessage) ([]queue.PushItem, error) {
 	var arr []json.RawMessage
 	if err := json.Unmarshal(raw, &arr); err != nil {
-		return nil, badRequestf("items array is required")
+		return nil, httpapi.BadRequestf("items array is required")
 	}
 	return parsePushItems(arr)
 }

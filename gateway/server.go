@@ -536,18 +536,22 @@ func (s *Server) read(pattern, route string, need auth.Role, h httpapi.HandlerFu
 // metrics. An event stream opened with the cookie alone must come from an
 // allowed origin and be asked for as one (Accept: text/event-stream: an
 // EventSource, not a link). The WebSocket checks its token itself.
-func (s *Server) stream(pattern string, need auth.Role, h http.HandlerFunc) {
+func (s *Server) stream(pattern string, need auth.Role, h httpapi.HandlerFunc) {
 	s.longLived(pattern, need, auth.Streams, h)
 }
 
 // followRoute registers a follow route: an SSE stream or a long-poll (after=,
 // wait=) that leases and writes nothing, so the cookie alone may open it
 // from an allowed origin as it may a read, whatever its Accept.
-func (s *Server) followRoute(pattern string, h http.HandlerFunc) {
+func (s *Server) followRoute(pattern string, h httpapi.HandlerFunc) {
 	s.longLived(pattern, auth.RoleReadOnly, auth.Reads, h)
 }
 
-func (s *Server) longLived(pattern string, need auth.Role, mark auth.Effect, h http.HandlerFunc) {
+// longLived registers a long-lived route: its handler answers what fails
+// before the stream starts by returning it (the one error adapter,
+// httpapi.Failer), and returns nil once the stream has started or ended.
+func (s *Server) longLived(pattern string, need auth.Role, mark auth.Effect, handler httpapi.HandlerFunc) {
+	h := s.failer.Handler(handler)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		setCORS(w.Header())
 		w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, Last-Event-ID, "+auth.CSRFHeader)

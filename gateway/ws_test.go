@@ -403,6 +403,9 @@ func TestWS_SlowReaderHoldsCredit(t *testing.T) {
 		require.NoError(t, e.store.Pool().QueryRow(ctxT(t), `SELECT coalesce(max(cursor), 0) FROM consumers`).Scan(&c))
 		return c
 	}
+	// It leases first (a busy machine may take a while to start), then
+	// stops: the cursor stays put across a tick.
+	require.Eventually(t, func() bool { return cursor() > 0 }, 20*time.Second, 10*time.Millisecond, "it leases")
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	last := -1

@@ -79,6 +79,7 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	w, in := t.w, t.in
 	w.mu.Lock()
 	in.reserved -= r.Limit // the credit it held
+	in.charge(res)         // and what it was given, in the same step
 	look := w.lookIfMissed(in)
 	if res != nil {
 		if ks := w.keys[t.key]; ks != nil {

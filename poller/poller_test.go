@@ -627,3 +627,34 @@ func TestWaiter_CancelDuringAnAutoAckPopLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, res.Messages, "taken once")
 }
+
+// A subscription's credit is charged for what a hand-off gave it in the
+// same step as the hand-off's hold ends: a push meanwhile (here from the
+// delivery itself, before it returns) leases nothing past maxInFlight.
+// Before, the credit was taken only after the delivery, and a WebSocket
+// with maxInFlight 2 got a third message (TestWS_MaxInFlightAndNack, CI).
+func TestHandOff_CreditIsChargedBeforeTheDelivery(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	inside := make(chan int, 1)
+	in := &poller.Intention{Target: queue.Target{Queue: "hc"}, Batch: 1, Credit: 1, Standing: true}
+	in.Deliver = func(*queue.PopResult) bool {
+		rs := e.p.Reserve([]queue.PushedPartition{{Queue: "hc", Partition: "b", PartitionID: "pid-b", Messages: 1}})
+		for _, r := range rs {
+			e.p.Settle(r, nil)
+		}
+		inside <- len(rs)
+		return true
+	}
+	t.Cleanup(e.p.Register(in))
+	e.settled()
+	rs := e.p.Reserve([]queue.PushedPartition{{Queue: "hc", Partition: "a", PartitionID: "pid-a", Messages: 1}})
+	require.Len(t, rs, 1, "its one credit reserved")
+	e.p.Settle(rs[0], &queue.PopResult{Queue: "hc", Partition: "a", PartitionID: "pid-a", LeaseID: rs[0].LeaseID,
+		PartitionsClaimed: 1, Messages: []queue.Message{{Queue: "hc", Partition: "a", PartitionID: "pid-a", LeaseID: rs[0].LeaseID}}})
+	select {
+	case n := <-inside:
+		assert.Zero(t, n, "a push during the delivery reserves nothing: the credit is taken")
+	case <-time.After(10 * time.Second):
+		t.Fatal("not delivered")
+	}
+}

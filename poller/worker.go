@@ -520,14 +520,14 @@ var beforePop atomic.Pointer[func()]
 // when its outcome is unknown, and deliver each intention's result. owner
 // names intention i, leases[i] its lease id, all(i) whether it claimed
 // every partition it was offered. The results are nil when pop failed.
-func (w *worker) popDeliver(ctx context.Context, pop func() (map[int]*queue.PopResult, error), unhold func(),
+func (w *worker) popDeliver(ctx context.Context, pop func() (map[int]*queue.PopResult, error), unhold func(map[int]*queue.PopResult),
 	owner func(i int) *Intention, leases []string, planned map[int]plan, all func(i int) bool, what string,
 ) (map[int]*queue.PopResult, error) {
 	if f := beforePop.Load(); f != nil {
 		(*f)()
 	}
 	got, err := pop()
-	unhold()
+	unhold(got) // nil when it failed: nothing charged
 	defer w.doneServing(planned, owner)
 	if err != nil {
 		for i, lease := range leases {
@@ -605,6 +605,9 @@ func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability
 		w.p.log.Error().Err(err).Msg("pop after lease expiry failed")
 	} else if len(res.Messages) > 0 {
 		res.More = true // Pop does not tell
+		w.mu.Lock()
+		in.charge(res)
+		w.mu.Unlock()
 		w.deliver(ctx, in, res, false, plan{total: batch, partitions: 1})
 	}
 }
@@ -654,13 +657,21 @@ func (w *worker) retryEmpty(chunk []*Intention, planned map[int]plan, got map[in
 	return at
 }
 
+// charge takes what res gives a standing intention out of its credit.
+// Called with the worker's mutex.
+func (in *Intention) charge(res *queue.PopResult) {
+	if in.Standing && res != nil {
+		in.credit -= len(res.Messages)
+	}
+}
+
 // hold reserves, while a pop runs, the credit each intention of planned
 // may take (its total; all of a one-shot's), so that a push's hand-off
 // (Reserve) does not lease to it meanwhile beyond what it may take: a
 // long-poll answered by both would give one of the two leases back. Called
 // with mu held; the func it returns takes mu itself.
-func (w *worker) hold(planned map[int]plan, of func(int) *Intention) (unhold func()) {
-	held := make(map[*Intention]int, len(planned))
+func (w *worker) hold(planned map[int]plan, of func(int) *Intention) (unhold func(got map[int]*queue.PopResult)) {
+	held := make(map[int]int, len(planned))
 	for i, pl := range planned {
 		in := of(i)
 		n := pl.total
@@ -668,14 +679,19 @@ func (w *worker) hold(planned map[int]plan, of func(int) *Intention) (unhold fun
 			n = in.free()
 			in.serving++ // until delivered (doneServing)
 		}
-		held[in] = n
+		held[i] = n
 		in.reserved += n
 	}
-	return func() {
+	return func(got map[int]*queue.PopResult) {
 		look := false
 		w.mu.Lock()
-		for in, n := range held {
+		for i, n := range held {
+			in := of(i)
 			in.reserved -= n
+			// What it was given is charged in the same step as the hold
+			// ends: a push's hand-off in between must not see that credit
+			// free (it would lease past maxInFlight).
+			in.charge(got[i])
 			look = w.lookIfMissed(in) || look
 		}
 		w.mu.Unlock()

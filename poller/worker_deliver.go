@@ -62,6 +62,14 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	if in.Standing {
 		parts = splitBatches(res, in.Batch)
 	}
+	if paused {
+		// Nothing delivered: what it was charged comes back.
+		w.mu.Lock()
+		if in.Standing {
+			in.credit += len(res.Messages)
+		}
+		w.mu.Unlock()
+	}
 	for i, part := range parts {
 		if gone || !in.Deliver(part) {
 			for _, rest := range parts[i:] {
@@ -77,8 +85,8 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		return
 	}
 	w.mu.Lock()
-	in.credit -= len(res.Messages)
-	// All it could take, a partition it left messages in, or as many
+	// Its credit was charged when the pop's hold ended (charge). All it
+	// could take, a partition it left messages in, or as many
 	// partitions as it may take (when others may have work) means there may
 	// be more: look again now. Otherwise it drained what it took, and every
 	// other change marks its queue by itself (a push, an ack, a timer), so a

@@ -141,14 +141,31 @@ func (l *Logical) Run(ctx context.Context) error {
 }
 
 func (l *Logical) session(ctx context.Context, first *bool) (started bool, err error) {
-	publication, err := l.cfg.Tables.MessagePublication(ctx)
+	conn, pos, err := l.open(ctx)
 	if err != nil {
 		return false, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if *first {
+		*first = false
+		close(l.ready)
+	}
+	// Inserts while the stream was down are not replayed: look at everything.
+	l.cfg.Waker.WakeAll(SourceLogical)
+	return true, l.stream(ctx, conn, pos)
+}
+
+// open connects for replication, creates the session's temporary slot
+// and starts streaming the publication from the slot's start.
+func (l *Logical) open(ctx context.Context) (*pgconn.PgConn, pglogrepl.LSN, error) {
+	publication, err := l.cfg.Tables.MessagePublication(ctx)
+	if err != nil {
+		return nil, 0, err
 	}
 	cfg := l.cfg.Pool.Config().ConnConfig.Config.Copy()
 	if l.cfg.URL != "" {
 		if cfg, err = pgconn.ParseConfig(l.cfg.URL); err != nil {
-			return false, fmt.Errorf("parsing the replication URL: %w", err)
+			return nil, 0, fmt.Errorf("parsing the replication URL: %w", err)
 		}
 	}
 	cfg.RuntimeParams = map[string]string{"replication": "database", "application_name": "herald-logical"}
@@ -156,39 +173,39 @@ func (l *Logical) session(ctx context.Context, first *bool) (started bool, err e
 	conn, err := pgconn.ConnectConfig(cctx, cfg)
 	cancel()
 	if err != nil {
-		return false, fmt.Errorf("opening the replication connection: %w", err)
+		return nil, 0, fmt.Errorf("opening the replication connection: %w", err)
 	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-
 	slot, err := pglogrepl.CreateReplicationSlot(ctx, conn, l.slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication})
-	if err != nil {
-		return false, fmt.Errorf("creating replication slot %s: %w", l.slot, err)
+	if err == nil {
+		var pos pglogrepl.LSN
+		if pos, err = pglogrepl.ParseLSN(slot.ConsistentPoint); err != nil {
+			err = fmt.Errorf("parsing the slot's start: %w", err)
+		} else if err = pglogrepl.StartReplication(ctx, conn, l.slot, pos, pglogrepl.StartReplicationOptions{
+			Mode:       pglogrepl.LogicalReplication,
+			PluginArgs: []string{"proto_version '1'", "publication_names '" + publication + "'"},
+		}); err != nil {
+			err = fmt.Errorf("starting replication: %w", err)
+		} else {
+			l.log.Info().Str("slot", l.slot).Str("publication", publication).Msg("streaming message inserts")
+			return conn, pos, nil
+		}
+	} else {
+		err = fmt.Errorf("creating replication slot %s: %w", l.slot, err)
 	}
-	pos, err := pglogrepl.ParseLSN(slot.ConsistentPoint)
-	if err != nil {
-		return false, fmt.Errorf("parsing the slot's start: %w", err)
-	}
-	if err := pglogrepl.StartReplication(ctx, conn, l.slot, pos, pglogrepl.StartReplicationOptions{
-		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + publication + "'"},
-	}); err != nil {
-		return false, fmt.Errorf("starting replication: %w", err)
-	}
-	if *first {
-		*first = false
-		close(l.ready)
-	}
-	// Inserts while the stream was down are not replayed: look at everything.
-	l.cfg.Waker.WakeAll(SourceLogical)
-	l.log.Info().Str("slot", l.slot).Str("publication", publication).Msg("streaming message inserts")
+	_ = conn.Close(context.WithoutCancel(ctx))
+	return nil, 0, err
+}
 
+// stream reads the replication stream until ctx ends (nil) or it fails,
+// waking the queues of inserted messages and reporting its position.
+func (l *Logical) stream(ctx context.Context, conn *pgconn.PgConn, pos pglogrepl.LSN) error {
 	relations := map[uint32]bool{} // relation ids of the messages table
 	nextStatus := time.Now().Add(l.cfg.StatusInterval)
 	for {
 		if time.Now().After(nextStatus) {
 			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
-				return true, fmt.Errorf("sending status: %w", err)
+				return fmt.Errorf("sending status: %w", err)
 			}
 			nextStatus = time.Now().Add(l.cfg.StatusInterval)
 		}
@@ -197,40 +214,51 @@ func (l *Logical) session(ctx context.Context, first *bool) (started bool, err e
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return true, nil
+				return nil
 			}
 			if pgconn.Timeout(err) {
 				continue
 			}
-			return true, fmt.Errorf("receiving: %w", err)
+			return fmt.Errorf("receiving: %w", err)
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
-			if len(msg.Data) == 0 {
-				continue
+			reply, err := l.copyData(ctx, msg.Data, &pos, relations)
+			if err != nil {
+				return err
 			}
-			switch msg.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
-				if err != nil {
-					return true, fmt.Errorf("parsing keepalive: %w", err)
-				}
-				pos = max(pos, ka.ServerWALEnd)
-				if ka.ReplyRequested {
-					nextStatus = time.Time{} // answer at once
-				}
-			case pglogrepl.XLogDataByteID:
-				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
-				if err != nil {
-					return true, fmt.Errorf("parsing WAL data: %w", err)
-				}
-				l.handle(ctx, xld.WALData, relations)
-				pos = max(pos, xld.WALStart+pglogrepl.LSN(len(xld.WALData)))
+			if reply {
+				nextStatus = time.Time{} // answer at once
 			}
 		case *pgproto3.ErrorResponse:
-			return true, fmt.Errorf("replication error: %s", msg.Message)
+			return fmt.Errorf("replication error: %s", msg.Message)
 		}
 	}
+}
+
+// copyData applies one message of the stream: a keepalive (reply: the
+// server asks for a status now) or WAL data, moving pos past it.
+func (l *Logical) copyData(ctx context.Context, data []byte, pos *pglogrepl.LSN, relations map[uint32]bool) (reply bool, err error) {
+	if len(data) == 0 {
+		return false, nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("parsing keepalive: %w", err)
+		}
+		*pos = max(*pos, ka.ServerWALEnd)
+		return ka.ReplyRequested, nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("parsing WAL data: %w", err)
+		}
+		l.handle(ctx, xld.WALData, relations)
+		*pos = max(*pos, xld.WALStart+pglogrepl.LSN(len(xld.WALData)))
+	}
+	return false, nil
 }
 
 // handle wakes the queue of an inserted message.

@@ -220,26 +220,7 @@ func (c *Client) Subscribe(ctx context.Context, opts SubscribeOptions, handler H
 		go s.attach(ctx, cn)
 	}
 	var pending []ack
-	flush := func() {
-		if len(pending) == 0 {
-			return
-		}
-		// Not waited for: an ack the server could not apply for want of
-		// its database is sent again in the background (sendAcks), or the
-		// partition would wait for the lease to expire; one lost with its
-		// connection only means a redelivery.
-		if cn := pending[0].m.cn; cn.alive() {
-			batch := slices.Clone(pending)
-			s.acking.Add(1)
-			go func() {
-				defer s.acking.Done()
-				actx, cancel := context.WithTimeout(context.Background(), ackRetryFor+writeTimeout)
-				defer cancel()
-				_, _ = cn.sendAcks(actx, batch)
-			}()
-		}
-		pending = pending[:0]
-	}
+	flush := func() { pending = s.sendAcks(pending) }
 	failedLease := ""
 	for {
 		var m *Message
@@ -277,6 +258,29 @@ func (c *Client) Subscribe(ctx context.Context, opts SubscribeOptions, handler H
 			return nil // what is still in hand is given back by unsubscribing
 		}
 	}
+}
+
+// sendAcks sends the acks pending (all of one connection) and returns
+// the slice emptied. Not waited for: an ack the server could not apply for
+// want of its database is sent again in the background (conn.sendAcks),
+// or the partition would wait for the lease to expire; one lost with its
+// connection only means a redelivery. Subscribe waits for them (acking)
+// before it unsubscribes.
+func (s *Subscription) sendAcks(pending []ack) []ack {
+	if len(pending) == 0 {
+		return pending
+	}
+	if cn := pending[0].m.cn; cn.alive() {
+		batch := slices.Clone(pending)
+		s.acking.Add(1)
+		go func() {
+			defer s.acking.Done()
+			actx, cancel := context.WithTimeout(context.Background(), ackRetryFor+writeTimeout)
+			defer cancel()
+			_, _ = cn.sendAcks(actx, batch)
+		}()
+	}
+	return pending[:0]
 }
 
 // attach subscribes on cn; ctx bounds the wait for the answer.

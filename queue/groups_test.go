@@ -30,22 +30,17 @@ func pushHeldOpen(t *testing.T, s *queue.Store, q string, n int) (commit func())
 // statement of the store's pool waits for a lock (on the push held open).
 func waitReturnedOrBlocked(t *testing.T, s *queue.Store, done <-chan struct{}) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	require.Eventually(t, func() bool {
 		select {
 		case <-done:
-			return
+			return true
 		default:
 		}
 		var waiting bool
 		require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid())`).Scan(&waiting))
-		if waiting {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("the act neither returned nor waited for the push's lock within 10 s")
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "the act neither returned nor waited for the push's lock within 10 s")
 }
 
 // A seek (or a group reset) that runs while a push to the partition is in

@@ -67,19 +67,13 @@ func TestInstanceLock_TellsWhenTakenAgainOnAnotherDatabase(t *testing.T) {
 		t.Helper()
 		first := l.BackendPID()
 		exec(t, s, "SELECT pg_terminate_backend($1)", int32(first))
-		deadline := time.Now().Add(15 * time.Second)
-		for l.BackendPID() == first || !l.Held() {
-			require.True(t, time.Now().Before(deadline), "the lock was not taken again within 15 s")
-			time.Sleep(50 * time.Millisecond)
-		}
+		require.Eventually(t, func() bool { return l.BackendPID() != first && l.Held() }, 15*time.Second,
+			50*time.Millisecond, "the lock was not taken again within 15 s")
 	}
 	retake()
 	assert.Zero(t, changed.Load(), "taken again on the same database")
 	l.SetDatabaseStarted("2000-01-01 00:00:00+00")
 	retake()
-	deadline := time.Now().Add(5 * time.Second)
-	for changed.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	assert.Eventually(t, func() bool { return changed.Load() > 0 }, 5*time.Second, 10*time.Millisecond, "told")
 	assert.Equal(t, int32(1), changed.Load(), "taken again on another database")
 }

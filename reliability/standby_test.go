@@ -50,7 +50,10 @@ func TestStandby_PrimaryKilledStandbyPromoted(t *testing.T) {
 			var loss servertest.Loss
 			if !sync {
 				loss.AckedFrom = pair.stopStreaming(t)
-				time.Sleep(time.Second) // #nosec -- the primary's last second, not streamed
+				// Traffic the standby does not get: 200 deliveries (a second at 200 pushes a second).
+				after := len(run.cons.Deliveries()) + 200
+				require.True(t, servertest.WaitFor(30*time.Second, nil, func() bool { return len(run.cons.Deliveries()) >= after }),
+					"200 deliveries the standby did not stream")
 			}
 			pid := pair.primary.postmasterPID(t)
 			killAt := time.Now()
@@ -124,7 +127,9 @@ func TestStandby_PrimaryHungStandbyPromoted(t *testing.T) {
 		lastBad := make([]time.Time, len(run.instances))
 		firstOK := make([]time.Time, len(run.instances))
 		client := &http.Client{Timeout: time.Second}
-		for time.Since(freezeAt) < 20*time.Second {
+		pace := time.NewTicker(100 * time.Millisecond) // the sampler's pace: /health every 100 ms for 20 s
+		defer pace.Stop()
+		for ; time.Since(freezeAt) < 20*time.Second; <-pace.C {
 			for i, in := range run.instances {
 				ok := false
 				if res, err := client.Get(in.URL() + "/health"); err == nil {
@@ -138,7 +143,6 @@ func TestStandby_PrimaryHungStandbyPromoted(t *testing.T) {
 					firstOK[i] = time.Now()
 				}
 			}
-			time.Sleep(100 * time.Millisecond) // #nosec -- the sampler's pace: /health every 100 ms for 20 s
 		}
 		for i := range healthBack {
 			healthBack[i] = firstOK[i].Sub(freezeAt)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -59,6 +60,8 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			fds, clients := loopbackPairs(b, n)
+			var got, want atomic.Int64         // bytes read; bytes written (set once written)
+			caughtUp := make(chan struct{}, 1) // the reader has read all that was written
 			if reader {
 				ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 				if err != nil {
@@ -81,7 +84,15 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 							return
 						}
 						for _, ev := range events[:max(k, 0)] {
-							_, _ = syscall.Read(int(ev.Fd), buf)
+							if m, _ := syscall.Read(int(ev.Fd), buf); m > 0 {
+								got.Add(int64(m))
+							}
+						}
+						if w := want.Load(); w > 0 && got.Load() >= w {
+							select {
+							case caughtUp <- struct{}{}:
+							default:
+							}
 						}
 					}
 				}()
@@ -96,7 +107,13 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 			}
 			b.StopTimer()
 			if reader {
-				time.Sleep(200 * time.Millisecond) // the reader catches up: its CPU counts
+				// The reader catches up (its CPU counts): every byte written read.
+				want.Store(int64(b.N * len(frame)))
+				select {
+				case <-caughtUp:
+				case <-time.After(30 * time.Second):
+					b.Fatalf("the reader read %d of %d bytes", got.Load(), want.Load())
+				}
 			}
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
 			cpu := time.Duration(syscall.TimevalToNsec(r1.Utime) - syscall.TimevalToNsec(r0.Utime) +

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -500,11 +501,19 @@ func (h *followHub) read() {
 			next = h.held
 		}
 		h.armLocked(next)
+		if f := hubSweepHook.Load(); f != nil {
+			(*f)(h.queue, next)
+		}
 		h.mu.Unlock()
 		batch.run()
 		return
 	}
 }
+
+// hubSweepHook, when set (tests), is called after each read of a hub
+// that ends its reading (nothing more to read, no wake-up meanwhile), with
+// the hub's mutex held, with the wait it armed before the next read.
+var hubSweepHook atomic.Pointer[func(queue string, next time.Duration)]
 
 // takeLocked hands what a read from pos found to the followers (their
 // writes in the batch it returns, not yet run), keeps it in the ring, and

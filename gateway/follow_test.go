@@ -155,6 +155,7 @@ func TestFollow_SSEBurstsAreWrittenTogetherInOrderWithExactIDs(t *testing.T) {
 func TestFollow_SSEKeepsDeliveringPastItsWriteTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	t.Cleanup(gateway.SetSSEWriteTimeout(timeout))
+	deadline := gateway.LatestStreamDeadline(t)
 	e := newEnv(t)
 	c := e.openSSE(t, "/api/v1/follow/queue/fw", nil)
 	require.Equal(t, http.StatusOK, c.res.StatusCode)
@@ -165,13 +166,20 @@ func TestFollow_SSEKeepsDeliveringPastItsWriteTimeout(t *testing.T) {
 		m := c.nextFollow()
 		assert.JSONEq(t, fmt.Sprint(i), string(m.Data), "message %d, %v after the stream opened", i, time.Since(opened))
 	}
-	// Idle past the timeout, then more. The idle span is the point (no
-	// event marks it); load only lengthens it, which the stream must
-	// survive as well.
-	time.Sleep(2 * timeout)
+	idlePastDeadline(t, deadline)
 	e.pushItems(`[{"queue":"fw","payload":"late"}]`)
 	m := c.nextFollow()
 	assert.JSONEq(t, `"late"`, string(m.Data))
+}
+
+// idlePastDeadline waits, writing nothing, until the write deadline the
+// stream's connection was given last has passed: a write that did not
+// move it on would fail.
+func idlePastDeadline(t *testing.T, deadline func() time.Time) {
+	t.Helper()
+	require.False(t, deadline().IsZero(), "the stream's connection got a write deadline")
+	require.Eventually(t, func() bool { return time.Now().After(deadline()) }, 30*time.Second, 5*time.Millisecond,
+		"the stream's write deadline passed")
 }
 
 // waitFollowers waits until the instance has n followers of q.
@@ -568,23 +576,53 @@ func TestFollow_RetentionGapIsAnEvent(t *testing.T) {
 }
 
 // Idle followers send no query: with followers parked on a hub and
-// nothing pushed, the statements sent are at most the hub's slow sweep.
+// nothing pushed, the statements sent are the hub's slow sweep only.
 func TestFollow_IdleFollowersCostNoQuery(t *testing.T) {
 	e := newEnv(t)
+	stats := e.store.QueryStats()
+	// The idle span in the hub's own time: its sweeps, each with the
+	// statements counted so far (taken under the hub's mutex: its next
+	// read waits) and the wait it armed before the next.
+	type sweep struct {
+		reads uint64
+		next  time.Duration
+	}
+	sweeps := make(chan sweep, 64)
+	gateway.OnHubSweep(t, func(q string, next time.Duration) {
+		if q == "fi" {
+			select {
+			case sweeps <- sweep{stats.Snapshot()["follow_read"], next}:
+			default:
+			}
+		}
+	})
 	for range 10 {
 		e.openSSE(t, "/api/v1/follow/queue/fi", nil)
 	}
-	waitFollowers(t, e, "fi", 10)
-	stats := e.store.QueryStats()
-	before := stats.Snapshot()["follow_read"]
-	// A window with nothing pushed: what is sent in it is the cost of
-	// idling. The window is the point (no event marks it); the bound holds
-	// for a window up to 6 s long, so an oversleep under load keeps it.
-	time.Sleep(2 * time.Second)
-	reads := stats.Snapshot()["follow_read"] - before
-	// The hub's sweep doubles from 100 ms: at most 5 reads in 2 s,
-	// whatever the followers (one read each would be 10 or more).
-	assert.LessOrEqual(t, reads, uint64(6), "10 idle followers over 2 s: the hub's sweep only (%d reads)", reads)
+	waitFollowers(t, e, "fi", 10) // every catch-up read is done
+	nextSweep := func() sweep {
+		t.Helper()
+		select {
+		case s := <-sweeps:
+			return s
+		case <-time.After(30 * time.Second):
+			t.Fatal("the hub did not sweep within 30 s")
+			return sweep{}
+		}
+	}
+	for len(sweeps) > 0 { // those of the joins
+		<-sweeps
+	}
+	prev := nextSweep()
+	// Four sweeps (at least 1.5 s of the hub's back-off): one statement
+	// each, the hub's, whatever the followers (one read each would be 10
+	// more), and each wait twice the one before, up to the longest.
+	for i := range 4 {
+		s := nextSweep()
+		assert.Equal(t, 1, int(s.reads-prev.reads), "sweep %d: the hub's read only, 10 idle followers", i+1)
+		assert.Equal(t, min(2*prev.next, gateway.FollowSweepMax), s.next, "sweep %d: the idle hub backs off", i+1)
+		prev = s
+	}
 }
 
 // A follow is a consumer for syncnet: its presence reaches the peers, so

@@ -364,7 +364,9 @@ func newStreamConn(conn net.Conn, until *atomic.Int64) *streamConn {
 	if lc, ok := conn.(*limitedConn); ok {
 		wc = lc.Conn
 	}
-	return &streamConn{Conn: wc, until: until, dl: time.Now().Add(sseWriteTimeout)} // as takeOver set it
+	c := &streamConn{Conn: wc, until: until, dl: time.Now().Add(sseWriteTimeout)} // as takeOver set it (or just after)
+	c.reportDeadline()
+	return c
 }
 
 // extend moves the write deadline before a write, when it must.
@@ -372,11 +374,24 @@ func (c *streamConn) extend() {
 	if u := c.until.Load(); u != 0 { // a slow consumer's close: its grace
 		c.dl = time.Unix(0, u)
 		_ = c.SetWriteDeadline(c.dl)
+		c.reportDeadline()
 		return
 	}
 	if now := time.Now(); c.dl.Sub(now) < sseWriteTimeout/2 {
 		c.dl = now.Add(sseWriteTimeout)
 		_ = c.SetWriteDeadline(c.dl)
+		c.reportDeadline()
+	}
+}
+
+// streamDeadlineHook, when set (tests), is told each write deadline a
+// taken-over stream's connection gets.
+var streamDeadlineHook atomic.Pointer[func(time.Time)]
+
+// reportDeadline tells streamDeadlineHook the deadline, when it is set.
+func (c *streamConn) reportDeadline() {
+	if f := streamDeadlineHook.Load(); f != nil {
+		(*f)(c.dl)
 	}
 }
 

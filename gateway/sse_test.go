@@ -390,6 +390,7 @@ func TestSSE_AutoAck(t *testing.T) {
 func TestSSE_KeepsDeliveringPastItsWriteTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	t.Cleanup(gateway.SetSSEWriteTimeout(timeout))
+	deadline := gateway.LatestStreamDeadline(t)
 	e := newEnv(t)
 	c := e.openSSE(t, "/api/v1/sse/queue/sse-wt?autoAck=true", nil)
 	opened := time.Now()
@@ -398,7 +399,7 @@ func TestSSE_KeepsDeliveringPastItsWriteTimeout(t *testing.T) {
 		m, _ := c.next()
 		assert.JSONEq(t, strconv.Itoa(i), string(m.Data), "message %d, %v after the stream opened", i, time.Since(opened))
 	}
-	time.Sleep(2 * timeout) // idle past the timeout, then more
+	idlePastDeadline(t, deadline)
 	e.push("sse-wt", `"late"`)
 	m, _ := c.next()
 	assert.JSONEq(t, `"late"`, string(m.Data))

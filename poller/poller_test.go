@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 // slowSweep keeps the safety sweep out of a test, so only wake-ups and
@@ -537,13 +539,27 @@ func TestPoller_BacklogDrainsByClaimsWithoutPreflights(t *testing.T) {
 // empty cycle). A registration wakes it, and while something waits the
 // safety sweep runs: a message pushed without a wake-up is still found.
 func TestPoller_IdleWithNothingWaitingDoesNotWake(t *testing.T) {
-	e := newEnv(t, func(c *poller.Config) { c.SweepMin, c.SweepMax = 10*time.Millisecond, 20*time.Millisecond })
-	before := e.p.WorkerRuns()
-	// Idle time is the point (15 sweep intervals; no event marks an
-	// absence): load only makes fewer runs, never more.
-	time.Sleep(300 * time.Millisecond)
-	assert.LessOrEqual(t, e.p.WorkerRuns()-before, uint64(2), "the workers swept with nothing waiting")
+	fast := func(c *poller.Config) {
+		c.Workers, c.SweepMin, c.SweepMax = 2, 10*time.Millisecond, 20*time.Millisecond
+	}
+	store := queuetest.NewStore(t)
+	// The idle span on a fake clock (an idle poller sends no SQL, so its
+	// workers run in the bubble): the sleep returns once every goroutine
+	// of the poller is blocked for good and the clock has moved 50 sweep
+	// intervals, each a timer the workers would have fired.
+	synctest.Test(t, func(t *testing.T) {
+		c := poller.Config{Store: store}
+		fast(&c)
+		p, err := poller.New(c)
+		require.NoError(t, err)
+		t.Cleanup(p.Start())
+		time.Sleep(50 * c.SweepMax)
+		assert.Equal(t, c.Workers, int(p.WorkerRuns()),
+			"each worker's first sweep, then none: the workers swept with nothing waiting")
+	})
 
+	e := newEnv(t, fast)
+	eventually(t, 10*time.Second, func() bool { return e.p.WorkerRuns() >= 2 && !e.p.Pending() }, "the workers' first sweeps ran: idle")
 	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true})
 	defer w.Cancel()
 	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 1 }, "registered")

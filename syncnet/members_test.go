@@ -60,7 +60,7 @@ func TestPresence_BatchedIntoFewDatagrams(t *testing.T) {
 // database says who is alive), no re-announcements (digests agree), however
 // many queues they consume.
 func TestPresence_NoIdleDatagramsBetweenMembers(t *testing.T) {
-	nodes := mesh(t, 3, nil)
+	nodes := mesh(t, 3, nil, func(_ int, c *Config) { c.Resolve = 100 * time.Millisecond })
 	for _, nd := range nodes {
 		nd.SetPeers(nil)
 		for i := range 100 {
@@ -83,12 +83,23 @@ func TestPresence_NoIdleDatagramsBetweenMembers(t *testing.T) {
 	for _, nd := range nodes {
 		before = append(before, sentAll(t, nd))
 	}
-	// 1 s idle: 20 heartbeat and 10 announce intervals in this mesh's
-	// timings, 5 reads of the members table.
-	for range 5 {
-		time.Sleep(200 * time.Millisecond) // idle time is the point: an absence has no event to wait for
-		members(nodes...)
+	// The idle span in the nodes' own time: an idle member's timer fires
+	// every Resolve, and each firing runs every periodic duty (heartbeats,
+	// re-announcements, resolving the seeds); five firings of every node,
+	// with the members table read between them.
+	woke := make([]uint64, len(nodes))
+	for i, nd := range nodes {
+		woke[i] = nd.wokeUp.Load()
 	}
+	require.Eventually(t, func() bool {
+		members(nodes...)
+		for i, nd := range nodes {
+			if nd.wokeUp.Load() < woke[i]+5 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "every node's periodic duties ran five times")
 	for i, nd := range nodes {
 		assert.Equal(t, before[i], sentAll(t, nd), "%s sent nothing while idle", nd.cfg.ServerID)
 	}
@@ -143,7 +154,11 @@ func TestNode_SeedNeverHeardIsDead(t *testing.T) {
 	require.Eventually(t, func() bool { _, known := a.HasSubscribers("q"); return known }, 10*time.Second, 10*time.Millisecond,
 		"the silent seed is dead after DeadAfter (300 ms here)")
 	beats := sentTo(t, a, Heartbeat)
-	time.Sleep(300 * time.Millisecond) // 6 heartbeat intervals: the absence of sends is the point (no event to wait for)
+	// The span in the node's own time: a seed that is not a member keeps
+	// its timer at Heartbeat, and each firing runs the heartbeat duty.
+	woke := a.wokeUp.Load()
+	require.Eventually(t, func() bool { return a.wokeUp.Load() >= woke+6 }, 30*time.Second, 10*time.Millisecond,
+		"the heartbeat duty ran six times")
 	assert.Equal(t, beats, sentTo(t, a, Heartbeat), "no heartbeats to a dead seed")
 }
 
@@ -153,7 +168,8 @@ func TestNode_SeedNeverHeardIsDead(t *testing.T) {
 // costs the runtime more than the duty; at 100 instances the 1 s tick was
 // a tenth of the mesh's idle CPU.
 func TestNode_IdleMemberWakesOnlyEveryResolve(t *testing.T) {
-	nodes := mesh(t, 2, nil, func(_ int, c *Config) { c.Peers = nil; c.Resolve = time.Hour })
+	const resolve = 300 * time.Millisecond // 6 heartbeats
+	nodes := mesh(t, 2, nil, func(_ int, c *Config) { c.Peers = nil; c.Resolve = resolve })
 	a, b := nodes[0], nodes[1]
 	a.SetPeers(nil)
 	b.SetPeers(nil)
@@ -165,9 +181,15 @@ func TestNode_IdleMemberWakesOnlyEveryResolve(t *testing.T) {
 	// What the greeting left to expire (a peer heard before the table
 	// listed it) is gone within a few heartbeats.
 	require.Eventually(t, func() bool { return !a.needsBeat() && !b.needsBeat() }, 5*time.Second, 20*time.Millisecond)
-	before := a.wokeUp.Load()
-	time.Sleep(500 * time.Millisecond) // idle time is the point (10 heartbeat intervals): an absence has no event to wait for
-	assert.LessOrEqual(t, a.wokeUp.Load()-before, uint64(1), "an idle member's timer fired every Heartbeat")
+	// Four firings of a's timer, counted from before the first. Idle, the
+	// last three are Resolve apart (each is armed Resolve after the one
+	// before ran the resolve duty; the first may end a short wait armed
+	// before the node went idle): at least two Resolves. Every Heartbeat,
+	// they would take 150 ms. A loaded machine only makes them later.
+	before, start := a.wokeUp.Load(), time.Now()
+	require.Eventually(t, func() bool { return a.wokeUp.Load() >= before+4 }, 30*time.Second, 5*time.Millisecond,
+		"a's timer fired four times")
+	assert.GreaterOrEqual(t, time.Since(start), 2*resolve-resolve/10, "an idle member's timer fired more often than every Resolve")
 
 	// Duties come back when due: a queue's last consumer leaving is
 	// announced once Linger has passed, though the node was idle.

@@ -348,7 +348,12 @@ func TestPop_LongPollDisconnectSwallowsNothing(t *testing.T) {
 			require.NoError(t, json.Unmarshal(r.body, &p))
 			for _, m := range p.Messages {
 				available[string(m.Data)] = true
-				assert.Equal(t, 0, m.RetryCount)
+				// Pushed after its client left: never leased. A message
+				// pushed before may have been written to its leaving client
+				// and be back from its 1 s lease already, one attempt counted.
+				if i%2 == 0 {
+					assert.Equal(t, 0, m.RetryCount, "message %s", m.Data)
+				}
 			}
 		}
 	}

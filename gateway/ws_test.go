@@ -644,7 +644,9 @@ func TestWS_SlowConsumerIsClosedWith4001AndItsLeasesReleased(t *testing.T) {
 		servedAt, released, releasedAt)
 	assert.Less(t, servedAt, releasedAt, "the healthy subscriber did not wait for the slow one")
 	assert.Less(t, released, slowConsumerBound, "leases released within the bound")
-	ms := rescuer.deliveredWithin(10*time.Second, n)
+	// A ceiling, not a bound: 8 MB of messages, encoded under -race on a
+	// busy machine, can take more than 10 s.
+	ms := rescuer.deliveredWithin(60*time.Second, n)
 	for i, m := range ms {
 		require.Equal(t, 0, m.RetryCount, "message %d: a release counts no attempt", i)
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -120,5 +122,34 @@ func BenchmarkLoopbackWrite(b *testing.B) {
 				syscall.TimevalToNsec(r1.Stime) - syscall.TimevalToNsec(r0.Stime))
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/write")
 		})
+	}
+}
+
+// TestFloorFrame_IsTheSizeOfHeraldsFollowEvent: the floor's frame carries
+// the payload where the followers read its stamp, with an id: line, in a
+// message JSON of Herald's keys, so that it costs the kernel and the
+// followers what Herald's follow event does (~550 bytes for a 100-byte
+// payload; the payload alone made a 123-byte frame).
+func TestFloorFrame_IsTheSizeOfHeraldsFollowEvent(t *testing.T) {
+	p := makePayload(7)
+	f := heraldSizedFrame("peers-fanout-1", 7, p)
+	if n := len(f); n < 520 || n > 600 {
+		t.Fatalf("the frame is %d bytes, want Herald's follow event's size (520-600):\n%s", n, f)
+	}
+	lines := strings.Split(string(f), "\n")
+	if len(lines) != 5 || lines[0] != "event: message" || !strings.HasPrefix(lines[1], "id: f1") ||
+		!strings.HasPrefix(lines[2], "data: {") || lines[3] != "" || lines[4] != "" {
+		t.Fatalf("not one SSE event with an id: and one data: line:\n%q", f)
+	}
+	var msg struct {
+		Data    stamp  `json:"data"`
+		EventID string `json:"eventId"`
+		Offset  int    `json:"offset"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[2], "data: ")), &msg); err != nil {
+		t.Fatalf("the data line is not JSON: %v", err)
+	}
+	if msg.Data.I != 7 || msg.Offset != 7 || "id: "+msg.EventID != lines[1] {
+		t.Fatalf("the message JSON does not carry the payload and its id: %+v", msg)
 	}
 }

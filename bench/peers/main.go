@@ -72,7 +72,7 @@ func runChild(kind string, args []string) error {
 	case "centrifuge":
 		return childCentrifuge()
 	case "floor":
-		return childFloor()
+		return childFloor(args)
 	case "river":
 		return childRiver(args)
 	case "followers":
@@ -118,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&rates, "rates", "200,1000", "comma-separated push rates, messages per second")
 	fs.DurationVar(&cfg.warm, "warm", time.Second, "warm-up at the start of each measurement, not counted in the latencies")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured part of each measurement")
-	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, of "+strings.Join(allSystems, ","))
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, of "+strings.Join(allSystems, ",")+" (fanout: herald, centrifuge and floor-sync, the first floor: its push answered once every socket is written, its frame the payload alone)")
 	fs.StringVar(&cfg.out, "out", "", "also write the markdown tables to this file")
 	fs.StringVar(&cfg.scenario, "scenario", "all", "latency (paced single pushes), e2e (end-to-end throughput), all (both), or fanout (N SSE followers of one stream; herald and centrifuge)")
 	fanout := fs.String("fanout", "10000@10,1000@100", "fanout: comma-separated FOLLOWERS@RATE cases")
@@ -146,7 +146,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cfg.systems = strings.Split(systems, ",")
 	if cfg.fanout() {
 		// Only the systems with a broadcast to SSE clients.
-		cfg.systems = slices.DeleteFunc(cfg.systems, func(n string) bool { return n != "herald" && n != "centrifuge" })
+		cfg.systems = slices.DeleteFunc(cfg.systems, func(n string) bool {
+			return n != "herald" && n != "centrifuge" && n != "floor-sync"
+		})
 		if *floor {
 			cfg.systems = append(cfg.systems, "floor")
 		}
@@ -312,8 +314,8 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 			s, err = startCentrifuge(ctx, self)
 		case "river":
 			s, err = startRiver(ctx, self, pg)
-		case "floor":
-			s, err = startFloor(ctx, self)
+		case "floor", "floor-sync":
+			s, err = startFloor(ctx, self, name == "floor-sync")
 		default:
 			err = errors.New("unknown system " + name)
 		}

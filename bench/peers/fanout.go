@@ -21,7 +21,8 @@ import (
 // /connection/sse?cf_connect=…, the closest it has to a plain EventSource)
 // with a server-side subscription to the channel, memory broker. The
 // floor (floor.go, --fanout-floor): a bare server that only writes each
-// frame to every socket.
+// frame (the size of Herald's) to every socket, the push answered once
+// queued.
 
 // fanoutPerProcess is how many followers one child holds at most.
 const fanoutPerProcess = 5000
@@ -194,7 +195,9 @@ func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]m
 	fmt.Fprintf(b, "Fanout. Settings: N SSE clients follow one stream (Herald: GET /api/v1/follow/queue/{q}, a follow stream; "+
 		"centrifuge: its SSE transport, GET /connection/sse with a server-side subscription, memory broker; floor: a bare "+
 		"server writing each frame to every socket, one write(2) each over GOMAXPROCS goroutines, no storage: the least any "+
-		"server can do on this machine), held by child processes of the benchmark (raw non-blocking sockets read by "+
+		"server can do on this machine; its frame is the size of Herald's follow event and a push is answered once queued, "+
+		"as Herald answers once stored; floor-sync, when run, answers only once every socket is written, its frame the "+
+		"payload alone), held by child processes of the benchmark (raw non-blocking sockets read by "+
 		"GOMAXPROCS epoll loops per process, from 127.0.0.2–9); single-message "+
 		"pushes of %d-byte payloads, one at a time, at the rate; %v warm-up then %v measured per run; %d rounds "+
 		"interleaved, medians shown; every client checks it gets every message in push order. CPU is the server "+

@@ -251,3 +251,35 @@ func TestHandOff_LongPollPastItsDeadlineDuringHandOffIsAnswered(t *testing.T) {
 	require.True(t, <-cycled, "a cycle ran past the deadline during the hand-off")
 	assert.Equal(t, []int{1}, ns(receive(t, w, 5*time.Second)), "answered, not lost")
 }
+
+// A long-poll that registers while messages wait for it on several
+// partitions is answered by its cycle with all of them in one batch, not
+// by a push's hand-off with its own partition's: no cycle has found it
+// caught up yet. (Handed each push as it came, a long-poll's client came
+// back for every message: at 1,000 msgs/s over 16 partitions its p99 went
+// from 100 ms to 1 s.)
+func TestHandOff_LongPollWithMessagesWaitingIsAnsweredByItsCycleInOneBatch(t *testing.T) {
+	e := newEnv(t, slowSweep, oneWorker)
+	ctx := context.Background()
+	e.push("q", "a", 1, 1)
+	e.push("q", "b", 2, 2)
+	e.push("q", "c", 0, 0)
+	res, err := e.store.Pop(ctx, queue.PopRequest{Queue: "q", Partition: "c", AutoAck: true, Batch: 10})
+	require.NoError(t, err)
+	require.Equal(t, []int{0}, ns(res), "c is caught up; 1 waits on a, 2 on b")
+
+	// The one worker is busy delivering elsewhere while the long-poll
+	// registers and a push to c comes.
+	e.push("blk", "p", 0, 0)
+	b := newBlocker(t)
+	b.armed.Store(true)
+	t.Cleanup(e.p.Register(&poller.Intention{Target: queue.Target{Queue: "blk"}, AutoAck: true,
+		Deliver: func(*queue.PopResult) bool { b.block(); return true }}))
+	b.waitEntered(t)
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Partitions: 3})
+	e.push("q", "c", 3, 3)
+	b.unblock()
+	got := receive(t, w, 5*time.Second)
+	assert.ElementsMatch(t, []int{1, 2, 3}, ns(got), "one answer with what waited on a, b and c")
+	assert.Equal(t, 3, got.PartitionsClaimed)
+}

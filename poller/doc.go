@@ -68,9 +68,11 @@
 // then Settle) which intentions wait for the partitions it writes
 // (subscriptions and long-polls of one queue), and leases the new
 // messages to them in its own statement when their group is caught up;
-// Settle delivers them when the push is over. A long-poll is answered by
-// one push, one partition (its one-shot intention ends with it), and its
-// lease is its client's, as a pop's. A cycle holds the credit of the intentions it pops for, and
+// Settle delivers them when the push is over. A long-poll is handed off to
+// once a cycle found nothing for it since it registered (or its target was
+// known empty: Intention.limited); it is answered by one push, one
+// partition (its one-shot intention ends with it), and its lease is its
+// client's, as a pop's. A cycle holds the credit of the intentions it pops for, and
 // a push the credit it reserved, so neither fills an intention past its
 // credit; an intention passed over while held (or without credit) is
 // marked missed and looked at when it may take again. Only what may have

@@ -283,3 +283,32 @@ func TestHandOff_LongPollWithMessagesWaitingIsAnsweredByItsCycleInOneBatch(t *te
 	assert.ElementsMatch(t, []int{1, 2, 3}, ns(got), "one answer with what waited on a, b and c")
 	assert.Equal(t, 3, got.PartitionsClaimed)
 }
+
+// A push to two partitions answers a waiting long-poll once, with one
+// partition's messages (its one-shot intention ends there); the other
+// partition's message is left for the next consumer, neither lost nor
+// delivered twice.
+func TestHandOff_PushToTwoPartitionsAnswersALongPollOnce(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	ctx := context.Background()
+	e.push("h2", "a", 0, 0)
+	e.push("h2", "b", 0, 0)
+	res, err := e.store.Pop(ctx, queue.PopRequest{Queue: "h2", AutoAck: true, Batch: 10, Partitions: 2})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 2, "both partitions caught up")
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "h2"}, Batch: 10, Partitions: 2, AutoAck: true})
+	e.settled()
+	_, err = e.store.Push(ctx, append(pushItems("h2", "a", 1, 1), pushItems("h2", "b", 2, 2)...))
+	require.NoError(t, err)
+	got := receive(t, w, 5*time.Second)
+	require.Len(t, got.Messages, 1, "one partition's, by the push")
+	e.p.Wake(poller.SourcePush, "h2", "a")
+	e.p.Wake(poller.SourcePush, "h2", "b")
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "h2"}, Batch: 10, Partitions: 2, AutoAck: true})
+	rest := receive(t, next, 5*time.Second)
+	assert.ElementsMatch(t, []int{1, 2}, append(ns(got), ns(rest)...), "each once")
+	e.settled()
+	left, err := e.store.Pop(ctx, queue.PopRequest{Queue: "h2", AutoAck: true, Batch: 10, Partitions: 2})
+	require.NoError(t, err)
+	assert.Empty(t, left.Messages)
+}

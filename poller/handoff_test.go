@@ -312,3 +312,24 @@ func TestHandOff_PushToTwoPartitionsAnswersALongPollOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left.Messages)
 }
+
+// The lease a push hands a subscription is its stream's, this instance's:
+// a restart of the instance gives it back (where a long-poll's outlives
+// it: TestHandOff_WaitingLongPollIsServedByThePush).
+func TestHandOff_SubscriptionLeaseEndsWithARestartOfTheInstance(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.Registerer = reg })
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "hs"}, Batch: 10, Credit: 100})
+	e.push("hs", "p", 0, 0) // registers the group, learns the partition
+	ackAll(t, e, in, receive1(t, got))
+	e.settled()
+	handoffs := metricValue(t, reg, "herald_handoffs_total")
+	e.push("hs", "p", 1, 1)
+	res := receive1(t, got)
+	require.Equal(t, handoffs+1, metricValue(t, reg, "herald_handoffs_total"), "handed off by the push")
+	require.NotEmpty(t, res.LeaseID)
+	freed, err := e.store.ReleaseInstanceLeases(context.Background())
+	require.NoError(t, err)
+	require.Len(t, freed, 1, "the stream's lease is given back")
+	assert.Equal(t, "hs", freed[0].Queue)
+}

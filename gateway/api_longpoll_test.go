@@ -509,3 +509,49 @@ func TestPop_LongPollWindowedPartitionsDoNotStarveAQuietOne(t *testing.T) {
 	require.NotEmpty(t, body.Messages)
 	assert.Equal(t, "quiet", body.Messages[0].Partition)
 }
+
+// A waiting long-poll is answered by the push itself (the hand-off, as a
+// subscription is): the push leases it the message in its own
+// transaction, and no pre-flight or pop runs for it. Its lease is real:
+// the ack completes it.
+func TestPop_WaitingLongPollIsHandedThePush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// A first message, popped and acked: the group's row exists and is
+	// caught up.
+	e.push("lp-hand", `{"n":0}`)
+	first := e.pop("/api/v1/pop/queue/lp-hand?wait=false")
+	require.Len(t, first.Messages, 1)
+	require.True(t, e.ack(first.Messages[0], "completed", "").Success)
+	got := e.waitingPop("/api/v1/pop/queue/lp-hand?wait=true&timeout=10000&batch=10")
+	// Let its registration's cycle end: 300 ms without a statement.
+	settle, quiet := e.scrape("herald_db_queries_total"), time.Now()
+	eventually(t, func() bool {
+		if n := e.scrape("herald_db_queries_total"); n != settle {
+			settle, quiet = n, time.Now()
+		}
+		return time.Since(quiet) >= 300*time.Millisecond
+	}, "registration cycle done")
+	count := func(op string) float64 { return e.scrape(`herald_db_queries_total{op="` + op + `"}`) }
+	handoffs, preflights, pops := e.scrape("herald_handoffs_total"), count("preflight"), count("pop_assigned")
+
+	pushed := e.push("lp-hand", `{"n":1}`)
+	var r resp
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("long-poll did not return")
+	}
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var p popResult
+	require.NoError(t, json.Unmarshal(r.body, &p))
+	require.Len(t, p.Messages, 1)
+	m := p.Messages[0]
+	assert.Equal(t, pushed[0].MessageID, m.ID)
+	assert.NotEmpty(t, m.LeaseID)
+	assert.Equal(t, handoffs+1, e.scrape("herald_handoffs_total"), "handed off by the push")
+	assert.Equal(t, preflights, count("preflight"), "no pre-flight")
+	assert.Equal(t, pops, count("pop_assigned"), "no pop")
+	assert.True(t, e.ack(m, "completed", "").Success)
+	e.popEmpty("/api/v1/pop/queue/lp-hand?wait=false")
+}

@@ -65,11 +65,14 @@
 // # Hand-off, and what marks a queue
 //
 // A push through this instance asks the Poller (queue.HandOff: Reserve,
-// then Settle) which subscriptions wait for the partitions it writes, and
-// leases the new messages to them in its own statement when their group
-// is caught up; Settle delivers them when the push is over. Long-polls
-// are left to the cycle, which answers them with what arrived across
-// partitions. A cycle holds the credit of the intentions it pops for, and
+// then Settle) which intentions wait for the partitions it writes
+// (subscriptions and long-polls of one queue), and leases the new
+// messages to them in its own statement when their group is caught up;
+// Settle delivers them when the push is over. A long-poll is handed off to
+// once a cycle found nothing for it since it registered (or its target was
+// known empty: Intention.limited); it is answered by one push, one
+// partition (its one-shot intention ends with it), and its lease is its
+// client's, as a pop's. A cycle holds the credit of the intentions it pops for, and
 // a push the credit it reserved, so neither fills an intention past its
 // credit; an intention passed over while held (or without credit) is
 // marked missed and looked at when it may take again. Only what may have
@@ -119,9 +122,10 @@
 // to it, their dirty marks, hints and timers) and the mutable fields of
 // their intentions (credit, reserved, serving, gone, missed, limited). A
 // one-shot intention's cancel waits on the worker's condition (served, on
-// that mutex) while a pop for it is under way (serving, from hold until
-// its result is delivered): a long-poll whose wait ends mid-pop gets what
-// the pop took, which with autoAck was consumed already. A Waiter's
+// that mutex) while a pop or a push's hand-off for it is under way
+// (serving, from hold or Reserve until its result is delivered; a cycle
+// does not end it at its deadline meanwhile): a long-poll whose wait ends
+// mid-pop gets what the pop took, which with autoAck was consumed already. A Waiter's
 // mutex guards its state. The rest is atomic (paused, the sequence, the
 // count of namespace intentions) or a sync.Map (wake-up counts).
 //

@@ -8,14 +8,20 @@ import (
 
 // The hand-off (queue.HandOff): a push on this instance leases its
 // messages to the intentions waiting for them in its own transaction, so a
-// subscription kept up to date gets each message when the push commits, with
-// no wake-up, pre-flight or pop. Reserve picks the intentions a fast-path
-// cycle would pick (one per group, naming the partition first, then the
-// oldest) and holds their credit; the database leases only to a group whose
-// row is caught up, so order and lease safety are the database's as for
-// any pop. Settle delivers what was leased and gives the rest of the
-// credit back. A group handed a partition is not assigned it again by the
-// push's own wake-up (keyState.handed).
+// subscription kept up to date, or a waiting long-poll, gets them when the
+// push commits, with no wake-up, pre-flight or pop. Reserve picks the
+// intentions a fast-path cycle would pick (one per group, naming the
+// partition first, then the oldest) and holds their credit; the database
+// leases only to a group whose row is caught up, so order and lease safety
+// are the database's as for any pop. Settle delivers what was leased and
+// gives the rest of the credit back. A group handed a partition is not
+// assigned it again by the push's own wake-up (keyState.handed).
+//
+// A long-poll (a one-shot intention) is reserved whole, as a cycle's pop
+// holds it (worker.hold): all its credit, so that one push, one partition,
+// answers it, and serving, so that its Cancel waits for the hand-off and
+// returns what it was given (with autoAck, the push consumed it) and a
+// cycle does not end it at its deadline meanwhile.
 
 // reservation is a queue.Reservation's token.
 type reservation struct {
@@ -23,6 +29,7 @@ type reservation struct {
 	in               *Intention
 	key, partitionID string
 	could            int    // what the intention could take (a delivery of that many may leave more)
+	held             int    // the credit it holds (Intention.reserved)
 	leasing          func() // ends the reservation's mark (leasing.go) once settled
 }
 
@@ -42,26 +49,34 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			continue
 		}
 		eachByPreference(ks.intentions, pp.Partition, func(in *Intention) bool {
-			// Subscriptions only. A long-poll answers once: handed each push
-			// as it comes, its consumer came back for every message (at
-			// 1,000 msgs/s over 16 partitions its p99 went from 9.5 to 21
-			// ms); the poll cycle answers it with what arrived across
-			// partitions meanwhile. Nor one whose last delivery took all it
-			// could: it is behind, so its group's rows are not caught up and
-			// the statement would lease nothing (under load, with five
-			// groups on 16 partitions, 80 wasted reservations a push).
+			// Not one whose last delivery took all it could: it is behind,
+			// so its group's rows are not caught up and the statement would
+			// lease nothing (under load, with five groups on 16 partitions,
+			// 80 wasted reservations a push). Nor a long-poll no cycle has
+			// found caught up yet (limited from its registration): what
+			// waits for it across partitions is one batch for a cycle,
+			// where the push would answer with its one partition's and its
+			// client would come back for the rest (at 1,000 msgs/s over 16
+			// partitions, its p99 went from 100 ms to 1 s under load 16).
 			// autoAck ones too: the push moves their cursor instead of
 			// leasing (at 200 msgs/s they waited for a poll cycle each).
-			if !in.Standing || in.limited || !in.ready() {
+			if in.limited || !in.ready() {
 				return false
 			}
 			could := min(in.Batch, in.free())
 			limit := min(could, pp.Messages)
-			in.reserved += limit
+			held := limit
+			if !in.Standing {
+				// A long-poll answers once: the push holds all of it, as a
+				// cycle's pop does (hold), until settled.
+				held = in.free()
+				in.serving++
+			}
+			in.reserved += held
 			end := p.leasing.begin() // before the lease id, until settled
 			out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(),
-				Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck, Token: &reservation{w: w, in: in, key: key,
-					partitionID: pp.PartitionID, could: could, leasing: end}})
+				Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck, Stream: in.Standing, Token: &reservation{w: w, in: in,
+					key: key, partitionID: pp.PartitionID, could: could, held: held, leasing: end}})
 			return true
 		})
 		w.mu.Unlock()
@@ -77,9 +92,13 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	}
 	defer t.leasing()
 	w, in := t.w, t.in
+	if !in.Standing {
+		// Its cancel waits until what it was given is delivered.
+		defer w.doneServing(map[int]plan{0: {}}, func(int) *Intention { return in })
+	}
 	w.mu.Lock()
-	in.reserved -= r.Limit // the credit it held
-	in.charge(res)         // and what it was given, in the same step
+	in.reserved -= t.held // the credit it held
+	in.charge(res)        // and what it was given, in the same step
 	look := w.lookIfMissed(in)
 	if res != nil {
 		if ks := w.keys[t.key]; ks != nil {

@@ -30,8 +30,8 @@ type Intention struct {
 	// restarts (queue.Assignment.Stream); a long-poll's are its client's.
 	Standing bool
 	// Deliver receives leased messages. A poller worker calls it, or the
-	// goroutine of a push that handed messages off to it (a standing
-	// intention), with no poller lock held; it must not block. It returns
+	// goroutine of a push that handed messages off to it, with no poller
+	// lock held; it must not block. It returns
 	// false when the consumer is gone; the poller then releases the lease at
 	// once, so nothing waits for it to expire.
 	Deliver func(*queue.PopResult) bool
@@ -49,10 +49,11 @@ type Intention struct {
 	// reserved: credit a push in flight holds for a hand-off (Reserve
 	// until Settle).
 	reserved int
-	// serving: pops under way for this one-shot intention (from hold
-	// until their result is delivered). Its cancel waits for them, so a
-	// long-poll whose wait ends mid-pop gets what the pop took (with
-	// autoAck the pop consumed it) instead of losing it.
+	// serving: pops and push hand-offs under way for this one-shot
+	// intention (from hold or Reserve until their result is delivered).
+	// Its cancel waits for them, and a cycle does not end it at its
+	// deadline meanwhile, so a long-poll whose wait ends mid-pop gets what
+	// the pop took (with autoAck the pop consumed it) instead of losing it.
 	serving int
 	gone    bool
 	// missed: a cycle passed it over while it could take nothing (no
@@ -61,7 +62,11 @@ type Intention struct {
 	// have found already.
 	missed bool
 	// limited: its last delivery took all it could (or left messages
-	// behind), so credit given back may find more.
+	// behind), so credit given back may find more. A one-shot intention
+	// is limited from its registration until a cycle found nothing for
+	// it (or its target was known empty): until then messages may wait
+	// for it across partitions, which a cycle answers in one batch, not
+	// a push's hand-off with its own partition's.
 	limited bool
 }
 

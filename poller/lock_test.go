@@ -120,11 +120,17 @@ func testDeliverBlocked(t *testing.T) {
 	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true}) // the default group's
 	receive(t, first, 5*time.Second)
 	e.settled()
+	e.push("q", "p", 1, 3) // g2 by the hand-off; the default group's wait for the long-poll
+	ackAll(t, e, sub, receive1(t, subGot))
+	e.settled()
 
 	b := newBlocker(t)
+	b.armed.Store(true)
 	var mu sync.Mutex
 	var calls int
 	var got []int
+	// Its registration's cycle pops 1–3 for it, on the worker goroutine (a
+	// long-poll waiting before the push would be handed them by the push).
 	cancel := e.p.Register(&poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Deliver: func(res *queue.PopResult) bool {
 		mu.Lock()
 		calls++
@@ -134,10 +140,6 @@ func testDeliverBlocked(t *testing.T) {
 		return true
 	}})
 	defer cancel()
-	e.settled()
-	b.armed.Store(true)
-	e.push("q", "p", 1, 3) // the long-poll by the cycle; g2 by the hand-off
-	ackAll(t, e, sub, receive1(t, subGot))
 	b.waitEntered(t)
 
 	var handed []int
@@ -199,10 +201,11 @@ func testPresenceBlocked(t *testing.T) {
 	assert.Zero(t, e.p.Intentions())
 }
 
-// LeaseHints blocks in a push hint's fast path (LeasedElsewhere).
+// LeaseHints blocks in a push hint's fast path (LeasedElsewhere). No
+// hand-off: the push would answer the long-poll itself.
 func testHintsBlocked(t *testing.T) {
 	h := &blockingHints{b: newBlocker(t)}
-	e := newEnv(t, slowSweep, oneWorker, func(c *poller.Config) { c.Hints = h })
+	e := newEnv(t, slowSweep, oneWorker, func(c *poller.Config) { c.Hints = h; c.NoHandOff = true })
 	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}, AutoAck: true})
 	e.push("q", "p", 0, 0) // the queue, its partition id, the group's rows
 	receive(t, first, 5*time.Second)

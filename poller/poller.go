@@ -132,6 +132,7 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	known := p.cfg.Mode != WakePoll && !news && ks.empty[[2]string{in.Target.Partition, in.Target.Group}]
 	if !known {
 		ks.touch()
+		in.limited = !in.Standing // a push hands it nothing before its cycle looked (Intention.limited)
 	}
 	w.mu.Unlock()
 	if news {

@@ -158,7 +158,9 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 	for k, ks := range w.keys {
 		live := ks.intentions[:0]
 		for _, in := range ks.intentions {
-			if !in.gone && !in.Deadline.IsZero() && now.After(in.Deadline) && w.markGone(in) {
+			// Not while a push's hand-off serves it (serving): what the
+			// push leased it (with autoAck, consumed) is its answer.
+			if !in.gone && in.serving == 0 && !in.Deadline.IsZero() && now.After(in.Deadline) && w.markGone(in) {
 				expired = append(expired, in)
 			}
 			if !in.gone {

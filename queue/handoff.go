@@ -38,7 +38,12 @@ type Reservation struct {
 	// AutoAck: the push moves the group's cursor past what it hands off
 	// (no lease; LeaseID is unused).
 	AutoAck bool
-	Token   any // the HandOff's own
+	// Stream: the lease is for a stream of this instance (a WebSocket or
+	// SSE subscription); false: for a client that holds it itself (a
+	// long-poll), which outlives a restart of this instance
+	// (Assignment.Stream, Store.leaseOwner).
+	Stream bool
+	Token  any // the HandOff's own
 	// OutcomeUnknown: the push failed after it was sent, and may have
 	// committed (OutcomeUnknown(err)); set for Settle.
 	OutcomeUnknown bool
@@ -146,8 +151,11 @@ func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
 	return res
 }
 
-// handOffArgs are the push insert's hand-off parameters.
-func (p *pushPlan) handOffArgs() (pids, groups, leases []string, limits []int32, subjects []*string, auto []bool) {
+// handOffArgs are the push insert's hand-off parameters; owner names the
+// owner of a lease for a stream or not (Store.leaseOwner).
+func (p *pushPlan) handOffArgs(owner func(stream bool) string) (pids, groups, leases []string, limits []int32, subjects []*string,
+	auto []bool, owners []string,
+) {
 	for _, r := range p.reserved {
 		pids = append(pids, r.PartitionID)
 		groups = append(groups, r.Group)
@@ -155,6 +163,7 @@ func (p *pushPlan) handOffArgs() (pids, groups, leases []string, limits []int32,
 		limits = append(limits, int32(r.Limit))
 		subjects = append(subjects, optString(r.Subject))
 		auto = append(auto, r.AutoAck)
+		owners = append(owners, owner(r.Stream))
 	}
-	return pids, groups, leases, limits, subjects, auto
+	return pids, groups, leases, limits, subjects, auto, owners
 }

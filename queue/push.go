@@ -146,7 +146,7 @@ func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	plan.queue(b, s.leaseOwner(true)) // hand-offs serve subscriptions only
+	plan.queue(b, s.leaseOwner)
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
 	_, err = br.Exec()
@@ -369,7 +369,7 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, items []PushItem) ([]Push
 		return nil, err
 	}
 	b := &pgx.Batch{}
-	plan.queue(b, s.leaseOwner(true)) // hand-offs serve subscriptions only
+	plan.queue(b, s.leaseOwner)
 	br := tx.SendBatch(ctx, b)
 	err = plan.read(br)
 	if cerr := br.Close(); err == nil && cerr != nil {
@@ -573,7 +573,8 @@ SELECT lock_partitions($1::uuid[])`
 // last_offset (a lower bound), so groups that are not reading cost the push
 // nothing. No pop can take anything from a caught-up row before this
 // commits, so holding it does not hide work. It leases to the consumers a
-// HandOff reserved ($7–$10, $12 their subjects, $13 autoAck): a reserved
+// HandOff reserved ($7–$10, $11 the leases' owners, $12 their subjects,
+// $13 autoAck): a reserved
 // group's row gets the lease of the partition's new messages (with
 // autoAck: its cursor moves past them) if it is caught up to them (its
 // cursor at the old last offset, nothing done above it, no lease) on a
@@ -608,8 +609,9 @@ WITH input AS (
 	FROM counts c WHERE p.id = c.partition_id
 	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base, p.queue_id, p.follow_xid
 ), handoff AS (
-	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto
-	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[]) AS h(pid, grp, lease, lim, subj, auto)
+	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto, h.owner
+	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[], $11::text[])
+	     AS h(pid, grp, lease, lim, subj, auto, owner)
 ), lk AS (
 	-- The caught-up rows (consumers_caught_up), locked in key order. A
 	-- reserved group's row that can be handed off is one of them (its
@@ -622,7 +624,7 @@ WITH input AS (
 ), handed AS (
 	UPDATE consumers c SET
 		lease_id = CASE WHEN h.auto THEN NULL ELSE h.lease END,
-		lease_owner = CASE WHEN h.auto THEN NULL ELSE $11 END,
+		lease_owner = CASE WHEN h.auto THEN NULL ELSE h.owner END,
 		lease_subject = CASE WHEN h.auto THEN c.lease_subject ELSE h.subj END,
 		lease_expires_at = CASE WHEN h.auto THEN NULL ELSE now() + make_interval(secs => q.lease_time) END,
 		lease_from = CASE WHEN h.auto THEN NULL ELSE b.base + 1 END,
@@ -653,12 +655,12 @@ UNION ALL
 SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
 WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
 
-// queue adds the push's two statements to b; owner owns the leases it
-// hands off.
-func (p *pushPlan) queue(b *pgx.Batch, owner string) {
+// queue adds the push's two statements to b; owner names the owner of a
+// lease it hands off (Store.leaseOwner).
+func (p *pushPlan) queue(b *pgx.Batch, owner func(stream bool) string) {
 	b.Queue(pushLockSQL, p.partIDs)
-	hp, hg, hl, hn, hs, ha := p.handOffArgs()
-	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, owner, hs, ha)
+	hp, hg, hl, hn, hs, ha, ho := p.handOffArgs(owner)
+	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha)
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {

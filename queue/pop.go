@@ -87,6 +87,10 @@ type PopResult struct {
 	// their payload failed to decrypt (they are not in Messages). Nil when
 	// there were none.
 	DeadLettered map[string]int
+	// Dropped counts, per queue, the messages this pop gave up on as it
+	// would have dead-lettered them, on a queue that keeps no dead letter
+	// of them (deadLetterQueue or dlqAfterMaxRetries false). Nil when none.
+	Dropped map[string]int
 
 	undecryptable int // how many of DeadLettered failed to decrypt
 	// moved: the rows whose cursor the pop moved (autoAck, dead letters),
@@ -239,7 +243,7 @@ func (r *PopRequest) selector() string {
 var popLockSQL = `-- herald:pop_lock
 SELECT c.partition_id::text, p.name, q.id::text, q.name, c.cursor, c.done, c.lease_id::text,
        coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq,
-       q.lease_time, q.retry_limit, q.delayed_processing
+       q.lease_time, q.retry_limit, q.delayed_processing, q.dead_letter_queue, q.dlq_after_max_retries
 FROM queues q
 CROSS JOIN LATERAL (
 	SELECT c.* FROM consumers c
@@ -275,6 +279,7 @@ type claimed struct {
 	partitionID, partition, queueID, queue string
 	st                                     cursorState
 	leaseTime, retryLimit, delay           int
+	dead                                   deadPolicy
 	msgs                                   []Message
 }
 
@@ -465,7 +470,7 @@ func readClaims(rows pgx.Rows) ([]*claimed, error) {
 		var leaseID *string
 		if err := rows.Scan(&c.partitionID, &c.partition, &c.queueID, &c.queue, &c.st.cursor, &c.st.done, &leaseID,
 			&c.st.leaseFrom, &c.st.leaseTo, &c.st.attempts, &c.st.attemptSeq,
-			&c.leaseTime, &c.retryLimit, &c.delay); err != nil {
+			&c.leaseTime, &c.retryLimit, &c.delay, &c.dead.keep, &c.dead.afterRetries); err != nil {
 			return nil, err
 		}
 		if leaseID != nil {

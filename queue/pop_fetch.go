@@ -125,9 +125,10 @@ func (s *Store) undecryptable(c *claimed, m *Message, group string, res *PopResu
 	dl := deadLetter{partitionID: c.partitionID, seq: m.Offset, group: group, err: DecryptError,
 		retries: c.st.retryCount(m.Offset)}
 	c.st.markDone(m.Offset)
-	if res.DeadLettered == nil {
-		res.DeadLettered = map[string]int{}
+	if c.dead.keeps(false) {
+		res.DeadLettered = countIn(res.DeadLettered, c.queue)
+	} else {
+		res.Dropped = countIn(res.Dropped, c.queue)
 	}
-	res.DeadLettered[c.queue]++
 	return dl
 }

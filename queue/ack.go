@@ -293,7 +293,7 @@ const ackLockSQL = `-- herald:ack_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
        c.attempts, c.attempt_seq, c.delivered_to, c.last_offset, q.retry_limit, coalesce(c.lease_subject, ''),
-       c.seek_from, c.seek_to, q.dead_letter_queue, q.dlq_after_max_retries
+       c.seek_from, c.seek_to, ` + deadPolicyColumns + `
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
 JOIN queues q ON q.id = c.queue_id -- the row's own copy: no partitions probe per row (a quarter of the statement)
@@ -395,7 +395,7 @@ func readAckResults(br pgx.BatchResults, n int, standalone bool) (ackState, erro
 		var live bool
 		if err := rows.Scan(&k.partitionID, &k.group, &lc.st.cursor, &lc.st.done, &lc.st.leaseID, &live,
 			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.lastOffset, &lc.retryLimit,
-			&lc.subject, &lc.seekFrom, &lc.seekTo, &lc.dead.keep, &lc.dead.afterRetries); err != nil {
+			&lc.subject, &lc.seekFrom, &lc.seekTo, &lc.dead.drop, &lc.dead.dropExhausted); err != nil {
 			return st, fmt.Errorf("locking consumers: %w", err)
 		}
 		if live {
@@ -471,16 +471,20 @@ type deadLetter struct {
 // deadPolicy is what a queue does with a message a consumer group gives up
 // on (Options.DeadLetterQueue, Options.DLQAfterMaxRetries): it keeps a
 // dead letter of it, or drops it (finished for the group all the same,
-// with no copy kept).
+// with no copy kept). The zero value keeps everything, as the defaults do:
+// a row read without the queue's flags never drops a message.
 type deadPolicy struct {
-	keep         bool // deadLetterQueue: dead letters are kept at all
-	afterRetries bool // dlqAfterMaxRetries: also for a message past its retry limit
+	drop          bool // deadLetterQueue false: no dead letter is kept
+	dropExhausted bool // dlqAfterMaxRetries false: none for a message past its retry limit
 }
+
+// deadPolicyColumns read a deadPolicy from the queue row q.
+const deadPolicyColumns = `NOT q.dead_letter_queue, NOT q.dlq_after_max_retries`
 
 // keeps reports whether a message given up on is dead-lettered (true) or
 // dropped; exhausted: it failed past the retry limit.
 func (p deadPolicy) keeps(exhausted bool) bool {
-	return p.keep && (p.afterRetries || !exhausted)
+	return !p.drop && !(exhausted && p.dropExhausted)
 }
 
 const deadLetterSQL = `-- herald:dead_letter

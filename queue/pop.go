@@ -247,7 +247,7 @@ func (r *PopRequest) selector() string {
 var popLockSQL = `-- herald:pop_lock
 SELECT c.partition_id::text, p.name, q.id::text, q.name, c.cursor, c.done, c.lease_id::text,
        coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq,
-       q.lease_time, q.retry_limit, q.delayed_processing, q.ttl, q.dead_letter_queue, q.dlq_after_max_retries
+       q.lease_time, q.retry_limit, q.delayed_processing, q.ttl, ` + deadPolicyColumns + `
 FROM queues q
 CROSS JOIN LATERAL (
 	SELECT c.* FROM consumers c
@@ -486,7 +486,7 @@ func readClaims(rows pgx.Rows) ([]*claimed, error) {
 		var leaseID *string
 		if err := rows.Scan(&c.partitionID, &c.partition, &c.queueID, &c.queue, &c.st.cursor, &c.st.done, &leaseID,
 			&c.st.leaseFrom, &c.st.leaseTo, &c.st.attempts, &c.st.attemptSeq,
-			&c.leaseTime, &c.retryLimit, &c.delay, &c.ttl, &c.dead.keep, &c.dead.afterRetries); err != nil {
+			&c.leaseTime, &c.retryLimit, &c.delay, &c.ttl, &c.dead.drop, &c.dead.dropExhausted); err != nil {
 			return nil, err
 		}
 		if leaseID != nil {

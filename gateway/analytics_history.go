@@ -287,11 +287,11 @@ func (h *history) retained(ds []queue.RetentionDeleted) {
 		n := d.N
 		var f func(*queueOps)
 		switch d.Reason {
-		case "retention":
+		case queue.RetentionAge, queue.RetentionTTL:
 			f = func(o *queueOps) { o.retentionMsgs += n; o.retentionEvents++ }
 		case "completed_retention":
 			f = func(o *queueOps) { o.completedMsgs += n; o.retentionEvents++ }
-		case "max_wait":
+		case queue.RetentionMaxWait, queue.RetentionMaxWaitDropped:
 			f = func(o *queueOps) { o.evictionMsgs += n; o.retentionEvents++ }
 		case "partition_cleanup":
 			f = func(o *queueOps) { o.partitionsDeleted += n }

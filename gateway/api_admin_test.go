@@ -260,10 +260,14 @@ func TestTransaction(t *testing.T) {
 
 // optionDefaults is the reference's resolved options object for a queue
 // configured with nothing (example 5 has the same values), in its key order,
-// with Herald's idleGroupRetentionSeconds.
-const optionDefaults = `{"completedRetentionSeconds":0,"deadLetterQueue":false,"delayedProcessing":0,"dlqAfterMaxRetries":false,` +
+// with Herald's idleGroupRetentionSeconds, and three values that differ:
+// the reference answers deadLetterQueue and dlqAfterMaxRetries false and
+// ttl 3600 while it always dead-letters and never expires a message;
+// Herald honours the three, and answers what its defaults do (true, true,
+// 0: never).
+const optionDefaults = `{"completedRetentionSeconds":0,"deadLetterQueue":true,"delayedProcessing":0,"dlqAfterMaxRetries":true,` +
 	`"encryptionEnabled":false,"idleGroupRetentionSeconds":86400,"leaseTime":300,"maxSize":0,"maxWaitTimeSeconds":0,"priority":0,"retentionEnabled":false,` +
-	`"retentionSeconds":0,"retryDelay":1000,"retryLimit":3,"ttl":3600,"windowBuffer":0}`
+	`"retentionSeconds":0,"retryDelay":1000,"retryLimit":3,"ttl":0,"windowBuffer":0}`
 
 func TestConfigure(t *testing.T) {
 	t.Parallel()

@@ -112,6 +112,9 @@ func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
 		if res.DLQ {
 			s.countDLQ(res.Queue, 1)
 		}
+		if res.Dropped {
+			s.metrics.dropped.WithLabelValues(res.Queue).Inc()
+		}
 		lease := res.LeaseID
 		if lease == "" {
 			lease = a.LeaseID

@@ -206,11 +206,18 @@ func (s *Server) releaseFor(r *http.Request, res *queue.PopResult) {
 	s.poller.Release(r.Context(), res.LeaseID, res.Messages)
 }
 
-// countDeadLetters counts messages a pop dead-lettered after their lease
-// expired once too often.
+// countDeadLetters counts messages a pop dead-lettered (or dropped, on a
+// queue that keeps no dead letter of them) after their lease expired once
+// too often, and those it skipped as older than their queue's ttl.
 func (s *Server) countDeadLetters(res *queue.PopResult) {
 	for q, n := range res.DeadLettered {
 		s.countDLQ(q, int64(n))
+	}
+	for q, n := range res.Dropped {
+		s.metrics.dropped.WithLabelValues(q).Add(float64(n))
+	}
+	for q, n := range res.Expired {
+		s.metrics.expired.WithLabelValues(q).Add(float64(n))
 	}
 }
 

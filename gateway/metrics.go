@@ -140,6 +140,8 @@ type metrics struct {
 	popped      queueCounter
 	acks        queueCounter
 	dlq         queueCounter
+	dropped     queueCounter
+	expired     queueCounter
 	dlqReplayed queueCounter
 	dlqPurged   queueCounter
 	rates       *rates   // push and ack samples for GET /api/v1/status/rates (rates.go)
@@ -175,6 +177,10 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 		acks:       counter("herald_acks_total", "Successful acknowledgements by status.", "queue", "status"),
 		dlq: counter("herald_messages_dead_lettered_total",
 			"Messages moved to the dead-letter queue (by an ack, or by a pop after too many expired leases).", "queue"),
+		dropped: counter("herald_messages_dropped_total",
+			"Messages given up on (acked dlq, failed past the retry limit) on a queue that keeps no dead letter of them (deadLetterQueue or dlqAfterMaxRetries false).", "queue"),
+		expired: counter("herald_messages_expired_total",
+			"Messages a pop skipped, undelivered, because they were older than their queue's ttl (retention deletes them: herald_retention_deleted_total{reason=\"ttl\"}).", "queue"),
 		dlqReplayed: counter("herald_dlq_replayed_total", "Dead letters replayed (POST /api/v1/dlq/replay).", "queue"),
 		dlqPurged:   counter("herald_dlq_purged_total", "Dead letters purged (POST /api/v1/dlq/purge).", "queue"),
 	}
@@ -196,7 +202,7 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 	m.slowBodies = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_http_slow_body_total",
 		Help: "Requests whose body was not received within the body read timeout (answered 408, connection closed)."})
 	cs := []prometheus.Collector{m.slowBodies, m.requests, m.duration, m.pushed.vec, m.duplicates.vec, m.popped.vec, m.acks.vec,
-		m.dlq.vec, m.dlqReplayed.vec, m.dlqPurged.vec, m.wsBadFrames,
+		m.dlq.vec, m.dropped.vec, m.expired.vec, m.dlqReplayed.vec, m.dlqPurged.vec, m.wsBadFrames,
 		m.wsConns, m.sseStreams, m.sseRefused, m.sseResumedAcks, m.authFailures}
 	pool := store.Pool()
 	gauge := func(name, help string, f func() float64) {

@@ -22,7 +22,7 @@ func RetentionMetrics(reg prometheus.Registerer, queues *LabelLimiter) func([]qu
 		queues = NewLabelLimiter(MetricsMaxQueuesDefault)
 	}
 	deleted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_retention_deleted_total",
-		Help: "What retention removed, by queue and reason: messages (retention, completed_retention), messages moved to the DLQ (max_wait), partitions (partition_cleanup), idle consumer groups (idle_group)."}, []string{"queue", "reason"})
+		Help: "What retention removed, by queue and reason: messages (retention, ttl, completed_retention), messages moved to the DLQ (max_wait) or dropped for want of one (max_wait_dropped), partitions (partition_cleanup), idle consumer groups (idle_group)."}, []string{"queue", "reason"})
 	reg.MustRegister(deleted)
 	return func(ds []queue.RetentionDeleted) {
 		for _, d := range ds {

@@ -21,7 +21,7 @@ func TestStorageMetrics(t *testing.T) {
 		Tables:        map[string]queue.TableStats{"messages": {Bytes: 8192, Dead: 5, Live: 7}},
 		OldestXminAge: 42, OldestXminHeld: 90 * time.Second})
 	want := `
-# HELP herald_retention_deleted_total What retention removed, by queue and reason: messages (retention, completed_retention), messages moved to the DLQ (max_wait), partitions (partition_cleanup), idle consumer groups (idle_group).
+# HELP herald_retention_deleted_total What retention removed, by queue and reason: messages (retention, ttl, completed_retention), messages moved to the DLQ (max_wait) or dropped for want of one (max_wait_dropped), partitions (partition_cleanup), idle consumer groups (idle_group).
 # TYPE herald_retention_deleted_total counter
 herald_retention_deleted_total{queue="__other__",reason="retention"} 4
 herald_retention_deleted_total{queue="q",reason="max_wait"} 2

@@ -194,3 +194,29 @@ func TestMetrics_LabelLimiterConcurrent(t *testing.T) {
 		assert.Equal(t, v, l.Value(v), "a named value stays named")
 	}
 }
+
+// A queue with dlqAfterMaxRetries false drops a message nacked past its
+// retry limit: the ack answers dlq false, no dead letter is listed, and
+// herald_messages_dropped_total counts it (not the dead-lettered counter).
+func TestMetrics_DroppedPastRetryLimitIsCountedNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.post("/api/v1/configure", `{"queue":"drops","options":{"retryLimit":0,"dlqAfterMaxRetries":false}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	e.push("drops", `{"n":1}`, `{"n":2}`)
+	got := e.pop("/api/v1/pop/queue/drops?wait=false")
+	require.Len(t, got.Messages, 1)
+	a := e.ack(got.Messages[0], "failed", "boom")
+	assert.True(t, a.Success)
+	assert.False(t, a.DLQ)
+
+	r = e.get("/api/v1/dlq?queue=drops")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.JSONEq(t, `0`, string(object(t, r.body)["total"]))
+	_, series := scrape(t, e)
+	assert.Equal(t, 1.0, series["herald_messages_dropped_total"][`queue="drops"`])
+	assert.Zero(t, series["herald_messages_dead_lettered_total"][`queue="drops"`])
+	next := e.pop("/api/v1/pop/queue/drops?wait=false")
+	require.Len(t, next.Messages, 1)
+	assert.JSONEq(t, `{"n":2}`, string(next.Messages[0].Data))
+}

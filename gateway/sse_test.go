@@ -578,3 +578,36 @@ func TestSSE_SlowConsumerGetsDisconnectEvent(t *testing.T) {
 		require.Equal(t, 0, m.RetryCount, "message %d: a release counts no attempt", i)
 	}
 }
+
+// A message older than its queue's ttl reaches no transport: a WebSocket
+// subscription, an SSE stream, a long-poll and a plain pop each get the
+// young message pushed after it, and never the expired one.
+func TestTTL_ExpiredMessageReachesNoTransport(t *testing.T) {
+	e := newEnv(t)
+	r := e.post("/api/v1/configure", `{"queue":"ttlq","options":{"ttl":60}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	e.push("ttlq", `{"n":"old"}`, `{"n":"young"}`)
+	e.exec(`UPDATE messages SET created_at = created_at - interval '2 minutes' WHERE seq = 1`)
+	const young = `{"n":"young"}`
+
+	ws := e.dialWS(t)
+	ws.subscribe(`{"type":"subscribe","id":"s","queue":"ttlq","consumerGroup":"ws","autoAck":true}`)
+	got := deliveredMessages(t, ws.next("deliver"))
+	require.Len(t, got, 1)
+	assert.JSONEq(t, young, string(got[0].Data), "WebSocket")
+	sse := e.openSSE(t, "/api/v1/sse/queue/ttlq?consumerGroup=sse&autoAck=true", nil)
+	m, _ := sse.next()
+	assert.JSONEq(t, young, string(m.Data), "SSE")
+	lp := e.pop("/api/v1/pop/queue/ttlq?consumerGroup=lp&wait=true&timeout=5000&batch=10&autoAck=true")
+	require.Len(t, lp.Messages, 1)
+	assert.JSONEq(t, young, string(lp.Messages[0].Data), "long-poll")
+	p := e.pop("/api/v1/pop/queue/ttlq?consumerGroup=hp&wait=false&batch=10")
+	require.Len(t, p.Messages, 1)
+	assert.JSONEq(t, young, string(p.Messages[0].Data), "pop")
+
+	_, series := scrape(t, e)
+	assert.Equal(t, 1.0, series["herald_messages_expired_total"][`queue="ttlq"`], "the plain pop's skip is counted")
+	r = e.get("/api/v1/dlq?queue=ttlq")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.JSONEq(t, `0`, string(object(t, r.body)["total"]), "expiry keeps no dead letter")
+}

@@ -129,7 +129,7 @@ func splitBatches(res *queue.PopResult, batch int) []*queue.PopResult {
 			}
 		}
 		if len(out) > 0 {
-			part.DeadLettered = nil // counted once, with the first
+			part.DeadLettered, part.Dropped, part.Expired = nil, nil, nil // counted once, with the first
 		}
 		out = append(out, &part)
 	}

@@ -84,6 +84,11 @@ type AckResult struct {
 	// partition drained for the group.
 	Pending bool
 	DLQ     bool
+	// Dropped: the ack gave the message up (status dlq, or failed past
+	// the retry limit) on a queue that keeps no dead letter of it
+	// (deadLetterQueue or dlqAfterMaxRetries false): finished for the
+	// group with no copy kept. DLQ is false then.
+	Dropped bool
 	// LeaseID is the lease the ack was applied under: the one it named, or
 	// the one its request proved it holds; "" for an ack naming none.
 	LeaseID string
@@ -288,7 +293,7 @@ const ackLockSQL = `-- herald:ack_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
        c.attempts, c.attempt_seq, c.delivered_to, c.last_offset, q.retry_limit, coalesce(c.lease_subject, ''),
-       c.seek_from, c.seek_to
+       c.seek_from, c.seek_to, ` + deadPolicyColumns + `
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
 JOIN queues q ON q.id = c.queue_id -- the row's own copy: no partitions probe per row (a quarter of the statement)
@@ -390,7 +395,7 @@ func readAckResults(br pgx.BatchResults, n int, standalone bool) (ackState, erro
 		var live bool
 		if err := rows.Scan(&k.partitionID, &k.group, &lc.st.cursor, &lc.st.done, &lc.st.leaseID, &live,
 			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.lastOffset, &lc.retryLimit,
-			&lc.subject, &lc.seekFrom, &lc.seekTo); err != nil {
+			&lc.subject, &lc.seekFrom, &lc.seekTo, &lc.dead.drop, &lc.dead.dropExhausted); err != nil {
 			return st, fmt.Errorf("locking consumers: %w", err)
 		}
 		if live {
@@ -453,12 +458,33 @@ func (s *Store) writeAck(ctx context.Context, q querier, plan ackPlan, standalon
 	return nil
 }
 
-// deadLetter is a message to copy into dead_letters.
+// deadLetter is a message to copy into dead_letters, if its queue keeps
+// it (deadPolicy).
 type deadLetter struct {
 	partitionID string
 	seq         int64
 	group, err  string
 	retries     int
+	exhausted   bool // it failed past its queue's retry limit
+}
+
+// deadPolicy is what a queue does with a message a consumer group gives up
+// on (Options.DeadLetterQueue, Options.DLQAfterMaxRetries): it keeps a
+// dead letter of it, or drops it (finished for the group all the same,
+// with no copy kept). The zero value keeps everything, as the defaults do:
+// a row read without the queue's flags never drops a message.
+type deadPolicy struct {
+	drop          bool // deadLetterQueue false: no dead letter is kept
+	dropExhausted bool // dlqAfterMaxRetries false: none for a message past its retry limit
+}
+
+// deadPolicyColumns read a deadPolicy from the queue row q.
+const deadPolicyColumns = `NOT q.dead_letter_queue, NOT q.dlq_after_max_retries`
+
+// keeps reports whether a message given up on is dead-lettered (true) or
+// dropped; exhausted: it failed past the retry limit.
+func (p deadPolicy) keeps(exhausted bool) bool {
+	return !p.drop && !(exhausted && p.dropExhausted)
 }
 
 const deadLetterSQL = `-- herald:dead_letter
@@ -466,9 +492,12 @@ INSERT INTO dead_letters (queue_id, partition_id, seq, message_id, transaction_i
                           payload, created_at, consumer_group, error, retry_count)
 SELECT p.queue_id, m.partition_id, m.seq, m.id, m.transaction_id, m.trace_id, m.producer_sub,
        m.payload, m.created_at, d.grp, nullif(d.err, ''), d.retries
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::int[]) AS d(pid, seq, grp, err, retries)
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::bool[])
+     AS d(pid, seq, grp, err, retries, exhausted)
 JOIN messages m ON m.partition_id = d.pid::uuid AND m.seq = d.seq
-JOIN partitions p ON p.id = m.partition_id`
+JOIN partitions p ON p.id = m.partition_id
+JOIN queues q ON q.id = p.queue_id
+WHERE q.dead_letter_queue AND (q.dlq_after_max_retries OR NOT d.exhausted) -- deadPolicy.keeps`
 
 func insertDeadLetters(ctx context.Context, q querier, dead []deadLetter) error {
 	if len(dead) == 0 {
@@ -492,8 +521,10 @@ func queueDeadLetters(b *pgx.Batch, dead []deadLetter) {
 	grps := make([]string, len(dead))
 	errs := make([]string, len(dead))
 	retries := make([]int32, len(dead))
+	exhausted := make([]bool, len(dead))
 	for i, d := range dead {
 		pids[i], seqs[i], grps[i], errs[i], retries[i] = d.partitionID, d.seq, d.group, d.err, int32(d.retries)
+		exhausted[i] = d.exhausted
 	}
-	b.Queue(deadLetterSQL, pids, seqs, grps, errs, retries)
+	b.Queue(deadLetterSQL, pids, seqs, grps, errs, retries, exhausted)
 }

@@ -115,8 +115,12 @@ func decideAck(st ackState, acks []Ack, proven []string) (ackPlan, error) {
 			return ackPlan{}, err
 		}
 		if dead != nil {
-			plan.dead = append(plan.dead, *dead)
-			r.DLQ = true
+			if lc.dead.keeps(dead.exhausted) {
+				plan.dead = append(plan.dead, *dead)
+				r.DLQ = true
+			} else {
+				r.Dropped = true
+			}
 		}
 		if lc.st.leaseComplete() {
 			lc.releaseAfter(i)
@@ -129,7 +133,8 @@ func decideAck(st ackState, acks []Ack, proven []string) (ackPlan, error) {
 }
 
 // apply applies ack i (a, of the message at seq) to the row: done, given
-// back, or dead-lettered (the dead letter it returns).
+// back, or given up on (the dead letter it returns, which the queue's
+// deadPolicy keeps or drops).
 func (lc *lockedConsumer) apply(a Ack, seq int64, i int) (*deadLetter, error) {
 	switch a.Status {
 	case StatusCompleted, StatusSuccess:
@@ -145,7 +150,8 @@ func (lc *lockedConsumer) apply(a Ack, seq int64, i int) (*deadLetter, error) {
 			return nil, nil
 		}
 		lc.st.markDone(seq)
-		return &deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error, retries: retries}, nil
+		return &deadLetter{partitionID: a.PartitionID, seq: seq, group: a.Group, err: a.Error, retries: retries,
+			exhausted: true}, nil
 	case StatusRetry:
 		lc.giveBack(seq, i)
 	default:
@@ -184,6 +190,7 @@ type lockedConsumer struct {
 	deliveredTo int64  // the highest offset ever leased to the group here
 	lastOffset  int64  // the partition's last offset, as the row knows it
 	retryLimit  int
+	dead        deadPolicy
 	subject     string // who the last lease was for; "" for no one
 	// seekFrom, seekTo: the offsets (seekFrom, seekTo] the last seek (or
 	// group reset) passed over, done by the move and not by an ack (see

@@ -316,3 +316,21 @@ func TestDecideAck_UnknownStatus(t *testing.T) {
 	var ie *InputError
 	assert.ErrorAs(t, err, &ie)
 }
+
+// A queue's deadPolicy: the zero value (the defaults, and any row read
+// without the flags) keeps every dead letter; deadLetterQueue false drops
+// them all; dlqAfterMaxRetries false drops only those past the retry limit.
+func TestDeadPolicy_Keeps(t *testing.T) {
+	for _, c := range []struct {
+		p                deadPolicy
+		exhausted, other bool
+	}{
+		{deadPolicy{}, true, true},
+		{deadPolicy{drop: true}, false, false},
+		{deadPolicy{dropExhausted: true}, false, true},
+		{deadPolicy{drop: true, dropExhausted: true}, false, false},
+	} {
+		assert.Equal(t, c.exhausted, c.p.keeps(true), "%+v past the retry limit", c.p)
+		assert.Equal(t, c.other, c.p.keeps(false), "%+v given up otherwise", c.p)
+	}
+}

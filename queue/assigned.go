@@ -36,7 +36,8 @@ type Assignment struct {
 //	        window) and locked; rows another pop holds are skipped
 //	st      an expired lease charged as a failed attempt of its first
 //	        pending offset (one that would dead-letter never gets here: the
-//	        pre-flight sends it to Pop)
+//	        pre-flight sends it to Pop, as a row whose next message is
+//	        past the queue's ttl, nextExpired)
 //	cand    up to Limit messages after each cursor, skipping offsets done
 //	        out of order, cut at the first one still inside its delay
 //	picked  at most Total per intention, in assignment order
@@ -47,7 +48,7 @@ type Assignment struct {
 //	upd     the new lease (or, with autoAck, the advanced cursor)
 //
 // #nosec G101 -- SQL text; "lease" is not a credential.
-const popAssignedSQL = `-- herald:pop_assigned
+var popAssignedSQL = `-- herald:pop_assigned
 WITH a AS (
 	SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::int[], $5::int[], $6::bool[], $7::text[], $9::text[],
 	                     $8::text[])
@@ -66,6 +67,7 @@ WITH a AS (
 	  AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
 	  AND NOT (c.lease_id IS NOT NULL AND c.lease_to > c.cursor
 	           AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)
+	  AND NOT ` + nextExpired("q") + `
 	FOR UPDATE OF c SKIP LOCKED
 ` + popLeaseSQL
 
@@ -112,7 +114,8 @@ WITH locked AS (
 // before and again after it locks the row.
 var claimableRow = `c.last_offset > c.cursor AND ` + leasableNow("q") + `
 	AND NOT (c.lease_id IS NOT NULL AND c.lease_to > c.cursor
-	         AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)`
+	         AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)
+	AND NOT ` + nextExpired("q")
 
 // popLeaseSQL is what popAssignedSQL and popClaimSQL share once their
 // consumer rows are locked (CTE locked, with each row's subj and lease

@@ -329,3 +329,38 @@ func TestPopClaim(t *testing.T) {
 	require.Contains(t, got, 1)
 	assert.Equal(t, []int{1}, payloads(t, got[1].Messages))
 }
+
+// A row whose next message is older than the queue's ttl is served by Pop
+// only: the pre-flight marks it (DeadOnExpiry), PopAssigned and PopClaim
+// leave it, and Pop skips the expired messages and leases the rest. A row
+// under a live lease is not marked (Pop could not claim it: the poller
+// would send it to Pop at every pre-flight).
+func TestPreflight_NextMessagePastTTLIsLeftForPop(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: json.RawMessage(`{"ttl":60}`)})
+	require.NoError(t, err)
+	push(t, s, "q", "", nums(1, 3)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q"}}))
+	a := availability(t, s, queue.Target{Queue: "q"})["Default/"+queue.DefaultGroup]
+	assert.False(t, a.DeadOnExpiry, "nothing expired yet")
+	exec(t, s, `UPDATE messages SET created_at = created_at - interval '2 minutes' WHERE seq <= 2`)
+
+	a = availability(t, s, queue.Target{Queue: "q"})["Default/"+queue.DefaultGroup]
+	assert.True(t, a.DeadOnExpiry)
+	got, err := s.PopAssigned(ctxT(t), []queue.Assignment{{Intention: 1, PartitionID: a.PartitionID, Limit: 5, Total: 5, LeaseID: queue.NewID()}})
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "q", Partitions: 1, Limit: 5, Total: 5, LeaseID: queue.NewID()})
+	require.NoError(t, err)
+	assert.Empty(t, got)
+
+	res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 10})
+	assert.Equal(t, []int{3}, payloads(t, res.Messages))
+	assert.Equal(t, map[string]int{"q": 2}, res.Expired)
+	assert.Empty(t, res.DeadLettered)
+
+	// 3 is leased and expires under its lease: the row is not marked.
+	exec(t, s, `UPDATE messages SET created_at = created_at - interval '2 minutes' WHERE seq = 3`)
+	a = availability(t, s, queue.Target{Queue: "q"})["Default/"+queue.DefaultGroup]
+	assert.False(t, a.DeadOnExpiry, "under a live lease")
+}

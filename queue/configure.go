@@ -15,21 +15,30 @@ import (
 
 // Options are a queue's settings. The JSON names are the API's.
 type Options struct {
-	LeaseTime                 int  `json:"leaseTime"`         // seconds a pop's lease lasts
-	RetryLimit                int  `json:"retryLimit"`        // failed deliveries retried before the DLQ
-	RetryDelay                int  `json:"retryDelay"`        // milliseconds; stored for clients, not yet applied
-	DelayedProcessing         int  `json:"delayedProcessing"` // seconds before a pushed message is visible
-	WindowBuffer              int  `json:"windowBuffer"`      // seconds a partition must be quiet before delivery
-	MaxSize                   int  `json:"maxSize"`
-	TTL                       int  `json:"ttl"` // seconds; stored and answered back for Queen's clients: messages do not expire by it
+	LeaseTime         int `json:"leaseTime"`         // seconds a pop's lease lasts
+	RetryLimit        int `json:"retryLimit"`        // failed deliveries retried before the DLQ
+	RetryDelay        int `json:"retryDelay"`        // milliseconds; stored for clients, not yet applied
+	DelayedProcessing int `json:"delayedProcessing"` // seconds before a pushed message is visible
+	WindowBuffer      int `json:"windowBuffer"`      // seconds a partition must be quiet before delivery
+	MaxSize           int `json:"maxSize"`
+	// TTL: seconds a message lives; retention deletes one older than it,
+	// consumed or not (0: never, the default).
+	TTL                       int  `json:"ttl"`
 	RetentionSeconds          int  `json:"retentionSeconds"`
 	CompletedRetentionSeconds int  `json:"completedRetentionSeconds"`
 	RetentionEnabled          bool `json:"retentionEnabled"`
-	DeadLetterQueue           bool `json:"deadLetterQueue"`    // stored and answered back: a message past RetryLimit is always dead-lettered
-	DLQAfterMaxRetries        bool `json:"dlqAfterMaxRetries"` // stored and answered back, as DeadLetterQueue
-	Priority                  int  `json:"priority"`
-	EncryptionEnabled         bool `json:"encryptionEnabled"`
-	MaxWaitTimeSeconds        int  `json:"maxWaitTimeSeconds"`
+	// DeadLetterQueue: a message a consumer group gives up on (failed past
+	// RetryLimit, acked dlq, undecryptable, past MaxWaitTimeSeconds) is
+	// kept as a dead letter; false: it is dropped (finished for the group,
+	// no copy kept). Default true.
+	DeadLetterQueue bool `json:"deadLetterQueue"`
+	// DLQAfterMaxRetries: with DeadLetterQueue, a message that failed past
+	// RetryLimit (nacked, or its lease expired) is dead-lettered; false:
+	// it is dropped. Default true.
+	DLQAfterMaxRetries bool `json:"dlqAfterMaxRetries"`
+	Priority           int  `json:"priority"`
+	EncryptionEnabled  bool `json:"encryptionEnabled"`
+	MaxWaitTimeSeconds int  `json:"maxWaitTimeSeconds"`
 	// IdleGroupRetentionSeconds: a consumer group none of whose consumers
 	// has read for this long, holding no lease, is removed with its
 	// positions by retention (0: kept forever; under
@@ -39,9 +48,14 @@ type Options struct {
 }
 
 // DefaultOptions are the settings of a queue created by a push, and the base
-// that configure overlays the given options on (the reference server's).
+// that configure overlays the given options on (the column defaults of
+// queues, migration 0020). They are the reference server's but for three,
+// which it answers as ttl 3600, deadLetterQueue and dlqAfterMaxRetries
+// false while it never expires a message and always dead-letters: Herald
+// honours them, and its defaults are what the reference does (ttl 0,
+// dead-lettering on).
 func DefaultOptions() Options {
-	return Options{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600,
+	return Options{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, DeadLetterQueue: true, DLQAfterMaxRetries: true,
 		IdleGroupRetentionSeconds: IdleGroupRetentionDefault}
 }
 

@@ -47,6 +47,7 @@ type replayRow struct {
 	st         cursorState
 	live       bool // its lease is unexpired
 	retryLimit int
+	dead       deadPolicy
 }
 
 // messageKey names a message.
@@ -96,7 +97,7 @@ func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*rep
 		default:
 			if row.st.leaseID != "" {
 				c := &claimed{partitionID: r.PartitionID, partition: r.Partition, queue: r.Queue, st: row.st,
-					retryLimit: row.retryLimit}
+					retryLimit: row.retryLimit, dead: row.dead}
 				pr := &PopResult{}
 				plan.dead = append(plan.dead, expireLeases([]*claimed{c}, r.Group, pr)...)
 				for q, n := range pr.DeadLettered {
@@ -133,7 +134,7 @@ func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*rep
 const replayLockSQL = `-- herald:dlq_replay_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
        coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
-       c.attempts, c.attempt_seq, q.retry_limit
+       c.attempts, c.attempt_seq, q.retry_limit, ` + deadPolicyColumns + `
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
 JOIN queues q ON q.id = c.queue_id
@@ -249,7 +250,8 @@ func lockReplayRows(ctx context.Context, tx pgx.Tx, refs []dlqRef) (map[consumer
 		var k consumerKey
 		r := &replayRow{}
 		if err := rows.Scan(&k.partitionID, &k.group, &r.st.cursor, &r.st.done, &r.st.leaseID, &r.live,
-			&r.st.leaseFrom, &r.st.leaseTo, &r.st.attempts, &r.st.attemptSeq, &r.retryLimit); err != nil {
+			&r.st.leaseFrom, &r.st.leaseTo, &r.st.attempts, &r.st.attemptSeq, &r.retryLimit,
+			&r.dead.drop, &r.dead.dropExhausted); err != nil {
 			return nil, fmt.Errorf("locking consumers: %w", err)
 		}
 		out[k] = r

@@ -114,6 +114,13 @@
 //	  └──────────────────────┤  lease expires: counted as a failed attempt
 //	                         ▼  at the next pop; past retryLimit → DLQ
 //
+// A message given up on (past retryLimit, acked dlq, undecryptable, past
+// maxWaitTimeSeconds) is dead-lettered, or dropped (finished for its group,
+// no copy) where the queue's deadLetterQueue or, past retryLimit,
+// dlqAfterMaxRetries is false (deadPolicy). A message older than the
+// queue's ttl is never delivered: Pop skips it, the poller's statements
+// leave its row to Pop (nextExpired), and retention deletes it.
+//
 // # The ack contract
 //
 // Acks are checked against the consumers row (lockedConsumer.refusal), item

@@ -32,7 +32,7 @@ func (s *Store) AckRunning() int {
 }
 
 // PopAssignedSQL is exported for the plan tests.
-const PopAssignedSQL = popAssignedSQL
+var PopAssignedSQL = popAssignedSQL
 
 // Retention's statements, for the lock-order tests.
 const (

@@ -87,6 +87,14 @@ type PopResult struct {
 	// their payload failed to decrypt (they are not in Messages). Nil when
 	// there were none.
 	DeadLettered map[string]int
+	// Dropped counts, per queue, the messages this pop gave up on as it
+	// would have dead-lettered them, on a queue that keeps no dead letter
+	// of them (deadLetterQueue or dlqAfterMaxRetries false). Nil when none.
+	Dropped map[string]int
+	// Expired counts, per queue, the messages this pop skipped because
+	// they were older than their queue's ttl: finished for the group, not
+	// delivered, no dead letter. Nil when none.
+	Expired map[string]int
 
 	undecryptable int // how many of DeadLettered failed to decrypt
 	// moved: the rows whose cursor the pop moved (autoAck, dead letters),
@@ -239,7 +247,7 @@ func (r *PopRequest) selector() string {
 var popLockSQL = `-- herald:pop_lock
 SELECT c.partition_id::text, p.name, q.id::text, q.name, c.cursor, c.done, c.lease_id::text,
        coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq,
-       q.lease_time, q.retry_limit, q.delayed_processing
+       q.lease_time, q.retry_limit, q.delayed_processing, q.ttl, ` + deadPolicyColumns + `
 FROM queues q
 CROSS JOIN LATERAL (
 	SELECT c.* FROM consumers c
@@ -267,6 +275,18 @@ func leasableNow(q string) string {
 		AND m.created_at <= now() - make_interval(secs => {q}.delayed_processing)))`, "{q}", q)
 }
 
+// nextExpired is the condition a consumer row c of the queue aliased q
+// meets when its next message is older than the queue's ttl. Only Pop
+// serves such a row (fetchClaimed skips what expired): the statements that
+// lease for the poller (popAssignedSQL, popClaimSQL) leave it, and the
+// pre-flight sends it to Pop, as a row whose expired lease gives a message
+// up. One index probe, for a queue with a ttl only.
+func nextExpired(q string) string {
+	return strings.ReplaceAll(`({q}.ttl > 0 AND EXISTS (
+		SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
+		AND m.created_at < now() - make_interval(secs => {q}.ttl)))`, "{q}", q)
+}
+
 // onePartition narrows popLockSQL to the partition named $4.
 const onePartition = "AND c.partition_id = (SELECT p1.id FROM partitions p1 WHERE p1.queue_id = q.id AND p1.name = $4)"
 
@@ -274,7 +294,8 @@ const onePartition = "AND c.partition_id = (SELECT p1.id FROM partitions p1 WHER
 type claimed struct {
 	partitionID, partition, queueID, queue string
 	st                                     cursorState
-	leaseTime, retryLimit, delay           int
+	leaseTime, retryLimit, delay, ttl      int
+	dead                                   deadPolicy
 	msgs                                   []Message
 }
 
@@ -344,7 +365,7 @@ func (s *Store) popTx(ctx context.Context, tx pgx.Tx, req *PopRequest, register 
 	var u consumerUpdates
 	for _, r := range rows {
 		u.add(r.claim.partitionID, req.Group, &r.claim.st, r.leaseTime, s.leaseOwner(req.Stream), req.Subject)
-		if req.AutoAck || len(dead) > 0 || len(bad) > 0 {
+		if req.AutoAck || len(dead) > 0 || len(bad) > 0 || res.Expired != nil {
 			res.movedPids, res.movedGroups = append(res.movedPids, r.claim.partitionID), append(res.movedGroups, req.Group)
 		}
 	}
@@ -465,7 +486,7 @@ func readClaims(rows pgx.Rows) ([]*claimed, error) {
 		var leaseID *string
 		if err := rows.Scan(&c.partitionID, &c.partition, &c.queueID, &c.queue, &c.st.cursor, &c.st.done, &leaseID,
 			&c.st.leaseFrom, &c.st.leaseTo, &c.st.attempts, &c.st.attemptSeq,
-			&c.leaseTime, &c.retryLimit, &c.delay); err != nil {
+			&c.leaseTime, &c.retryLimit, &c.delay, &c.ttl, &c.dead.drop, &c.dead.dropExhausted); err != nil {
 			return nil, err
 		}
 		if leaseID != nil {

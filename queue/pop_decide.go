@@ -10,9 +10,11 @@ package queue
 
 // expireLeases charges the lease each claimed row still carries (it
 // expired: a live one is not claimable) as a failed attempt of the row's
-// first pending offset, dead-letters that offset when it has used up its
-// queue's retry limit, and drops the lease. It returns the dead letters and
-// counts them per queue in res.DeadLettered.
+// first pending offset, gives that offset up when it has used up its
+// queue's retry limit (dead-lettered, or dropped on a queue whose
+// deadPolicy keeps no dead letter of it), and drops the lease. It returns
+// the dead letters and counts them per queue in res.DeadLettered (the
+// dropped ones in res.Dropped).
 func expireLeases(claims []*claimed, group string, res *PopResult) []deadLetter {
 	var dead []deadLetter
 	for _, c := range claims {
@@ -24,12 +26,13 @@ func expireLeases(claims []*claimed, group string, res *PopResult) []deadLetter 
 		// offset was, and there is nothing to charge.
 		if seq := c.st.firstPending(); seq <= c.st.leaseTo {
 			if isDead, retries := c.st.fail(seq, c.retryLimit); isDead {
-				dead = append(dead, deadLetter{partitionID: c.partitionID, seq: seq, group: group,
-					err: "lease expired", retries: retries})
-				if res.DeadLettered == nil {
-					res.DeadLettered = map[string]int{}
+				if c.dead.keeps(true) {
+					dead = append(dead, deadLetter{partitionID: c.partitionID, seq: seq, group: group,
+						err: "lease expired", retries: retries, exhausted: true})
+					res.DeadLettered = countIn(res.DeadLettered, c.queue)
+				} else {
+					res.Dropped = countIn(res.Dropped, c.queue)
 				}
-				res.DeadLettered[c.queue]++
 				c.st.markDone(seq)
 			}
 		}
@@ -85,4 +88,13 @@ func decidePop(claims []*claimed, req *PopRequest, leaseID string, res *PopResul
 		res.LeaseID = leaseID
 	}
 	return rows
+}
+
+// countIn adds one to m[q], making m if it is nil.
+func countIn(m map[string]int, q string) map[string]int {
+	if m == nil {
+		m = map[string]int{}
+	}
+	m[q]++
+	return m
 }

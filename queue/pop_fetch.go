@@ -10,11 +10,13 @@ import (
 
 // popFetchSQL reads up to lim messages after each cursor. visible is false
 // for a message still inside the queue's delay; delivery stops there so order
-// holds.
+// holds. expired is true for a message older than the queue's ttl: it is
+// never delivered.
 const popFetchSQL = `-- herald:pop_fetch
 SELECT c.ord, m.seq, m.id::text, m.transaction_id, coalesce(m.trace_id::text, ''), coalesce(m.producer_sub, ''),
-       m.payload::text, m.created_at, m.created_at <= now() - make_interval(secs => c.delay) AS visible
-FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[]) WITH ORDINALITY AS c(pid, cur, lim, delay, ord)
+       m.payload::text, m.created_at, m.created_at <= now() - make_interval(secs => c.delay) AS visible,
+       c.ttl > 0 AND m.created_at < now() - make_interval(secs => c.ttl) AS expired
+FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[], $5::int[]) WITH ORDINALITY AS c(pid, cur, lim, delay, ttl, ord)
 CROSS JOIN LATERAL (
 	SELECT * FROM messages m WHERE m.partition_id = c.pid::uuid AND m.seq > c.cur ORDER BY m.seq LIMIT c.lim
 ) m
@@ -30,7 +32,9 @@ const maxFetchRounds = 8
 // A payload that fails to decrypt is not delivered: the message is marked
 // done and returned in bad, to be dead-lettered for the group
 // (DecryptError), and the partition is read further so that the batch
-// still fills in order.
+// still fills in order. A message older than its queue's ttl is skipped
+// the same way, with no dead letter: marked done and counted in
+// res.Expired.
 func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, claims []*claimed, leaseID string,
 	res *PopResult) (bad []deadLetter, err error) {
 	remaining := req.Batch
@@ -40,11 +44,11 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 		after[i] = c.st.cursor
 	}
 	for round := 0; round < maxFetchRounds && remaining > 0; round++ {
-		idx, pids, curs, lims, delays := fetchArgs(claims, stopped, after, remaining)
+		idx, pids, curs, lims, delays, ttls := fetchArgs(claims, stopped, after, remaining)
 		if len(idx) == 0 {
 			break
 		}
-		rows, err := tx.Query(ctx, popFetchSQL, pids, curs, lims, delays)
+		rows, err := tx.Query(ctx, popFetchSQL, pids, curs, lims, delays, ttls)
 		if err != nil {
 			return nil, fmt.Errorf("reading messages: %w", err)
 		}
@@ -54,8 +58,9 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 			var ord int64
 			var m Message
 			var payload string
-			var visible bool
-			if err := rows.Scan(&ord, &m.Offset, &m.ID, &m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt, &visible); err != nil {
+			var visible, expired bool
+			if err := rows.Scan(&ord, &m.Offset, &m.ID, &m.TransactionID, &m.TraceID, &m.ProducerSub, &payload, &m.CreatedAt,
+				&visible, &expired); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("reading messages: %w", err)
 			}
@@ -67,8 +72,14 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 			if stopped[i] || c.st.isDone(m.Offset) {
 				continue
 			}
-			if !visible || remaining == 0 {
+			if remaining == 0 || (!visible && !expired) {
 				stopped[i] = true
+				continue
+			}
+			if expired {
+				c.st.markDone(m.Offset)
+				res.Expired = countIn(res.Expired, c.queue)
+				failed++
 				continue
 			}
 			plain, ok := s.open(payload, sealRef{c.partitionID, m.TransactionID, m.ID})
@@ -104,17 +115,18 @@ func (s *Store) fetchClaimed(ctx context.Context, tx pgx.Tx, req *PopRequest, cl
 // fetchArgs are one read's arguments: the claims not stopped (their
 // indexes), each with its partition, the offset to read after, how many
 // rows to read (what is left to take, plus the rows already done that the
-// read passes over) and its delay.
-func fetchArgs(claims []*claimed, stopped []bool, after []int64, remaining int) (idx []int, pids []string, curs []int64, lims, delays []int32) {
+// read passes over), its delay and its ttl.
+func fetchArgs(claims []*claimed, stopped []bool, after []int64, remaining int) (idx []int, pids []string, curs []int64,
+	lims, delays, ttls []int32) {
 	for i, c := range claims {
 		if !stopped[i] {
 			idx = append(idx, i)
 			pids, curs = append(pids, c.partitionID), append(curs, after[i])
 			lims = append(lims, int32(remaining+len(c.st.done)))
-			delays = append(delays, int32(c.delay))
+			delays, ttls = append(delays, int32(c.delay)), append(ttls, int32(c.ttl))
 		}
 	}
-	return idx, pids, curs, lims, delays
+	return idx, pids, curs, lims, delays, ttls
 }
 
 // undecryptable dead-letters a message whose payload does not open (it is
@@ -125,9 +137,10 @@ func (s *Store) undecryptable(c *claimed, m *Message, group string, res *PopResu
 	dl := deadLetter{partitionID: c.partitionID, seq: m.Offset, group: group, err: DecryptError,
 		retries: c.st.retryCount(m.Offset)}
 	c.st.markDone(m.Offset)
-	if res.DeadLettered == nil {
-		res.DeadLettered = map[string]int{}
+	if c.dead.keeps(false) {
+		res.DeadLettered = countIn(res.DeadLettered, c.queue)
+	} else {
+		res.Dropped = countIn(res.Dropped, c.queue)
 	}
-	res.DeadLettered[c.queue]++
 	return dl
 }

@@ -55,16 +55,21 @@ type Availability struct {
 	// pending message's delay), or is zero when that is unknown.
 	Eligible   bool
 	EligibleAt time.Time
-	// DeadOnExpiry marks an expired lease whose next failed attempt sends a
-	// message to the dead-letter queue; such a partition is popped with Pop
-	// (which dead-letters) rather than PopAssigned.
+	// DeadOnExpiry marks a partition only Pop serves, rather than
+	// PopAssigned: an expired lease whose next failed attempt gives a
+	// message up (Pop dead-letters or drops it), or a leasable row whose
+	// next message is past the queue's ttl (Pop skips what expired).
 	DeadOnExpiry bool
 }
 
-// preflightDeadOnExpiry marks an expired lease whose next failed attempt
-// dead-letters: both ranges of preflightSQL read it.
-const preflightDeadOnExpiry = `(c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
-	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit)`
+// preflightDeadOnExpiry marks a row for Pop (Availability.DeadOnExpiry):
+// both ranges of preflightSQL read it. The ttl case asks the row to be
+// leasable now, as Pop's claim does: a row under a live lease or inside
+// its window sent to Pop would get nothing and be sent again at every
+// pre-flight.
+var preflightDeadOnExpiry = `((c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
+	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit)
+	     OR (kq.ttl > 0 AND ` + leasableNowKQ + ` AND ` + nextExpired("kq") + `))`
 
 // preflightReady is a target's ready consumer rows, for a LATERAL over kq:
 // a target of any partition reads its (queue, group) range of

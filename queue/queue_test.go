@@ -798,3 +798,32 @@ func TestMigrate_ConcurrentFreshSchema(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(migs), total, "each migration applied exactly once")
 }
+
+// A message older than its queue's ttl is never delivered: a pop (leasing
+// or autoAck) skips it, finishes it for the group with no dead letter and
+// counts it in Expired; the row is caught up when nothing else is left.
+// A young message behind it is delivered in the same pop.
+func TestPop_MessageOlderThanTTLIsNotDelivered(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: json.RawMessage(`{"ttl":60}`)})
+	require.NoError(t, err)
+	push(t, s, "q", "", nums(1, 4)...)
+	exec(t, s, `UPDATE messages SET created_at = created_at - interval '2 minutes' WHERE seq <> 3`)
+
+	res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 10})
+	assert.Equal(t, []int{3}, payloads(t, res.Messages), "1, 2 and 4 expired")
+	assert.Equal(t, map[string]int{"q": 3}, res.Expired)
+	other := pop(t, s, queue.PopRequest{Queue: "q", Group: "auto", Batch: 10, AutoAck: true})
+	assert.Equal(t, []int{3}, payloads(t, other.Messages))
+	assert.Equal(t, map[string]int{"q": 3}, other.Expired)
+
+	page, err := s.DLQ(ctxT(t), queue.DLQQuery{Queue: "q"})
+	require.NoError(t, err)
+	assert.Zero(t, page.Total, "expiry keeps no dead letter")
+	var cursor, last int64
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT cursor, last_offset FROM consumers WHERE consumer_group = 'auto'`).
+		Scan(&cursor, &last))
+	assert.Equal(t, int64(4), cursor, "caught up: nothing left to wake a consumer for")
+	assert.Equal(t, cursor, last)
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "auto", Batch: 10}).Messages)
+}

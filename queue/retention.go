@@ -15,9 +15,13 @@ import (
 // Retention reasons (herald_retention_deleted_total{reason}).
 const (
 	RetentionAge       = "retention"           // older than retentionSeconds
+	RetentionTTL       = "ttl"                 // older than the queue's ttl, consumed or not
 	RetentionCompleted = "completed_retention" // acknowledged by every group, older than completedRetentionSeconds
 	RetentionPartition = "partition_cleanup"   // empty, idle partitions (N counts partitions)
 	RetentionMaxWait   = "max_wait"            // not consumed within maxWaitTimeSeconds: moved to the DLQ
+	// RetentionMaxWaitDropped: as RetentionMaxWait on a queue with
+	// deadLetterQueue false: finished for the group, no dead letter kept.
+	RetentionMaxWaitDropped = "max_wait_dropped"
 	// RetentionMaxWaitUnread: older than maxWaitTimeSeconds on a queue no
 	// consumer group has subscribed to: deleted (there is no group whose
 	// dead-letter queue could take it), as the reference server does.
@@ -140,6 +144,9 @@ DELETE FROM message_holes h USING f WHERE h.partition_id = f.id AND (f.first IS 
 var retentionRules = []struct{ reason, cond string }{
 	{RetentionAge, `q.retention_enabled AND q.retention_seconds > 0
 	  AND m.created_at < now() - make_interval(secs => q.retention_seconds)`},
+	// ttl: the message has expired, consumed or not, whatever
+	// retentionEnabled says.
+	{RetentionTTL, `q.ttl > 0 AND m.created_at < now() - make_interval(secs => q.ttl)`},
 	// Every consumer group of the queue is past the message (its cursor, or
 	// done out of order); a queue nobody has consumed keeps everything.
 	{RetentionCompleted, `q.completed_retention_seconds > 0
@@ -264,7 +271,7 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 		}
 	}
 	for {
-		n, err := s.expireWaiting(ctx, conn, batch, func(q string, k int64) { totals[[2]string{q, RetentionMaxWait}] += k })
+		n, err := s.expireWaiting(ctx, conn, batch, func(q, reason string, k int64) { totals[[2]string{q, reason}] += k })
 		if err != nil {
 			return collect(totals), true, err
 		}
@@ -293,14 +300,14 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 const maxWaitSQL = `-- herald:retention_max_wait
 WITH c AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, q.id AS queue_id, q.name AS qname,
-	       q.max_wait_time_seconds AS mw
+	       q.max_wait_time_seconds AS mw, q.dead_letter_queue AS keep
 	FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues q ON q.id = p.queue_id
 	WHERE q.max_wait_time_seconds > 0 AND p.last_offset > c.cursor
 	  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 	ORDER BY c.partition_id, c.consumer_group
 	FOR UPDATE OF c SKIP LOCKED
 ), expired AS (
-	SELECT c.partition_id, c.consumer_group, c.queue_id, c.qname, m.seq, m.id, m.transaction_id, m.trace_id,
+	SELECT c.partition_id, c.consumer_group, c.queue_id, c.qname, c.keep, m.seq, m.id, m.transaction_id, m.trace_id,
 	       m.producer_sub, m.payload, m.created_at
 	FROM c CROSS JOIN LATERAL (
 		SELECT * FROM messages m
@@ -313,14 +320,14 @@ WITH c AS (
 	                          created_at, consumer_group, error, retry_count)
 	SELECT queue_id, partition_id, seq, id, transaction_id, trace_id, producer_sub, payload, created_at, consumer_group,
 	       '` + MaxWaitError + `', 0
-	FROM expired
+	FROM expired WHERE keep -- deadLetterQueue false: dropped, finished all the same
 ), marks AS (
 	SELECT partition_id, consumer_group, array_agg(seq) AS seqs FROM expired GROUP BY 1, 2
 ), upd AS (
 	UPDATE consumers c SET done = ARRAY(SELECT DISTINCT d FROM unnest(c.done || mk.seqs) d ORDER BY d)
 	FROM marks mk WHERE c.partition_id = mk.partition_id AND c.consumer_group = mk.consumer_group
 )
-SELECT qname, count(*) FROM expired GROUP BY 1`
+SELECT qname, keep, count(*) FROM expired GROUP BY 1, 2`
 
 // donePrefixSQL moves cursors over the done offsets that directly follow
 // them (what maxWaitSQL marked), as an ack would. The rows are locked
@@ -351,8 +358,9 @@ FROM x
 WHERE c.partition_id = x.partition_id AND c.consumer_group = x.consumer_group AND x.cur > c.cursor`
 
 // expireWaiting runs maxWaitSQL once (then the cursor step) and reports
-// how many messages it dead-lettered.
-func (s *Store) expireWaiting(ctx context.Context, conn *pgxpool.Conn, batch int, add func(string, int64)) (int64, error) {
+// how many messages it finished for their groups (dead-lettered, or
+// dropped on a queue with deadLetterQueue false).
+func (s *Store) expireWaiting(ctx context.Context, conn *pgxpool.Conn, batch int, add func(q, reason string, n int64)) (int64, error) {
 	rows, err := conn.Query(ctx, maxWaitSQL, batch)
 	if err != nil {
 		return 0, fmt.Errorf("retention (max wait): %w", err)
@@ -360,13 +368,18 @@ func (s *Store) expireWaiting(ctx context.Context, conn *pgxpool.Conn, batch int
 	var total int64
 	for rows.Next() {
 		var q string
+		var keep bool
 		var n int64
-		if err := rows.Scan(&q, &n); err != nil {
+		if err := rows.Scan(&q, &keep, &n); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("retention (max wait): %w", err)
 		}
 		total += n
-		add(q, n)
+		reason := RetentionMaxWait
+		if !keep {
+			reason = RetentionMaxWaitDropped
+		}
+		add(q, reason, n)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

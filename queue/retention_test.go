@@ -381,3 +381,75 @@ func TestRetention_RemovesIdleGroups(t *testing.T) {
 	// tab1 never finished its messages: gone, they no longer wait for it.
 	assert.EqualValues(t, 2, deletedBy(deleted, "churn", queue.RetentionCompleted), "%v", deleted)
 }
+
+// maxWaitTimeSeconds on a queue with deadLetterQueue false: a message a
+// group did not consume in time is finished for it with no dead letter
+// (reason max_wait_dropped), and the group goes on after it.
+func TestRetention_MaxWaitWithoutDeadLetterQueueIsDropped(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "mwd",
+		Options: json.RawMessage(`{"maxWaitTimeSeconds":60,"deadLetterQueue":false}`)})
+	require.NoError(t, err)
+	pushN(t, s, "mwd", 1)
+	res, err := s.Pop(ctx, queue.PopRequest{Queue: "mwd", Group: "slow", Batch: 1, AutoAck: true})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	pushN(t, s, "mwd", 2) // offsets 2, 3
+	age(t, s, "mwd", 2, 2, 120)
+
+	deleted, ran, err := s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.EqualValues(t, 1, deletedBy(deleted, "mwd", queue.RetentionMaxWaitDropped))
+	assert.Zero(t, deletedBy(deleted, "mwd", queue.RetentionMaxWait))
+	dl, err := s.DLQ(ctx, queue.DLQQuery{Queue: "mwd"})
+	require.NoError(t, err)
+	assert.Zero(t, dl.Total)
+	res, err = s.Pop(ctx, queue.PopRequest{Queue: "mwd", Group: "slow", Batch: 10, AutoAck: true})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	assert.EqualValues(t, 3, res.Messages[0].Offset, "slow goes on at 3")
+}
+
+// ttl: retention deletes a message older than the queue's ttl, consumed or
+// not and whatever retentionEnabled says, except one under a live lease;
+// a group that had not reached it goes on after it, caught up (no row left
+// ready for what is gone); younger messages stay. A queue with ttl 0 keeps
+// everything.
+func TestRetention_MessageOlderThanTTLIsDeleted(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	_, err := s.Configure(ctx, queue.ConfigureRequest{Queue: "tt", Options: json.RawMessage(`{"ttl":60}`)})
+	require.NoError(t, err)
+	_, err = s.Configure(ctx, queue.ConfigureRequest{Queue: "keep", Options: json.RawMessage(`{"ttl":0}`)})
+	require.NoError(t, err)
+	pushN(t, s, "tt", 5)
+	pushN(t, s, "keep", 2)
+	// Group "done" consumed 1–2; group "lease" holds 1 under a live lease.
+	res, err := s.Pop(ctx, queue.PopRequest{Queue: "tt", Group: "done", Batch: 2, AutoAck: true})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 2)
+	res, err = s.Pop(ctx, queue.PopRequest{Queue: "tt", Group: "lease", Batch: 1})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	age(t, s, "tt", 1, 3, 120)
+	age(t, s, "keep", 1, 2, 10*365*24*3600)
+
+	deleted, ran, err := s.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.EqualValues(t, 2, deletedBy(deleted, "tt", queue.RetentionTTL), "2 and 3; 1 is leased, 4–5 are young")
+	assert.Zero(t, deletedBy(deleted, "keep", queue.RetentionTTL))
+
+	res, err = s.Pop(ctx, queue.PopRequest{Queue: "tt", Group: "done", Batch: 10, AutoAck: true})
+	require.NoError(t, err)
+	var got []int64
+	for _, m := range res.Messages {
+		got = append(got, m.Offset)
+	}
+	assert.Equal(t, []int64{4, 5}, got, "the expired message 3 is not delivered")
+	res, err = s.Pop(ctx, queue.PopRequest{Queue: "keep", Batch: 10, AutoAck: true})
+	require.NoError(t, err)
+	assert.Len(t, res.Messages, 2, "ttl 0: nothing expires")
+}

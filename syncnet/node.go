@@ -41,7 +41,7 @@ const (
 	ResolveDefault    = 30 * time.Second
 	RecvBufferBytes   = 8 << 20
 	FreshnessDefault  = 30 * time.Second
-	WakeWindowDefault = 5 * time.Millisecond
+	WakeWindowDefault = 2 * time.Millisecond
 	MemberReadDefault = 2 * time.Second
 )
 
@@ -71,8 +71,9 @@ type Config struct {
 	// means FreshnessDefault, 30 s.
 	Freshness time.Duration
 	// WakeWindow: at most one wake-up from the network per queue per this
-	// window reaches the Waker (wake.go). Zero means WakeWindowDefault,
-	// 5 ms.
+	// window reaches the Waker (wake.go); a datagram may wait that long
+	// for it, which every cross-instance delivery pays. Zero means
+	// WakeWindowDefault, 2 ms.
 	WakeWindow time.Duration
 	// Reach is how long a member may stay unknown (no answer to a
 	// presence pull) before it counts as unreachable; zero means

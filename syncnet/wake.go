@@ -1,7 +1,9 @@
 package syncnet
 
 import (
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,9 +12,11 @@ import (
 // a pre-flight query at worst, so a queue gets at most one per window
 // however many datagrams name it (one replayed datagram once cost 4,143
 // pre-flights in 5 s). The first goes through at once; any more within the
-// window become one at the window's end, naming their partition when they
-// all named the same one and the whole queue ("") otherwise: nothing
-// announced is lost, only merged.
+// window become one at the window's end, naming each partition they named
+// (once, in the order first named) so that the poller leases them on its
+// fast path with no pre-flight, or the whole queue ("") when one named it
+// or they named more than wakeNamedMax partitions: nothing announced is
+// lost, only merged.
 type wakeLimiter struct {
 	waker  Waker
 	window time.Duration
@@ -20,17 +24,25 @@ type wakeLimiter struct {
 	// map, which sweep then empties: the node's kick.
 	onAdd func()
 
+	passes atomic.Int64 // wake-ups passed on, merged ones counted once
+
 	mu     sync.Mutex
 	queues map[string]*wakeState
 	closed bool
 }
 
 type wakeState struct {
-	last      time.Time // when a wake-up of the queue last went through
-	pending   bool      // one is due at last+window
-	partition string    // what the pending one names
-	timer     *time.Timer
+	last    time.Time // when a wake-up of the queue last went through
+	pending bool      // one is due at last+window
+	// named: the partitions the pending one names; nil with pending when
+	// it names the whole queue.
+	named []string
+	timer *time.Timer
 }
+
+// wakeNamedMax: a merged wake-up names at most this many partitions, one
+// poller wake-up each; more make it name the whole queue (a pre-flight).
+const wakeNamedMax = 32
 
 func newWakeLimiter(w Waker, window time.Duration) *wakeLimiter {
 	return &wakeLimiter{waker: w, window: window, queues: map[string]*wakeState{}}
@@ -57,13 +69,20 @@ func (l *wakeLimiter) wake(queue, partition string) {
 	case !s.pending && now.Sub(s.last) >= l.window:
 		s.last = now
 		l.mu.Unlock()
+		l.passes.Add(1)
 		l.waker.Wake(SourceSync, queue, partition)
 		return
 	case !s.pending:
-		s.pending, s.partition = true, partition
+		s.pending, s.named = true, nil
+		if partition != "" {
+			s.named = []string{partition}
+		}
 		s.timer = time.AfterFunc(s.last.Add(l.window).Sub(now), func() { l.fire(queue) })
-	case s.partition != partition:
-		s.partition = ""
+	case s.named == nil: // the whole queue already
+	case partition == "" || len(s.named) >= wakeNamedMax && !slices.Contains(s.named, partition):
+		s.named = nil
+	case !slices.Contains(s.named, partition):
+		s.named = append(s.named, partition)
 	}
 	l.mu.Unlock()
 }
@@ -77,9 +96,17 @@ func (l *wakeLimiter) fire(queue string) {
 		return
 	}
 	s.pending, s.last, s.timer = false, time.Now(), nil
-	partition := s.partition
+	named := s.named
+	s.named = nil
 	l.mu.Unlock()
-	l.waker.Wake(SourceSync, queue, partition)
+	l.passes.Add(1)
+	if named == nil {
+		l.waker.Wake(SourceSync, queue, "")
+		return
+	}
+	for _, p := range named {
+		l.waker.Wake(SourceSync, queue, p)
+	}
 }
 
 // sweep forgets the queues whose window has passed with nothing pending:

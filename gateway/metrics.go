@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/history"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -142,8 +144,10 @@ type metrics struct {
 	dlq         queueCounter
 	dlqReplayed queueCounter
 	dlqPurged   queueCounter
-	rates       *rates   // push and ack samples for GET /api/v1/status/rates (rates.go)
-	history     *history // minutes for the /api/v1/analytics/* routes (analytics_history.go)
+	// What the admin's analytics and rates routes read (admin/analytics.go):
+	// the push path, the pops and the acks record into them as they count.
+	rates       *history.Rates   // push and ack samples for GET /api/v1/status/rates
+	history     *history.Minutes // minutes for the /api/v1/analytics/* routes and /api/v1/status
 	wsBadFrames prometheus.Counter
 
 	wsConns        prometheus.Gauge
@@ -179,8 +183,8 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 		dlqPurged:   counter("herald_dlq_purged_total", "Dead letters purged (POST /api/v1/dlq/purge).", "queue"),
 	}
 	m.popped.second = groupLabel(cfg, queues)
-	m.rates = newRates(queues)
-	m.history = newHistory(NewLabelLimiter(HistoryMaxQueues))
+	m.rates = history.NewRates(queues.Value)
+	m.history = history.NewMinutes(NewLabelLimiter(history.HistoryMaxQueues).Value)
 	m.wsBadFrames = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_ws_bad_frames_total",
 		Help: "WebSocket frames that were not the protocol (answered with an error frame)."})
 	m.wsConns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_ws_connections",
@@ -231,6 +235,16 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 	}
 	return m, nil
 }
+
+// RunAnalytics samples the gauges of the analytics history every
+// history.HistorySample until ctx ends (internal/server runs it with the
+// other loops). Without it the history has counts but no gauges.
+func (s *Server) RunAnalytics(ctx context.Context) error { return s.metrics.history.Run(ctx, s.store) }
+
+// RecordRetention adds what a retention run deleted to the analytics
+// history (the retention route); internal/server reports each run here
+// as it does to RetentionMetrics.
+func (s *Server) RecordRetention(ds []queue.RetentionDeleted) { s.metrics.history.Retained(ds) }
 
 func (m *metrics) observeRequest(route, method string, status int, d time.Duration) {
 	m.requests.WithLabelValues(route, methodLabel(method), strconv.Itoa(status)).Inc()

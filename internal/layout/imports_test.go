@@ -42,10 +42,12 @@ var design = map[string]rule{
 	"web":             {},
 	"auth":            {}, // tokens, rights, JWKS, the cookie rule: no store, no handlers
 	// The message path's server; it registers the admin routes (admin.Register).
-	"gateway": {imports: []string{"admin", "auth", "internal/httpapi", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
+	"gateway": {imports: []string{"admin", "auth", "internal/history", "internal/httpapi", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
 	// Administration: its routes through the gateway's registration, never the gateway itself.
-	"admin":              {imports: []string{"auth", "internal/httpapi", "queue"}, tests: slices.Concat(assembly, testHelpers)},
-	"internal/httpapi":   {imports: []string{"queue"}}, // answers, bodies, the error adapter: no routes
+	"admin":            {imports: []string{"auth", "internal/history", "internal/httpapi", "queue"}, tests: slices.Concat(assembly, testHelpers)},
+	"internal/httpapi": {imports: []string{"queue"}}, // answers, bodies, the error adapter: no routes
+	// What the instance did: the message path records, admin reads.
+	"internal/history":   {imports: []string{"queue"}},
 	"internal/pgcluster": {},
 	"internal/pgtest":    {imports: []string{"internal/pgcluster"}},
 	"internal/backoff":   {},

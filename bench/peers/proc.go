@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -116,4 +119,62 @@ func (c *child) stop() {
 		err := <-c.done
 		_ = err
 	}
+}
+
+// childSys is the parent's side of a server that is a child of this
+// binary reached over HTTP (centrifuge, the floor): the process, a client
+// with room for the benchmark's concurrent posts, and a counter that
+// makes each run's channel or stream name new.
+type childSys struct {
+	ch   *child
+	http *http.Client
+	n    int
+}
+
+// startChildSys starts this binary (self) as "child kind".
+func startChildSys(ctx context.Context, self, kind string) (childSys, error) {
+	ch, err := startChild(ctx, self, "child", kind)
+	if err != nil {
+		return childSys{}, err
+	}
+	return childSys{ch: ch, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64},
+		Timeout: time.Minute}}, nil
+}
+
+func (s *childSys) cpu() (time.Duration, time.Duration) { return procCPU(s.ch.pid()), 0 }
+
+func (s *childSys) close() { s.ch.stop() }
+
+// post sends p to path on the child; what names the act in errors.
+func (s *childSys) post(ctx context.Context, path, what string, p []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.ch.addr+path, bytes.NewReader(p))
+	if err != nil {
+		return fmt.Errorf("building a request: %w", err)
+	}
+	res, err := s.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s %s", what, res.Status, b)
+	}
+	return nil
+}
+
+// serveChild is a child server's tail: it serves h on a loopback port,
+// tells the parent its address (the "ready ADDR" line startChild waits
+// for) and returns, with the server still serving, when the parent stops
+// it (waitParent).
+func serveChild(h http.Handler) (*http.Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listening: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println("ready " + ln.Addr().String())
+	waitParent()
+	return srv, nil
 }

@@ -169,6 +169,18 @@ func queueSums(slots []history.Slot, keep func(string) bool) map[string]*history
 	return out
 }
 
+// perQueue calls f with each bucket of slots (oldest first) and, in it,
+// each kept queue's counts, by queue name.
+func perQueue(slots []history.Slot, a analyticsQuery, f func(bucket int64, name string, o *history.QueueOps)) {
+	starts, by := buckets(slots, a.bucket)
+	for _, b := range starts {
+		qs := queueSums(by[b], a.keep)
+		for _, name := range sortedKeys(qs) {
+			f(b, name, qs[name])
+		}
+	}
+}
+
 func total(by map[string]*history.QueueOps) history.QueueOps {
 	var t history.QueueOps
 	for _, o := range by {
@@ -439,23 +451,18 @@ func (s *service) handleQueueOps(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	starts, by := buckets(s.slots(a), a.bucket)
 	series := []queueOpsJSON{}
 	seen := map[string]bool{}
-	for _, b := range starts {
-		qs := queueSums(by[b], a.keep)
-		for _, name := range sortedKeys(qs) {
-			o := qs[name]
-			seen[name] = true
-			series = append(series, queueOpsJSON{Bucket: minuteTime(b), QueueName: name,
-				PushRequests: o.PushRequests, PushMessages: o.PushMessages, PopMessages: o.PopMessages, PopEmpty: o.PopEmpty,
-				AckRequests: o.AckRequests, AckSuccess: o.AckSuccess, AckFailed: o.AckFailed, Transactions: o.Transactions,
-				PartitionsDeleted: o.PartitionsDeleted, AvgLagMs: lagAvg(o), MaxLagMs: round2(o.LagMaxMs),
-				PushPerSecond: perSecond(o.PushMessages, a.bucket), PopPerSecond: perSecond(o.PopMessages, a.bucket),
-				AckPerSecond:   perSecond(o.AckSuccess+o.AckFailed, a.bucket),
-				EmptyPerSecond: perSecond(o.PopEmpty, a.bucket), ParkedCount: round2(o.ParkedSum)})
-		}
-	}
+	perQueue(s.slots(a), a, func(b int64, name string, o *history.QueueOps) {
+		seen[name] = true
+		series = append(series, queueOpsJSON{Bucket: minuteTime(b), QueueName: name,
+			PushRequests: o.PushRequests, PushMessages: o.PushMessages, PopMessages: o.PopMessages, PopEmpty: o.PopEmpty,
+			AckRequests: o.AckRequests, AckSuccess: o.AckSuccess, AckFailed: o.AckFailed, Transactions: o.Transactions,
+			PartitionsDeleted: o.PartitionsDeleted, AvgLagMs: lagAvg(o), MaxLagMs: round2(o.LagMaxMs),
+			PushPerSecond: perSecond(o.PushMessages, a.bucket), PopPerSecond: perSecond(o.PopMessages, a.bucket),
+			AckPerSecond:   perSecond(o.AckSuccess+o.AckFailed, a.bucket),
+			EmptyPerSecond: perSecond(o.PopEmpty, a.bucket), ParkedCount: round2(o.ParkedSum)})
+	})
 	httpapi.WriteJSON(w, http.StatusOK, struct {
 		TimeRange     timeRangeJSON  `json:"timeRange"`
 		BucketMinutes int            `json:"bucketMinutes"`
@@ -486,17 +493,13 @@ func (s *service) handleParkedReplicas(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	starts, by := buckets(s.slots(a), a.bucket)
 	series := []parkedJSON{}
-	for _, b := range starts {
-		qs := queueSums(by[b], a.keep)
-		for _, name := range sortedKeys(qs) {
-			if o := qs[name]; o.ParkedSum > 0 {
-				series = append(series, parkedJSON{Bucket: minuteTime(b), QueueName: name, Hostname: s.hostname(),
-					WorkerID: analyticsWorkerID, ParkedCount: round2(o.ParkedSum)})
-			}
+	perQueue(s.slots(a), a, func(b int64, name string, o *history.QueueOps) {
+		if o.ParkedSum > 0 {
+			series = append(series, parkedJSON{Bucket: minuteTime(b), QueueName: name, Hostname: s.hostname(),
+				WorkerID: analyticsWorkerID, ParkedCount: round2(o.ParkedSum)})
 		}
-	}
+	})
 	replicas := []replicaJSON{}
 	if len(series) > 0 {
 		replicas = append(replicas, replicaJSON{s.hostname(), analyticsWorkerID})

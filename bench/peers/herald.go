@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/heraldmq/herald/client"
@@ -136,17 +135,7 @@ func (h *heraldSys) close() {
 	}
 }
 
-func (h *heraldSys) stop() {
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-h.done:
-		_ = err // a signalled exit is expected
-	case <-time.After(30 * time.Second):
-		_ = h.cmd.Process.Kill()
-		err := <-h.done
-		_ = err
-	}
-}
+func (h *heraldSys) stop() { stopProcess(h.cmd, h.done) }
 
 func (h *heraldSys) e2eMaxGroups() int { return 1 << 20 }
 

@@ -98,7 +98,7 @@ type config struct {
 	out         string
 	// fanoutCases and fanoutDuration: the fanout scenario's followers @
 	// rates and measured part.
-	fanoutCases    []fanoutCase
+	fanoutCases    []fanoutload.Case
 	fanoutDuration time.Duration
 }
 
@@ -134,8 +134,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--scenario: %q is not latency, e2e, all or fanout", cfg.scenario)
 	}
 	var err error
-	if cfg.fanoutCases, err = parseFanout(*fanout); err != nil {
+	if cfg.fanoutCases, err = fanoutload.ParseCases(*fanout); err != nil {
 		return fmt.Errorf("--fanout: %w", err)
+	} else if len(cfg.fanoutCases) == 0 {
+		return fmt.Errorf("--fanout: want at least one FOLLOWERS@RATE")
 	}
 	if cfg.rates, err = positiveInts(rates); err != nil {
 		return fmt.Errorf("--rates: %w", err)
@@ -171,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// round.
 	results := map[string]map[int][]sample{}
 	e2es := map[string]map[int][]e2eSample{}
-	fanouts := map[string]map[fanoutCase][]fanoutSample{}
+	fanouts := map[string]map[fanoutload.Case][]fanoutSample{}
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, rate := range cfg.rates {
 			if !cfg.latency() {

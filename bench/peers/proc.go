@@ -110,13 +110,19 @@ func (c *child) pid() int { return c.cmd.Process.Pid }
 
 func (c *child) stop() {
 	_ = c.stdin.Close()
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	stopProcess(c.cmd, c.done)
+}
+
+// stopProcess sends cmd's process SIGTERM and waits for its exit on done
+// (where cmd.Wait's error arrives); past 30 s it kills it.
+func stopProcess(cmd *exec.Cmd, done <-chan error) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-c.done:
+	case err := <-done:
 		_ = err // a signalled exit is expected
 	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		err := <-c.done
+		_ = cmd.Process.Kill()
+		err := <-done
 		_ = err
 	}
 }

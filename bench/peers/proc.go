@@ -153,20 +153,35 @@ func (s *childSys) close() { s.ch.stop() }
 
 // post sends p to path on the child; what names the act in errors.
 func (s *childSys) post(ctx context.Context, path, what string, p []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.ch.addr+path, bytes.NewReader(p))
-	if err != nil {
-		return fmt.Errorf("building a request: %w", err)
+	_, err := call(ctx, s.http, http.MethodPost, "http://"+s.ch.addr+path, p, http.StatusOK, what)
+	return err
+}
+
+// call sends body (JSON; none when nil) to url with method and returns
+// the answer's body; an answer but want is an error, and what names the
+// act in errors.
+func call(ctx context.Context, c *http.Client, method, url string, body []byte, want int, what string) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	res, err := s.http.Do(req)
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("building a request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _ = res.Body.Close() }()
 	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s %s", what, res.Status, b)
+	if res.StatusCode != want {
+		return b, fmt.Errorf("%s: %s %s", what, res.Status, b)
 	}
-	return nil
+	return b, nil
 }
 
 // serveChild is a child server's tail: it serves h on a loopback port,

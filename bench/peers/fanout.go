@@ -81,7 +81,7 @@ func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sy
 				continue
 			}
 			fmt.Fprintf(log, "round %d/%d: %s fanout to %d SSE followers at %d msgs/s (load %s) … ", round, cfg.rounds,
-				s.name(), c.Followers, c.Rate, loadAvg())
+				s.name(), c.Followers, c.Rate, fanoutload.LoadAverage())
 			sm, err := fanoutOnce(ctx, cfg, self, f.fanout(c.Followers), c, log)
 			if err != nil && ctx.Err() != nil {
 				return ctx.Err()

@@ -162,7 +162,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("finding this binary: %w", err)
 	}
-	load0 := loadAvg()
+	load0 := fanoutload.LoadAverage()
 	started := time.Now()
 	sys, cleanup, err := startAll(ctx, cfg, self, stderr)
 	defer cleanup()
@@ -208,7 +208,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	table := report(cfg, sys, results, e2es, fanouts, load0, loadAvg(), time.Since(started))
+	table := report(cfg, sys, results, e2es, fanouts, load0, fanoutload.LoadAverage(), time.Since(started))
 	_, _ = io.WriteString(stdout, table)
 	if cfg.out != "" {
 		if err := os.WriteFile(cfg.out, []byte(table), 0o600); err != nil {
@@ -325,12 +325,4 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 		sys = append(sys, s)
 	}
 	return sys, cleanup, nil
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

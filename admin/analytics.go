@@ -16,17 +16,20 @@ import (
 
 // The reference server's /api/v1/analytics/* routes, which its dashboard's
 // Queue Operations, System and overview pages chart, answered with its
-// shapes from this instance's history (analytics_history.go): the last
-// history.HistoryMinutes of what it did, measured where it happens. docs/api.md
-// says which figure is what here, and which the reference has that Herald
-// has no equivalent of (those are zero, never absent).
+// shapes from this instance's history (internal/history, Deps.History):
+// the last 24 h of what it did, recorded by the message path where it
+// happens. docs/api.md says which figure is what here, and which the
+// reference has that Herald has no equivalent of (those are zero, never
+// absent). Also GET /api/v1/status's throughput and workers
+// (statusSeries) and GET /api/v1/status/rates (Deps.Rates).
 
 // AnalyticsMaxWindow bounds to − from on the analytics routes: 7 days.
 const AnalyticsMaxWindow = 7 * 24 * time.Hour
 
-// analyticsRoutes registers the routes (all reads) and the rates'. Their queue figures
-// are those of the queues the token may consume; postgres-stats, which
-// shows the SQL the database is running for any client, needs an admin.
+// analyticsRoutes registers the routes (all reads), the rates' with them.
+// Their queue figures are those of the queues the token may consume;
+// postgres-stats, which shows the SQL the database is running for any
+// client, needs an admin.
 func (s *service) analyticsRoutes() {
 	s.routes.Read("GET /api/v1/analytics/system-metrics", "analytics_system", auth.RoleReadOnly, s.handleSystemMetrics)
 	s.routes.Read("GET /api/v1/analytics/worker-metrics", "analytics_worker", auth.RoleReadOnly, s.handleWorkerMetrics)

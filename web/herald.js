@@ -574,26 +574,21 @@ export class Herald {
         clearTimeout(timer);
         timer = setTimeout(() => herald._token().then(open, () => open(tok)), delay);
       };
-      es.addEventListener("message", (ev) => {
-        if (ev.lastEventId) lastId = ev.lastEventId;
-        let m;
-        try {
-          m = JSON.parse(ev.data);
-        } catch {
-          return;
-        }
-        run(() => opts.onMessage?.(m, handle));
-      });
-      es.addEventListener("gap", (ev) => {
-        if (ev.lastEventId) lastId = ev.lastEventId;
-        let g;
-        try {
-          g = JSON.parse(ev.data);
-        } catch {
-          return;
-        }
-        run(() => opts.onGap?.(g, handle));
-      });
+      // A message and a gap alike move the position and hand their JSON on
+      // (an event whose data is not JSON is skipped).
+      const listen = (type, deliver) =>
+        es.addEventListener(type, (ev) => {
+          if (ev.lastEventId) lastId = ev.lastEventId;
+          let v;
+          try {
+            v = JSON.parse(ev.data);
+          } catch {
+            return;
+          }
+          run(() => deliver(v));
+        });
+      listen("message", (m) => opts.onMessage?.(m, handle));
+      listen("gap", (g) => opts.onGap?.(g, handle));
       // With a token function: before this token expires, reopen with a
       // fresh one, after the last event (a token function that fails: the
       // stream ends at exp, and reopens then).

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,15 @@ import (
 
 // fanoutPerProcess is how many followers one child holds at most.
 const fanoutPerProcess = 5000
+
+// fanoutCases reads --fanout (fanoutload.ParseCases): one case at least.
+func fanoutCases(s string) ([]fanoutload.Case, error) {
+	cs, err := fanoutload.ParseCases(s)
+	if err == nil && len(cs) == 0 {
+		err = errors.New("want at least one FOLLOWERS@RATE")
+	}
+	return cs, err
+}
 
 // fanoutTarget is how one system is followed and pushed to.
 type fanoutTarget struct {

@@ -134,10 +134,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--scenario: %q is not latency, e2e, all or fanout", cfg.scenario)
 	}
 	var err error
-	if cfg.fanoutCases, err = fanoutload.ParseCases(*fanout); err != nil {
+	if cfg.fanoutCases, err = fanoutCases(*fanout); err != nil {
 		return fmt.Errorf("--fanout: %w", err)
-	} else if len(cfg.fanoutCases) == 0 {
-		return fmt.Errorf("--fanout: want at least one FOLLOWERS@RATE")
 	}
 	if cfg.rates, err = positiveInts(rates); err != nil {
 		return fmt.Errorf("--rates: %w", err)

@@ -3,10 +3,9 @@ package admin
 import (
 	"context"
 	"errors"
-	"net/http"
-	"time"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/history"
 	"github.com/heraldmq/herald/internal/httpapi"
 	"github.com/heraldmq/herald/queue"
 )
@@ -39,11 +38,16 @@ type Deps struct {
 	Effects Effects
 	// Maintenance is the maintenance modes and the push buffer. Required.
 	Maintenance Maintenance
-	// Series is what GET /api/v1/status charts from the instance's
-	// history: throughput buckets (newest first) between from and to and
-	// the workers of the last 2 minutes, for queue ("" for all) within the
-	// request's rights. Nil: both empty.
-	Series func(r *http.Request, from, to time.Time, bucketMinutes int, queue string) (throughput, workers []any)
+	// History is what this instance did, minute by minute, as the message
+	// path recorded it: the analytics routes and GET /api/v1/status's
+	// throughput and workers read it (analytics.go). Required.
+	History *history.Minutes
+	// Rates is the push and ack rates GET /api/v1/status/rates answers
+	// with. Required.
+	Rates *history.Rates
+	// Instance names this instance in the analytics and rates answers;
+	// empty: the machine's host name (the rates answer it empty).
+	Instance string
 }
 
 // Effects is what the message path does after an admin act: releases,
@@ -73,22 +77,28 @@ type service struct {
 	visible func(ctx context.Context, r *auth.Rights, ids []string) (map[string]queue.PartitionName, error)
 	fx      Effects
 	maint   Maintenance
-	series  func(r *http.Request, from, to time.Time, bucketMinutes int, queue string) (throughput, workers []any)
+	// minutes, rates and instance are the history analytics.go answers from.
+	minutes  *history.Minutes
+	rates    *history.Rates
+	instance string
 }
 
 // Register registers the admin routes on rt.
 func Register(rt Routes, d Deps) error {
 	fx := d.Effects
 	if rt.Read == nil || rt.Handle == nil || d.Store == nil || d.Hide == nil ||
-		fx.AfterGroupMoved == nil || fx.WakeQueue == nil || fx.AfterReplay == nil || fx.AfterPurge == nil || fx.AfterMessageDeleted == nil || d.Maintenance == nil || d.Visible == nil {
-		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide, Deps.Visible, every Deps.Effects func and Deps.Maintenance are required")
+		fx.AfterGroupMoved == nil || fx.WakeQueue == nil || fx.AfterReplay == nil || fx.AfterPurge == nil || fx.AfterMessageDeleted == nil || d.Maintenance == nil || d.Visible == nil ||
+		d.History == nil || d.Rates == nil {
+		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide, Deps.Visible, every Deps.Effects func, Deps.Maintenance, Deps.History and Deps.Rates are required")
 	}
-	s := &service{routes: rt, store: d.Store, hide: d.Hide, visible: d.Visible, fx: fx, maint: d.Maintenance, series: d.Series}
+	s := &service{routes: rt, store: d.Store, hide: d.Hide, visible: d.Visible, fx: fx, maint: d.Maintenance,
+		minutes: d.History, rates: d.Rates, instance: d.Instance}
 	s.dlqRoutes()           // dlq.go
 	s.consumerGroupRoutes() // groups.go
 	s.traceRoutes()         // traces.go
 	s.maintenanceRoutes()   // maintenance.go
 	s.browseRoutes()        // browse.go
+	s.analyticsRoutes()     // analytics.go: the instance's history, the rates
 	// The console's overview of what each group has not finished (admin).
 	s.routes.Read("GET /api/v1/status/backlog", "status_backlog", auth.RoleAdmin, s.handleBacklog) // backlog.go
 	return nil

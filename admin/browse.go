@@ -72,8 +72,8 @@ func browseScope(r *auth.Rights) *queue.Scope {
 	return sc
 }
 
-// CheckQueueRead refuses a read naming a queue the token may read nothing of.
-func CheckQueueRead(r *auth.Rights, queue string) error {
+// checkQueueRead refuses a read naming a queue the token may read nothing of.
+func checkQueueRead(r *auth.Rights, queue string) error {
 	if queue != "" && !r.MaySeeQueue(queue) {
 		return httpapi.Forbiddenf("this token may not read queue %s", queue)
 	}
@@ -93,9 +93,9 @@ func timeParam(q url.Values, name string, def time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// TimeRange reads from and to, defaulting to the span before now; from
+// timeRange reads from and to, defaulting to the span before now; from
 // must come before to.
-func TimeRange(q url.Values, span time.Duration) (from, to time.Time, err error) {
+func timeRange(q url.Values, span time.Duration) (from, to time.Time, err error) {
 	now := time.Now()
 	if to, err = timeParam(q, "to", now); err != nil {
 		return
@@ -109,8 +109,8 @@ func TimeRange(q url.Values, span time.Duration) (from, to time.Time, err error)
 	return
 }
 
-// NameParam reads an optional queue or partition name.
-func NameParam(q url.Values, param, kind string) (string, error) {
+// nameParam reads an optional queue or partition name.
+func nameParam(q url.Values, param, kind string) (string, error) {
 	v := q.Get(param)
 	if v == "" {
 		return "", nil
@@ -344,7 +344,7 @@ func (s *service) partitionPage(r *http.Request, name string, def int, groups bo
 		return nil, 0, 0, err
 	}
 	rights := auth.RightsFrom(r.Context())
-	if err := CheckQueueRead(rights, name); err != nil {
+	if err := checkQueueRead(rights, name); err != nil {
 		return nil, 0, 0, err
 	}
 	page, err := s.store.BrowsePartitions(r.Context(), queue.PartitionsQuery{Queue: name, Search: q.Get("search"),

@@ -57,10 +57,10 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 	q := r.URL.Query()
 	var qry queue.MessageQuery
 	var err error
-	if qry.Queue, err = NameParam(q, "queue", "queue"); err != nil {
+	if qry.Queue, err = nameParam(q, "queue", "queue"); err != nil {
 		return qry, err
 	}
-	if qry.Partition, err = NameParam(q, "partition", "partition"); err != nil {
+	if qry.Partition, err = nameParam(q, "partition", "partition"); err != nil {
 		return qry, err
 	}
 	qry.Namespace, qry.Task = q.Get("ns"), q.Get("task")
@@ -72,7 +72,7 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 	}
 	switch {
 	case window > 0:
-		if qry.From, qry.To, err = TimeRange(q, window); err != nil {
+		if qry.From, qry.To, err = timeRange(q, window); err != nil {
 			return qry, err
 		}
 		if q.Get("to") == "" {
@@ -90,7 +90,7 @@ func messageQuery(r *http.Request, defLimit int, window time.Duration) (queue.Me
 		}
 	}
 	rights := auth.RightsFrom(r.Context())
-	if err := CheckQueueRead(rights, qry.Queue); err != nil {
+	if err := checkQueueRead(rights, qry.Queue); err != nil {
 		return qry, err
 	}
 	if qry.Queue != "" && qry.Partition != "" && !rights.MayConsume(qry.Queue, qry.Partition) {

@@ -14,20 +14,20 @@ import (
 // statusFilter reads the queue, namespace and task of a status read; a
 // queue outside the token's rights is 403.
 func statusFilter(r *http.Request, q url.Values) (queue.StatusFilter, error) {
-	name, err := NameParam(q, "queue", "queue")
+	name, err := nameParam(q, "queue", "queue")
 	if err != nil {
 		return queue.StatusFilter{}, err
 	}
 	rights := auth.RightsFrom(r.Context())
-	if err := CheckQueueRead(rights, name); err != nil {
+	if err := checkQueueRead(rights, name); err != nil {
 		return queue.StatusFilter{}, err
 	}
 	return queue.StatusFilter{Queue: name, Namespace: q.Get("namespace"), Task: q.Get("task"), Scope: browseScope(rights)}, nil
 }
 
-// BucketMinutes is the reference server's bucket for a window: the longer
+// bucketMinutes is the reference server's bucket for a window: the longer
 // the window, the coarser.
-func BucketMinutes(window time.Duration) int {
+func bucketMinutes(window time.Duration) int {
 	switch {
 	case window <= time.Hour:
 		return 1
@@ -74,7 +74,7 @@ type statusJSON struct {
 	} `json:"timeRange"`
 	BucketMinutes int                `json:"bucketMinutes"`
 	PointCount    int                `json:"pointCount"`
-	Throughput    []any              `json:"throughput"`
+	Throughput    []statusPointJSON  `json:"throughput"`
 	Queues        []statusQueueJSON  `json:"queues"`
 	Messages      statusMessagesJSON `json:"messages"`
 	Leases        struct {
@@ -88,7 +88,7 @@ type statusJSON struct {
 		AffectedPartitions int64            `json:"affectedPartitions"`
 		TopErrors          []errorCountJSON `json:"topErrors"`
 	} `json:"deadLetterQueue"`
-	Workers []any `json:"workers"`
+	Workers []statusWorkerJSON `json:"workers"`
 	Errors  struct {
 		DBErrors    int64 `json:"dbErrors"`
 		AckFailed   int64 `json:"ackFailed"`
@@ -99,11 +99,11 @@ type statusJSON struct {
 
 // handleStatusDashboard is the dashboard's main view: queues, message
 // figures, live leases and dead letters from the database; throughput
-// buckets and workers from this instance's history (Deps.Series); the
+// buckets and workers from this instance's history (Deps.History); the
 // request counters stay zero.
 func (s *service) handleStatusDashboard(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	from, to, err := TimeRange(q, time.Hour)
+	from, to, err := timeRange(q, time.Hour)
 	if err != nil {
 		return err
 	}
@@ -126,11 +126,9 @@ func (s *service) handleStatusDashboard(w http.ResponseWriter, r *http.Request) 
 	}
 	var out statusJSON
 	out.TimeRange.From, out.TimeRange.To = httpapi.FormatMilli(from), httpapi.FormatMilli(to)
-	out.BucketMinutes = BucketMinutes(to.Sub(from))
-	out.Throughput, out.Workers, out.Queues = []any{}, []any{}, []statusQueueJSON{}
-	if s.series != nil {
-		out.Throughput, out.Workers = s.series(r, from, to, out.BucketMinutes, f.Queue)
-	}
+	out.BucketMinutes = bucketMinutes(to.Sub(from))
+	out.Queues = []statusQueueJSON{}
+	out.Throughput, out.Workers = s.statusSeries(r, from, to, out.BucketMinutes, f.Queue) // analytics.go
 	out.PointCount = len(out.Throughput)
 	for _, qs := range list.Queues {
 		out.Messages.add(qs.Counts)
@@ -250,7 +248,7 @@ func (s *service) handleStatusQueueMessages(w http.ResponseWriter, r *http.Reque
 	if err != nil {
 		return err
 	}
-	if err := CheckQueueRead(auth.RightsFrom(r.Context()), name); err != nil {
+	if err := checkQueueRead(auth.RightsFrom(r.Context()), name); err != nil {
 		return err
 	}
 	if _, err := s.store.QueueID(r.Context(), name); err != nil {
@@ -276,14 +274,14 @@ type dataPointJSON struct {
 	Messages  int64  `json:"messages"`
 }
 
-// BucketTime is the reference server's time-series timestamp: seconds.
-const BucketTime = "2006-01-02T15:04:05Z"
+// bucketTime is the reference server's time-series timestamp: seconds.
+const bucketTime = "2006-01-02T15:04:05Z"
 
 // handleStatusAnalytics counts stored messages by creation time (minute,
 // hour or day buckets, every one of the range present).
 func (s *service) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	from, to, err := TimeRange(q, 24*time.Hour)
+	from, to, err := timeRange(q, 24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -304,7 +302,7 @@ func (s *service) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) 
 	}
 	points := make([]dataPointJSON, len(buckets))
 	for i, b := range buckets {
-		points[i] = dataPointJSON{Timestamp: b.Start.UTC().Format(BucketTime), Messages: b.Messages}
+		points[i] = dataPointJSON{Timestamp: b.Start.UTC().Format(bucketTime), Messages: b.Messages}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, struct {
 		DataPoints []dataPointJSON `json:"dataPoints"`

@@ -10,15 +10,17 @@
 // and pop maintenance; the modes themselves and the push buffer are the
 // message path's, gateway/maintenance.go, reached through Maintenance) and
 // the backlog overview (backlog.go: the hygiene loop's latest sample of
-// what each group has not finished). The analytics and rates routes are
-// still the gateway's (gateway/handler_analytics.go, gateway/rates.go):
-// the message path records what they report, as it serves.
+// what each group has not finished), and the analytics (analytics.go: the
+// /api/v1/analytics/* routes, GET /api/v1/status's throughput and workers,
+// GET /api/v1/status/rates), answered from the instance's history
+// (internal/history, Deps.History and Deps.Rates), which the message path
+// records into as it serves.
 //
 // It registers its routes through the gateway's registration (Routes:
 // the same CORS, token check, request metrics and error adapter as every
 // route) and takes what it needs from the server through Deps: the store,
-// the partition ids a token may see (Visible, Hide), and Effects, what the
-// message path does after an act (a seek's, a replay's or a deletion's
+// the partition ids a token may see (Visible, Hide), the history (History,
+// Rates), and Effects, what the message path does after an act (a seek's, a replay's or a deletion's
 // released leases, wake-ups and credit, the DLQ counters:
 // gateway/effects.go). It never imports
 // the gateway, and the message path (poller, queue) never imports it; the

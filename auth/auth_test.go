@@ -18,37 +18,15 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
-	"github.com/lestrrat-go/jwx/v3/jws"
-	"github.com/lestrrat-go/jwx/v3/jwt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 )
 
 // authSecret is the HMAC key of the tests' tokens.
-var authSecret = []byte("0123456789abcdef0123456789abcdef")
-
-// sign makes a token with the given claims, signed by key with alg, with
-// kid in its header when not empty.
-func sign(t *testing.T, alg jwa.SignatureAlgorithm, key any, kid string, claims map[string]any) string {
-	t.Helper()
-	b := jwt.NewBuilder()
-	for k, v := range claims {
-		b = b.Claim(k, v)
-	}
-	tok, err := b.Build()
-	require.NoError(t, err)
-	var opts []jwt.Option
-	if kid != "" {
-		h := jws.NewHeaders()
-		require.NoError(t, h.Set(jws.KeyIDKey, kid))
-		opts = append(opts, jws.WithProtectedHeaders(h))
-	}
-	out, err := jwt.Sign(tok, jwt.WithKey(alg, key, opts...))
-	require.NoError(t, err)
-	return string(out)
-}
+var authSecret = authtest.Secret
 
 func roleClaims(role string) map[string]any {
 	return map[string]any{"sub": "u1", "role": role, "exp": time.Now().Add(time.Hour).Unix()}
@@ -83,7 +61,7 @@ func TestVerify_AlgorithmComesFromTheKey(t *testing.T) {
 
 	hs := &auth.Auth{Secret: authSecret}
 	for _, alg := range []jwa.SignatureAlgorithm{jwa.HS256(), jwa.HS384(), jwa.HS512()} {
-		c, err := hs.Verify(sign(t, alg, authSecret, "", roleClaims("admin")), now)
+		c, err := hs.Verify(authtest.Sign(t, alg, authSecret, "", roleClaims("admin")), now)
 		require.NoError(t, err, alg.String())
 		assert.Equal(t, auth.RoleAdmin, c.Role)
 		assert.Equal(t, "u1", c.Subject)
@@ -101,12 +79,12 @@ func TestVerify_AlgorithmComesFromTheKey(t *testing.T) {
 	} {
 		a := &auth.Auth{PublicKey: publicJWK(t, tc.priv)}
 		for _, alg := range tc.algs {
-			_, err := a.Verify(sign(t, alg, tc.priv, "", roleClaims("read-write")), now)
+			_, err := a.Verify(authtest.Sign(t, alg, tc.priv, "", roleClaims("read-write")), now)
 			assert.NoError(t, err, "%s %s", tc.name, alg)
 		}
-		_, err := a.Verify(sign(t, jwa.RS256(), other, "", roleClaims("admin")), now)
+		_, err := a.Verify(authtest.Sign(t, jwa.RS256(), other, "", roleClaims("admin")), now)
 		assert.Error(t, err, "%s: a token of another key", tc.name)
-		_, err = a.Verify(sign(t, jwa.HS256(), authSecret, "", roleClaims("admin")), now)
+		_, err = a.Verify(authtest.Sign(t, jwa.HS256(), authSecret, "", roleClaims("admin")), now)
 		assert.Error(t, err, "%s: an HMAC token where only a public key is configured", tc.name)
 	}
 
@@ -156,7 +134,7 @@ func TestVerify_IssuerAudienceAndLeeway(t *testing.T) {
 	now := time.Now()
 	good := map[string]any{"sub": "u", "role": "admin", "iss": "https://id.example", "aud": []string{"herald", "x"},
 		"exp": now.Add(time.Hour).Unix()}
-	_, err := a.Verify(sign(t, jwa.HS256(), authSecret, "", good), now)
+	_, err := a.Verify(authtest.Sign(t, jwa.HS256(), authSecret, "", good), now)
 	require.NoError(t, err)
 	for name, change := range map[string]func(map[string]any){
 		"issuer":      func(c map[string]any) { c["iss"] = "https://evil.example" },
@@ -169,19 +147,19 @@ func TestVerify_IssuerAudienceAndLeeway(t *testing.T) {
 			c[k] = v
 		}
 		change(c)
-		_, err := a.Verify(sign(t, jwa.HS256(), authSecret, "", c), now)
+		_, err := a.Verify(authtest.Sign(t, jwa.HS256(), authSecret, "", c), now)
 		assert.ErrorIs(t, err, auth.ErrBadIssuer, name)
 	}
 	skew := map[string]any{"sub": "u", "role": "admin", "iss": "https://id.example", "aud": "herald"}
 	skew["exp"] = now.Add(-20 * time.Second).Unix()
-	_, err = a.Verify(sign(t, jwa.HS256(), authSecret, "", skew), now)
+	_, err = a.Verify(authtest.Sign(t, jwa.HS256(), authSecret, "", skew), now)
 	assert.NoError(t, err, "expired 20 s ago, within the leeway")
 	skew["exp"] = now.Add(-time.Minute).Unix()
-	_, err = a.Verify(sign(t, jwa.HS256(), authSecret, "", skew), now)
+	_, err = a.Verify(authtest.Sign(t, jwa.HS256(), authSecret, "", skew), now)
 	assert.ErrorIs(t, err, auth.ErrExpired)
 	delete(skew, "exp")
 	skew["nbf"] = now.Add(time.Minute).Unix()
-	_, err = a.Verify(sign(t, jwa.HS256(), authSecret, "", skew), now)
+	_, err = a.Verify(authtest.Sign(t, jwa.HS256(), authSecret, "", skew), now)
 	assert.ErrorIs(t, err, auth.ErrNotYetValid)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 )
 
 // jwksServer serves a key set that the test can change, and counts fetches.
@@ -88,9 +89,9 @@ func TestJWKS_RotationAndFailedFetches(t *testing.T) {
 	a := &auth.Auth{JWKS: j}
 	now := time.Now()
 
-	_, err = a.Verify(sign(t, jwa.ES256(), k1, "k1", roleClaims("admin")), now)
+	_, err = a.Verify(authtest.Sign(t, jwa.ES256(), k1, "k1", roleClaims("admin")), now)
 	require.NoError(t, err)
-	_, err = a.Verify(sign(t, jwa.ES256(), k1, "", roleClaims("admin")), now)
+	_, err = a.Verify(authtest.Sign(t, jwa.ES256(), k1, "", roleClaims("admin")), now)
 	assert.Error(t, err, "a JWKS token must name its kid")
 
 	// Rotation: k1 removed, k2 published.
@@ -98,19 +99,19 @@ func TestJWKS_RotationAndFailedFetches(t *testing.T) {
 	// The new kid triggers a fetch, once MinInterval has passed since the
 	// start's.
 	require.Eventually(t, func() bool {
-		_, err := a.Verify(sign(t, jwa.RS256(), k2, "k2", roleClaims("admin")), now)
+		_, err := a.Verify(authtest.Sign(t, jwa.RS256(), k2, "k2", roleClaims("admin")), now)
 		return err == nil
 	}, 5*time.Second, 20*time.Millisecond, "the new kid triggers a fetch")
-	_, err = a.Verify(sign(t, jwa.ES256(), k1, "k1", roleClaims("admin")), now)
+	_, err = a.Verify(authtest.Sign(t, jwa.ES256(), k1, "k1", roleClaims("admin")), now)
 	assert.ErrorIs(t, err, auth.ErrUnknownKey, "the removed kid is refused")
-	_, err = a.Verify(sign(t, jwa.HS256(), []byte("k2"), "k2", roleClaims("admin")), now)
+	_, err = a.Verify(authtest.Sign(t, jwa.HS256(), []byte("k2"), "k2", roleClaims("admin")), now)
 	assert.Error(t, err, "an HMAC token naming an RSA kid")
 
 	// A flood of unknown kids fetches at most once per MinInterval.
 	before := srv.fetches.Load()
 	start := time.Now()
 	for i := range 200 {
-		_, err := a.Verify(sign(t, jwa.RS256(), k2, fmt.Sprintf("nope-%d", i), roleClaims("admin")), now)
+		_, err := a.Verify(authtest.Sign(t, jwa.RS256(), k2, fmt.Sprintf("nope-%d", i), roleClaims("admin")), now)
 		assert.ErrorIs(t, err, auth.ErrUnknownKey)
 	}
 	bound := int64(time.Since(start)/(200*time.Millisecond)) + 1
@@ -128,11 +129,11 @@ func TestJWKS_RotationAndFailedFetches(t *testing.T) {
 		// An unknown kid fetches the bad set (once MinInterval allows).
 		fetched := srv.fetches.Load()
 		require.Eventually(t, func() bool {
-			_, err := a.Verify(sign(t, jwa.RS256(), k2, "unknown-"+name, roleClaims("admin")), now)
+			_, err := a.Verify(authtest.Sign(t, jwa.RS256(), k2, "unknown-"+name, roleClaims("admin")), now)
 			assert.ErrorIs(t, err, auth.ErrUnknownKey, name)
 			return srv.fetches.Load() > fetched
 		}, 5*time.Second, 20*time.Millisecond, "%s: fetched", name)
-		_, err = a.Verify(sign(t, jwa.RS256(), k2, "k2", roleClaims("admin")), now)
+		_, err = a.Verify(authtest.Sign(t, jwa.RS256(), k2, "k2", roleClaims("admin")), now)
 		assert.NoError(t, err, "%s: the last good set still verifies", name)
 	}
 	assert.GreaterOrEqual(t, testutil.ToFloat64(jwksFetches(t, reg, "failed")), 5.0)

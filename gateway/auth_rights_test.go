@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 	"github.com/heraldmq/herald/gateway"
 )
 
@@ -25,7 +26,7 @@ import (
 // partition of the queue mail (consume and produce), as a browser of that
 // user would hold.
 func mailbox(t *testing.T, user string) string {
-	return sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": user, "role": "read-write",
+	return authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": user, "role": "read-write",
 		"exp":    time.Now().Add(time.Hour).Unix(),
 		"herald": map[string]any{"consume": []string{"mail/" + user}, "produce": []string{"mail/" + user}}})
 }
@@ -148,7 +149,7 @@ func TestRights_TenantIsolation(t *testing.T) {
 	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)
 	assert.Equal(t, http.StatusCreated, push(admin, "bob"))
 	// A malformed claim grants nothing: 401.
-	bad := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "x", "role": "admin",
+	bad := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "x", "role": "admin",
 		"herald": map[string]any{"consume": "everything"}})
 	assert.Equal(t, http.StatusUnauthorized, push(bad, "bob"))
 }
@@ -239,7 +240,7 @@ func TestSSE_ResumeTokenOfAnotherSubjectAcksNothing(t *testing.T) {
 func TestWS_AuthFrameRenewsTheToken(t *testing.T) {
 	e := newAuthEnv(t)
 	tok := func(ttl time.Duration, consume ...string) string {
-		return sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
+		return authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
 			"exp": time.Now().Add(ttl).Unix(), "herald": map[string]any{"consume": consume}})
 	}
 	firstExp := time.Now().Add(2 * time.Second)

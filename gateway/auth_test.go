@@ -13,37 +13,15 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/lestrrat-go/jwx/v3/jwa"
-	"github.com/lestrrat-go/jwx/v3/jws"
-	"github.com/lestrrat-go/jwx/v3/jwt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 	"github.com/heraldmq/herald/gateway"
 )
 
-var authSecret = []byte("0123456789abcdef0123456789abcdef")
-
-// sign makes a token with the given claims, signed by key with alg, with
-// kid in its header when not empty.
-func sign(t *testing.T, alg jwa.SignatureAlgorithm, key any, kid string, claims map[string]any) string {
-	t.Helper()
-	b := jwt.NewBuilder()
-	for k, v := range claims {
-		b = b.Claim(k, v)
-	}
-	tok, err := b.Build()
-	require.NoError(t, err)
-	var opts []jwt.Option
-	if kid != "" {
-		h := jws.NewHeaders()
-		require.NoError(t, h.Set(jws.KeyIDKey, kid))
-		opts = append(opts, jws.WithProtectedHeaders(h))
-	}
-	out, err := jwt.Sign(tok, jwt.WithKey(alg, key, opts...))
-	require.NoError(t, err)
-	return string(out)
-}
+var authSecret = authtest.Secret
 
 func newAuthEnv(t *testing.T) *env {
 	return newEnv(t, func(c *gateway.Config) { c.Auth = &auth.Auth{Secret: authSecret} })
@@ -509,7 +487,7 @@ func withCookie(hdr http.Header, token string) http.Header {
 func TestAuth_FreshTokenEndsFollowsItNoLongerAllows(t *testing.T) {
 	e := newAuthEnv(t)
 	tok := func(consume ...string) string {
-		return sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
+		return authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
 			"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": consume}})
 	}
 	ws, err := dialToken(t, e, tok("mail/alice", "news"))
@@ -543,7 +521,7 @@ func TestAuth_FreshTokenEndsFollowsItNoLongerAllows(t *testing.T) {
 	assert.Equal(t, 0, e.srv.Followers()["news"], "its hub forgot it")
 
 	// The mail follow goes on; news is no longer delivered.
-	admin := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "ops", "role": "admin",
+	admin := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "ops", "role": "admin",
 		"exp": time.Now().Add(time.Hour).Unix()})
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", admin,
 		`{"items":[{"queue":"news","payload":"n"}]}`).status)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/queue/queuetest"
 )
@@ -778,7 +779,7 @@ func TestBrowse_Rights(t *testing.T) {
 	push("news", "Default", "n1")
 	push("secret", "Default", "s1")
 	alice := mailbox(t, "alice")
-	reader := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "r", "role": "read-only",
+	reader := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "r", "role": "read-only",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": []string{"news", "mail/al*"}}})
 	get := func(tok, path string) resp { return e.doAuth(http.MethodGet, path, tok, "") }
 

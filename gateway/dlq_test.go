@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 	"github.com/heraldmq/herald/poller"
 )
 
@@ -166,7 +167,7 @@ func TestDLQ_Roles(t *testing.T) {
 	ro := auth.SignToken(authSecret, "r", "read-only", time.Hour)
 	rw := auth.SignToken(authSecret, "w", "read-write", time.Hour)
 	admin := auth.SignToken(authSecret, "a", "admin", time.Hour)
-	narrow := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "n", "role": "admin",
+	narrow := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "n", "role": "admin",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": []string{"mail/alice"}}})
 	require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", rw,
 		`{"items":[{"queue":"mail","partition":"bob","payload":1}]}`).status)

@@ -1,25 +1,27 @@
 // Package gateway is Herald's HTTP server: the v1 REST API of the reference
 // server (push, pop, ack, lease extension, transaction, configure, delete),
 // WebSocket and SSE streams, HTTP long-poll, bearer-token auth, /health,
-// /metrics, the stats and status endpoints, and the demo page (web),
-// analytics and rates. The browsing, consumer-group, DLQ, trace,
-// maintenance and backlog routes are the admin package's, registered here
-// (admin.Register), with what follows their acts from effects.go and the
-// maintenance modes from maintenance.go. It holds no queue logic: each
-// handler checks its input and the token's rights, calls queue.Store, and
-// shapes the answer exactly as docs/api.md says (field names, key order,
-// status codes). A route's handler returns its error (internal/httpapi's
-// HandlerFunc) and the route's registration answers it, in one place
-// (httpapi.Failer: 4xx with the client's mistake, 503 with Retry-After
-// while the database is away, 500 otherwise); the stream handlers answer
-// theirs with Server.fail, the same Failer. Files go by prefix:
-// handler_*.go per route group, session*.go for streams, maintenance*.go,
-// authorize.go for the token at the door of each route and the rights
-// checks that need the store (what a token is and may do, and the cookie
-// rule, are the auth package's), effects.go for what follows a push, an ack
-// or a release (metrics, wake-ups, credit), analytics_history.go for the 24
-// h of per-minute figures each instance keeps in memory for the analytics
-// routes (handler_analytics.go; Server.RunAnalytics samples its gauges).
+// /metrics, the stats and status endpoints, and the demo page (web). The
+// browsing, consumer-group, DLQ, trace, maintenance, backlog, analytics and
+// rates routes are the admin package's, registered here (admin.Register),
+// with what follows their acts from effects.go, the maintenance modes from
+// maintenance.go, and the history the analytics and rates chart
+// (internal/history), which this package records into as it serves. It
+// holds no queue logic: each handler checks its input and the token's
+// rights, calls queue.Store, and shapes the answer exactly as docs/api.md
+// says (field names, key order, status codes). A route's handler returns
+// its error (internal/httpapi's HandlerFunc) and the route's registration
+// answers it, in one place (httpapi.Failer: 4xx with the client's mistake,
+// 503 with Retry-After while the database is away, 500 otherwise); the
+// stream handlers answer theirs with Server.fail, the same Failer. Files go
+// by prefix: handler_*.go per route group, session*.go for streams,
+// maintenance*.go, authorize.go for the token at the door of each route and
+// the rights checks that need the store (what a token is and may do, and
+// the cookie rule, are the auth package's), effects.go for what follows a
+// push, an ack or a release (metrics, wake-ups, credit, the history's
+// counts), metrics.go for the herald_* series and the history
+// (internal/history: Server.RunAnalytics samples its gauges,
+// Server.RecordRetention adds retention's runs).
 //
 // # Browsers: origins and the cookie
 //

@@ -48,7 +48,7 @@ func (d *deliveries) settle(k deliveryKey) {
 // afterPush counts pushed messages, wakes this instance's poller and tells
 // other instances (Notifier) about every partition that got one.
 func (s *Server) afterPush(results []queue.PushResult) {
-	s.metrics.history.pushed(results)
+	s.metrics.history.Pushed(results)
 	type qp struct{ queue, partition string }
 	seen := map[qp]bool{}
 	for _, res := range results {
@@ -60,7 +60,7 @@ func (s *Server) afterPush(results []queue.PushResult) {
 			continue // nothing stored
 		}
 		s.metrics.pushed.WithLabelValues(res.Queue).Inc()
-		s.metrics.rates.add(res.Queue, 1, 0)
+		s.metrics.rates.Add(res.Queue, 1, 0)
 		k := qp{res.Queue, res.Partition}
 		if !seen[k] {
 			seen[k] = true
@@ -73,7 +73,7 @@ func (s *Server) afterPush(results []queue.PushResult) {
 // countDLQ counts messages of queue q moved to the dead-letter queue.
 func (s *Server) countDLQ(q string, n int64) {
 	s.metrics.dlq.WithLabelValues(q).Add(float64(n))
-	s.metrics.history.deadLettered(q, n)
+	s.metrics.history.DeadLettered(q, n)
 }
 
 // afterAck follows applied acknowledgements (results in the order of acks):
@@ -81,7 +81,7 @@ func (s *Server) countDLQ(q string, n int64) {
 // delivery (applied, or refused because the lease is gone, so the stream
 // stops waiting for it); and every lease an ack released.
 func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
-	s.metrics.history.acked(acks, results)
+	s.metrics.history.Acked(acks, results)
 	// Successes are counted per run of one queue and status: one counter
 	// lookup for a batch, not one per message.
 	var run struct {
@@ -92,7 +92,7 @@ func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
 	flush := func() {
 		if run.n > 0 {
 			s.metrics.acks.WithLabelValues(run.queue, string(run.status)).Add(float64(run.n))
-			s.metrics.rates.add(run.queue, 0, int64(run.n))
+			s.metrics.rates.Add(run.queue, 0, int64(run.n))
 		}
 	}
 	defer flush()

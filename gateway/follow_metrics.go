@@ -18,19 +18,15 @@ type followMetrics struct {
 
 func newFollowMetrics(reg prometheus.Registerer, followers prometheus.Collector) (*followMetrics, error) {
 	m := &followMetrics{
-		hubs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_follow_hubs",
-			Help: "Queues this instance has followers of (one hub, one read per wake-up, each)."}),
-		reads: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_follow_reads_total",
-			Help: "Follow reads: a hub's for all its followers, and a follower's own while it catches up."}),
-		delivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_follow_hub_messages_total",
-			Help: "Messages hubs read and handed to their followers (counted once, whatever the followers)."}),
-		slow: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_follow_slow_total",
-			Help: "Followers closed because their buffer was full (4001 slow consumer)."}),
+		hubs: newGauge("herald_follow_hubs", "Queues this instance has followers of (one hub, one read per wake-up, each)."),
+		reads: newCounter("herald_follow_reads_total",
+			"Follow reads: a hub's for all its followers, and a follower's own while it catches up."),
+		delivered: newCounter("herald_follow_hub_messages_total",
+			"Messages hubs read and handed to their followers (counted once, whatever the followers)."),
+		slow: newCounter("herald_follow_slow_total", "Followers closed because their buffer was full (4001 slow consumer)."),
 	}
-	for _, c := range []prometheus.Collector{m.hubs, followers, m.reads, m.delivered, m.slow} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := register(reg, m.hubs, followers, m.reads, m.delivered, m.slow); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

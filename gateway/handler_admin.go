@@ -249,7 +249,7 @@ func (s *Server) afterTransaction(ops []queue.TxOp, rs []queue.TxOpResult) {
 	}
 	for q := range touched {
 		if q != "" {
-			s.metrics.history.transaction(q)
+			s.metrics.history.Transaction(q)
 		}
 	}
 }

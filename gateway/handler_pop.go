@@ -137,7 +137,7 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		s.countDeadLetters(res)
-		s.metrics.history.popRequest(req.Queue, len(res.Messages) == 0)
+		s.metrics.history.PopRequest(req.Queue, len(res.Messages) == 0)
 		if len(res.Messages) == 0 {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
@@ -157,7 +157,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 		return err
 	}
 	popOn := s.maint.popStarted() // closed if pop maintenance starts while it waits
-	unpark := s.metrics.history.park(req.Queue)
+	unpark := s.metrics.history.Park(req.Queue)
 	defer unpark()
 	waiter := s.poller.Wait(poller.Intention{
 		Target: queue.Target{Queue: req.Queue, Namespace: req.Namespace, Task: req.Task, Partition: req.Partition, QueueMatch: req.QueueMatch,
@@ -172,7 +172,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 	defer timer.Stop()
 	select {
 	case res := <-waiter.C():
-		s.metrics.history.popRequest(req.Queue, false)
+		s.metrics.history.PopRequest(req.Queue, false)
 		if r.Context().Err() == nil {
 			s.writePop(w, res)
 			return nil
@@ -185,7 +185,7 @@ func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, req queue.PopR
 	case <-r.Context().Done():
 	}
 	res := waiter.Cancel()
-	s.metrics.history.popRequest(req.Queue, res == nil)
+	s.metrics.history.PopRequest(req.Queue, res == nil)
 	if res == nil {
 		if r.Context().Err() == nil {
 			w.WriteHeader(http.StatusNoContent)
@@ -229,6 +229,6 @@ func (s *Server) writePop(w http.ResponseWriter, res *queue.PopResult) {
 		out.Messages[i] = messageOf(m)
 		s.metrics.popped.WithLabelValues(m.Queue, m.Group).Inc()
 	}
-	s.metrics.history.popped(res.Messages)
+	s.metrics.history.Popped(res.Messages)
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }

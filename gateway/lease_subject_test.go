@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -223,7 +224,7 @@ func TestPop_NamespaceServesPermittedQueuesOnly(t *testing.T) {
 		push(q, "p1")
 		push(q, "p2")
 	}
-	alice := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
+	alice := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "read-write",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{
 			"consume": []string{"acme.a", "acme.b/*", "acme.c/p1"}, "namespaces": []string{"acme"}}})
 	queuesOf := func(body []byte) []string {
@@ -264,14 +265,14 @@ func TestPop_NamespaceServesPermittedQueuesOnly(t *testing.T) {
 	assert.Equal(t, []string{"acme.b"}, queuesOf(r.body))
 
 	// Only partitions, no whole queue: nothing to serve by namespace.
-	narrow := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "bob", "role": "read-write",
+	narrow := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "bob", "role": "read-write",
 		"herald": map[string]any{"consume": []string{"acme.c/p1"}, "namespaces": []string{"acme"}}})
 	r = e.doAuth(http.MethodGet, "/api/v1/pop?namespace=acme&wait=false", narrow, "")
 	assert.Equal(t, http.StatusForbidden, r.status, "%s", r)
 
 	// Every ASCII punctuation character in a pattern is literal: no
 	// malformed expression (500), nothing served.
-	odd := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "eve", "role": "read-write",
+	odd := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "eve", "role": "read-write",
 		"herald": map[string]any{"consume": []string{"acme" + `!"#$%&'()+,-.:;<=>?@[\]^_{|}~` + "`", "(", "\\", "[*"},
 			"namespaces": []string{"acme"}}})
 	r = e.doAuth(http.MethodGet, "/api/v1/pop?namespace=acme&wait=false", odd, "")

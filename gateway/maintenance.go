@@ -88,29 +88,25 @@ func newMaintenance(s *Server) (*maintenance, error) {
 		}
 		m.spool = sp
 	}
-	m.pushGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_maintenance_mode",
-		Help: "1 while push maintenance is on (pushes are buffered on disk), as this instance last read it."})
-	m.popGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_pop_maintenance_mode",
-		Help: "1 while pop maintenance is on (pops answer 204, subscriptions get nothing), as this instance last read it."})
-	m.appended = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_buffer_appended_total",
-		Help: "Messages written to this instance's push buffer during push maintenance."})
-	m.drained = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_buffer_drained_total",
-		Help: "Buffered messages stored in the queue by the drain (a duplicate transactionId included)."})
-	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_buffer_dropped_total",
-		Help: "Buffered messages the drain could never store (an unreadable record, or input the queue refuses); each is logged."})
-	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_buffer_full_total",
-		Help: "Pushes answered 503 because the push buffer was full."})
+	m.pushGauge = newGauge("herald_maintenance_mode",
+		"1 while push maintenance is on (pushes are buffered on disk), as this instance last read it.")
+	m.popGauge = newGauge("herald_pop_maintenance_mode",
+		"1 while pop maintenance is on (pops answer 204, subscriptions get nothing), as this instance last read it.")
+	m.appended = newCounter("herald_buffer_appended_total", "Messages written to this instance's push buffer during push maintenance.")
+	m.drained = newCounter("herald_buffer_drained_total",
+		"Buffered messages stored in the queue by the drain (a duplicate transactionId included).")
+	m.dropped = newCounter("herald_buffer_dropped_total",
+		"Buffered messages the drain could never store (an unreadable record, or input the queue refuses); each is logged.")
+	m.refused = newCounter("herald_buffer_full_total", "Pushes answered 503 because the push buffer was full.")
 	cs := []prometheus.Collector{m.pushGauge, m.popGauge, m.appended, m.drained, m.dropped, m.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_buffer_messages",
 			Help: "Messages waiting in this instance's push buffer."}, func() float64 { return float64(m.stats().Records) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_buffer_bytes",
 			Help: "Size of this instance's push buffer file (bounded by --buffer-max-bytes)."}, func() float64 { return float64(m.stats().Bytes) }),
 	}
-	for _, c := range cs {
-		if err := s.reg.Register(c); err != nil {
-			m.closeSpool()
-			return nil, err
-		}
+	if err := register(s.reg, cs...); err != nil {
+		m.closeSpool()
+		return nil, err
 	}
 	return m, nil
 }

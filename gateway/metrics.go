@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/history"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -144,8 +146,10 @@ type metrics struct {
 	expired     queueCounter
 	dlqReplayed queueCounter
 	dlqPurged   queueCounter
-	rates       *rates   // push and ack samples for GET /api/v1/status/rates (rates.go)
-	history     *history // minutes for the /api/v1/analytics/* routes (analytics_history.go)
+	// What the admin's analytics and rates routes read (admin/analytics.go):
+	// the push path, the pops and the acks record into them as they count.
+	rates       *history.Rates   // push and ack samples for GET /api/v1/status/rates
+	history     *history.Minutes // minutes for the /api/v1/analytics/* routes and /api/v1/status
 	wsBadFrames prometheus.Counter
 
 	wsConns        prometheus.Gauge
@@ -185,22 +189,18 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 		dlqPurged:   counter("herald_dlq_purged_total", "Dead letters purged (POST /api/v1/dlq/purge).", "queue"),
 	}
 	m.popped.second = groupLabel(cfg, queues)
-	m.rates = newRates(queues)
-	m.history = newHistory(NewLabelLimiter(HistoryMaxQueues))
-	m.wsBadFrames = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_ws_bad_frames_total",
-		Help: "WebSocket frames that were not the protocol (answered with an error frame)."})
-	m.wsConns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_ws_connections",
-		Help: "Open WebSocket connections."})
-	m.sseStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_sse_streams",
-		Help: "Open SSE (EventSource) streams."})
-	m.sseRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_sse_refused_total",
-		Help: "SSE connections answered with retry: and closed (overloaded or draining)."})
-	m.sseResumedAcks = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_sse_resumed_acks_total",
-		Help: "Messages acknowledged by an SSE reconnect's Last-Event-ID."})
+	m.rates = history.NewRates(queues.Value)
+	m.history = history.NewMinutes(NewLabelLimiter(history.HistoryMaxQueues).Value)
+	m.wsBadFrames = newCounter("herald_ws_bad_frames_total",
+		"WebSocket frames that were not the protocol (answered with an error frame).")
+	m.wsConns = newGauge("herald_ws_connections", "Open WebSocket connections.")
+	m.sseStreams = newGauge("herald_sse_streams", "Open SSE (EventSource) streams.")
+	m.sseRefused = newCounter("herald_sse_refused_total", "SSE connections answered with retry: and closed (overloaded or draining).")
+	m.sseResumedAcks = newCounter("herald_sse_resumed_acks_total", "Messages acknowledged by an SSE reconnect's Last-Event-ID.")
 	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_auth_failures_total",
 		Help: "Requests refused by authentication (401), by role (403) or by the cookie rule (403, reason cross_site)."}, []string{"reason"})
-	m.slowBodies = prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_http_slow_body_total",
-		Help: "Requests whose body was not received within the body read timeout (answered 408, connection closed)."})
+	m.slowBodies = newCounter("herald_http_slow_body_total",
+		"Requests whose body was not received within the body read timeout (answered 408, connection closed).")
 	cs := []prometheus.Collector{m.slowBodies, m.requests, m.duration, m.pushed.vec, m.duplicates.vec, m.popped.vec, m.acks.vec,
 		m.dlq.vec, m.dropped.vec, m.expired.vec, m.dlqReplayed.vec, m.dlqPurged.vec, m.wsBadFrames,
 		m.wsConns, m.sseStreams, m.sseRefused, m.sseResumedAcks, m.authFailures}
@@ -212,31 +212,60 @@ func newMetrics(reg prometheus.Registerer, store *queue.Store, cfg MetricsConfig
 	gauge("herald_db_pool_acquired_conns", "Pool connections in use.", func() float64 { return float64(pool.Stat().AcquiredConns()) })
 	gauge("herald_db_pool_idle_conns", "Idle pool connections.", func() float64 { return float64(pool.Stat().IdleConns()) })
 	gauge("herald_db_pool_max_conns", "Pool size limit.", func() float64 { return float64(pool.Stat().MaxConns()) })
-	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_acquires_total",
-		Help: "Connections acquired from the pool."}, func() float64 { return float64(pool.Stat().AcquireCount()) }))
-	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_empty_acquires_total",
-		Help: "Acquires that had to wait for a connection."}, func() float64 { return float64(pool.Stat().EmptyAcquireCount()) }))
-	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_acquire_wait_seconds_total",
-		Help: "Time acquires spent waiting for a connection (the pool was empty): its rate over the rate of herald_db_pool_empty_acquires_total is the mean wait."},
-		func() float64 { return pool.Stat().EmptyAcquireWaitTime().Seconds() }))
-	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_db_pool_canceled_acquires_total",
-		Help: "Acquires given up because their context ended while waiting for a connection."},
-		func() float64 { return float64(pool.Stat().CanceledAcquireCount()) }))
-	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_decrypt_failures_total",
-		Help: "Encrypted payloads that failed to decrypt (tampered, or copied from another message): dead-lettered, never delivered."},
-		func() float64 { return float64(store.DecryptFailures()) }))
+	counterFunc := func(name, help string, f func() float64) {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	counterFunc("herald_db_pool_acquires_total", "Connections acquired from the pool.",
+		func() float64 { return float64(pool.Stat().AcquireCount()) })
+	counterFunc("herald_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.",
+		func() float64 { return float64(pool.Stat().EmptyAcquireCount()) })
+	counterFunc("herald_db_pool_acquire_wait_seconds_total",
+		"Time acquires spent waiting for a connection (the pool was empty): its rate over the rate of herald_db_pool_empty_acquires_total is the mean wait.",
+		func() float64 { return pool.Stat().EmptyAcquireWaitTime().Seconds() })
+	counterFunc("herald_db_pool_canceled_acquires_total", "Acquires given up because their context ended while waiting for a connection.",
+		func() float64 { return float64(pool.Stat().CanceledAcquireCount()) })
+	counterFunc("herald_decrypt_failures_total",
+		"Encrypted payloads that failed to decrypt (tampered, or copied from another message): dead-lettered, never delivered.",
+		func() float64 { return float64(store.DecryptFailures()) })
 	if stats := store.QueryStats(); stats != nil {
 		cs = append(cs, queryCollector{stats: stats, desc: prometheus.NewDesc("herald_db_queries_total",
 			"Statements sent to the database, by operation (every query, batch member, begin and commit).",
 			[]string{"op"}, nil)})
 	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := register(reg, cs...); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
+
+// newCounter and newGauge make a herald_* series without labels.
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func newGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// register registers cs on reg, stopping at the first it refuses.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunAnalytics samples the gauges of the analytics history every
+// history.HistorySample until ctx ends (internal/server runs it with the
+// other loops). Without it the history has counts but no gauges.
+func (s *Server) RunAnalytics(ctx context.Context) error { return s.metrics.history.Run(ctx, s.store) }
+
+// RecordRetention adds what a retention run deleted to the analytics
+// history (the retention route); internal/server reports each run here
+// as it does to RetentionMetrics.
+func (s *Server) RecordRetention(ds []queue.RetentionDeleted) { s.metrics.history.Retained(ds) }
 
 func (m *metrics) observeRequest(route, method string, status int, d time.Duration) {
 	m.requests.WithLabelValues(route, methodLabel(method), strconv.Itoa(status)).Inc()

@@ -48,14 +48,12 @@ func HygieneMetrics(reg prometheus.Registerer, cfg MetricsConfig) func(*queue.Hy
 		Help: "Dead rows waiting for vacuum, by table."}, []string{"table"})
 	live := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "herald_table_live_rows",
 		Help: "Live rows, by table (PostgreSQL's estimate)."}, []string{"table"})
-	xminAge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_xmin_age",
-		Help: "Age in transactions of the oldest snapshot a session or replication slot holds."})
-	xminHeld := prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_xmin_held_seconds",
-		Help: "How long the oldest transaction holding a snapshot has been open."})
-	slotBytes := prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_replication_slot_retained_bytes",
-		Help: "WAL the replication slot furthest behind keeps on disk (0 without slots)."})
-	slotsInactive := prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_replication_slots_inactive",
-		Help: "Replication slots no client streams from: each keeps WAL and the catalog xmin until dropped."})
+	xminAge := newGauge("herald_xmin_age", "Age in transactions of the oldest snapshot a session or replication slot holds.")
+	xminHeld := newGauge("herald_xmin_held_seconds", "How long the oldest transaction holding a snapshot has been open.")
+	slotBytes := newGauge("herald_replication_slot_retained_bytes",
+		"WAL the replication slot furthest behind keeps on disk (0 without slots).")
+	slotsInactive := newGauge("herald_replication_slots_inactive",
+		"Replication slots no client streams from: each keeps WAL and the catalog xmin until dropped.")
 	backlog := newBacklogCollector(cfg)
 	reg.MustRegister(bytes, dead, live, xminAge, xminHeld, slotBytes, slotsInactive, backlog)
 	return func(h *queue.Hygiene) {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/queue"
 )
@@ -127,7 +128,7 @@ func TestRights_RefusalsDoNotRevealAnotherTenantsObjects(t *testing.T) {
 	// release by its timer among the statements counted.
 	e := newEnv(t, func(c *gateway.Config) { c.Auth, c.SSEResumeGrace = &auth.Auth{Secret: authSecret}, time.Hour })
 	alice, bob := mailbox(t, "alice"), mailbox(t, "bob")
-	aliceAdmin := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "admin",
+	aliceAdmin := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "alice", "role": "admin",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": []string{"mail/alice"},
 			"produce": []string{"mail/alice"}}})
 	admin := auth.SignToken(authSecret, "ops", "admin", time.Hour)

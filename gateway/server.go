@@ -332,7 +332,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.failer = &httpapi.Failer{Log: s.log, Outage: s.outage, OnFault: m.history.dbError}
+	s.failer = &httpapi.Failer{Log: s.log, Outage: s.outage, OnFault: m.history.DBError}
 	if s.conns, err = newConns(cfg.MaxConnections, reg); err != nil {
 		return nil, err
 	}
@@ -393,9 +393,6 @@ func (s *Server) routes() error {
 	s.read("GET /internal/api/status", "status", auth.RoleAdmin, s.handleStatus)
 	// The reference server's name for the stats of the shared state.
 	s.read("GET /api/v1/system/shared-state", "shared_state", auth.RoleAdmin, s.handleStats)
-	// What this instance measures as it serves: its analytics and rates.
-	s.analyticsRoutes()                                                                  // handler_analytics.go
-	s.read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates) // rates.go
 	s.handle("OPTIONS /", "options", auth.RoleNone, func(w http.ResponseWriter, _ *http.Request) error {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -403,11 +400,13 @@ func (s *Server) routes() error {
 	s.handle("/", "not_found", auth.RoleNone, func(_ http.ResponseWriter, r *http.Request) error {
 		return httpapi.Status(http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 	})
-	// Administration (admin/): consumer groups, the DLQ, traces, maintenance, the backlog overview.
+	// Administration (admin/): browsing, consumer groups, the DLQ, traces,
+	// maintenance, the backlog overview, and the analytics and rates of
+	// what this instance recorded as it served (internal/history).
 	return admin.Register(admin.Routes{Read: s.read, Handle: s.handle}, admin.Deps{Store: s.store, Hide: s.hide, Visible: s.visible,
 		Effects: admin.Effects{AfterGroupMoved: s.afterGroupMoved, WakeQueue: s.wakeQueue, AfterReplay: s.afterReplay, AfterPurge: s.afterPurge,
 			AfterMessageDeleted: s.afterMessageDeleted},
-		Maintenance: s.maint, Series: s.statusSeries})
+		Maintenance: s.maint, History: s.metrics.history, Rates: s.metrics.rates, Instance: s.cfg.Instance})
 }
 
 // Drain starts a graceful shutdown: nothing new is leased to streams,

@@ -501,7 +501,7 @@ func (ss *session) written(it outItem) {
 		ss.s.metrics.popped.WithLabelValues(msgs[i].Queue, msgs[i].Group).Add(float64(j - i))
 		i = j
 	}
-	ss.s.metrics.history.popped(msgs)
+	ss.s.metrics.history.Popped(msgs)
 	if it.sub.in.AutoAck {
 		ss.s.poller.AddCredit(it.sub.in, len(it.res.Messages))
 	} else if ss.opts.leaseCheck > 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/auth/authtest"
 )
 
 // traceItem is an item of GET /api/v1/traces/... answers (by message: the
@@ -392,14 +393,14 @@ func TestTrace_RightsAndRoles(t *testing.T) {
 	assert.ElementsMatch(t, []string{"shared", "bob-only"}, names(bob))
 	assert.ElementsMatch(t, []string{"shared", "alice-only", "bob-only"}, names(admin))
 	// A claim with no consume pattern sees nothing.
-	producer := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "p", "role": "read-write",
+	producer := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "p", "role": "read-write",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"produce": []string{"mail/*"}}})
 	assert.Empty(t, names(producer))
 	// A whole-queue pattern, and a partition glob.
-	mailAll := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "m", "role": "read-only",
+	mailAll := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "m", "role": "read-only",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": []string{"mail"}}})
 	assert.ElementsMatch(t, []string{"shared", "alice-only", "bob-only"}, names(mailAll))
-	bGlob := sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "g", "role": "read-only",
+	bGlob := authtest.Sign(t, jwa.HS256(), authSecret, "", map[string]any{"sub": "g", "role": "read-only",
 		"exp": time.Now().Add(time.Hour).Unix(), "herald": map[string]any{"consume": []string{"ma*/b*", "other.q/*"}}})
 	assert.ElementsMatch(t, []string{"shared", "bob-only"}, names(bGlob))
 

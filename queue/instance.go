@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 )
 
 // An instance id (Config.InstanceID) names the owner of the leases an
@@ -164,47 +165,44 @@ func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, 
 func (l *InstanceLock) keep(ctx context.Context) {
 	defer close(l.done)
 	log := l.s.log.With().Str("instance", l.s.cfg.InstanceID).Logger()
-	t := time.NewTicker(InstanceLockCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if l.conn != nil {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := l.conn.Ping(pctx)
-			cancel()
-			if err == nil || ctx.Err() != nil {
-				continue
-			}
-			l.held.Store(false)
-			log.Error().Err(err).Msg("lost the instance id's lock with its connection; taking it again")
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = l.conn.Close(cctx)
-			cancel()
-			l.conn = nil
-		}
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, started, err := l.s.lockInstanceConn(lctx, l.url)
+	every(ctx, InstanceLockCheck, func() { l.check(ctx, log) })
+}
+
+// check is one of keep's checks: a ping of the lock's connection, and
+// when it is lost, one try to take the lock again.
+func (l *InstanceLock) check(ctx context.Context, log zerolog.Logger) {
+	if l.conn != nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := l.conn.Ping(pctx)
 		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn().Err(err).Msg("taking the instance id's lock again failed; retrying")
-			}
-			continue
+		if err == nil || ctx.Err() != nil {
+			return
 		}
-		l.conn = conn
-		l.pid.Store(conn.PgConn().PID())
-		l.held.Store(true)
-		log.Info().Msg("took the instance id's lock again")
-		if was := *l.started.Swap(&started); was != started {
-			log.Warn().Str("was_started", was).Str("started", started).
-				Msg("the database is not the one the lock was held on (restarted, or failed over): reconciling this instance's leases")
-			if f := l.changed.Load(); f != nil {
-				(*f)()
-			}
+		l.held.Store(false)
+		log.Error().Err(err).Msg("lost the instance id's lock with its connection; taking it again")
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = l.conn.Close(cctx)
+		cancel()
+		l.conn = nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	conn, started, err := l.s.lockInstanceConn(lctx, l.url)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn().Err(err).Msg("taking the instance id's lock again failed; retrying")
+		}
+		return
+	}
+	l.conn = conn
+	l.pid.Store(conn.PgConn().PID())
+	l.held.Store(true)
+	log.Info().Msg("took the instance id's lock again")
+	if was := *l.started.Swap(&started); was != started {
+		log.Warn().Str("was_started", was).Str("started", started).
+			Msg("the database is not the one the lock was held on (restarted, or failed over): reconciling this instance's leases")
+		if f := l.changed.Load(); f != nil {
+			(*f)()
 		}
 	}
 }

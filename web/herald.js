@@ -117,6 +117,21 @@ function renewBefore(herald, tok, current, reopen) {
   }, wait);
 }
 
+/**
+ * reopenBefore(herald, tok, es, current, open, timer) → the timer to keep: renewBefore for an EventSource
+ * stream, whose reopen closes es and calls open(fresh); the renewal's timer replaces timer (cleared) when
+ * there is one.
+ */
+function reopenBefore(herald, tok, es, current, open, timer) {
+  const renew = renewBefore(herald, tok, current, (fresh) => {
+    es.close();
+    open(fresh);
+  });
+  if (!renew) return timer;
+  clearTimeout(timer);
+  return renew;
+}
+
 export class Herald {
   /**
    * @param {string} [base] the server's URL; default: this page's origin
@@ -461,14 +476,7 @@ export class Herald {
       // With a token function: before this token expires, reopen with a
       // fresh one, resuming after the last event (the server acks what it
       // covers and hands the rest back to this stream first).
-      const renew = renewBefore(herald, tok, () => !closed && handle.source === es, (fresh) => {
-        es.close();
-        open(fresh);
-      });
-      if (renew) {
-        clearTimeout(timer);
-        timer = renew;
-      }
+      timer = reopenBefore(herald, tok, es, () => !closed && handle.source === es, open, timer);
     };
     opts.onState?.({ state: "connecting", attempt: 0, delay: 0 });
     if (typeof this.token === "function") {
@@ -574,37 +582,25 @@ export class Herald {
         clearTimeout(timer);
         timer = setTimeout(() => herald._token().then(open, () => open(tok)), delay);
       };
-      es.addEventListener("message", (ev) => {
-        if (ev.lastEventId) lastId = ev.lastEventId;
-        let m;
-        try {
-          m = JSON.parse(ev.data);
-        } catch {
-          return;
-        }
-        run(() => opts.onMessage?.(m, handle));
-      });
-      es.addEventListener("gap", (ev) => {
-        if (ev.lastEventId) lastId = ev.lastEventId;
-        let g;
-        try {
-          g = JSON.parse(ev.data);
-        } catch {
-          return;
-        }
-        run(() => opts.onGap?.(g, handle));
-      });
+      // A message and a gap alike move the position and hand their JSON on
+      // (an event whose data is not JSON is skipped).
+      const listen = (type, deliver) =>
+        es.addEventListener(type, (ev) => {
+          if (ev.lastEventId) lastId = ev.lastEventId;
+          let v;
+          try {
+            v = JSON.parse(ev.data);
+          } catch {
+            return;
+          }
+          run(() => deliver(v));
+        });
+      listen("message", (m) => opts.onMessage?.(m, handle));
+      listen("gap", (g) => opts.onGap?.(g, handle));
       // With a token function: before this token expires, reopen with a
       // fresh one, after the last event (a token function that fails: the
       // stream ends at exp, and reopens then).
-      const renew = renewBefore(herald, tok, () => !closed && handle.source === es, (fresh) => {
-        es.close();
-        open(fresh);
-      });
-      if (renew) {
-        clearTimeout(timer);
-        timer = renew;
-      }
+      timer = reopenBefore(herald, tok, es, () => !closed && handle.source === es, open, timer);
     };
     // From "now" (the default) the start is asked for first (a long-poll
     // that does not wait), so that a new stream before the first message

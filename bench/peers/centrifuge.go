@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
@@ -18,24 +17,17 @@ import (
 // with an HTTP publish endpoint, as Centrifugo's server API is; one
 // WebSocket client subscribes to a channel. Centrifuge has no acks: a
 // message is delivered at most once to the connected client.
-type centrifugeSys struct {
-	ch   *child
-	http *http.Client
-	n    int
-}
+type centrifugeSys struct{ childSys }
 
 func startCentrifuge(ctx context.Context, self string) (*centrifugeSys, error) {
-	ch, err := startChild(ctx, self, "child", "centrifuge")
+	cs, err := startChildSys(ctx, self, "centrifuge")
 	if err != nil {
 		return nil, err
 	}
-	return &centrifugeSys{ch: ch, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64},
-		Timeout: time.Minute}}, nil
+	return &centrifugeSys{cs}, nil
 }
 
 func (s *centrifugeSys) name() string { return "centrifuge" }
-
-func (s *centrifugeSys) cpu() (time.Duration, time.Duration) { return procCPU(s.ch.pid()), 0 }
 
 func (s *centrifugeSys) run(ctx context.Context, rate int, warm, dur time.Duration) (sample, error) {
 	s.n++
@@ -100,24 +92,8 @@ func (s *centrifugeSys) run(ctx context.Context, rate int, warm, dur time.Durati
 
 // publish posts p to the node's publish endpoint.
 func (s *centrifugeSys) publish(ctx context.Context, channel string, p []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.ch.addr+"/publish?channel="+channel,
-		bytes.NewReader(p))
-	if err != nil {
-		return fmt.Errorf("building a request: %w", err)
-	}
-	res, err := s.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("publishing: %w", err)
-	}
-	defer func() { _ = res.Body.Close() }()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("publishing: %d %s", res.StatusCode, b)
-	}
-	return nil
+	return s.post(ctx, "/publish?channel="+channel, "publishing", p)
 }
-
-func (s *centrifugeSys) close() { s.ch.stop() }
 
 // childCentrifuge runs the node: /connection/websocket for clients (every
 // connection accepted as user "peers", every subscription allowed),
@@ -163,14 +139,10 @@ func childCentrifuge() error {
 		}
 		_, _ = io.WriteString(w, "{}")
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := serveChild(mux)
 	if err != nil {
-		return fmt.Errorf("listening: %w", err)
+		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	fmt.Println("ready " + ln.Addr().String())
-	waitParent()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,23 +28,13 @@ import (
 // fanoutPerProcess is how many followers one child holds at most.
 const fanoutPerProcess = 5000
 
-// fanoutCase is N followers at R msgs/s.
-type fanoutCase struct{ followers, rate int }
-
-func (c fanoutCase) String() string { return fmt.Sprintf("%d@%d", c.followers, c.rate) }
-
-func parseFanout(s string) ([]fanoutCase, error) {
-	var out []fanoutCase
-	for f := range strings.SplitSeq(s, ",") {
-		n, r, ok := strings.Cut(strings.TrimSpace(f), "@")
-		fn, err1 := strconv.Atoi(n)
-		fr, err2 := strconv.Atoi(r)
-		if !ok || err1 != nil || err2 != nil || fn < 1 || fn > 100000 || fr < 1 || fr > 10000 {
-			return nil, fmt.Errorf("%q is not FOLLOWERS@RATE (1-100000 @ 1-10000)", f)
-		}
-		out = append(out, fanoutCase{fn, fr})
+// fanoutCases reads --fanout (fanoutload.ParseCases): one case at least.
+func fanoutCases(s string) ([]fanoutload.Case, error) {
+	cs, err := fanoutload.ParseCases(s)
+	if err == nil && len(cs) == 0 {
+		err = errors.New("want at least one FOLLOWERS@RATE")
 	}
-	return out, nil
+	return cs, err
 }
 
 // fanoutTarget is how one system is followed and pushed to.
@@ -93,7 +84,7 @@ func (s *centrifugeSys) fanout(int) fanoutTarget {
 // runFanoutRounds measures every case on every system able to, rounds
 // interleaved.
 func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sys []system,
-	res map[string]map[fanoutCase][]fanoutSample, log io.Writer) error {
+	res map[string]map[fanoutload.Case][]fanoutSample, log io.Writer) error {
 	for _, c := range cfg.fanoutCases {
 		for _, s := range sys {
 			f, ok := s.(fanouter)
@@ -101,8 +92,8 @@ func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sy
 				continue
 			}
 			fmt.Fprintf(log, "round %d/%d: %s fanout to %d SSE followers at %d msgs/s (load %s) … ", round, cfg.rounds,
-				s.name(), c.followers, c.rate, loadAvg())
-			sm, err := fanoutOnce(ctx, cfg, self, f.fanout(c.followers), c, log)
+				s.name(), c.Followers, c.Rate, fanoutload.LoadAverage())
+			sm, err := fanoutOnce(ctx, cfg, self, f.fanout(c.Followers), c, log)
 			if err != nil && ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -114,7 +105,7 @@ func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sy
 				sm.counts.Received, sm.counts.Expected, sm.counts.Violations, sm.counts.Losses, sm.p50, sm.p99,
 				sm.cpuPer1k, sm.srvPer1k, sm.cliPer1k)
 			if res[s.name()] == nil {
-				res[s.name()] = map[fanoutCase][]fanoutSample{}
+				res[s.name()] = map[fanoutload.Case][]fanoutSample{}
 			}
 			res[s.name()][c] = append(res[s.name()][c], sm)
 		}
@@ -122,10 +113,10 @@ func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sy
 	return nil
 }
 
-func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c fanoutCase, log io.Writer) (fanoutSample, error) {
-	procs := (c.followers + fanoutPerProcess - 1) / fanoutPerProcess
-	total, warm := runLength(c.rate, cfg.warm, cfg.fanoutDuration)
-	fp, err := fanoutload.StartFollowers(ctx, []string{self, "child", "followers"}, procs, c.followers, []string{t.url}, t.path,
+func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c fanoutload.Case, log io.Writer) (fanoutSample, error) {
+	procs := (c.Followers + fanoutPerProcess - 1) / fanoutPerProcess
+	total, warm := runLength(c.Rate, cfg.warm, cfg.fanoutDuration)
+	fp, err := fanoutload.StartFollowers(ctx, []string{self, "child", "followers"}, procs, c.Followers, []string{t.url}, t.path,
 		t.ready, warm, log)
 	if err != nil {
 		return fanoutSample{}, err
@@ -134,11 +125,11 @@ func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c 
 	if t.joined != nil {
 		for deadline := time.Now().Add(60 * time.Second); ; {
 			n, err := t.joined()
-			if err == nil && n == c.followers {
+			if err == nil && n == c.Followers {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fanoutSample{}, fmt.Errorf("the server counts %d followers, want %d (%v)", n, c.followers, err)
+				return fanoutSample{}, fmt.Errorf("the server counts %d followers, want %d (%v)", n, c.Followers, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -146,7 +137,7 @@ func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c 
 	time.Sleep(time.Second) // the connects settled
 	s0, pg0 := t.cpu()
 	c0 := fp.CPU()
-	if _, err := fanoutload.PaceSequential(ctx, c.rate, total, func(ctx context.Context, i int) error {
+	if _, err := fanoutload.PaceSequential(ctx, c.Rate, total, func(ctx context.Context, i int) error {
 		return t.push(ctx, i, makePayload(i))
 	}); err != nil {
 		return fanoutSample{}, err
@@ -191,7 +182,7 @@ func metric(hc *http.Client, base, name string) (float64, error) {
 
 // reportFanout writes the fanout table: medians over the rounds; the
 // order counts are sums.
-func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]map[fanoutCase][]fanoutSample) {
+func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]map[fanoutload.Case][]fanoutSample) {
 	fmt.Fprintf(b, "Fanout. Settings: N SSE clients follow one stream (Herald: GET /api/v1/follow/queue/{q}, a follow stream; "+
 		"centrifuge: its SSE transport, GET /connection/sse with a server-side subscription, memory broker; floor: a bare "+
 		"server writing each frame to every socket, one write(2) each over GOMAXPROCS goroutines, no storage: the least any "+

@@ -42,24 +42,21 @@ import (
 // then starts it late and stamps it late, so that the wait behind the
 // previous fan-out, which Herald's followers see, is not counted.
 type floorSys struct {
-	ch   *child
-	http *http.Client
-	n    int
+	childSys
 	sync bool // floor-sync: a small frame, the push answered once every socket is written
 }
 
 // startFloor starts the floor; sync, the first floor (floor-sync).
 func startFloor(ctx context.Context, self string, sync bool) (*floorSys, error) {
-	args := []string{"child", "floor"}
+	args := []string{"floor"}
 	if sync {
 		args = append(args, "sync")
 	}
-	ch, err := startChild(ctx, self, args...)
+	cs, err := startChildSys(ctx, self, args...)
 	if err != nil {
 		return nil, err
 	}
-	return &floorSys{ch: ch, sync: sync, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64},
-		Timeout: time.Minute}}, nil
+	return &floorSys{childSys: cs, sync: sync}, nil
 }
 
 func (s *floorSys) name() string {
@@ -69,34 +66,16 @@ func (s *floorSys) name() string {
 	return "floor"
 }
 
-func (s *floorSys) cpu() (time.Duration, time.Duration) { return procCPU(s.ch.pid()), 0 }
-
 func (s *floorSys) run(context.Context, int, time.Duration, time.Duration) (sample, error) {
 	return sample{}, errors.New("the floor is measured in the fanout scenario only")
 }
-
-func (s *floorSys) close() { s.ch.stop() }
 
 func (s *floorSys) fanout(int) fanoutTarget {
 	s.n++
 	stream := fmt.Sprintf("peers-fanout-%d", s.n)
 	return fanoutTarget{url: "http://" + s.ch.addr, path: "/follow/" + stream, ready: ": connected", cpu: s.cpu,
 		push: func(ctx context.Context, _ int, p []byte) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.ch.addr+"/push/"+stream,
-				bytes.NewReader(p))
-			if err != nil {
-				return fmt.Errorf("building a request: %w", err)
-			}
-			res, err := s.http.Do(req)
-			if err != nil {
-				return fmt.Errorf("pushing: %w", err)
-			}
-			defer func() { _ = res.Body.Close() }()
-			_, _ = io.Copy(io.Discard, res.Body)
-			if res.StatusCode != http.StatusOK {
-				return fmt.Errorf("pushing: %s", res.Status)
-			}
-			return nil
+			return s.post(ctx, "/push/"+stream, "pushing", p)
 		}}
 }
 
@@ -279,14 +258,9 @@ func childFloor(args []string) error {
 		}
 		_, _ = io.WriteString(w, "{}")
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listening: %w", err)
+	if _, err := serveChild(mux); err != nil {
+		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	fmt.Println("ready " + ln.Addr().String())
-	waitParent()
 	if n := floorBlocked.Load(); n > 0 {
 		fmt.Fprintf(os.Stderr, "floor: %d writes had to wait for their socket\n", n)
 	}

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/heraldmq/herald/client"
@@ -111,21 +109,8 @@ func (h *heraldSys) run(ctx context.Context, rate int, warm, dur time.Duration) 
 }
 
 func (h *heraldSys) post(ctx context.Context, path, body string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+path, strings.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("building a request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := h.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("posting %s: %w", path, err)
-	}
-	defer func() { _ = res.Body.Close() }()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusCreated {
-		return fmt.Errorf("posting %s: %d %s", path, res.StatusCode, b)
-	}
-	return nil
+	_, err := call(ctx, h.http, http.MethodPost, h.url+path, []byte(body), http.StatusCreated, "posting "+path)
+	return err
 }
 
 // close stops the process once the last row sharing it is done.
@@ -136,17 +121,7 @@ func (h *heraldSys) close() {
 	}
 }
 
-func (h *heraldSys) stop() {
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-h.done:
-		_ = err // a signalled exit is expected
-	case <-time.After(30 * time.Second):
-		_ = h.cmd.Process.Kill()
-		err := <-h.done
-		_ = err
-	}
-}
+func (h *heraldSys) stop() { stopProcess(h.cmd, h.done) }
 
 func (h *heraldSys) e2eMaxGroups() int { return 1 << 20 }
 
@@ -217,18 +192,6 @@ func (h *heraldSys) e2e(ctx context.Context, groups int, warm, dur time.Duration
 }
 
 func (h *heraldSys) deleteQueue(ctx context.Context, q string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, h.url+"/api/v1/resources/queues/"+q, nil)
-	if err != nil {
-		return fmt.Errorf("building a request: %w", err)
-	}
-	res, err := h.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("deleting queue %s: %w", q, err)
-	}
-	defer func() { _ = res.Body.Close() }()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("deleting queue %s: %d %s", q, res.StatusCode, b)
-	}
-	return nil
+	_, err := call(ctx, h.http, http.MethodDelete, h.url+"/api/v1/resources/queues/"+q, nil, http.StatusOK, "deleting queue "+q)
+	return err
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,19 +44,9 @@ func (h *heraldSys) ackBatch(ctx context.Context, items []ackItem) error {
 	if err != nil {
 		return fmt.Errorf("encoding acks: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/api/v1/ack/batch", bytes.NewReader(body))
+	b, err := call(ctx, h.http, http.MethodPost, h.url+"/api/v1/ack/batch", body, http.StatusOK, "acking")
 	if err != nil {
-		return fmt.Errorf("building an ack request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := h.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("acking: %w", err)
-	}
-	defer func() { _ = res.Body.Close() }()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("acking: %d %s", res.StatusCode, b)
+		return err
 	}
 	var out []struct {
 		Success bool    `json:"success"`

@@ -98,7 +98,7 @@ type config struct {
 	out         string
 	// fanoutCases and fanoutDuration: the fanout scenario's followers @
 	// rates and measured part.
-	fanoutCases    []fanoutCase
+	fanoutCases    []fanoutload.Case
 	fanoutDuration time.Duration
 }
 
@@ -134,7 +134,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--scenario: %q is not latency, e2e, all or fanout", cfg.scenario)
 	}
 	var err error
-	if cfg.fanoutCases, err = parseFanout(*fanout); err != nil {
+	if cfg.fanoutCases, err = fanoutCases(*fanout); err != nil {
 		return fmt.Errorf("--fanout: %w", err)
 	}
 	if cfg.rates, err = positiveInts(rates); err != nil {
@@ -162,7 +162,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("finding this binary: %w", err)
 	}
-	load0 := loadAvg()
+	load0 := fanoutload.LoadAverage()
 	started := time.Now()
 	sys, cleanup, err := startAll(ctx, cfg, self, stderr)
 	defer cleanup()
@@ -173,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// round.
 	results := map[string]map[int][]sample{}
 	e2es := map[string]map[int][]e2eSample{}
-	fanouts := map[string]map[fanoutCase][]fanoutSample{}
+	fanouts := map[string]map[fanoutload.Case][]fanoutSample{}
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, rate := range cfg.rates {
 			if !cfg.latency() {
@@ -208,7 +208,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	table := report(cfg, sys, results, e2es, fanouts, load0, loadAvg(), time.Since(started))
+	table := report(cfg, sys, results, e2es, fanouts, load0, fanoutload.LoadAverage(), time.Since(started))
 	_, _ = io.WriteString(stdout, table)
 	if cfg.out != "" {
 		if err := os.WriteFile(cfg.out, []byte(table), 0o600); err != nil {
@@ -325,12 +325,4 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 		sys = append(sys, s)
 	}
 	return sys, cleanup, nil
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

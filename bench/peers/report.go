@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 // describe says what each system is and how durable a push is when it
@@ -45,7 +47,7 @@ func ratio(v, base float64) string {
 }
 
 func report(cfg config, sys []system, res map[string]map[int][]sample, e2es map[string]map[int][]e2eSample,
-	fanouts map[string]map[fanoutCase][]fanoutSample, load0, load1 string, took time.Duration) string {
+	fanouts map[string]map[fanoutload.Case][]fanoutSample, load0, load1 string, took time.Duration) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), load average %s before and %s after, %s, %s/%s, %s; host %s. "+

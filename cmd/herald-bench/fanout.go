@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,33 +21,6 @@ const followersCmd = "__follow"
 
 // fanoutPerProcess is how many followers one child holds at most.
 const fanoutPerProcess = 5000
-
-// fanoutCase is one fanout measurement: followers of one queue, pushes at
-// a rate.
-type fanoutCase struct {
-	Followers int
-	Rate      int
-}
-
-func (c fanoutCase) String() string { return fmt.Sprintf("%d@%d", c.Followers, c.Rate) }
-
-// parseFanout reads "N@R,N@R" (followers @ messages per second).
-func parseFanout(s string) ([]fanoutCase, error) {
-	var out []fanoutCase
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	for f := range strings.SplitSeq(s, ",") {
-		n, r, ok := strings.Cut(strings.TrimSpace(f), "@")
-		fn, err1 := strconv.Atoi(n)
-		fr, err2 := strconv.Atoi(r)
-		if !ok || err1 != nil || err2 != nil || fn < 1 || fn > 100000 || fr < 1 || fr > 10000 {
-			return nil, fmt.Errorf("%q is not FOLLOWERS@RATE (1-100000 @ 1-10000)", f)
-		}
-		out = append(out, fanoutCase{fn, fr})
-	}
-	return out, nil
-}
 
 // fanoutResult is one fanout measurement.
 type fanoutResult struct {
@@ -143,7 +115,7 @@ func freeAddr() string {
 // measures their idle memory, pushes c.Rate messages a second for
 // --duration to the first instance, one at a time, and collects what every
 // follower received.
-func fanoutRun(ctx context.Context, insts []*server, c fanoutCase, cfg benchConfig, pprofAddr string,
+func fanoutRun(ctx context.Context, insts []*server, c fanoutload.Case, cfg benchConfig, pprofAddr string,
 	log io.Writer) (fanoutResult, error) {
 	res := fanoutResult{Followers: c.Followers, Rate: c.Rate, Load: fanoutload.LoadAverage()}
 	q := fmt.Sprintf("bench-fanout-%d", time.Now().UnixNano())

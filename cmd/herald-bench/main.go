@@ -49,8 +49,8 @@ type benchConfig struct {
 	RestartProfile    string
 	// FanoutCases and FanoutCluster: the fanout scenario's followers and
 	// rates, on one instance and on three.
-	FanoutCases   []fanoutCase
-	FanoutCluster []fanoutCase
+	FanoutCases   []fanoutload.Case
+	FanoutCluster []fanoutload.Case
 	// FanoutProfile: a file prefix for CPU profiles of herald during the
 	// single-instance fanout pushes; empty takes none.
 	FanoutProfile string
@@ -128,11 +128,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg.DrainPartitions = append(cfg.DrainPartitions, n)
 	}
 	var err error
-	if cfg.FanoutCases, err = parseFanout(*fanout); err != nil {
+	if cfg.FanoutCases, err = fanoutload.ParseCases(*fanout); err != nil {
 		fmt.Fprintf(stderr, "herald-bench: --fanout: %v\n", err)
 		return 2
 	}
-	if cfg.FanoutCluster, err = parseFanout(*fanoutCluster); err != nil {
+	if cfg.FanoutCluster, err = fanoutload.ParseCases(*fanoutCluster); err != nil {
 		fmt.Fprintf(stderr, "herald-bench: --fanout-cluster: %v\n", err)
 		return 2
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 // The restart: P partitions of one queue, one message each, and P
@@ -140,12 +141,12 @@ func runRestart(ctx context.Context, cfg benchConfig, log io.Writer) (*restartRe
 	var prof chan error
 	if cfg.RestartProfile != "" {
 		prof = make(chan error, 1)
-		go func() { prof <- profile(args[len(args)-1], cfg.RestartProfile) }()
+		go func() { prof <- fetchProfile(ctx, args[len(args)-1], 10*time.Second, cfg.RestartProfile) }()
 	}
 	err = waitClosed(ctx, c.all[1], 2*time.Minute)
 	end := time.Now()
 	r := &restartResult{Partitions: p, Sockets: sockets, Signal: sig, DownSeconds: serving.Sub(t0).Seconds(),
-		CPUSeconds: (b.cpu() - cpu0).Seconds(), Load: loadavg(), Profile: cfg.RestartProfile}
+		CPUSeconds: (b.cpu() - cpu0).Seconds(), Load: fanoutload.LoadAverage(), Profile: cfg.RestartProfile}
 	if pg, ok := b.pgCPU(); ok {
 		r.PGCPU = (pg - pg0).Seconds()
 	}
@@ -252,38 +253,4 @@ func waitClosed(ctx context.Context, ch <-chan struct{}, d time.Duration) error 
 	case <-time.After(d):
 		return errors.New("timed out")
 	}
-}
-
-// profile writes a 10 s CPU profile of the server's pprof listener to file.
-func profile(pprofAddr, file string) error {
-	res, err := http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=10")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = res.Body.Close() }()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("pprof answered %s", res.Status)
-	}
-	f, err := os.Create(file) // #nosec G304 -- the operator's --restart-profile
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, res.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// loadavg is the machine's load (1, 5 and 15 minutes).
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

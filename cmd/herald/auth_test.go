@@ -19,11 +19,10 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
-	"github.com/lestrrat-go/jwx/v3/jws"
-	"github.com/lestrrat-go/jwx/v3/jwt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/auth/authtest"
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
@@ -53,18 +52,8 @@ func TestServe_WithPublicKeyAndJWKS(t *testing.T) {
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t), "--auth-public-key", pemFile,
 		"--auth-jwks-url", idp.URL, "--auth-issuer", "https://id.example")
 	token := func(alg jwa.SignatureAlgorithm, key any, kid, iss string) string {
-		tok, err := jwt.NewBuilder().Subject("u").Issuer(iss).Claim("role", "read-write").
-			Expiration(time.Now().Add(time.Hour)).Build()
-		require.NoError(t, err)
-		var opts []jwt.Option
-		if kid != "" {
-			h := jws.NewHeaders()
-			require.NoError(t, h.Set(jws.KeyIDKey, kid))
-			opts = append(opts, jws.WithProtectedHeaders(h))
-		}
-		out, err := jwt.Sign(tok, jwt.WithKey(alg, key, opts...))
-		require.NoError(t, err)
-		return string(out)
+		return authtest.Sign(t, alg, key, kid, map[string]any{"sub": "u", "iss": iss, "role": "read-write",
+			"exp": time.Now().Add(time.Hour).Unix()})
 	}
 	push := func(tok string) int {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, p.url+"api/v1/push",

@@ -4,8 +4,9 @@
 // CPU is not the server's), each reading its sockets non-blocking from a
 // few epoll loops and parsing only the push's timestamp and index from
 // each event. cmd/herald-bench and bench/peers (a module of its own) both
-// run them (RunFollowers in a child, StartFollowers in the parent) and
-// pace their pushes with PaceSequential. It imports no Herald package and
+// run them (RunFollowers in a child, StartFollowers in the parent), pace
+// their pushes with PaceSequential and read their fanout cases ("N@R",
+// cases.go) with ParseCases. It imports no Herald package and
 // is imported by no server package.
 //
 // # Concurrency

@@ -600,7 +600,11 @@ func LoadAverage() string {
 	if err != nil {
 		return "?"
 	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // ProcStat returns the fields of /proc/pid/stat after the command name

@@ -26,6 +26,10 @@ type rule struct {
 // store on it.
 var testHelpers = []string{"internal/pgtest", "queue/queuetest"}
 
+// tokens makes the tests' bearer tokens: the auth package's tests, the
+// gateway's and the commands' build them one way.
+var tokens = []string{"auth/authtest"}
+
 // assembly is what a test that runs whole instances may import (the
 // multi-instance tests of pgnotify and syncnet, gateway's end-to-end
 // tests): every server package.
@@ -40,12 +44,15 @@ var design = map[string]rule{
 	"syncnet":         {tests: assembly},
 	"spool":           {},
 	"web":             {},
-	"auth":            {}, // tokens, rights, JWKS, the cookie rule: no store, no handlers
+	"auth":            {tests: tokens}, // tokens, rights, JWKS, the cookie rule: no store, no handlers
+	"auth/authtest":   {},              // tokens for tests
 	// The message path's server; it registers the admin routes (admin.Register).
-	"gateway": {imports: []string{"admin", "auth", "internal/httpapi", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers)},
+	"gateway": {imports: []string{"admin", "auth", "internal/history", "internal/httpapi", "poller", "queue", "spool", "web"}, tests: slices.Concat(assembly, testHelpers, tokens)},
 	// Administration: its routes through the gateway's registration, never the gateway itself.
-	"admin":              {imports: []string{"auth", "internal/httpapi", "queue"}, tests: slices.Concat(assembly, testHelpers)},
-	"internal/httpapi":   {imports: []string{"queue"}}, // answers, bodies, the error adapter: no routes
+	"admin":            {imports: []string{"auth", "internal/history", "internal/httpapi", "queue"}, tests: slices.Concat(assembly, testHelpers)},
+	"internal/httpapi": {imports: []string{"queue"}}, // answers, bodies, the error adapter: no routes
+	// What the instance did: the message path records, admin reads.
+	"internal/history":   {imports: []string{"queue"}},
 	"internal/pgcluster": {},
 	"internal/pgtest":    {imports: []string{"internal/pgcluster"}},
 	"internal/backoff":   {},
@@ -60,7 +67,7 @@ var design = map[string]rule{
 	// The binary serves through internal/server (its flags' defaults
 	// included: server.Defaults); auth for `herald token`, pgcluster for
 	// `herald demo`'s private PostgreSQL.
-	"cmd/herald":       {imports: []string{"auth", "internal/server", "internal/pgcluster"}, tests: slices.Concat(assembly, []string{"client"})},
+	"cmd/herald":       {imports: []string{"auth", "internal/server", "internal/pgcluster"}, tests: slices.Concat(assembly, tokens, []string{"client"})},
 	"cmd/herald-bench": {imports: []string{"client", "internal/fanoutload"}, tests: slices.Concat(assembly, []string{"client"})},
 	// The fanout benchmarks' followers (bench/peers uses them too).
 	"internal/fanoutload": {},

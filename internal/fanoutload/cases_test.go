@@ -1,4 +1,4 @@
-package main
+package fanoutload
 
 import (
 	"testing"
@@ -7,15 +7,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestParseFanout_ReadsCasesAndRefusesBadOnes(t *testing.T) {
-	got, err := parseFanout("10000@10, 1000@100")
+func TestParseCases_ReadsCasesAndRefusesBadOnes(t *testing.T) {
+	got, err := ParseCases("10000@10, 1000@100")
 	require.NoError(t, err)
-	assert.Equal(t, []fanoutCase{{10000, 10}, {1000, 100}}, got)
-	none, err := parseFanout("")
+	assert.Equal(t, []Case{{10000, 10}, {1000, 100}}, got)
+	none, err := ParseCases("")
 	require.NoError(t, err)
 	assert.Empty(t, none)
 	for _, bad := range []string{"10000", "x@10", "10@x", "0@10", "10@0", "100001@1", "1@10001"} {
-		_, err := parseFanout(bad)
+		_, err := ParseCases(bad)
 		assert.Error(t, err, bad)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package history
 
 import (
 	"testing"
@@ -9,21 +9,21 @@ import (
 )
 
 // The rate rings keep the last RateSamples intervals per queue,
-// forget older laps, and bound the queues by the label limiter.
+// forget older laps, and bound the queues by the label they are given.
 func TestRates_Ring(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	r := newRates(NewLabelLimiter(2))
+	r := NewRates(limit(2))
 	r.now = func() time.Time { return now }
-	r.add("a", 3, 0)
-	r.add("a", 0, 2)
-	r.add("b", 1, 1)
-	r.add("c", 5, 0) // past the limiter's two: counted as __other__
-	r.add("d", 0, 0) // nothing: no ring
+	r.Add("a", 3, 0)
+	r.Add("a", 0, 2)
+	r.Add("b", 1, 1)
+	r.Add("c", 5, 0) // past the limiter's two: counted as __other__
+	r.Add("d", 0, 0) // nothing: no ring
 	now = now.Add(RateInterval)
-	r.add("a", 1, 1)
+	r.Add("a", 1, 1)
 
 	all := func(string) bool { return true }
-	since, qs := r.snapshot(all)
+	since, qs := r.Snapshot(all)
 	assert.Equal(t, now.Add(-(RateSamples-1)*RateInterval).Truncate(RateInterval).UTC(), since)
 	require.Len(t, qs, 3)
 	assert.Equal(t, []string{"__other__", "a", "b"}, []string{qs[0].Queue, qs[1].Queue, qs[2].Queue})
@@ -36,8 +36,8 @@ func TestRates_Ring(t *testing.T) {
 	// Five minutes on, the old counts are out of the window, and a count
 	// in a slot of an older lap starts afresh.
 	now = now.Add(RateSamples * RateInterval)
-	r.add("a", 7, 0)
-	_, qs = r.snapshot(func(q string) bool { return q == "a" })
+	r.Add("a", 7, 0)
+	_, qs = r.Snapshot(func(q string) bool { return q == "a" })
 	require.Len(t, qs, 1)
 	var sum int64
 	for _, n := range qs[0].Pushed {
@@ -45,4 +45,17 @@ func TestRates_Ring(t *testing.T) {
 	}
 	assert.Equal(t, int64(7), sum)
 	assert.Equal(t, int64(7), qs[0].Pushed[RateSamples-1])
+}
+
+// limit is a label that names the first n queues and calls the others
+// __other__, as the gateway's LabelLimiter does.
+func limit(n int) func(string) string {
+	named := map[string]bool{}
+	return func(q string) string {
+		if !named[q] && len(named) >= n {
+			return "__other__"
+		}
+		named[q] = true
+		return q
+	}
 }

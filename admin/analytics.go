@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"math"
@@ -9,32 +9,36 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/heraldmq/herald/admin"
 	"github.com/heraldmq/herald/auth"
+	"github.com/heraldmq/herald/internal/history"
 	"github.com/heraldmq/herald/internal/httpapi"
 )
 
 // The reference server's /api/v1/analytics/* routes, which its dashboard's
 // Queue Operations, System and overview pages chart, answered with its
-// shapes from this instance's history (analytics_history.go): the last
-// HistoryMinutes of what it did, measured where it happens. docs/api.md
-// says which figure is what here, and which the reference has that Herald
-// has no equivalent of (those are zero, never absent).
+// shapes from this instance's history (internal/history, Deps.History):
+// the last 24 h of what it did, recorded by the message path where it
+// happens. docs/api.md says which figure is what here, and which the
+// reference has that Herald has no equivalent of (those are zero, never
+// absent). Also GET /api/v1/status's throughput and workers
+// (statusSeries) and GET /api/v1/status/rates (Deps.Rates).
 
 // AnalyticsMaxWindow bounds to − from on the analytics routes: 7 days.
 const AnalyticsMaxWindow = 7 * 24 * time.Hour
 
-// analyticsRoutes registers the routes (all reads). Their queue figures
-// are those of the queues the token may consume; postgres-stats, which
-// shows the SQL the database is running for any client, needs an admin.
-func (s *Server) analyticsRoutes() {
-	s.read("GET /api/v1/analytics/system-metrics", "analytics_system", auth.RoleReadOnly, s.handleSystemMetrics)
-	s.read("GET /api/v1/analytics/worker-metrics", "analytics_worker", auth.RoleReadOnly, s.handleWorkerMetrics)
-	s.read("GET /api/v1/analytics/queue-lag", "analytics_queue_lag", auth.RoleReadOnly, s.handleQueueLag)
-	s.read("GET /api/v1/analytics/queue-ops", "analytics_queue_ops", auth.RoleReadOnly, s.handleQueueOps)
-	s.read("GET /api/v1/analytics/queue-parked-replicas", "analytics_parked", auth.RoleReadOnly, s.handleParkedReplicas)
-	s.read("GET /api/v1/analytics/retention", "analytics_retention", auth.RoleReadOnly, s.handleRetentionSeries)
-	s.read("GET /api/v1/analytics/postgres-stats", "analytics_postgres", auth.RoleAdmin, s.handlePostgresStats)
+// analyticsRoutes registers the routes (all reads), the rates' with them.
+// Their queue figures are those of the queues the token may consume;
+// postgres-stats, which shows the SQL the database is running for any
+// client, needs an admin.
+func (s *service) analyticsRoutes() {
+	s.routes.Read("GET /api/v1/analytics/system-metrics", "analytics_system", auth.RoleReadOnly, s.handleSystemMetrics)
+	s.routes.Read("GET /api/v1/analytics/worker-metrics", "analytics_worker", auth.RoleReadOnly, s.handleWorkerMetrics)
+	s.routes.Read("GET /api/v1/analytics/queue-lag", "analytics_queue_lag", auth.RoleReadOnly, s.handleQueueLag)
+	s.routes.Read("GET /api/v1/analytics/queue-ops", "analytics_queue_ops", auth.RoleReadOnly, s.handleQueueOps)
+	s.routes.Read("GET /api/v1/analytics/queue-parked-replicas", "analytics_parked", auth.RoleReadOnly, s.handleParkedReplicas)
+	s.routes.Read("GET /api/v1/analytics/retention", "analytics_retention", auth.RoleReadOnly, s.handleRetentionSeries)
+	s.routes.Read("GET /api/v1/analytics/postgres-stats", "analytics_postgres", auth.RoleAdmin, s.handlePostgresStats)
+	s.routes.Read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates)
 }
 
 // analyticsQuery is what an analytics request asks for.
@@ -51,23 +55,23 @@ type analyticsQuery struct {
 
 // analyticsParams reads from and to (the last hour by default, at most
 // AnalyticsMaxWindow apart), queue, hostname and workerId.
-func (s *Server) analyticsParams(r *http.Request) (analyticsQuery, error) {
+func (s *service) analyticsParams(r *http.Request) (analyticsQuery, error) {
 	q := r.URL.Query()
 	var a analyticsQuery
 	var err error
-	if a.from, a.to, err = admin.TimeRange(q, time.Hour); err != nil {
+	if a.from, a.to, err = timeRange(q, time.Hour); err != nil {
 		return a, err
 	}
 	if a.to.Sub(a.from) > AnalyticsMaxWindow {
 		return a, httpapi.BadRequestf("from and to must be at most %s apart", AnalyticsMaxWindow)
 	}
-	a.bucket = admin.BucketMinutes(a.to.Sub(a.from))
-	name, err := admin.NameParam(q, "queue", "queue")
+	a.bucket = bucketMinutes(a.to.Sub(a.from))
+	name, err := nameParam(q, "queue", "queue")
 	if err != nil {
 		return a, err
 	}
-	rights := rightsOf(r.Context())
-	if err := admin.CheckQueueRead(rights, name); err != nil {
+	rights := auth.RightsFrom(r.Context())
+	if err := checkQueueRead(rights, name); err != nil {
 		return a, err
 	}
 	a.keep = func(qn string) bool {
@@ -93,11 +97,11 @@ func (s *Server) analyticsParams(r *http.Request) (analyticsQuery, error) {
 // analyticsWorkerID is this instance's workerId: one process, one worker.
 const analyticsWorkerID = 0
 
-// hostname names this instance as a replica: Config.Instance, else the
+// hostname names this instance as a replica: Deps.Instance, else the
 // machine's host name.
-func (s *Server) hostname() string {
-	if s.cfg.Instance != "" {
-		return s.cfg.Instance
+func (s *service) hostname() string {
+	if s.instance != "" {
+		return s.instance
 	}
 	if h, err := os.Hostname(); err == nil {
 		return h
@@ -120,17 +124,17 @@ func localPort(r *http.Request) int {
 // minute m.
 func bucketOfMinute(m int64, bucket int) int64 { return m - m%int64(bucket) }
 
-func minuteTime(m int64) string { return time.Unix(m*60, 0).UTC().Format(admin.BucketTime) }
+func minuteTime(m int64) string { return time.Unix(m*60, 0).UTC().Format(bucketTime) }
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
 func perSecond(n int64, bucket int) float64 { return round2(float64(n) / float64(bucket*60)) }
 
 // buckets groups slots (oldest first) by bucket, keeping the order.
-func buckets(slots []minuteSlot, bucket int) (starts []int64, by map[int64][]minuteSlot) {
-	by = map[int64][]minuteSlot{}
+func buckets(slots []history.Slot, bucket int) (starts []int64, by map[int64][]history.Slot) {
+	by = map[int64][]history.Slot{}
 	for _, sl := range slots {
-		b := bucketOfMinute(sl.minute, bucket)
+		b := bucketOfMinute(sl.Minute, bucket)
 		if _, ok := by[b]; !ok {
 			starts = append(starts, b)
 		}
@@ -141,37 +145,49 @@ func buckets(slots []minuteSlot, bucket int) (starts []int64, by map[int64][]min
 
 // queueSums adds the kept queues' counts of slots, by queue; parked is
 // the average over the minutes of the waiting long-polls.
-func queueSums(slots []minuteSlot, keep func(string) bool) map[string]*queueOps {
-	out := map[string]*queueOps{}
+func queueSums(slots []history.Slot, keep func(string) bool) map[string]*history.QueueOps {
+	out := map[string]*history.QueueOps{}
 	for _, sl := range slots {
-		for q, o := range sl.queues {
+		for q, o := range sl.Queues {
 			if !keep(q) {
 				continue
 			}
 			t := out[q]
 			if t == nil {
-				t = &queueOps{}
+				t = &history.QueueOps{}
 				out[q] = t
 			}
 			c := *o
-			if sl.samples > 0 {
-				c.parkedSum = o.parkedSum / float64(sl.samples)
+			if sl.Samples > 0 {
+				c.ParkedSum = o.ParkedSum / float64(sl.Samples)
 			} else {
-				c.parkedSum = 0
+				c.ParkedSum = 0
 			}
-			t.add(&c)
+			t.Add(&c)
 		}
 	}
 	for _, t := range out {
-		t.parkedSum /= float64(len(slots))
+		t.ParkedSum /= float64(len(slots))
 	}
 	return out
 }
 
-func total(by map[string]*queueOps) queueOps {
-	var t queueOps
+// perQueue calls f with each bucket of slots (oldest first) and, in it,
+// each kept queue's counts, by queue name.
+func perQueue(slots []history.Slot, a analyticsQuery, f func(bucket int64, name string, o *history.QueueOps)) {
+	starts, by := buckets(slots, a.bucket)
+	for _, b := range starts {
+		qs := queueSums(by[b], a.keep)
+		for _, name := range sortedKeys(qs) {
+			f(b, name, qs[name])
+		}
+	}
+}
+
+func total(by map[string]*history.QueueOps) history.QueueOps {
+	var t history.QueueOps
 	for _, o := range by {
-		t.add(o)
+		t.Add(o)
 	}
 	return t
 }
@@ -185,11 +201,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func lagAvg(o *queueOps) float64 {
-	if o.lagCount == 0 {
+func lagAvg(o *history.QueueOps) float64 {
+	if o.LagCount == 0 {
 		return 0
 	}
-	return round2(o.lagSumMs / float64(o.lagCount))
+	return round2(o.LagSumMs / float64(o.LagCount))
 }
 
 type timeRangeJSON struct {
@@ -203,11 +219,11 @@ func (a analyticsQuery) timeRange() timeRangeJSON {
 
 // slots is this instance's minutes of the window; none for another
 // replica.
-func (s *Server) slots(a analyticsQuery) []minuteSlot {
+func (s *service) slots(a analyticsQuery) []history.Slot {
 	if !a.ours {
 		return nil
 	}
-	return s.metrics.history.window(a.from, a.to)
+	return s.minutes.Window(a.from, a.to)
 }
 
 type workerPointJSON struct {
@@ -275,33 +291,33 @@ type summaryJSON struct {
 // slotsSum is the instance figures of slots: scheduler latency, pool and
 // goroutine gauges, requests, errors, statements.
 type slotsSum struct {
-	schedCount                        int64
-	schedSumMs, schedMaxMs            float64
-	freeSlots, poolTotal, runnable    gaugeStat
-	popRequests, dbErrors, statements int64
+	SchedCount                        int64
+	SchedSumMs, SchedMaxMs            float64
+	FreeSlots, PoolTotal, Runnable    history.Gauge
+	PopRequests, DBErrors, Statements int64
 }
 
-func sumSlots(slots []minuteSlot) slotsSum {
+func sumSlots(slots []history.Slot) slotsSum {
 	var t slotsSum
 	for _, sl := range slots {
-		t.schedCount += sl.schedCount
-		t.schedSumMs += sl.schedSumMs
-		t.schedMaxMs = max(t.schedMaxMs, sl.schedMaxMs)
-		t.freeSlots.merge(sl.freeSlots)
-		t.poolTotal.merge(sl.poolTotal)
-		t.runnable.merge(sl.runnable)
-		t.popRequests += sl.popRequests
-		t.dbErrors += sl.dbErrors
-		t.statements += sl.statements
+		t.SchedCount += sl.SchedCount
+		t.SchedSumMs += sl.SchedSumMs
+		t.SchedMaxMs = max(t.SchedMaxMs, sl.SchedMaxMs)
+		t.FreeSlots.Merge(sl.FreeSlots)
+		t.PoolTotal.Merge(sl.PoolTotal)
+		t.Runnable.Merge(sl.Runnable)
+		t.PopRequests += sl.PopRequests
+		t.DBErrors += sl.DBErrors
+		t.Statements += sl.Statements
 	}
 	return t
 }
 
 func (t slotsSum) schedAvg() float64 {
-	if t.schedCount == 0 {
+	if t.SchedCount == 0 {
 		return 0
 	}
-	return round2(t.schedSumMs / float64(t.schedCount))
+	return round2(t.SchedSumMs / float64(t.SchedCount))
 }
 
 // handleWorkerMetrics answers worker-metrics: per bucket (newest first)
@@ -310,7 +326,7 @@ func (t slotsSum) schedAvg() float64 {
 // the job queue, lag from push to delivery, errors; the instance as the
 // one worker of the last 5 minutes; lag by queue; totals since it
 // started.
-func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleWorkerMetrics(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
 		return err
@@ -323,49 +339,49 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request) err
 		q := total(queueSums(in, a.keep))
 		t := sumSlots(in)
 		series = append(series, workerPointJSON{Timestamp: minuteTime(starts[i]),
-			PushMessages: q.pushMessages, PopMessages: q.popMessages, AckMessages: q.ackSuccess + q.ackFailed,
-			PushRequests: q.pushRequests, PopRequests: t.popRequests, AckRequests: q.ackRequests, JobsDone: t.statements,
-			PushPerSecond: perSecond(q.pushMessages, a.bucket), PopPerSecond: perSecond(q.popMessages, a.bucket),
-			AckPerSecond:      perSecond(q.ackSuccess+q.ackFailed, a.bucket),
-			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.schedMaxMs),
-			AvgFreeSlots: round2(t.freeSlots.avg()), MinFreeSlots: t.freeSlots.min, DBConnections: t.poolTotal.max,
-			AvgJobQueueSize: round2(t.runnable.avg()), MaxJobQueueSize: t.runnable.max,
-			AvgLagMs: lagAvg(&q), MaxLagMs: round2(q.lagMaxMs), LagCount: q.lagCount,
-			DBErrors: t.dbErrors, AckSuccess: q.ackSuccess, AckFailed: q.ackFailed, DLQCount: q.dlq})
+			PushMessages: q.PushMessages, PopMessages: q.PopMessages, AckMessages: q.AckSuccess + q.AckFailed,
+			PushRequests: q.PushRequests, PopRequests: t.PopRequests, AckRequests: q.AckRequests, JobsDone: t.Statements,
+			PushPerSecond: perSecond(q.PushMessages, a.bucket), PopPerSecond: perSecond(q.PopMessages, a.bucket),
+			AckPerSecond:      perSecond(q.AckSuccess+q.AckFailed, a.bucket),
+			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.SchedMaxMs),
+			AvgFreeSlots: round2(t.FreeSlots.Avg()), MinFreeSlots: t.FreeSlots.Min, DBConnections: t.PoolTotal.Max,
+			AvgJobQueueSize: round2(t.Runnable.Avg()), MaxJobQueueSize: t.Runnable.Max,
+			AvgLagMs: lagAvg(&q), MaxLagMs: round2(q.LagMaxMs), LagCount: q.LagCount,
+			DBErrors: t.DBErrors, AckSuccess: q.AckSuccess, AckFailed: q.AckFailed, DLQCount: q.DLQ})
 	}
 	workers := []workerJSON{}
 	if a.ours {
 		now := time.Now()
-		if recent := s.metrics.history.window(now.Add(-5*time.Minute), now); len(recent) > 0 {
+		if recent := s.minutes.Window(now.Add(-5*time.Minute), now); len(recent) > 0 {
 			t := sumSlots(recent)
 			q := total(queueSums(recent, a.keep))
 			workers = append(workers, workerJSON{Hostname: s.hostname(), WorkerID: analyticsWorkerID,
-				AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.schedMaxMs), FreeSlots: t.freeSlots.min,
-				DBConnections: t.poolTotal.max, JobQueueSize: t.runnable.max,
-				MessagesProcessed: q.pushMessages + q.ackSuccess + q.ackFailed,
-				LastSeen:          minuteTime(recent[len(recent)-1].minute)})
+				AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.SchedMaxMs), FreeSlots: t.FreeSlots.Min,
+				DBConnections: t.PoolTotal.Max, JobQueueSize: t.Runnable.Max,
+				MessagesProcessed: q.PushMessages + q.AckSuccess + q.AckFailed,
+				LastSeen:          minuteTime(recent[len(recent)-1].Minute)})
 		}
 	}
 	byQueue := queueSums(slots, a.keep)
 	queues := make([]queueLagJSON, 0, len(byQueue))
 	for _, name := range sortedKeys(byQueue) {
 		o := byQueue[name]
-		queues = append(queues, queueLagJSON{QueueName: name, PopCount: o.popMessages, AvgLagMs: lagAvg(o), MaxLagMs: round2(o.lagMaxMs)})
+		queues = append(queues, queueLagJSON{QueueName: name, PopCount: o.PopMessages, AvgLagMs: lagAvg(o), MaxLagMs: round2(o.LagMaxMs)})
 	}
 	sort.SliceStable(queues, func(i, j int) bool { return queues[i].PopCount > queues[j].PopCount })
 	var sum summaryJSON
 	if a.ours {
-		var t queueOps
-		for q, o := range s.metrics.history.since() {
+		var t history.QueueOps
+		for q, o := range s.minutes.Since() {
 			if a.keep(q) {
-				t.add(&o)
+				t.Add(&o)
 			}
 		}
-		sum = summaryJSON{TotalPushMessages: t.pushMessages, TotalPopMessages: t.popMessages,
-			TotalAckMessages: t.ackSuccess + t.ackFailed, TotalPushRequests: t.pushRequests, TotalAckRequests: t.ackRequests,
-			TotalAckFailed: t.ackFailed, TotalDLQ: t.dlq, PendingMessages: t.pushMessages - t.popMessages}
-		all := sumSlots(s.metrics.history.window(time.Now().Add(-HistoryMinutes*time.Minute), time.Now()))
-		sum.TotalPopRequests, sum.TotalDBErrors = all.popRequests, all.dbErrors
+		sum = summaryJSON{TotalPushMessages: t.PushMessages, TotalPopMessages: t.PopMessages,
+			TotalAckMessages: t.AckSuccess + t.AckFailed, TotalPushRequests: t.PushRequests, TotalAckRequests: t.AckRequests,
+			TotalAckFailed: t.AckFailed, TotalDLQ: t.DLQ, PendingMessages: t.PushMessages - t.PopMessages}
+		all := sumSlots(s.minutes.Window(time.Now().Add(-history.HistoryMinutes*time.Minute), time.Now()))
+		sum.TotalPopRequests, sum.TotalDBErrors = all.PopRequests, all.DBErrors
 	}
 	httpapi.WriteJSON(w, http.StatusOK, struct {
 		TimeRange     timeRangeJSON     `json:"timeRange"`
@@ -387,7 +403,7 @@ type queueLagRowJSON struct {
 // handleQueueLag answers queue-lag: a bare array of each queue's pops and
 // lag by minute, newest first (one-minute rows whatever the window, as
 // the reference's).
-func (s *Server) handleQueueLag(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleQueueLag(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
 		return err
@@ -398,8 +414,8 @@ func (s *Server) handleQueueLag(w http.ResponseWriter, r *http.Request) error {
 		by := queueSums(slots[i:i+1], a.keep)
 		for _, name := range sortedKeys(by) {
 			o := by[name]
-			out = append(out, queueLagRowJSON{queueLagJSON{QueueName: name, PopCount: o.popMessages, AvgLagMs: lagAvg(o),
-				MaxLagMs: round2(o.lagMaxMs)}, minuteTime(slots[i].minute)})
+			out = append(out, queueLagRowJSON{queueLagJSON{QueueName: name, PopCount: o.PopMessages, AvgLagMs: lagAvg(o),
+				MaxLagMs: round2(o.LagMaxMs)}, minuteTime(slots[i].Minute)})
 		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
@@ -433,28 +449,23 @@ type queueOpsJSON struct {
 // first, and the queues seen. Herald does not learn when a push creates a
 // partition (partitionsCreated 0) nor snapshots partition counts
 // (partitionCount null, as the reference's rows without a snapshot).
-func (s *Server) handleQueueOps(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleQueueOps(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
 		return err
 	}
-	starts, by := buckets(s.slots(a), a.bucket)
 	series := []queueOpsJSON{}
 	seen := map[string]bool{}
-	for _, b := range starts {
-		qs := queueSums(by[b], a.keep)
-		for _, name := range sortedKeys(qs) {
-			o := qs[name]
-			seen[name] = true
-			series = append(series, queueOpsJSON{Bucket: minuteTime(b), QueueName: name,
-				PushRequests: o.pushRequests, PushMessages: o.pushMessages, PopMessages: o.popMessages, PopEmpty: o.popEmpty,
-				AckRequests: o.ackRequests, AckSuccess: o.ackSuccess, AckFailed: o.ackFailed, Transactions: o.transactions,
-				PartitionsDeleted: o.partitionsDeleted, AvgLagMs: lagAvg(o), MaxLagMs: round2(o.lagMaxMs),
-				PushPerSecond: perSecond(o.pushMessages, a.bucket), PopPerSecond: perSecond(o.popMessages, a.bucket),
-				AckPerSecond:   perSecond(o.ackSuccess+o.ackFailed, a.bucket),
-				EmptyPerSecond: perSecond(o.popEmpty, a.bucket), ParkedCount: round2(o.parkedSum)})
-		}
-	}
+	perQueue(s.slots(a), a, func(b int64, name string, o *history.QueueOps) {
+		seen[name] = true
+		series = append(series, queueOpsJSON{Bucket: minuteTime(b), QueueName: name,
+			PushRequests: o.PushRequests, PushMessages: o.PushMessages, PopMessages: o.PopMessages, PopEmpty: o.PopEmpty,
+			AckRequests: o.AckRequests, AckSuccess: o.AckSuccess, AckFailed: o.AckFailed, Transactions: o.Transactions,
+			PartitionsDeleted: o.PartitionsDeleted, AvgLagMs: lagAvg(o), MaxLagMs: round2(o.LagMaxMs),
+			PushPerSecond: perSecond(o.PushMessages, a.bucket), PopPerSecond: perSecond(o.PopMessages, a.bucket),
+			AckPerSecond:   perSecond(o.AckSuccess+o.AckFailed, a.bucket),
+			EmptyPerSecond: perSecond(o.PopEmpty, a.bucket), ParkedCount: round2(o.ParkedSum)})
+	})
 	httpapi.WriteJSON(w, http.StatusOK, struct {
 		TimeRange     timeRangeJSON  `json:"timeRange"`
 		BucketMinutes int            `json:"bucketMinutes"`
@@ -480,22 +491,18 @@ type parkedJSON struct {
 // handleParkedReplicas answers queue-parked-replicas: the long-polls
 // waiting on each queue (the average of the samples), by bucket, on this
 // replica.
-func (s *Server) handleParkedReplicas(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleParkedReplicas(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
 		return err
 	}
-	starts, by := buckets(s.slots(a), a.bucket)
 	series := []parkedJSON{}
-	for _, b := range starts {
-		qs := queueSums(by[b], a.keep)
-		for _, name := range sortedKeys(qs) {
-			if o := qs[name]; o.parkedSum > 0 {
-				series = append(series, parkedJSON{Bucket: minuteTime(b), QueueName: name, Hostname: s.hostname(),
-					WorkerID: analyticsWorkerID, ParkedCount: round2(o.parkedSum)})
-			}
+	perQueue(s.slots(a), a, func(b int64, name string, o *history.QueueOps) {
+		if o.ParkedSum > 0 {
+			series = append(series, parkedJSON{Bucket: minuteTime(b), QueueName: name, Hostname: s.hostname(),
+				WorkerID: analyticsWorkerID, ParkedCount: round2(o.ParkedSum)})
 		}
-	}
+	})
 	replicas := []replicaJSON{}
 	if len(series) > 0 {
 		replicas = append(replicas, replicaJSON{s.hostname(), analyticsWorkerID})
@@ -518,29 +525,29 @@ type retentionJSON struct {
 	EventCount             int64  `json:"eventCount"`
 }
 
-func retentionOf(o queueOps) retentionJSON {
-	return retentionJSON{RetentionMsgs: o.retentionMsgs, CompletedRetentionMsgs: o.completedMsgs, EvictionMsgs: o.evictionMsgs,
-		TotalMsgs: o.retentionMsgs + o.completedMsgs + o.evictionMsgs, EventCount: o.retentionEvents}
+func retentionOf(o history.QueueOps) retentionJSON {
+	return retentionJSON{RetentionMsgs: o.RetentionMsgs, CompletedRetentionMsgs: o.CompletedMsgs, EvictionMsgs: o.EvictionMsgs,
+		TotalMsgs: o.RetentionMsgs + o.CompletedMsgs + o.EvictionMsgs, EventCount: o.RetentionEvents}
 }
 
 // handleRetentionSeries answers retention: messages retention deleted on
 // this instance (by age, once completed, and evicted after maxWait) by
 // bucket, oldest first, and their totals. Retention runs on one instance
 // at a time, so another's series can be empty.
-func (s *Server) handleRetentionSeries(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleRetentionSeries(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
 		return err
 	}
 	starts, by := buckets(s.slots(a), a.bucket)
 	series := []retentionJSON{}
-	var all queueOps
+	var all history.QueueOps
 	for _, b := range starts {
 		t := total(queueSums(by[b], a.keep))
-		if t.retentionEvents == 0 {
+		if t.RetentionEvents == 0 {
 			continue
 		}
-		all.add(&t)
+		all.Add(&t)
 		row := retentionOf(t)
 		row.Bucket = minuteTime(b)
 		series = append(series, row)
@@ -562,15 +569,15 @@ type statJSON struct {
 	Last float64 `json:"last"`
 }
 
-func statOf(g gaugeStat) statJSON {
-	return statJSON{Avg: round2(g.avg()), Min: g.min, Max: g.max, Last: g.last}
+func statOf(g history.Gauge) statJSON {
+	return statJSON{Avg: round2(g.Avg()), Min: g.Min, Max: g.Max, Last: g.Last}
 }
 
 // handleSystemMetrics answers system-metrics: this instance as the one
 // replica, its CPU (percent × 100 of one core, as the reference's), memory,
 // database pool and Go scheduler (GOMAXPROCS and runnable goroutines as
 // the system thread pool) by bucket, oldest first.
-func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handleSystemMetrics(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.analyticsParams(r)
 	if err != nil {
 		return err
@@ -583,31 +590,31 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request) err
 	}
 	points := []pointJSON{}
 	for _, b := range starts {
-		var m minuteSlot
+		var m history.Slot
 		for _, sl := range by[b] {
-			m.samples += sl.samples
-			m.cpuUser.merge(sl.cpuUser)
-			m.cpuSys.merge(sl.cpuSys)
-			m.rss.merge(sl.rss)
-			m.vsize.merge(sl.vsize)
-			m.poolSize.merge(sl.poolSize)
-			m.poolIdle.merge(sl.poolIdle)
-			m.poolActive.merge(sl.poolActive)
-			m.gomaxprocs.merge(sl.gomaxprocs)
-			m.runnable.merge(sl.runnable)
+			m.Samples += sl.Samples
+			m.CPUUser.Merge(sl.CPUUser)
+			m.CPUSys.Merge(sl.CPUSys)
+			m.RSS.Merge(sl.RSS)
+			m.VSize.Merge(sl.VSize)
+			m.PoolSize.Merge(sl.PoolSize)
+			m.PoolIdle.Merge(sl.PoolIdle)
+			m.PoolActive.Merge(sl.PoolActive)
+			m.GoMaxProcs.Merge(sl.GoMaxProcs)
+			m.Runnable.Merge(sl.Runnable)
 		}
-		if m.samples == 0 {
+		if m.Samples == 0 {
 			continue // counts only: no sample this bucket
 		}
 		zero := statJSON{}
-		points = append(points, pointJSON{Timestamp: httpapi.FormatMilli(time.Unix(b*60, 0)), SampleCount: m.samples,
+		points = append(points, pointJSON{Timestamp: httpapi.FormatMilli(time.Unix(b*60, 0)), SampleCount: m.Samples,
 			Metrics: map[string]any{
-				"cpu":      map[string]statJSON{"user_us": statOf(m.cpuUser), "system_us": statOf(m.cpuSys)},
-				"memory":   map[string]statJSON{"rss_bytes": statOf(m.rss), "virtual_bytes": statOf(m.vsize)},
-				"database": map[string]statJSON{"pool_size": statOf(m.poolSize), "pool_idle": statOf(m.poolIdle), "pool_active": statOf(m.poolActive)},
+				"cpu":      map[string]statJSON{"user_us": statOf(m.CPUUser), "system_us": statOf(m.CPUSys)},
+				"memory":   map[string]statJSON{"rss_bytes": statOf(m.RSS), "virtual_bytes": statOf(m.VSize)},
+				"database": map[string]statJSON{"pool_size": statOf(m.PoolSize), "pool_idle": statOf(m.PoolIdle), "pool_active": statOf(m.PoolActive)},
 				"threadpool": map[string]map[string]statJSON{
-					"db":     {"pool_size": statOf(m.poolSize), "queue_size": zero},
-					"system": {"pool_size": statOf(m.gomaxprocs), "queue_size": statOf(m.runnable)}},
+					"db":     {"pool_size": statOf(m.PoolSize), "queue_size": zero},
+					"system": {"pool_size": statOf(m.GoMaxProcs), "queue_size": statOf(m.Runnable)}},
 				"shared_state": map[string]any{"enabled": false}}})
 	}
 	type replicaSeriesJSON struct {
@@ -633,7 +640,7 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request) err
 // handlePostgresStats answers postgres-stats: PostgreSQL's statistics of
 // Herald's tables and indexes (its schema), the database's cache hits, and
 // the statements running over a second; no query parameters.
-func (s *Server) handlePostgresStats(w http.ResponseWriter, r *http.Request) error {
+func (s *service) handlePostgresStats(w http.ResponseWriter, r *http.Request) error {
 	doc, err := s.store.PostgresStats(r.Context())
 	if err != nil {
 		return err
@@ -682,43 +689,58 @@ type statusWorkerJSON struct {
 // statusSeries is GET /api/v1/status's throughput (newest bucket first:
 // pushes ingested, acks processed, pops, lag, scheduler latency, the
 // process's CPU and memory, the pool) and workers (this instance, over
-// the last 2 minutes), from this instance's history (admin.Deps.Series).
-func (s *Server) statusSeries(r *http.Request, from, to time.Time, bucket int, queueName string) (throughput, workers []any) {
-	rights := rightsOf(r.Context())
+// the last 2 minutes), from this instance's history, for queueName (""
+// for all) within the request's rights.
+func (s *service) statusSeries(r *http.Request, from, to time.Time, bucket int, queueName string) (throughput []statusPointJSON, workers []statusWorkerJSON) {
+	rights := auth.RightsFrom(r.Context())
 	keep := func(qn string) bool { return (queueName == "" || qn == queueName) && rights.MaySeeQueue(qn) }
-	starts, by := buckets(s.metrics.history.window(from, to), bucket)
-	throughput = []any{}
+	starts, by := buckets(s.minutes.Window(from, to), bucket)
+	throughput = []statusPointJSON{}
 	for i := len(starts) - 1; i >= 0; i-- {
 		in := by[starts[i]]
 		q := total(queueSums(in, keep))
 		t := sumSlots(in)
-		var cpuUser, cpuSys, rss, active, idle, size gaugeStat
+		var cpuUser, cpuSys, rss, active, idle, size history.Gauge
 		for _, sl := range in {
-			cpuUser.merge(sl.cpuUser)
-			cpuSys.merge(sl.cpuSys)
-			rss.merge(sl.rss)
-			active.merge(sl.poolActive)
-			idle.merge(sl.poolIdle)
-			size.merge(sl.poolSize)
+			cpuUser.Merge(sl.CPUUser)
+			cpuSys.Merge(sl.CPUSys)
+			rss.Merge(sl.RSS)
+			active.Merge(sl.PoolActive)
+			idle.Merge(sl.PoolIdle)
+			size.Merge(sl.PoolSize)
 		}
-		processed := q.ackSuccess + q.ackFailed
+		processed := q.AckSuccess + q.AckFailed
 		throughput = append(throughput, statusPointJSON{Timestamp: minuteTime(starts[i]),
-			Ingested: q.pushMessages, Processed: processed, PopMessages: q.popMessages,
-			IngestedPerSecond: perSecond(q.pushMessages, bucket), ProcessedPerSecond: perSecond(processed, bucket),
-			PopPerSecond: perSecond(q.popMessages, bucket), AvgLagMs: lagAvg(&q), MaxLagMs: round2(q.lagMaxMs),
-			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.schedMaxMs), MinFreeSlots: t.freeSlots.min,
-			DBErrors: t.dbErrors, AckFailed: q.ackFailed, DLQCount: q.dlq,
-			CPUUserPct: round2(cpuUser.avg() / 100), CPUSysPct: round2(cpuSys.avg() / 100), RSSMb: round2(rss.avg() / (1 << 20)),
-			DBPoolActive: round2(active.avg()), DBPoolIdle: round2(idle.avg()), DBPoolSize: round2(size.max)})
+			Ingested: q.PushMessages, Processed: processed, PopMessages: q.PopMessages,
+			IngestedPerSecond: perSecond(q.PushMessages, bucket), ProcessedPerSecond: perSecond(processed, bucket),
+			PopPerSecond: perSecond(q.PopMessages, bucket), AvgLagMs: lagAvg(&q), MaxLagMs: round2(q.LagMaxMs),
+			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.SchedMaxMs), MinFreeSlots: t.FreeSlots.Min,
+			DBErrors: t.DBErrors, AckFailed: q.AckFailed, DLQCount: q.DLQ,
+			CPUUserPct: round2(cpuUser.Avg() / 100), CPUSysPct: round2(cpuSys.Avg() / 100), RSSMb: round2(rss.Avg() / (1 << 20)),
+			DBPoolActive: round2(active.Avg()), DBPoolIdle: round2(idle.Avg()), DBPoolSize: round2(size.Max)})
 	}
-	workers = []any{}
+	workers = []statusWorkerJSON{}
 	now := time.Now()
-	if recent := s.metrics.history.window(now.Add(-2*time.Minute), now); len(recent) > 0 {
+	if recent := s.minutes.Window(now.Add(-2*time.Minute), now); len(recent) > 0 {
 		t := sumSlots(recent)
 		q := total(queueSums(recent, keep))
 		workers = append(workers, statusWorkerJSON{Hostname: s.hostname(), WorkerID: analyticsWorkerID,
-			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.schedMaxMs), FreeSlots: t.freeSlots.min,
-			DBConnections: t.poolTotal.max, JobQueueSize: t.runnable.max, MessagesProcessed: q.pushMessages + q.ackSuccess + q.ackFailed})
+			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.SchedMaxMs), FreeSlots: t.FreeSlots.Min,
+			DBConnections: t.PoolTotal.Max, JobQueueSize: t.Runnable.Max, MessagesProcessed: q.PushMessages + q.AckSuccess + q.AckFailed})
 	}
 	return throughput, workers
+}
+
+// handleRates answers GET /api/v1/status/rates: this instance's samples.
+// ?queue= narrows to one queue; a token with rights sees the queues it may
+// consume whole.
+func (s *service) handleRates(w http.ResponseWriter, r *http.Request) error {
+	only := r.URL.Query().Get("queue")
+	rights := auth.RightsFrom(r.Context())
+	since, qs := s.rates.Snapshot(func(q string) bool {
+		return (only == "" || q == only) && rights.MayConsume(q, "")
+	})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"instance": s.instance, "intervalSeconds": int(history.RateInterval / time.Second),
+		"samples": history.RateSamples, "since": httpapi.FormatMilli(since), "queues": qs})
+	return nil
 }

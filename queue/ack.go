@@ -484,7 +484,7 @@ const deadPolicyColumns = `NOT q.dead_letter_queue, NOT q.dlq_after_max_retries`
 // keeps reports whether a message given up on is dead-lettered (true) or
 // dropped; exhausted: it failed past the retry limit.
 func (p deadPolicy) keeps(exhausted bool) bool {
-	return !p.drop && !(exhausted && p.dropExhausted)
+	return !p.drop && (!exhausted || !p.dropExhausted)
 }
 
 const deadLetterSQL = `-- herald:dead_letter

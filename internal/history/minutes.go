@@ -284,11 +284,11 @@ func (h *Minutes) Retained(ds []queue.RetentionDeleted) {
 		n := d.N
 		var f func(*QueueOps)
 		switch d.Reason {
-		case "retention":
+		case queue.RetentionAge, queue.RetentionTTL:
 			f = func(o *QueueOps) { o.RetentionMsgs += n; o.RetentionEvents++ }
 		case "completed_retention":
 			f = func(o *QueueOps) { o.CompletedMsgs += n; o.RetentionEvents++ }
-		case "max_wait":
+		case queue.RetentionMaxWait, queue.RetentionMaxWaitDropped:
 			f = func(o *QueueOps) { o.EvictionMsgs += n; o.RetentionEvents++ }
 		case "partition_cleanup":
 			f = func(o *QueueOps) { o.PartitionsDeleted += n }

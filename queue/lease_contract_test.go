@@ -252,3 +252,33 @@ func TestTransaction_RequiredLeasesProveTheHolder(t *testing.T) {
 	assert.True(t, proven.Success, proven.Error)
 	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "src"}).Messages, "acked")
 }
+
+// A batch whose every message fails, acked failed in one request round
+// after round: each message reaches its retry limit and is dead-lettered
+// (a consumer that fails everything must not keep them coming for ever).
+func TestAck_BatchFailingEveryMessageEachRoundReachesTheDeadLetterQueue(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: optsJSON(func(o *queue.Options) { o.RetryLimit = 1 })})
+	require.NoError(t, err)
+	push(t, s, "q", "", nums(1, 2)...)
+	for round := 0; round < 6; round++ {
+		res := pop(t, s, queue.PopRequest{Queue: "q", Batch: 2})
+		if len(res.Messages) == 0 {
+			break
+		}
+		var acks []queue.Ack
+		for _, m := range res.Messages {
+			acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+				LeaseID: res.LeaseID, Status: queue.StatusFailed})
+		}
+		out, err := s.Ack(ctxT(t), acks)
+		require.NoError(t, err)
+		for _, r := range out {
+			require.True(t, r.Success, "round %d: %+v", round, r)
+		}
+	}
+	page, err := s.DLQ(ctxT(t), queue.DLQQuery{Queue: "q"})
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, page.Total, "both failed past their retry limit of 1")
+	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q"}).Messages)
+}

@@ -65,7 +65,16 @@ func (s *cursorState) retryCount(seq int64) int {
 // fail counts a failed delivery of seq. It reports true when seq has used up
 // retryLimit retries and must go to the dead-letter queue; the caller then
 // dead-letters it and calls markDone. retries is the count before this failure.
+//
+// The row counts the attempts of one offset: an earlier one still
+// unfinished keeps them (it comes again first, and reaches its limit
+// first), and a later one's failure then counts nothing. Moving the count
+// to the later one would let a consumer that fails every message of its
+// batch reset each one's count in turn: none would ever reach its limit.
 func (s *cursorState) fail(seq int64, retryLimit int) (dead bool, retries int) {
+	if s.attemptSeq != 0 && s.attemptSeq < seq && !s.isDone(s.attemptSeq) {
+		return false, 0
+	}
 	s.changed = true
 	n := s.retryCount(seq)
 	if n >= retryLimit {

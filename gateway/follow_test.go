@@ -246,6 +246,46 @@ func TestFollow_SSEResumesExactlyFromLastEventID(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, res.status, "a position of another queue: %s", res)
 }
 
+// A push made on this instance that commits while an older transaction
+// is still open waits behind it, even though the hub could take the
+// push's messages as they are: the older transaction may still push to
+// the queue (here to another partition), and its message comes before
+// them in the follow order. Followers get it first, then the push's; a
+// resume from its id gets the push's, and a resume from the last id
+// nothing. (A hub that took a push's messages straight from the push would
+// send the later one at once and never the older one: its position would
+// already be past it.)
+func TestFollow_PushHereWaitsBehindAnOlderOpenTransaction(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	c := e.openSSE(t, "/api/v1/follow/queue/fo", nil)
+	waitFollowers(t, e, "fo", 1)
+	tx, err := e.store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT pg_current_xact_id()`) // the older transaction's id
+	require.NoError(t, err)
+
+	e.pushItems(`[{"queue":"fo","partition":"later","payload":2}]`) // committed, on this instance
+	c.nothing(300 * time.Millisecond)
+	_, err = tx.Exec(ctx, `SELECT push('fo', 'older', '1')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	first, second := c.nextFollow(), c.nextFollow()
+	assert.Equal(t, "older", first.Partition, "the older transaction's message comes first")
+	assert.JSONEq(t, "1", string(first.Data))
+	assert.Equal(t, "later", second.Partition)
+	assert.JSONEq(t, "2", string(second.Data))
+
+	r := e.openSSE(t, "/api/v1/follow/queue/fo", http.Header{"Last-Event-Id": {first.EventID}})
+	m := r.nextFollow()
+	assert.Equal(t, second.EventID, m.EventID, "a resume from the first id gets the second, with the same id")
+	r.nothing(200 * time.Millisecond)
+	z := e.openSSE(t, "/api/v1/follow/queue/fo", http.Header{"Last-Event-Id": {second.EventID}})
+	z.nothing(200 * time.Millisecond)
+}
+
 // doHeader GETs path with header.
 func (e *env) doHeader(path string, header http.Header) resp {
 	e.t.Helper()

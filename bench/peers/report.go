@@ -99,22 +99,47 @@ func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]
 				b.WriteString(" failed | failed |")
 				continue
 			}
-			c, sc := medianOf(ss, cpu), medianOf(ss, srv)
-			pgPart := ""
-			if c-sc > 0.0005 {
-				pgPart = fmt.Sprintf(" (%.3f + %.3f)", sc, c-sc)
-			}
-			fmt.Fprintf(b, " %.2f / %.2f | %.3f%s |", medianOf(ss, p50), medianOf(ss, p99), c, pgPart)
+			fmt.Fprintf(b, " %.2f / %.2f | %s |", medianOf(ss, p50), medianOf(ss, p99), cpuCell(ss, cpu, srv))
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; below 1 means less latency or CPU than Herald):\n\n| system |")
-	for _, r := range cfg.rates {
-		fmt.Fprintf(b, " %d/s p50 | %d/s p99 | %d/s CPU |", r, r, r)
+	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; below 1 means less latency or CPU than Herald):\n\n")
+	writeRatios(b, sys, cfg.rates, func(r int) string { return fmt.Sprintf("%d/s", r) }, res,
+		figure[sample]{"p50", p50}, figure[sample]{"p99", p99}, figure[sample]{"CPU", cpu})
+}
+
+// cpuCell is the median CPU figure of rounds ss (total, seconds per 1,000
+// messages) and, when PostgreSQL's part shows, the server's and
+// PostgreSQL's parts of it: "0.123 (0.100 + 0.023)".
+func cpuCell[T any](ss []T, total, server func(T) float64) string {
+	c, sc := medianOf(ss, total), medianOf(ss, server)
+	if c-sc > 0.0005 {
+		return fmt.Sprintf("%.3f (%.3f + %.3f)", c, sc, c-sc)
+	}
+	return fmt.Sprintf("%.3f", c)
+}
+
+// figure is one column of a ratio table: its heading (after the column
+// key's label) and the field of a round it reads.
+type figure[T any] struct {
+	head string
+	of   func(T) float64
+}
+
+// writeRatios writes the table of each system's figures ÷ Herald's, of
+// the medians over the rounds res holds per system and key: a column per
+// key and figure, a row per system but Herald.
+func writeRatios[T any](b *strings.Builder, sys []system, keys []int, label func(int) string,
+	res map[string]map[int][]T, figs ...figure[T]) {
+	b.WriteString("| system |")
+	for _, k := range keys {
+		for _, f := range figs {
+			fmt.Fprintf(b, " %s %s |", label(k), f.head)
+		}
 	}
 	b.WriteString("\n|---|")
-	for range cfg.rates {
-		b.WriteString("---|---|---|")
+	for range keys {
+		b.WriteString(strings.Repeat("---|", len(figs)))
 	}
 	b.WriteString("\n")
 	base := res["herald"]
@@ -123,10 +148,10 @@ func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]
 			continue
 		}
 		fmt.Fprintf(b, "| %s |", s.name())
-		for _, r := range cfg.rates {
-			ss, hs := res[s.name()][r], base[r]
-			fmt.Fprintf(b, " %s | %s | %s |", ratio(medianOf(ss, p50), medianOf(hs, p50)),
-				ratio(medianOf(ss, p99), medianOf(hs, p99)), ratio(medianOf(ss, cpu), medianOf(hs, cpu)))
+		for _, k := range keys {
+			for _, f := range figs {
+				fmt.Fprintf(b, " %s |", ratio(medianOf(res[s.name()][k], f.of), medianOf(base[k], f.of)))
+			}
 		}
 		b.WriteString("\n")
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/heraldmq/herald/internal/benchstat"
@@ -72,49 +71,15 @@ func runLength(rate int, warm, dur time.Duration) (total, warmN int) {
 	return int(float64(rate) * (warm + dur).Seconds()), int(float64(rate) * warm.Seconds())
 }
 
-// pace calls push total times at rate per second from a pool of 16
-// producers, so that one slow push does not delay the schedule (as
-// herald-bench does). The payload is made when the push starts.
+// pace calls push total times at rate per second (benchstat.Pace: a
+// pool of producers, so that one slow push does not delay the schedule,
+// as herald-bench does). The payload is made when the push starts.
 func pace(ctx context.Context, rate, total int, push func(ctx context.Context, i int, payload []byte) error) (int, error) {
-	jobs := make(chan int, 1024)
-	errc := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range jobs {
-				if err := push(ctx, i, makePayload(i)); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	start := time.Now()
-	interval := time.Second / time.Duration(rate)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	sent := 0
-	for ; sent < total; sent++ {
-		if d := time.Until(start.Add(time.Duration(sent) * interval)); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				close(jobs)
-				wg.Wait()
-				return sent, ctx.Err()
-			}
-		}
-		jobs <- sent
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errc:
+	sent, err := benchstat.Pace(ctx, rate, total, func(ctx context.Context, i int) error {
+		return push(ctx, i, makePayload(i))
+	})
+	if err != nil && ctx.Err() == nil {
 		return sent, fmt.Errorf("pushing: %w", err)
-	default:
-		return sent, nil
 	}
+	return sent, err
 }

@@ -119,54 +119,14 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 }
 
 // pace pushes total single-message pushes at rate per second, spread over
-// the partitions, from a pool of producers so that one slow push does not
-// delay the schedule.
+// the partitions (benchstat.Pace: a pool of producers, so that one slow
+// push does not delay the schedule).
 func pace(ctx context.Context, url, q string, rate, total int) (int, error) {
-	jobs := make(chan int, 1024)
-	errc := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range jobs {
-				body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":{"t":%d,"i":%d}}]}`,
-					q, i%latencyPartitions, time.Now().UnixNano(), i)
-				if err := post(ctx, url+"/api/v1/push", body, http.StatusCreated); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	start := time.Now()
-	interval := time.Second / time.Duration(rate)
-	sent := 0
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for sent < total {
-		next := start.Add(time.Duration(sent) * interval)
-		if d := time.Until(next); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				close(jobs)
-				wg.Wait()
-				return sent, ctx.Err()
-			}
-		}
-		jobs <- sent
-		sent++
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return sent, err
-	default:
-		return sent, nil
-	}
+	return benchstat.Pace(ctx, rate, total, func(ctx context.Context, i int) error {
+		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":{"t":%d,"i":%d}}]}`,
+			q, i%latencyPartitions, time.Now().UnixNano(), i)
+		return post(ctx, url+"/api/v1/push", body, http.StatusCreated)
+	})
 }
 
 func post(ctx context.Context, url, body string, want int) error {

@@ -78,15 +78,9 @@ func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]
 		"River: the worker client's process) plus, for Herald and River, all processes of the shared PostgreSQL, "+
 		"from the first push to the last receipt, divided by the messages pushed.\n\n",
 		payloadSize, joinInts(cfg.rates), cfg.warm, cfg.duration, cfg.rounds, strings.Join(cfg.systems, ", "))
-	b.WriteString("| system |")
-	for _, r := range cfg.rates {
-		fmt.Fprintf(b, " %d msgs/s: p50 / p99 ms | %d msgs/s: CPU s per 1,000 (server + PG) |", r, r)
-	}
-	b.WriteString("\n|---|")
-	for range cfg.rates {
-		b.WriteString("---|---|")
-	}
-	b.WriteString("\n")
+	writeHead(b, cfg.rates, func(r int) []string {
+		return []string{fmt.Sprintf("%d msgs/s: p50 / p99 ms", r), fmt.Sprintf("%d msgs/s: CPU s per 1,000 (server + PG)", r)}
+	})
 	p50 := func(s sample) float64 { return s.P50 }
 	p99 := func(s sample) float64 { return s.P99 }
 	cpu := func(s sample) float64 { return s.CPUPer1k }
@@ -119,6 +113,21 @@ func cpuCell[T any](ss []T, total, server func(T) float64) string {
 	return fmt.Sprintf("%.3f", c)
 }
 
+// writeHead writes a table's heading row and its rule: "system", then the
+// columns heads gives for each key in turn.
+func writeHead(b *strings.Builder, keys []int, heads func(k int) []string) {
+	b.WriteString("| system |")
+	n := 0
+	for _, k := range keys {
+		h := heads(k)
+		for _, c := range h {
+			fmt.Fprintf(b, " %s |", c)
+		}
+		n += len(h)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", n) + "\n")
+}
+
 // figure is one column of a ratio table: its heading (after the column
 // key's label) and the field of a round it reads.
 type figure[T any] struct {
@@ -131,17 +140,13 @@ type figure[T any] struct {
 // key and figure, a row per system but Herald.
 func writeRatios[T any](b *strings.Builder, sys []system, keys []int, label func(int) string,
 	res map[string]map[int][]T, figs ...figure[T]) {
-	b.WriteString("| system |")
-	for _, k := range keys {
-		for _, f := range figs {
-			fmt.Fprintf(b, " %s %s |", label(k), f.head)
+	writeHead(b, keys, func(k int) []string {
+		heads := make([]string, len(figs))
+		for i, f := range figs {
+			heads[i] = label(k) + " " + f.head
 		}
-	}
-	b.WriteString("\n|---|")
-	for range keys {
-		b.WriteString(strings.Repeat("---|", len(figs)))
-	}
-	b.WriteString("\n")
+		return heads
+	})
 	base := res["herald"]
 	for _, s := range sys {
 		if s.name() == "herald" {

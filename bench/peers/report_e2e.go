@@ -42,16 +42,10 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 		"every group must receive every message pushed (a run that loses one counts as failed).\n\n",
 		e2eProducers, e2eBatch, payloadSize, e2eBacklog, joinInts(cfg.e2eGroups), cfg.e2eWarm, cfg.e2eDuration,
 		cfg.rounds)
-	b.WriteString("| system |")
-	for _, g := range cfg.e2eGroups {
-		fmt.Fprintf(b, " %s: delivered msgs/s (pushed/s), range over rounds | %s: CPU s per 1,000 delivered (server + PG) |",
-			groupsLabel(g), groupsLabel(g))
-	}
-	b.WriteString("\n|---|")
-	for range cfg.e2eGroups {
-		b.WriteString("---|---|")
-	}
-	b.WriteString("\n")
+	writeHead(b, cfg.e2eGroups, func(g int) []string {
+		return []string{groupsLabel(g) + ": delivered msgs/s (pushed/s), range over rounds",
+			groupsLabel(g) + ": CPU s per 1,000 delivered (server + PG)"}
+	})
 	del := func(s e2eSample) float64 { return s.Delivered }
 	push := func(s e2eSample) float64 { return s.Pushed }
 	cpu := func(s e2eSample) float64 { return s.CPUPer1k }

@@ -310,6 +310,20 @@ func (c *Client) run(cn *conn) {
 	}
 }
 
+// join adds a subscription or follow (add, called under c.mu) unless the
+// client has ended, and returns the connection to start it on now (nil
+// while the client reconnects: the reconnection starts it) or the error
+// the client ended with.
+func (c *Client) join(add func()) (*conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.terminal != nil {
+		return nil, c.terminal
+	}
+	add()
+	return c.conn, nil
+}
+
 // finish ends every subscription and follow with err.
 func (c *Client) finish(err error) {
 	c.mu.Lock()

@@ -268,3 +268,24 @@ func TestPush_Duplicates(t *testing.T) {
 	require.ErrorAs(t, err, &he)
 	assert.Equal(t, http.StatusBadRequest, he.Status)
 }
+
+func TestClient_SubscribeAndFollowOnAClosedClientReturnErrClosed(t *testing.T) {
+	t.Parallel()
+	s := newHerald(t)
+	c := dial(t, s, client.Options{})
+	require.NoError(t, c.Close())
+	noop := func(context.Context, *client.Message) error { return nil }
+	for name, start := range map[string]func() error{
+		"subscribe": func() error { return c.Subscribe(ctxT(t), client.SubscribeOptions{Queue: "sdk-closed"}, noop) },
+		"follow":    func() error { return c.Follow(ctxT(t), client.FollowOptions{Queue: "sdk-closed"}, noop) },
+	} {
+		done := make(chan error, 1)
+		go func() { done <- start() }()
+		select {
+		case err := <-done:
+			assert.ErrorIs(t, err, client.ErrClosed, name)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s on a closed client did not return", name)
+		}
+	}
+}

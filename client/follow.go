@@ -68,14 +68,10 @@ func (c *Client) Follow(ctx context.Context, opts FollowOptions, handler Handler
 	}
 	f := &Follow{c: c, opts: opts, events: make(chan followEvent, followBuffer), last: opts.From}
 	f.init()
-	c.mu.Lock()
-	if c.terminal != nil {
-		c.mu.Unlock()
-		return c.terminal
+	cn, err := c.join(func() { c.follows[f] = true })
+	if err != nil {
+		return err
 	}
-	c.follows[f] = true
-	cn := c.conn
-	c.mu.Unlock()
 	defer f.leave()
 	if cn != nil {
 		go f.attach(ctx, cn)

@@ -204,14 +204,10 @@ func (c *Client) Subscribe(ctx context.Context, opts SubscribeOptions, handler H
 	}
 	s := &Subscription{c: c, opts: opts, msgs: make(chan *Message, 2*inFlight)}
 	s.init()
-	c.mu.Lock()
-	if c.terminal != nil {
-		c.mu.Unlock()
-		return c.terminal
+	cn, err := c.join(func() { c.subs[s] = true })
+	if err != nil {
+		return err
 	}
-	c.subs[s] = true
-	cn := c.conn
-	c.mu.Unlock()
 	defer s.leave()
 	// The acks under way are answered before leave unsubscribes, which
 	// gives back what is not acknowledged.

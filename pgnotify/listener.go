@@ -107,12 +107,8 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 		usage: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_notification_queue_usage",
 			Help: "pg_notification_queue_usage(): the fraction of the server's NOTIFY queue in use."}),
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{l.reconnects, l.received, l.usage} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := register(cfg.Registerer, l.reconnects, l.received, l.usage); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

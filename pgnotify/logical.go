@@ -102,12 +102,8 @@ func NewLogical(cfg LogicalConfig) (*Logical, error) {
 		recons: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_logical_reconnects_total",
 			Help: "Times the replication stream was re-established after a failure."}),
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{l.events, l.recons} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := register(cfg.Registerer, l.events, l.recons); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

@@ -87,12 +87,8 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_notify_skipped_total",
 			Help: "Wake-ups not sent because no instance needed them (syncnet woke every instance that listens)."}),
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{n.sent, n.batches, n.skipped} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := register(cfg.Registerer, n.sent, n.batches, n.skipped); err != nil {
+		return nil, err
 	}
 	return n, nil
 }

@@ -229,26 +229,41 @@ func (l *InstanceLock) Close(ctx context.Context) error {
 	return err
 }
 
-// releaseInstanceSQL ends every lease owned by $1 (the instance's streams';
-// not the "#pop" leases its clients hold), locking the rows in key
-// order first (as releaseLeaseSQL), and names what it freed. It counts no
-// attempt: the gateway's crash is not the consumer's failure. The scan
-// goes through consumers_lease_id (leased rows only).
-const releaseInstanceSQL = `-- herald:release_instance_leases
+// freeOwnedLeasesSQL is a statement named name that ends, without
+// counting an attempt, every lease owned by $1 (the instance's streams';
+// not the "#pop" leases its clients hold) that filter (a condition on
+// consumers c, or empty) also selects, locking the rows in key order first
+// (as releaseLeaseSQL). Its CTE freed names what it gave back (queue,
+// partition, partition id, group); tail is the SELECT that follows. The
+// scan goes through consumers_lease_id (leased rows only).
+func freeOwnedLeasesSQL(name, filter, tail string) string {
+	where := `c.lease_id IS NOT NULL AND c.lease_owner = $1`
+	if filter != "" {
+		where += `
+	  AND ` + filter
+	}
+	return "-- herald:" + name + `
 WITH lk AS (
 	SELECT c.partition_id, c.consumer_group FROM consumers c
-	WHERE c.lease_id IS NOT NULL AND c.lease_owner = $1
+	WHERE ` + where + `
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 ), up AS (
 	UPDATE consumers c SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL
 	FROM lk
 	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
-	  AND c.lease_id IS NOT NULL AND c.lease_owner = $1
+	  AND ` + where + `
 	RETURNING c.partition_id, c.consumer_group
+), freed AS (
+	SELECT q.name AS queue, p.name AS partition, up.partition_id::text AS partition_id, up.consumer_group
+	FROM up JOIN partitions p ON p.id = up.partition_id JOIN queues q ON q.id = p.queue_id
 )
-SELECT q.name, p.name, up.partition_id::text, up.consumer_group
-FROM up JOIN partitions p ON p.id = up.partition_id JOIN queues q ON q.id = p.queue_id`
+` + tail
+}
+
+// releaseInstanceSQL ends every lease owned by $1 and names what it freed.
+// It counts no attempt: the gateway's crash is not the consumer's failure.
+var releaseInstanceSQL = freeOwnedLeasesSQL("release_instance_leases", "", `SELECT * FROM freed`)
 
 // FreedLease is a (partition, group) whose lease ReleaseInstanceLeases
 // gave back.

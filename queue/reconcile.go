@@ -24,30 +24,15 @@ import (
 // reconcileInstanceSQL gives back the leases owned by $1 (the instance's
 // streams') whose id is below $3 (made before the reconciliation began: a
 // pop under way makes its lease above it) and not among $2 (the leases the
-// streams hold), locking the rows in key order first (as releaseLeaseSQL),
-// and names what it freed ('freed' rows); then names which of $2 are live
-// ('live' rows). The snapshot of the live part is the statement's, from
+// streams hold), as freeOwnedLeasesSQL does, and names what it freed
+// ('freed' rows); then names which of $2 are live ('live' rows). The snapshot of the live part is the statement's, from
 // before its update, which never touches a lease of $2.
-const reconcileInstanceSQL = `-- herald:reconcile_instance_leases
-WITH lk AS (
-	SELECT c.partition_id, c.consumer_group FROM consumers c
-	WHERE c.lease_id IS NOT NULL AND c.lease_owner = $1
-	  AND c.lease_id < $3::uuid AND NOT (c.lease_id = ANY($2::uuid[]))
-	ORDER BY c.partition_id, c.consumer_group
-	FOR NO KEY UPDATE OF c
-), up AS (
-	UPDATE consumers c SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL
-	FROM lk
-	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
-	  AND c.lease_id IS NOT NULL AND c.lease_owner = $1
-	  AND c.lease_id < $3::uuid AND NOT (c.lease_id = ANY($2::uuid[]))
-	RETURNING c.partition_id, c.consumer_group
-)
-SELECT true, q.name, p.name, up.partition_id::text, up.consumer_group
-FROM up JOIN partitions p ON p.id = up.partition_id JOIN queues q ON q.id = p.queue_id
+var reconcileInstanceSQL = freeOwnedLeasesSQL("reconcile_instance_leases",
+	`c.lease_id < $3::uuid AND NOT (c.lease_id = ANY($2::uuid[]))`,
+	`SELECT true, freed.* FROM freed
 UNION ALL
 SELECT DISTINCT false, '', '', c.lease_id::text, ''
-FROM consumers c WHERE c.lease_id = ANY($2::uuid[]) AND c.lease_expires_at > now()`
+FROM consumers c WHERE c.lease_id = ANY($2::uuid[]) AND c.lease_expires_at > now()`)
 
 // Reconciled is what ReconcileInstanceLeases found.
 type Reconciled struct {

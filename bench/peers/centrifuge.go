@@ -11,6 +11,8 @@ import (
 
 	"github.com/centrifugal/centrifuge"
 	"github.com/gorilla/websocket"
+
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // centrifugeSys is a centrifuge Node (memory broker) in a child process
@@ -32,7 +34,7 @@ func (s *centrifugeSys) name() string { return "centrifuge" }
 func (s *centrifugeSys) run(ctx context.Context, rate int, warm, dur time.Duration) (sample, error) {
 	s.n++
 	channel := fmt.Sprintf("peers-%d-%d", rate, s.n)
-	rec := newRecorder(runLength(rate, warm, dur))
+	rec := benchstat.NewRecorder(runLength(rate, warm, dur))
 	ws, res, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+s.ch.addr+"/connection/websocket", nil)
 	if res != nil {
 		_ = res.Body.Close()
@@ -77,7 +79,7 @@ func (s *centrifugeSys) run(ctx context.Context, rate int, warm, dur time.Durati
 					} `json:"push"`
 				}
 				if json.Unmarshal(line, &r) == nil && r.Push.Pub.Data != nil {
-					rec.recordJSON(r.Push.Pub.Data, now)
+					rec.RecordJSON(r.Push.Pub.Data, now)
 				}
 			}
 		}

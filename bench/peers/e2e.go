@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // The end-to-end throughput scenario: e2eProducers
@@ -73,7 +75,7 @@ type e2eGroup struct {
 
 // deliverJSON counts the message whose payload is data (a stamp).
 func (g *e2eGroup) deliverJSON(data []byte) {
-	var s stamp
+	var s benchstat.Stamp
 	if json.Unmarshal(data, &s) != nil {
 		return
 	}

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // loopbackPairs opens n loopback TCP connections and returns the server
@@ -142,9 +144,9 @@ func TestFloorFrame_IsTheSizeOfHeraldsFollowEvent(t *testing.T) {
 		t.Fatalf("not one SSE event with an id: and one data: line:\n%q", f)
 	}
 	var msg struct {
-		Data    stamp  `json:"data"`
-		EventID string `json:"eventId"`
-		Offset  int    `json:"offset"`
+		Data    benchstat.Stamp `json:"data"`
+		EventID string          `json:"eventId"`
+		Offset  int             `json:"offset"`
 	}
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[2], "data: ")), &msg); err != nil {
 		t.Fatalf("the data line is not JSON: %v", err)

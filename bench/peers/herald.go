@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldmq/herald/client"
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // heraldPartitions spreads the pushes as herald-bench does: a partition is
@@ -79,7 +80,7 @@ func (h *heraldSys) cpu() (time.Duration, time.Duration) {
 func (h *heraldSys) run(ctx context.Context, rate int, warm, dur time.Duration) (sample, error) {
 	h.n++
 	q := fmt.Sprintf("peers-%d-%d", rate, h.n)
-	rec := newRecorder(runLength(rate, warm, dur))
+	rec := benchstat.NewRecorder(runLength(rate, warm, dur))
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c, err := client.Dial(cctx, h.url, client.Options{})
@@ -93,7 +94,7 @@ func (h *heraldSys) run(ctx context.Context, rate int, warm, dur time.Duration) 
 		// on the socket, without waiting for the answer (as nats.go's Ack).
 		subDone <- c.Subscribe(cctx, client.SubscribeOptions{Queue: q, Batch: 100, MaxInFlight: 1000},
 			func(_ context.Context, m *client.Message) error {
-				rec.recordJSON(m.Data, time.Now())
+				rec.RecordJSON(m.Data, time.Now())
 				return nil
 			})
 	}()

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // The HTTP consumers below share the herald process of the WebSocket row
@@ -72,7 +74,7 @@ type heraldVariant struct {
 	*heraldSys
 	kind    string // "herald-sse" or "herald-longpoll"
 	n       int
-	consume func(ctx context.Context, q string, rec *recorder) error
+	consume func(ctx context.Context, q string, rec *benchstat.Recorder) error
 }
 
 func newHeraldSSE(h *heraldSys) *heraldVariant {
@@ -92,7 +94,7 @@ func (v *heraldVariant) name() string { return v.kind }
 func (v *heraldVariant) run(ctx context.Context, rate int, warm, dur time.Duration) (sample, error) {
 	v.n++
 	q := fmt.Sprintf("peers-%s-%d-%d", strings.TrimPrefix(v.kind, "herald-"), rate, v.n)
-	rec := newRecorder(runLength(rate, warm, dur))
+	rec := benchstat.NewRecorder(runLength(rate, warm, dur))
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -115,7 +117,7 @@ func (v *heraldVariant) run(ctx context.Context, rate int, warm, dur time.Durati
 // while the previous POST was in flight goes in the next one, so acks of
 // one delivery usually share a request. A stream that ends is reopened
 // with Last-Event-ID, as EventSource would.
-func (v *heraldVariant) consumeSSE(ctx context.Context, q string, rec *recorder) error {
+func (v *heraldVariant) consumeSSE(ctx context.Context, q string, rec *benchstat.Recorder) error {
 	acks := make(chan ackItem, 4096)
 	ackErr := make(chan error, 1)
 	var wg sync.WaitGroup
@@ -168,7 +170,7 @@ func (v *heraldVariant) ackLoop(ctx context.Context, acks <-chan ackItem) error 
 
 // readSSE reads one connection's events until it ends; it returns the
 // last event id seen.
-func (v *heraldVariant) readSSE(ctx context.Context, q, lastID string, rec *recorder, acks chan<- ackItem) (string, error) {
+func (v *heraldVariant) readSSE(ctx context.Context, q, lastID string, rec *benchstat.Recorder, acks chan<- ackItem) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
 		v.url+"/api/v1/sse/queue/"+q+"?batch=10&maxInFlight=100", nil)
 	if err != nil {
@@ -201,7 +203,7 @@ func (v *heraldVariant) readSSE(ctx context.Context, q, lastID string, rec *reco
 				if err := json.Unmarshal([]byte(data), &m); err != nil {
 					return id, fmt.Errorf("decoding an SSE message: %w", err)
 				}
-				rec.recordJSON(m.Data, now)
+				rec.RecordJSON(m.Data, now)
 				select {
 				case acks <- ackOf(m):
 				case <-ctx.Done():
@@ -226,7 +228,7 @@ func (v *heraldVariant) readSSE(ctx context.Context, q, lastID string, rec *reco
 // consumeLongPoll pops in a loop (wait=true, up to 10 messages over up to
 // 16 partitions) and acks each pop's messages with one ack/batch before
 // the next pop, as a simple HTTP worker would.
-func (v *heraldVariant) consumeLongPoll(ctx context.Context, q string, rec *recorder) error {
+func (v *heraldVariant) consumeLongPoll(ctx context.Context, q string, rec *benchstat.Recorder) error {
 	url := v.url + "/api/v1/pop/queue/" + q + "?wait=true&timeout=30000&batch=10&partitions=16"
 	for ctx.Err() == nil {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -263,7 +265,7 @@ func (v *heraldVariant) consumeLongPoll(ctx context.Context, q string, rec *reco
 		}
 		items := make([]ackItem, 0, len(pop.Messages))
 		for _, m := range pop.Messages {
-			rec.recordJSON(m.Data, now)
+			rec.RecordJSON(m.Data, now)
 			items = append(items, ackOf(m))
 		}
 		if len(items) == 0 {

@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // natsSys is an embedded nats-server with JetStream (file storage) in a
@@ -73,9 +75,9 @@ func (s *natsSys) run(ctx context.Context, rate int, warm, dur time.Duration) (s
 	if err != nil {
 		return sample{}, fmt.Errorf("creating a consumer: %w", err)
 	}
-	rec := newRecorder(runLength(rate, warm, dur))
+	rec := benchstat.NewRecorder(runLength(rate, warm, dur))
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		rec.recordJSON(m.Data(), time.Now())
+		rec.RecordJSON(m.Data(), time.Now())
 		_ = m.Ack()
 	})
 	if err != nil {

@@ -78,15 +78,9 @@ func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]
 		"River: the worker client's process) plus, for Herald and River, all processes of the shared PostgreSQL, "+
 		"from the first push to the last receipt, divided by the messages pushed.\n\n",
 		payloadSize, joinInts(cfg.rates), cfg.warm, cfg.duration, cfg.rounds, strings.Join(cfg.systems, ", "))
-	b.WriteString("| system |")
-	for _, r := range cfg.rates {
-		fmt.Fprintf(b, " %d msgs/s: p50 / p99 ms | %d msgs/s: CPU s per 1,000 (server + PG) |", r, r)
-	}
-	b.WriteString("\n|---|")
-	for range cfg.rates {
-		b.WriteString("---|---|")
-	}
-	b.WriteString("\n")
+	writeHead(b, cfg.rates, func(r int) []string {
+		return []string{fmt.Sprintf("%d msgs/s: p50 / p99 ms", r), fmt.Sprintf("%d msgs/s: CPU s per 1,000 (server + PG)", r)}
+	})
 	p50 := func(s sample) float64 { return s.P50 }
 	p99 := func(s sample) float64 { return s.P99 }
 	cpu := func(s sample) float64 { return s.CPUPer1k }
@@ -99,34 +93,70 @@ func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]
 				b.WriteString(" failed | failed |")
 				continue
 			}
-			c, sc := medianOf(ss, cpu), medianOf(ss, srv)
-			pgPart := ""
-			if c-sc > 0.0005 {
-				pgPart = fmt.Sprintf(" (%.3f + %.3f)", sc, c-sc)
-			}
-			fmt.Fprintf(b, " %.2f / %.2f | %.3f%s |", medianOf(ss, p50), medianOf(ss, p99), c, pgPart)
+			fmt.Fprintf(b, " %.2f / %.2f | %s |", medianOf(ss, p50), medianOf(ss, p99), cpuCell(ss, cpu, srv))
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; below 1 means less latency or CPU than Herald):\n\n| system |")
-	for _, r := range cfg.rates {
-		fmt.Fprintf(b, " %d/s p50 | %d/s p99 | %d/s CPU |", r, r, r)
+	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; below 1 means less latency or CPU than Herald):\n\n")
+	writeRatios(b, sys, cfg.rates, func(r int) string { return fmt.Sprintf("%d/s", r) }, res,
+		figure[sample]{"p50", p50}, figure[sample]{"p99", p99}, figure[sample]{"CPU", cpu})
+}
+
+// cpuCell is the median CPU figure of rounds ss (total, seconds per 1,000
+// messages) and, when PostgreSQL's part shows, the server's and
+// PostgreSQL's parts of it: "0.123 (0.100 + 0.023)".
+func cpuCell[T any](ss []T, total, server func(T) float64) string {
+	c, sc := medianOf(ss, total), medianOf(ss, server)
+	if c-sc > 0.0005 {
+		return fmt.Sprintf("%.3f (%.3f + %.3f)", c, sc, c-sc)
 	}
-	b.WriteString("\n|---|")
-	for range cfg.rates {
-		b.WriteString("---|---|---|")
+	return fmt.Sprintf("%.3f", c)
+}
+
+// writeHead writes a table's heading row and its rule: "system", then the
+// columns heads gives for each key in turn.
+func writeHead(b *strings.Builder, keys []int, heads func(k int) []string) {
+	b.WriteString("| system |")
+	n := 0
+	for _, k := range keys {
+		h := heads(k)
+		for _, c := range h {
+			fmt.Fprintf(b, " %s |", c)
+		}
+		n += len(h)
 	}
-	b.WriteString("\n")
+	b.WriteString("\n|---|" + strings.Repeat("---|", n) + "\n")
+}
+
+// figure is one column of a ratio table: its heading (after the column
+// key's label) and the field of a round it reads.
+type figure[T any] struct {
+	head string
+	of   func(T) float64
+}
+
+// writeRatios writes the table of each system's figures ÷ Herald's, of
+// the medians over the rounds res holds per system and key: a column per
+// key and figure, a row per system but Herald.
+func writeRatios[T any](b *strings.Builder, sys []system, keys []int, label func(int) string,
+	res map[string]map[int][]T, figs ...figure[T]) {
+	writeHead(b, keys, func(k int) []string {
+		heads := make([]string, len(figs))
+		for i, f := range figs {
+			heads[i] = label(k) + " " + f.head
+		}
+		return heads
+	})
 	base := res["herald"]
 	for _, s := range sys {
 		if s.name() == "herald" {
 			continue
 		}
 		fmt.Fprintf(b, "| %s |", s.name())
-		for _, r := range cfg.rates {
-			ss, hs := res[s.name()][r], base[r]
-			fmt.Fprintf(b, " %s | %s | %s |", ratio(medianOf(ss, p50), medianOf(hs, p50)),
-				ratio(medianOf(ss, p99), medianOf(hs, p99)), ratio(medianOf(ss, cpu), medianOf(hs, cpu)))
+		for _, k := range keys {
+			for _, f := range figs {
+				fmt.Fprintf(b, " %s |", ratio(medianOf(res[s.name()][k], f.of), medianOf(base[k], f.of)))
+			}
 		}
 		b.WriteString("\n")
 	}

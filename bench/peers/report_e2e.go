@@ -42,16 +42,10 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 		"every group must receive every message pushed (a run that loses one counts as failed).\n\n",
 		e2eProducers, e2eBatch, payloadSize, e2eBacklog, joinInts(cfg.e2eGroups), cfg.e2eWarm, cfg.e2eDuration,
 		cfg.rounds)
-	b.WriteString("| system |")
-	for _, g := range cfg.e2eGroups {
-		fmt.Fprintf(b, " %s: delivered msgs/s (pushed/s), range over rounds | %s: CPU s per 1,000 delivered (server + PG) |",
-			groupsLabel(g), groupsLabel(g))
-	}
-	b.WriteString("\n|---|")
-	for range cfg.e2eGroups {
-		b.WriteString("---|---|")
-	}
-	b.WriteString("\n")
+	writeHead(b, cfg.e2eGroups, func(g int) []string {
+		return []string{groupsLabel(g) + ": delivered msgs/s (pushed/s), range over rounds",
+			groupsLabel(g) + ": CPU s per 1,000 delivered (server + PG)"}
+	})
 	del := func(s e2eSample) float64 { return s.Delivered }
 	push := func(s e2eSample) float64 { return s.Pushed }
 	cpu := func(s e2eSample) float64 { return s.CPUPer1k }
@@ -68,43 +62,19 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 				b.WriteString(" failed | failed |")
 				continue
 			}
-			c, sc := medianOf(ss, cpu), medianOf(ss, srv)
-			pgPart := ""
-			if c-sc > 0.0005 {
-				pgPart = fmt.Sprintf(" (%.3f + %.3f)", sc, c-sc)
-			}
 			spread := ""
 			if len(ss) > 1 {
 				lo, hi := spanOf(ss, del)
 				spread = fmt.Sprintf(", rounds %.0f–%.0f", lo, hi)
 			}
-			fmt.Fprintf(b, " %.0f (%.0f)%s | %.3f%s |", medianOf(ss, del), medianOf(ss, push), spread, c, pgPart)
+			fmt.Fprintf(b, " %.0f (%.0f)%s | %s |", medianOf(ss, del), medianOf(ss, push), spread, cpuCell(ss, cpu, srv))
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; above 1 means more throughput, " +
-		"below 1 less CPU per message than Herald):\n\n| system |")
-	for _, g := range cfg.e2eGroups {
-		fmt.Fprintf(b, " %s: delivered/s | %s: CPU |", groupsLabel(g), groupsLabel(g))
-	}
-	b.WriteString("\n|---|")
-	for range cfg.e2eGroups {
-		b.WriteString("---|---|")
-	}
-	b.WriteString("\n")
-	base := res["herald"]
-	for _, s := range rows {
-		if s.name() == "herald" {
-			continue
-		}
-		fmt.Fprintf(b, "| %s |", s.name())
-		for _, g := range cfg.e2eGroups {
-			ss, hs := res[s.name()][g], base[g]
-			fmt.Fprintf(b, " %s | %s |", ratio(medianOf(ss, del), medianOf(hs, del)),
-				ratio(medianOf(ss, cpu), medianOf(hs, cpu)))
-		}
-		b.WriteString("\n")
-	}
+		"below 1 less CPU per message than Herald):\n\n")
+	writeRatios(b, rows, cfg.e2eGroups, func(g int) string { return groupsLabel(g) + ":" }, res,
+		figure[e2eSample]{"delivered/s", del}, figure[e2eSample]{"CPU", cpu})
 	b.WriteString("\nCPU of this load-generating process (producers and consumers, counted in no figure above), " +
 		"seconds per 1,000 delivered, medians:")
 	for _, s := range rows {

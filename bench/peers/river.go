@@ -17,6 +17,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // riverArgs is a River job: one message.
@@ -47,7 +49,7 @@ type riverSys struct {
 
 type riverRun struct {
 	id  string
-	rec *recorder
+	rec *benchstat.Recorder
 }
 
 // riverE2EQueue is the queue of the end-to-end jobs, worked by
@@ -122,7 +124,7 @@ func (s *riverSys) read() {
 		i, _ := strconv.Atoi(f[1])
 		t, _ := strconv.ParseInt(f[2], 10, 64)
 		now, _ := strconv.ParseInt(f[3], 10, 64)
-		r.rec.record(i, t, time.Unix(0, now))
+		r.rec.Record(i, t, time.Unix(0, now))
 	}
 }
 
@@ -132,7 +134,7 @@ func (s *riverSys) cpu() (time.Duration, time.Duration) { return procCPU(s.ch.pi
 
 func (s *riverSys) run(ctx context.Context, rate int, warm, dur time.Duration) (sample, error) {
 	s.n++
-	r := &riverRun{id: fmt.Sprintf("r%d-%d", rate, s.n), rec: newRecorder(runLength(rate, warm, dur))}
+	r := &riverRun{id: fmt.Sprintf("r%d-%d", rate, s.n), rec: benchstat.NewRecorder(runLength(rate, warm, dur))}
 	s.cur.Store(r)
 	defer s.cur.Store(nil)
 	return measure(ctx, rate, warm, dur, s.cpu, r.rec, func(ctx context.Context, i int, _ []byte) error {

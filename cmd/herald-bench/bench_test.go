@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,30 +28,6 @@ func TestMain(m *testing.M) {
 		os.Exit(runHolder(os.Args[2:]))
 	}
 	pgtest.Main(m)
-}
-
-func TestPercentile(t *testing.T) {
-	var s []time.Duration
-	for i := 1; i <= 1000; i++ {
-		s = append(s, time.Duration(i)*time.Millisecond)
-	}
-	assert.Equal(t, 500*time.Millisecond, percentile(s, 50))
-	assert.Equal(t, 990*time.Millisecond, percentile(s, 99))
-	assert.Equal(t, 999*time.Millisecond, percentile(s, 99.9))
-	assert.Zero(t, percentile(nil, 50))
-}
-
-func TestRecorder(t *testing.T) {
-	r := &recorder{seen: map[int]bool{}, after: 2}
-	now := time.Now()
-	for _, i := range []int{0, 1, 2, 2, 3} {
-		r.record([]byte(`{"t":`+strconv.FormatInt(now.Add(-time.Millisecond).UnixNano(), 10)+`,"i":`+strconv.Itoa(i)+`}`), now)
-	}
-	r.record([]byte(`not json`), now)
-	assert.Equal(t, 4, r.count())
-	assert.Equal(t, 1, r.dups)
-	require.Len(t, r.samples, 2, "warm-up messages are not sampled")
-	assert.Equal(t, time.Millisecond, r.samples[0])
 }
 
 // testServer is a real gateway and poller on the test database, with its

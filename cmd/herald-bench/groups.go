@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldmq/herald/client"
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // The groups scenario: consumer groups that come and go (browser tabs each
@@ -172,8 +173,8 @@ func pushCost(ctx context.Context, base string, db *pgx.Conn, n int) ([]groupsPu
 		}
 		wal1 := lsn()
 		slices.Sort(lats)
-		return groupsPushCost{IdleGroups: n, Via: via, Pushes: groupsPushes, P50: ms(percentile(lats, 50)),
-			P99: ms(percentile(lats, 99)), WALPerPush: float64(wal1-wal0) / groupsPushes}, nil
+		l := benchstat.Latencies{Sorted: lats}
+		return groupsPushCost{IdleGroups: n, Via: via, Pushes: groupsPushes, P50: l.Ms(50), P99: l.Ms(99), WALPerPush: float64(wal1-wal0) / groupsPushes}, nil
 	}
 	r, err := measure("http", push)
 	if err != nil || db == nil {
@@ -272,7 +273,7 @@ func burst(ctx context.Context, base string, n int) (*groupsBurst, error) {
 func autoAckLatency(ctx context.Context, base string, cfg benchConfig, auto bool) (latencyResult, error) {
 	q := fmt.Sprintf("bench-autoack-%v-%d", auto, time.Now().UnixNano())
 	total := int(float64(groupsRate) * cfg.Duration.Seconds())
-	rec := &recorder{seen: map[int]bool{}, after: 2 * groupsRate}
+	rec := benchstat.NewRecorder(0, 2*groupsRate)
 	res := latencyResult{Setup: "1 instance", Transport: "ws", Rate: groupsRate, Ack: "manual ack (SDK)"}
 	if auto {
 		res.Ack = "autoAck"
@@ -290,7 +291,7 @@ func autoAckLatency(ctx context.Context, base string, cfg benchConfig, auto bool
 		defer func() { _ = c.Close() }()
 		_ = c.Subscribe(cctx, client.SubscribeOptions{Queue: q, Batch: 100, MaxInFlight: 1000, AutoAck: auto},
 			func(_ context.Context, m *client.Message) error {
-				rec.record(m.Data, time.Now())
+				rec.RecordJSON(m.Data, time.Now())
 				return nil
 			})
 	})
@@ -301,17 +302,14 @@ func autoAckLatency(ctx context.Context, base string, cfg benchConfig, auto bool
 		return res, err
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for rec.count() < sent && time.Now().Before(deadline) {
+	for rec.Count() < sent && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
 	wg.Wait()
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	slices.Sort(rec.samples)
-	res.Pushed, res.Received, res.Duplicates = sent, len(rec.seen), rec.dups
-	res.P50, res.P90, res.P99 = ms(percentile(rec.samples, 50)), ms(percentile(rec.samples, 90)), ms(percentile(rec.samples, 99))
-	res.P999, res.Max = ms(percentile(rec.samples, 99.9)), ms(percentile(rec.samples, 100))
+	l := rec.Latencies()
+	res.Pushed, res.Received, res.Duplicates = sent, l.Received, l.Duplicates
+	res.P50, res.P90, res.P99, res.P999, res.Max = l.Ms(50), l.Ms(90), l.Ms(99), l.Ms(99.9), l.Ms(100)
 	return res, nil
 }
 

@@ -8,24 +8,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/heraldmq/herald/client"
+	"github.com/heraldmq/herald/internal/benchstat"
 )
 
 // latencyPartitions spreads the pushes: a partition is leased to one
 // consumer at a time, so with one partition every message would wait for
 // the previous one's ack and the figure would measure ack round trips.
 const latencyPartitions = 16
-
-// stamp is the payload of a latency message.
-type stamp struct {
-	T int64 `json:"t"` // push time, unix ns
-	I int   `json:"i"`
-}
 
 // latencyResult is one transport's push → receipt distribution.
 type latencyResult struct {
@@ -47,49 +41,6 @@ type latencyResult struct {
 	// 1,000 messages, from the first push to the last receipt; 0 when
 	// PostgreSQL's processes are not known (--url).
 	CPUPer1k float64 `json:"cpu_s_per_1000"`
-}
-
-// recorder collects receipt latencies, once per message.
-type recorder struct {
-	mu      sync.Mutex
-	seen    map[int]bool
-	samples []time.Duration
-	dups    int
-	after   int // messages before this index are warm-up
-}
-
-func (r *recorder) record(data []byte, now time.Time) {
-	var s stamp
-	if json.Unmarshal(data, &s) != nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.seen[s.I] {
-		r.dups++
-		return
-	}
-	r.seen[s.I] = true
-	if s.I >= r.after {
-		r.samples = append(r.samples, now.Sub(time.Unix(0, s.T)))
-	}
-}
-
-func (r *recorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.seen)
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// percentile of sorted samples.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p / 100 * float64(len(sorted)-1))
-	return sorted[i]
 }
 
 func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]latencyResult, error) {
@@ -115,7 +66,7 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	q := fmt.Sprintf("bench-lat-%s-%d", transport, time.Now().UnixNano())
 	total := int(float64(cfg.Rate) * cfg.Duration.Seconds())
 	warm := 2 * cfg.Rate // the first two seconds warm connections, caches and plans
-	rec := &recorder{seen: map[int]bool{}, after: warm}
+	rec := benchstat.NewRecorder(0, warm)
 	res := latencyResult{Transport: transport, Rate: cfg.Rate}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -152,7 +103,7 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	}
 	// Wait for stragglers.
 	deadline := time.Now().Add(10 * time.Second)
-	for rec.count() < pushed && time.Now().Before(deadline) {
+	for rec.Count() < pushed && time.Now().Before(deadline) {
 		t := time.NewTimer(20 * time.Millisecond)
 		<-t.C
 	}
@@ -161,68 +112,21 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	}
 	cancel()
 	wg.Wait()
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	s := rec.samples
-	slices.Sort(s)
-	res.Received, res.Duplicates = len(rec.seen), rec.dups
-	res.P50, res.P90, res.P99 = ms(percentile(s, 50)), ms(percentile(s, 90)), ms(percentile(s, 99))
-	res.P999 = ms(percentile(s, 99.9))
-	if len(s) > 0 {
-		res.Max = ms(s[len(s)-1])
-	}
+	l := rec.Latencies()
+	res.Received, res.Duplicates = l.Received, l.Duplicates
+	res.P50, res.P90, res.P99, res.P999, res.Max = l.Ms(50), l.Ms(90), l.Ms(99), l.Ms(99.9), l.Ms(100)
 	return res, nil
 }
 
 // pace pushes total single-message pushes at rate per second, spread over
-// the partitions, from a pool of producers so that one slow push does not
-// delay the schedule.
+// the partitions (benchstat.Pace: a pool of producers, so that one slow
+// push does not delay the schedule).
 func pace(ctx context.Context, url, q string, rate, total int) (int, error) {
-	jobs := make(chan int, 1024)
-	errc := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range jobs {
-				body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":{"t":%d,"i":%d}}]}`,
-					q, i%latencyPartitions, time.Now().UnixNano(), i)
-				if err := post(ctx, url+"/api/v1/push", body, http.StatusCreated); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	start := time.Now()
-	interval := time.Second / time.Duration(rate)
-	sent := 0
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for sent < total {
-		next := start.Add(time.Duration(sent) * interval)
-		if d := time.Until(next); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				close(jobs)
-				wg.Wait()
-				return sent, ctx.Err()
-			}
-		}
-		jobs <- sent
-		sent++
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return sent, err
-	default:
-		return sent, nil
-	}
+	return benchstat.Pace(ctx, rate, total, func(ctx context.Context, i int) error {
+		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":{"t":%d,"i":%d}}]}`,
+			q, i%latencyPartitions, time.Now().UnixNano(), i)
+		return post(ctx, url+"/api/v1/push", body, http.StatusCreated)
+	})
 }
 
 func post(ctx context.Context, url, body string, want int) error {
@@ -243,7 +147,7 @@ func post(ctx context.Context, url, body string, want int) error {
 	return nil
 }
 
-func consumeWS(ctx context.Context, url, q string, rec *recorder, ready chan<- error) {
+func consumeWS(ctx context.Context, url, q string, rec *benchstat.Recorder, ready chan<- error) {
 	c, err := client.Dial(ctx, url, client.Options{})
 	if err != nil {
 		ready <- err
@@ -253,13 +157,13 @@ func consumeWS(ctx context.Context, url, q string, rec *recorder, ready chan<- e
 	ready <- nil
 	_ = c.Subscribe(ctx, client.SubscribeOptions{Queue: q, Batch: 100, MaxInFlight: 1000},
 		func(_ context.Context, m *client.Message) error {
-			rec.record(m.Data, time.Now())
+			rec.RecordJSON(m.Data, time.Now())
 			return nil
 		})
 }
 
 // consumeSSE reads a stream as a browser would and posts acks as they come.
-func consumeSSE(ctx context.Context, url, q string, rec *recorder, ready chan<- error) {
+func consumeSSE(ctx context.Context, url, q string, rec *benchstat.Recorder, ready chan<- error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/v1/sse/queue/"+q+"?batch=100&maxInFlight=1000", nil)
 	if err != nil {
 		ready <- err
@@ -289,7 +193,7 @@ func consumeSSE(ctx context.Context, url, q string, rec *recorder, ready chan<- 
 		if json.Unmarshal(line[len("data: "):], &m) != nil {
 			continue
 		}
-		rec.record(m.Data, now)
+		rec.RecordJSON(m.Data, now)
 		acks <- m.ackItem()
 	}
 }
@@ -329,7 +233,7 @@ func ackLoop(ctx context.Context, url string, acks <-chan string) {
 	}
 }
 
-func consumeLongPoll(ctx context.Context, url, q string, rec *recorder) {
+func consumeLongPoll(ctx context.Context, url, q string, rec *benchstat.Recorder) {
 	for ctx.Err() == nil {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/v1/pop/queue/"+q+"?wait=true&timeout=5000&batch=100&partitions=16", nil)
 		if err != nil {
@@ -353,7 +257,7 @@ func consumeLongPoll(ctx context.Context, url, q string, rec *recorder) {
 		}
 		items := make([]string, len(pop.Messages))
 		for i, m := range pop.Messages {
-			rec.record(m.Data, now)
+			rec.RecordJSON(m.Data, now)
 			items[i] = m.ackItem()
 		}
 		if len(items) > 0 {

@@ -68,9 +68,11 @@ var design = map[string]rule{
 	// included: server.Defaults); auth for `herald token`, pgcluster for
 	// `herald demo`'s private PostgreSQL.
 	"cmd/herald":       {imports: []string{"auth", "internal/server", "internal/pgcluster"}, tests: slices.Concat(assembly, tokens, []string{"client"})},
-	"cmd/herald-bench": {imports: []string{"client", "internal/fanoutload"}, tests: slices.Concat(assembly, []string{"client"})},
+	"cmd/herald-bench": {imports: []string{"client", "internal/benchstat", "internal/fanoutload"}, tests: slices.Concat(assembly, []string{"client"})},
 	// The fanout benchmarks' followers (bench/peers uses them too).
 	"internal/fanoutload": {},
+	// The latency recorder and percentiles of the benchmarks (bench/peers too).
+	"internal/benchstat": {},
 }
 
 // listed is one package as go list -json reports it.

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeSystem names a system in a report; it measures nothing.
+type fakeSystem struct {
+	n         string
+	maxGroups int
+}
+
+func (f fakeSystem) name() string { return f.n }
+func (f fakeSystem) run(context.Context, int, time.Duration, time.Duration) (sample, error) {
+	return sample{}, nil
+}
+func (f fakeSystem) close() {}
+func (f fakeSystem) e2e(context.Context, int, time.Duration, time.Duration) (e2eSample, error) {
+	return e2eSample{}, nil
+}
+func (f fakeSystem) e2eMaxGroups() int { return f.maxGroups }
+
+// tableAfter is the markdown table that follows the line starting with
+// title in text: its heading, rule and rows.
+func tableAfter(t *testing.T, text, title string) []string {
+	t.Helper()
+	_, rest, ok := strings.Cut("\n"+text, "\n"+title)
+	if !ok {
+		t.Fatalf("no %q in\n%s", title, text)
+	}
+	var rows []string
+	for _, l := range strings.Split(rest, "\n")[1:] {
+		if strings.HasPrefix(l, "|") {
+			rows = append(rows, l)
+		} else if len(rows) > 0 {
+			break
+		}
+	}
+	return rows
+}
+
+func sameRows(t *testing.T, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestReportLatency_TablesShowMediansAndRatiosToHerald(t *testing.T) {
+	cfg := config{rounds: 3, rates: []int{100}, systems: []string{"herald", "nats"}}
+	sys := []system{fakeSystem{n: "herald"}, fakeSystem{n: "nats"}}
+	res := map[string]map[int][]sample{
+		"herald": {100: {{P50: 1, P99: 4, CPUPer1k: 0.2, ServerCPU: 0.1}, {P50: 2, P99: 5, CPUPer1k: 0.3, ServerCPU: 0.1},
+			{P50: 9, P99: 9, CPUPer1k: 0.9, ServerCPU: 0.1}}},
+		"nats": {100: {{P50: 3, P99: 15, CPUPer1k: 0.6, ServerCPU: 0.6}}},
+	}
+	var b strings.Builder
+	reportLatency(&b, cfg, sys, res)
+	sameRows(t, tableAfter(t, b.String(), "Latency."), []string{
+		"| system | 100 msgs/s: p50 / p99 ms | 100 msgs/s: CPU s per 1,000 (server + PG) |",
+		"|---|---|---|",
+		"| " + describe["herald"] + " | 2.00 / 5.00 | 0.300 (0.100 + 0.200) |",
+		"| " + describe["nats"] + " | 3.00 / 15.00 | 0.600 |",
+	})
+	sameRows(t, tableAfter(t, b.String(), "Ratio to Herald"), []string{
+		"| system | 100/s p50 | 100/s p99 | 100/s CPU |",
+		"|---|---|---|---|",
+		"| nats | 1.50× | 3.00× | 2.00× |",
+	})
+}
+
+func TestReportE2E_RatioTableSkipsWhatASystemCannotRun(t *testing.T) {
+	cfg := config{rounds: 1, e2eGroups: []int{1, 5}, systems: []string{"herald", "river"}}
+	sys := []system{fakeSystem{n: "herald", maxGroups: 5}, fakeSystem{n: "river", maxGroups: 1}}
+	res := map[string]map[int][]e2eSample{
+		"herald": {1: {{Delivered: 1000, CPUPer1k: 0.5}}, 5: {{Delivered: 4000, CPUPer1k: 0.4}}},
+		"river":  {1: {{Delivered: 500, CPUPer1k: 1.5}}},
+	}
+	var b strings.Builder
+	reportE2E(&b, cfg, sys, res)
+	sameRows(t, tableAfter(t, b.String(), "Ratio to Herald"), []string{
+		"| system | 1 group: delivered/s | 1 group: CPU | 5 groups: delivered/s | 5 groups: CPU |",
+		"|---|---|---|---|---|",
+		"| river | 0.50× | 3.00× | — | — |",
+	})
+}

@@ -1,0 +1,17 @@
+package pgnotify
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// register registers cs on reg (the Registerer of a component's Config),
+// stopping at the first it refuses; a nil reg registers nothing.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -547,6 +547,7 @@ func TestSSE_SlowConsumerGetsDisconnectEvent(t *testing.T) {
 		}
 	}
 	stopped := time.Now() // it reads nothing more for now
+	lease, leased := e.slowConsumerLease(q)
 
 	healthy := e.openSSE(t, "/api/v1/sse/queue/"+q+"/partition/p2", nil)
 	rescuer := e.dialWS(t)
@@ -557,7 +558,7 @@ func TestSSE_SlowConsumerGetsDisconnectEvent(t *testing.T) {
 	servedAt := time.Since(stopped)
 	assert.JSONEq(t, `"h"`, string(hm.Data))
 
-	released := e.slowConsumerReleased(q)
+	released := e.slowConsumerReleased(q, lease, leased)
 	releasedAt := time.Since(stopped)
 
 	// Reading again, the slow client finds what its socket held, then the

@@ -528,13 +528,19 @@ func (e *env) partitionLease(q, partition string) string {
 	return *lease
 }
 
-// slowConsumerReleased waits until the lease a slow consumer takes of q's
-// partition p1 is given back, and returns how long after it was taken.
-func (e *env) slowConsumerReleased(q string) time.Duration {
+// slowConsumerLease waits for the lease the slow consumer takes of q's
+// partition p1, before anyone else subscribes to it (a rescuer subscribed
+// first could take p1 itself, and hold it).
+func (e *env) slowConsumerLease(q string) (lease string, leased time.Time) {
 	e.t.Helper()
-	var lease string
 	eventually(e.t, func() bool { lease = e.partitionLease(q, "p1"); return lease != "" }, "the slow consumer leased nothing")
-	leased := time.Now()
+	return lease, time.Now()
+}
+
+// slowConsumerReleased waits until that lease is given back (or taken by
+// another) and returns how long after it was seen it went.
+func (e *env) slowConsumerReleased(q, lease string, leased time.Time) time.Duration {
+	e.t.Helper()
 	require.Eventually(e.t, func() bool { return e.partitionLease(q, "p1") != lease }, 20*time.Second, 5*time.Millisecond,
 		"the slow consumer's lease was not given back")
 	return time.Since(leased)
@@ -612,6 +618,7 @@ func TestWS_SlowConsumerIsClosedWith4001AndItsLeasesReleased(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(data), `"subscribed"`)
 	stopped := time.Now() // it reads nothing more for now
+	lease, leased := e.slowConsumerLease(q)
 
 	healthy := e.dialWS(t)
 	healthy.subscribe(fmt.Sprintf(`{"type":"subscribe","id":2,"queue":%q,"partition":"p2"}`, q))
@@ -623,7 +630,7 @@ func TestWS_SlowConsumerIsClosedWith4001AndItsLeasesReleased(t *testing.T) {
 	servedAt := time.Since(stopped)
 	assert.JSONEq(t, `"h"`, string(hm[0].Data))
 
-	released := e.slowConsumerReleased(q)
+	released := e.slowConsumerReleased(q, lease, leased)
 	releasedAt := time.Since(stopped)
 	// Reading again, the slow client finds what its socket held, then 4001.
 	require.NoError(t, slow.SetReadDeadline(time.Now().Add(20*time.Second)))

@@ -56,7 +56,9 @@ const (
 	// already).
 	ReasonTooFar = "too_far"
 	// ReasonExpired: the queue's maxWaitTimeSeconds has passed for the
-	// message; put back, the next retention run would dead-letter it again.
+	// message (put back, the next retention run would dead-letter it
+	// again), or its ttl (put back, it would never be delivered, and the
+	// dead letter, its only copy, would be gone).
 	ReasonExpired = "expired"
 	// ReasonGroupGone: the group has no position on the partition any more
 	// (it was deleted); the dead letter stays.

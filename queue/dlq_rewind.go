@@ -143,10 +143,13 @@ FOR UPDATE OF c`
 
 // replayMessagesSQL finds the messages still stored, KEY SHARE locked so
 // that retention (which skips locked rows) keeps them until the replay
-// commits.
+// commits, and whether each is expired (ReasonExpired): past the queue's
+// maxWaitTimeSeconds, or past its ttl (a pop would skip it, and the
+// replay would delete its only copy, the dead letter).
 const replayMessagesSQL = `-- herald:dlq_replay_messages
 SELECT m.partition_id::text, m.seq,
-       q.max_wait_time_seconds > 0 AND m.created_at < now() - make_interval(secs => q.max_wait_time_seconds)
+       (q.max_wait_time_seconds > 0 AND m.created_at < now() - make_interval(secs => q.max_wait_time_seconds))
+       OR (q.ttl > 0 AND m.created_at < now() - make_interval(secs => q.ttl))
 FROM messages m
 JOIN unnest($1::uuid[], $2::bigint[]) AS u(pid, seq) ON m.partition_id = u.pid AND m.seq = u.seq
 JOIN partitions p ON p.id = m.partition_id
@@ -155,7 +158,8 @@ ORDER BY m.partition_id, m.seq
 FOR KEY SHARE OF m`
 
 // storedMessage is what replay learns of a selected message: that it is
-// still stored, and whether its queue's maxWaitTimeSeconds has passed.
+// still stored, and whether its queue's maxWaitTimeSeconds or ttl has
+// passed.
 type storedMessage struct{ stored, expired bool }
 
 // ReplayDeadLetters puts the selected dead letters back: each message is

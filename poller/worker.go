@@ -659,11 +659,16 @@ func (w *worker) retryEmpty(chunk []*Intention, planned map[int]plan, got map[in
 	return at
 }
 
-// charge takes what res gives a standing intention out of its credit.
+// charge takes what res gives a standing intention out of its credit; a
+// one-shot intention res gives messages is answered: it takes no more.
 // Called with the worker's mutex.
 func (in *Intention) charge(res *queue.PopResult) {
-	if in.Standing && res != nil {
+	switch {
+	case res == nil:
+	case in.Standing:
 		in.credit -= len(res.Messages)
+	case len(res.Messages) > 0:
+		in.answered = true
 	}
 }
 

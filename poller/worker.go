@@ -605,7 +605,10 @@ func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability
 			w.p.forgetOnUnknown(err, in.key, leaseID)
 		}
 		w.p.log.Error().Err(err).Msg("pop after lease expiry failed")
-	} else if len(res.Messages) > 0 {
+		return
+	}
+	w.p.tellGivenUp(res) // what it skipped or gave up on, delivered or not
+	if len(res.Messages) > 0 {
 		res.More = true // Pop does not tell
 		w.mu.Lock()
 		in.charge(res)

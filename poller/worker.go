@@ -608,13 +608,26 @@ func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability
 		return
 	}
 	w.p.tellGivenUp(res) // what it skipped or gave up on, delivered or not
-	if len(res.Messages) > 0 {
-		res.More = true // Pop does not tell
-		w.mu.Lock()
-		in.charge(res)
-		w.mu.Unlock()
-		w.deliver(ctx, in, res, false, plan{total: batch, partitions: 1})
+	if len(res.Messages) == 0 {
+		if res.Expired != nil || res.Dropped != nil || res.DeadLettered != nil {
+			// It finished messages and delivered none: a pop skips only so
+			// many (queue.maxFetchRounds), and more may wait behind them.
+			// Look again now, not at the next sweep; each such pop moves
+			// the cursor on, so this ends.
+			w.mu.Lock()
+			if ks := w.keys[in.key]; ks != nil {
+				ks.touch()
+			}
+			w.mu.Unlock()
+			w.signal()
+		}
+		return
 	}
+	res.More = true // Pop does not tell
+	w.mu.Lock()
+	in.charge(res)
+	w.mu.Unlock()
+	w.deliver(ctx, in, res, false, plan{total: batch, partitions: 1})
 }
 
 // retryChunk marks the keys of a chunk whose pre-flight or pop failed for

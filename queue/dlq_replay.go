@@ -100,6 +100,9 @@ type DLQActResult struct {
 	// DeadLettered counts, per queue, the messages those expired leases
 	// sent to the dead-letter queue (their last attempt).
 	DeadLettered map[string]int
+	// Dropped counts, per queue, those they gave up on with no dead letter
+	// kept (the queue's deadLetterQueue or dlqAfterMaxRetries false).
+	Dropped map[string]int
 }
 
 func (sel *DLQSelection) normalize() error {

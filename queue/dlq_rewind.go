@@ -64,6 +64,9 @@ type replayPlan struct {
 	dead     []deadLetter    // from the expired leases it settled
 	released []ReleasedLease // those leases
 	deadBy   map[string]int  // and per queue
+	// droppedBy: per queue, the messages those leases gave up on with no
+	// dead letter kept (deadPolicy).
+	droppedBy map[string]int
 }
 
 // decideReplay decides, with no database, the fate of each selected dead
@@ -105,6 +108,12 @@ func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*rep
 						plan.deadBy = map[string]int{}
 					}
 					plan.deadBy[q] += n
+				}
+				for q, n := range pr.Dropped {
+					if plan.droppedBy == nil {
+						plan.droppedBy = map[string]int{}
+					}
+					plan.droppedBy[q] += n
 				}
 				row.st = c.st
 				plan.released = append(plan.released, ReleasedLease{Queue: r.Queue, Partition: r.Partition,
@@ -215,7 +224,7 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, sel DLQSelection) (*DLQAc
 		}
 		written = plan.rows
 		res = &DLQActResult{Items: withMissing(sel, plan.items), Done: map[string]int{}, Released: plan.released,
-			DeadLettered: plan.deadBy}
+			DeadLettered: plan.deadBy, Dropped: plan.droppedBy}
 		for _, o := range plan.items {
 			if o.Status == DLQReplayed {
 				res.Done[o.Queue]++

@@ -555,3 +555,24 @@ func TestPop_WaitingLongPollIsHandedThePush(t *testing.T) {
 	assert.True(t, e.ack(m, "completed", "").Success)
 	e.popEmpty("/api/v1/pop/queue/lp-hand?wait=false")
 }
+
+// A long-poll is served, within its wait, a young message queued behind
+// many older than the queue's ttl: a pop skips only so many expired
+// messages (and delivers nothing then), and the poller looks again at once
+// rather than at its next sweep (one sweep per 8 expired messages: with
+// 400 ahead, 16 s or so, past its wait).
+func TestLongPoll_YoungMessageBehindManyExpiredIsServedWithinTheWait(t *testing.T) {
+	e := newEnv(t)
+	r := e.post("/api/v1/configure", `{"queue":"ttlb","options":{"ttl":60}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	old := make([]string, 400)
+	for i := range old {
+		old[i] = fmt.Sprintf(`{"n":%d}`, i)
+	}
+	e.push("ttlb", old...)
+	e.exec(`UPDATE messages SET created_at = created_at - interval '2 minutes'`)
+	e.push("ttlb", `{"n":"young"}`)
+	lp := e.pop("/api/v1/pop/queue/ttlb?wait=true&timeout=10000&batch=1")
+	require.Len(t, lp.Messages, 1)
+	assert.JSONEq(t, `{"n":"young"}`, string(lp.Messages[0].Data))
+}

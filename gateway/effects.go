@@ -181,6 +181,9 @@ func (s *Server) afterReplay(res *queue.DLQActResult) {
 	for q, n := range res.DeadLettered {
 		s.countDLQ(q, int64(n))
 	}
+	for q, n := range res.Dropped {
+		s.metrics.dropped.WithLabelValues(q).Add(float64(n))
+	}
 	for _, l := range res.Released {
 		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
 	}

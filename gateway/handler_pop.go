@@ -208,7 +208,9 @@ func (s *Server) releaseFor(r *http.Request, res *queue.PopResult) {
 
 // countDeadLetters counts messages a pop dead-lettered (or dropped, on a
 // queue that keeps no dead letter of them) after their lease expired once
-// too often, and those it skipped as older than their queue's ttl.
+// too often, and those it skipped as older than their queue's ttl: a plain
+// pop's, and the poller's (Poller.SetGivenUp), which serve long-polls and
+// subscriptions.
 func (s *Server) countDeadLetters(res *queue.PopResult) {
 	for q, n := range res.DeadLettered {
 		s.countDLQ(q, int64(n))

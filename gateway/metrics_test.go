@@ -220,3 +220,43 @@ func TestMetrics_DroppedPastRetryLimitIsCountedNotDeadLettered(t *testing.T) {
 	require.Len(t, next.Messages, 1)
 	assert.JSONEq(t, `{"n":2}`, string(next.Messages[0].Data))
 }
+
+// The pops a long-poll or a subscription is served by (the poller's) count
+// what they skip and give up on as a plain pop does: a message past its
+// queue's ttl in herald_messages_expired_total, one whose expired lease
+// used up its retries on a queue that keeps no dead letter in
+// herald_messages_dropped_total, one dead-lettered so in
+// herald_messages_dead_lettered_total.
+func TestMetrics_PollerPopsCountExpiredDroppedAndDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for q, opts := range map[string]string{"lpttl": `{"ttl":60}`, "lpdrop": `{"retryLimit":0,"deadLetterQueue":false}`,
+		"lpdead": `{"retryLimit":0}`} {
+		r := e.post("/api/v1/configure", `{"queue":"`+q+`","options":`+opts+`}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+	}
+	e.push("lpttl", `{"n":"old"}`, `{"n":"young"}`)
+	e.exec(`UPDATE messages m SET created_at = m.created_at - interval '2 minutes' FROM partitions p, queues q
+		WHERE p.id = m.partition_id AND q.id = p.queue_id AND q.name = 'lpttl' AND m.seq = 1`)
+	lp := e.pop("/api/v1/pop/queue/lpttl?wait=true&timeout=5000&batch=10&autoAck=true")
+	require.Len(t, lp.Messages, 1)
+	assert.JSONEq(t, `{"n":"young"}`, string(lp.Messages[0].Data))
+
+	// A lease that expired with its retries used up: the long-poll's pop
+	// gives its message up and delivers the next one.
+	for _, q := range []string{"lpdrop", "lpdead"} {
+		e.push(q, `{"n":1}`, `{"n":2}`)
+		held := e.pop("/api/v1/pop/queue/" + q + "?wait=false&batch=1")
+		require.Len(t, held.Messages, 1)
+		e.exec(`UPDATE consumers c SET lease_expires_at = now() - interval '1 second' FROM queues q
+			WHERE q.id = c.queue_id AND q.name = $1`, q)
+		next := e.pop("/api/v1/pop/queue/" + q + "?wait=true&timeout=5000&batch=10")
+		require.Len(t, next.Messages, 1, q)
+		assert.JSONEq(t, `{"n":2}`, string(next.Messages[0].Data), q)
+	}
+
+	_, series := scrape(t, e)
+	assert.Equal(t, 1.0, series["herald_messages_expired_total"][`queue="lpttl"`], "the long-poll's skip")
+	assert.Equal(t, 1.0, series["herald_messages_dropped_total"][`queue="lpdrop"`], "the long-poll's drop")
+	assert.Equal(t, 1.0, series["herald_messages_dead_lettered_total"][`queue="lpdead"`], "the long-poll's dead letter")
+}

@@ -607,7 +607,7 @@ func TestTTL_ExpiredMessageReachesNoTransport(t *testing.T) {
 	assert.JSONEq(t, young, string(p.Messages[0].Data), "pop")
 
 	_, series := scrape(t, e)
-	assert.Equal(t, 1.0, series["herald_messages_expired_total"][`queue="ttlq"`], "the plain pop's skip is counted")
+	assert.Equal(t, 4.0, series["herald_messages_expired_total"][`queue="ttlq"`], "each transport's skip is counted")
 	r = e.get("/api/v1/dlq?queue=ttlq")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	assert.JSONEq(t, `0`, string(object(t, r.body)["total"]), "expiry keeps no dead letter")

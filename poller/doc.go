@@ -71,8 +71,9 @@
 // Settle delivers them when the push is over. A long-poll is handed off to
 // once a cycle found nothing for it since it registered (or its target was
 // known empty: Intention.limited); it is answered by one push, one
-// partition (its one-shot intention ends with it), and its lease is its
-// client's, as a pop's. A cycle holds the credit of the intentions it pops for, and
+// partition (its one-shot intention ends with it; from the moment it is
+// leased to, Intention.answered, nothing else is, though the delivery is
+// still under way), and its lease is its client's, as a pop's. A cycle holds the credit of the intentions it pops for, and
 // a push the credit it reserved, so neither fills an intention past its
 // credit; an intention passed over while held (or without credit) is
 // marked missed and looked at when it may take again. Only what may have

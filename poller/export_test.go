@@ -17,6 +17,14 @@ func (p *Poller) BeforePop(f func()) func() {
 	return func() { beforePop.Store(nil) }
 }
 
+// AfterSettle runs f in a push's Settle of each hand-off that leased
+// something, once the credit its reservation held is given back and before
+// the delivery, until the test ends.
+func (p *Poller) AfterSettle(f func()) func() {
+	afterSettle.Store(&f)
+	return func() { afterSettle.Store(nil) }
+}
+
 // Pending reports whether a worker has a cycle to run: a signal not yet
 // taken, or a key marked for a pre-flight or holding push hints.
 func (p *Poller) Pending() bool {

@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -118,9 +119,17 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 		}
 		return
 	}
+	if f := afterSettle.Load(); f != nil {
+		(*f)()
+	}
 	p.metrics.handoffs.Inc()
 	w.deliver(context.Background(), in, res, true, plan{total: t.could, partitions: 1})
 }
+
+// afterSettle is a test's hook (export_test.go): run by Settle once the
+// credit a reservation held is given back and before what it leased is
+// delivered; nil in a running server.
+var afterSettle atomic.Pointer[func()]
 
 // eachByPreference offers a partition to intentions in the order a push's
 // hand-off gives it: byPreference's, which decideFast gives a hinted

@@ -2,6 +2,7 @@ package poller_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -332,4 +333,45 @@ func TestHandOff_SubscriptionLeaseEndsWithARestartOfTheInstance(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, freed, 1, "the stream's lease is given back")
 	assert.Equal(t, "hs", freed[0].Queue)
+}
+
+// A long-poll a push's hand-off answers is never handed a second push's
+// messages: from the moment the first push's hand-off is settled, the
+// one-shot intention has its answer and no credit left, though its
+// delivery is still under way. A second push (another partition) in that
+// moment leased it its message too (with autoAck it moved the cursor past
+// it): one of the two deliveries found the intention ended and gave its
+// messages back; with autoAck nothing was given back, and the message was
+// lost.
+func TestHandOff_LongPollAnsweredByOnePushIsNotHandedAnothers(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	ctx := context.Background()
+	e.push("h3", "a", 0, 0)
+	e.push("h3", "b", 0, 0)
+	res, err := e.store.Pop(ctx, queue.PopRequest{Queue: "h3", AutoAck: true, Batch: 10, Partitions: 2})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 2, "both partitions caught up")
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "h3"}, Batch: 10, Partitions: 2, AutoAck: true})
+	e.settled()
+	// A first push's hand-off settled: the second comes in before the
+	// first delivery.
+	var second atomic.Bool
+	var secondErr error
+	defer e.p.AfterSettle(func() {
+		if second.CompareAndSwap(false, true) {
+			_, secondErr = e.store.Push(ctx, pushItems("h3", "b", 2, 2))
+		}
+	})()
+	_, err = e.store.Push(ctx, pushItems("h3", "a", 1, 1))
+	require.NoError(t, err)
+	require.NoError(t, secondErr)
+	require.True(t, second.Load(), "the first push was handed off")
+	got := receive(t, w, 5*time.Second)
+	require.Len(t, got.Messages, 1, "one push's")
+
+	e.p.Wake(poller.SourcePush, "h3", "a")
+	e.p.Wake(poller.SourcePush, "h3", "b")
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "h3"}, Batch: 10, Partitions: 2, AutoAck: true})
+	rest := receive(t, next, 5*time.Second)
+	assert.ElementsMatch(t, []int{1, 2}, append(ns(got), ns(rest)...), "each once, none lost")
 }

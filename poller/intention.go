@@ -55,7 +55,12 @@ type Intention struct {
 	// deadline meanwhile, so a long-poll whose wait ends mid-pop gets what
 	// the pop took (with autoAck the pop consumed it) instead of losing it.
 	serving int
-	gone    bool
+	// answered: a pop or a push's hand-off leased this one-shot intention
+	// messages, and their delivery (which ends it) is under way: it takes
+	// nothing more (charge), or a second push in between would lease it
+	// messages that delivery finds it ended for (with autoAck, consumed).
+	answered bool
+	gone     bool
 	// missed: a cycle passed it over while it could take nothing (no
 	// credit, or held), so when it can take again its queue must be looked
 	// at; otherwise new credit alone finds nothing a pre-flight would not
@@ -89,7 +94,7 @@ func (in *Intention) free() int { return in.credit - in.reserved }
 // ready reports whether the intention may take messages now. Called with
 // the owning worker's mutex.
 func (in *Intention) ready() bool {
-	return in.free() > 0 && (in.Hold == nil || !in.Hold())
+	return !in.answered && in.free() > 0 && (in.Hold == nil || !in.Hold())
 }
 
 // targetKey groups intentions that are woken together: one queue, or one

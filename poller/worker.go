@@ -605,13 +605,29 @@ func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability
 			w.p.forgetOnUnknown(err, in.key, leaseID)
 		}
 		w.p.log.Error().Err(err).Msg("pop after lease expiry failed")
-	} else if len(res.Messages) > 0 {
-		res.More = true // Pop does not tell
-		w.mu.Lock()
-		in.charge(res)
-		w.mu.Unlock()
-		w.deliver(ctx, in, res, false, plan{total: batch, partitions: 1})
+		return
 	}
+	w.p.tellGivenUp(res) // what it skipped or gave up on, delivered or not
+	if len(res.Messages) == 0 {
+		if res.Expired != nil || res.Dropped != nil || res.DeadLettered != nil {
+			// It finished messages and delivered none: a pop skips only so
+			// many (queue.maxFetchRounds), and more may wait behind them.
+			// Look again now, not at the next sweep; each such pop moves
+			// the cursor on, so this ends.
+			w.mu.Lock()
+			if ks := w.keys[in.key]; ks != nil {
+				ks.touch()
+			}
+			w.mu.Unlock()
+			w.signal()
+		}
+		return
+	}
+	res.More = true // Pop does not tell
+	w.mu.Lock()
+	in.charge(res)
+	w.mu.Unlock()
+	w.deliver(ctx, in, res, false, plan{total: batch, partitions: 1})
 }
 
 // retryChunk marks the keys of a chunk whose pre-flight or pop failed for
@@ -659,11 +675,16 @@ func (w *worker) retryEmpty(chunk []*Intention, planned map[int]plan, got map[in
 	return at
 }
 
-// charge takes what res gives a standing intention out of its credit.
+// charge takes what res gives a standing intention out of its credit; a
+// one-shot intention res gives messages is answered: it takes no more.
 // Called with the worker's mutex.
 func (in *Intention) charge(res *queue.PopResult) {
-	if in.Standing && res != nil {
+	switch {
+	case res == nil:
+	case in.Standing:
 		in.credit -= len(res.Messages)
+	case len(res.Messages) > 0:
+		in.answered = true
 	}
 }
 

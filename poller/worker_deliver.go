@@ -67,6 +67,8 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		w.mu.Lock()
 		if in.Standing {
 			in.credit += len(res.Messages)
+		} else {
+			in.answered = false
 		}
 		w.mu.Unlock()
 	}

@@ -364,3 +364,41 @@ func TestPreflight_NextMessagePastTTLIsLeftForPop(t *testing.T) {
 	a = availability(t, s, queue.Target{Queue: "q"})["Default/"+queue.DefaultGroup]
 	assert.False(t, a.DeadOnExpiry, "under a live lease")
 }
+
+// A row whose next stored message is past the queue's ttl is left for Pop
+// even when the offset right after its cursor is gone: retention deleted
+// it (expired, under no lease) while this group's live lease kept the
+// cursor from moving and another group's lease kept the message after it.
+// PopAssigned and PopClaim leased that expired message.
+func TestPreflight_NextStoredMessagePastTTLIsLeftForPopAfterAGap(t *testing.T) {
+	s := newStore(t)
+	_, err := s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "q", Options: json.RawMessage(`{"ttl":60}`)})
+	require.NoError(t, err)
+	push(t, s, "q", "", nums(1, 3)...)
+	held := pop(t, s, queue.PopRequest{Queue: "q", Group: "g", Batch: 1})
+	require.Equal(t, []int{1}, payloads(t, held.Messages))
+	ackAll(t, s, pop(t, s, queue.PopRequest{Queue: "q", Group: "h", Batch: 2}), queue.StatusCompleted)
+	require.Equal(t, []int{3}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "h", Batch: 1}).Messages))
+	exec(t, s, `UPDATE messages SET created_at = created_at - interval '2 minutes'`)
+	_, ran, err := s.RunRetention(ctxT(t), 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	var stored []int64
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT array_agg(seq ORDER BY seq) FROM messages`).Scan(&stored))
+	require.Equal(t, []int64{1, 3}, stored, "2 expired under no lease")
+	ackAll(t, s, held, queue.StatusCompleted) // g's cursor at 1; 2 is gone, 3 expired
+
+	a := availability(t, s, queue.Target{Queue: "q", Group: "g"})["Default/g"]
+	assert.True(t, a.DeadOnExpiry, "left for Pop")
+	got, err := s.PopAssigned(ctxT(t), []queue.Assignment{{Intention: 1, PartitionID: a.PartitionID, Group: "g", Limit: 5, Total: 5,
+		LeaseID: queue.NewID()}})
+	require.NoError(t, err)
+	assert.Empty(t, got, "PopAssigned delivers no expired message")
+	got, err = s.PopClaim(ctxT(t), queue.Claim{Intention: 1, Queue: "q", Group: "g", Partitions: 1, Limit: 5, Total: 5,
+		LeaseID: queue.NewID()})
+	require.NoError(t, err)
+	assert.Empty(t, got, "PopClaim delivers no expired message")
+	res := pop(t, s, queue.PopRequest{Queue: "q", Group: "g", Batch: 10})
+	assert.Empty(t, res.Messages)
+	assert.Equal(t, map[string]int{"q": 1}, res.Expired)
+}

@@ -21,8 +21,9 @@ type Options struct {
 	DelayedProcessing int `json:"delayedProcessing"` // seconds before a pushed message is visible
 	WindowBuffer      int `json:"windowBuffer"`      // seconds a partition must be quiet before delivery
 	MaxSize           int `json:"maxSize"`
-	// TTL: seconds a message lives; retention deletes one older than it,
-	// consumed or not (0: never, the default).
+	// TTL: seconds a message lives: one older than it is never delivered
+	// (a pop skips it, a replay leaves its dead letter) and retention
+	// deletes it, consumed or not (0: never, the default).
 	TTL                       int  `json:"ttl"`
 	RetentionSeconds          int  `json:"retentionSeconds"`
 	CompletedRetentionSeconds int  `json:"completedRetentionSeconds"`

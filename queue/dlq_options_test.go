@@ -96,6 +96,29 @@ func TestLease_ExpiredPastRetryLimitWithoutDLQAfterMaxRetriesIsDropped(t *testin
 	assert.Zero(t, deadLetterTotal(t, s, "q"))
 }
 
+// A replay settles the group's expired lease first, as its next pop would:
+// past retryLimit on a queue that keeps no dead letter of it, the lease's
+// message is dropped, and the replay counts it (Dropped), as it counts one
+// it dead-letters (DeadLettered).
+func TestDLQReplay_ExpiredLeaseItSettlesIsDroppedAndCounted(t *testing.T) {
+	s := newStore(t)
+	dlqFixture(t, s, 2, 1)
+	dl := deadLetters(t, s, "g")
+	require.Len(t, dl, 1)
+	exec(t, s, `UPDATE queues SET dlq_after_max_retries = false WHERE name = 'q'`)
+	push(t, s, "q", "", nums(3, 3)...)
+	require.Equal(t, []int{3}, payloads(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "g"}).Messages))
+	exec(t, s, `UPDATE consumers SET lease_expires_at = now() - interval '1 second' WHERE consumer_group = 'g'`)
+
+	res, err := s.ReplayDeadLetters(ctxT(t), queue.DLQSelection{IDs: rowIDs(t, dl[1])})
+	require.NoError(t, err)
+	require.Len(t, res.Items, 1)
+	assert.Equal(t, queue.DLQReplayed, res.Items[0].Status)
+	assert.Empty(t, res.DeadLettered)
+	assert.Equal(t, map[string]int{"q": 1}, res.Dropped, "the expired lease's message, dropped")
+	assert.Empty(t, deadLetters(t, s, "g"), "no dead letter kept of it")
+}
+
 // The defaults keep every message given up on: a queue created by a push
 // (the column defaults) and one configured with nothing dead-letter a
 // message failed past retryLimit, and a lease expired past it, as before

@@ -56,7 +56,9 @@ const (
 	// already).
 	ReasonTooFar = "too_far"
 	// ReasonExpired: the queue's maxWaitTimeSeconds has passed for the
-	// message; put back, the next retention run would dead-letter it again.
+	// message (put back, the next retention run would dead-letter it
+	// again), or its ttl (put back, it would never be delivered, and the
+	// dead letter, its only copy, would be gone).
 	ReasonExpired = "expired"
 	// ReasonGroupGone: the group has no position on the partition any more
 	// (it was deleted); the dead letter stays.
@@ -98,6 +100,9 @@ type DLQActResult struct {
 	// DeadLettered counts, per queue, the messages those expired leases
 	// sent to the dead-letter queue (their last attempt).
 	DeadLettered map[string]int
+	// Dropped counts, per queue, those they gave up on with no dead letter
+	// kept (the queue's deadLetterQueue or dlqAfterMaxRetries false).
+	Dropped map[string]int
 }
 
 func (sel *DLQSelection) normalize() error {

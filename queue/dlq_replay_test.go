@@ -187,6 +187,30 @@ func TestDLQReplay_SkipsWhatItMust(t *testing.T) {
 	assert.Equal(t, 0, got.Messages[0].RetryCount, "the expired lease was not charged to the replayed message")
 }
 
+// A dead letter whose message is older than its queue's ttl is not
+// replayed (expired): put back, the group's next pop would skip the
+// message as expired, so the replay would delete the only copy kept of it
+// (the dead letter) and deliver nothing. The dead letter and the cursor
+// stay as they were.
+func TestDLQReplay_MessagePastTTLIsNotPutBack(t *testing.T) {
+	s := newStore(t)
+	dlqFixture(t, s, 3, 2)
+	dl := deadLetters(t, s, "g")
+	require.Len(t, dl, 1)
+	exec(t, s, `UPDATE queues SET ttl = 60 WHERE name = 'q'`)
+	exec(t, s, `UPDATE messages SET created_at = now() - interval '2 minutes' WHERE seq = 2`)
+
+	res, err := s.ReplayDeadLetters(ctxT(t), queue.DLQSelection{IDs: rowIDs(t, dl[2])})
+	require.NoError(t, err)
+	require.Len(t, res.Items, 1)
+	assert.Equal(t, queue.DLQSkipped, res.Items[0].Status)
+	assert.Equal(t, queue.ReasonExpired, res.Items[0].Reason)
+	assert.Contains(t, deadLetters(t, s, "g"), 2, "the dead letter stays")
+	cur, done := cursorOf(t, s, "g")
+	assert.Equal(t, int64(3), cur)
+	assert.Empty(t, done)
+}
+
 // Filter mode acts on at most its limit, oldest first; the error
 // filter matches any case; purge deletes dead letters and is idempotent.
 func TestDLQ_FilterModeAndPurge(t *testing.T) {

@@ -64,6 +64,9 @@ type replayPlan struct {
 	dead     []deadLetter    // from the expired leases it settled
 	released []ReleasedLease // those leases
 	deadBy   map[string]int  // and per queue
+	// droppedBy: per queue, the messages those leases gave up on with no
+	// dead letter kept (deadPolicy).
+	droppedBy map[string]int
 }
 
 // decideReplay decides, with no database, the fate of each selected dead
@@ -106,6 +109,12 @@ func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*rep
 					}
 					plan.deadBy[q] += n
 				}
+				for q, n := range pr.Dropped {
+					if plan.droppedBy == nil {
+						plan.droppedBy = map[string]int{}
+					}
+					plan.droppedBy[q] += n
+				}
 				row.st = c.st
 				plan.released = append(plan.released, ReleasedLease{Queue: r.Queue, Partition: r.Partition,
 					PartitionID: r.PartitionID, Group: r.Group})
@@ -143,10 +152,13 @@ FOR UPDATE OF c`
 
 // replayMessagesSQL finds the messages still stored, KEY SHARE locked so
 // that retention (which skips locked rows) keeps them until the replay
-// commits.
+// commits, and whether each is expired (ReasonExpired): past the queue's
+// maxWaitTimeSeconds, or past its ttl (a pop would skip it, and the
+// replay would delete its only copy, the dead letter).
 const replayMessagesSQL = `-- herald:dlq_replay_messages
 SELECT m.partition_id::text, m.seq,
-       q.max_wait_time_seconds > 0 AND m.created_at < now() - make_interval(secs => q.max_wait_time_seconds)
+       (q.max_wait_time_seconds > 0 AND m.created_at < now() - make_interval(secs => q.max_wait_time_seconds))
+       OR (q.ttl > 0 AND m.created_at < now() - make_interval(secs => q.ttl))
 FROM messages m
 JOIN unnest($1::uuid[], $2::bigint[]) AS u(pid, seq) ON m.partition_id = u.pid AND m.seq = u.seq
 JOIN partitions p ON p.id = m.partition_id
@@ -155,7 +167,8 @@ ORDER BY m.partition_id, m.seq
 FOR KEY SHARE OF m`
 
 // storedMessage is what replay learns of a selected message: that it is
-// still stored, and whether its queue's maxWaitTimeSeconds has passed.
+// still stored, and whether its queue's maxWaitTimeSeconds or ttl has
+// passed.
 type storedMessage struct{ stored, expired bool }
 
 // ReplayDeadLetters puts the selected dead letters back: each message is
@@ -211,7 +224,7 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, sel DLQSelection) (*DLQAc
 		}
 		written = plan.rows
 		res = &DLQActResult{Items: withMissing(sel, plan.items), Done: map[string]int{}, Released: plan.released,
-			DeadLettered: plan.deadBy}
+			DeadLettered: plan.deadBy, Dropped: plan.droppedBy}
 		for _, o := range plan.items {
 			if o.Status == DLQReplayed {
 				res.Done[o.Queue]++

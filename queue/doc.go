@@ -119,7 +119,8 @@
 // no copy) where the queue's deadLetterQueue or, past retryLimit,
 // dlqAfterMaxRetries is false (deadPolicy). A message older than the
 // queue's ttl is never delivered: Pop skips it, the poller's statements
-// leave its row to Pop (nextExpired), and retention deletes it.
+// leave its row to Pop (nextExpired), a replay of its dead letter is
+// refused (ReasonExpired), and retention deletes it.
 //
 // # The ack contract
 //

@@ -276,15 +276,18 @@ func leasableNow(q string) string {
 }
 
 // nextExpired is the condition a consumer row c of the queue aliased q
-// meets when its next message is older than the queue's ttl. Only Pop
-// serves such a row (fetchClaimed skips what expired): the statements that
-// lease for the poller (popAssignedSQL, popClaimSQL) leave it, and the
+// meets when its next stored message is older than the queue's ttl. Only
+// Pop serves such a row (fetchClaimed skips what expired): the statements
+// that lease for the poller (popAssignedSQL, popClaimSQL) leave it, and the
 // pre-flight sends it to Pop, as a row whose expired lease gives a message
-// up. One index probe, for a queue with a ttl only.
+// up. The first message after the cursor, not the offset after it: that
+// one may be gone (retention deleted it while the group's live lease kept
+// the cursor from moving), with an expired one behind it. One index probe,
+// for a queue with a ttl only.
 func nextExpired(q string) string {
-	return strings.ReplaceAll(`({q}.ttl > 0 AND EXISTS (
-		SELECT 1 FROM messages m WHERE m.partition_id = c.partition_id AND m.seq = c.cursor + 1
-		AND m.created_at < now() - make_interval(secs => {q}.ttl)))`, "{q}", q)
+	return strings.ReplaceAll(`({q}.ttl > 0 AND coalesce((
+		SELECT m.created_at FROM messages m WHERE m.partition_id = c.partition_id AND m.seq > c.cursor
+		ORDER BY m.seq LIMIT 1) < now() - make_interval(secs => {q}.ttl), false))`, "{q}", q)
 }
 
 // onePartition narrows popLockSQL to the partition named $4.

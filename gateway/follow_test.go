@@ -615,6 +615,51 @@ func TestFollow_RetentionGapIsAnEvent(t *testing.T) {
 	assert.JSONEq(t, "4", string(r2.nextFollow().Data))
 }
 
+// Retention deleting a message while an older push transaction is still
+// open moves no follower past that transaction's message: the deleted
+// message sorts above it (a transaction's messages are placed at its own
+// id), so the gap is told only once the barrier has passed it, and the
+// older message comes first.
+func TestFollow_RetentionGapAboveAnOpenTransactionSkipsNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	r := e.post("/api/v1/configure", `{"queue":"fr","options":{"retentionEnabled":true,"retentionSeconds":60}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	c := e.openSSE(t, "/api/v1/follow/queue/fr", nil)
+	waitFollowers(t, e, "fr", 1)
+	tx, err := e.store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT pg_current_xact_id()`) // the older transaction's id
+	require.NoError(t, err)
+
+	e.pushItems(`[{"queue":"fr","partition":"deleted","payload":2}]`)
+	e.exec(`UPDATE messages SET created_at = created_at - interval '2 minutes' WHERE partition_id IN
+		(SELECT p.id FROM partitions p JOIN queues q ON q.id = p.queue_id WHERE q.name = 'fr' AND p.name = 'deleted')`)
+	_, ran, err := e.store.RunRetention(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ran)
+	// A newer message waits behind the open transaction: the hub reads
+	// again and again meanwhile, each read seeing the deletion's mark.
+	e.pushItems(`[{"queue":"fr","partition":"newer","payload":3}]`)
+	c.nothing(300 * time.Millisecond)
+	_, err = tx.Exec(ctx, `SELECT push('fr', 'older', '1')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	first := c.nextFollow()
+	assert.Equal(t, "older", first.Partition, "the open transaction's message is not skipped")
+	assert.JSONEq(t, "1", string(first.Data))
+	second := c.nextFollow()
+	assert.Equal(t, "newer", second.Partition)
+	assert.JSONEq(t, "3", string(second.Data))
+	told := false
+	for _, ev := range c.pending {
+		told = told || ev.event == "gap"
+	}
+	assert.True(t, told, "the deleted message is told as a gap, not skipped in silence")
+}
+
 // Idle followers send no query: with followers parked on a hub and
 // nothing pushed, the statements sent are the hub's slow sweep only.
 func TestFollow_IdleFollowersCostNoQuery(t *testing.T) {

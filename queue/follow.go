@@ -366,6 +366,14 @@ func (s *Store) ReadFollow(ctx context.Context, t FollowTarget, pos FollowPos, l
 	}
 	slices.SortFunc(out.Messages, func(a, b FollowMessage) int { return a.Pos.Compare(b.Pos) })
 	out.Full = len(out.Messages) >= limit
+	if t.Partition == "" && out.Gone != nil && out.Gone.XID >= out.Barrier {
+		// Deleted above the barrier: a transaction still open may yet
+		// place a message below the mark (at its own id, in another
+		// partition), so a reader moved to the mark would skip it. The
+		// gap is told once the barrier has passed the mark. (A partition
+		// is read by offset: nothing comes below a deleted offset.)
+		out.Gone = nil
+	}
 	// A message that did not decrypt keeps its place (the position moves
 	// over it) but is not delivered.
 	out.Messages = slices.DeleteFunc(out.Messages, func(m FollowMessage) bool {

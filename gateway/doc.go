@@ -147,9 +147,10 @@
 // the push buffer (spool.Dir) when there is one. (The JWKS refresh is the
 // auth package's.)
 //
-// Lock order. Server.wsMu, Server.sseMu and Server.graceMu are each taken
-// alone (Drain holds wsMu or sseMu only to list the sessions, starting a
-// goroutine per session). Nested locks:
+// Lock order. The session sets' locks (sessionSet: Server.wsSessions,
+// Server.sseSessions), Server.sseMu and Server.graceMu are each taken alone
+// (Drain lists a set's sessions under its lock, then starts a goroutine per
+// session). Nested locks:
 //
 //	session.mu ──▶ poller worker's mutex  (startSub → Poller.Register, so that
 //	                                       a drain sees the cancel func or stops it)

@@ -406,9 +406,7 @@ func (s *Server) startSSE(st *sseStream, sub *subscription) {
 		st.hb = time.AfterFunc(s.cfg.SSEHeartbeat, st.beat)
 	}
 	st.wmu.Unlock()
-	s.sseMu.Lock()
-	s.sseStreams[st.ss] = true
-	s.sseMu.Unlock()
+	s.sseSessions.add(st.ss, nil)
 	if s.isDraining() {
 		go st.ss.drain(s.spread()) // the drain began as the stream did
 	}
@@ -419,9 +417,7 @@ func (s *Server) startSSE(st *sseStream, sub *subscription) {
 func (s *Server) endSSE(st *sseStream) {
 	st.ss.close(nil)
 	st.ss.wait()
-	s.sseMu.Lock()
-	delete(s.sseStreams, st.ss)
-	s.sseMu.Unlock()
+	s.sseSessions.remove(st.ss)
 	s.metrics.sseStreams.Dec()
 }
 

@@ -148,9 +148,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) error {
 		refuseDraining(w)
 		return nil
 	}
-	s.wsMu.Lock()
-	full := len(s.wsConns) >= s.cfg.MaxWSConnections
-	s.wsMu.Unlock()
+	full := s.wsSessions.len() >= s.cfg.MaxWSConnections
 	if full {
 		s.conns.refused.WithLabelValues(refusedWSMax).Inc()
 		w.Header().Set("Retry-After", "5")
@@ -188,16 +186,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) error {
 	c.ss = newSession(s, sessionOptions{maxSubs: WSMaxSubscriptions,
 		holdAt: wsHoldAt, resumeAt: wsResumeAt, maxQueue: wsWriteQueue, leaseCheck: s.cfg.WSLeaseCheck, expires: claims.Expires})
 	c.ss.t = c
-	s.wsMu.Lock()
-	if s.isDraining() {
-		// Drain began during the upgrade; it lists the connections under
-		// wsMu, so one added after that would never be drained.
-		s.wsMu.Unlock()
+	if !s.wsSessions.add(c.ss, s.isDraining) {
+		// Drain began during the upgrade; it lists the sessions under the
+		// set's lock, so one added after that would never be drained.
 		wsClose(ws, &disconnectShutdown)
 		return nil
 	}
-	s.wsConns[c.ss] = true
-	s.wsMu.Unlock()
 	s.metrics.wsConns.Inc()
 	// The connection lives on in a goroutine of its own, and this handler
 	// returns: the HTTP server's goroutine, buffers and request go, and an
@@ -227,9 +221,7 @@ func (s *Server) serveWS(c *wsConn) {
 	c.pmu.Unlock()
 	c.ss.close(nil)
 	c.ss.wait()
-	s.wsMu.Lock()
-	delete(s.wsConns, c.ss)
-	s.wsMu.Unlock()
+	s.wsSessions.remove(c.ss)
 	s.metrics.wsConns.Dec()
 }
 

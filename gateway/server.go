@@ -265,17 +265,16 @@ type Server struct {
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
 
-	wsMu     sync.Mutex
-	wsConns  map[*session]bool // WebSocket sessions
-	streamWG sync.WaitGroup    // the goroutines of open WebSocket and SSE connections
-	stacks   *warmStacks       // goroutines for the streams' deep work (stacks.go)
+	wsSessions sessionSet     // WebSocket sessions
+	streamWG   sync.WaitGroup // the goroutines of open WebSocket and SSE connections
+	stacks     *warmStacks    // goroutines for the streams' deep work (stacks.go)
 
-	sseMu      sync.Mutex
-	sseCount   int
-	sseStreams map[*session]bool // running SSE sessions, for Drain
-	deliveries deliveries        // unacknowledged deliveries of this instance's streams (effects.go)
-	follows    *followHubs       // follow streams: a hub per followed queue (follow_hub.go)
-	maint      *maintenance      // the maintenance modes and the push buffer (maintenance.go)
+	sseMu       sync.Mutex
+	sseCount    int          // admitted event streams (admitSSE, sseDone)
+	sseSessions sessionSet   // running SSE sessions, for Drain
+	deliveries  deliveries   // unacknowledged deliveries of this instance's streams (effects.go)
+	follows     *followHubs  // follow streams: a hub per followed queue (follow_hub.go)
+	maint       *maintenance // the maintenance modes and the push buffer (maintenance.go)
 
 	graceMu sync.Mutex
 	grace   map[*time.Timer]func() // leases of closed SSE streams, released after the grace period
@@ -306,13 +305,10 @@ func New(cfg Config) (*Server, error) {
 		notify: func(string, string) {},
 
 		draining: make(chan struct{}),
-		wsConns:  map[*session]bool{},
 		grace:    map[*time.Timer]func(){},
 		stacks:   newWarmStacks(),
 
 		graceLeases: map[string]int{},
-
-		sseStreams: map[*session]bool{},
 	}
 	s.outage = &queue.OutageLog{Log: s.log}
 	if cfg.Notifier != nil {
@@ -426,16 +422,9 @@ func (s *Server) Drain() {
 	s.drainOnce.Do(func() {
 		close(s.draining)
 		// WebSockets are hijacked: http.Server.Shutdown does not see them.
-		s.wsMu.Lock()
-		for ss := range s.wsConns {
+		for _, ss := range append(s.wsSessions.list(), s.sseSessions.list()...) {
 			go ss.drain(s.spread())
 		}
-		s.wsMu.Unlock()
-		s.sseMu.Lock()
-		for ss := range s.sseStreams {
-			go ss.drain(s.spread())
-		}
-		s.sseMu.Unlock()
 		s.drainFollows()
 	})
 }
@@ -445,17 +434,7 @@ func (s *Server) Drain() {
 // stream whose client stopped reading can wait out a write deadline). Each
 // gives its leases back as it does when drained.
 func (s *Server) EndStreams() {
-	var open []*session
-	s.wsMu.Lock()
-	for ss := range s.wsConns {
-		open = append(open, ss)
-	}
-	s.wsMu.Unlock()
-	s.sseMu.Lock()
-	for ss := range s.sseStreams {
-		open = append(open, ss)
-	}
-	s.sseMu.Unlock()
+	open := append(s.wsSessions.list(), s.sseSessions.list()...)
 	var wg sync.WaitGroup
 	for _, ss := range open {
 		wg.Go(func() { ss.close(&disconnectShutdown) })
@@ -496,9 +475,7 @@ func (s *Server) WaitStreams(ctx context.Context) {
 
 // Streams reports the open WebSocket connections and SSE streams.
 func (s *Server) Streams() int {
-	s.wsMu.Lock()
-	n := len(s.wsConns)
-	s.wsMu.Unlock()
+	n := s.wsSessions.len()
 	s.sseMu.Lock()
 	n += s.sseCount
 	s.sseMu.Unlock()

@@ -68,6 +68,11 @@ func TestPoller_SpecificPartitionBeatsAny(t *testing.T) {
 	anyW := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q"}}) // older
 	specW := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "q", Partition: "p1"}})
 	eventually(t, 5*time.Second, func() bool { return e.p.Intentions() == 2 }, "registered")
+	// Their registrations' cycles are over: a cycle still running when the
+	// push holds specW for its hand-off would see it unable to take, and
+	// give p1 to the other (the preference is a cycle's, not a promise
+	// across a hand-off in flight).
+	e.settled()
 	e.push("q", "p1", 1, 1)
 	res := receive(t, specW, 5*time.Second)
 	assert.Equal(t, "p1", res.Partition)

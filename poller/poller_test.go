@@ -558,7 +558,15 @@ func TestPoller_IdleWithNothingWaitingDoesNotWake(t *testing.T) {
 		p, err := poller.New(c)
 		require.NoError(t, err)
 		t.Cleanup(p.Start())
-		time.Sleep(50 * c.SweepMax)
+		// 50 sweep intervals, each a tick on the bubble's clock looked at
+		// once every goroutine of the poller is blocked.
+		tick := time.NewTicker(c.SweepMax)
+		defer tick.Stop()
+		for i := range 50 {
+			<-tick.C
+			synctest.Wait()
+			require.LessOrEqual(t, int(p.WorkerRuns()), c.Workers, "sweep interval %d: a worker ran twice", i+1)
+		}
 		assert.Equal(t, c.Workers, int(p.WorkerRuns()),
 			"each worker's first sweep, then none: the workers swept with nothing waiting")
 	})

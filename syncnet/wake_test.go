@@ -24,7 +24,7 @@ func TestWakeLimiter_MergedWakeUpNamesEveryPartition(t *testing.T) {
 		l.wake("q", "p2")
 		l.wake("other", "x")
 		assert.Equal(t, []string{"q/p1", "other/x"}, gotOf(w), "the rest wait for the window's end; another queue does not")
-		time.Sleep(5 * time.Millisecond)
+		waitWakes(t, w, 4)
 		synctest.Wait()
 		assert.Equal(t, []string{"q/p1", "other/x", "q/p2", "q/p3"}, gotOf(w), "each partition named once, in order")
 		assert.Equal(t, int64(3), l.passes.Load(), "q at once, other at once, then one merged wake-up of q")
@@ -55,11 +55,25 @@ func TestWakeLimiter_ManyPartitionsOrTheQueueMergeIntoTheQueue(t *testing.T) {
 				for _, p := range tc.parts {
 					l.wake("q", p)
 				}
-				time.Sleep(5 * time.Millisecond)
+				waitWakes(t, w, 2)
 				synctest.Wait()
 				assert.Equal(t, []string{"q/p1", "q/"}, gotOf(w))
 			})
 		})
+	}
+}
+
+// waitWakes waits, on the bubble's clock, until w has been woken n times
+// (each wake-up signals w.ch), failing after a second.
+func waitWakes(t *testing.T, w *wakes, n int) {
+	t.Helper()
+	ceiling := time.After(time.Second)
+	for w.count() < n {
+		select {
+		case <-w.ch:
+		case <-ceiling:
+			t.Fatalf("%d wake-ups within a second, want %d: %v", w.count(), n, gotOf(w))
+		}
 	}
 }
 
@@ -79,11 +93,14 @@ func TestWakeLimiter_MergedWakeUpComesWithin2ms(t *testing.T) {
 		w := newWakes()
 		l := newWakeLimiter(w, WakeWindowDefault)
 		defer l.close()
+		start := time.Now()
 		l.wake("q", "p1")
-		time.Sleep(100 * time.Microsecond)
+		// p2 comes 100 µs later, inside the window p1 opened (a timer's
+		// channel on the bubble's clock).
+		<-time.After(100 * time.Microsecond)
 		l.wake("q", "p2")
-		time.Sleep(2*time.Millisecond - 100*time.Microsecond)
-		synctest.Wait()
+		waitWakes(t, w, 2)
 		assert.Equal(t, []string{"q/p1", "q/p2"}, gotOf(w))
+		assert.LessOrEqual(t, time.Since(start), 2*time.Millisecond, "merged wake-up within 2 ms of the window's start")
 	})
 }

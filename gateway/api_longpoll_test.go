@@ -73,8 +73,22 @@ func (e *env) waitingPop(path string) <-chan resp {
 	return out
 }
 
-// receive waits for a long-poll's answer and expects one message.
-func receive(t *testing.T, got <-chan resp, wantID string) {
+// quiet waits until the server has sent no statement for 300 ms (with a
+// ceiling): the cycles that registrations started are over.
+func (e *env) quiet() {
+	e.t.Helper()
+	last, since := e.scrape("herald_db_queries_total"), time.Now()
+	eventually(e.t, func() bool {
+		if n := e.scrape("herald_db_queries_total"); n != last {
+			last, since = n, time.Now()
+		}
+		return time.Since(since) >= 300*time.Millisecond
+	}, "no statement for 300 ms")
+}
+
+// receive waits for a long-poll's answer, expects one message (wantID,
+// when set) and returns it.
+func receive(t *testing.T, got <-chan resp, wantID string) message {
 	t.Helper()
 	var r resp
 	select {
@@ -89,6 +103,7 @@ func receive(t *testing.T, got <-chan resp, wantID string) {
 	if wantID != "" {
 		assert.Equal(t, wantID, p.Messages[0].ID)
 	}
+	return p.Messages[0]
 }
 
 // TestPop_LongPollWakesOnPush: a waiting pop returns as soon as a message is
@@ -416,14 +431,7 @@ func TestPop_IdleLongPollsCostOnlyTheSweep(t *testing.T) {
 		client.CloseIdleConnections()
 	}()
 	eventually(t, func() bool { return e.scrape("herald_intentions") == waiters }, "all long-polls registered")
-	// Let the registration cycles end: 300 ms without a statement.
-	settle, quiet := e.scrape("herald_db_queries_total"), time.Now()
-	eventually(t, func() bool {
-		if n := e.scrape("herald_db_queries_total"); n != settle {
-			settle, quiet = n, time.Now()
-		}
-		return time.Since(quiet) >= 300*time.Millisecond
-	}, "registration cycles done")
+	e.quiet() // the registration cycles are over
 
 	before := e.scrape("herald_db_queries_total")
 	<-time.After(10 * time.Second) // the measured window itself
@@ -524,30 +532,12 @@ func TestPop_WaitingLongPollIsHandedThePush(t *testing.T) {
 	require.Len(t, first.Messages, 1)
 	require.True(t, e.ack(first.Messages[0], "completed", "").Success)
 	got := e.waitingPop("/api/v1/pop/queue/lp-hand?wait=true&timeout=10000&batch=10")
-	// Let its registration's cycle end: 300 ms without a statement.
-	settle, quiet := e.scrape("herald_db_queries_total"), time.Now()
-	eventually(t, func() bool {
-		if n := e.scrape("herald_db_queries_total"); n != settle {
-			settle, quiet = n, time.Now()
-		}
-		return time.Since(quiet) >= 300*time.Millisecond
-	}, "registration cycle done")
+	e.quiet() // its registration's cycle is over
 	count := func(op string) float64 { return e.scrape(`herald_db_queries_total{op="` + op + `"}`) }
 	handoffs, preflights, pops := e.scrape("herald_handoffs_total"), count("preflight"), count("pop_assigned")
 
 	pushed := e.push("lp-hand", `{"n":1}`)
-	var r resp
-	select {
-	case r = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("long-poll did not return")
-	}
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var p popResult
-	require.NoError(t, json.Unmarshal(r.body, &p))
-	require.Len(t, p.Messages, 1)
-	m := p.Messages[0]
-	assert.Equal(t, pushed[0].MessageID, m.ID)
+	m := receive(t, got, pushed[0].MessageID)
 	assert.NotEmpty(t, m.LeaseID)
 	assert.Equal(t, handoffs+1, e.scrape("herald_handoffs_total"), "handed off by the push")
 	assert.Equal(t, preflights, count("preflight"), "no pre-flight")

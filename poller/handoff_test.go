@@ -285,6 +285,21 @@ func TestHandOff_LongPollWithMessagesWaitingIsAnsweredByItsCycleInOneBatch(t *te
 	assert.Equal(t, 3, got.PartitionsClaimed)
 }
 
+// caughtUpLongPoll consumes (autoAck) one message on each of q's
+// partitions a and b, so that the group is caught up on both, and returns
+// an autoAck long-poll of q waiting once its registration's cycle is over.
+func caughtUpLongPoll(t *testing.T, e *env, q string) *poller.Waiter {
+	t.Helper()
+	e.push(q, "a", 0, 0)
+	e.push(q, "b", 0, 0)
+	res, err := e.store.Pop(context.Background(), queue.PopRequest{Queue: q, AutoAck: true, Batch: 10, Partitions: 2})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 2, "both partitions caught up")
+	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: q}, Batch: 10, Partitions: 2, AutoAck: true})
+	e.settled()
+	return w
+}
+
 // A push to two partitions answers a waiting long-poll once, with one
 // partition's messages (its one-shot intention ends there); the other
 // partition's message is left for the next consumer, neither lost nor
@@ -292,14 +307,8 @@ func TestHandOff_LongPollWithMessagesWaitingIsAnsweredByItsCycleInOneBatch(t *te
 func TestHandOff_PushToTwoPartitionsAnswersALongPollOnce(t *testing.T) {
 	e := newEnv(t, slowSweep)
 	ctx := context.Background()
-	e.push("h2", "a", 0, 0)
-	e.push("h2", "b", 0, 0)
-	res, err := e.store.Pop(ctx, queue.PopRequest{Queue: "h2", AutoAck: true, Batch: 10, Partitions: 2})
-	require.NoError(t, err)
-	require.Len(t, res.Messages, 2, "both partitions caught up")
-	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "h2"}, Batch: 10, Partitions: 2, AutoAck: true})
-	e.settled()
-	_, err = e.store.Push(ctx, append(pushItems("h2", "a", 1, 1), pushItems("h2", "b", 2, 2)...))
+	w := caughtUpLongPoll(t, e, "h2")
+	_, err := e.store.Push(ctx, append(pushItems("h2", "a", 1, 1), pushItems("h2", "b", 2, 2)...))
 	require.NoError(t, err)
 	got := receive(t, w, 5*time.Second)
 	require.Len(t, got.Messages, 1, "one partition's, by the push")
@@ -346,13 +355,7 @@ func TestHandOff_SubscriptionLeaseEndsWithARestartOfTheInstance(t *testing.T) {
 func TestHandOff_LongPollAnsweredByOnePushIsNotHandedAnothers(t *testing.T) {
 	e := newEnv(t, slowSweep)
 	ctx := context.Background()
-	e.push("h3", "a", 0, 0)
-	e.push("h3", "b", 0, 0)
-	res, err := e.store.Pop(ctx, queue.PopRequest{Queue: "h3", AutoAck: true, Batch: 10, Partitions: 2})
-	require.NoError(t, err)
-	require.Len(t, res.Messages, 2, "both partitions caught up")
-	w := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "h3"}, Batch: 10, Partitions: 2, AutoAck: true})
-	e.settled()
+	w := caughtUpLongPoll(t, e, "h3")
 	// A first push's hand-off settled: the second comes in before the
 	// first delivery.
 	var second atomic.Bool
@@ -362,7 +365,7 @@ func TestHandOff_LongPollAnsweredByOnePushIsNotHandedAnothers(t *testing.T) {
 			_, secondErr = e.store.Push(ctx, pushItems("h3", "b", 2, 2))
 		}
 	})()
-	_, err = e.store.Push(ctx, pushItems("h3", "a", 1, 1))
+	_, err := e.store.Push(ctx, pushItems("h3", "a", 1, 1))
 	require.NoError(t, err)
 	require.NoError(t, secondErr)
 	require.True(t, second.Load(), "the first push was handed off")

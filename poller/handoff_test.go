@@ -37,8 +37,9 @@ func warmLongPoll(t *testing.T, e *env, q string, autoAck bool, groups ...string
 	}
 }
 
-// ackResult completes every message of res.
-func ackResult(t *testing.T, e *env, res *queue.PopResult) {
+// ackResult completes every message of res, each ack taken, and returns
+// the results.
+func ackResult(t *testing.T, e *env, res *queue.PopResult) []queue.AckResult {
 	t.Helper()
 	var acks []queue.Ack
 	for _, m := range res.Messages {
@@ -49,6 +50,7 @@ func ackResult(t *testing.T, e *env, res *queue.PopResult) {
 	for _, r := range out {
 		require.True(t, r.Success, r.Error)
 	}
+	return out
 }
 
 // A long-poll waiting on a partition is answered by the push itself, as a

@@ -414,14 +414,7 @@ func receive1(t *testing.T, got <-chan *queue.PopResult) *queue.PopResult {
 // queue if the ack says messages wait, give the credit back.
 func ackAll(t *testing.T, e *env, in *poller.Intention, res *queue.PopResult) {
 	t.Helper()
-	var acks []queue.Ack
-	for _, m := range res.Messages {
-		acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Group: m.Group})
-	}
-	out, err := e.store.Ack(context.Background(), acks)
-	require.NoError(t, err)
-	for _, r := range out {
-		require.True(t, r.Success, r.Error)
+	for _, r := range ackResult(t, e, res) {
 		if r.LeaseReleased && r.Pending {
 			e.p.Wake(poller.SourceAck, r.Queue, r.Partition)
 		}

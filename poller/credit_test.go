@@ -55,7 +55,7 @@ func TestCredit_BackDuringACycleIsNotLost(t *testing.T) {
 }
 
 // Pushes on other instances reach this one merged (syncnet and NOTIFY pass
-// at most one wake-up per queue per window), so while a queue is pushed to
+// at most one wake-up per partition or queue per window), so while a queue is pushed to
 // elsewhere, credit coming back looks at it at once rather than at the
 // merged wake-up (cross-instance p50 / p99 at 1,000 msgs/s went from
 // 4.1 / 10.8 ms to 8.9 / 22.7 without it). Credit alone, on a queue

@@ -29,9 +29,10 @@
 // adopted only by a datagram with a signed ts later than every ts of the
 // session it supersedes, and a superseded session is never accepted again.
 // MESSAGE_AVAILABLE and LEASE_HINT_RELEASED wake-ups reach the poller at
-// most once per queue per WakeWindow (2 ms; wake.go); the one that merges a
-// window's datagrams names each partition they named (up to 32; more, or
-// one naming the whole queue, wake the whole queue).
+// most once per partition (and once for the whole queue) per WakeWindow
+// (2 ms; wake.go), at most 32 partitions of a queue at once; the one that
+// merges a window's held-back datagrams names each partition they named
+// (up to 32; more, or one naming the whole queue, wake the whole queue).
 //
 // Node is one instance on the mesh. Its peers are members (SetMembers:
 // the Herald instances the database's members table lists, read every 2 s

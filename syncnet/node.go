@@ -70,10 +70,10 @@ type Config struct {
 	// (replay.go); it must exceed the clock skew between instances. Zero
 	// means FreshnessDefault, 30 s.
 	Freshness time.Duration
-	// WakeWindow: at most one wake-up from the network per queue per this
-	// window reaches the Waker (wake.go); a datagram may wait that long
-	// for it, which every cross-instance delivery pays. Zero means
-	// WakeWindowDefault, 2 ms.
+	// WakeWindow: at most one wake-up from the network per partition (and
+	// one for the whole queue) per this window reaches the Waker (wake.go);
+	// a datagram naming a partition woken within it waits that long at
+	// most. Zero means WakeWindowDefault, 2 ms.
 	WakeWindow time.Duration
 	// Reach is how long a member may stay unknown (no answer to a
 	// presence pull) before it counts as unreachable; zero means

@@ -195,9 +195,10 @@ func TestReplay_DatagramsAcrossARestartAreDropped(t *testing.T) {
 }
 
 // However often a MESSAGE_AVAILABLE is replayed, and however fast a peer
-// sends them, a queue gets at most one wake-up per WakeWindow (the first at
-// once, the rest coalesced into one at the window's end, which names each
-// partition, up to wakeNamedMax).
+// sends them, a partition gets at most one wake-up per WakeWindow, and a
+// queue at most wakeNamedMax at once (the rest coalesced into one at the
+// window's end, which names each partition, up to wakeNamedMax, or the
+// whole queue).
 func TestReplay_MessageAvailableWakesOncePerWindow(t *testing.T) {
 	window := WakeWindowDefault
 	// quiet reports whether no further wake-up arrives for several windows
@@ -254,9 +255,10 @@ func TestReplay_MessageAvailableWakesOncePerWindow(t *testing.T) {
 			}
 			return n
 		}
-		// One per window the burst spanned, and the one at the end of the
-		// last window (which may fire before or after other/x is handled).
-		bound := int(elapsed/window) + 2
+		// At most wakeNamedMax partitions at once and one merged wake-up
+		// per window the burst spanned, and the one at the end of the last
+		// window (which may fire before or after other/x is handled).
+		bound := (int(elapsed/window) + 2) * (wakeNamedMax + 1)
 		lastOrders := func() string {
 			v.wakes.mu.Lock()
 			defer v.wakes.mu.Unlock()
@@ -281,10 +283,31 @@ func TestReplay_MessageAvailableWakesOncePerWindow(t *testing.T) {
 		total := ordersWakes()
 		passes := int(v.Node.wakes.passes.Load()) - 1 // other/x
 		t.Logf("%d datagrams in %v: %d wake-ups of the queue in %d passes (bound %d)", sent, elapsed, total, passes, bound)
-		assert.LessOrEqual(t, passes, bound, "at most one (merged) wake-up per window")
+		assert.LessOrEqual(t, passes, bound, "at most wakeNamedMax partitions and one merged wake-up per window")
 		assert.LessOrEqual(t, total, passes*wakeNamedMax, "a merged wake-up names at most wakeNamedMax partitions")
-		assert.Less(t, passes, sent/10, "datagrams are coalesced")
+		assert.Less(t, passes, sent, "datagrams are coalesced")
 		assert.Equal(t, "orders/p0", v.wakes.got[0], "the first wakes at once")
+	})
+
+	t.Run("a burst naming one partition", func(t *testing.T) {
+		v, _ := runNode(t, Config{ServerID: "v:1"})
+		ts := nowMS()
+		start, sent := time.Now(), 0
+		for ; sent < 500 || time.Since(start) < 6*window; sent++ {
+			b, err := Encode(Header{Type: MessageAvailable, SenderID: "b:1", Session: "b-session", Sequence: uint64(sent + 1)},
+				mustMarshal(t, MessageAvailablePayload{Partition: "p", Queue: "orders", TS: ts}), []byte(testSecret))
+			require.NoError(t, err)
+			v.handle(b, attacker.AddrPort())
+		}
+		elapsed := time.Since(start)
+		require.Eventually(t, func() bool { return quiet(v.wakes) }, 5*time.Second, time.Millisecond, "wake-ups stop")
+		passes := int(v.Node.wakes.passes.Load())
+		t.Logf("%d datagrams in %v: %d wake-ups", sent, elapsed, passes)
+		assert.LessOrEqual(t, passes, int(elapsed/window)+2, "at most one wake-up of the partition per window")
+		assert.Less(t, passes, sent/10, "datagrams are coalesced")
+		v.wakes.mu.Lock()
+		defer v.wakes.mu.Unlock()
+		assert.Equal(t, "orders/p", v.wakes.got[len(v.wakes.got)-1], "the trailing one names the partition")
 	})
 
 	t.Run("reference server captures", func(t *testing.T) {

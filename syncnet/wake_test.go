@@ -10,40 +10,49 @@ import (
 )
 
 // A wake-up merged at the window's end names every partition the window's
-// datagrams named, so the poller serves them on its fast path (a pop, no
-// pre-flight), not as a whole queue to look at again.
+// held-back datagrams named, so the poller serves them on its fast path (a
+// pop, no pre-flight), not as a whole queue to look at again.
 func TestWakeLimiter_MergedWakeUpNamesEveryPartition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWakes()
 		l := newWakeLimiter(w, 5*time.Millisecond)
 		defer l.close()
 		l.wake("q", "p1")
-		assert.Equal(t, []string{"q/p1"}, gotOf(w), "the first goes through at once")
 		l.wake("q", "p2")
-		l.wake("q", "p3")
+		assert.Equal(t, []string{"q/p1", "q/p2"}, gotOf(w), "each partition's first at once")
+		l.wake("q", "p2")
+		l.wake("q", "p1")
 		l.wake("q", "p2")
 		l.wake("other", "x")
-		assert.Equal(t, []string{"q/p1", "other/x"}, gotOf(w), "the rest wait for the window's end; another queue does not")
-		waitWakes(t, w, 4)
+		assert.Equal(t, []string{"q/p1", "q/p2", "other/x"}, gotOf(w), "the rest wait for the window's end; another queue does not")
+		waitWakes(t, w, 5)
 		synctest.Wait()
-		assert.Equal(t, []string{"q/p1", "other/x", "q/p2", "q/p3"}, gotOf(w), "each partition named once, in order")
-		assert.Equal(t, int64(3), l.passes.Load(), "q at once, other at once, then one merged wake-up of q")
+		assert.Equal(t, []string{"q/p1", "q/p2", "other/x", "q/p2", "q/p1"}, gotOf(w), "each partition named once, in order")
+		assert.Equal(t, int64(4), l.passes.Load(), "p1, p2 and other at once, then one merged wake-up of q")
 	})
 }
 
-// A window that named the whole queue, or more partitions than a wake-up
-// names, ends in one wake-up of the whole queue.
+// A window that named the whole queue twice, or more partitions than a
+// window passes and a wake-up names, ends in one wake-up of the whole
+// queue.
 func TestWakeLimiter_ManyPartitionsOrTheQueueMergeIntoTheQueue(t *testing.T) {
+	many := func(from, n int) (ps []string) {
+		for i := range n {
+			ps = append(ps, fmt.Sprintf("p%d", from+i))
+		}
+		return ps
+	}
 	for _, tc := range []struct {
 		name  string
 		parts []string
+		now   []string // what goes through at once
 	}{
-		{"the whole queue named", []string{"p2", "", "p3"}},
-		{"more partitions than a wake-up names", func() (ps []string) {
-			for i := range wakeNamedMax + 1 {
-				ps = append(ps, fmt.Sprintf("p%d", i+2))
+		{"the whole queue named twice", []string{"", "p2", "", "p3"}, []string{"q/p1", "q/", "q/p2"}},
+		{"more partitions than a wake-up names", many(2, 2*wakeNamedMax), func() (got []string) {
+			for _, p := range many(1, wakeNamedMax) {
+				got = append(got, "q/"+p)
 			}
-			return ps
+			return got
 		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,12 +64,30 @@ func TestWakeLimiter_ManyPartitionsOrTheQueueMergeIntoTheQueue(t *testing.T) {
 				for _, p := range tc.parts {
 					l.wake("q", p)
 				}
-				waitWakes(t, w, 2)
+				assert.Equal(t, tc.now, gotOf(w))
+				waitWakes(t, w, len(tc.now)+1)
 				synctest.Wait()
-				assert.Equal(t, []string{"q/p1", "q/"}, gotOf(w))
+				assert.Equal(t, append(tc.now, "q/"), gotOf(w))
 			})
 		})
 	}
+}
+
+// A wake-up of the whole queue covers what was held back: nothing more
+// comes at the window's end.
+func TestWakeLimiter_QueueWakeUpTakesThePendingOnesWithIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWakes()
+		l := newWakeLimiter(w, 5*time.Millisecond)
+		defer l.close()
+		l.wake("q", "p1")
+		l.wake("q", "p1")
+		l.wake("q", "")
+		assert.Equal(t, []string{"q/p1", "q/"}, gotOf(w))
+		<-time.After(time.Second)
+		synctest.Wait()
+		assert.Equal(t, []string{"q/p1", "q/"}, gotOf(w), "nothing at the window's end")
+	})
 }
 
 // waitWakes waits, on the bubble's clock, until w has been woken n times
@@ -84,10 +111,9 @@ func gotOf(w *wakes) []string {
 	return append([]string(nil), w.got...)
 }
 
-// A datagram that comes just after a wake-up went through waits at most
-// 2 ms for its merged one (the default window): at 1,000 msgs/s most
-// datagrams come within a window, and the wait is part of every
-// cross-instance delivery's latency.
+// A datagram that comes just after a wake-up of its partition went through
+// waits at most 2 ms for its merged one (the default window): the wait is
+// part of a cross-instance delivery's latency.
 func TestWakeLimiter_MergedWakeUpComesWithin2ms(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWakes()
@@ -95,12 +121,37 @@ func TestWakeLimiter_MergedWakeUpComesWithin2ms(t *testing.T) {
 		defer l.close()
 		start := time.Now()
 		l.wake("q", "p1")
-		// p2 comes 100 µs later, inside the window p1 opened (a timer's
-		// channel on the bubble's clock).
+		// p1 again 100 µs later, inside the window its first opened (a
+		// timer's channel on the bubble's clock).
 		<-time.After(100 * time.Microsecond)
-		l.wake("q", "p2")
+		l.wake("q", "p1")
 		waitWakes(t, w, 2)
-		assert.Equal(t, []string{"q/p1", "q/p2"}, gotOf(w))
+		assert.Equal(t, []string{"q/p1", "q/p1"}, gotOf(w))
 		assert.LessOrEqual(t, time.Since(start), 2*time.Millisecond, "merged wake-up within 2 ms of the window's start")
+	})
+}
+
+// A datagram naming another partition than the wake-ups of the window so
+// far goes through at once: the window bounds the wake-ups of each
+// partition (and of the whole queue), so that at 1,000 msgs/s spread over
+// partitions a cross-instance delivery does not wait for the window's end
+// behind another partition's message.
+func TestWakeLimiter_AnotherPartitionWithinTheWindowGoesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWakes()
+		l := newWakeLimiter(w, WakeWindowDefault)
+		defer l.close()
+		l.wake("q", "p1")
+		<-time.After(100 * time.Microsecond)
+		start := time.Now()
+		l.wake("q", "p2")
+		l.wake("q", "p3")
+		assert.Equal(t, []string{"q/p1", "q/p2", "q/p3"}, gotOf(w), "each partition's first wake-up of the window at once")
+		assert.Zero(t, time.Since(start), "no wait on the bubble's clock")
+		l.wake("q", "p2")
+		assert.Equal(t, []string{"q/p1", "q/p2", "q/p3"}, gotOf(w), "p2's second within its window waits")
+		waitWakes(t, w, 4)
+		assert.Equal(t, "q/p2", gotOf(w)[3])
+		assert.LessOrEqual(t, time.Since(start), WakeWindowDefault, "at the end of p2's window")
 	})
 }

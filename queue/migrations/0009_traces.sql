@@ -1,4 +1,4 @@
--- Traces (issue 19): notes a consumer attaches to one message, an event
+-- Traces: notes a consumer attaches to one message, an event
 -- type and arbitrary JSON, tagged with trace names that follow one business
 -- flow across queues.
 --

@@ -1,4 +1,4 @@
--- Cluster-wide switches every instance obeys (issue 19): the reference
+-- Cluster-wide switches every instance obeys: the reference
 -- server's two maintenance modes, maintenance_mode (pushes go to each
 -- instance's disk buffer, not here) and pop_maintenance_mode (pops answer
 -- 204, subscriptions get nothing). One row per key; value is

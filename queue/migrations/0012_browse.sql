@@ -1,4 +1,4 @@
--- Browsing and deleting single messages (issue 19).
+-- Browsing and deleting single messages.
 --
 -- Offsets are dense, and a consumer row's cursor moves only over a
 -- contiguous prefix of finished offsets, so a message deleted from the

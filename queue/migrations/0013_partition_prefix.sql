@@ -1,4 +1,4 @@
--- Searching a queue's partitions by the start of their name (issue 21).
+-- Searching a queue's partitions by the start of their name.
 --
 -- The console's partition search by substring (strpos over lower(name))
 -- reads every index entry of the queue and every partition row: 22,682

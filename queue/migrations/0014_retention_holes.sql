@@ -1,4 +1,4 @@
--- Retention records its holes (issue 16).
+-- Retention records its holes.
 --
 -- Completed retention takes messages from the middle of a partition (every
 -- group finished them out of order). It now records those offsets in

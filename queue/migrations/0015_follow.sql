@@ -1,4 +1,4 @@
--- Follow streams (issue 31): one total order over a queue's messages that a
+-- Follow streams: one total order over a queue's messages that a
 -- late commit cannot jump, so that a follower resumes exactly from its last
 -- position on any instance.
 --

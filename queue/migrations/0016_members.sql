@@ -1,4 +1,4 @@
--- Membership (issue 33): every running instance has a row, written every
+-- Membership: every running instance has a row, written every
 -- 2 s (its last_seen), deleted when it stops. Instances learn their
 -- syncnet peers here, whether any instance wakes by NOTIFY, and the digest
 -- of each peer's announced consumers (syncnet/members.go). Rows of

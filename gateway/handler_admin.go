@@ -356,10 +356,15 @@ func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) error {
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	// time is this server's clock in ms (fractional): the page compares
 	// it with its own to show the latency since push.
+	here := s.Followers()
+	all := here
+	if s.cfg.ClusterFollowers != nil {
+		all = s.cfg.ClusterFollowers(here)
+	}
 	out := map[string]any{"instance": s.cfg.Instance, "version": s.cfg.Version,
 		"time":       float64(time.Now().UnixMicro()) / 1000,
 		"intentions": s.poller.Intentions(), "streams": s.Streams(), "wakeups": s.poller.Wakeups(),
-		"followers": s.Followers()} // this instance's, per queue
+		"followers": here, "clusterFollowers": all} // per queue: this instance's, every instance's
 	if q := r.URL.Query().Get("queue"); q != "" {
 		st, err := s.store.QueueStatus(r.Context(), q)
 		if err != nil {

@@ -151,6 +151,10 @@ type Config struct {
 	// SharedState, when set, is shown by /internal/api/shared-state/stats
 	// (caches; syncnet's peers, presence and counters).
 	SharedState func() any
+	// ClusterFollowers, when set, adds the follow streams per queue of the
+	// other instances to here (this one's) for the status route's
+	// clusterFollowers; unset, that is this instance's alone.
+	ClusterFollowers func(here map[string]int) map[string]int
 	// Auth, when set, requires a bearer token on every endpoint but
 	// /health and /metrics (and /metrics too with Metrics.Auth).
 	Auth *auth.Auth

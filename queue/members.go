@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,6 +16,8 @@ type Member struct {
 	StartedAt time.Time
 	Listens   bool   // it wakes by NOTIFY
 	Digest    uint64 // its syncnet presence digest
+	// Followers are its follow streams per queue, as of its last beat.
+	Followers map[string]int
 	// Age is how long ago it last wrote its row (the database's clock).
 	Age time.Duration
 }
@@ -29,15 +32,16 @@ const MemberPurgeAfter = time.Minute
 // the ages are the database's clock: instances' clocks need not agree.
 const memberBeatSQL = `-- herald:member_beat
 WITH me AS (
-	INSERT INTO members AS m (id, sync_addr, session, started_at, last_seen, listens, digest)
-	VALUES ($1, nullif($2, ''), $3, $4, now(), $5, $6)
+	INSERT INTO members AS m (id, sync_addr, session, started_at, last_seen, listens, digest, followers)
+	VALUES ($1, nullif($2, ''), $3, $4, now(), $5, $6, $8::jsonb)
 	ON CONFLICT (id) DO UPDATE SET sync_addr = excluded.sync_addr, session = excluded.session,
-		started_at = excluded.started_at, last_seen = now(), listens = excluded.listens, digest = excluded.digest
+		started_at = excluded.started_at, last_seen = now(), listens = excluded.listens, digest = excluded.digest,
+		followers = excluded.followers
 ), purged AS (
 	DELETE FROM members WHERE id <> $1 AND last_seen < now() - make_interval(secs => $7)
 )
 SELECT m.id, coalesce(m.sync_addr, ''), m.session, m.started_at, m.listens, m.digest,
-       extract(epoch FROM now() - m.last_seen)::float8, s.at
+       extract(epoch FROM now() - m.last_seen)::float8, s.at, m.followers::text
 FROM (SELECT max(updated_at) AS at FROM system_state WHERE key IN ('maintenance_mode', 'pop_maintenance_mode')) s
 LEFT JOIN members m ON m.id <> $1
 ORDER BY m.id`
@@ -48,8 +52,12 @@ ORDER BY m.id`
 // heard a datagram learns of a switch within a beat, and it costs no
 // statement of its own.
 func (s *Store) BeatMember(ctx context.Context, self Member) (_ []Member, stateAt time.Time, _ error) {
+	followers, err := json.Marshal(self.Followers)
+	if err != nil || self.Followers == nil {
+		followers = []byte("{}")
+	}
 	rows, err := s.pool.Query(ctx, memberBeatSQL, self.ID, self.SyncAddr, self.Session, self.StartedAt, self.Listens,
-		int64(self.Digest), MemberPurgeAfter.Seconds()) // #nosec G115 -- a hash, stored as its bits
+		int64(self.Digest), MemberPurgeAfter.Seconds(), string(followers)) // #nosec G115 -- a hash, stored as its bits
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("writing the member row: %w", err)
 	}
@@ -61,7 +69,8 @@ func (s *Store) BeatMember(ctx context.Context, self Member) (_ []Member, stateA
 		var listens *bool
 		var digest *int64
 		var age *float64
-		if err := rows.Scan(&id, &addr, &session, &started, &listens, &digest, &age, &at); err != nil {
+		var follows *string
+		if err := rows.Scan(&id, &addr, &session, &started, &listens, &digest, &age, &at, &follows); err != nil {
 			return nil, time.Time{}, fmt.Errorf("reading members: %w", err)
 		}
 		if at != nil {
@@ -72,6 +81,9 @@ func (s *Store) BeatMember(ctx context.Context, self Member) (_ []Member, stateA
 		}
 		m := Member{ID: *id, SyncAddr: *addr, Session: *session, StartedAt: *started, Listens: *listens}
 		m.Digest, m.Age = uint64(*digest), time.Duration(*age*float64(time.Second)) // #nosec G115 -- the bits back
+		if follows != nil {
+			_ = json.Unmarshal([]byte(*follows), &m.Followers) // written by an instance: a bad one counts none
+		}
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {

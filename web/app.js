@@ -472,7 +472,10 @@ function renderFollowers(st) {
     return;
   }
   const n = st.followers?.[feedQueue] ?? 0;
-  out.textContent = `${plural(n, "follower")} of ${feedQueue} on this instance`;
+  const all = st.clusterFollowers?.[feedQueue] ?? n;
+  out.textContent = all === n
+    ? `${plural(n, "follower")} of ${feedQueue} on this instance`
+    : `${plural(all, "follower")} of ${feedQueue}, ${n} on this instance`;
   $("feed-card").dataset.followers = String(n);
 }
 

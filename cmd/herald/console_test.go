@@ -310,9 +310,9 @@ func phone(ctx context.Context, t *testing.T, name string) {
 	shot(ctx, t, name, false)
 }
 
-// The console shows each queue's followers (follow streams on the instance
-// it talks to): a column of the overview's queues and a figure on the
-// queue's page.
+// The console shows each queue's followers (follow streams on every
+// instance; this one's own said apart): a column of the overview's queues
+// and a figure on the queue's page.
 func TestConsole_ShowsFollowersPerQueue(t *testing.T) {
 	bin := buildHerald(t)
 	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t))
@@ -334,6 +334,7 @@ func TestConsole_ShowsFollowersPerQueue(t *testing.T) {
 	assert.Equal(t, "followers", text(ctx, t, `#overview table.queues thead th:nth-child(10)`))
 	assert.Equal(t, "0", text(ctx, t, `#overview tr[data-queue="quiet"] td:nth-child(10)`))
 	goTo(ctx, t, "#/queue/watched", `document.querySelector("#followers .v")?.textContent === "2"`)
+	assert.Equal(t, "followers, 2 here", text(ctx, t, `#followers .k`))
 	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	require.NoError(t, err)
 	artifact(t, "console-queue-followers.png", shot)

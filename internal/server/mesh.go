@@ -7,6 +7,7 @@ package server
 
 import (
 	"context"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -40,6 +41,9 @@ type mesh struct {
 	// kick asks Run to beat now (a stranger spoke on syncnet: a member
 	// that just started).
 	kick chan struct{}
+	// followers, when set, is this instance's follow streams per queue,
+	// written with its row every beat.
+	followers func() map[string]int
 	// onState is called (from Run's goroutine; it must not block) when
 	// the maintenance switches' last change differs from the last beat's.
 	onState func()
@@ -77,6 +81,9 @@ func (m *mesh) beatOnce(ctx context.Context) {
 	self := m.self
 	if m.node != nil {
 		self.Digest = m.node.Digest()
+	}
+	if m.followers != nil {
+		self.Followers = m.followers()
 	}
 	all, stateAt, err := m.store.BeatMember(ctx, self)
 	if err != nil {
@@ -118,6 +125,22 @@ func (m *mesh) Members() []queue.Member {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]queue.Member(nil), m.members...)
+}
+
+// Followers are the follow streams per queue of the other instances alive,
+// as of their last beats, added to here (this instance's own, as they are
+// now).
+func (m *mesh) Followers(here map[string]int) map[string]int {
+	out := maps.Clone(here)
+	if out == nil {
+		out = map[string]int{}
+	}
+	for _, o := range m.Members() {
+		for q, n := range o.Followers {
+			out[q] += n
+		}
+	}
+	return out
 }
 
 // NeedsNotify is pgnotify.Presence: a push NOTIFYs unless every other

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -114,4 +116,47 @@ func TestMaintenance_SwitchSeenAtTheMembersBeat(t *testing.T) {
 		WHERE key = 'pop_maintenance_mode'`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return !a.Poller().Paused() }, 10*time.Second, 20*time.Millisecond, "its end seen")
+}
+
+// followerCounts is an instance's status: its own followers of queue q and
+// those of every instance alive.
+func followerCounts(t *testing.T, in *servertest.Instance, q string) (here, all int) {
+	t.Helper()
+	code, body := in.Call(http.MethodGet, "/internal/api/status", "")
+	require.Equal(t, http.StatusOK, code, body)
+	var st struct {
+		Followers        map[string]int `json:"followers"`
+		ClusterFollowers map[string]int `json:"clusterFollowers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	return st.Followers[q], st.ClusterFollowers[q]
+}
+
+// The console's follower counts are the cluster's: followers of a queue on
+// one instance show in another's status (as of that instance's last beat
+// in the members table), and leave it when they go.
+func TestFollowers_StatusCountsEveryInstancesFollowers(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	a := servertest.Start(t, dsn, "none", func(c *server.Config) { c.MemberBeat = 200 * time.Millisecond })
+	b := servertest.Start(t, dsn, "none", func(c *server.Config) { c.MemberBeat = 200 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL()+"/api/v1/follow/queue/fq", nil)
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = res.Body.Close() }()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+	}
+	require.Eventually(t, func() bool {
+		aHere, aAll := followerCounts(t, a, "fq")
+		bHere, bAll := followerCounts(t, b, "fq")
+		return aHere == 0 && aAll == 2 && bHere == 2 && bAll == 2
+	}, 10*time.Second, 20*time.Millisecond, "A counts B's two followers")
+	cancel()
+	require.Eventually(t, func() bool {
+		_, aAll := followerCounts(t, a, "fq")
+		return aAll == 0
+	}, 10*time.Second, 20*time.Millisecond, "and none once they left")
 }

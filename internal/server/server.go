@@ -255,6 +255,12 @@ func (s *Server) buildMesh(ctx context.Context) {
 				s.gw.RefreshMaintenance()
 			}
 		},
+		followers: func() map[string]int {
+			if s.gw == nil {
+				return nil
+			}
+			return s.gw.Followers()
+		},
 		log:  s.log.With().Str("component", "members").Logger(),
 		self: queue.Member{ID: s.instance, Session: queue.NewID(), StartedAt: time.Now(), Listens: c.Wake == WakeNotify}}
 	if s.mesh.beat <= 0 {
@@ -286,7 +292,10 @@ func (s *Server) gatewayConfig(ctx context.Context) (gateway.Config, error) {
 		SSEHeartbeat: c.SSEHeartbeat, SSEResumeGrace: c.SSEResumeGrace, DrainWindow: c.DrainWindow,
 		BufferDir: bufferDir(c, s.log), BufferMaxBytes: c.BufferMaxBytes, Registry: s.reg, Logger: s.log,
 		Metrics:     gateway.MetricsConfig{Queues: queueLabels, GroupLabels: c.MetricsGroupLabels, Auth: c.MetricsAuth},
-		SharedState: sharedState(s.configs, s.store, s.node)}
+		SharedState: sharedState(s.configs, s.store, s.node),
+		// Every instance's followers: this one's now, the others' as of
+		// their last members beat (the mesh is built first).
+		ClusterFollowers: func(here map[string]int) map[string]int { return s.mesh.Followers(here) }}
 	if s.sup != nil {
 		gc.Database = s.sup.health
 	}

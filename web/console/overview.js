@@ -179,12 +179,14 @@ function deadLettersCell(b, name) {
   return { v: link(`#/dlq?queue=${enc(name)}`, count(n)), title: `${exact(n)} dead letters over its groups; ${sampled(b)}` };
 }
 
-// followersCell is the queue's followers on this instance (the status
-// route's followers: each instance counts its own).
+// followersCell is the queue's followers on every instance (the status
+// route's clusterFollowers: the others' as of their last beat in the
+// members table, at most 2 s old), and how many of them are here.
 function followersCell(status, name) {
   if (status.err) return { v: "—", title: `unavailable: ${status.err.message}` };
-  const n = status.ok.followers?.[name] ?? 0;
-  return { v: count(n), title: `${exact(n)} follow streams of ${name} on this instance` };
+  const here = status.ok.followers?.[name] ?? 0;
+  const n = status.ok.clusterFollowers?.[name] ?? here;
+  return { v: count(n), title: `${exact(n)} follow streams of ${name} on every instance, ${exact(here)} on this one` };
 }
 
 function queuesSection(r, queues, backlog) {
@@ -221,7 +223,7 @@ function queuesSection(r, queues, backlog) {
     columns: [{ label: "queue" }, { label: "partitions", num: true }, { label: "depth", num: true, title: "pending: waiting, not leased" },
       { label: "processing", num: true }, { label: "oldest pending", num: true }, { label: "push rate", num: true },
       { label: "ack rate", num: true }, { label: "total", num: true }, { label: "dead letters", num: true },
-      { label: "followers", num: true, title: "follow streams of the queue on this instance (herald_followers): each gets every message" }],
+      { label: "followers", num: true, title: "follow streams of the queue on every instance (each gets every message); the others' counts are at most 2 s old" }],
     rows,
     empty: "No queue yet: a push or a subscription creates one.",
   }), more, ratesNote, backlogNote);

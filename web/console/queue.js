@@ -52,8 +52,9 @@ export async function render(root, { args, params }) {
     stat("completed", count(t.completed), exact(t.completed)),
     stat("dead letters", count(t.deadLetter), exact(t.deadLetter)),
     status.status === "fulfilled"
-      ? stat("followers on this instance", count(status.value.followers?.[name] ?? 0),
-        "follow streams of this queue on this instance (herald_followers): each gets every message", { id: "followers" })
+      ? stat(`followers, ${exact(status.value.followers?.[name] ?? 0)} here`,
+        count(status.value.clusterFollowers?.[name] ?? status.value.followers?.[name] ?? 0),
+        "follow streams of this queue on every instance, each getting every message (the others' counts are at most 2 s old; herald_followers counts this instance's)", { id: "followers" })
       : null));
 
   if (status.status === "fulfilled") {

@@ -121,8 +121,9 @@
 // queue's ttl is never delivered: Pop skips it, the poller's statements
 // leave its row to Pop (nextExpired), a replay of its dead letter is
 // refused (ReasonExpired), and retention deletes it. Every pop path ends in
-// Pop for these, so Pop alone tells Config.OnGivenUp what it dead-lettered,
-// dropped or skipped (the gateway's counters), once per pop.
+// Pop for these (the poller's statements only dead-letter what fails to
+// decrypt), so Pop, and for that the poller's, tell Config.OnGivenUp what
+// they dead-lettered, dropped or skipped (the gateway's counters), once.
 //
 // # The ack contract
 //

@@ -202,11 +202,11 @@ type messageModeJSON struct {
 func (s *service) handleMessage(w http.ResponseWriter, r *http.Request) error {
 	pid, txid, err := s.checkMessage(r)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	d, err := s.store.BrowseMessage(r.Context(), pid, txid)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	m := d.MessageInfo
 	mode := queue.Mode{QueueMode: m.QueueState != "", BusGroups: m.BusGroups}
@@ -242,11 +242,11 @@ type deletedJSON struct {
 func (s *service) handleDeleteMessage(w http.ResponseWriter, r *http.Request) error {
 	pid, txid, err := s.checkMessage(r)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	res, err := s.store.DeleteMessage(r.Context(), pid, txid)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	s.fx.AfterMessageDeleted(res, pid, txid)
 	httpapi.WriteJSON(w, http.StatusOK, deletedJSON{Success: true, PartitionID: pid, TransactionID: txid,

@@ -31,12 +31,12 @@ const AnalyticsMaxWindow = 7 * 24 * time.Hour
 // postgres-stats, which shows the SQL the database is running for any
 // client, needs an admin.
 func (s *service) analyticsRoutes() {
-	s.routes.Read("GET /api/v1/analytics/system-metrics", "analytics_system", auth.RoleReadOnly, s.analytics(s.handleSystemMetrics))
-	s.routes.Read("GET /api/v1/analytics/worker-metrics", "analytics_worker", auth.RoleReadOnly, s.analytics(s.handleWorkerMetrics))
-	s.routes.Read("GET /api/v1/analytics/queue-lag", "analytics_queue_lag", auth.RoleReadOnly, s.analytics(s.handleQueueLag))
-	s.routes.Read("GET /api/v1/analytics/queue-ops", "analytics_queue_ops", auth.RoleReadOnly, s.analytics(s.handleQueueOps))
-	s.routes.Read("GET /api/v1/analytics/queue-parked-replicas", "analytics_parked", auth.RoleReadOnly, s.analytics(s.handleParkedReplicas))
-	s.routes.Read("GET /api/v1/analytics/retention", "analytics_retention", auth.RoleReadOnly, s.analytics(s.handleRetentionSeries))
+	s.routes.Read("GET /api/v1/analytics/system-metrics", "analytics_system", auth.RoleReadOnly, s.analyticsHandler(s.handleSystemMetrics))
+	s.routes.Read("GET /api/v1/analytics/worker-metrics", "analytics_worker", auth.RoleReadOnly, s.analyticsHandler(s.handleWorkerMetrics))
+	s.routes.Read("GET /api/v1/analytics/queue-lag", "analytics_queue_lag", auth.RoleReadOnly, s.analyticsHandler(s.handleQueueLag))
+	s.routes.Read("GET /api/v1/analytics/queue-ops", "analytics_queue_ops", auth.RoleReadOnly, s.analyticsHandler(s.handleQueueOps))
+	s.routes.Read("GET /api/v1/analytics/queue-parked-replicas", "analytics_parked", auth.RoleReadOnly, s.analyticsHandler(s.handleParkedReplicas))
+	s.routes.Read("GET /api/v1/analytics/retention", "analytics_retention", auth.RoleReadOnly, s.analyticsHandler(s.handleRetentionSeries))
 	s.routes.Read("GET /api/v1/analytics/postgres-stats", "analytics_postgres", auth.RoleAdmin, s.handlePostgresStats)
 	s.routes.Read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates)
 }
@@ -53,10 +53,10 @@ type analyticsQuery struct {
 	keep func(q string) bool
 }
 
-// analytics adapts a handler of a route that reads the history: it is
+// analyticsHandler adapts a handler of a route that reads the history: it is
 // given the window, bucket and filters of the request (analyticsParams),
 // and a request whose parameters are wrong is answered before it runs.
-func (s *service) analytics(h func(w http.ResponseWriter, r *http.Request, a analyticsQuery) error) httpapi.HandlerFunc {
+func (s *service) analyticsHandler(h func(w http.ResponseWriter, r *http.Request, a analyticsQuery) error) httpapi.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		a, err := s.analyticsParams(r)
 		if err != nil {

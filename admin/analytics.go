@@ -31,12 +31,12 @@ const AnalyticsMaxWindow = 7 * 24 * time.Hour
 // postgres-stats, which shows the SQL the database is running for any
 // client, needs an admin.
 func (s *service) analyticsRoutes() {
-	s.routes.Read("GET /api/v1/analytics/system-metrics", "analytics_system", auth.RoleReadOnly, s.handleSystemMetrics)
-	s.routes.Read("GET /api/v1/analytics/worker-metrics", "analytics_worker", auth.RoleReadOnly, s.handleWorkerMetrics)
-	s.routes.Read("GET /api/v1/analytics/queue-lag", "analytics_queue_lag", auth.RoleReadOnly, s.handleQueueLag)
-	s.routes.Read("GET /api/v1/analytics/queue-ops", "analytics_queue_ops", auth.RoleReadOnly, s.handleQueueOps)
-	s.routes.Read("GET /api/v1/analytics/queue-parked-replicas", "analytics_parked", auth.RoleReadOnly, s.handleParkedReplicas)
-	s.routes.Read("GET /api/v1/analytics/retention", "analytics_retention", auth.RoleReadOnly, s.handleRetentionSeries)
+	s.routes.Read("GET /api/v1/analytics/system-metrics", "analytics_system", auth.RoleReadOnly, s.analyticsHandler(s.handleSystemMetrics))
+	s.routes.Read("GET /api/v1/analytics/worker-metrics", "analytics_worker", auth.RoleReadOnly, s.analyticsHandler(s.handleWorkerMetrics))
+	s.routes.Read("GET /api/v1/analytics/queue-lag", "analytics_queue_lag", auth.RoleReadOnly, s.analyticsHandler(s.handleQueueLag))
+	s.routes.Read("GET /api/v1/analytics/queue-ops", "analytics_queue_ops", auth.RoleReadOnly, s.analyticsHandler(s.handleQueueOps))
+	s.routes.Read("GET /api/v1/analytics/queue-parked-replicas", "analytics_parked", auth.RoleReadOnly, s.analyticsHandler(s.handleParkedReplicas))
+	s.routes.Read("GET /api/v1/analytics/retention", "analytics_retention", auth.RoleReadOnly, s.analyticsHandler(s.handleRetentionSeries))
 	s.routes.Read("GET /api/v1/analytics/postgres-stats", "analytics_postgres", auth.RoleAdmin, s.handlePostgresStats)
 	s.routes.Read("GET /api/v1/status/rates", "status_rates", auth.RoleReadOnly, s.handleRates)
 }
@@ -51,6 +51,19 @@ type analyticsQuery struct {
 	// keep reports whether a queue's figures are shown: the queue asked
 	// for (all without one) among those the token may consume.
 	keep func(q string) bool
+}
+
+// analyticsHandler adapts a handler of a route that reads the history: it is
+// given the window, bucket and filters of the request (analyticsParams),
+// and a request whose parameters are wrong is answered before it runs.
+func (s *service) analyticsHandler(h func(w http.ResponseWriter, r *http.Request, a analyticsQuery) error) httpapi.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		a, err := s.analyticsParams(r)
+		if err != nil {
+			return err
+		}
+		return h(w, r, a)
+	}
 }
 
 // analyticsParams reads from and to (the last hour by default, at most
@@ -326,11 +339,7 @@ func (t slotsSum) schedAvg() float64 {
 // the job queue, lag from push to delivery, errors; the instance as the
 // one worker of the last 5 minutes; lag by queue; totals since it
 // started.
-func (s *service) handleWorkerMetrics(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.analyticsParams(r)
-	if err != nil {
-		return err
-	}
+func (s *service) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, a analyticsQuery) error {
 	slots := s.slots(a)
 	starts, by := buckets(slots, a.bucket)
 	series := make([]workerPointJSON, 0, len(starts))
@@ -403,11 +412,7 @@ type queueLagRowJSON struct {
 // handleQueueLag answers queue-lag: a bare array of each queue's pops and
 // lag by minute, newest first (one-minute rows whatever the window, as
 // the reference's).
-func (s *service) handleQueueLag(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.analyticsParams(r)
-	if err != nil {
-		return err
-	}
+func (s *service) handleQueueLag(w http.ResponseWriter, r *http.Request, a analyticsQuery) error {
 	slots := s.slots(a)
 	out := []queueLagRowJSON{}
 	for i := len(slots) - 1; i >= 0; i-- {
@@ -449,11 +454,7 @@ type queueOpsJSON struct {
 // first, and the queues seen. Herald does not learn when a push creates a
 // partition (partitionsCreated 0) nor snapshots partition counts
 // (partitionCount null, as the reference's rows without a snapshot).
-func (s *service) handleQueueOps(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.analyticsParams(r)
-	if err != nil {
-		return err
-	}
+func (s *service) handleQueueOps(w http.ResponseWriter, r *http.Request, a analyticsQuery) error {
 	series := []queueOpsJSON{}
 	seen := map[string]bool{}
 	perQueue(s.slots(a), a, func(b int64, name string, o *history.QueueOps) {
@@ -491,11 +492,7 @@ type parkedJSON struct {
 // handleParkedReplicas answers queue-parked-replicas: the long-polls
 // waiting on each queue (the average of the samples), by bucket, on this
 // replica.
-func (s *service) handleParkedReplicas(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.analyticsParams(r)
-	if err != nil {
-		return err
-	}
+func (s *service) handleParkedReplicas(w http.ResponseWriter, r *http.Request, a analyticsQuery) error {
 	series := []parkedJSON{}
 	perQueue(s.slots(a), a, func(b int64, name string, o *history.QueueOps) {
 		if o.ParkedSum > 0 {
@@ -534,11 +531,7 @@ func retentionOf(o history.QueueOps) retentionJSON {
 // this instance (by age, once completed, and evicted after maxWait) by
 // bucket, oldest first, and their totals. Retention runs on one instance
 // at a time, so another's series can be empty.
-func (s *service) handleRetentionSeries(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.analyticsParams(r)
-	if err != nil {
-		return err
-	}
+func (s *service) handleRetentionSeries(w http.ResponseWriter, r *http.Request, a analyticsQuery) error {
 	starts, by := buckets(s.slots(a), a.bucket)
 	series := []retentionJSON{}
 	var all history.QueueOps
@@ -577,11 +570,7 @@ func statOf(g history.Gauge) statJSON {
 // replica, its CPU (percent × 100 of one core, as the reference's), memory,
 // database pool and Go scheduler (GOMAXPROCS and runnable goroutines as
 // the system thread pool) by bucket, oldest first.
-func (s *service) handleSystemMetrics(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.analyticsParams(r)
-	if err != nil {
-		return err
-	}
+func (s *service) handleSystemMetrics(w http.ResponseWriter, r *http.Request, a analyticsQuery) error {
 	starts, by := buckets(s.slots(a), a.bucket)
 	type pointJSON struct {
 		Timestamp   string         `json:"timestamp"`

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 	"sort"
@@ -31,25 +30,14 @@ func (s *service) browseRoutes() {
 	s.routes.Read("GET /api/v1/resources/queues/{queue}", "resources_queue", auth.RoleReadOnly, s.handleResourceQueue)
 	s.routes.Read("GET /api/v1/resources/partitions", "resources_partitions", auth.RoleReadOnly, s.handlePartitions)
 	s.routes.Read("GET /api/v1/messages", "messages", auth.RoleReadOnly, s.handleMessages)
-	s.routes.Read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", auth.RoleReadOnly, s.handleMessage)
-	s.routes.Handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", auth.RoleReadWrite, s.handleDeleteMessage)
+	s.routes.Read("GET /api/v1/messages/{partitionId}/{transactionId}", "message", auth.RoleReadOnly, s.messageHandler(s.handleMessage))
+	s.routes.Handle("DELETE /api/v1/messages/{partitionId}/{transactionId}", "message_delete", auth.RoleReadWrite, s.messageHandler(s.handleDeleteMessage))
 	s.routes.Read("GET /api/v1/status", "status_dashboard", auth.RoleReadOnly, s.handleStatusDashboard)
 	s.routes.Read("GET /api/v1/status/queues", "status_queues", auth.RoleReadOnly, s.handleStatusQueues)
 	s.routes.Read("GET /api/v1/status/queues/{queue}", "status_queue", auth.RoleReadOnly, s.handleStatusQueue)
 	s.routes.Read("GET /api/v1/status/queues/{queue}/messages", "status_queue_messages", auth.RoleReadOnly, s.handleStatusQueueMessages)
 	s.routes.Read("GET /api/v1/status/analytics", "status_analytics", auth.RoleReadOnly, s.handleStatusAnalytics)
 	s.routes.Read("GET /api/v1/status/buffers", "status_buffers", auth.RoleReadOnly, s.handleStatusBuffers)
-}
-
-// browseError is err as a browse answers it: 404 for what a browse names
-// and does not find, otherwise as any handler's error.
-func browseError(err error) error {
-	for _, nf := range []error{queue.ErrQueueNotFound, queue.ErrMessageNotFound} {
-		if errors.Is(err, nf) {
-			return httpapi.Status(http.StatusNotFound, nf.Error())
-		}
-	}
-	return err
 }
 
 // browseScope is the part of the queues a token's rights let it read, as
@@ -378,7 +366,7 @@ type resourceQueueJSON struct {
 func (s *service) handleResourceQueue(w http.ResponseWriter, r *http.Request) error {
 	page, limit, offset, err := s.partitionPage(r, r.PathValue("queue"), queue.MaxBrowseLimit, false)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	qs := page.Queue
 	out := resourceQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: httpapi.Nullable(qs.Namespace), Task: httpapi.Nullable(qs.Task),
@@ -448,7 +436,7 @@ func (s *service) handlePartitions(w http.ResponseWriter, r *http.Request) error
 	q := r.URL.Query()
 	page, limit, offset, err := s.partitionPage(r, q.Get("queue"), 100, true)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	parts := make([]partitionJSON, len(page.Partitions))
 	for i, p := range page.Partitions {

@@ -131,6 +131,19 @@ func (s *service) handleMessages(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// messageHandler adapts a handler of a route that names one message
+// (/{partitionId}/{transactionId}): it runs with the message's ids once
+// checkMessage has let them through.
+func (s *service) messageHandler(h func(w http.ResponseWriter, r *http.Request, partitionID, transactionID string) error) httpapi.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		pid, txid, err := s.checkMessage(r)
+		if err != nil {
+			return err
+		}
+		return h(w, r, pid, txid)
+	}
+}
+
 // checkMessage refuses a path whose partition id is not a UUID (400); a
 // partition that does not exist, or that the token may not consume, is
 // ErrMessageNotFound, after the same lookup (see gateway/authorize.go). The partition
@@ -199,14 +212,10 @@ type messageModeJSON struct {
 // handleMessage answers one message with its payload (decrypted as a pop
 // decrypts it; null when it fails to), or, when the message is gone but
 // was dead-lettered, its dead-lettered copy.
-func (s *service) handleMessage(w http.ResponseWriter, r *http.Request) error {
-	pid, txid, err := s.checkMessage(r)
-	if err != nil {
-		return browseError(err)
-	}
+func (s *service) handleMessage(w http.ResponseWriter, r *http.Request, pid, txid string) error {
 	d, err := s.store.BrowseMessage(r.Context(), pid, txid)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	m := d.MessageInfo
 	mode := queue.Mode{QueueMode: m.QueueState != "", BusGroups: m.BusGroups}
@@ -239,14 +248,10 @@ type deletedJSON struct {
 // consumer group counts it as finished (queue.DeleteMessage): cursors move
 // over it, a live lease it ends is released (and its waiters woken), and
 // a stream of this instance holding it gets its credit back.
-func (s *service) handleDeleteMessage(w http.ResponseWriter, r *http.Request) error {
-	pid, txid, err := s.checkMessage(r)
-	if err != nil {
-		return browseError(err)
-	}
+func (s *service) handleDeleteMessage(w http.ResponseWriter, r *http.Request, pid, txid string) error {
 	res, err := s.store.DeleteMessage(r.Context(), pid, txid)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	s.fx.AfterMessageDeleted(res, pid, txid)
 	httpapi.WriteJSON(w, http.StatusOK, deletedJSON{Success: true, PartitionID: pid, TransactionID: txid,

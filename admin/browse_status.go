@@ -204,7 +204,7 @@ type statusQueueDetailJSON struct {
 func (s *service) handleStatusQueue(w http.ResponseWriter, r *http.Request) error {
 	page, limit, offset, err := s.partitionPage(r, r.PathValue("queue"), queue.MaxBrowseLimit, false)
 	if err != nil {
-		return browseError(err)
+		return err
 	}
 	qs, o := page.Queue, page.Options
 	var out statusQueueDetailJSON
@@ -252,7 +252,7 @@ func (s *service) handleStatusQueueMessages(w http.ResponseWriter, r *http.Reque
 		return err
 	}
 	if _, err := s.store.QueueID(r.Context(), name); err != nil {
-		return browseError(err)
+		return err
 	}
 	qry.Queue = name
 	list, err := s.store.BrowseMessages(r.Context(), qry)

@@ -139,8 +139,10 @@
 //     the token's expiry, the slow-consumer watch (while a writer runs),
 //     and, per lease kept for a resume, its release.
 //   - callers that must not block: the poller (deliver, on a worker or on
-//     a push's goroutine for a hand-off), the ack paths (settled), and
-//     Drain's goroutine per session, waiting out its point of the window.
+//     a push's goroutine for a hand-off), the store (CountGivenUp, on the
+//     goroutine of whichever pop gave messages up), the ack paths
+//     (settled), and Drain's goroutine per session, waiting out its point
+//     of the window.
 //
 // RunMaintenance runs on its caller's goroutine until ctx ends, reading
 // the maintenance switches (maintenance.go), and owns one more that drains

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,10 +46,9 @@ type followStream struct {
 	rawv  func([][]byte) bool // one gathered write (writev) of frames, with a deadline
 	// tryRaw writes frames without waiting (nil when the connection has no
 	// file descriptor): rest is what the socket did not take, as one frame.
-	tryRaw      func(frames [][]byte) (rest [][]byte, err error)
-	setDeadline func(time.Time) error // moves the deadline of the write under way
-	closeConn   func()
-	until       atomic.Int64 // UnixNano: a slow consumer's close set every write's deadline
+	tryRaw    func(frames [][]byte) (rest [][]byte, err error)
+	closeConn func()
+	sseDeadline
 
 	wmu    sync.Mutex  // one write at a time
 	broken bool        // under wmu: a write failed, perhaps within an event
@@ -260,20 +258,10 @@ func (st *followStream) writeLocked(b []byte) bool {
 	return !st.broken
 }
 
-// deadline is the deadline of a write that starts now.
-func (st *followStream) deadline() time.Time {
-	if u := st.until.Load(); u != 0 {
-		return time.Unix(0, u)
-	}
-	return time.Now().Add(sseWriteTimeout)
-}
-
-// close ends the stream once: d's last bytes (retry: to reconnect, or
-// event: disconnect), the hub left, the connection closed. A slow
-// consumer gets both, so that a browser learns why (4001) and EventSource
-// still comes back: the write under way (its client's socket is full) and
-// the last event get SlowConsumerCloseGrace together, as a subscription's
-// (sseStream.close); an event is never cut short before the last one.
+// close ends the stream once: d's last bytes (sseLastBytes), the hub
+// left, the connection closed. For a slow consumer, the write under way
+// (its client's socket is full) and the last event get
+// SlowConsumerCloseGrace together, as a subscription's (sseStream.close).
 func (st *followStream) close(d *Disconnect) {
 	slow := d != nil && d.Code == CloseSlowConsumer
 	st.mu.Lock()
@@ -284,11 +272,7 @@ func (st *followStream) close(d *Disconnect) {
 	st.finished = true
 	f := st.f
 	if slow {
-		until := time.Now().Add(SlowConsumerCloseGrace)
-		st.until.Store(until.UnixNano())
-		if st.setDeadline != nil {
-			_ = st.setDeadline(until) // the write under way, which holds wmu
-		}
+		st.closingSlow()
 	}
 	st.mu.Unlock()
 	if f != nil {
@@ -302,14 +286,8 @@ func (st *followStream) close(d *Disconnect) {
 		st.wmu.Lock()
 	}
 	if slow || st.wmu.TryLock() {
-		switch {
-		case d == nil:
-		case slow:
-			st.writeLocked([]byte(retryLine() + string(disconnectEvent(d.Code, d.Reason))))
-		case d.Reconnect:
-			st.writeLocked([]byte(retryLine() + "\n"))
-		default:
-			st.writeLocked(disconnectEvent(d.Code, d.Reason))
+		if b := sseLastBytes(d); b != nil {
+			st.writeLocked(b)
 		}
 		st.wmu.Unlock()
 	}

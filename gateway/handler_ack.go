@@ -150,27 +150,14 @@ type ackItemJSON struct {
 	TransactionID, PartitionID, LeaseID, ConsumerGroup, Status, Error, Sub json.RawMessage
 }
 
+// ackItemNames are the members of an ack item that ackItemJSON holds.
+var ackItemNames = []string{"transactionId", "partitionId", "leaseId", "consumerGroup", "status", "error", "sub"}
+
 // decode reads an ack item's fields from raw, a JSON object, matching
 // names exactly (see eachMember); false when raw is not an object.
 func (it *ackItemJSON) decode(raw json.RawMessage) bool {
-	return eachMember(raw, func(name []byte, v json.RawMessage) {
-		switch string(name) {
-		case "transactionId":
-			it.TransactionID = v
-		case "partitionId":
-			it.PartitionID = v
-		case "leaseId":
-			it.LeaseID = v
-		case "consumerGroup":
-			it.ConsumerGroup = v
-		case "status":
-			it.Status = v
-		case "error":
-			it.Error = v
-		case "sub":
-			it.Sub = v
-		}
-	})
+	return membersInto(raw, ackItemNames, &it.TransactionID, &it.PartitionID, &it.LeaseID, &it.ConsumerGroup,
+		&it.Status, &it.Error, &it.Sub)
 }
 
 // anyCase spells a UUID as PostgreSQL does (lower case), so that an id

@@ -136,7 +136,6 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request) error {
 			}
 			return err
 		}
-		s.countDeadLetters(res)
 		s.metrics.history.PopRequest(req.Queue, len(res.Messages) == 0)
 		if len(res.Messages) == 0 {
 			w.WriteHeader(http.StatusNoContent)
@@ -206,12 +205,13 @@ func (s *Server) releaseFor(r *http.Request, res *queue.PopResult) {
 	s.poller.Release(r.Context(), res.LeaseID, res.Messages)
 }
 
-// countDeadLetters counts messages a pop dead-lettered (or dropped, on a
-// queue that keeps no dead letter of them) after their lease expired once
-// too often, and those it skipped as older than their queue's ttl: a plain
-// pop's, and the poller's (Poller.SetGivenUp), which serve long-polls and
-// subscriptions.
-func (s *Server) countDeadLetters(res *queue.PopResult) {
+// CountGivenUp counts what a pop gave up on or skipped: messages it
+// dead-lettered (or dropped, on a queue that keeps no dead letter of them)
+// after their lease expired once too often or their payload failed to
+// decrypt, and those it skipped as older than their queue's ttl. The store
+// tells it of every pop's, whichever path popped (queue.Config.OnGivenUp:
+// internal/server wires it), so each is counted once.
+func (s *Server) CountGivenUp(res *queue.PopResult) {
 	for q, n := range res.DeadLettered {
 		s.countDLQ(q, int64(n))
 	}

@@ -134,23 +134,13 @@ type pushItemJSON struct {
 	Queue, Partition, TransactionID, TraceID, Payload json.RawMessage
 }
 
+// pushItemNames are the members of a push item that pushItemJSON holds.
+var pushItemNames = []string{"queue", "partition", "transactionId", "traceId", "payload"}
+
 // decode reads a push item's fields from raw, a JSON object, matching
 // names exactly (see eachMember); false when raw is not an object.
 func (f *pushItemJSON) decode(raw json.RawMessage) bool {
-	return eachMember(raw, func(name []byte, v json.RawMessage) {
-		switch string(name) {
-		case "queue":
-			f.Queue = v
-		case "partition":
-			f.Partition = v
-		case "transactionId":
-			f.TransactionID = v
-		case "traceId":
-			f.TraceID = v
-		case "payload":
-			f.Payload = v
-		}
-	})
+	return membersInto(raw, pushItemNames, &f.Queue, &f.Partition, &f.TransactionID, &f.TraceID, &f.Payload)
 }
 
 // RetryAfterUnavailable is the Retry-After (seconds) of a 503 answered

@@ -53,10 +53,9 @@ type sseStream struct {
 	ss      *session
 	autoAck bool
 
-	raw         func([]byte, func()) bool // events or a comment to the client, in pieces told to the func, by st.deadline()
-	setDeadline func(time.Time) error     // moves the deadline of the write under way
-	closeConn   func()                    // ends a taken-over connection; nil on the ResponseWriter path
-	until       atomic.Int64              // UnixNano: a slow consumer's close set every write's deadline
+	raw       func([]byte, func()) bool // events or a comment to the client, in pieces told to the func, by st.deadline()
+	closeConn func()                    // ends a taken-over connection; nil on the ResponseWriter path
+	sseDeadline
 
 	wmu      sync.Mutex // one write at a time
 	finished bool       // under wmu: nothing more is written
@@ -469,39 +468,62 @@ func (st *sseStream) writeLocked(b []byte, progress func()) bool {
 	return !st.broken
 }
 
+// sseDeadline is the deadline of an event stream's writes (a
+// subscription's or a follow's), which a slow consumer's close moves up.
+type sseDeadline struct {
+	until       atomic.Int64          // UnixNano: a slow consumer's close set every write's deadline
+	setDeadline func(time.Time) error // moves the deadline of the write under way
+}
+
 // deadline is the deadline of a write that starts now.
-func (st *sseStream) deadline() time.Time {
-	if u := st.until.Load(); u != 0 {
+func (d *sseDeadline) deadline() time.Time {
+	if u := d.until.Load(); u != 0 {
 		return time.Unix(0, u)
 	}
 	return time.Now().Add(sseWriteTimeout)
 }
 
-// close writes d as the stream's last bytes (a transport): a retry: line
-// when the client should come back, else event: disconnect; a slow
-// consumer gets both, so that a browser learns why (4001) and EventSource
-// still comes back. Nothing is written after it. A slow consumer's writer
-// may be blocked on the client's full socket: that write and the last
-// event get SlowConsumerCloseGrace together (as on a WebSocket, closeSlow);
-// an event is never cut short before the last one.
+// closingSlow gives the write under way (its client's socket is full) and
+// the last event SlowConsumerCloseGrace together, so that an event is
+// never cut short before the last one.
+func (d *sseDeadline) closingSlow() {
+	until := time.Now().Add(SlowConsumerCloseGrace)
+	d.until.Store(until.UnixNano())
+	if d.setDeadline != nil {
+		_ = d.setDeadline(until) // the write under way, which holds wmu
+	}
+}
+
+// sseLastBytes is what an event stream closed for d writes last: nothing
+// (d nil), a retry: line when the client should come back, else event:
+// disconnect; a slow consumer gets both, so that a browser learns why
+// (4001) and EventSource still comes back.
+func sseLastBytes(d *Disconnect) []byte {
+	switch {
+	case d == nil:
+		return nil
+	case d.Code == CloseSlowConsumer:
+		return []byte(retryLine() + string(disconnectEvent(d.Code, d.Reason)))
+	case d.Reconnect:
+		return []byte(retryLine() + "\n")
+	default:
+		return disconnectEvent(d.Code, d.Reason)
+	}
+}
+
+// close writes d as the stream's last bytes (a transport: sseLastBytes).
+// Nothing is written after it. A slow consumer's writer may be blocked on
+// the client's full socket: that write and the last event get
+// SlowConsumerCloseGrace together (closingSlow; as on a WebSocket,
+// closeSlow).
 func (st *sseStream) close(d *Disconnect) {
 	if d != nil && d.Code == CloseSlowConsumer {
-		until := time.Now().Add(SlowConsumerCloseGrace)
-		st.until.Store(until.UnixNano())
-		if st.setDeadline != nil {
-			_ = st.setDeadline(until) // the write under way, which holds wmu
-		}
+		st.closingSlow()
 	}
 	st.wmu.Lock()
 	if !st.finished {
-		switch {
-		case d == nil:
-		case d.Code == CloseSlowConsumer:
-			st.writeLocked([]byte(retryLine()+string(disconnectEvent(d.Code, d.Reason))), nil)
-		case d.Reconnect:
-			st.writeLocked([]byte(retryLine()+"\n"), nil)
-		default:
-			st.writeLocked(disconnectEvent(d.Code, d.Reason), nil)
+		if b := sseLastBytes(d); b != nil {
+			st.writeLocked(b, nil)
 		}
 		st.finished = true
 	}

@@ -65,6 +65,20 @@ func eachMember(raw []byte, fn func(name []byte, value json.RawMessage)) bool {
 	}
 }
 
+// membersInto reads the members of raw, a JSON object, named names[i]
+// into *fields[i], names matched exactly (see eachMember); others are
+// ignored. False when raw is not an object.
+func membersInto(raw json.RawMessage, names []string, fields ...*json.RawMessage) bool {
+	return eachMember(raw, func(name []byte, v json.RawMessage) {
+		for i, n := range names {
+			if string(name) == n {
+				*fields[i] = v
+				return
+			}
+		}
+	})
+}
+
 // eachElement calls fn with each element of raw, a JSON array, in order;
 // false when raw is not an array (as eachMember).
 func eachElement(raw []byte, fn func(value json.RawMessage)) bool {

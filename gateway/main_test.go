@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,8 +54,19 @@ func newEnv(t testing.TB, cfg ...func(*gateway.Config)) *env {
 // newEnvPolling is newEnv with a poller configured by pcfg (nil: defaults).
 func newEnvPolling(t testing.TB, pcfg func(*poller.Config), cfg ...func(*gateway.Config)) *env {
 	t.Helper()
-	store := queuetest.NewStore(t)
-	return newEnvOn(t, store, pcfg, cfg...)
+	// The store tells the gateway of what its pops give up on, as
+	// internal/server wires them (queue.Config.OnGivenUp).
+	var gw atomic.Pointer[gateway.Server]
+	store := queuetest.NewStoreWith(t, pgtest.DSN(t), func(c *queue.Config) {
+		c.OnGivenUp = func(res *queue.PopResult) {
+			if s := gw.Load(); s != nil {
+				s.CountGivenUp(res)
+			}
+		}
+	})
+	e := newEnvOn(t, store, pcfg, cfg...)
+	gw.Store(e.srv)
+	return e
 }
 
 // newEnvOn starts a gateway, and the poller behind its long-polls, on the

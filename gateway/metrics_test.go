@@ -260,3 +260,53 @@ func TestMetrics_PollerPopsCountExpiredDroppedAndDeadLettered(t *testing.T) {
 	assert.Equal(t, 1.0, series["herald_messages_dropped_total"][`queue="lpdrop"`], "the long-poll's drop")
 	assert.Equal(t, 1.0, series["herald_messages_dead_lettered_total"][`queue="lpdead"`], "the long-poll's dead letter")
 }
+
+// Every pop path (a client's pop, a long-poll, a WebSocket subscription,
+// an SSE stream) counts what its pop skipped once and only once: the store
+// tells the gateway of each pop's (queue.Config.OnGivenUp), and no path
+// counts it again. Each path reads a queue with a ttl holding one message
+// past it and one young: it is delivered the young one, and
+// herald_messages_expired_total counts exactly the one skipped.
+func TestMetrics_EachPopPathCountsWhatItSkippedOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	paths := map[string]func(q string) message{
+		"pop": func(q string) message {
+			got := e.pop("/api/v1/pop/queue/" + q + "?wait=false&batch=10")
+			require.Len(t, got.Messages, 1)
+			return got.Messages[0]
+		},
+		"long-poll": func(q string) message {
+			got := e.pop("/api/v1/pop/queue/" + q + "?wait=true&timeout=5000&batch=10")
+			require.Len(t, got.Messages, 1)
+			return got.Messages[0]
+		},
+		"websocket": func(q string) message {
+			c := e.dialWS(t)
+			c.subscribe(`{"type":"subscribe","id":1,"queue":"` + q + `","batch":10}`)
+			ms := deliveredMessages(t, c.next("deliver"))
+			require.Len(t, ms, 1)
+			return ms[0]
+		},
+		"sse": func(q string) message {
+			c := e.openSSE(t, "/api/v1/sse/queue/"+q, nil)
+			m, _ := c.next()
+			return m
+		},
+	}
+	for name, consume := range paths {
+		q := "skip-" + strings.ReplaceAll(name, "-", "")
+		r := e.post("/api/v1/configure", `{"queue":"`+q+`","options":{"ttl":60}}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		e.push(q, `{"n":"old"}`, `{"n":"young"}`)
+		e.exec(`UPDATE messages m SET created_at = m.created_at - interval '2 minutes' FROM partitions p, queues q
+			WHERE p.id = m.partition_id AND q.id = p.queue_id AND q.name = $1 AND m.seq = 1`, q)
+		assert.JSONEq(t, `{"n":"young"}`, string(consume(q).Data), name)
+	}
+	// The count is made before the pop returns, so before any delivery.
+	_, series := scrape(t, e)
+	for name := range paths {
+		q := "skip-" + strings.ReplaceAll(name, "-", "")
+		assert.Equal(t, 1.0, series["herald_messages_expired_total"][`queue="`+q+`"`], name)
+	}
+}

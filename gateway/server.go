@@ -332,9 +332,6 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
-	// What the poller's pops (long-polls, subscriptions) skip or give up
-	// on is counted as a plain pop's.
-	cfg.Poller.SetGivenUp(s.countDeadLetters)
 	s.failer = &httpapi.Failer{Log: s.log, Outage: s.outage, OnFault: m.history.DBError}
 	if s.conns, err = newConns(cfg.MaxConnections, reg); err != nil {
 		return nil, err

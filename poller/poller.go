@@ -34,31 +34,6 @@ type Poller struct {
 	orph    orphans      // lease ids of lost answers (orphans.go)
 	leasing leasing      // the statements under way that lease (leasing.go)
 	outage  queue.OutageLog
-	givenUp atomic.Pointer[func(*queue.PopResult)] // SetGivenUp
-}
-
-// SetGivenUp installs f (nil removes it): it is told of each pop of the
-// poller's that gave messages up or skipped them (queue.PopResult's
-// DeadLettered, Dropped, Expired), delivered or not, once, on the worker's
-// goroutine with no lock held; it must not block. The gateway counts them
-// as it counts a plain pop's.
-func (p *Poller) SetGivenUp(f func(*queue.PopResult)) {
-	if f == nil {
-		p.givenUp.Store(nil)
-		return
-	}
-	p.givenUp.Store(&f)
-}
-
-// tellGivenUp passes res to SetGivenUp's func when res gave any message up
-// or skipped one.
-func (p *Poller) tellGivenUp(res *queue.PopResult) {
-	if res == nil || res.DeadLettered == nil && res.Dropped == nil && res.Expired == nil {
-		return
-	}
-	if f := p.givenUp.Load(); f != nil {
-		(*f)(res)
-	}
 }
 
 // New returns a Poller; nothing runs until Run.

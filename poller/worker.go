@@ -607,7 +607,6 @@ func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability
 		w.p.log.Error().Err(err).Msg("pop after lease expiry failed")
 		return
 	}
-	w.p.tellGivenUp(res) // what it skipped or gave up on, delivered or not
 	if len(res.Messages) == 0 {
 		if res.Expired != nil || res.Dropped != nil || res.DeadLettered != nil {
 			// It finished messages and delivered none: a pop skips only so

@@ -352,10 +352,16 @@ func (s *Store) deadLetterUndecryptable(ctx context.Context, bad []Message) {
 			Status: StatusDLQ, Group: m.Group, Error: DecryptError})
 	}
 	n := 0
+	var given PopResult // what Config.OnGivenUp is told, as of a Pop's
 	if err := insertDeadLetters(ctx, s.pool, copied); err != nil {
 		s.log.Error().Err(err).Msg("dead-lettering undecryptable auto-acked messages failed")
 	} else {
 		n += len(copied)
+		for _, m := range bad {
+			if m.LeaseID == "" {
+				given.DeadLettered = countIn(given.DeadLettered, m.Queue)
+			}
+		}
 	}
 	if len(acks) > 0 {
 		res, err := s.Ack(ctx, acks)
@@ -363,15 +369,23 @@ func (s *Store) deadLetterUndecryptable(ctx context.Context, bad []Message) {
 			s.log.Error().Err(err).Msg("dead-lettering undecryptable messages failed")
 		}
 		for _, r := range res {
-			if r.Success {
-				n++
-			} else {
+			switch {
+			case !r.Success:
 				s.log.Error().Str("transactionId", r.TransactionID).Str("error", r.Error).
 					Msg("dead-lettering an undecryptable message was refused")
+				continue
+			case r.DLQ:
+				given.DeadLettered = countIn(given.DeadLettered, r.Queue)
+			case r.Dropped:
+				given.Dropped = countIn(given.Dropped, r.Queue)
 			}
+			n++
 		}
 	}
 	s.countDecryptFailures(n)
+	if f := s.cfg.OnGivenUp; f != nil && given.gaveUp() {
+		f(&given)
+	}
 }
 
 // releaseLeaseSQL ends lease $1 on every row it spans, locking them in

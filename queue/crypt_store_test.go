@@ -148,6 +148,44 @@ func TestCrypt_TamperedPayloadIsNotDelivered(t *testing.T) {
 	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "enc", Batch: 10}).Messages, "queue mode is through")
 }
 
+// What a pop dead-letters because it failed to decrypt is told to
+// Config.OnGivenUp once, by Pop and by the poller's coalesced pop
+// (PopAssigned) alike; a pop that gives nothing up tells nothing.
+func TestCrypt_UndecryptablePayloadIsToldAsGivenUpByEveryPop(t *testing.T) {
+	plain := newStore(t)
+	var told []*queue.PopResult // Pop and PopAssigned tell on this goroutine
+	s, err := queue.New(queue.Config{Pool: plain.Pool(), EncryptionKey: boundKey,
+		OnGivenUp: func(res *queue.PopResult) { told = append(told, res) }})
+	require.NoError(t, err)
+	require.NoError(t, s.CheckEncryption(ctxT(t)))
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "enc", Options: json.RawMessage(`{"encryptionEnabled":true}`)})
+	require.NoError(t, err)
+	pushed := push(t, s, "enc", "", nums(1, 4)...)
+	tamper(t, s, pushed[0].MessageID)
+	tamper(t, s, pushed[2].MessageID)
+
+	first := pop(t, s, queue.PopRequest{Queue: "enc"})
+	assert.Equal(t, []int{2}, payloads(t, first.Messages))
+	require.Len(t, told, 1, "Pop")
+	assert.Equal(t, map[string]int{"enc": 1}, told[0].DeadLettered)
+	ackAll(t, s, first, queue.StatusCompleted)
+
+	as, err := s.PopAssigned(ctxT(t), []queue.Assignment{{Intention: 7, PartitionID: pushed[0].PartitionID,
+		Group: queue.DefaultGroup, Limit: 10, Total: 10, LeaseID: queue.NewID()}})
+	require.NoError(t, err)
+	require.NotNil(t, as[7])
+	assert.Equal(t, []int{4}, payloads(t, as[7].Messages))
+	require.Len(t, told, 2, "PopAssigned")
+	assert.Equal(t, map[string]int{"enc": 1}, told[1].DeadLettered)
+	assert.Nil(t, told[1].Dropped)
+	assert.Nil(t, told[1].Expired)
+
+	ackAll(t, s, as[7], queue.StatusCompleted)
+	push(t, s, "enc", "", nums(5, 5)...)
+	assert.Equal(t, []int{5}, payloads(t, pop(t, s, queue.PopRequest{Queue: "enc"}).Messages))
+	assert.Len(t, told, 2, "a pop that gives nothing up tells nothing")
+}
+
 // tamper flips one ciphertext byte of a stored sealed payload.
 func tamper(t *testing.T, s *queue.Store, messageID string) {
 	t.Helper()

@@ -6,7 +6,7 @@
 // partition's names: publication.go). It knows nothing of HTTP, sockets or
 // wake-ups, and imports no other Herald package (internal/layout checks
 // it): the poller calls it, the wiring hands its callbacks (HandOff,
-// Config.OnPartitionDeleted) and its caches' news in.
+// Config.OnPartitionDeleted, Config.OnGivenUp) and its caches' news in.
 //
 // # Model
 //
@@ -120,7 +120,10 @@
 // dlqAfterMaxRetries is false (deadPolicy). A message older than the
 // queue's ttl is never delivered: Pop skips it, the poller's statements
 // leave its row to Pop (nextExpired), a replay of its dead letter is
-// refused (ReasonExpired), and retention deletes it.
+// refused (ReasonExpired), and retention deletes it. Every pop path ends in
+// Pop for these (the poller's statements only dead-letter what fails to
+// decrypt), so Pop, and for that the poller's, tell Config.OnGivenUp what
+// they dead-lettered, dropped or skipped (the gateway's counters), once.
 //
 // # The ack contract
 //

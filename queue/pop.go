@@ -102,6 +102,12 @@ type PopResult struct {
 	movedPids, movedGroups []string
 }
 
+// gaveUp reports whether the pop gave any message up or skipped one
+// (what Config.OnGivenUp is told of).
+func (r *PopResult) gaveUp() bool {
+	return r.DeadLettered != nil || r.Dropped != nil || r.Expired != nil
+}
+
 // markMoved marks, after its commit, the rows a pop moved the cursor of
 // (autoAck, dead letters): each may be caught up now.
 func (s *Store) markMoved(ctx context.Context, res map[int]*PopResult, auto bool) {
@@ -334,6 +340,9 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	}
 	s.countDecryptFailures(res.undecryptable) // once committed
 	s.markRows(context.WithoutCancel(ctx), res.movedPids, res.movedGroups)
+	if f := s.cfg.OnGivenUp; f != nil && res.gaveUp() {
+		f(res)
+	}
 	return res, nil
 }
 

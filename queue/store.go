@@ -74,6 +74,15 @@ type Config struct {
 	// or to read its stats.
 	// Pushes to new partitions of a cached queue skip creating the queue.
 	Configs ConfigCache
+	// OnGivenUp, when set, is told of each pop that gave messages up or
+	// skipped them (PopResult's DeadLettered, Dropped, Expired), once,
+	// whichever path popped: a client's pop, or the poller's for a
+	// long-poll, a WebSocket or an SSE stream. Pop tells it of what it
+	// dead-lettered, dropped or skipped; PopAssigned and PopClaim of the
+	// undecryptable messages they dead-lettered (only these: they leave
+	// the rest to Pop). It runs on the popping goroutine after the
+	// commit, with no lock held, and must not block. Nil: nobody is told.
+	OnGivenUp func(*PopResult)
 	// Logger; the zero value logs nothing.
 	Logger zerolog.Logger
 }

@@ -76,11 +76,23 @@ func (f *Failer) Handler(h HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// Fail answers an error: client mistakes 4xx with their message; the
+// notFound are the store's answers that a thing named does not exist (or
+// is hidden from the token, as the browse reads hide it): 404 with their
+// text.
+var notFound = []error{queue.ErrQueueNotFound, queue.ErrMessageNotFound}
+
+// Fail answers an error: client mistakes 4xx with their message (a queue
+// or message the store did not find 404); the
 // database unreachable 503 with Retry-After (logged once per outage, see
 // queue.OutageLog); anything else 500 with a generic text (the details go
 // to the log).
 func (f *Failer) Fail(w http.ResponseWriter, err error) {
+	for _, nf := range notFound {
+		if errors.Is(err, nf) {
+			WriteError(w, http.StatusNotFound, nf.Error())
+			return
+		}
+	}
 	var e *Error
 	switch {
 	case errors.As(err, &e):

@@ -28,6 +28,8 @@ func TestHandler_ErrorsAreAnsweredByKind(t *testing.T) {
 		{"bad request", BadRequest("items array is required"), http.StatusBadRequest, "items array is required", 0},
 		{"forbidden, wrapped", fmt.Errorf("checking: %w", Forbiddenf("not %s", "q")), http.StatusForbidden, "not q", 0},
 		{"any status", Status(http.StatusNotFound, "Consumer group not found"), http.StatusNotFound, "Consumer group not found", 0},
+		{"a queue not found, wrapped", fmt.Errorf("browsing: %w", queue.ErrQueueNotFound), http.StatusNotFound, "Queue not found", 0},
+		{"a message not found", queue.ErrMessageNotFound, http.StatusNotFound, "Message not found", 0},
 		{"the client went away", fmt.Errorf("popping: %w", context.Canceled), 499, "", 0},
 		{"the database away", fmt.Errorf("pushing: %w", &pgconn.PgError{Code: "57P01"}), http.StatusServiceUnavailable, ErrTextUnavailable, 1},
 		{"anything else", errors.New("SELECT failed: secret detail"), http.StatusInternalServerError, "internal server error", 1},

@@ -182,6 +182,14 @@ func (s *Server) buildStore(ctx context.Context) error {
 			if s.node != nil {
 				s.node.PartitionDeleted(q, p)
 			}
+		},
+		// Every pop passes the store: the gateway counts what each gave
+		// up on once, whichever path popped. The gateway is built after
+		// the store, before anything pops (New returns before Run).
+		OnGivenUp: func(res *queue.PopResult) {
+			if s.gw != nil {
+				s.gw.CountGivenUp(res)
+			}
 		}}
 	if s.cfg.Adjust.Store != nil {
 		s.cfg.Adjust.Store(&qc)

@@ -76,6 +76,40 @@ func TestServer_ServesAndStops(t *testing.T) {
 	assert.NoError(t, s.Close(), "a second Close does nothing")
 }
 
+// The store tells the gateway of what every pop gives up on or skips
+// (queue.Config.OnGivenUp, wired as the store is built): a pop that skips a
+// message past its queue's ttl is counted once in
+// herald_messages_expired_total.
+func TestServer_WhatAPopSkipsIsCountedInTheMetrics(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MetricsMaxQueues = 10 // the queue named in its label
+	s, err := New(context.Background(), cfg)
+	require.NoError(t, err)
+	stop := run(t, s)
+	defer func() { require.NoError(t, stop()) }()
+	call := func(method, path, body string) string {
+		t.Helper()
+		req, err := http.NewRequest(method, s.URL()+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = res.Body.Close() }()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.Less(t, res.StatusCode, 300, "%s %s: %s", method, path, b)
+		return string(b)
+	}
+	call(http.MethodPost, "/api/v1/configure", `{"queue":"ttlq","options":{"ttl":60}}`)
+	call(http.MethodPost, "/api/v1/push", `{"items":[{"queue":"ttlq","payload":"old"},{"queue":"ttlq","payload":"young"}]}`)
+	_, err = s.Store().Pool().Exec(context.Background(), `UPDATE messages m
+		SET created_at = m.created_at - interval '2 minutes' FROM partitions p, queues q
+		WHERE p.id = m.partition_id AND q.id = p.queue_id AND q.name = 'ttlq' AND m.seq = 1`)
+	require.NoError(t, err)
+	assert.Contains(t, call(http.MethodGet, "/api/v1/pop/queue/ttlq?wait=false&batch=10", ""), `"young"`)
+	assert.Contains(t, call(http.MethodGet, "/metrics", ""), "herald_messages_expired_total{queue=\"ttlq\"} 1\n")
+}
+
 // A loop that fails stops the whole instance, in order, and Run says
 // which loop.
 func TestServer_FailingLoopStopsTheInstance(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package queuetest gives tests a migrated queue.Store on the test
 // database of internal/pgtest, in a schema of its own: NewStore(t) builds
-// it as the server does (queue.NewPool, queue.Migrate, queue.New), and the
+// it as the server does (queue.NewPool, queue.Migrate, queue.New;
+// NewStoreWith adjusts its queue.Config first, for a hook), and the
 // pool closes and the schema is dropped when the test ends. A package that
 // uses it calls pgtest.Main from its TestMain.
 //

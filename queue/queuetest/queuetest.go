@@ -21,6 +21,13 @@ func NewStore(t testing.TB) *queue.Store {
 // pgtest.Proxy in front of one).
 func NewStoreDSN(t testing.TB, dsn string) *queue.Store {
 	t.Helper()
+	return NewStoreWith(t, dsn, nil)
+}
+
+// NewStoreWith is NewStoreDSN with the store's Config adjusted by adjust
+// (nil: none) before queue.New, for a hook the test wires (OnGivenUp).
+func NewStoreWith(t testing.TB, dsn string, adjust func(*queue.Config)) *queue.Store {
+	t.Helper()
 	ctx := context.Background()
 	pool, err := queue.NewPool(ctx, dsn, 0)
 	if err != nil {
@@ -30,7 +37,11 @@ func NewStoreDSN(t testing.TB, dsn string) *queue.Store {
 	if _, err := queue.Migrate(ctx, pool); err != nil {
 		t.Fatalf("queuetest: %v", err)
 	}
-	s, err := queue.New(queue.Config{Pool: pool, InstanceID: "test"})
+	cfg := queue.Config{Pool: pool, InstanceID: "test"}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	s, err := queue.New(cfg)
 	if err != nil {
 		t.Fatalf("queuetest: %v", err)
 	}

@@ -20,9 +20,9 @@ type connectionsResult struct {
 // ones: the connect rate of each step, and the RSS per connection as it
 // grows.
 func runConnections(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]connectionsResult, error) {
-	if lim := openFileLimit(srv.pid); lim > 0 && cfg.Connections > lim-300 {
-		progress(log, "connections: the server's open-file limit (%d) caps the ramp at %d", lim, lim-300)
-		cfg.Connections = lim - 300
+	if lim := openFileLimit(srv.pid); lim > 0 && cfg.Connections > serverCap(srv, lim) {
+		progress(log, "connections: the server's open-file limit (%d) caps the ramp at %d", lim, serverCap(srv, lim))
+		cfg.Connections = serverCap(srv, lim)
 	}
 	time.Sleep(time.Second)
 	before := srv.rss()
@@ -49,11 +49,18 @@ func runConnections(ctx context.Context, srv *server, cfg benchConfig, log io.Wr
 		}
 		rate := float64(n) / time.Since(start).Seconds()
 		total += n
-		if open, _ := srv.metric("herald_ws_connections"); true {
+		// A client has its answer a moment before the server counts
+		// its stream: wait for the count, with a ceiling.
+		var open float64
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			ws, _ := srv.metric("herald_ws_connections")
 			sse, _ := srv.metric("herald_sse_streams")
-			if int(open+sse) != total {
-				return nil, fmt.Errorf("server holds %.0f connections, want %d", open+sse, total)
+			if open = ws + sse; int(open) == total || time.Now().After(deadline) {
+				break
 			}
+		}
+		if int(open) != total {
+			return nil, fmt.Errorf("server holds %.0f connections, want %d", open, total)
 		}
 		time.Sleep(2 * time.Second) // let the connects' garbage be collected
 		r := connectionsResult{Connections: total, ConnectPerSec: rate, RSS: srv.rss()}

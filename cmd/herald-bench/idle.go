@@ -57,9 +57,20 @@ func openFileLimit(pid int) int {
 	return 0
 }
 
-// idleMetricConns is the room the idle run keeps below the server's
+// metricConns is the room the benchmark keeps below the server's
 // connection cap for its own reads of /metrics.
-const idleMetricConns = 8
+const metricConns = 8
+
+// serverCap is how many connections the benchmark may hold on srv: the
+// server's own cap (herald_connections_max: the open-file limit lim less
+// its reserve for the database and files) less room for the benchmark's
+// metric reads; lim less 300 when the server does not say.
+func serverCap(srv *server, lim int) int {
+	if m, err := srv.metric("herald_connections_max"); err == nil && m > 0 {
+		return int(m) - metricConns
+	}
+	return lim - 300
+}
 
 func runIdle(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) (*idleResult, error) {
 	res := &idleResult{WS: cfg.IdleWS, SSE: cfg.IdleSSE, LongPoll: cfg.IdleLP, ServerMeasured: srv.pid != 0}
@@ -68,10 +79,7 @@ func runIdle(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) (
 		// limit less its reserve for the database and files), less room
 		// for this benchmark's metric reads: a connection past it is
 		// refused, and a long-poll refused waits a second to ask again.
-		capped := lim - 300
-		if m, err := srv.metric("herald_connections_max"); err == nil && m > 0 {
-			capped = int(m) - idleMetricConns
-		}
+		capped := serverCap(srv, lim)
 		if total := res.WS + res.SSE + res.LongPoll; total > capped {
 			scale := float64(capped) / float64(total)
 			res.WS, res.SSE = int(float64(res.WS)*scale), int(float64(res.SSE)*scale)

@@ -90,24 +90,7 @@ func (p *Poller) workerFor(key string) *worker {
 // Register adds an intention and returns the func that withdraws it. The
 // intention's queue is checked at once. Safe for concurrent use.
 func (p *Poller) Register(in *Intention) (cancel func()) {
-	if in.Batch <= 0 {
-		in.Batch = 1
-	}
-	if in.Partitions <= 0 {
-		in.Partitions = 1
-	}
-	if in.Target.Group == "" {
-		in.Target.Group = queue.DefaultGroup // one spelling, so lease-safety checks compare equal
-	}
-	in.key = targetKey(in.Target)
-	in.seq = p.seq.Add(1)
-	if in.Target.Since.IsZero() {
-		in.Target.Since = time.Now() // a "new" subscription starts at arrival
-	}
-	in.credit = in.Credit
-	if in.credit <= 0 {
-		in.credit = in.Batch
-	}
+	p.settle(in)
 	if in.Target.Queue == "" {
 		p.nsKeys.Add(1)
 	}
@@ -136,24 +119,7 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	}
 	w.mu.Unlock()
 	if news {
-		// Other instances learn of this consumer a moment from now; a push
-		// they make meanwhile may not be announced to us. Look again once
-		// they know: after PresenceGrace, and twice more (4 and 20 times
-		// it) for a busy machine, whose peers may hear later.
-		key := in.key
-		for _, d := range []time.Duration{p.cfg.PresenceGrace, 4 * p.cfg.PresenceGrace, 20 * p.cfg.PresenceGrace} {
-			time.AfterFunc(d, func() {
-				w.mu.Lock()
-				ks := w.keys[key]
-				if ks != nil {
-					ks.touch()
-				}
-				w.mu.Unlock()
-				if ks != nil {
-					w.signal()
-				}
-			})
-		}
+		p.lookAgain(w, in.key)
 	}
 	p.metrics.intentions.Inc()
 	p.metrics.woke(SourceRegister)
@@ -168,6 +134,49 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 		if ended {
 			p.withdrawn(in)
 		}
+	}
+}
+
+// settle fills in what in leaves to defaults and gives it its key and
+// place in arrival order.
+func (p *Poller) settle(in *Intention) {
+	if in.Batch <= 0 {
+		in.Batch = 1
+	}
+	if in.Partitions <= 0 {
+		in.Partitions = 1
+	}
+	if in.Target.Group == "" {
+		in.Target.Group = queue.DefaultGroup // one spelling, so lease-safety checks compare equal
+	}
+	in.key = targetKey(in.Target)
+	in.seq = p.seq.Add(1)
+	if in.Target.Since.IsZero() {
+		in.Target.Since = time.Now() // a "new" subscription starts at arrival
+	}
+	in.credit = in.Credit
+	if in.credit <= 0 {
+		in.credit = in.Batch
+	}
+}
+
+// lookAgain looks at key again once the other instances know of a new
+// consumer: they learn of it a moment from now, and a push they make
+// meanwhile may not be announced to us. After PresenceGrace, and twice
+// more (4 and 20 times it) for a busy machine, whose peers may hear later.
+func (p *Poller) lookAgain(w *worker, key string) {
+	for _, d := range []time.Duration{p.cfg.PresenceGrace, 4 * p.cfg.PresenceGrace, 20 * p.cfg.PresenceGrace} {
+		time.AfterFunc(d, func() {
+			w.mu.Lock()
+			ks := w.keys[key]
+			if ks != nil {
+				ks.touch()
+			}
+			w.mu.Unlock()
+			if ks != nil {
+				w.signal()
+			}
+		})
 	}
 }
 

@@ -151,10 +151,36 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 	if w.p.paused.Load() {
 		return false, time.Time{} // SetPaused(false) marks every key
 	}
-	now := time.Now()
-	var work, claims, expired []*Intention
-	var fast []hinted
+	work, claims, expired, fast, due := w.collect(time.Now(), sweeping)
+	w.p.withdrawn(expired...)
+	if len(fast) > 0 {
+		worked, due = w.fastServe(ctx, fast, due)
+	}
+	for _, in := range claims {
+		worked = w.claimServe(ctx, in) || worked
+	}
+	if len(work) == 0 {
+		return worked, due
+	}
+	sort.Slice(work, func(i, j int) bool { return work[i].seq < work[j].seq })
+	for _, chunk := range chunkByTarget(work, w.p.cfg.MaxIntentions) {
+		did, d := w.serve(ctx, chunk)
+		worked = worked || did
+		if !d.IsZero() && (due.IsZero() || d.Before(due)) {
+			due = d
+		}
+	}
+	return worked, due
+}
+
+// collect takes, under the worker's mutex, what a cycle serves: the
+// intentions of dirty keys that are ready (work; claims: a lone one of a
+// claiming key), the keys with lease hints to serve on the fast path, and
+// the intentions whose deadline passed (expired, marked gone); due is
+// the earliest time a clean key becomes eligible.
+func (w *worker) collect(now time.Time, sweeping bool) (work, claims, expired []*Intention, fast []hinted, due time.Time) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for k, ks := range w.keys {
 		live := ks.intentions[:0]
 		for _, in := range ks.intentions {
@@ -208,26 +234,7 @@ func (w *worker) cycle(ctx context.Context, sweeping bool) (worked bool, due tim
 			}
 		}
 	}
-	w.mu.Unlock()
-	w.p.withdrawn(expired...)
-	if len(fast) > 0 {
-		worked, due = w.fastServe(ctx, fast, due)
-	}
-	for _, in := range claims {
-		worked = w.claimServe(ctx, in) || worked
-	}
-	if len(work) == 0 {
-		return worked, due
-	}
-	sort.Slice(work, func(i, j int) bool { return work[i].seq < work[j].seq })
-	for _, chunk := range chunkByTarget(work, w.p.cfg.MaxIntentions) {
-		did, d := w.serve(ctx, chunk)
-		worked = worked || did
-		if !d.IsZero() && (due.IsZero() || d.Before(due)) {
-			due = d
-		}
-	}
-	return worked, due
+	return work, claims, expired, fast, due
 }
 
 // claimable reports whether an intention may be served by claimServe: a

@@ -11,6 +11,10 @@
 // package fails the test until it has a row in the test's table: its place
 // in the layout is a decision, not a default.
 //
+// funcs_test.go keeps every function of the message path (gateway,
+// poller, syncnet, pgnotify, spool, and queue but its administration and
+// maintenance files) at most 80 lines long.
+//
 // docs_test.go requires a doc.go in every package, with "# Concurrency"
 // and "# Failures" sections where the package starts goroutines, and no
 // doc.go naming a file the repository lacks.

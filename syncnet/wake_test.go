@@ -155,3 +155,33 @@ func TestWakeLimiter_AnotherPartitionWithinTheWindowGoesAtOnce(t *testing.T) {
 		assert.LessOrEqual(t, time.Since(start), WakeWindowDefault, "at the end of p2's window")
 	})
 }
+
+// Each partition gets at most one wake-up per window, also when its
+// held-back one is merged with another partition's whose window ends
+// sooner: it goes at the end of its own window (still at most a window
+// after it was named), not with the other's.
+func TestWakeLimiter_MergedPartitionWaitsForTheEndOfItsOwnWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWakes()
+		window := WakeWindowDefault
+		l := newWakeLimiter(w, window)
+		defer l.close()
+		start := time.Now()
+		l.wake("q", "p1")
+		<-time.After(window / 2)
+		l.wake("q", "p2")
+		l.wake("q", "p1") // held to start+window
+		l.wake("q", "p2") // held to start+1.5 windows
+		waitWakes(t, w, 3)
+		synctest.Wait()
+		assert.Equal(t, []string{"q/p1", "q/p2", "q/p1"}, gotOf(w), "p1's at the end of its window, p2's not yet")
+		assert.Equal(t, window, time.Since(start))
+		waitWakes(t, w, 4)
+		assert.Equal(t, "q/p2", gotOf(w)[3])
+		assert.Equal(t, window+window/2, time.Since(start), "p2's at the end of its own window")
+		<-time.After(time.Second)
+		synctest.Wait()
+		assert.Len(t, gotOf(w), 4, "nothing more")
+		assert.Equal(t, int64(4), l.passes.Load())
+	})
+}

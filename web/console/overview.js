@@ -80,7 +80,7 @@ async function load() {
     dlq,
     maint: get("/system/maintenance"),
     shared: get("/system/shared-state"),
-    status: api("GET", "/internal/api/status"), // followers per queue, this instance's
+    status: api("GET", "/internal/api/status"), // followers per queue: this instance's, every instance's
   });
   const queues = r.queues.ok?.queues ?? [];
   const backlog = r.backlog.ok ? backlogIndex(r.backlog.ok) : null;

@@ -154,6 +154,15 @@ func (l *wakeLimiter) fire(queue string) {
 	named := s.named
 	s.named = nil
 	whole := named == nil
+	if whole && now.Sub(s.last) < l.window {
+		// The queue went through since this was held back (it took what
+		// was pending then with it, so what is pending now was named
+		// after): the queue's window ends later.
+		s.pending = true
+		s.timer = time.AfterFunc(s.last.Add(l.window).Sub(now), func() { l.fire(queue) })
+		l.mu.Unlock()
+		return
+	}
 	if whole {
 		s.last = now
 	} else {

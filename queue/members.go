@@ -1,10 +1,14 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -16,11 +20,18 @@ type Member struct {
 	StartedAt time.Time
 	Listens   bool   // it wakes by NOTIFY
 	Digest    uint64 // its syncnet presence digest
-	// Followers are its follow streams per queue, as of its last beat.
+	// Followers are its follow streams per queue, as of its last beat (of
+	// its MemberFollowersMax most followed queues).
 	Followers map[string]int
 	// Age is how long ago it last wrote its row (the database's clock).
 	Age time.Duration
 }
+
+// MemberFollowersMax bounds the queues whose follow streams a members row
+// holds (Member.Followers): the most followed, so that a beat, read by
+// every other instance every 2 s, stays small however many queues are
+// followed (a few hundred KB at most with 255-byte names).
+const MemberFollowersMax = 1000
 
 // MemberPurgeAfter: rows not written for this long are deleted (an
 // instance that died without deleting its own).
@@ -52,7 +63,7 @@ ORDER BY m.id`
 // heard a datagram learns of a switch within a beat, and it costs no
 // statement of its own.
 func (s *Store) BeatMember(ctx context.Context, self Member) (_ []Member, stateAt time.Time, _ error) {
-	followers, err := json.Marshal(self.Followers)
+	followers, err := json.Marshal(mostFollowed(self.Followers))
 	if err != nil || self.Followers == nil {
 		followers = []byte("{}")
 	}
@@ -90,6 +101,22 @@ func (s *Store) BeatMember(ctx context.Context, self Member) (_ []Member, stateA
 		return nil, time.Time{}, fmt.Errorf("reading members: %w", err)
 	}
 	return out, stateAt, nil
+}
+
+// mostFollowed is f, or its MemberFollowersMax most followed queues when it
+// holds more (ties by name).
+func mostFollowed(f map[string]int) map[string]int {
+	if len(f) <= MemberFollowersMax {
+		return f
+	}
+	qs := slices.SortedFunc(maps.Keys(f), func(a, b string) int {
+		return cmp.Or(cmp.Compare(f[b], f[a]), strings.Compare(a, b))
+	})
+	out := make(map[string]int, MemberFollowersMax)
+	for _, q := range qs[:MemberFollowersMax] {
+		out[q] = f[q]
+	}
+	return out
 }
 
 // LeaveMember deletes self's row (this session's only: a restarted

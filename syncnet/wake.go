@@ -19,10 +19,11 @@ import (
 // wait for its end. Any more within a partition's window, or past
 // wakeNamedMax partitions gone through in one window, become one wake-up
 // at the window's end naming each partition they named (once, in the
-// order first named) so that the poller leases them on its fast path
-// with no pre-flight — or the whole queue ("") when one named it or they
-// named more than wakeNamedMax partitions: nothing announced is lost,
-// only merged.
+// order first named; one whose own window ends later is held to its end,
+// so that each partition gets at most one per window) so that the poller
+// leases them on its fast path with no pre-flight — or the whole queue
+// ("") when one named it or they named more than wakeNamedMax partitions:
+// nothing announced is lost, only merged.
 type wakeLimiter struct {
 	waker  Waker
 	window time.Duration
@@ -152,25 +153,61 @@ func (l *wakeLimiter) fire(queue string) {
 	s.pending, s.timer = false, nil
 	named := s.named
 	s.named = nil
-	if named == nil {
+	whole := named == nil
+	if whole && now.Sub(s.last) < l.window {
+		// The queue went through since this was held back (it took what
+		// was pending then with it, so what is pending now was named
+		// after): the queue's window ends later.
+		s.pending = true
+		s.timer = time.AfterFunc(s.last.Add(l.window).Sub(now), func() { l.fire(queue) })
+		l.mu.Unlock()
+		return
+	}
+	if whole {
 		s.last = now
 	} else {
-		if s.parts == nil {
-			s.parts = map[string]time.Time{}
-		}
-		for _, p := range named {
-			s.parts[p] = now
+		var later []string
+		var next time.Time
+		named, later, next = s.due(now, named, l.window)
+		if len(later) > 0 { // their windows end later: they wait for them
+			s.pending, s.named = true, later
+			s.timer = time.AfterFunc(next.Sub(now), func() { l.fire(queue) })
 		}
 	}
 	l.mu.Unlock()
+	if !whole && len(named) == 0 {
+		return
+	}
 	l.passes.Add(1)
-	if named == nil {
+	if whole {
 		l.waker.Wake(SourceSync, queue, "")
 		return
 	}
 	for _, p := range named {
 		l.waker.Wake(SourceSync, queue, p)
 	}
+}
+
+// due splits the partitions a merged wake-up names: those whose window
+// has ended are ready (and recorded as gone through now), the others wait
+// for later, the first of their windows ending at next. Called with the
+// limiter's mutex.
+func (s *wakeState) due(now time.Time, named []string, window time.Duration) (ready, later []string, next time.Time) {
+	if s.parts == nil {
+		s.parts = map[string]time.Time{}
+	}
+	for _, p := range named {
+		if t, ok := s.parts[p]; ok && now.Sub(t) < window {
+			if later == nil || t.Add(window).Before(next) {
+				next = t.Add(window)
+			}
+			later = append(later, p)
+			continue
+		}
+		s.parts[p] = now
+		ready = append(ready, p)
+	}
+	return ready, later, next
 }
 
 // sweep forgets the queues whose window has passed with nothing pending:

@@ -155,3 +155,63 @@ func TestWakeLimiter_AnotherPartitionWithinTheWindowGoesAtOnce(t *testing.T) {
 		assert.LessOrEqual(t, time.Since(start), WakeWindowDefault, "at the end of p2's window")
 	})
 }
+
+// Each partition gets at most one wake-up per window, also when its
+// held-back one is merged with another partition's whose window ends
+// sooner: it goes at the end of its own window (still at most a window
+// after it was named), not with the other's.
+func TestWakeLimiter_MergedPartitionWaitsForTheEndOfItsOwnWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWakes()
+		window := WakeWindowDefault
+		l := newWakeLimiter(w, window)
+		defer l.close()
+		start := time.Now()
+		l.wake("q", "p1")
+		<-time.After(window / 2)
+		l.wake("q", "p2")
+		l.wake("q", "p1") // held to start+window
+		l.wake("q", "p2") // held to start+1.5 windows
+		waitWakes(t, w, 3)
+		synctest.Wait()
+		assert.Equal(t, []string{"q/p1", "q/p2", "q/p1"}, gotOf(w), "p1's at the end of its window, p2's not yet")
+		assert.Equal(t, window, time.Since(start))
+		waitWakes(t, w, 4)
+		assert.Equal(t, "q/p2", gotOf(w)[3])
+		assert.Equal(t, window+window/2, time.Since(start), "p2's at the end of its own window")
+		<-time.After(time.Second)
+		synctest.Wait()
+		assert.Len(t, gotOf(w), 4, "nothing more")
+		assert.Equal(t, int64(4), l.passes.Load())
+	})
+}
+
+// The whole queue gets at most one wake-up (a pre-flight) per window, also
+// when one naming it is merged into a wake-up held back for a partition
+// whose window ends sooner: the merged one waits for the end of the
+// queue's window (still at most a window after the partition was named,
+// the queue's last having gone through before it).
+func TestWakeLimiter_WholeQueueWaitsForTheEndOfItsOwnWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWakes()
+		window := WakeWindowDefault
+		l := newWakeLimiter(w, window)
+		defer l.close()
+		start := time.Now()
+		l.wake("q", "p1")
+		<-time.After(window / 2)
+		l.wake("q", "") // the queue's window: to start+1.5 windows
+		<-time.After(window / 4)
+		named := time.Now()
+		l.wake("q", "p1") // held to start+window
+		l.wake("q", "")   // merged: the whole queue
+		assert.Equal(t, []string{"q/p1", "q/"}, gotOf(w))
+		waitWakes(t, w, 3)
+		assert.Equal(t, []string{"q/p1", "q/", "q/"}, gotOf(w))
+		assert.Equal(t, window+window/2, time.Since(start), "at the end of the queue's window, not p1's")
+		assert.LessOrEqual(t, time.Since(named), window, "p1 waited at most a window")
+		<-time.After(time.Second)
+		synctest.Wait()
+		assert.Len(t, gotOf(w), 3, "nothing more")
+	})
+}

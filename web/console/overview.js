@@ -80,7 +80,7 @@ async function load() {
     dlq,
     maint: get("/system/maintenance"),
     shared: get("/system/shared-state"),
-    status: api("GET", "/internal/api/status"), // followers per queue, this instance's
+    status: api("GET", "/internal/api/status"), // followers per queue: this instance's, every instance's
   });
   const queues = r.queues.ok?.queues ?? [];
   const backlog = r.backlog.ok ? backlogIndex(r.backlog.ok) : null;
@@ -181,7 +181,8 @@ function deadLettersCell(b, name) {
 
 // followersCell is the queue's followers on every instance (the status
 // route's clusterFollowers: the others' as of their last beat in the
-// members table, at most 2 s old), and how many of them are here.
+// members table, up to two beats old: 4 s by default), and how many of
+// them are here.
 function followersCell(status, name) {
   if (status.err) return { v: "—", title: `unavailable: ${status.err.message}` };
   const here = status.ok.followers?.[name] ?? 0;
@@ -223,7 +224,7 @@ function queuesSection(r, queues, backlog) {
     columns: [{ label: "queue" }, { label: "partitions", num: true }, { label: "depth", num: true, title: "pending: waiting, not leased" },
       { label: "processing", num: true }, { label: "oldest pending", num: true }, { label: "push rate", num: true },
       { label: "ack rate", num: true }, { label: "total", num: true }, { label: "dead letters", num: true },
-      { label: "followers", num: true, title: "follow streams of the queue on every instance (each gets every message); the others' counts are at most 2 s old" }],
+      { label: "followers", num: true, title: "follow streams of the queue on every instance (each gets every message); the others' counts are up to two members beats old, 4 s by default" }],
     rows,
     empty: "No queue yet: a push or a subscription creates one.",
   }), more, ratesNote, backlogNote);

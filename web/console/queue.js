@@ -54,7 +54,7 @@ export async function render(root, { args, params }) {
     status.status === "fulfilled"
       ? stat(`followers, ${exact(status.value.followers?.[name] ?? 0)} here`,
         count(status.value.clusterFollowers?.[name] ?? status.value.followers?.[name] ?? 0),
-        "follow streams of this queue on every instance, each getting every message (the others' counts are at most 2 s old; herald_followers counts this instance's)", { id: "followers" })
+        "follow streams of this queue on every instance, each getting every message (the others' counts are up to two members beats old, 4 s by default; herald_followers counts this instance's)", { id: "followers" })
       : null));
 
   if (status.status === "fulfilled") {

@@ -297,7 +297,7 @@ func autoAckLatency(ctx context.Context, base string, cfg benchConfig, auto bool
 	})
 	<-ready
 	time.Sleep(200 * time.Millisecond) // the subscribe frame, before the first push
-	sent, err := pace(ctx, base, q, groupsRate, total)
+	sent, err := pace(ctx, base, q, groupsRate, total, latencyPartitions)
 	if err != nil {
 		return res, err
 	}

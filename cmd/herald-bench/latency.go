@@ -16,9 +16,10 @@ import (
 	"github.com/heraldmq/herald/internal/benchstat"
 )
 
-// latencyPartitions spreads the pushes: a partition is leased to one
-// consumer at a time, so with one partition every message would wait for
-// the previous one's ack and the figure would measure ack round trips.
+// latencyPartitions spreads the pushes by default (--latency-partitions):
+// a partition is leased to one consumer group at a time, so one partition
+// measures how a busy partition keeps flowing while its earlier messages
+// are unacked.
 const latencyPartitions = 16
 
 // latencyResult is one transport's push → receipt distribution.
@@ -41,19 +42,55 @@ type latencyResult struct {
 	// 1,000 messages, from the first push to the last receipt; 0 when
 	// PostgreSQL's processes are not known (--url).
 	CPUPer1k float64 `json:"cpu_s_per_1000"`
+	// Partitions the pushes spread over.
+	Partitions int `json:"partitions"`
+	// StatementsPerMsg is the statements herald sent to PostgreSQL per
+	// message pushed (herald_db_queries_total), from the first push to the
+	// last receipt; 0 when its metrics cannot be read.
+	StatementsPerMsg float64 `json:"statements_per_message"`
+	// Counters are how much herald's counters of the delivery path
+	// (benchCounters) moved from the first push to the last receipt; a
+	// series the server does not export stays 0.
+	Counters map[string]float64 `json:"counters,omitempty"`
+}
+
+// benchCounters are the herald series a latency run reports the change
+// of: how its deliveries came (hand-offs, poll deliveries, cycles, claims).
+var benchCounters = []string{
+	"herald_handoffs_total",
+	"herald_poll_deliveries_total",
+	"herald_poll_cycles_total",
+	"herald_poll_claims_total",
+}
+
+// counters reads benchCounters from srv (an unreadable one reads 0).
+func counters(srv *server) map[string]float64 {
+	out := map[string]float64{}
+	for _, name := range benchCounters {
+		v, _ := srv.metric(name)
+		out[name] = v
+	}
+	return out
 }
 
 func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]latencyResult, error) {
 	var out []latencyResult
-	for _, tr := range []string{"ws", "sse", "longpoll"} {
+	transports := cfg.LatencyTransports
+	if len(transports) == 0 {
+		transports = []string{"ws", "sse", "longpoll"}
+	}
+	for _, tr := range transports {
 		progress(log, "latency: %s consumer, %d msgs/s for %v", tr, cfg.Rate, cfg.Duration)
 		res, err := latencyRun(ctx, srv.url, srv, cfg, tr)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", tr, err)
 		}
 		res.Setup, res.Wake = "1 instance", cfg.Wake
-		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received)",
-			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed)
+		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received), %.2f statements/msg, %d partitions",
+			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed, res.StatementsPerMsg, res.Partitions)
+		for _, name := range benchCounters {
+			progress(log, "latency: %s %s %.0f", tr, name, res.Counters[name])
+		}
 		out = append(out, res)
 	}
 	return out, nil
@@ -67,7 +104,11 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	total := int(float64(cfg.Rate) * cfg.Duration.Seconds())
 	warm := 2 * cfg.Rate // the first two seconds warm connections, caches and plans
 	rec := benchstat.NewRecorder(0, warm)
-	res := latencyResult{Transport: transport, Rate: cfg.Rate}
+	parts := cfg.LatencyPartitions
+	if parts < 1 {
+		parts = latencyPartitions
+	}
+	res := latencyResult{Transport: transport, Rate: cfg.Rate, Partitions: parts}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan error, 1)
@@ -93,7 +134,9 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	}
 	cpu0, t0 := srv.cpu(), time.Now()
 	pg0, pgKnown := srv.pgCPU()
-	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total)
+	st0, stErr := srv.metric("herald_db_queries_total")
+	c0 := counters(srv)
+	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total, parts)
 	res.Pushed = pushed
 	res.ServerCPU = 100 * (srv.cpu() - cpu0).Seconds() / time.Since(t0).Seconds()
 	if err != nil {
@@ -106,6 +149,13 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	for rec.Count() < pushed && time.Now().Before(deadline) {
 		t := time.NewTimer(20 * time.Millisecond)
 		<-t.C
+	}
+	if st1, err := srv.metric("herald_db_queries_total"); err == nil && stErr == nil && pushed > 0 {
+		res.StatementsPerMsg = (st1 - st0) / float64(pushed)
+	}
+	res.Counters = counters(srv)
+	for name, v := range res.Counters {
+		res.Counters[name] = v - c0[name]
 	}
 	if pg1, ok := srv.pgCPU(); ok && pgKnown && pushed > 0 {
 		res.CPUPer1k = (srv.cpu() - cpu0 + pg1 - pg0).Seconds() * 1000 / float64(pushed)
@@ -121,10 +171,10 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 // pace pushes total single-message pushes at rate per second, spread over
 // the partitions (benchstat.Pace: a pool of producers, so that one slow
 // push does not delay the schedule).
-func pace(ctx context.Context, url, q string, rate, total int) (int, error) {
+func pace(ctx context.Context, url, q string, rate, total, partitions int) (int, error) {
 	return benchstat.Pace(ctx, rate, total, func(ctx context.Context, i int) error {
 		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":{"t":%d,"i":%d}}]}`,
-			q, i%latencyPartitions, time.Now().UnixNano(), i)
+			q, i%partitions, time.Now().UnixNano(), i)
 		return post(ctx, url+"/api/v1/push", body, http.StatusCreated)
 	})
 }

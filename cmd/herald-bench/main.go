@@ -26,10 +26,16 @@ type benchConfig struct {
 	Out      string
 	Rate     int
 	Duration time.Duration
-	IdleWS   int
-	IdleSSE  int
-	IdleLP   int
-	IdleFor  time.Duration
+	// LatencyPartitions: the partitions the latency scenario's pushes
+	// spread over (16 by default; 1 measures one busy partition).
+	LatencyPartitions int
+	// LatencyTransports: the consumers the latency scenario measures, in
+	// order (ws, sse, longpoll).
+	LatencyTransports []string
+	IdleWS            int
+	IdleSSE           int
+	IdleLP            int
+	IdleFor           time.Duration
 	// MeshInstances: the mesh scenario's instances.
 	MeshInstances int
 	// MeshQueues: consumed queues per instance (one WebSocket each with
@@ -92,6 +98,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MeshInstances, "mesh-instances", 100, "mesh: instances started (a pool of 2 each), found through the members table")
 	fs.IntVar(&cfg.MeshQueues, "mesh-queues", 100, "mesh: queues consumed on every instance (one WebSocket, at most 100) in a second idle window; 0 skips it")
 	fs.IntVar(&cfg.Rate, "rate", 1000, "latency: messages per second pushed")
+	fs.IntVar(&cfg.LatencyPartitions, "latency-partitions", latencyPartitions, "latency: partitions the pushes spread over (1 to 1000; 1 measures one busy partition)")
+	latTransports := fs.String("latency-transports", "ws,sse,longpoll", "latency: consumers measured, comma-separated (ws, sse, longpoll)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "latency and throughput: how long each run measures")
 	fs.IntVar(&cfg.IdleWS, "idle-ws", 10000, "idle: WebSocket connections")
 	fs.IntVar(&cfg.IdleSSE, "idle-sse", 10000, "idle: SSE connections")
@@ -118,6 +126,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if cfg.LatencyPartitions < 1 || cfg.LatencyPartitions > 1000 {
+		fmt.Fprintf(stderr, "herald-bench: --latency-partitions: %d is not between 1 and 1000\n", cfg.LatencyPartitions)
+		return 2
+	}
+	for _, t := range strings.Split(*latTransports, ",") {
+		t = strings.TrimSpace(t)
+		if t != "ws" && t != "sse" && t != "longpoll" {
+			fmt.Fprintf(stderr, "herald-bench: --latency-transports: %q is none of ws, sse, longpoll\n", t)
+			return 2
+		}
+		cfg.LatencyTransports = append(cfg.LatencyTransports, t)
 	}
 	for _, f := range strings.Split(*drainParts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

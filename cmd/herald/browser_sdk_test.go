@@ -110,6 +110,14 @@ func dlqTotal(t *testing.T, base, q string) int {
 // socket used to be refused.
 func groupsOnOneWebSocket(ctx context.Context, t *testing.T, base string) {
 	const q, n = "js-groups", 20
+	// On failure, the server's side too: each group's lag and leased
+	// partitions, the waiting consumers and what woke them.
+	t.Cleanup(func() {
+		if t.Failed() {
+			_, body := get(t, base+"internal/api/status?queue="+q)
+			t.Logf("server status: %s", body)
+		}
+	})
 	// Half the messages wait in the queue before anyone subscribes: the
 	// three subscriptions are handed the same messages at once.
 	postJSON(t, base+"api/v1/push", pushBody(q, 0, n/2))

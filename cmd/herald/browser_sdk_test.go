@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
 )
@@ -22,10 +24,11 @@ import (
 // build and the start are the slow part).
 func TestBrowserSDK_HeraldJS(t *testing.T) {
 	bin := buildHerald(t)
-	p := startHerald(t, bin, dataDir(t), "--database-url", pgtest.DSN(t))
+	dsn := pgtest.DSN(t)
+	p := startHerald(t, bin, dataDir(t), "--database-url", dsn)
 	ctx := browser(t)
 
-	t.Run("GroupsOnOneWebSocket", func(t *testing.T) { groupsOnOneWebSocket(ctx, t, p.url) })
+	t.Run("GroupsOnOneWebSocket", func(t *testing.T) { groupsOnOneWebSocket(ctx, t, p.url, dsn) })
 	t.Run("RefusedAckRejectsAndReachesOnError", func(t *testing.T) { refusedAckRejects(ctx, t, p.url) })
 	t.Run("DemoPageMarksRowsAndFollowsQueues", func(t *testing.T) { demoPageMarksRows(ctx, t, p.url) })
 }
@@ -108,14 +111,43 @@ func dlqTotal(t *testing.T, base, q string) int {
 // with sub.ack), and "auto" with a handler that throws the first time it
 // sees each message (nack → delivered again → succeeds). Every ack on such a
 // socket used to be refused.
-func groupsOnOneWebSocket(ctx context.Context, t *testing.T, base string) {
+func groupsOnOneWebSocket(ctx context.Context, t *testing.T, base, dsn string) {
 	const q, n = "js-groups", 20
 	// On failure, the server's side too: each group's lag and leased
-	// partitions, the waiting consumers and what woke them.
+	// partitions, the waiting consumers and what woke them, and the
+	// consumer rows themselves (cursor, the row's copy of the last offset
+	// that marks it ready, the lease) beside each partition's last offset.
 	t.Cleanup(func() {
-		if t.Failed() {
-			_, body := get(t, base+"internal/api/status?queue="+q)
-			t.Logf("server status: %s", body)
+		if !t.Failed() {
+			return
+		}
+		_, body := get(t, base+"internal/api/status?queue="+q)
+		t.Logf("server status: %s", body)
+		conn, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			t.Logf("consumer rows: %v", err)
+			return
+		}
+		defer func() { _ = conn.Close(context.Background()) }()
+		rows, err := conn.Query(context.Background(), `SELECT p.name, c.consumer_group, c.cursor, c.last_offset,
+			p.last_offset, coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.lease_id IS NOT NULL, c.done::text
+			FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues qu ON qu.id = p.queue_id
+			WHERE qu.name = $1 ORDER BY 1, 2`, q)
+		if err != nil {
+			t.Logf("consumer rows: %v", err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var part, group, done string
+			var cursor, rowLast, partLast, from, to int64
+			var leased bool
+			if err := rows.Scan(&part, &group, &cursor, &rowLast, &partLast, &from, &to, &leased, &done); err != nil {
+				t.Logf("consumer rows: %v", err)
+				return
+			}
+			t.Logf("row %s/%s: cursor %d, row last_offset %d, partition last_offset %d, lease %v [%d..%d], done %s",
+				part, group, cursor, rowLast, partLast, leased, from, to, done)
 		}
 	})
 	// Half the messages wait in the queue before anyone subscribes: the

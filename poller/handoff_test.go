@@ -314,10 +314,7 @@ func TestHandOff_PushToTwoPartitionsAnswersALongPollOnce(t *testing.T) {
 	require.NoError(t, err)
 	got := receive(t, w, 5*time.Second)
 	require.Len(t, got.Messages, 1, "one partition's, by the push")
-	e.p.Wake(poller.SourcePush, "h2", "a")
-	e.p.Wake(poller.SourcePush, "h2", "b")
-	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "h2"}, Batch: 10, Partitions: 2, AutoAck: true})
-	rest := receive(t, next, 5*time.Second)
+	rest := restOfAB(t, e, "h2")
 	assert.ElementsMatch(t, []int{1, 2}, append(ns(got), ns(rest)...), "each once")
 	e.settled()
 	left, err := e.store.Pop(ctx, queue.PopRequest{Queue: "h2", AutoAck: true, Batch: 10, Partitions: 2})
@@ -374,9 +371,16 @@ func TestHandOff_LongPollAnsweredByOnePushIsNotHandedAnothers(t *testing.T) {
 	got := receive(t, w, 5*time.Second)
 	require.Len(t, got.Messages, 1, "one push's")
 
-	e.p.Wake(poller.SourcePush, "h3", "a")
-	e.p.Wake(poller.SourcePush, "h3", "b")
-	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "h3"}, Batch: 10, Partitions: 2, AutoAck: true})
-	rest := receive(t, next, 5*time.Second)
+	rest := restOfAB(t, e, "h3")
 	assert.ElementsMatch(t, []int{1, 2}, append(ns(got), ns(rest)...), "each once, none lost")
+}
+
+// restOfAB is what a new long-poll of q (autoAck, both partitions) gets
+// once partitions a and b are woken: what a first consumer left.
+func restOfAB(t *testing.T, e *env, q string) *queue.PopResult {
+	t.Helper()
+	e.p.Wake(poller.SourcePush, q, "a")
+	e.p.Wake(poller.SourcePush, q, "b")
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: q}, Batch: 10, Partitions: 2, AutoAck: true})
+	return receive(t, next, 5*time.Second)
 }

@@ -131,10 +131,7 @@ func TestConfigure_DefaultsDeadLetterAndNeverExpire(t *testing.T) {
 	assert.Zero(t, d.TTL, "no expiry")
 
 	push(t, s, "pushed", "", nums(1, 1)...)
-	var keep, after bool
-	var ttl int
-	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT dead_letter_queue, dlq_after_max_retries, ttl FROM queues
-		WHERE name = 'pushed'`).Scan(&keep, &after, &ttl))
+	keep, after, ttl := storedOptions(t, s, "pushed")
 	assert.True(t, keep)
 	assert.True(t, after)
 	assert.Zero(t, ttl)
@@ -173,11 +170,17 @@ func TestMigrate_ExistingQueuesKeepDeadLetteringAndNoExpiry(t *testing.T) {
 	require.NotEmpty(t, sql, "migration 20")
 	_, err = s.Pool().Exec(context.Background(), sql)
 	require.NoError(t, err)
-	var keep, after bool
-	var ttl int
-	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT dead_letter_queue, dlq_after_max_retries, ttl FROM queues
-		WHERE name = 'old'`).Scan(&keep, &after, &ttl))
+	keep, after, ttl := storedOptions(t, s, "old")
 	assert.True(t, keep)
 	assert.True(t, after)
 	assert.Zero(t, ttl)
+}
+
+// storedOptions are the dead-letter options and ttl of queue name as its
+// row holds them.
+func storedOptions(t *testing.T, s *queue.Store, name string) (keep, after bool, ttl int) {
+	t.Helper()
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT dead_letter_queue, dlq_after_max_retries, ttl FROM queues
+		WHERE name = $1`, name).Scan(&keep, &after, &ttl))
+	return keep, after, ttl
 }

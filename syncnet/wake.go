@@ -86,11 +86,11 @@ func (l *wakeLimiter) wake(queue, partition string) {
 		l.waker.Wake(SourceSync, queue, partition)
 		return
 	} else if !s.pending {
-		s.pending, s.named = true, nil
+		var named []string
 		if partition != "" {
-			s.named = []string{partition}
+			named = []string{partition}
 		}
-		s.timer = time.AfterFunc(due.Sub(now), func() { l.fire(queue) })
+		l.hold(s, queue, named, due.Sub(now))
 		l.mu.Unlock()
 		return
 	}
@@ -141,6 +141,13 @@ func (s *wakeState) passes(now time.Time, partition string, window time.Duration
 	return time.Time{}, true
 }
 
+// hold makes a wake-up of queue pending, naming named (nil: the whole
+// queue), fired after d. Called with the limiter's mutex.
+func (l *wakeLimiter) hold(s *wakeState, queue string, named []string, d time.Duration) {
+	s.pending, s.named = true, named
+	s.timer = time.AfterFunc(d, func() { l.fire(queue) })
+}
+
 // fire sends a queue's coalesced wake-up.
 func (l *wakeLimiter) fire(queue string) {
 	l.mu.Lock()
@@ -158,8 +165,7 @@ func (l *wakeLimiter) fire(queue string) {
 		// The queue went through since this was held back (it took what
 		// was pending then with it, so what is pending now was named
 		// after): the queue's window ends later.
-		s.pending = true
-		s.timer = time.AfterFunc(s.last.Add(l.window).Sub(now), func() { l.fire(queue) })
+		l.hold(s, queue, nil, s.last.Add(l.window).Sub(now))
 		l.mu.Unlock()
 		return
 	}
@@ -170,8 +176,7 @@ func (l *wakeLimiter) fire(queue string) {
 		var next time.Time
 		named, later, next = s.due(now, named, l.window)
 		if len(later) > 0 { // their windows end later: they wait for them
-			s.pending, s.named = true, later
-			s.timer = time.AfterFunc(next.Sub(now), func() { l.fire(queue) })
+			l.hold(s, queue, later, next.Sub(now))
 		}
 	}
 	l.mu.Unlock()

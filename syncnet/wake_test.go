@@ -14,9 +14,7 @@ import (
 // pop, no pre-flight), not as a whole queue to look at again.
 func TestWakeLimiter_MergedWakeUpNamesEveryPartition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWakes()
-		l := newWakeLimiter(w, 5*time.Millisecond)
-		defer l.close()
+		w, l := limiter(t, 5*time.Millisecond)
 		l.wake("q", "p1")
 		l.wake("q", "p2")
 		assert.Equal(t, []string{"q/p1", "q/p2"}, gotOf(w), "each partition's first at once")
@@ -57,9 +55,7 @@ func TestWakeLimiter_ManyPartitionsOrTheQueueMergeIntoTheQueue(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				w := newWakes()
-				l := newWakeLimiter(w, 5*time.Millisecond)
-				defer l.close()
+				w, l := limiter(t, 5*time.Millisecond)
 				l.wake("q", "p1")
 				for _, p := range tc.parts {
 					l.wake("q", p)
@@ -77,9 +73,7 @@ func TestWakeLimiter_ManyPartitionsOrTheQueueMergeIntoTheQueue(t *testing.T) {
 // comes at the window's end.
 func TestWakeLimiter_QueueWakeUpTakesThePendingOnesWithIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWakes()
-		l := newWakeLimiter(w, 5*time.Millisecond)
-		defer l.close()
+		w, l := limiter(t, 5*time.Millisecond)
 		l.wake("q", "p1")
 		l.wake("q", "p1")
 		l.wake("q", "")
@@ -88,6 +82,15 @@ func TestWakeLimiter_QueueWakeUpTakesThePendingOnesWithIt(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, []string{"q/p1", "q/"}, gotOf(w), "nothing at the window's end")
 	})
+}
+
+// limiter is a wake limiter with the given window passing its wake-ups to
+// a recording Waker, closed when the test ends.
+func limiter(t *testing.T, window time.Duration) (*wakes, *wakeLimiter) {
+	w := newWakes()
+	l := newWakeLimiter(w, window)
+	t.Cleanup(l.close)
+	return w, l
 }
 
 // waitWakes waits, on the bubble's clock, until w has been woken n times
@@ -116,9 +119,7 @@ func gotOf(w *wakes) []string {
 // part of a cross-instance delivery's latency.
 func TestWakeLimiter_MergedWakeUpComesWithin2ms(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWakes()
-		l := newWakeLimiter(w, WakeWindowDefault)
-		defer l.close()
+		w, l := limiter(t, WakeWindowDefault)
 		start := time.Now()
 		l.wake("q", "p1")
 		// p1 again 100 µs later, inside the window its first opened (a
@@ -138,9 +139,7 @@ func TestWakeLimiter_MergedWakeUpComesWithin2ms(t *testing.T) {
 // behind another partition's message.
 func TestWakeLimiter_AnotherPartitionWithinTheWindowGoesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWakes()
-		l := newWakeLimiter(w, WakeWindowDefault)
-		defer l.close()
+		w, l := limiter(t, WakeWindowDefault)
 		l.wake("q", "p1")
 		<-time.After(100 * time.Microsecond)
 		start := time.Now()
@@ -162,10 +161,8 @@ func TestWakeLimiter_AnotherPartitionWithinTheWindowGoesAtOnce(t *testing.T) {
 // after it was named), not with the other's.
 func TestWakeLimiter_MergedPartitionWaitsForTheEndOfItsOwnWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWakes()
 		window := WakeWindowDefault
-		l := newWakeLimiter(w, window)
-		defer l.close()
+		w, l := limiter(t, window)
 		start := time.Now()
 		l.wake("q", "p1")
 		<-time.After(window / 2)
@@ -193,10 +190,8 @@ func TestWakeLimiter_MergedPartitionWaitsForTheEndOfItsOwnWindow(t *testing.T) {
 // the queue's last having gone through before it).
 func TestWakeLimiter_WholeQueueWaitsForTheEndOfItsOwnWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWakes()
 		window := WakeWindowDefault
-		l := newWakeLimiter(w, window)
-		defer l.close()
+		w, l := limiter(t, window)
 		start := time.Now()
 		l.wake("q", "p1")
 		<-time.After(window / 2)

@@ -20,9 +20,11 @@ type connectionsResult struct {
 // ones: the connect rate of each step, and the RSS per connection as it
 // grows.
 func runConnections(ctx context.Context, srv *server, cfg benchConfig, log io.Writer) ([]connectionsResult, error) {
-	if lim := openFileLimit(srv.pid); lim > 0 && cfg.Connections > serverCap(srv, lim) {
-		progress(log, "connections: the server's open-file limit (%d) caps the ramp at %d", lim, serverCap(srv, lim))
-		cfg.Connections = serverCap(srv, lim)
+	if lim := openFileLimit(srv.pid); lim > 0 {
+		if capped := serverCap(srv, lim); cfg.Connections > capped {
+			progress(log, "connections: the server's open-file limit (%d) caps the ramp at %d", lim, capped)
+			cfg.Connections = capped
+		}
 	}
 	time.Sleep(time.Second)
 	before := srv.rss()

@@ -30,7 +30,8 @@ func runWakes(ctx context.Context, cfg benchConfig, wakes []string, log io.Write
 // runCluster starts three instances on one private PostgreSQL, pushes
 // through the first and consumes from the others (WebSocket and long-poll
 // on the second, SSE on the third): cross-instance latency, with syncnet
-// and without it (NOTIFY alone).
+// and without it (NOTIFY alone); then a WebSocket on the first, the
+// same-instance control.
 func runCluster(ctx context.Context, cfg benchConfig, log io.Writer) ([]latencyResult, error) {
 	var out []latencyResult
 	for _, sync := range []bool{true, false} {
@@ -57,7 +58,11 @@ func clusterRun(ctx context.Context, cfg benchConfig, sync bool, log io.Writer) 
 	for _, run := range []struct {
 		transport string
 		on        int
-	}{{"ws", 1}, {"sse", 2}, {"longpoll", 1}} {
+	}{{"ws", 1}, {"sse", 2}, {"longpoll", 1}, {"ws", 0}} {
+		// The last row is the control: a consumer on the instance pushed
+		// to, beside the same two others, so that a tail the machine makes
+		// (three instances, PostgreSQL and this load on the same cores) is
+		// told from one the hop between instances adds.
 		progress(log, "cluster (%s): push through 1, %s consumer on %d", setup, run.transport, run.on+1)
 		res, err := latencyRun(ctx, insts[0].url, insts[run.on], cfg, run.transport)
 		if err != nil {

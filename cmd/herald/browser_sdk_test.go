@@ -189,8 +189,13 @@ func groupsOnOneWebSocket(ctx context.Context, t *testing.T, base, dsn string) {
 			waiting.set(k, [...(waiting.get(k) ?? []), resolve]);
 		});
 		const count = (o, g) => { o[g] = (o[g] ?? 0) + 1; };
+		// maxInFlight covers every message: a group short of credit could
+		// not take the partition the other groups wait on (auto holding p0's
+		// five while its handler waits for manual to hold the first, manual
+		// holding p1's five waiting for auto) and the handlers would wait on
+		// each other for ever — the server right to give no more.
 		const common = (g) => ({
-			queue: %[1]q, consumerGroup: "g-" + g, maxInFlight: 5,
+			queue: %[1]q, consumerGroup: "g-" + g, maxInFlight: %[2]d,
 			onAck: (m, status) => count(status === "completed" ? t.acked : t.nacked, g),
 			onError: (e) => t.errors.push({ g, message: e.message, tx: e.herald?.message?.transactionId }),
 		});
@@ -210,7 +215,7 @@ func groupsOnOneWebSocket(ctx context.Context, t *testing.T, base, dsn string) {
 			} }),
 		};
 		return "ok";
-	})()`, q))
+	})()`, q, n))
 	waitState(ctx, t, 10*time.Second, "the three subscriptions are subscribed",
 		`Object.values(window.__subs).every((s) => s.sub)`)
 

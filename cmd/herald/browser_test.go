@@ -38,15 +38,28 @@ func browser(t *testing.T, more ...chromedp.ExecAllocatorOption) context.Context
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1400))
 	opts = append(opts, more...)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelTab := chromedp.NewContext(alloc)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(func() {
-		cancelTimeout()
+	// Chromium itself, not what the test looks at, now and then fails to
+	// start on a loaded machine ("Zygote could not fork"): a fresh one is
+	// started, three times at most.
+	err = nil
+	for range 3 {
+		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancelTab := chromedp.NewContext(alloc)
+		if err = chromedp.Do(ctx); err == nil { // starts the browser and its tab
+			ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+			t.Cleanup(func() {
+				cancelTimeout()
+				cancelTab()
+				cancelAlloc()
+			})
+			return ctx
+		}
+		t.Logf("chromium did not start, starting another: %v", err)
 		cancelTab()
 		cancelAlloc()
-	})
-	return ctx
+	}
+	require.NoError(t, err, "starting chromium")
+	return nil
 }
 
 // artifact writes a test artifact (a screenshot) to $HERALD_ARTIFACTS, or

@@ -146,8 +146,8 @@ func (s *Server) wakeEverywhere(source, queueName, partition string) {
 // back (the rest of its batch, or a failed message, is available again),
 // here and, through the lease hints, on other instances.
 func (s *Server) afterRelease(source, queueName, partition, partitionID, group string) {
+	s.poller.LeaseReleased(queueName, partition, partitionID, group) // before the wake-up: LeaseReleased
 	s.poller.Wake(source, queueName, partition)
-	s.poller.LeaseReleased(queueName, partition, partitionID, group)
 }
 
 // afterGroupMoved follows a deletion or a seek: the leases it ended are

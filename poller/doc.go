@@ -31,8 +31,11 @@
 // each). decideFast works on push hints, when the only
 // news of a queue is that some of its partitions got messages: per hinted
 // partition and group, the intention a cycle would pick, skipping one that may take nothing now, a group a push
-// leased the partition to already, and a partition another live instance
-// holds by a lease hint (Config.Hints); a partition whose id the store has
+// leased the partition to already, a partition another live instance
+// holds by a lease hint (Config.Hints), and one a lease of this instance
+// holds when only this instance's pushes woke it (Poller.heldHere: the pop
+// would come back empty and the pre-flight after it say the same; the
+// ack's release, told before its wake-up, looks again); a partition whose id the store has
 // not cached sends its queue to a pre-flight. The ids come from the
 // store's cache (queue.Store.CachedPartitionID), which pushes through this
 // instance fill and pre-flights add to (NotePartitionID); a miss costs a

@@ -209,8 +209,8 @@ func (p *Poller) releaseDue(ctx context.Context) releaseOutcome {
 			p.wakeKey(o.key)
 		}
 		if o.ackPID != "" {
-			p.Wake(SourceAck, q, part)
 			p.LeaseReleased(q, part, o.ackPID, o.ackGroup)
+			p.Wake(SourceAck, q, part)
 		}
 		switch {
 		case o.pop && o.popQueue != "":

@@ -2,11 +2,13 @@ package poller
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/heraldmq/herald/queue"
@@ -34,6 +36,7 @@ type Poller struct {
 	orph    orphans      // lease ids of lost answers (orphans.go)
 	leasing leasing      // the statements under way that lease (leasing.go)
 	outage  queue.OutageLog
+	held    *lru.Cache[hintKey, time.Time] // leases this instance holds, until when (heldHere)
 }
 
 // New returns a Poller; nothing runs until Run.
@@ -46,8 +49,12 @@ func New(cfg Config) (*Poller, error) {
 	if err != nil {
 		return nil, err
 	}
+	held, err := lru.New[hintKey, time.Time](heldMax)
+	if err != nil {
+		return nil, fmt.Errorf("creating the held-lease cache: %w", err)
+	}
 	p := &Poller{cfg: cfg, store: cfg.Store, log: cfg.Logger.With().Str("component", "poller").Logger(), metrics: m,
-		orph: orphans{ready: make(chan struct{}, 1)}}
+		orph: orphans{ready: make(chan struct{}, 1)}, held: held}
 	p.outage.Log = p.log
 	for i := range cfg.Workers {
 		p.workers = append(p.workers, newWorker(p, i))
@@ -246,12 +253,15 @@ func (p *Poller) Wake(source, queueName, partition string) {
 		ks.touch()
 	default:
 		// Only this partition changed: it can be served without a
-		// pre-flight (worker.fastServe).
+		// pre-flight (worker.fastServe). Whether only this instance's
+		// pushes said so: those alone may be passed over while a lease of
+		// this instance holds the partition (heldHere).
 		ks.empty = nil
 		if ks.hints == nil {
 			ks.hints = map[string]bool{}
 		}
-		ks.hints[partition] = true
+		onlyPushes, seen := ks.hints[partition]
+		ks.hints[partition] = source == SourcePush && (onlyPushes || !seen)
 	}
 	w.mu.Unlock()
 	if ks != nil {
@@ -375,26 +385,39 @@ func (p *Poller) released(msgs []queue.Message) {
 	for _, m := range msgs {
 		if !seen[m.PartitionID] {
 			seen[m.PartitionID] = true
-			p.Wake(SourceRelease, m.Queue, m.Partition)
 			p.LeaseReleased(m.Queue, m.Partition, m.PartitionID, m.Group)
+			p.Wake(SourceRelease, m.Queue, m.Partition)
 		}
 	}
 }
 
-// LeaseReleased tells other instances (Config.Hints) that a lease this
-// instance held on (partition, group) ended: by an ack, or given back. An
-// empty group is queue mode's.
+// LeaseReleased says that a lease this instance held on (partition, group)
+// ended: by an ack, or given back. It tells other instances (Config.Hints)
+// and forgets the lease here: call it BEFORE the wake-up that follows the
+// release, or a cycle between the two may pass the partition over as still
+// held. An empty group is queue mode's.
 func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) {
-	if p.cfg.Hints != nil && partitionID != "" {
+	if partitionID == "" {
+		return
+	}
+	p.held.Remove(hintKey{partitionID, groupName(group)})
+	if p.cfg.Hints != nil {
 		p.cfg.Hints.LeaseReleased(queueName, partition, partitionID, groupName(group))
 	}
 }
 
-// LeasesTaken tells other instances (Config.Hints) of the leases in res.
-// A lease lasts the queue's lease time, read from the config cache; a miss
-// assumes the default, which only bounds how long the hint lives.
+// heldMax bounds the leases heldHere remembers: past it the oldest are
+// forgotten, which costs their partitions a pop that comes back empty.
+const heldMax = 10000
+
+// LeasesTaken notes the leases in res, taken by this instance: a push here
+// to one of their partitions is not popped while it holds (heldHere), and
+// other instances are told (Config.Hints). Call it before the messages are
+// delivered, so that their ack's release (LeaseReleased) comes after it. A
+// lease lasts the queue's lease time, read from the config cache; a miss
+// assumes the default, which only bounds how long the note lives.
 func (p *Poller) LeasesTaken(res *queue.PopResult) {
-	if p.cfg.Hints == nil || res.LeaseID == "" {
+	if res.LeaseID == "" {
 		return
 	}
 	now := time.Now()
@@ -408,6 +431,29 @@ func (p *Poller) LeasesTaken(res *queue.PopResult) {
 		if info, ok := p.store.CachedConfig(m.Queue); ok {
 			lease = info.Options.LeaseTime
 		}
-		p.cfg.Hints.LeaseAcquired(m.Queue, m.Partition, m.PartitionID, m.Group, now.Add(time.Duration(lease)*time.Second))
+		until := now.Add(time.Duration(lease) * time.Second)
+		p.held.Add(hintKey{m.PartitionID, groupName(m.Group)}, until)
+		if p.cfg.Hints != nil {
+			p.cfg.Hints.LeaseAcquired(m.Queue, m.Partition, m.PartitionID, m.Group, until)
+		}
 	}
+}
+
+// heldHere reports until when a lease this instance took holds (partition,
+// group), as LeasesTaken and LeaseReleased told it. A pop of it would come
+// back empty, and the pre-flight after that say the same: a push here is
+// not popped until then (worker.fastServe), when the sweep or the ack's
+// wake-up looks. Advisory like the lease hints: a release this instance
+// did not hear of (an ack on another instance) costs a wait until the
+// next sweep at worst, and only for this instance's own pushes.
+func (p *Poller) heldHere(k hintKey) (time.Time, bool) {
+	until, ok := p.held.Get(k)
+	if !ok {
+		return time.Time{}, false
+	}
+	if !time.Now().Before(until) {
+		p.held.Remove(k)
+		return time.Time{}, false
+	}
+	return until, true
 }

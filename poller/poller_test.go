@@ -680,3 +680,84 @@ func TestHandOff_CreditIsChargedBeforeTheDelivery(t *testing.T) {
 		t.Fatal("not delivered")
 	}
 }
+
+// A push to a partition whose lease a stream of this instance holds costs
+// no statement: the pop would find the lease and come back empty, and the
+// pre-flight after it would say so again. The ack's release, told before
+// its wake-up (as the gateway tells it), serves what the pushes left.
+func TestPoller_PushToAPartitionThisInstanceHoldsCostsNoQuery(t *testing.T) {
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff = true })
+	got := make(chan *queue.PopResult, 10)
+	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	defer e.p.Register(in)()
+	e.push("q", "p1", 1, 1)
+	var first *queue.PopResult
+	select {
+	case first = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first message was not delivered")
+	}
+	require.Equal(t, []int{1}, ns(first))
+	e.settled()
+	stats := e.store.QueryStats()
+	before := stats.Snapshot()
+
+	for i := 2; i <= 4; i++ {
+		e.push("q", "p1", i, i)
+	}
+	e.settled()
+	after := stats.Snapshot()
+	assert.Equal(t, before["pop_assigned"], after["pop_assigned"], "no pop of a partition held here")
+	assert.Equal(t, before["preflight"], after["preflight"], "no pre-flight after a pop that could not be")
+	select {
+	case res := <-got:
+		t.Fatalf("delivered while its lease is held: %v", ns(res))
+	default:
+	}
+
+	m := first.Messages[0]
+	res, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		LeaseID: first.LeaseID, Status: queue.StatusCompleted}})
+	require.NoError(t, err)
+	require.True(t, res[0].LeaseReleased)
+	e.p.LeaseReleased("q", "p1", m.PartitionID, "")
+	e.p.Wake(poller.SourceAck, "q", "p1")
+	select {
+	case res := <-got:
+		assert.Equal(t, []int{2, 3, 4}, ns(res), "what the pushes left, at the ack")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the ack's release did not serve the pushed messages")
+	}
+}
+
+// Only this instance's pushes are passed over: a wake-up from anywhere else
+// (another instance's push, an ack there that released a lease this
+// instance had not heard of) pops as before.
+func TestPoller_WakeFromElsewherePopsAPartitionThisInstanceHeld(t *testing.T) {
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff = true })
+	got := make(chan *queue.PopResult, 10)
+	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	defer e.p.Register(in)()
+	e.push("q", "p1", 1, 1)
+	var first *queue.PopResult
+	select {
+	case first = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first message was not delivered")
+	}
+	// Acked where this poller does not hear of it (as on another instance).
+	m := first.Messages[0]
+	_, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		LeaseID: first.LeaseID, Status: queue.StatusCompleted}})
+	require.NoError(t, err)
+	e.push("q", "p1", 2, 2)
+	e.p.Wake("syncnet", "q", "p1") // as syncnet wakes a queue
+	select {
+	case res := <-got:
+		assert.Equal(t, []int{2}, ns(res))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a wake-up from elsewhere did not pop the partition")
+	}
+}

@@ -32,7 +32,7 @@ type worker struct {
 type keyState struct {
 	intentions []*Intention    // registration order
 	dirty      bool            // run a pre-flight for it at the next cycle
-	hints      map[string]bool // partitions a push says got messages (fast path)
+	hints      map[string]bool // partitions a wake-up says got messages (fast path): true while only this instance's pushes said so
 	handed     map[string]bool // partition id + "\x00" + group a push leased to an intention here
 	dueAt      time.Time       // a blocked partition becomes eligible then
 	remoteAt   time.Time       // the last wake-up from another instance

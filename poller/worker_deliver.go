@@ -72,6 +72,9 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		}
 		w.mu.Unlock()
 	}
+	if !gone {
+		w.p.LeasesTaken(res) // before its ack can release them
+	}
 	for i, part := range parts {
 		if gone || !in.Deliver(part) {
 			for _, rest := range parts[i:] {
@@ -82,7 +85,6 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	}
 	w.p.metrics.delivered.Inc()
 	w.p.metrics.observeDelivered(res, time.Now())
-	w.p.LeasesTaken(res)
 	if !in.Standing {
 		return
 	}

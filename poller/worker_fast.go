@@ -164,10 +164,10 @@ func (w *worker) hintedItem(h hinted, hints map[hintKey]leaseHint) fastItem {
 			groups = append(groups, in.Target.Group)
 		}
 	}
-	for part := range h.hints {
+	for part, onlyPushes := range h.hints {
 		pid, _ := w.p.store.CachedPartitionID(queueName, part)
 		it.parts = append(it.parts, fastPart{name: part, id: pid})
-		if pid == "" || w.p.cfg.Hints == nil {
+		if pid == "" {
 			continue
 		}
 		for _, g := range groups {
@@ -175,8 +175,17 @@ func (w *worker) hintedItem(h hinted, hints map[hintKey]leaseHint) fastItem {
 			if _, asked := hints[k]; asked || h.handed[pid+"\x00"+g] {
 				continue
 			}
-			until, audit := w.p.cfg.Hints.LeasedElsewhere(k.partitionID, k.group)
-			hints[k] = leaseHint{until: until, audit: audit}
+			// Held by a lease of this instance, and news of this
+			// instance's pushes only (an ack or a release here forgets the
+			// lease first; news from elsewhere may be a release unheard of).
+			if until, held := w.p.heldHere(k); held && onlyPushes {
+				hints[k] = leaseHint{until: until}
+				continue
+			}
+			if w.p.cfg.Hints != nil {
+				until, audit := w.p.cfg.Hints.LeasedElsewhere(k.partitionID, k.group)
+				hints[k] = leaseHint{until: until, audit: audit}
+			}
 		}
 	}
 	return it

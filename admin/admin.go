@@ -71,16 +71,8 @@ type Effects struct {
 
 // service is the admin routes' handlers and what they use.
 type service struct {
-	routes  Routes
-	store   *queue.Store
-	hide    func(ctx context.Context, r *auth.Rights, id string) (string, error)
-	visible func(ctx context.Context, r *auth.Rights, ids []string) (map[string]queue.PartitionName, error)
-	fx      Effects
-	maint   Maintenance
-	// minutes, rates and instance are the history analytics.go answers from.
-	minutes  *history.Minutes
-	rates    *history.Rates
-	instance string
+	routes Routes
+	Deps
 }
 
 // Register registers the admin routes on rt.
@@ -91,8 +83,7 @@ func Register(rt Routes, d Deps) error {
 		d.History == nil || d.Rates == nil {
 		return errors.New("admin: Routes.Read, Routes.Handle, Deps.Store, Deps.Hide, Deps.Visible, every Deps.Effects func, Deps.Maintenance, Deps.History and Deps.Rates are required")
 	}
-	s := &service{routes: rt, store: d.Store, hide: d.Hide, visible: d.Visible, fx: fx, maint: d.Maintenance,
-		minutes: d.History, rates: d.Rates, instance: d.Instance}
+	s := &service{routes: rt, Deps: d}
 	s.dlqRoutes()           // dlq.go
 	s.consumerGroupRoutes() // groups.go
 	s.traceRoutes()         // traces.go

@@ -113,8 +113,8 @@ const analyticsWorkerID = 0
 // hostname names this instance as a replica: Deps.Instance, else the
 // machine's host name.
 func (s *service) hostname() string {
-	if s.instance != "" {
-		return s.instance
+	if s.Instance != "" {
+		return s.Instance
 	}
 	if h, err := os.Hostname(); err == nil {
 		return h
@@ -236,7 +236,7 @@ func (s *service) slots(a analyticsQuery) []history.Slot {
 	if !a.ours {
 		return nil
 	}
-	return s.minutes.Window(a.from, a.to)
+	return s.History.Window(a.from, a.to)
 }
 
 type workerPointJSON struct {
@@ -268,7 +268,9 @@ type workerPointJSON struct {
 	DLQCount          int64   `json:"dlqCount"`
 }
 
-type workerJSON struct {
+// workerGaugesJSON is this instance as a worker: the first keys of both
+// worker answers.
+type workerGaugesJSON struct {
 	Hostname          string  `json:"hostname"`
 	WorkerID          int     `json:"workerId"`
 	AvgEventLoopLagMs float64 `json:"avgEventLoopLagMs"`
@@ -276,9 +278,30 @@ type workerJSON struct {
 	FreeSlots         float64 `json:"freeSlots"`
 	DBConnections     float64 `json:"dbConnections"`
 	JobQueueSize      float64 `json:"jobQueueSize"`
-	BackoffSize       int     `json:"backoffSize"`
-	MessagesProcessed int64   `json:"messagesProcessed"`
-	LastSeen          string  `json:"lastSeen"`
+}
+
+// recentWorker sums this instance's slots of the last window (the queues
+// keep keeps): its gauges, the messages it processed (pushed and acked)
+// and the minute of its last slot; ok is false when it has none.
+func (s *service) recentWorker(window time.Duration, keep func(string) bool) (g workerGaugesJSON, processed, last int64, ok bool) {
+	now := time.Now()
+	recent := s.History.Window(now.Add(-window), now)
+	if len(recent) == 0 {
+		return g, 0, 0, false
+	}
+	t := sumSlots(recent)
+	q := total(queueSums(recent, keep))
+	g = workerGaugesJSON{Hostname: s.hostname(), WorkerID: analyticsWorkerID, AvgEventLoopLagMs: t.schedAvg(),
+		MaxEventLoopLagMs: round2(t.SchedMaxMs), FreeSlots: t.FreeSlots.Min, DBConnections: t.PoolTotal.Max,
+		JobQueueSize: t.Runnable.Max}
+	return g, q.PushMessages + q.AckSuccess + q.AckFailed, recent[len(recent)-1].Minute, true
+}
+
+type workerJSON struct {
+	workerGaugesJSON
+	BackoffSize       int    `json:"backoffSize"`
+	MessagesProcessed int64  `json:"messagesProcessed"`
+	LastSeen          string `json:"lastSeen"`
 }
 
 type queueLagJSON struct {
@@ -360,15 +383,8 @@ func (s *service) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, a 
 	}
 	workers := []workerJSON{}
 	if a.ours {
-		now := time.Now()
-		if recent := s.minutes.Window(now.Add(-5*time.Minute), now); len(recent) > 0 {
-			t := sumSlots(recent)
-			q := total(queueSums(recent, a.keep))
-			workers = append(workers, workerJSON{Hostname: s.hostname(), WorkerID: analyticsWorkerID,
-				AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.SchedMaxMs), FreeSlots: t.FreeSlots.Min,
-				DBConnections: t.PoolTotal.Max, JobQueueSize: t.Runnable.Max,
-				MessagesProcessed: q.PushMessages + q.AckSuccess + q.AckFailed,
-				LastSeen:          minuteTime(recent[len(recent)-1].Minute)})
+		if g, processed, last, ok := s.recentWorker(5*time.Minute, a.keep); ok {
+			workers = append(workers, workerJSON{workerGaugesJSON: g, MessagesProcessed: processed, LastSeen: minuteTime(last)})
 		}
 	}
 	byQueue := queueSums(slots, a.keep)
@@ -381,7 +397,7 @@ func (s *service) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, a 
 	var sum summaryJSON
 	if a.ours {
 		var t history.QueueOps
-		for q, o := range s.minutes.Since() {
+		for q, o := range s.History.Since() {
 			if a.keep(q) {
 				t.Add(&o)
 			}
@@ -389,7 +405,7 @@ func (s *service) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, a 
 		sum = summaryJSON{TotalPushMessages: t.PushMessages, TotalPopMessages: t.PopMessages,
 			TotalAckMessages: t.AckSuccess + t.AckFailed, TotalPushRequests: t.PushRequests, TotalAckRequests: t.AckRequests,
 			TotalAckFailed: t.AckFailed, TotalDLQ: t.DLQ, PendingMessages: t.PushMessages - t.PopMessages}
-		all := sumSlots(s.minutes.Window(time.Now().Add(-history.HistoryMinutes*time.Minute), time.Now()))
+		all := sumSlots(s.History.Window(time.Now().Add(-history.HistoryMinutes*time.Minute), time.Now()))
 		sum.TotalPopRequests, sum.TotalDBErrors = all.PopRequests, all.DBErrors
 	}
 	httpapi.WriteJSON(w, http.StatusOK, struct {
@@ -630,7 +646,7 @@ func (s *service) handleSystemMetrics(w http.ResponseWriter, r *http.Request, a 
 // Herald's tables and indexes (its schema), the database's cache hits, and
 // the statements running over a second; no query parameters.
 func (s *service) handlePostgresStats(w http.ResponseWriter, r *http.Request) error {
-	doc, err := s.store.PostgresStats(r.Context())
+	doc, err := s.Store.PostgresStats(r.Context())
 	if err != nil {
 		return err
 	}
@@ -665,14 +681,8 @@ type statusPointJSON struct {
 }
 
 type statusWorkerJSON struct {
-	Hostname          string  `json:"hostname"`
-	WorkerID          int     `json:"workerId"`
-	AvgEventLoopLagMs float64 `json:"avgEventLoopLagMs"`
-	MaxEventLoopLagMs float64 `json:"maxEventLoopLagMs"`
-	FreeSlots         float64 `json:"freeSlots"`
-	DBConnections     float64 `json:"dbConnections"`
-	JobQueueSize      float64 `json:"jobQueueSize"`
-	MessagesProcessed int64   `json:"messagesProcessed"`
+	workerGaugesJSON
+	MessagesProcessed int64 `json:"messagesProcessed"`
 }
 
 // statusSeries is GET /api/v1/status's throughput (newest bucket first:
@@ -683,7 +693,7 @@ type statusWorkerJSON struct {
 func (s *service) statusSeries(r *http.Request, from, to time.Time, bucket int, queueName string) (throughput []statusPointJSON, workers []statusWorkerJSON) {
 	rights := auth.RightsFrom(r.Context())
 	keep := func(qn string) bool { return (queueName == "" || qn == queueName) && rights.MaySeeQueue(qn) }
-	starts, by := buckets(s.minutes.Window(from, to), bucket)
+	starts, by := buckets(s.History.Window(from, to), bucket)
 	throughput = []statusPointJSON{}
 	for i := len(starts) - 1; i >= 0; i-- {
 		in := by[starts[i]]
@@ -709,13 +719,8 @@ func (s *service) statusSeries(r *http.Request, from, to time.Time, bucket int, 
 			DBPoolActive: round2(active.Avg()), DBPoolIdle: round2(idle.Avg()), DBPoolSize: round2(size.Max)})
 	}
 	workers = []statusWorkerJSON{}
-	now := time.Now()
-	if recent := s.minutes.Window(now.Add(-2*time.Minute), now); len(recent) > 0 {
-		t := sumSlots(recent)
-		q := total(queueSums(recent, keep))
-		workers = append(workers, statusWorkerJSON{Hostname: s.hostname(), WorkerID: analyticsWorkerID,
-			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.SchedMaxMs), FreeSlots: t.FreeSlots.Min,
-			DBConnections: t.PoolTotal.Max, JobQueueSize: t.Runnable.Max, MessagesProcessed: q.PushMessages + q.AckSuccess + q.AckFailed})
+	if g, processed, _, ok := s.recentWorker(2*time.Minute, keep); ok {
+		workers = append(workers, statusWorkerJSON{workerGaugesJSON: g, MessagesProcessed: processed})
 	}
 	return throughput, workers
 }
@@ -726,10 +731,10 @@ func (s *service) statusSeries(r *http.Request, from, to time.Time, bucket int, 
 func (s *service) handleRates(w http.ResponseWriter, r *http.Request) error {
 	only := r.URL.Query().Get("queue")
 	rights := auth.RightsFrom(r.Context())
-	since, qs := s.rates.Snapshot(func(q string) bool {
+	since, qs := s.Rates.Snapshot(func(q string) bool {
 		return (only == "" || q == only) && rights.MayConsume(q, "")
 	})
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"instance": s.instance, "intervalSeconds": int(history.RateInterval / time.Second),
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"instance": s.Instance, "intervalSeconds": int(history.RateInterval / time.Second),
 		"samples": history.RateSamples, "since": httpapi.FormatMilli(since), "queues": qs})
 	return nil
 }

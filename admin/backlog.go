@@ -39,7 +39,7 @@ type backlogJSON struct {
 
 // handleBacklog answers GET /api/v1/status/backlog (admin).
 func (s *service) handleBacklog(w http.ResponseWriter, r *http.Request) error {
-	b, err := s.store.LatestBacklog(r.Context())
+	b, err := s.Store.LatestBacklog(r.Context())
 	if err != nil {
 		return err
 	}

@@ -166,15 +166,15 @@ type overviewJSON struct {
 // the last minute.
 func (s *service) handleOverview(w http.ResponseWriter, r *http.Request) error {
 	f := queue.StatusFilter{Scope: browseScope(auth.RightsFrom(r.Context()))}
-	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: f.Scope})
+	list, err := s.Store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: f.Scope})
 	if err != nil {
 		return err
 	}
-	lag, err := s.store.BrowseLag(r.Context(), f)
+	lag, err := s.Store.BrowseLag(r.Context(), f)
 	if err != nil {
 		return err
 	}
-	ingested, err := s.store.BrowseIngested(r.Context(), f)
+	ingested, err := s.Store.BrowseIngested(r.Context(), f)
 	if err != nil {
 		return err
 	}
@@ -224,7 +224,7 @@ func (s *service) handleTasks(w http.ResponseWriter, r *http.Request) error {
 // left out), sorted by name.
 func (s *service) groupQueues(w http.ResponseWriter, r *http.Request, list string, of func(queue.QueueSummary) string,
 	name func(*groupSummaryJSON, string)) error {
-	all, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: browseScope(auth.RightsFrom(r.Context()))})
+	all, err := s.Store.BrowseQueues(r.Context(), queue.QueuesQuery{Scope: browseScope(auth.RightsFrom(r.Context()))})
 	if err != nil {
 		return err
 	}
@@ -262,11 +262,20 @@ type queueMessagesJSON struct {
 	Processing int64 `json:"processing"`
 }
 
+// queueRefJSON names a queue: the first keys of every queue answer.
+type queueRefJSON struct {
+	ID        string  `json:"id"`
+	Name      string  `json:"name"`
+	Namespace *string `json:"namespace"`
+	Task      *string `json:"task"`
+}
+
+func queueRef(q queue.QueueSummary) queueRefJSON {
+	return queueRefJSON{ID: q.ID, Name: q.Name, Namespace: httpapi.Nullable(q.Namespace), Task: httpapi.Nullable(q.Task)}
+}
+
 type queueItemJSON struct {
-	ID         string            `json:"id"`
-	Name       string            `json:"name"`
-	Namespace  *string           `json:"namespace"`
-	Task       *string           `json:"task"`
+	queueRefJSON
 	CreatedAt  string            `json:"createdAt"`
 	Partitions int64             `json:"partitions"`
 	Messages   queueMessagesJSON `json:"messages"`
@@ -285,8 +294,7 @@ func queueItem(q queue.QueueSummary, waiting bool) queueItemJSON {
 	if waiting {
 		m.Pending = q.Counts.Waiting()
 	}
-	return queueItemJSON{ID: q.ID, Name: q.Name, Namespace: httpapi.Nullable(q.Namespace), Task: httpapi.Nullable(q.Task),
-		CreatedAt: httpapi.FormatMilli(q.CreatedAt), Partitions: q.Partitions, Messages: m}
+	return queueItemJSON{queueRefJSON: queueRef(q), CreatedAt: httpapi.FormatMilli(q.CreatedAt), Partitions: q.Partitions, Messages: m}
 }
 
 // listQueues answers a page of queues newest first (the query's search,
@@ -297,7 +305,7 @@ func (s *service) listQueues(w http.ResponseWriter, r *http.Request, def int, wa
 	if err != nil {
 		return err
 	}
-	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Search: q.Get("search"), Namespace: q.Get("namespace"),
+	list, err := s.Store.BrowseQueues(r.Context(), queue.QueuesQuery{Search: q.Get("search"), Namespace: q.Get("namespace"),
 		Task: q.Get("task"), Limit: limit, Offset: offset, Scope: browseScope(auth.RightsFrom(r.Context()))})
 	if err != nil {
 		return err
@@ -335,7 +343,7 @@ func (s *service) partitionPage(r *http.Request, name string, def int, groups bo
 	if err := checkQueueRead(rights, name); err != nil {
 		return nil, 0, 0, err
 	}
-	page, err := s.store.BrowsePartitions(r.Context(), queue.PartitionsQuery{Queue: name, Search: q.Get("search"),
+	page, err := s.Store.BrowsePartitions(r.Context(), queue.PartitionsQuery{Queue: name, Search: q.Get("search"),
 		Prefix: q.Get("prefix"), After: q.Get("after"), Limit: limit, Offset: offset, Scope: browseScope(rights), Groups: groups})
 	return page, limit, offset, err
 }
@@ -350,10 +358,7 @@ type resourcePartitionJSON struct {
 }
 
 type resourceQueueJSON struct {
-	ID         string                  `json:"id"`
-	Name       string                  `json:"name"`
-	Namespace  *string                 `json:"namespace"`
-	Task       *string                 `json:"task"`
+	queueRefJSON
 	CreatedAt  string                  `json:"createdAt"`
 	Partitions []resourcePartitionJSON `json:"partitions"`
 	Totals     countsJSON              `json:"totals"`
@@ -369,8 +374,7 @@ func (s *service) handleResourceQueue(w http.ResponseWriter, r *http.Request) er
 		return err
 	}
 	qs := page.Queue
-	out := resourceQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: httpapi.Nullable(qs.Namespace), Task: httpapi.Nullable(qs.Task),
-		CreatedAt: httpapi.FormatMilli(qs.CreatedAt), Partitions: make([]resourcePartitionJSON, len(page.Partitions)),
+	out := resourceQueueJSON{queueRefJSON: queueRef(qs), CreatedAt: httpapi.FormatMilli(qs.CreatedAt), Partitions: make([]resourcePartitionJSON, len(page.Partitions)),
 		Totals: countsOf(qs.Counts), Pagination: paginationJSON{Limit: limit, Offset: offset, Total: page.Matching}}
 	for i, p := range page.Partitions {
 		out.Partitions[i] = resourcePartitionJSON{ID: p.ID, Name: p.Name, CreatedAt: httpapi.FormatMilli(p.CreatedAt),

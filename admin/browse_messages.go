@@ -15,13 +15,23 @@ type busStatusJSON struct {
 	TotalGroups int `json:"totalGroups"`
 }
 
+// messageRefJSON names a message: the first keys of every message answer.
+type messageRefJSON struct {
+	ID            string `json:"id"`
+	TransactionID string `json:"transactionId"`
+	PartitionID   string `json:"partitionId"`
+	QueuePath     string `json:"queuePath"`
+	Queue         string `json:"queue"`
+	Partition     string `json:"partition"`
+}
+
+func messageRef(m queue.MessageInfo) messageRefJSON {
+	return messageRefJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition}
+}
+
 type messageItemJSON struct {
-	ID             string        `json:"id"`
-	TransactionID  string        `json:"transactionId"`
-	PartitionID    string        `json:"partitionId"`
-	QueuePath      string        `json:"queuePath"`
-	Queue          string        `json:"queue"`
-	Partition      string        `json:"partition"`
+	messageRefJSON
 	Namespace      *string       `json:"namespace"`
 	Task           *string       `json:"task"`
 	Status         string        `json:"status"`
@@ -41,8 +51,7 @@ type modeJSON struct {
 }
 
 func messageItem(m queue.MessageInfo) messageItemJSON {
-	return messageItemJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: httpapi.Nullable(m.Namespace),
+	return messageItemJSON{messageRefJSON: messageRef(m), Namespace: httpapi.Nullable(m.Namespace),
 		Task: httpapi.Nullable(m.Task), Status: m.State, QueueStatus: httpapi.Nullable(m.QueueState),
 		BusStatus: busStatusJSON{ConsumedBy: m.ConsumedBy, TotalGroups: m.BusGroups}, TraceID: httpapi.Nullable(m.TraceID),
 		ProducerSub: httpapi.Nullable(m.ProducerSub), QueuePriority: m.Priority, CreatedAt: httpapi.FormatMilli(m.CreatedAt),
@@ -115,7 +124,7 @@ func (s *service) handleMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.store.BrowseMessages(r.Context(), qry)
+	list, err := s.Store.BrowseMessages(r.Context(), qry)
 	if err != nil {
 		return err
 	}
@@ -154,7 +163,7 @@ func (s *service) checkMessage(r *http.Request) (partitionID, transactionID stri
 		return "", "", httpapi.BadRequestf("partitionId must be a UUID")
 	}
 	partitionID = strings.ToLower(partitionID)
-	names, err := s.visible(r.Context(), auth.RightsFrom(r.Context()), []string{partitionID})
+	names, err := s.Visible(r.Context(), auth.RightsFrom(r.Context()), []string{partitionID})
 	if err != nil {
 		return "", "", err
 	}
@@ -172,12 +181,7 @@ type messageGroupJSON struct {
 }
 
 type messageDetailJSON struct {
-	ID             string             `json:"id"`
-	TransactionID  string             `json:"transactionId"`
-	PartitionID    string             `json:"partitionId"`
-	QueuePath      string             `json:"queuePath"`
-	Queue          string             `json:"queue"`
-	Partition      string             `json:"partition"`
+	messageRefJSON
 	Namespace      *string            `json:"namespace"`
 	Task           *string            `json:"task"`
 	Status         string             `json:"status"`
@@ -213,14 +217,13 @@ type messageModeJSON struct {
 // decrypts it; null when it fails to), or, when the message is gone but
 // was dead-lettered, its dead-lettered copy.
 func (s *service) handleMessage(w http.ResponseWriter, r *http.Request, pid, txid string) error {
-	d, err := s.store.BrowseMessage(r.Context(), pid, txid)
+	d, err := s.Store.BrowseMessage(r.Context(), pid, txid)
 	if err != nil {
 		return err
 	}
 	m := d.MessageInfo
 	mode := queue.Mode{QueueMode: m.QueueState != "", BusGroups: m.BusGroups}
-	out := messageDetailJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: httpapi.Nullable(m.Namespace),
+	out := messageDetailJSON{messageRefJSON: messageRef(m), Namespace: httpapi.Nullable(m.Namespace),
 		Task: httpapi.Nullable(m.Task), Status: m.State, Payload: httpapi.Raw(d.Data), IsEncrypted: d.Encrypted,
 		TraceID: httpapi.Nullable(m.TraceID), ProducerSub: httpapi.Nullable(m.ProducerSub), CreatedAt: httpapi.FormatMilli(m.CreatedAt),
 		ErrorMessage: d.ErrorMessage, RetryCount: d.RetryCount, LeaseExpiresAt: httpapi.OptTime(m.LeaseExpiresAt),
@@ -249,11 +252,11 @@ type deletedJSON struct {
 // over it, a live lease it ends is released (and its waiters woken), and
 // a stream of this instance holding it gets its credit back.
 func (s *service) handleDeleteMessage(w http.ResponseWriter, r *http.Request, pid, txid string) error {
-	res, err := s.store.DeleteMessage(r.Context(), pid, txid)
+	res, err := s.Store.DeleteMessage(r.Context(), pid, txid)
 	if err != nil {
 		return err
 	}
-	s.fx.AfterMessageDeleted(res, pid, txid)
+	s.Effects.AfterMessageDeleted(res, pid, txid)
 	httpapi.WriteJSON(w, http.StatusOK, deletedJSON{Success: true, PartitionID: pid, TransactionID: txid,
 		Message: "Message deleted successfully"})
 	return nil

@@ -42,12 +42,9 @@ func bucketMinutes(window time.Duration) int {
 }
 
 type statusQueueJSON struct {
-	ID            string  `json:"id"`
-	Name          string  `json:"name"`
-	Namespace     *string `json:"namespace"`
-	Task          *string `json:"task"`
-	Partitions    int64   `json:"partitions"`
-	TotalConsumed int64   `json:"totalConsumed"`
+	queueRefJSON
+	Partitions    int64 `json:"partitions"`
+	TotalConsumed int64 `json:"totalConsumed"`
 }
 
 type opsJSON struct {
@@ -111,16 +108,16 @@ func (s *service) handleStatusDashboard(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return err
 	}
-	list, err := s.store.BrowseQueues(r.Context(), queue.QueuesQuery{Name: f.Queue, Namespace: f.Namespace, Task: f.Task,
+	list, err := s.Store.BrowseQueues(r.Context(), queue.QueuesQuery{Name: f.Queue, Namespace: f.Namespace, Task: f.Task,
 		Scope: f.Scope})
 	if err != nil {
 		return err
 	}
-	leases, err := s.store.BrowseLeases(r.Context(), f)
+	leases, err := s.Store.BrowseLeases(r.Context(), f)
 	if err != nil {
 		return err
 	}
-	dl, err := s.store.BrowseDeadLetters(r.Context(), f)
+	dl, err := s.Store.BrowseDeadLetters(r.Context(), f)
 	if err != nil {
 		return err
 	}
@@ -133,8 +130,7 @@ func (s *service) handleStatusDashboard(w http.ResponseWriter, r *http.Request) 
 	for _, qs := range list.Queues {
 		out.Messages.add(qs.Counts)
 		if qs.Counts.Total > 0 {
-			out.Queues = append(out.Queues, statusQueueJSON{ID: qs.ID, Name: qs.Name, Namespace: httpapi.Nullable(qs.Namespace),
-				Task: httpapi.Nullable(qs.Task), Partitions: qs.Partitions, TotalConsumed: qs.Counts.Completed})
+			out.Queues = append(out.Queues, statusQueueJSON{queueRefJSON: queueRef(qs), Partitions: qs.Partitions, TotalConsumed: qs.Counts.Completed})
 		}
 	}
 	out.Leases.Active, out.Leases.PartitionsWithLeases = leases.Active, leases.Partitions
@@ -186,10 +182,7 @@ type statusTotalsJSON struct {
 
 type statusQueueDetailJSON struct {
 	Queue struct {
-		ID        string           `json:"id"`
-		Name      string           `json:"name"`
-		Namespace *string          `json:"namespace"`
-		Task      *string          `json:"task"`
+		queueRefJSON
 		Priority  int              `json:"priority"`
 		CreatedAt string           `json:"createdAt"`
 		Config    statusConfigJSON `json:"config"`
@@ -208,7 +201,7 @@ func (s *service) handleStatusQueue(w http.ResponseWriter, r *http.Request) erro
 	}
 	qs, o := page.Queue, page.Options
 	var out statusQueueDetailJSON
-	out.Queue.ID, out.Queue.Name, out.Queue.Namespace, out.Queue.Task = qs.ID, qs.Name, httpapi.Nullable(qs.Namespace), httpapi.Nullable(qs.Task)
+	out.Queue.queueRefJSON = queueRef(qs)
 	out.Queue.Priority, out.Queue.CreatedAt = qs.Priority, httpapi.FormatMilli(qs.CreatedAt)
 	out.Queue.Config = statusConfigJSON{LeaseTime: o.LeaseTime, RetryLimit: o.RetryLimit, RetryDelay: o.RetryDelay, TTL: o.TTL,
 		MaxQueueSize: o.MaxSize, DeadLetterQueue: o.DeadLetterQueue}
@@ -227,14 +220,9 @@ func (s *service) handleStatusQueue(w http.ResponseWriter, r *http.Request) erro
 }
 
 type statusMessageJSON struct {
-	ID            string `json:"id"`
-	TransactionID string `json:"transactionId"`
-	PartitionID   string `json:"partitionId"`
-	QueuePath     string `json:"queuePath"`
-	Queue         string `json:"queue"`
-	Partition     string `json:"partition"`
-	Status        string `json:"status"`
-	CreatedAt     string `json:"createdAt"`
+	messageRefJSON
+	Status    string `json:"status"`
+	CreatedAt string `json:"createdAt"`
 }
 
 // handleStatusQueueMessages answers a bare array of one queue's messages,
@@ -251,19 +239,17 @@ func (s *service) handleStatusQueueMessages(w http.ResponseWriter, r *http.Reque
 	if err := checkQueueRead(auth.RightsFrom(r.Context()), name); err != nil {
 		return err
 	}
-	if _, err := s.store.QueueID(r.Context(), name); err != nil {
+	if _, err := s.Store.QueueID(r.Context(), name); err != nil {
 		return err
 	}
 	qry.Queue = name
-	list, err := s.store.BrowseMessages(r.Context(), qry)
+	list, err := s.Store.BrowseMessages(r.Context(), qry)
 	if err != nil {
 		return err
 	}
 	out := make([]statusMessageJSON, len(list.Messages))
 	for i, m := range list.Messages {
-		out[i] = statusMessageJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-			QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Status: m.State,
-			CreatedAt: httpapi.FormatMilli(m.CreatedAt)}
+		out[i] = statusMessageJSON{messageRefJSON: messageRef(m), Status: m.State, CreatedAt: httpapi.FormatMilli(m.CreatedAt)}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -296,7 +282,7 @@ func (s *service) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return err
 	}
-	buckets, err := s.store.BrowseAnalytics(r.Context(), f, from, to, interval)
+	buckets, err := s.Store.BrowseAnalytics(r.Context(), f, from, to, interval)
 	if err != nil {
 		return err
 	}
@@ -319,7 +305,7 @@ func (s *service) handleStatusAnalytics(w http.ResponseWriter, r *http.Request) 
 func (s *service) handleStatusBuffers(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	healthy := s.store.Ping(ctx) == nil
+	healthy := s.Store.Ping(ctx) == nil
 	// pending: pushes this instance holds in its maintenance buffer,
 	// waiting for the end of push maintenance.
 	httpapi.WriteJSON(w, http.StatusOK, struct {
@@ -327,6 +313,6 @@ func (s *service) handleStatusBuffers(w http.ResponseWriter, r *http.Request) er
 		Failed    int  `json:"failed"`
 		DBHealthy bool `json:"dbHealthy"`
 		Worker    int  `json:"worker"`
-	}{Pending: s.maint.Buffer().Records, DBHealthy: healthy})
+	}{Pending: s.Maintenance.Buffer().Records, DBHealthy: healthy})
 	return nil
 }

@@ -69,7 +69,7 @@ func (s *service) handleDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err := httpapi.FromTo(q, &qry.From, &qry.To); err != nil {
 		return err
 	}
-	page, err := s.store.DLQ(r.Context(), qry)
+	page, err := s.Store.DLQ(r.Context(), qry)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func (s *service) handleDLQOne(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return httpapi.BadRequest("id must be a dead letter's id (a positive integer)")
 	}
-	d, err := s.store.DeadLetterByID(r.Context(), id)
+	d, err := s.Store.DeadLetterByID(r.Context(), id)
 	if errors.Is(err, queue.ErrNotFound) {
 		return httpapi.Status(http.StatusNotFound, "Dead letter not found")
 	}
@@ -269,11 +269,11 @@ func dlqActAnswer(w http.ResponseWriter, act *dlqAct, res *queue.DLQActResult, d
 }
 
 func (s *service) handleDLQReplay(w http.ResponseWriter, r *http.Request) error {
-	return s.dlqAct(w, r, "replayed", s.store.ReplayDeadLetters, s.fx.AfterReplay)
+	return s.dlqAct(w, r, "replayed", s.Store.ReplayDeadLetters, s.Effects.AfterReplay)
 }
 
 func (s *service) handleDLQPurge(w http.ResponseWriter, r *http.Request) error {
-	return s.dlqAct(w, r, "purged", s.store.PurgeDeadLetters, s.fx.AfterPurge)
+	return s.dlqAct(w, r, "purged", s.Store.PurgeDeadLetters, s.Effects.AfterPurge)
 }
 
 // dlqAct runs a replay or a purge: the body parsed and checked against the

@@ -40,7 +40,7 @@ func groupState(g queue.GroupSummary) string {
 }
 
 func (s *service) handleGroups(w http.ResponseWriter, r *http.Request) error {
-	groups, err := s.store.ConsumerGroups(r.Context())
+	groups, err := s.Store.ConsumerGroups(r.Context())
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (s *service) handleGroupsLagging(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	lags, err := s.store.Lagging(r.Context(), time.Duration(minLag)*time.Second, limit, offset)
+	lags, err := s.Store.Lagging(r.Context(), time.Duration(minLag)*time.Second, limit, offset)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func (s *service) handleGroupsLagging(w http.ResponseWriter, r *http.Request) er
 
 func (s *service) handleGroup(w http.ResponseWriter, r *http.Request) error {
 	group := r.PathValue("group")
-	parts, truncated, err := s.store.GroupPartitions(r.Context(), group, r.URL.Query().Get("queue"))
+	parts, truncated, err := s.Store.GroupPartitions(r.Context(), group, r.URL.Query().Get("queue"))
 	if err != nil {
 		return err
 	}
@@ -182,11 +182,11 @@ func (s *service) handleGroupDelete(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	res, err := s.store.DeleteGroup(r.Context(), group, queueName, deleteMetadata)
+	res, err := s.Store.DeleteGroup(r.Context(), group, queueName, deleteMetadata)
 	if err != nil {
 		return err
 	}
-	s.fx.AfterGroupMoved(res.Released)
+	s.Effects.AfterGroupMoved(res.Released)
 	out := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": res.Partitions,
 		"metadataDeleted": res.MetadataDeleted}
 	if queueName != "" {
@@ -217,7 +217,7 @@ func (s *service) handleGroupSubscription(w http.ResponseWriter, r *http.Request
 	if err := groupWide(r, "move a consumer group's subscription"); err != nil {
 		return err
 	}
-	n, err := s.store.SetSubscription(r.Context(), group, at)
+	n, err := s.Store.SetSubscription(r.Context(), group, at)
 	if err != nil {
 		return err
 	}
@@ -261,17 +261,17 @@ func (s *service) handleGroupSeek(w http.ResponseWriter, r *http.Request) error 
 	if !auth.RightsFrom(r.Context()).MayConsume(queueName, partition) {
 		return httpapi.Forbiddenf("this token may not consume %s", joinQP(queueName, partition))
 	}
-	res, err := s.store.Seek(r.Context(), group, queueName, partition, to)
+	res, err := s.Store.Seek(r.Context(), group, queueName, partition, to)
 	if errors.Is(err, queue.ErrNotFound) {
 		return httpapi.Status(http.StatusNotFound, "Partition not found")
 	}
 	if err != nil {
 		return err
 	}
-	s.fx.AfterGroupMoved(res.Released)
+	s.Effects.AfterGroupMoved(res.Released)
 	if res.Partitions > 0 {
 		// Messages after the new position are to be read again.
-		s.fx.WakeQueue(queueName)
+		s.Effects.WakeQueue(queueName)
 	}
 	if partition != "" {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queueName,

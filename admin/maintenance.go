@@ -60,8 +60,8 @@ type popMaintenanceJSON struct {
 }
 
 func (s *service) handleMaintenanceGet(w http.ResponseWriter, r *http.Request) error {
-	st := s.maint.Current(r.Context())
-	b := s.maint.Buffer()
+	st := s.Maintenance.Current(r.Context())
+	b := s.Maintenance.Buffer()
 	httpapi.WriteJSON(w, http.StatusOK, maintenanceJSON{MaintenanceMode: st.Maintenance, PopMaintenanceMode: st.PopMaintenance,
 		BufferedMessages: b.Records, BufferHealthy: b.Healthy,
 		BufferStats: bufferStatsJSON{PendingCount: b.Records, FailedCount: b.Dropped, DBHealthy: b.DBHealthy}})
@@ -69,7 +69,7 @@ func (s *service) handleMaintenanceGet(w http.ResponseWriter, r *http.Request) e
 }
 
 func (s *service) handlePopMaintenanceGet(w http.ResponseWriter, r *http.Request) error {
-	st := s.maint.Current(r.Context())
+	st := s.Maintenance.Current(r.Context())
 	httpapi.WriteJSON(w, http.StatusOK, popMaintenanceJSON{PopMaintenanceMode: st.PopMaintenance, Message: popMessage(st.PopMaintenance, false)})
 	return nil
 }
@@ -79,7 +79,7 @@ func (s *service) handleMaintenanceSet(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	b := s.maint.Buffer()
+	b := s.Maintenance.Buffer()
 	n := b.Records
 	msg := "Maintenance mode enabled: pushes are written to each instance's disk buffer, not to the database, until it is disabled"
 	if !st.Maintenance {
@@ -124,7 +124,7 @@ func (s *service) setMaintenance(r *http.Request, key string) (queue.SystemState
 		return queue.SystemState{}, httpapi.BadRequest("enabled (boolean) is required")
 	}
 	enabled := raw[0] == 't'
-	return s.maint.Set(r.Context(), key, enabled)
+	return s.Maintenance.Set(r.Context(), key, enabled)
 }
 
 // Maintenance is the maintenance modes' switches and this instance's push

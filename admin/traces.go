@@ -84,11 +84,11 @@ func (s *service) handleRecordTrace(w http.ResponseWriter, r *http.Request) erro
 	if t.Names, err = traceNamesField(obj["traceNames"]); err != nil {
 		return err
 	}
-	t.PartitionID, err = s.hide(r.Context(), auth.RightsFrom(r.Context()), t.PartitionID) // not found, as an unknown one
+	t.PartitionID, err = s.Hide(r.Context(), auth.RightsFrom(r.Context()), t.PartitionID) // not found, as an unknown one
 	if err != nil {
 		return err
 	}
-	res, err := s.store.RecordTrace(r.Context(), t)
+	res, err := s.Store.RecordTrace(r.Context(), t)
 	if err != nil {
 		return err
 	}
@@ -119,11 +119,11 @@ func traceNamesField(raw json.RawMessage) ([]string, error) {
 // handleTracesOf lists the traces of one message, oldest first.
 func (s *service) handleTracesOf(w http.ResponseWriter, r *http.Request) error {
 	pid, txid := r.PathValue("partitionId"), r.PathValue("transactionId")
-	pid, err := s.hide(r.Context(), auth.RightsFrom(r.Context()), pid) // no traces, as of an unknown one
+	pid, err := s.Hide(r.Context(), auth.RightsFrom(r.Context()), pid) // no traces, as of an unknown one
 	if err != nil {
 		return err
 	}
-	traces, err := s.store.TracesOf(r.Context(), pid, txid)
+	traces, err := s.Store.TracesOf(r.Context(), pid, txid)
 	if err != nil {
 		return err
 	}
@@ -139,17 +139,15 @@ func (s *service) handleTracesOf(w http.ResponseWriter, r *http.Request) error {
 // handleTracesByName lists the traces carrying a name, oldest first, a page
 // at a time (limit, offset), optionally within [from, to).
 func (s *service) handleTracesByName(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
 	qry := queue.TraceQuery{Name: r.PathValue("name")}
 	var err error
-	if qry.Limit, qry.Offset, err = tracePage(q.Get("limit"), q.Get("offset")); err != nil {
+	if qry.Limit, qry.Offset, qry.PartitionMatch, err = tracePage(r); err != nil {
 		return err
 	}
-	if err := httpapi.FromTo(q, &qry.From, &qry.To); err != nil {
+	if err := httpapi.FromTo(r.URL.Query(), &qry.From, &qry.To); err != nil {
 		return err
 	}
-	qry.PartitionMatch = consumeMatch(auth.RightsFrom(r.Context()))
-	page, err := s.store.TracesByName(r.Context(), qry)
+	page, err := s.Store.TracesByName(r.Context(), qry)
 	if err != nil {
 		return err
 	}
@@ -160,24 +158,18 @@ func (s *service) handleTracesByName(w http.ResponseWriter, r *http.Request) err
 			PartitionName: t.Partition, QueueName: t.Queue, TraceNames: t.Names, TransactionID: t.TransactionID,
 			WorkerID: t.WorkerID}
 	}
-	httpapi.WriteJSON(w, http.StatusOK, struct {
-		Pagination tracePaginationJSON `json:"pagination"`
-		Total      int64               `json:"total"`
-		Traces     []namedTraceJSON    `json:"traces"`
-	}{tracePaginationJSON{page.Limit, page.Offset}, page.Total, out})
+	writeTracePage(w, page.Limit, page.Offset, page.Total, "traces", out)
 	return nil
 }
 
 // handleTraceNames lists the trace names, most recently seen first.
 func (s *service) handleTraceNames(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
 	var qry queue.TraceNamesQuery
 	var err error
-	if qry.Limit, qry.Offset, err = tracePage(q.Get("limit"), q.Get("offset")); err != nil {
+	if qry.Limit, qry.Offset, qry.PartitionMatch, err = tracePage(r); err != nil {
 		return err
 	}
-	qry.PartitionMatch = consumeMatch(auth.RightsFrom(r.Context()))
-	page, err := s.store.TraceNames(r.Context(), qry)
+	page, err := s.Store.TraceNames(r.Context(), qry)
 	if err != nil {
 		return err
 	}
@@ -186,23 +178,30 @@ func (s *service) handleTraceNames(w http.ResponseWriter, r *http.Request) error
 		out[i] = traceNameJSON{LastSeen: httpapi.FormatMilli(n.LastSeen), MessageCount: n.Messages, TraceCount: n.Traces,
 			TraceName: n.Name}
 	}
-	httpapi.WriteJSON(w, http.StatusOK, struct {
-		Pagination tracePaginationJSON `json:"pagination"`
-		Total      int64               `json:"total"`
-		TraceNames []traceNameJSON     `json:"trace_names"`
-	}{tracePaginationJSON{page.Limit, page.Offset}, page.Total, out})
+	writeTracePage(w, page.Limit, page.Offset, page.Total, "trace_names", out)
 	return nil
 }
 
-// tracePage reads limit (1 to queue.MaxTraceLimit; absent: 0, the
-// store's default) and offset (0 or more).
-func tracePage(limit, offset string) (int, int, error) {
-	l, err := httpapi.IntParam(limit, "limit", 1, queue.MaxTraceLimit)
-	if err != nil {
-		return 0, 0, err
+// tracePage reads what every trace read by name or of the names takes:
+// limit (1 to queue.MaxTraceLimit; absent: 0, the store's default), offset
+// (0 or more) and the partitions the request's rights let it see
+// (consumeMatch).
+func tracePage(r *http.Request) (limit, offset int, match string, err error) {
+	q := r.URL.Query()
+	if limit, err = httpapi.IntParam(q.Get("limit"), "limit", 1, queue.MaxTraceLimit); err != nil {
+		return 0, 0, "", err
 	}
-	o, err := httpapi.IntParam(offset, "offset", 0, 1<<30)
-	return l, o, err
+	if offset, err = httpapi.IntParam(q.Get("offset"), "offset", 0, 1<<30); err != nil {
+		return 0, 0, "", err
+	}
+	return limit, offset, consumeMatch(auth.RightsFrom(r.Context())), nil
+}
+
+// writeTracePage answers a page of a trace read: its pagination, the total
+// and the items under key (the keys sort as the reference server's do).
+func writeTracePage[T any](w http.ResponseWriter, limit, offset int, total int64, key string, items []T) {
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"pagination": tracePaginationJSON{limit, offset}, "total": total,
+		key: items})
 }
 
 // consumeMatch is a PostgreSQL regular expression over "queue" +

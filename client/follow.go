@@ -179,9 +179,5 @@ func (f *Follow) leave() {
 	f.c.mu.Lock()
 	delete(f.c.follows, f)
 	f.c.mu.Unlock()
-	if cn := f.leaving(); cn != nil {
-		if id := dropFrom(cn, cn.follows, f); id != "" {
-			_ = cn.send(map[string]any{"type": "unfollow", "follow": id}, nil)
-		}
-	}
+	tellLeft(f.leaving(), func(cn *conn) map[string]*Follow { return cn.follows }, f, "unfollow", "follow")
 }

@@ -59,6 +59,19 @@ func (s *standing) leaving() *conn {
 	return cn
 }
 
+// tellLeft removes v, a Subscription or a Follow that left, from the
+// table of cn, the connection it rode on (theirs gives it), and tells the
+// server: {"type": typ, key: the id the server knew it by}. A nil cn (no
+// live connection) or no id: nothing.
+func tellLeft[T comparable](cn *conn, theirs func(*conn) map[string]T, v T, typ, key string) {
+	if cn == nil {
+		return
+	}
+	if id := dropFrom(cn, theirs(cn), v); id != "" {
+		_ = cn.send(map[string]any{"type": typ, key: id}, nil)
+	}
+}
+
 // dropFrom removes v from one of cn's tables and returns the id the
 // server knew it by ("" when it had none).
 func dropFrom[T comparable](cn *conn, table map[string]T, v T) string {

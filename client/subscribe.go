@@ -314,9 +314,5 @@ func (s *Subscription) leave() {
 	s.c.mu.Lock()
 	delete(s.c.subs, s)
 	s.c.mu.Unlock()
-	if cn := s.leaving(); cn != nil {
-		if id := dropFrom(cn, cn.subs, s); id != "" {
-			_ = cn.send(map[string]any{"type": "unsubscribe", "sub": id}, nil)
-		}
-	}
+	tellLeft(s.leaving(), func(cn *conn) map[string]*Subscription { return cn.subs }, s, "unsubscribe", "sub")
 }

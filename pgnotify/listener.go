@@ -1,6 +1,7 @@
 package pgnotify
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,20 +91,11 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	case (cfg.Pool == nil) == (cfg.URL == ""):
 		return nil, errors.New("pgnotify: set exactly one of ListenerConfig.Pool and ListenerConfig.URL")
 	}
-	if cfg.PingInterval == 0 {
-		cfg.PingInterval = PingIntervalDefault
-	}
-	if cfg.BackoffMin == 0 {
-		cfg.BackoffMin = BackoffMinDefault
-	}
-	if cfg.BackoffMax == 0 {
-		cfg.BackoffMax = BackoffMaxDefault
-	}
+	cfg.PingInterval = cmp.Or(cfg.PingInterval, PingIntervalDefault)
+	cfg.BackoffMin, cfg.BackoffMax = backoffOrDefaults(cfg.BackoffMin, cfg.BackoffMax)
 	l := &Listener{cfg: cfg, log: cfg.Logger.With().Str("component", "listener").Logger(), connected: make(chan struct{}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_listen_reconnects_total",
-			Help: "Times the LISTEN connection was re-established after a failure."}),
-		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_notifications_received_total",
-			Help: "Herald notifications received on the LISTEN connection."}),
+		reconnects: counter("herald_listen_reconnects_total", "Times the LISTEN connection was re-established after a failure."),
+		received:   counter("herald_notifications_received_total", "Herald notifications received on the LISTEN connection."),
 		usage: prometheus.NewGauge(prometheus.GaugeOpts{Name: "herald_notification_queue_usage",
 			Help: "pg_notification_queue_usage(): the fraction of the server's NOTIFY queue in use."}),
 	}
@@ -118,15 +110,13 @@ func (l *Listener) Connected() <-chan struct{} { return l.connected }
 
 // Run listens until ctx ends, reconnecting with back-off after failures.
 func (l *Listener) Run(ctx context.Context) error {
-	first := true
-	reconnecting(ctx, l.cfg.BackoffMin, l.cfg.BackoffMax, l.reconnects, l.log,
-		func(ctx context.Context) (bool, error) { return l.session(ctx, &first) })
+	reconnecting(ctx, l.cfg.BackoffMin, l.cfg.BackoffMax, l.reconnects, l.log, l.connected, l.session)
 	return nil
 }
 
-// session connects, listens, sweeps the backlog and waits for
+// session connects, listens (calling up), sweeps the backlog and waits for
 // notifications until the connection fails or ctx ends.
-func (l *Listener) session(ctx context.Context, first *bool) (listened bool, err error) {
+func (l *Listener) session(ctx context.Context, up func()) (listened bool, err error) {
 	conn, err := l.connect(ctx)
 	if err != nil {
 		return false, err
@@ -139,10 +129,7 @@ func (l *Listener) session(ctx context.Context, first *bool) (listened bool, err
 	if _, err := conn.Exec(ctx, listenSQL(channelPrefix+schema)); err != nil {
 		return false, fmt.Errorf("listening: %w", err)
 	}
-	if *first {
-		*first = false
-		close(l.connected)
-	}
+	up()
 	// Anything may have changed while we were not listening.
 	l.cfg.Waker.WakeAll(SourceNotify)
 	if l.cfg.OnState != nil {

@@ -1,6 +1,7 @@
 package pgnotify
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -84,23 +85,14 @@ func NewLogical(cfg LogicalConfig) (*Logical, error) {
 	if cfg.Pool == nil || cfg.Waker == nil || cfg.Tables == nil {
 		return nil, errors.New("pgnotify: LogicalConfig.Pool, LogicalConfig.Waker and LogicalConfig.Tables are required")
 	}
-	if cfg.StatusInterval == 0 {
-		cfg.StatusInterval = StatusIntervalDefault
-	}
-	if cfg.BackoffMin == 0 {
-		cfg.BackoffMin = BackoffMinDefault
-	}
-	if cfg.BackoffMax == 0 {
-		cfg.BackoffMax = BackoffMaxDefault
-	}
+	cfg.StatusInterval = cmp.Or(cfg.StatusInterval, StatusIntervalDefault)
+	cfg.BackoffMin, cfg.BackoffMax = backoffOrDefaults(cfg.BackoffMin, cfg.BackoffMax)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	l := &Logical{cfg: cfg, log: cfg.Logger.With().Str("component", "logical").Logger(),
 		slot: "herald_" + hex.EncodeToString(b[:]), ready: make(chan struct{}),
-		events: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_logical_inserts_total",
-			Help: "Message inserts seen on the replication stream."}),
-		recons: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_logical_reconnects_total",
-			Help: "Times the replication stream was re-established after a failure."}),
+		events: counter("herald_logical_inserts_total", "Message inserts seen on the replication stream."),
+		recons: counter("herald_logical_reconnects_total", "Times the replication stream was re-established after a failure."),
 	}
 	if err := register(cfg.Registerer, l.events, l.recons); err != nil {
 		return nil, err
@@ -130,22 +122,19 @@ func (l *Logical) Check(ctx context.Context) error {
 
 // Run streams until ctx ends, reconnecting with back-off after failures.
 func (l *Logical) Run(ctx context.Context) error {
-	first := true
-	reconnecting(ctx, l.cfg.BackoffMin, l.cfg.BackoffMax, l.recons, l.log,
-		func(ctx context.Context) (bool, error) { return l.session(ctx, &first) })
+	reconnecting(ctx, l.cfg.BackoffMin, l.cfg.BackoffMax, l.recons, l.log, l.ready, l.session)
 	return nil
 }
 
-func (l *Logical) session(ctx context.Context, first *bool) (started bool, err error) {
+// session opens the stream (calling up), wakes everything and streams
+// until the connection fails or ctx ends.
+func (l *Logical) session(ctx context.Context, up func()) (started bool, err error) {
 	conn, pos, err := l.open(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if *first {
-		*first = false
-		close(l.ready)
-	}
+	up()
 	// Inserts while the stream was down are not replayed: look at everything.
 	l.cfg.Waker.WakeAll(SourceLogical)
 	return true, l.stream(ctx, conn, pos)

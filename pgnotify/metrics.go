@@ -2,6 +2,11 @@ package pgnotify
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// counter is a counter named name, described by help.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
 // register registers cs on reg (the Registerer of a component's Config),
 // stopping at the first it refuses; a nil reg registers nothing.
 func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {

@@ -80,12 +80,10 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	}
 	n := &Notifier{cfg: cfg, log: cfg.Logger.With().Str("component", "notifier").Logger(),
 		kick: make(chan struct{}, 1), pending: map[string]map[string]bool{}, last: map[string]time.Time{},
-		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_notify_sent_total",
-			Help: "NOTIFYs sent to wake other instances (one per queue per window at most)."}),
-		batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_notify_batches_total",
-			Help: "Transactions the notifier used to send NOTIFYs."}),
-		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_notify_skipped_total",
-			Help: "Wake-ups not sent because no instance needed them (syncnet woke every instance that listens)."}),
+		sent:    counter("herald_notify_sent_total", "NOTIFYs sent to wake other instances (one per queue per window at most)."),
+		batches: counter("herald_notify_batches_total", "Transactions the notifier used to send NOTIFYs."),
+		skipped: counter("herald_notify_skipped_total",
+			"Wake-ups not sent because no instance needed them (syncnet woke every instance that listens)."),
 	}
 	if err := register(cfg.Registerer, n.sent, n.batches, n.skipped); err != nil {
 		return nil, err

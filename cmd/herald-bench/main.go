@@ -86,6 +86,10 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// ownInstances are the scenarios that start instances of their own, and
+// so cannot measure --url: why, as their refusal says it.
+var ownInstances = map[string]string{"cluster": "starts its own instances", "restart": "restarts an instance of its own"}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	var cfg benchConfig
 	fs := flag.NewFlagSet("herald-bench", flag.ContinueOnError)
@@ -195,6 +199,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		progress(stderr, "measuring %s (%s)", target.url, rep.Machine)
 	}
 	for _, s := range scenarios {
+		if why, own := ownInstances[s]; own && cfg.URL != "" {
+			fmt.Fprintf(stderr, "herald-bench: %s: the %s scenario %s (no --url)\n", s, s, why)
+			return 1
+		}
 		var err error
 		switch s {
 		case "latency":
@@ -205,10 +213,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 				rep.Latency = append(rep.Latency, more...)
 			}
 		case "cluster":
-			if cfg.URL != "" {
-				err = errors.New("the cluster scenario starts its own instances (no --url)")
-				break
-			}
 			rep.Cluster, err = runCluster(ctx, cfg, stderr)
 		case "mesh":
 			rep.Mesh, err = runMesh(ctx, cfg, stderr)
@@ -217,10 +221,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case "drain":
 			rep.Drain, err = runDrain(ctx, target, cfg, stderr)
 		case "restart":
-			if cfg.URL != "" {
-				err = errors.New("the restart scenario restarts an instance of its own (no --url)")
-				break
-			}
 			rep.Restart, err = runRestart(ctx, cfg, stderr)
 		case "groups":
 			rep.Groups, err = runGroups(ctx, target, cfg, stderr)

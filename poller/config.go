@@ -36,6 +36,7 @@ const (
 	SweepMinDefault           = 100 * time.Millisecond
 	SweepMaxDefault           = 5 * time.Second
 	PreflightTimeoutDefault   = 50 * time.Millisecond
+	HeldNoteDefault           = 100 * time.Millisecond
 	MaxIntentionsPerPreflight = 200
 	// queryTimeout bounds every statement of a cycle, so a stuck database
 	// cannot stall a worker for good.
@@ -67,6 +68,13 @@ type Config struct {
 	// the same target share its rows. More are split over several
 	// pre-flights. Zero means MaxIntentionsPerPreflight.
 	MaxIntentions int
+	// HeldNote is how long a lease this instance takes keeps a push here
+	// to its partition from being popped (Poller.heldHere), at most the
+	// lease's time: every delivery notes its lease again, so a partition
+	// kept flowing is covered, and a release this instance never heard of
+	// (an ack on another instance) delays that partition's next push by
+	// this at most. Zero means HeldNoteDefault.
+	HeldNote time.Duration
 	// OnPresence, when set, is told of every intention registered (true)
 	// and withdrawn (false), by queue ("" for a namespace/task intention,
 	// which may match any queue): syncnet announces which instances have
@@ -131,6 +139,9 @@ func (c Config) WithDefaults() Config {
 	if c.PresenceGrace == 0 {
 		c.PresenceGrace = PresenceGraceDefault
 	}
+	if c.HeldNote == 0 {
+		c.HeldNote = HeldNoteDefault
+	}
 	return c
 }
 
@@ -151,6 +162,8 @@ func (c Config) Validate() error {
 		return errors.New("poller: Config.MaxIntentions must be positive")
 	case c.PresenceGrace <= 0:
 		return errors.New("poller: Config.PresenceGrace must be positive")
+	case c.HeldNote <= 0 || c.HeldNote > time.Hour:
+		return errors.New("poller: Config.HeldNote must be positive and at most an hour")
 	}
 	return nil
 }

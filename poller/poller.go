@@ -411,11 +411,12 @@ func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) 
 const heldMax = 10000
 
 // LeasesTaken notes the leases in res, taken by this instance: a push here
-// to one of their partitions is not popped while it holds (heldHere), and
-// other instances are told (Config.Hints). Call it before the messages are
-// delivered, so that their ack's release (LeaseReleased) comes after it. A
-// lease lasts the queue's lease time, read from the config cache; a miss
-// assumes the default, which only bounds how long the note lives.
+// to one of their partitions is not popped for Config.HeldNote or until
+// released (heldHere), and other instances are told (Config.Hints). Call
+// it before the messages are delivered, so that their ack's release
+// (LeaseReleased) comes after it. A lease lasts the queue's lease time,
+// read from the config cache; a miss assumes the default, which only
+// bounds how long the hint lives.
 func (p *Poller) LeasesTaken(res *queue.PopResult) {
 	if res.LeaseID == "" {
 		return
@@ -432,20 +433,20 @@ func (p *Poller) LeasesTaken(res *queue.PopResult) {
 			lease = info.Options.LeaseTime
 		}
 		until := now.Add(time.Duration(lease) * time.Second)
-		p.held.Add(hintKey{m.PartitionID, groupName(m.Group)}, until)
+		p.held.Add(hintKey{m.PartitionID, groupName(m.Group)}, now.Add(min(p.cfg.HeldNote, until.Sub(now))))
 		if p.cfg.Hints != nil {
 			p.cfg.Hints.LeaseAcquired(m.Queue, m.Partition, m.PartitionID, m.Group, until)
 		}
 	}
 }
 
-// heldHere reports until when a lease this instance took holds (partition,
-// group), as LeasesTaken and LeaseReleased told it. A pop of it would come
-// back empty, and the pre-flight after that say the same: a push here is
-// not popped until then (worker.fastServe), when the sweep or the ack's
-// wake-up looks. Advisory like the lease hints: a release this instance
-// did not hear of (an ack on another instance) costs a wait until the
-// next sweep at worst, and only for this instance's own pushes.
+// heldHere reports until when a lease this instance took is taken to hold
+// (partition, group), as LeasesTaken and LeaseReleased told it. A pop of
+// it would come back empty, and the pre-flight after that say the same: a
+// push here is not popped until then (worker.fastServe), when a cycle or
+// the ack's wake-up looks. Advisory like the lease hints: a release this
+// instance did not hear of (an ack on another instance) delays only this
+// instance's own pushes, by Config.HeldNote at most.
 func (p *Poller) heldHere(k hintKey) (time.Time, bool) {
 	until, ok := p.held.Get(k)
 	if !ok {

@@ -686,7 +686,7 @@ func TestHandOff_CreditIsChargedBeforeTheDelivery(t *testing.T) {
 // pre-flight after it would say so again. The ack's release, told before
 // its wake-up (as the gateway tells it), serves what the pushes left.
 func TestPoller_PushToAPartitionThisInstanceHoldsCostsNoQuery(t *testing.T) {
-	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff = true })
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff, c.HeldNote = true, time.Minute })
 	got := make(chan *queue.PopResult, 10)
 	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
 		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
@@ -759,5 +759,34 @@ func TestPoller_WakeFromElsewherePopsAPartitionThisInstanceHeld(t *testing.T) {
 		assert.Equal(t, []int{2}, ns(res))
 	case <-time.After(5 * time.Second):
 		t.Fatal("a wake-up from elsewhere did not pop the partition")
+	}
+}
+
+// A lease released where this instance does not hear of it (an ack on
+// another instance without syncnet) holds this instance's pushes back for
+// Config.HeldNote at most, not for the lease's time.
+func TestPoller_PushHereIsPoppedOnceTheHeldNoteLapses(t *testing.T) {
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff, c.HeldNote = true, 300*time.Millisecond })
+	got := make(chan *queue.PopResult, 10)
+	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	defer e.p.Register(in)()
+	e.push("q", "p1", 1, 1)
+	var first *queue.PopResult
+	select {
+	case first = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first message was not delivered")
+	}
+	m := first.Messages[0]
+	_, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		LeaseID: first.LeaseID, Status: queue.StatusCompleted}})
+	require.NoError(t, err)
+	e.push("q", "p1", 2, 2)
+	select {
+	case res := <-got:
+		assert.Equal(t, []int{2}, ns(res))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a push here waited past the held note (for the lease's time)")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -96,9 +97,17 @@ func (s *pgFloorSys) run(ctx context.Context, rate int, warm, dur time.Duration)
 	go func() {
 		done <- consumePGFloor(ws, func(_ int64, p []byte) { rec.RecordJSON(p, time.Now()) })
 	}()
+	st0, _ := s.stats(ctx)
 	sm, err := measure(ctx, rate, warm, dur, s.cpu, rec, func(ctx context.Context, i int, p []byte) error {
 		return pushPGFloor(ctx, s.http, base, q, fmt.Sprintf("p%d", i%s.partitions), p)
 	})
+	if st1, serr := s.stats(ctx); serr == nil && st1.Pushes > st0.Pushes {
+		// On the log's line of the run: the statements it sent per message.
+		d := pgFloorStats{st1.Pushes - st0.Pushes, st1.Frames - st0.Frames, st1.AckFrames - st0.AckFrames,
+			st1.Acked - st0.Acked}
+		fmt.Fprintf(os.Stderr, "(%d INSERTs, %d frames written, %d ack frames = DELETEs for %d acks: %.2f statements "+
+			"per message) ", d.Pushes, d.Frames, d.AckFrames, d.Acked, float64(d.Pushes+d.AckFrames)/float64(d.Pushes))
+	}
 	select {
 	case cerr := <-done: // it failed before the end
 		if err == nil {
@@ -109,6 +118,27 @@ func (s *pgFloorSys) run(ctx context.Context, rate int, warm, dur time.Duration)
 		<-done
 	}
 	return sm, err
+}
+
+// stats reads the server's counters.
+func (s *pgFloorSys) stats(ctx context.Context) (pgFloorStats, error) {
+	var st pgFloorStats
+	b, err := call(ctx, s.http, http.MethodGet, "http://"+s.ch.addr+"/stats", nil, http.StatusOK, "reading the counters")
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("decoding the counters: %w", err)
+	}
+	return st, nil
+}
+
+// pgFloorStats counts what the floor's server did since it started.
+type pgFloorStats struct {
+	Pushes    int64 `json:"pushes"`    // messages stored: INSERTs
+	Frames    int64 `json:"frames"`    // frames written to consumers
+	AckFrames int64 `json:"ackFrames"` // ack frames read: DELETEs
+	Acked     int64 `json:"acked"`     // ids in them
 }
 
 // pushPGFloor pushes payload p to partition part of queue q on the floor
@@ -165,6 +195,8 @@ type pgFloorServer struct {
 	mu   sync.Mutex
 	subs map[string]*pgFloorSub // each queue's one consumer
 	acks sync.WaitGroup         // DELETEs under way
+	// pushes, frames, ackFrames, acked: pgFloorStats.
+	pushes, frames, ackFrames, acked atomic.Int64
 }
 
 // pgFloorSub is a consumer: the messages handed to it, not yet written
@@ -200,6 +232,10 @@ func (s *pgFloorServer) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /push", s.push)
 	mux.HandleFunc("GET /ws/{queue}", s.subscribe)
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(pgFloorStats{s.pushes.Load(), s.frames.Load(), s.ackFrames.Load(), s.acked.Load()})
+	})
 	return mux
 }
 
@@ -234,6 +270,7 @@ func (s *pgFloorServer) push(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "storing the message: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	s.pushes.Add(1)
 	s.hand(it.Queue, id, it.Payload)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
@@ -310,6 +347,7 @@ func (s *pgFloorServer) subscribe(w http.ResponseWriter, r *http.Request) {
 		if err := ws.WriteMessage(websocket.BinaryMessage, buf); err != nil {
 			return
 		}
+		s.frames.Add(1)
 	}
 }
 
@@ -331,6 +369,8 @@ func (s *pgFloorServer) readAcks(ws *websocket.Conn) {
 		for i := range ids {
 			ids[i] = int64(binary.BigEndian.Uint64(b[8*i:])) // #nosec G115 -- a bigserial
 		}
+		s.ackFrames.Add(1)
+		s.acked.Add(int64(len(ids)))
 		s.acks.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

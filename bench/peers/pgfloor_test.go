@@ -108,6 +108,19 @@ func TestPGFloor_DeliversEveryPushOnceInPartitionOrderAndDeletesAckedRows(t *tes
 		return len(got) >= parts*each
 	})
 	waitFor(t, "the acked rows deleted", func() bool { return rowsOf(t, s, "q") == 0 })
+	// Its counters (the benchmark's statements per message) say as much.
+	b, err := call(t.Context(), c, http.MethodGet, base+"/stats", nil, http.StatusOK, "reading the counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st pgFloorStats
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Pushes != parts*each || st.Acked != parts*each || st.AckFrames < 1 || st.AckFrames > st.Frames ||
+		st.Frames > parts*each {
+		t.Errorf("counters %+v, want %d pushes and acks, 1 to frames ack frames, at most one frame a message", st, parts*each)
+	}
 	_ = ws.Close()
 	<-consumed
 	mu.Lock()

@@ -132,7 +132,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.warm, "warm", time.Second, "warm-up at the start of each measurement, not counted in the latencies")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured part of each measurement")
 	fs.IntVar(&cfg.partitions, "partitions", 16, fmt.Sprintf("latency: partitions the pushes are spread over, round robin, for Herald's rows and pg-floor (1-%d; the e2e scenario keeps 16)", maxPartitions))
-	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, of "+strings.Join(allSystems, ",")+" (fanout: herald, centrifuge and floor-sync, the first floor: its push answered once every socket is written, its frame the payload alone)")
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, of "+strings.Join(allSystems, ",")+"; also pg-floor-async-ack, pg-floor with its acks committed asynchronously (fanout: herald, centrifuge and floor-sync, the first floor: its push answered once every socket is written, its frame the payload alone)")
 	fs.StringVar(&cfg.out, "out", "", "also write the markdown tables to this file")
 	fs.StringVar(&cfg.scenario, "scenario", "all", "latency (paced single pushes), e2e (end-to-end throughput), all (both), or fanout (N SSE followers of one stream; herald and centrifuge)")
 	fanout := fs.String("fanout", "10000@10,1000@100", "fanout: comma-separated FOLLOWERS@RATE cases")
@@ -295,7 +295,7 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 		}
 	}
 	for _, name := range cfg.systems {
-		if (strings.HasPrefix(name, "herald") || name == "river" || name == "pg-floor") && pg == nil {
+		if (strings.HasPrefix(name, "herald") || name == "river" || strings.HasPrefix(name, "pg-floor")) && pg == nil {
 			fmt.Fprintln(log, "starting PostgreSQL (fsync on, synchronous_commit on)")
 			p, err := startPostgres(ctx)
 			if err != nil {
@@ -331,8 +331,8 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 			s, err = startCentrifuge(ctx, self)
 		case "river":
 			s, err = startRiver(ctx, self, pg)
-		case "pg-floor":
-			s, err = startPGFloor(ctx, self, pg, cfg.partitions)
+		case "pg-floor", "pg-floor-async-ack":
+			s, err = startPGFloor(ctx, self, pg, cfg.partitions, name == "pg-floor-async-ack")
 		case "floor", "floor-sync":
 			s, err = startFloor(ctx, self, name == "floor-sync")
 		default:

@@ -77,7 +77,7 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 		return nil, fmt.Errorf("connecting to the new cluster: %w", err)
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	for _, db := range []string{"herald", "river", "pgfloor"} {
+	for _, db := range []string{"herald", "river", "pgfloor", "pgfloorasync"} {
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 			return nil, fmt.Errorf("creating database %s: %w", db, err)
 		}

@@ -51,6 +51,13 @@ import (
 // shape, and metrics. Herald's figures cannot go below it on the same
 // PostgreSQL; the distance to it is what the queue adds.
 //
+// pg-floor-async-ack (only when asked for) is the same floor with its
+// DELETEs committed without waiting for their WAL flush (a pool of its own
+// with synchronous_commit off): at least once allows it, since an ack a
+// crash loses only brings its message again, and so it is the least such a
+// queue can do with one synchronous commit per message. Herald commits its
+// acks synchronously (queue/ack.go), as pg-floor does.
+//
 // Order: a push hands its message over after its commit returns and
 // before it answers, so a push answered before another is sent is
 // delivered before it, in every partition (the order a producer can
@@ -61,6 +68,7 @@ type pgFloorSys struct {
 	childSys
 	pg         *postgres
 	partitions int
+	asyncAck   bool // pg-floor-async-ack
 }
 
 // pgFloorConns is the floor's pool size: one connection per producer of
@@ -72,15 +80,26 @@ const pgFloorConns = 16
 // pgFloorMaxAck is the most ids one ack frame may carry.
 const pgFloorMaxAck = 10000
 
-func startPGFloor(ctx context.Context, self string, pg *postgres, partitions int) (*pgFloorSys, error) {
-	cs, err := startChildSys(ctx, self, "pg-floor", pg.url("pgfloor"))
+// startPGFloor starts the floor's server on the database pgfloor (with
+// asyncAck, pg-floor-async-ack's on pgfloorasync).
+func startPGFloor(ctx context.Context, self string, pg *postgres, partitions int, asyncAck bool) (*pgFloorSys, error) {
+	args := []string{"pg-floor", pg.url("pgfloor")}
+	if asyncAck {
+		args = []string{"pg-floor", pg.url("pgfloorasync"), "async-ack"}
+	}
+	cs, err := startChildSys(ctx, self, args...)
 	if err != nil {
 		return nil, err
 	}
-	return &pgFloorSys{childSys: cs, pg: pg, partitions: partitions}, nil
+	return &pgFloorSys{childSys: cs, pg: pg, partitions: partitions, asyncAck: asyncAck}, nil
 }
 
-func (s *pgFloorSys) name() string { return "pg-floor" }
+func (s *pgFloorSys) name() string {
+	if s.asyncAck {
+		return "pg-floor-async-ack"
+	}
+	return "pg-floor"
+}
 
 func (s *pgFloorSys) cpu() (time.Duration, time.Duration) { return procCPU(s.ch.pid()), s.pg.cpu() }
 
@@ -192,9 +211,12 @@ func consumePGFloor(ws *websocket.Conn, got func(id int64, p []byte)) error {
 // pgFloorServer is the floor's server side (childPGFloor serves it).
 type pgFloorServer struct {
 	pool *pgxpool.Pool
-	mu   sync.Mutex
-	subs map[string]*pgFloorSub // each queue's one consumer
-	acks sync.WaitGroup         // DELETEs under way
+	// ackPool runs the DELETEs: pool, or with asyncAck a pool of its own
+	// whose commits do not wait for their WAL flush.
+	ackPool *pgxpool.Pool
+	mu      sync.Mutex
+	subs    map[string]*pgFloorSub // each queue's one consumer
+	acks    sync.WaitGroup         // DELETEs under way
 	// pushes, frames, ackFrames, acked: pgFloorStats.
 	pushes, frames, ackFrames, acked atomic.Int64
 }
@@ -208,13 +230,17 @@ type pgFloorSub struct {
 }
 
 // newPGFloorServer connects a pool of conns connections to dsn (all
-// opened now) and creates the messages table if it is not there.
-func newPGFloorServer(ctx context.Context, dsn string, conns int32) (*pgFloorServer, error) {
+// opened now, synchronous_commit on) and creates the messages table if it
+// is not there. With
+// asyncAck the DELETEs run on another pool of conns connections, with
+// synchronous_commit off.
+func newPGFloorServer(ctx context.Context, dsn string, conns int32, asyncAck bool) (*pgFloorServer, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the database URL: %w", err)
 	}
 	cfg.MaxConns, cfg.MinConns = conns, conns
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on" // whatever the cluster's default
 	cfg.MaxConnIdleTime, cfg.MaxConnLifetime = time.Hour, 24*time.Hour
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -225,7 +251,16 @@ func newPGFloorServer(ctx context.Context, dsn string, conns int32) (*pgFloorSer
 		pool.Close()
 		return nil, fmt.Errorf("creating the messages table: %w", err)
 	}
-	return &pgFloorServer{pool: pool, subs: map[string]*pgFloorSub{}}, nil
+	s := &pgFloorServer{pool: pool, ackPool: pool, subs: map[string]*pgFloorSub{}}
+	if asyncAck {
+		acfg := cfg.Copy()
+		acfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		if s.ackPool, err = pgxpool.NewWithConfig(ctx, acfg); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("connecting the ack pool: %w", err)
+		}
+	}
+	return s, nil
 }
 
 func (s *pgFloorServer) handler() http.Handler {
@@ -242,6 +277,9 @@ func (s *pgFloorServer) handler() http.Handler {
 // close waits for the DELETEs under way and closes the pool.
 func (s *pgFloorServer) close() {
 	s.acks.Wait()
+	if s.ackPool != s.pool {
+		s.ackPool.Close()
+	}
 	s.pool.Close()
 }
 
@@ -374,19 +412,20 @@ func (s *pgFloorServer) readAcks(ws *websocket.Conn) {
 		s.acks.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if _, err := s.pool.Exec(ctx, `DELETE FROM messages WHERE id = ANY($1)`, ids); err != nil {
+			if _, err := s.ackPool.Exec(ctx, `DELETE FROM messages WHERE id = ANY($1)`, ids); err != nil {
 				fmt.Fprintln(os.Stderr, "pg-floor: deleting acked rows:", err)
 			}
 		})
 	}
 }
 
-// childPGFloor runs the floor's server on the database at args[0].
+// childPGFloor runs the floor's server on the database at args[0];
+// "async-ack" after it commits the acks' DELETEs asynchronously.
 func childPGFloor(args []string) error {
-	if len(args) != 1 {
-		return errors.New("child pg-floor: want a database URL")
+	if len(args) < 1 || len(args) > 2 || (len(args) == 2 && args[1] != "async-ack") {
+		return errors.New("child pg-floor: want a database URL and optionally async-ack")
 	}
-	s, err := newPGFloorServer(context.Background(), args[0], pgFloorConns)
+	s, err := newPGFloorServer(context.Background(), args[0], pgFloorConns, len(args) == 2)
 	if err != nil {
 		return err
 	}

@@ -13,17 +13,18 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldmq/herald/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// servePGFloor serves the floor on a database of the test's own and
-// returns it and its base URL.
-func servePGFloor(t *testing.T) (*pgFloorServer, string) {
+// servePGFloor serves the floor (pg-floor-async-ack's with asyncAck) on
+// a database of the test's own and returns it and its base URL.
+func servePGFloor(t *testing.T, asyncAck bool) (*pgFloorServer, string) {
 	t.Helper()
-	s, err := newPGFloorServer(t.Context(), pgtest.DSN(t), 4)
+	s, err := newPGFloorServer(t.Context(), pgtest.DSN(t), 4, asyncAck)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // pushed, and once the consumer has acked them the table holds none of
 // them.
 func TestPGFloor_DeliversEveryPushOnceInPartitionOrderAndDeletesAckedRows(t *testing.T) {
-	s, base := servePGFloor(t)
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("asyncAck=%v", async), func(t *testing.T) { deliversInOrderAndDeletes(t, async) })
+	}
+}
+
+func deliversInOrderAndDeletes(t *testing.T, asyncAck bool) {
+	s, base := servePGFloor(t, asyncAck)
 	ws, err := dialPGFloor(t.Context(), base, "q")
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +147,7 @@ func TestPGFloor_DeliversEveryPushOnceInPartitionOrderAndDeletesAckedRows(t *tes
 // TestPGFloor_PushIsCommittedBeforeItsAnswer: when the push is answered
 // its row is in the table (here, with no consumer, it stays there).
 func TestPGFloor_PushIsCommittedBeforeItsAnswer(t *testing.T) {
-	s, base := servePGFloor(t)
+	s, base := servePGFloor(t, false)
 	if err := pushPGFloor(t.Context(), http.DefaultClient, base, "nobody", "p0", []byte(`{"x":1}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +165,7 @@ func TestPGFloor_PushIsCommittedBeforeItsAnswer(t *testing.T) {
 // two items, or of one without a queue or a payload is answered 400 and
 // stores nothing.
 func TestPGFloor_RefusesAPushOfOtherThanOneItem(t *testing.T) {
-	s, base := servePGFloor(t)
+	s, base := servePGFloor(t, false)
 	for _, body := range []string{
 		`not json`,
 		`{"items":[]}`,
@@ -182,7 +189,7 @@ func TestPGFloor_RefusesAPushOfOtherThanOneItem(t *testing.T) {
 // 8-byte ids; a frame cut short, an empty one or a text frame closes the
 // socket with 1003.
 func TestPGFloor_ClosesASocketThatSendsOtherThanAnAckFrame(t *testing.T) {
-	_, base := servePGFloor(t)
+	_, base := servePGFloor(t, false)
 	for i, f := range []struct {
 		kind int
 		data []byte
@@ -208,7 +215,7 @@ func TestPGFloor_ClosesASocketThatSendsOtherThanAnAckFrame(t *testing.T) {
 // TestPGFloor_RefusesASecondConsumerOfAQueue: a queue has one consumer; a
 // second socket for it is answered 409 while the first is open.
 func TestPGFloor_RefusesASecondConsumerOfAQueue(t *testing.T) {
-	_, base := servePGFloor(t)
+	_, base := servePGFloor(t, false)
 	ws, err := dialPGFloor(t.Context(), base, "one")
 	if err != nil {
 		t.Fatal(err)
@@ -225,4 +232,29 @@ func TestPGFloor_RefusesASecondConsumerOfAQueue(t *testing.T) {
 		t.Fatalf("a second consumer: %v, status %d, want 409", err, status)
 	}
 	_ = res.Body.Close()
+}
+
+// TestPGFloor_CommitsPushesSynchronouslyAndAcksAsAsked: the pushes'
+// connections commit synchronously whatever the cluster's default (the
+// test cluster's is off); the acks' too, but for pg-floor-async-ack's.
+func TestPGFloor_CommitsPushesSynchronouslyAndAcksAsAsked(t *testing.T) {
+	show := func(p interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		var v string
+		if err := p.QueryRow(t.Context(), "SHOW synchronous_commit").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, async := range []bool{false, true} {
+		s, _ := servePGFloor(t, async)
+		want := "on"
+		if async {
+			want = "off"
+		}
+		if p, a := show(s.pool), show(s.ackPool); p != "on" || a != want {
+			t.Errorf("asyncAck %v: synchronous_commit %s for pushes, %s for acks; want on, %s", async, p, a, want)
+		}
+	}
 }

@@ -23,6 +23,8 @@ var describe = map[string]string{
 	"river":           "River 0.51.1 (same PostgreSQL; 100 workers, job completion as the ack)",
 	"pg-floor": "pg-floor, the floor of a queue in PostgreSQL (same PostgreSQL; per push one INSERT committed before the 201, " +
 		"handed from memory to the consumer's WebSocket; one DELETE per ack frame; nothing else: pgfloor.go)",
+	"pg-floor-async-ack": "pg-floor with its acks' DELETEs committed without waiting for the WAL flush (synchronous_commit off " +
+		"for them; a lost ack is a redelivery)",
 }
 
 // medianOf is the median of one field over the rounds.

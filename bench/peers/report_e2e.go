@@ -7,10 +7,11 @@ import (
 
 // e2eOmitted says why a system has no row in the end-to-end table.
 var e2eOmitted = map[string]string{
-	"herald-sse":      "Herald's SSE and long-poll consumers (the Herald row consumes over WebSocket; they are latency rows only)",
-	"herald-longpoll": "Herald's SSE and long-poll consumers (the Herald row consumes over WebSocket; they are latency rows only)",
-	"centrifuge":      "centrifuge, which has no acks and no persistence (at most once to connected clients)",
-	"pg-floor":        "pg-floor, the latency scenario's floor (pgfloor.go: single-item pushes only)",
+	"herald-sse":         "Herald's SSE and long-poll consumers (the Herald row consumes over WebSocket; they are latency rows only)",
+	"herald-longpoll":    "Herald's SSE and long-poll consumers (the Herald row consumes over WebSocket; they are latency rows only)",
+	"centrifuge":         "centrifuge, which has no acks and no persistence (at most once to connected clients)",
+	"pg-floor":           "pg-floor, the latency scenario's floor (pgfloor.go: single-item pushes only)",
+	"pg-floor-async-ack": "pg-floor, the latency scenario's floor (pgfloor.go: single-item pushes only)",
 }
 
 // describeE2E says how each system takes part in the end-to-end scenario.

@@ -15,10 +15,11 @@ import (
 	"github.com/heraldmq/herald/internal/benchstat"
 )
 
-// heraldPartitions spreads the pushes as herald-bench does: a partition is
-// leased to one consumer at a time, so with one partition every message
-// would wait for the previous one's ack.
-const heraldPartitions = 16
+// e2ePartitions spreads the end-to-end scenario's pushes as herald-bench
+// does: a partition is leased to one consumer at a time, so with one
+// partition every message would wait for the previous one's ack. The
+// latency scenario's partitions are --partitions (heraldSys.partitions).
+const e2ePartitions = 16
 
 // heraldSys is `herald serve` on the run's PostgreSQL: pushes over HTTP,
 // one WebSocket consumer (the Go SDK) acking each message.
@@ -30,9 +31,11 @@ type heraldSys struct {
 	http *http.Client
 	n    int
 	refs int // rows (herald, herald-sse, herald-longpoll) sharing this process
+	// partitions: the latency rows' pushes go round robin to p0…p(N-1).
+	partitions int
 }
 
-func startHerald(ctx context.Context, bin string, pg *postgres) (*heraldSys, error) {
+func startHerald(ctx context.Context, bin string, pg *postgres, partitions int) (*heraldSys, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("finding a free port: %w", err)
@@ -45,7 +48,7 @@ func startHerald(ctx context.Context, bin string, pg *postgres) (*heraldSys, err
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	h := &heraldSys{url: "http://" + addr, cmd: cmd, done: make(chan error, 1), pg: pg,
+	h := &heraldSys{url: "http://" + addr, cmd: cmd, done: make(chan error, 1), pg: pg, partitions: partitions,
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: time.Minute}}
 	go func() { h.done <- cmd.Wait() }()
 	deadline := time.Now().Add(2 * time.Minute)
@@ -99,7 +102,7 @@ func (h *heraldSys) run(ctx context.Context, rate int, warm, dur time.Duration) 
 			})
 	}()
 	s, err := measure(ctx, rate, warm, dur, h.cpu, rec, func(ctx context.Context, i int, p []byte) error {
-		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":%s}]}`, q, i%heraldPartitions, p)
+		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":%s}]}`, q, i%h.partitions, p)
 		return h.post(ctx, "/api/v1/push", body)
 	})
 	cancel()
@@ -126,7 +129,7 @@ func (h *heraldSys) stop() { stopProcess(h.cmd, h.done) }
 
 func (h *heraldSys) e2eMaxGroups() int { return 1 << 20 }
 
-// e2e pushes batches with POST /api/v1/push over heraldPartitions
+// e2e pushes batches with POST /api/v1/push over e2ePartitions
 // partitions; each group has a WebSocket connection of its own (the Go
 // SDK) with one subscription acking every message on the socket.
 func (h *heraldSys) e2e(ctx context.Context, groups int, warm, dur time.Duration) (e2eSample, error) {
@@ -171,7 +174,7 @@ func (h *heraldSys) e2e(ctx context.Context, groups int, warm, dur time.Duration
 			if k > 0 {
 				b.WriteByte(',')
 			}
-			fmt.Fprintf(&b, `{"queue":%q,"partition":"p%d","payload":%s}`, q, (first+k)%heraldPartitions, p)
+			fmt.Fprintf(&b, `{"queue":%q,"partition":"p%d","payload":%s}`, q, (first+k)%e2ePartitions, p)
 		}
 		b.WriteString(`]}`)
 		return h.post(ctx, "/api/v1/push", b.String())

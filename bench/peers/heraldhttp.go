@@ -100,7 +100,7 @@ func (v *heraldVariant) run(ctx context.Context, rate int, warm, dur time.Durati
 	done := make(chan error, 1)
 	go func() { done <- v.consume(cctx, q, rec) }()
 	s, err := measure(ctx, rate, warm, dur, v.cpu, rec, func(ctx context.Context, i int, p []byte) error {
-		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":%s}]}`, q, i%heraldPartitions, p)
+		body := fmt.Sprintf(`{"items":[{"queue":%q,"partition":"p%d","payload":%s}]}`, q, i%v.partitions, p)
 		return v.post(ctx, "/api/v1/push", body)
 	})
 	cancel()
@@ -226,10 +226,10 @@ func (v *heraldVariant) readSSE(ctx context.Context, q, lastID string, rec *benc
 }
 
 // consumeLongPoll pops in a loop (wait=true, up to 10 messages over up to
-// 16 partitions) and acks each pop's messages with one ack/batch before
+// --partitions partitions) and acks each pop's messages with one ack/batch before
 // the next pop, as a simple HTTP worker would.
 func (v *heraldVariant) consumeLongPoll(ctx context.Context, q string, rec *benchstat.Recorder) error {
-	url := v.url + "/api/v1/pop/queue/" + q + "?wait=true&timeout=30000&batch=10&partitions=16"
+	url := fmt.Sprintf("%s/api/v1/pop/queue/%s?wait=true&timeout=30000&batch=10&partitions=%d", v.url, q, v.partitions)
 	for ctx.Err() == nil {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {

@@ -18,11 +18,17 @@
 // floor of this machine (floor.go).
 //
 //	peers --herald ../../bin/herald [--scenario all|latency|e2e|fanout] [--rounds 3]
-//		[--rates 200,1000] [--duration 5s] [--e2e-groups 1,5] [--e2e-duration 10s]
+//		[--rates 200,1000] [--duration 5s] [--partitions 16] [--e2e-groups 1,5] [--e2e-duration 10s]
 //		[--fanout 10000@10,1000@100] [--fanout-duration 10s] [--fanout-floor=false]
 //
-// It starts one PostgreSQL (fsync and synchronous_commit on) for Herald
-// and River, in databases of their own, and runs every server in a process
+// The latency scenario also measures pg-floor (pgfloor.go), the least a
+// queue in PostgreSQL with Herald's transports can do per message: an
+// INSERT per push and a DELETE per ack frame, each committed
+// synchronously, the message handed to the consumer's WebSocket from
+// memory.
+//
+// It starts one PostgreSQL (fsync and synchronous_commit on) for Herald,
+// River and pg-floor, in databases of their own, and runs every server in a process
 // of its own so that its CPU time is its own: herald as a binary, the
 // embedded nats-server and centrifuge node as children of this binary.
 package main
@@ -75,6 +81,8 @@ func runChild(kind string, args []string) error {
 		return childFloor(args)
 	case "river":
 		return childRiver(args)
+	case "pg-floor":
+		return childPGFloor(args)
 	case "followers":
 		if rc := fanoutload.RunFollowers(args); rc != 0 {
 			return fmt.Errorf("followers exited %d", rc)
@@ -96,6 +104,8 @@ type config struct {
 	e2eDuration time.Duration
 	systems     []string
 	out         string
+	// partitions: the latency scenario's partitions (Herald, pg-floor).
+	partitions int
 	// fanoutCases and fanoutDuration: the fanout scenario's followers @
 	// rates and measured part.
 	fanoutCases    []fanoutload.Case
@@ -106,7 +116,10 @@ func (c config) latency() bool { return c.scenario == "all" || c.scenario == "la
 func (c config) e2e() bool     { return c.scenario == "all" || c.scenario == "e2e" }
 func (c config) fanout() bool  { return c.scenario == "fanout" }
 
-var allSystems = []string{"herald", "herald-sse", "herald-longpoll", "nats", "nats-sync", "centrifuge", "river"}
+var allSystems = []string{"herald", "herald-sse", "herald-longpoll", "nats", "nats-sync", "centrifuge", "river", "pg-floor"}
+
+// maxPartitions bounds --partitions.
+const maxPartitions = 1000
 
 func run(args []string, stdout, stderr io.Writer) error {
 	var cfg config
@@ -118,7 +131,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&rates, "rates", "200,1000", "comma-separated push rates, messages per second")
 	fs.DurationVar(&cfg.warm, "warm", time.Second, "warm-up at the start of each measurement, not counted in the latencies")
 	fs.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured part of each measurement")
-	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, of "+strings.Join(allSystems, ",")+" (fanout: herald, centrifuge and floor-sync, the first floor: its push answered once every socket is written, its frame the payload alone)")
+	fs.IntVar(&cfg.partitions, "partitions", 16, fmt.Sprintf("latency: partitions the pushes are spread over, round robin, for Herald's rows and pg-floor (1-%d; the e2e scenario keeps 16)", maxPartitions))
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma-separated systems to run, of "+strings.Join(allSystems, ",")+"; also pg-floor-async-ack, pg-floor with its acks committed asynchronously (fanout: herald, centrifuge and floor-sync, the first floor: its push answered once every socket is written, its frame the payload alone)")
 	fs.StringVar(&cfg.out, "out", "", "also write the markdown tables to this file")
 	fs.StringVar(&cfg.scenario, "scenario", "all", "latency (paced single pushes), e2e (end-to-end throughput), all (both), or fanout (N SSE followers of one stream; herald and centrifuge)")
 	fanout := fs.String("fanout", "10000@10,1000@100", "fanout: comma-separated FOLLOWERS@RATE cases")
@@ -132,6 +146,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.scenario != "all" && cfg.scenario != "latency" && cfg.scenario != "e2e" && cfg.scenario != "fanout" {
 		return fmt.Errorf("--scenario: %q is not latency, e2e, all or fanout", cfg.scenario)
+	}
+	if cfg.partitions < 1 || cfg.partitions > maxPartitions {
+		return fmt.Errorf("--partitions: %d is not between 1 and %d", cfg.partitions, maxPartitions)
 	}
 	var err error
 	if cfg.fanoutCases, err = fanoutCases(*fanout); err != nil {
@@ -278,7 +295,7 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 		}
 	}
 	for _, name := range cfg.systems {
-		if (strings.HasPrefix(name, "herald") || name == "river") && pg == nil {
+		if (strings.HasPrefix(name, "herald") || name == "river" || strings.HasPrefix(name, "pg-floor")) && pg == nil {
 			fmt.Fprintln(log, "starting PostgreSQL (fsync on, synchronous_commit on)")
 			p, err := startPostgres(ctx)
 			if err != nil {
@@ -292,7 +309,7 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 		switch name {
 		case "herald", "herald-sse", "herald-longpoll":
 			if hs == nil {
-				hs, err = startHerald(ctx, cfg.herald, pg)
+				hs, err = startHerald(ctx, cfg.herald, pg, cfg.partitions)
 				if err != nil {
 					break
 				}
@@ -314,6 +331,8 @@ func startAll(ctx context.Context, cfg config, self string, log io.Writer) ([]sy
 			s, err = startCentrifuge(ctx, self)
 		case "river":
 			s, err = startRiver(ctx, self, pg)
+		case "pg-floor", "pg-floor-async-ack":
+			s, err = startPGFloor(ctx, self, pg, cfg.partitions, name == "pg-floor-async-ack")
 		case "floor", "floor-sync":
 			s, err = startFloor(ctx, self, name == "floor-sync")
 		default:

@@ -18,9 +18,9 @@ import (
 // pgBin holds initdb, pg_ctl and postgres (Debian's layout).
 const pgBin = "/usr/lib/postgresql/15/bin"
 
-// postgres is the one PostgreSQL cluster of a run: Herald and River use it,
-// in databases of their own, with fsync and synchronous_commit on (the
-// defaults).
+// postgres is the one PostgreSQL cluster of a run: Herald, River and
+// pg-floor use it, in databases of their own, with fsync and
+// synchronous_commit on (the defaults).
 type postgres struct {
 	dir  string // temporary directory: data, socket, log
 	port int
@@ -77,7 +77,7 @@ func startPostgres(ctx context.Context) (*postgres, error) {
 		return nil, fmt.Errorf("connecting to the new cluster: %w", err)
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	for _, db := range []string{"herald", "river"} {
+	for _, db := range []string{"herald", "river", "pgfloor", "pgfloorasync"} {
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 			return nil, fmt.Errorf("creating database %s: %w", db, err)
 		}

@@ -16,11 +16,15 @@ import (
 var describe = map[string]string{
 	"herald":          "Herald (PostgreSQL, fsync + synchronous commit on; WebSocket via the Go SDK, acks on the socket)",
 	"herald-sse":      "Herald, SSE consumer (same server; EventSource-style reader, acks batched per POST /api/v1/ack/batch)",
-	"herald-longpoll": "Herald, long-poll consumer (same server; GET /api/v1/pop wait=true batch=10 partitions=16, one ack/batch per pop)",
+	"herald-longpoll": "Herald, long-poll consumer (same server; GET /api/v1/pop wait=true batch=10 partitions=N, the settings' partitions, one ack/batch per pop)",
 	"nats":            "NATS JetStream 2.15.2 (file storage, default fsync every 2 min; explicit acks)",
 	"nats-sync":       "NATS JetStream 2.15.2 (file storage, sync_interval: always; explicit acks)",
 	"centrifuge":      "centrifuge 0.40.1 (memory broker, WebSocket; no acks, at most once; fanout: SSE transport)",
 	"river":           "River 0.51.1 (same PostgreSQL; 100 workers, job completion as the ack)",
+	"pg-floor": "pg-floor, the floor of a queue in PostgreSQL (same PostgreSQL; per push one INSERT committed before the 201, " +
+		"handed from memory to the consumer's WebSocket; one DELETE per ack frame; nothing else: pgfloor.go)",
+	"pg-floor-async-ack": "pg-floor with its acks' DELETEs committed without waiting for the WAL flush (synchronous_commit off " +
+		"for them; a lost ack is a redelivery)",
 }
 
 // medianOf is the median of one field over the rounds.
@@ -71,13 +75,13 @@ func report(cfg config, sys []system, res map[string]map[int][]sample, e2es map[
 
 func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]map[int][]sample) {
 	fmt.Fprintf(b, "Latency. Settings: single-message pushes of %d-byte payloads at %s msgs/s from a pool of 16 producers "+
-		"(Herald: HTTP POST /api/v1/push over 16 partitions; NATS: JetStream publish awaiting the stream's ack; "+
+		"(Herald and pg-floor: HTTP POST /api/v1/push over %s; NATS: JetStream publish awaiting the stream's ack; "+
 		"centrifuge: HTTP publish endpoint calling Node.Publish; River: Client.Insert), one consumer; "+
 		"%v warm-up then %v measured per run; %d rounds interleaved (%s), medians shown. "+
 		"CPU is user+system seconds of the server process (NATS and centrifuge: an embedded server in a child process of its own; "+
-		"River: the worker client's process) plus, for Herald and River, all processes of the shared PostgreSQL, "+
+		"River: the worker client's process) plus, for Herald, River and pg-floor, all processes of the shared PostgreSQL, "+
 		"from the first push to the last receipt, divided by the messages pushed.\n\n",
-		payloadSize, joinInts(cfg.rates), cfg.warm, cfg.duration, cfg.rounds, strings.Join(cfg.systems, ", "))
+		payloadSize, joinInts(cfg.rates), partitionsLabel(cfg.partitions), cfg.warm, cfg.duration, cfg.rounds, strings.Join(cfg.systems, ", "))
 	writeHead(b, cfg.rates, func(r int) []string {
 		return []string{fmt.Sprintf("%d msgs/s: p50 / p99 ms", r), fmt.Sprintf("%d msgs/s: CPU s per 1,000 (server + PG)", r)}
 	})
@@ -100,6 +104,14 @@ func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]
 	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; below 1 means less latency or CPU than Herald):\n\n")
 	writeRatios(b, sys, cfg.rates, func(r int) string { return fmt.Sprintf("%d/s", r) }, res,
 		figure[sample]{"p50", p50}, figure[sample]{"p99", p99}, figure[sample]{"CPU", cpu})
+}
+
+// partitionsLabel says how many partitions the pushes go to.
+func partitionsLabel(n int) string {
+	if n == 1 {
+		return "1 partition"
+	}
+	return fmt.Sprintf("%d partitions, round robin", n)
 }
 
 // cpuCell is the median CPU figure of rounds ss (total, seconds per 1,000

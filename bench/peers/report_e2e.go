@@ -7,9 +7,11 @@ import (
 
 // e2eOmitted says why a system has no row in the end-to-end table.
 var e2eOmitted = map[string]string{
-	"herald-sse":      "Herald's SSE and long-poll consumers (the Herald row consumes over WebSocket; they are latency rows only)",
-	"herald-longpoll": "Herald's SSE and long-poll consumers (the Herald row consumes over WebSocket; they are latency rows only)",
-	"centrifuge":      "centrifuge, which has no acks and no persistence (at most once to connected clients)",
+	"herald-sse":         "Herald's SSE and long-poll consumers (the Herald row consumes over WebSocket; they are latency rows only)",
+	"herald-longpoll":    "Herald's SSE and long-poll consumers (the Herald row consumes over WebSocket; they are latency rows only)",
+	"centrifuge":         "centrifuge, which has no acks and no persistence (at most once to connected clients)",
+	"pg-floor":           "pg-floor, the latency scenario's floor (pgfloor.go: single-item pushes only)",
+	"pg-floor-async-ack": "pg-floor, the latency scenario's floor (pgfloor.go: single-item pushes only)",
 }
 
 // describeE2E says how each system takes part in the end-to-end scenario.
@@ -86,9 +88,9 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 		}
 	}
 	b.WriteString(" on 2 cores a high figure means the run was partly bounded by its load generator.\n")
-	fmt.Fprintf(b, "\nNot in this table: %s; %s; River with more than one group: River has no consumer groups "+
+	fmt.Fprintf(b, "\nNot in this table: %s; %s; %s; River with more than one group: River has no consumer groups "+
 		"fanning a job out to several consumers, each job is worked once.\n",
-		e2eOmitted["centrifuge"], e2eOmitted["herald-sse"])
+		e2eOmitted["centrifuge"], e2eOmitted["herald-sse"], e2eOmitted["pg-floor"])
 }
 
 // spanOf is the least and the greatest of one field over the rounds.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -87,4 +89,28 @@ func TestReportE2E_RatioTableSkipsWhatASystemCannotRun(t *testing.T) {
 		"|---|---|---|---|---|",
 		"| river | 0.50× | 3.00× | — | — |",
 	})
+}
+
+// TestReportLatency_SettingsSayHowManyPartitions: the latency settings
+// name the partitions the pushes went to (--partitions), one or many.
+func TestReportLatency_SettingsSayHowManyPartitions(t *testing.T) {
+	for n, want := range map[int]string{1: "over 1 partition;", 16: "over 16 partitions, round robin;"} {
+		cfg := config{rounds: 1, rates: []int{100}, systems: []string{"herald"}, partitions: n}
+		var b strings.Builder
+		reportLatency(&b, cfg, []system{fakeSystem{n: "herald"}}, map[string]map[int][]sample{})
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("--partitions %d: the settings do not say %q:\n%s", n, want, b.String())
+		}
+	}
+}
+
+// TestRun_RefusesPartitionsOutOfRange: --partitions is 1 to maxPartitions;
+// anything else is refused before anything starts.
+func TestRun_RefusesPartitionsOutOfRange(t *testing.T) {
+	for _, v := range []string{"0", "-1", fmt.Sprint(maxPartitions + 1)} {
+		err := run([]string{"--scenario", "latency", "--partitions", v}, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--partitions") {
+			t.Errorf("--partitions %s: %v, want an error naming --partitions", v, err)
+		}
+	}
 }

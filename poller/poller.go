@@ -36,7 +36,7 @@ type Poller struct {
 	orph    orphans      // lease ids of lost answers (orphans.go)
 	leasing leasing      // the statements under way that lease (leasing.go)
 	outage  queue.OutageLog
-	held    *lru.Cache[hintKey, time.Time] // leases this instance holds, until when (heldHere)
+	held    *lru.Cache[hintKey, *heldNote] // leases this instance holds (heldHere)
 }
 
 // New returns a Poller; nothing runs until Run.
@@ -49,7 +49,7 @@ func New(cfg Config) (*Poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	held, err := lru.New[hintKey, time.Time](heldMax)
+	held, err := lru.New[hintKey, *heldNote](heldMax)
 	if err != nil {
 		return nil, fmt.Errorf("creating the held-lease cache: %w", err)
 	}
@@ -406,6 +406,33 @@ func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) 
 	}
 }
 
+// LeaseDrained is LeaseReleased for a lease that ended with its partition
+// drained for the group (an ack that found nothing after it), which wakes
+// nobody: unless a push here was passed over while the lease was noted
+// (heldHere), then it wakes the partition. That push committed after the
+// ack looked and its wake-up came before the release was told; nothing
+// else would serve it before the note lapses.
+func (p *Poller) LeaseDrained(queueName, partition, partitionID, group string) {
+	if partitionID == "" {
+		return
+	}
+	n, noted := p.held.Peek(hintKey{partitionID, groupName(group)})
+	p.LeaseReleased(queueName, partition, partitionID, group)
+	// After the note is forgotten: a push marked later was not passed over
+	// (heldHere finds the note gone).
+	if noted && n.passed.Load() {
+		p.Wake(SourceAck, queueName, partition)
+	}
+}
+
+// heldNote is a lease this instance took, as heldHere sees it.
+type heldNote struct {
+	until time.Time // taken to hold until then (Config.HeldNote at most)
+	// passed: a push here was passed over for it (LeaseDrained wakes its
+	// partition).
+	passed atomic.Bool
+}
+
 // heldMax bounds the leases heldHere remembers: past it the oldest are
 // forgotten, which costs their partitions a pop that comes back empty.
 const heldMax = 10000
@@ -433,7 +460,7 @@ func (p *Poller) LeasesTaken(res *queue.PopResult) {
 			lease = info.Options.LeaseTime
 		}
 		until := now.Add(time.Duration(lease) * time.Second)
-		p.held.Add(hintKey{m.PartitionID, groupName(m.Group)}, now.Add(min(p.cfg.HeldNote, until.Sub(now))))
+		p.held.Add(hintKey{m.PartitionID, groupName(m.Group)}, &heldNote{until: now.Add(min(p.cfg.HeldNote, until.Sub(now)))})
 		if p.cfg.Hints != nil {
 			p.cfg.Hints.LeaseAcquired(m.Queue, m.Partition, m.PartitionID, m.Group, until)
 		}
@@ -446,15 +473,22 @@ func (p *Poller) LeasesTaken(res *queue.PopResult) {
 // push here is not popped until then (worker.fastServe), when a cycle or
 // the ack's wake-up looks. Advisory like the lease hints: a release this
 // instance did not hear of (an ack on another instance) delays only this
-// instance's own pushes, by Config.HeldNote at most.
+// instance's own pushes, by Config.HeldNote at most. The caller passes the
+// push over: the note is marked so (LeaseDrained).
 func (p *Poller) heldHere(k hintKey) (time.Time, bool) {
-	until, ok := p.held.Get(k)
+	n, ok := p.held.Get(k)
 	if !ok {
 		return time.Time{}, false
 	}
-	if !time.Now().Before(until) {
+	if !time.Now().Before(n.until) {
 		p.held.Remove(k)
 		return time.Time{}, false
 	}
-	return until, true
+	// Marked before it is looked up again: a LeaseDrained that forgot it
+	// in between sees the mark, or this finds it gone and pops.
+	n.passed.Store(true)
+	if cur, ok := p.held.Peek(k); !ok || cur != n {
+		return time.Time{}, false
+	}
+	return n.until, true
 }

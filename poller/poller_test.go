@@ -790,3 +790,48 @@ func TestPoller_PushHereIsPoppedOnceTheHeldNoteLapses(t *testing.T) {
 		t.Fatal("a push here waited past the held note (for the lease's time)")
 	}
 }
+
+// A push here passed over while a lease of this instance held its
+// partition is served when that lease ends drained (an ack that found
+// nothing after it: the push committed after it looked, and its wake-up
+// came before the release was told), not when the held note lapses:
+// nothing else wakes a drained partition.
+func TestPoller_PushPassedOverIsServedWhenItsLeaseEndsDrained(t *testing.T) {
+	e := newEnv(t, slowSweep, func(c *poller.Config) {
+		// The registration's presence re-checks (pre-flights) are over
+		// before the second push.
+		c.NoHandOff, c.HeldNote, c.PresenceGrace = true, time.Minute, time.Millisecond
+	})
+	got := make(chan *queue.PopResult, 10)
+	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	defer e.p.Register(in)()
+	e.push("q", "p1", 1, 1)
+	var first *queue.PopResult
+	select {
+	case first = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first message was not delivered")
+	}
+	e.settled()
+	m := first.Messages[0]
+	res, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		LeaseID: first.LeaseID, Status: queue.StatusCompleted}})
+	require.NoError(t, err)
+	require.True(t, res[0].LeaseReleased)
+	require.False(t, res[0].Pending, "drained when the ack looked")
+	e.push("q", "p1", 2, 2) // after the ack looked, woken before its release is told
+	e.settled()
+	select {
+	case res := <-got:
+		t.Fatalf("popped while its lease was noted here (nothing to prove): %v", ns(res))
+	default:
+	}
+	e.p.LeaseDrained("q", "p1", m.PartitionID, "") // as the gateway's afterAck for a drained ack
+	select {
+	case res := <-got:
+		assert.Equal(t, []int{2}, ns(res))
+	case <-time.After(5 * time.Second):
+		t.Fatal("a push passed over waited for the held note to lapse after its lease ended drained")
+	}
+}

@@ -178,9 +178,11 @@ func (w *worker) hintedItem(h hinted, hints map[hintKey]leaseHint) fastItem {
 			// Held by a lease of this instance, and news of this
 			// instance's pushes only (an ack or a release here forgets the
 			// lease first; news from elsewhere may be a release unheard of).
-			if until, held := w.p.heldHere(k); held && onlyPushes {
-				hints[k] = leaseHint{until: until}
-				continue
+			if onlyPushes {
+				if until, held := w.p.heldHere(k); held {
+					hints[k] = leaseHint{until: until}
+					continue
+				}
 			}
 			if w.p.cfg.Hints != nil {
 				until, audit := w.p.cfg.Hints.LeasedElsewhere(k.partitionID, k.group)

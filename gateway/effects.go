@@ -128,8 +128,8 @@ func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
 			} else {
 				// Drained: nothing for a waiting consumer here; a push
 				// meanwhile wakes it by itself, or, passed over while the
-				// lease was noted held, by LeaseDrained.
-				s.poller.LeaseDrained(res.Queue, res.Partition, a.PartitionID, a.Group)
+				// lease was noted held, through LeaseReleased.
+				s.poller.LeaseReleased(res.Queue, res.Partition, a.PartitionID, a.Group)
 			}
 		}
 	}
@@ -214,7 +214,7 @@ func (s *Server) afterMessageDeleted(res *queue.DeleteResult, pid, txid string) 
 		case l.Released && l.Pending:
 			s.afterRelease(poller.SourceAck, res.Queue, res.Partition, pid, l.Group)
 		case l.Released:
-			s.poller.LeaseDrained(res.Queue, res.Partition, pid, l.Group)
+			s.poller.LeaseReleased(res.Queue, res.Partition, pid, l.Group)
 		}
 	}
 }

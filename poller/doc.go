@@ -35,8 +35,8 @@
 // holds by a lease hint (Config.Hints), and one a lease of this instance
 // holds when only this instance's pushes woke it (Poller.heldHere: the pop
 // would come back empty and the pre-flight after it say the same; the
-// ack's release, told before its wake-up, looks again, and a drained
-// one wakes it if a push was passed over: LeaseDrained); a partition whose id the store has
+// ack's release, told before its wake-up, looks again, and any release
+// wakes it if a push was passed over: LeaseReleased); a partition whose id the store has
 // not cached sends its queue to a pre-flight. The ids come from the
 // store's cache (queue.Store.CachedPartitionID), which pushes through this
 // instance fill and pre-flights add to (NotePartitionID); a miss costs a

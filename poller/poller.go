@@ -395,40 +395,32 @@ func (p *Poller) released(msgs []queue.Message) {
 // ended: by an ack, or given back. It tells other instances (Config.Hints)
 // and forgets the lease here: call it BEFORE the wake-up that follows the
 // release, or a cycle between the two may pass the partition over as still
-// held. An empty group is queue mode's.
+// held. A push here passed over while the lease was noted (heldHere) is
+// woken by it: whatever path released the lease, and whether or not its
+// caller wakes the partition (an ack that found it drained does not: that
+// push committed after the ack looked and was woken before the release was
+// told). An empty group is queue mode's.
 func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) {
 	if partitionID == "" {
 		return
 	}
-	p.held.Remove(hintKey{partitionID, groupName(group)})
+	k := hintKey{partitionID, groupName(group)}
+	n, noted := p.held.Peek(k)
+	p.held.Remove(k)
 	if p.cfg.Hints != nil {
 		p.cfg.Hints.LeaseReleased(queueName, partition, partitionID, groupName(group))
 	}
-}
-
-// LeaseDrained is LeaseReleased for a lease that ended with its partition
-// drained for the group (an ack that found nothing after it), which wakes
-// nobody: unless a push here was passed over while the lease was noted
-// (heldHere), then it wakes the partition. That push committed after the
-// ack looked and its wake-up came before the release was told; nothing
-// else would serve it before the note lapses.
-func (p *Poller) LeaseDrained(queueName, partition, partitionID, group string) {
-	if partitionID == "" {
-		return
-	}
-	n, noted := p.held.Peek(hintKey{partitionID, groupName(group)})
-	p.LeaseReleased(queueName, partition, partitionID, group)
 	// After the note is forgotten: a push marked later was not passed over
 	// (heldHere finds the note gone).
 	if noted && n.passed.Load() {
-		p.Wake(SourceAck, queueName, partition)
+		p.Wake(SourceRelease, queueName, partition)
 	}
 }
 
 // heldNote is a lease this instance took, as heldHere sees it.
 type heldNote struct {
 	until time.Time // taken to hold until then (Config.HeldNote at most)
-	// passed: a push here was passed over for it (LeaseDrained wakes its
+	// passed: a push here was passed over for it (LeaseReleased wakes its
 	// partition).
 	passed atomic.Bool
 }
@@ -474,7 +466,7 @@ func (p *Poller) LeasesTaken(res *queue.PopResult) {
 // the ack's wake-up looks. Advisory like the lease hints: a release this
 // instance did not hear of (an ack on another instance) delays only this
 // instance's own pushes, by Config.HeldNote at most. The caller passes the
-// push over: the note is marked so (LeaseDrained).
+// push over: the note is marked so (LeaseReleased).
 func (p *Poller) heldHere(k hintKey) (time.Time, bool) {
 	n, ok := p.held.Get(k)
 	if !ok {
@@ -484,7 +476,7 @@ func (p *Poller) heldHere(k hintKey) (time.Time, bool) {
 		p.held.Remove(k)
 		return time.Time{}, false
 	}
-	// Marked before it is looked up again: a LeaseDrained that forgot it
+	// Marked before it is looked up again: a LeaseReleased that forgot it
 	// in between sees the mark, or this finds it gone and pops.
 	n.passed.Store(true)
 	if cur, ok := p.held.Peek(k); !ok || cur != n {

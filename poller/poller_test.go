@@ -687,17 +687,7 @@ func TestHandOff_CreditIsChargedBeforeTheDelivery(t *testing.T) {
 // its wake-up (as the gateway tells it), serves what the pushes left.
 func TestPoller_PushToAPartitionThisInstanceHoldsCostsNoQuery(t *testing.T) {
 	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff, c.HeldNote = true, time.Minute })
-	got := make(chan *queue.PopResult, 10)
-	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
-		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
-	defer e.p.Register(in)()
-	e.push("q", "p1", 1, 1)
-	var first *queue.PopResult
-	select {
-	case first = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first message was not delivered")
-	}
+	got, first := heldStream(t, e)
 	require.Equal(t, []int{1}, ns(first))
 	e.settled()
 	stats := e.store.QueryStats()
@@ -717,18 +707,12 @@ func TestPoller_PushToAPartitionThisInstanceHoldsCostsNoQuery(t *testing.T) {
 	}
 
 	m := first.Messages[0]
-	res, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		LeaseID: first.LeaseID, Status: queue.StatusCompleted}})
-	require.NoError(t, err)
+	res := e.ackFirst(first)
 	require.True(t, res[0].LeaseReleased)
 	e.p.LeaseReleased("q", "p1", m.PartitionID, "")
 	e.p.Wake(poller.SourceAck, "q", "p1")
-	select {
-	case res := <-got:
-		assert.Equal(t, []int{2, 3, 4}, ns(res), "what the pushes left, at the ack")
-	case <-time.After(5 * time.Second):
-		t.Fatal("the ack's release did not serve the pushed messages")
-	}
+	assert.Equal(t, []int{2, 3, 4}, ns(delivered(t, got, "the ack's release did not serve the pushed messages")),
+		"what the pushes left, at the ack")
 }
 
 // Only this instance's pushes are passed over: a wake-up from anywhere else
@@ -736,30 +720,12 @@ func TestPoller_PushToAPartitionThisInstanceHoldsCostsNoQuery(t *testing.T) {
 // instance had not heard of) pops as before.
 func TestPoller_WakeFromElsewherePopsAPartitionThisInstanceHeld(t *testing.T) {
 	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff = true })
-	got := make(chan *queue.PopResult, 10)
-	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
-		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
-	defer e.p.Register(in)()
-	e.push("q", "p1", 1, 1)
-	var first *queue.PopResult
-	select {
-	case first = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first message was not delivered")
-	}
+	got, first := heldStream(t, e)
 	// Acked where this poller does not hear of it (as on another instance).
-	m := first.Messages[0]
-	_, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		LeaseID: first.LeaseID, Status: queue.StatusCompleted}})
-	require.NoError(t, err)
+	e.ackFirst(first)
 	e.push("q", "p1", 2, 2)
 	e.p.Wake("syncnet", "q", "p1") // as syncnet wakes a queue
-	select {
-	case res := <-got:
-		assert.Equal(t, []int{2}, ns(res))
-	case <-time.After(5 * time.Second):
-		t.Fatal("a wake-up from elsewhere did not pop the partition")
-	}
+	assert.Equal(t, []int{2}, ns(delivered(t, got, "a wake-up from elsewhere did not pop the partition")))
 }
 
 // A lease released where this instance does not hear of it (an ack on
@@ -767,28 +733,10 @@ func TestPoller_WakeFromElsewherePopsAPartitionThisInstanceHeld(t *testing.T) {
 // Config.HeldNote at most, not for the lease's time.
 func TestPoller_PushHereIsPoppedOnceTheHeldNoteLapses(t *testing.T) {
 	e := newEnv(t, slowSweep, func(c *poller.Config) { c.NoHandOff, c.HeldNote = true, 300*time.Millisecond })
-	got := make(chan *queue.PopResult, 10)
-	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
-		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
-	defer e.p.Register(in)()
-	e.push("q", "p1", 1, 1)
-	var first *queue.PopResult
-	select {
-	case first = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first message was not delivered")
-	}
-	m := first.Messages[0]
-	_, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		LeaseID: first.LeaseID, Status: queue.StatusCompleted}})
-	require.NoError(t, err)
+	got, first := heldStream(t, e)
+	e.ackFirst(first)
 	e.push("q", "p1", 2, 2)
-	select {
-	case res := <-got:
-		assert.Equal(t, []int{2}, ns(res))
-	case <-time.After(5 * time.Second):
-		t.Fatal("a push here waited past the held note (for the lease's time)")
-	}
+	assert.Equal(t, []int{2}, ns(delivered(t, got, "a push here waited past the held note (for the lease's time)")))
 }
 
 // A push here passed over while a lease of this instance held its
@@ -802,22 +750,10 @@ func TestPoller_PushPassedOverIsServedWhenItsLeaseEndsDrained(t *testing.T) {
 		// before the second push.
 		c.NoHandOff, c.HeldNote, c.PresenceGrace = true, time.Minute, time.Millisecond
 	})
-	got := make(chan *queue.PopResult, 10)
-	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
-		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
-	defer e.p.Register(in)()
-	e.push("q", "p1", 1, 1)
-	var first *queue.PopResult
-	select {
-	case first = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first message was not delivered")
-	}
+	got, first := heldStream(t, e)
 	e.settled()
 	m := first.Messages[0]
-	res, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		LeaseID: first.LeaseID, Status: queue.StatusCompleted}})
-	require.NoError(t, err)
+	res := e.ackFirst(first)
 	require.True(t, res[0].LeaseReleased)
 	require.False(t, res[0].Pending, "drained when the ack looked")
 	e.push("q", "p1", 2, 2) // after the ack looked, woken before its release is told
@@ -827,11 +763,45 @@ func TestPoller_PushPassedOverIsServedWhenItsLeaseEndsDrained(t *testing.T) {
 		t.Fatalf("popped while its lease was noted here (nothing to prove): %v", ns(res))
 	default:
 	}
-	e.p.LeaseDrained("q", "p1", m.PartitionID, "") // as the gateway's afterAck for a drained ack
+	e.p.LeaseReleased("q", "p1", m.PartitionID, "") // as the gateway's afterAck for a drained ack, with no wake-up
+	assert.Equal(t, []int{2}, ns(delivered(t, got,
+		"a push passed over waited for the held note to lapse after its lease ended drained")))
+}
+
+// heldStream registers a subscription on queue q and pushes p1's first
+// message to it: the subscription holds that message's lease, unacked. It
+// returns what the subscription is delivered from then on, and that first
+// delivery.
+func heldStream(t *testing.T, e *env) (<-chan *queue.PopResult, *queue.PopResult) {
+	t.Helper()
+	got := make(chan *queue.PopResult, 10)
+	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Batch: 10, Credit: 100, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	t.Cleanup(e.p.Register(in))
+	e.push("q", "p1", 1, 1)
+	return got, delivered(t, got, "the first message was not delivered")
+}
+
+// delivered waits up to 5 s for the next delivery on got; msg says what
+// failed when none comes.
+func delivered(t *testing.T, got <-chan *queue.PopResult, msg string) *queue.PopResult {
+	t.Helper()
 	select {
 	case res := <-got:
-		assert.Equal(t, []int{2}, ns(res))
+		return res
 	case <-time.After(5 * time.Second):
-		t.Fatal("a push passed over waited for the held note to lapse after its lease ended drained")
+		t.Fatal(msg)
+		return nil
 	}
+}
+
+// ackFirst acks res's first message under its lease in the store alone:
+// the poller is told nothing of it, as of an ack on another instance.
+func (e *env) ackFirst(res *queue.PopResult) []queue.AckResult {
+	e.t.Helper()
+	m := res.Messages[0]
+	out, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		LeaseID: res.LeaseID, Status: queue.StatusCompleted}})
+	require.NoError(e.t, err)
+	return out
 }

@@ -25,11 +25,13 @@ func (p *Poller) AfterSettle(f func()) func() {
 	return func() { afterSettle.Store(nil) }
 }
 
-// Pending reports whether a worker has a cycle to run: a signal not yet
-// taken, or a key marked for a pre-flight or holding push hints.
+// Pending reports whether a worker has a cycle to run or running: a
+// signal not yet taken, a cycle begun and not ended (one starved between
+// taking its keys and its first statement looks quiet otherwise), or a key
+// marked for a pre-flight or holding push hints.
 func (p *Poller) Pending() bool {
 	for _, w := range p.workers {
-		if len(w.wake) > 0 {
+		if len(w.wake) > 0 || w.woke.Load() != w.done.Load() {
 			return true
 		}
 		w.mu.Lock()

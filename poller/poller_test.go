@@ -263,6 +263,9 @@ func TestPoller_StandingIntentionCredit(t *testing.T) {
 		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
 	cancel := e.p.Register(in)
 	defer cancel()
+	// Its registration's cycle is over: one still holding its credit while
+	// the push hands off leaves the hand-off one message ([1] then [2, 3]).
+	e.settled()
 	e.push("q", "", 1, 5)
 	first := <-got
 	assert.Equal(t, []int{1, 2}, ns(first), "a batch at most")

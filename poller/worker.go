@@ -19,7 +19,8 @@ type worker struct {
 	p    *Poller
 	idx  int
 	wake chan struct{} // capacity 1: a pending signal is enough
-	woke atomic.Uint64 // cycles run (a signal or the timer): tests of idle cost
+	woke atomic.Uint64 // cycles begun (a signal or the timer): tests of idle cost
+	done atomic.Uint64 // cycles ended: woke > done while one runs (tests wait for quiet)
 
 	mu   sync.Mutex
 	keys map[string]*keyState
@@ -116,6 +117,7 @@ func (w *worker) run(ctx context.Context) {
 		now := time.Now()
 		sweeping := !now.Before(nextSweep)
 		did, due := w.cycle(ctx, sweeping)
+		w.done.Add(1)
 		worked = worked || did
 		if sweeping {
 			nextSweep = time.Now().Add(sw.next(worked))

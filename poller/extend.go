@@ -1,0 +1,157 @@
+package poller
+
+import (
+	"github.com/heraldmq/herald/queue"
+)
+
+// A stream that holds a partition keeps receiving it: while one of this
+// instance's streams (a standing intention) holds a partition's lease for
+// its group, a push here to that partition extends the lease over its
+// messages (queue.Reservation.Extend) instead of waiting for the acks that
+// would end it and a pop that would lease again. The database extends only
+// a live lease that covers every earlier message of the partition, so the
+// lease is always exactly what the stream was sent, and a nack or its
+// expiry gives back from the first unacked message, as for any lease.
+//
+// keyState.streams remembers, per (partition, group), the lease a stream
+// of the key holds: set when a delivery under a new lease begins (a pop's,
+// or the push hand-off that leases it, from its reservation on), forgotten
+// when the lease is released here. Deliveries under one lease go to the
+// stream in offset order: two pushes in flight extend it one after the
+// other (the partition's lock orders them), but their answers race, so a
+// delivery that comes before the one it follows waits (parked) and is
+// handed on by it.
+
+// streamKey is a (partition id, group) a stream may hold a lease of.
+type streamKey struct{ partitionID, group string }
+
+// streamLease is the lease a stream holds on one partition, and the order
+// of its deliveries. Guarded by the owning worker's mutex.
+type streamLease struct {
+	in          *Intention
+	partitionID string
+	lease       string
+	// next is the offset the next delivery under the lease starts at;
+	// 0 until the first is under way (a hand-off that may lease it).
+	next int64
+	busy bool // a delivery under it is under way: the next one waits
+	// parked: deliveries of extensions that came before the one they
+	// follow, handed on in order as it ends.
+	parked []parkedDelivery
+}
+
+// parkedDelivery is an extension's delivery waiting for its turn.
+type parkedDelivery struct {
+	e    *streamLease
+	res  *queue.PopResult
+	pl   plan
+	done func() // ends the statement's leasing mark once delivered
+}
+
+// streamFor returns the lease a stream of ks holds on (partition, group),
+// or nil. Called with the worker's mutex.
+func (ks *keyState) streamFor(partitionID, group string) *streamLease {
+	if e := ks.streams[streamKey{partitionID, groupName(group)}]; e != nil && !e.in.gone {
+		return e
+	}
+	return nil
+}
+
+// noteStream records that in's delivery under lease on partitionID is
+// under way (or, for a hand-off, may be): the entry is busy until it ends.
+// Called with the worker's mutex.
+func (ks *keyState) noteStream(in *Intention, partitionID, lease string) *streamLease {
+	if ks.streams == nil {
+		ks.streams = map[streamKey]*streamLease{}
+	}
+	e := &streamLease{in: in, partitionID: partitionID, lease: lease, busy: true}
+	ks.streams[streamKey{partitionID, groupName(in.Target.Group)}] = e
+	return e
+}
+
+// beginStreams notes the leases that begin with a pop's delivery to a
+// stream: a push from now on may extend them, and its delivery waits for
+// this one. It returns the entries whose order this delivery holds
+// (endStreams).
+func (w *worker) beginStreams(in *Intention, res *queue.PopResult) []*streamLease {
+	if !in.extends() || res.LeaseID == "" {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ks := w.keys[in.key]
+	if ks == nil || in.gone {
+		return nil
+	}
+	var out []*streamLease
+	for pid := range lastOffsets(res) {
+		out = append(out, ks.noteStream(in, pid, res.LeaseID))
+	}
+	return out
+}
+
+// endStreams ends the deliveries under es, which res held: the next
+// delivery under each starts after res's last offset of its partition. It
+// returns the parked deliveries now due, each marked under way (deliver
+// them, then endStreams again).
+func (w *worker) endStreams(es []*streamLease, res *queue.PopResult) []parkedDelivery {
+	if len(es) == 0 {
+		return nil
+	}
+	last := lastOffsets(res)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var due []parkedDelivery
+	for _, e := range es {
+		e.busy = false
+		if off, ok := last[e.partitionID]; ok && off >= e.next {
+			e.next = off + 1
+		}
+		if d, ok := e.take(); ok {
+			due = append(due, d)
+		}
+	}
+	return due
+}
+
+// take returns the parked delivery that starts at next, marking e busy.
+// Called with the worker's mutex.
+func (e *streamLease) take() (parkedDelivery, bool) {
+	if e.busy {
+		return parkedDelivery{}, false
+	}
+	for i, d := range e.parked {
+		if d.res.Messages[0].Offset == e.next {
+			e.parked = append(e.parked[:i], e.parked[i+1:]...)
+			e.busy = true
+			return d, true
+		}
+	}
+	return parkedDelivery{}, false
+}
+
+// streamReleased forgets the lease a stream held on (partition, group): a
+// push no longer extends it. What is parked under it is still handed on in
+// order by the delivery under way (its acks are refused if the lease ended,
+// and the messages come back from the first unacked one).
+func (p *Poller) streamReleased(queueName, partitionID, group string) {
+	key := "q:" + queueName
+	w := p.workerFor(key)
+	w.mu.Lock()
+	if ks := w.keys[key]; ks != nil {
+		delete(ks.streams, streamKey{partitionID, groupName(group)})
+	}
+	w.mu.Unlock()
+}
+
+// extends reports whether a push may extend in's leases.
+func (in *Intention) extends() bool { return in.Extend && in.Standing && !in.AutoAck }
+
+// lastOffsets gives, per partition of res's messages, the last offset.
+func lastOffsets(res *queue.PopResult) map[string]int64 {
+	out := map[string]int64{}
+	for _, m := range res.Messages {
+		out[m.PartitionID] = max(out[m.PartitionID], m.Offset)
+	}
+	return out
+}

@@ -85,9 +85,68 @@ func (w *worker) beginStreams(in *Intention, res *queue.PopResult) []*streamLeas
 	}
 	var out []*streamLease
 	for pid := range lastOffsets(res) {
+		if e := ks.streams[streamKey{pid, groupName(in.Target.Group)}]; e != nil && e.in == in && e.lease == res.LeaseID {
+			e.busy = true // noted when its pop began (beforePop): what is parked behind it stays
+			out = append(out, e)
+			continue
+		}
 		out = append(out, ks.noteStream(in, pid, res.LeaseID))
 	}
 	return out
+}
+
+// streamPop is a lease a pop for a stream is about to take on a
+// partition, noted before the pop (beforePop).
+type streamPop struct {
+	intention int
+	e         *streamLease
+}
+
+// beforePop notes, before a pop runs, the leases it may take for streams
+// on partitions where none is noted: a push meanwhile extends the lease
+// once the pop committed it (its delivery parked behind the pop's), where
+// it would otherwise find the row leased and hand nothing, and every push
+// after it would find the lease short of the partition's end. Called with
+// the worker's mutex; afterPop settles them.
+func (w *worker) beforePop(as []queue.Assignment, of func(int) *Intention) []streamPop {
+	var out []streamPop
+	for _, a := range as {
+		in := of(a.Intention)
+		if !in.extends() || a.LeaseID == "" || in.gone {
+			continue
+		}
+		ks := w.keys[in.key]
+		if ks == nil || ks.streamFor(a.PartitionID, in.Target.Group) != nil {
+			continue
+		}
+		out = append(out, streamPop{a.Intention, ks.noteStream(in, a.PartitionID, a.LeaseID)})
+	}
+	return out
+}
+
+// afterPop forgets the leases beforePop noted that the pop did not take
+// (got holds what it took; nil when it failed). The others stay busy until
+// their delivery (beginStreams).
+func (w *worker) afterPop(pre []streamPop, got map[int]*queue.PopResult) {
+	if len(pre) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, sp := range pre {
+		if res := got[sp.intention]; res != nil && res.LeaseID == sp.e.lease {
+			if _, took := lastOffsets(res)[sp.e.partitionID]; took {
+				continue
+			}
+		}
+		sp.e.busy = false
+		if ks := w.keys[sp.e.in.key]; ks != nil && len(sp.e.parked) == 0 {
+			k := streamKey{sp.e.partitionID, groupName(sp.e.in.Target.Group)}
+			if ks.streams[k] == sp.e {
+				delete(ks.streams, k)
+			}
+		}
+	}
 }
 
 // endStreams ends the deliveries under es, which res held: the next

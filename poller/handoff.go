@@ -74,7 +74,11 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			// partitions, its p99 went from 100 ms to 1 s under load 16).
 			// autoAck ones too: the push moves their cursor instead of
 			// leasing (at 200 msgs/s they waited for a poll cycle each).
-			if in.limited || !in.ready() {
+			// A stream whose leases a push extends is reserved all the same:
+			// the reservation lets a push racing its pop extend the lease
+			// the pop takes (extend.go), and a row that is not caught up
+			// costs the statement one row it leases nothing from.
+			if in.limited && !in.extends() || !in.ready() {
 				return false
 			}
 			could := min(in.Batch, in.free())

@@ -509,9 +509,10 @@ func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []
 	}
 	planned := plansOf(as)
 	unhold := w.hold(planned, func(i int) *Intention { return chunk[i] })
+	pre := w.beforePop(as, func(i int) *Intention { return chunk[i] })
 	w.mu.Unlock()
 	got, err := w.popDeliver(ctx, func() (map[int]*queue.PopResult, error) { return w.p.store.PopAssigned(ctx, as) },
-		unhold, func(i int) *Intention { return chunk[i] }, leases, planned, func(int) bool { return false }, "coalesced pop failed")
+		func(got map[int]*queue.PopResult) { unhold(got); w.afterPop(pre, got) }, func(i int) *Intention { return chunk[i] }, leases, planned, func(int) bool { return false }, "coalesced pop failed")
 	if err != nil {
 		return time.Time{}, true
 	}

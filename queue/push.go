@@ -642,21 +642,33 @@ WITH input AS (
 	-- (its lease_to at the old last offset), live and this instance's,
 	-- grows over the push's (Reservation.Extend): its consumer gets them
 	-- without waiting for its acks of the earlier ones, and the lease
-	-- time starts again. lk never holds such a row (its lease is unacked);
-	-- handed may lease the row instead when that lease has ended.
+	-- time starts again. lk never holds such a row (its lease is unacked).
+	-- An ack that ends that lease while this runs leaves the row caught up
+	-- (the row is read again once its lock is free): it is then leased
+	-- afresh, as handed does with a row caught up before.
 	UPDATE consumers c SET
+		lease_id = coalesce(c.lease_id, h.lease),
+		lease_owner = h.owner,
+		lease_subject = CASE WHEN c.lease_id IS NULL THEN h.subj ELSE c.lease_subject END,
+		lease_expires_at = CASE WHEN c.lease_id IS NULL THEN now() + make_interval(secs => q.lease_time)
+			ELSE greatest(c.lease_expires_at, now() + make_interval(secs => q.lease_time)) END,
+		lease_from = CASE WHEN c.lease_id IS NULL THEN b.base + 1 ELSE c.lease_from END,
 		lease_to = least(b.last_offset, b.base + h.lim),
-		lease_expires_at = greatest(c.lease_expires_at, now() + make_interval(secs => q.lease_time)),
 		delivered_to = greatest(c.delivered_to, least(b.last_offset, b.base + h.lim)),
+		leased_at = CASE WHEN c.lease_id IS NULL THEN now() ELSE c.leased_at END,
+		attempts = CASE WHEN c.lease_id IS NULL THEN 0 ELSE c.attempts END,
+		attempt_seq = CASE WHEN c.lease_id IS NULL THEN 0 ELSE c.attempt_seq END,
 		last_offset = greatest(c.last_offset, b.last_offset)
 	FROM handoff h JOIN bumped b ON b.id = h.pid, queues q
 	WHERE h.ext IS NOT NULL AND NOT h.auto AND c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id
-	  AND c.lease_id = h.ext AND c.lease_owner = h.owner AND c.lease_to = b.base AND c.lease_expires_at > now()
+	  AND (c.lease_id = h.ext AND c.lease_owner = h.owner AND c.lease_to = b.base AND c.lease_expires_at > now()
+	       OR c.lease_id IS NULL AND c.cursor = b.base AND c.done = '{}')
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
 	  AND NOT EXISTS (SELECT 1 FROM lk WHERE lk.partition_id = c.partition_id AND lk.consumer_group = c.consumer_group)
-	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto
+	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto,
+		(c.lease_id = h.ext)::int AS ext
 ), hand AS (
-	SELECT h.*, 0 AS ext FROM handed h UNION ALL SELECT x.*, 1 FROM extended x
+	SELECT h.*, 0 AS ext FROM handed h UNION ALL SELECT * FROM extended
 ), woke AS (
 	UPDATE consumers c SET last_offset = b.last_offset
 	FROM lk JOIN bumped b ON b.id = lk.partition_id

@@ -49,7 +49,11 @@
 // after DeadAfter of silence, or DeadAfter after start if never heard,
 // then probed every Resolve only), presence re-announced every Announce.
 // Beyond that: consumer presence (announced on the first and last consumer
-// of a queue), targeted MESSAGE_AVAILABLE,
+// of a queue), targeted MESSAGE_AVAILABLE (to the peers whose presence
+// says they consume the queue or is not known; a peer whose consumer of a
+// queue is heard of after a push or lease release of it, within 10 s, is
+// answered alone with a MESSAGE_AVAILABLE for the whole queue, so a
+// presence that arrives late never loses the wake-up: answer.go),
 // QUEUE_CONFIG_SET/DELETE, PARTITION_DELETED and MAINTENANCE_MODE_SET /
 // POP_MAINTENANCE_MODE_SET news handed to callbacks (a maintenance datagram
 // only makes the receiver read the switches from the database again), and

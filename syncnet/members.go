@@ -228,15 +228,16 @@ func (n *Node) sendPresence(to *net.UDPAddr) {
 	}
 }
 
-// presenceFrom applies a PRESENCE_SET part. Called with mu.
-func (st *peerState) presenceFrom(m presenceSetPayload) {
+// presenceFrom applies a PRESENCE_SET part, and returns the queues it
+// adds to what was heard. Called with mu.
+func (st *peerState) presenceFrom(m presenceSetPayload) (added []string) {
 	if m.Parts > 1 {
 		if st.pending == nil || st.pendingDigest != m.Digest {
 			st.pending, st.pendingDigest = map[uint64][]string{}, m.Digest
 		}
 		st.pending[m.Part] = m.Queues
 		if uint64(len(st.pending)) < m.Parts {
-			return
+			return nil
 		}
 		m.Queues = nil
 		for i := range m.Parts {
@@ -245,16 +246,21 @@ func (st *peerState) presenceFrom(m presenceSetPayload) {
 		st.pending = nil
 	}
 	now := time.Now()
+	old := st.presence
 	st.presence, st.view = make(map[string]time.Time, len(m.Queues)), 0
 	for _, q := range m.Queues {
 		if _, dup := st.presence[q]; !dup {
 			st.presence[q] = now
 			st.view ^= queueHash(q)
+			if old[q].IsZero() {
+				added = append(added, q)
+			}
 		}
 	}
 	if st.view == m.Digest {
 		st.announced, st.mismatch = true, time.Time{}
 	}
+	return added
 }
 
 // seedOfLocked reports whether a seed is the member id (heard as id, or

@@ -46,7 +46,7 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 // new message: the peers whose presence says so, and those whose presence
 // is not known yet. Dead peers get nothing.
 func (n *Node) Notify(queue, partition string) {
-	targets, all := n.targets(queue, n.decide)
+	targets, all := n.targets(queue, true, n.decide)
 	if len(targets) == 0 {
 		return
 	}

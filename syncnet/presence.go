@@ -108,11 +108,16 @@ func (n *Node) HasSubscribers(queue string) (has, known bool) {
 
 // targets are the addresses of the peers that may have consumers of queue
 // (present, or presence not known yet), out of all peers; each peer's
-// classification goes to observe when it is not nil.
-func (n *Node) targets(queue string, observe func(decision string)) (targets []*net.UDPAddr, all int) {
+// classification goes to observe when it is not nil. A wake-up (a push, a
+// release) is remembered, so that a peer heard of later is answered
+// (answer.go).
+func (n *Node) targets(queue string, wake bool, observe func(decision string)) (targets []*net.UDPAddr, all int) {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if wake {
+		n.pushedLocked(queue, now)
+	}
 	for _, p := range n.peers {
 		c := n.classify(p, queue, now)
 		if observe != nil {

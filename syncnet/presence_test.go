@@ -1,0 +1,98 @@
+package syncnet
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// heldPresence makes node 1's presence datagrams (CONSUMER_REGISTERED and
+// PRESENCE_SET) be lost while the returned flag holds.
+func heldPresence() (*atomic.Bool, func(i int, c *Config)) {
+	var held atomic.Bool
+	return &held, func(i int, c *Config) {
+		if i == 1 {
+			c.Drop = func(t Type) bool { return held.Load() && (t == ConsumerRegistered || t == PresenceSet) }
+		}
+	}
+}
+
+// woken reports whether nd was woken for want, and every wake-up it had.
+func woken(nd *testNode, want string) (bool, []string) {
+	nd.wakes.mu.Lock()
+	defer nd.wakes.mu.Unlock()
+	for _, got := range nd.wakes.got {
+		if got == want {
+			return true, append([]string(nil), nd.wakes.got...)
+		}
+	}
+	return false, nil
+}
+
+// A push made before this instance heard of a peer's consumer reaches that
+// consumer once it hears of it: a CONSUMER_REGISTERED for a queue pushed to
+// lately is answered, to that peer alone, with a MESSAGE_AVAILABLE for the
+// whole queue. Whatever the timing, the peer either was known at the push
+// (woken by it) or becomes known after it (woken by the answer). A queue
+// not pushed to lately gets no answer.
+func TestPresence_LateRegistrationIsWokenForAPushBeforeIt(t *testing.T) {
+	held, tweak := heldPresence()
+	nodes := mesh(t, 2, nil, tweak)
+	a, b := nodes[0], nodes[1]
+	b.SetLocal("quiet", true) // heard at once: nothing was pushed to it
+	require.Eventually(t, func() bool {
+		has, known := a.HasSubscribers("quiet")
+		_, knownOrders := a.HasSubscribers("orders")
+		return has && known && knownOrders
+	}, 5*time.Second, 10*time.Millisecond, "A knows B's presence")
+
+	held.Store(true)
+	b.SetLocal("orders", true) // its CONSUMER_REGISTERED is late (lost, re-announced)
+	has, known := a.HasSubscribers("orders")
+	require.True(t, known && !has, "A does not know of B's consumer yet")
+	before := sentTo(t, a, MessageAvailable)
+	a.Notify("orders", "p1")
+	assert.Equal(t, before, sentTo(t, a, MessageAvailable), "the push wakes nobody: B is absent to A")
+
+	held.Store(false) // B's next re-announcement arrives
+	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("orders"); return has }, 5*time.Second, 5*time.Millisecond,
+		"A hears of B's consumer")
+	var got []string
+	require.Eventually(t, func() bool {
+		ok, all := woken(b, "orders/")
+		got = all
+		return ok
+	}, 5*time.Second, 5*time.Millisecond, "B woken for the push it missed")
+	assert.NotContains(t, got, "quiet/", "no answer for a queue nothing was pushed to")
+	assert.Equal(t, before+1, sentTo(t, a, MessageAvailable), "one answer, to B alone")
+}
+
+// The same when the peer's presence arrives by a pull (members: its
+// registration lost, its digest differs, the reader pulls its whole set).
+func TestPresence_PulledRegistrationIsWokenForAPushBeforeIt(t *testing.T) {
+	held, tweak := heldPresence()
+	nodes := mesh(t, 2, nil, tweak)
+	a, b := nodes[0], nodes[1]
+	a.SetPeers(nil)
+	b.SetPeers(nil)
+	members(a, b)
+	require.Eventually(t, func() bool { return a.Known("b:1") }, 5*time.Second, 10*time.Millisecond)
+
+	held.Store(true)
+	b.SetLocal("orders", true) // its CONSUMER_REGISTERED is lost
+	has, known := a.HasSubscribers("orders")
+	require.True(t, known && !has, "A does not know of B's consumer yet")
+	a.Notify("orders", "p1")
+
+	held.Store(false)
+	require.Eventually(t, func() bool {
+		members(a, b) // the table's reads, every MemberRead in the server
+		has, _ := a.HasSubscribers("orders")
+		return has
+	}, 10*time.Second, 50*time.Millisecond, "A pulls B's presence")
+	require.Eventually(t, func() bool { ok, _ := woken(b, "orders/"); return ok }, 5*time.Second, 5*time.Millisecond,
+		"B woken for the push it missed")
+}

@@ -74,12 +74,17 @@
 // SetLocal, LeaseAcquired/Released, LeasedElsewhere, the QueueConfigured
 // family) run on their caller's goroutine and send their datagram there.
 //
-// Locks: Node.mu guards the peers, their state and presence, and the local
-// consumer counts; Node.cmu the stats counters. The only nesting is
-// Node.mu before cmu (Stats; Notify counting its per-peer decisions). The
-// wake limiter's mu and Replay's mu are each taken alone.
-// No lock is held while a datagram is sent, a peer name is resolved, or a
-// callback runs: the Waker and the On* callbacks are called on the receive
+// Locks: Node.mu guards the peers, their state and presence, the local
+// consumer counts and the queues woken lately (answer.go); Node.cmu the
+// stats counters; Node.wmu orders the datagrams: each is numbered and
+// written under it, so they leave in sequence order (a peer drops one
+// whose sequence is below one it took, and two sends that crossed between
+// numbering and writing lost the earlier). The only nestings are Node.mu
+// before cmu (Stats; Notify counting its per-peer decisions) and wmu
+// before cmu (a datagram that does not encode). The wake limiter's mu and
+// Replay's mu are each taken alone.
+// No lock but wmu is held while a datagram is sent, and none while a peer
+// name is resolved or a callback runs: the Waker and the On* callbacks are called on the receive
 // goroutine (or a wake timer's) with nothing held, and must not block, or
 // the socket is not read. SetLocal is poller.Config's OnPresence, which the
 // poller calls with none of its locks held (on the registering or the

@@ -16,11 +16,6 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 		n.log.Error().Err(err).Msg("encoding a payload")
 		return
 	}
-	b, err := Encode(Header{Type: t, SenderID: n.cfg.ServerID, Session: n.session[:maxSession], Sequence: n.seq.Add(1)}, payload, n.key)
-	if err != nil {
-		n.drop("encode")
-		return
-	}
 	if addrs == nil {
 		now := time.Now()
 		n.mu.Lock()
@@ -30,6 +25,17 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 			}
 		}
 		n.mu.Unlock()
+	}
+	// Numbered and written under one lock: a peer drops a datagram whose
+	// sequence is below one it already took (replay.go; the reference
+	// server likewise), so one numbered, then overtaken by another send
+	// before it was written, was lost — a wake-up among them.
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	b, err := Encode(Header{Type: t, SenderID: n.cfg.ServerID, Session: n.session[:maxSession], Sequence: n.seq.Add(1)}, payload, n.key)
+	if err != nil {
+		n.drop("encode")
+		return
 	}
 	for _, a := range addrs {
 		if n.cfg.Drop != nil && n.cfg.Drop(t) {

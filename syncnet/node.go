@@ -101,7 +101,8 @@ type Config struct {
 	// must not block.
 	OnStranger func()
 	// Drop, when set, is asked before each send; true drops the datagram
-	// (tests of a lossy network, or of a lost announcement).
+	// (tests of a lossy network, or of a lost announcement). Called with
+	// the node's send lock held: it must not send.
 	Drop func(t Type) bool
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
@@ -135,6 +136,10 @@ type Node struct {
 	log        zerolog.Logger
 	skewLog    zerolog.Logger // log, at most once a minute
 	m          *nodeMetrics
+
+	// wmu orders the datagrams: each is numbered (seq) and written under
+	// it (send).
+	wmu sync.Mutex
 
 	cmu    sync.Mutex
 	counts map[string]uint64 // "dropped:<reason>", "notify:<decision>", …: for Stats

@@ -96,3 +96,48 @@ func TestPresence_PulledRegistrationIsWokenForAPushBeforeIt(t *testing.T) {
 	require.Eventually(t, func() bool { ok, _ := woken(b, "orders/"); return ok }, 5*time.Second, 5*time.Millisecond,
 		"B woken for the push it missed")
 }
+
+// Which queues a presence new to this instance is answered for: a queue
+// woken within pushRecall; for a consumer of any queue, the latest ones
+// woken, at most answerQueuesMax; past pushedMax queues remembered, any
+// queue until pushRecall has passed. A lease release is remembered as a
+// push is; a lease acquisition is not.
+func TestPresence_AnswerIsForQueuesWokenLately(t *testing.T) {
+	nd, err := New(Config{Bind: "127.0.0.1:0", ServerID: "x:1", Waker: newWakes()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nd.Close() })
+	now := time.Now()
+	missed := func(added ...string) []string {
+		nd.mu.Lock()
+		defer nd.mu.Unlock()
+		return nd.missedLocked(added, now)
+	}
+	nd.Notify("pushed", "p")
+	nd.LeaseReleased("released", "p", "pid", "g")
+	nd.LeaseAcquired("acquired", "p", "pid", "g", now.Add(time.Minute))
+	nd.mu.Lock()
+	nd.pushed["old"] = now.Add(-pushRecall - time.Second)
+	nd.mu.Unlock()
+	assert.Equal(t, []string{"pushed", "released"}, missed("pushed", "released", "acquired", "old", "never"))
+	assert.ElementsMatch(t, []string{"pushed", "released"}, missed(AnyQueue))
+
+	nd.mu.Lock()
+	for i := range answerQueuesMax + 8 {
+		nd.pushed[string(rune('A'+i))] = now.Add(time.Duration(i) * time.Millisecond)
+	}
+	nd.mu.Unlock()
+	latest := missed(AnyQueue)
+	require.Len(t, latest, answerQueuesMax)
+	assert.Equal(t, string(rune('A'+answerQueuesMax+7)), latest[0], "the latest first")
+
+	nd.mu.Lock()
+	delete(nd.pushed, "old") // every one remembered is recent: none to prune
+	for i := len(nd.pushed); i < pushedMax; i++ {
+		nd.pushed[string(rune(0x1000+i))] = now
+	}
+	nd.pushedLocked("one-too-many", now)
+	_, kept := nd.pushed["one-too-many"]
+	nd.mu.Unlock()
+	assert.False(t, kept, "bounded")
+	assert.Equal(t, []string{"never"}, missed("never"), "past the bound, any queue is answered")
+}

@@ -79,10 +79,13 @@
 // stats counters; Node.wmu orders the datagrams: each is numbered and
 // written under it, so they leave in sequence order (a peer drops one
 // whose sequence is below one it took, and two sends that crossed between
-// numbering and writing lost the earlier). The only nestings are Node.mu
-// before cmu (Stats; Notify counting its per-peer decisions) and wmu
-// before cmu (a datagram that does not encode). The wake limiter's mu and
-// Replay's mu are each taken alone.
+// numbering and writing lost the earlier); a presence decision a later one
+// may contradict (a deregistration, the set a pull is answered with, a
+// re-announcement) is made under it too, so its datagrams leave in the
+// order decided. The order: wmu before mu (those decisions; a datagram to
+// every peer) before cmu (Stats; Notify counting its per-peer decisions;
+// a datagram that does not encode). The wake limiter's mu and Replay's mu
+// are each taken alone.
 // No lock but wmu is held while a datagram is sent, and none while a peer
 // name is resolved or a callback runs: the Waker and the On* callbacks are called on the receive
 // goroutine (or a wake timer's) with nothing held, and must not block, or

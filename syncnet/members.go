@@ -202,8 +202,12 @@ func (n *Node) Known(id string) bool {
 }
 
 // sendPresence answers a pull: the whole announced set, as many queues per
-// datagram as fit.
+// datagram as fit. Taken and sent under wmu: a consumer registered
+// meanwhile is announced after the set, which would otherwise undo it.
 func (n *Node) sendPresence(to *net.UDPAddr) {
+	n.greet(PresenceSet)
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
 	n.mu.Lock()
 	qs := n.announcedLocked()
 	n.mu.Unlock()
@@ -223,7 +227,7 @@ func (n *Node) sendPresence(to *net.UDPAddr) {
 	}
 	parts = append(parts, cur)
 	for i, part := range parts {
-		n.send(PresenceSet, presenceSetPayload{Digest: d, Part: uint64(i), Parts: uint64(len(parts)), Queues: part, TS: nowMS()},
+		n.sendLocked(PresenceSet, presenceSetPayload{Digest: d, Part: uint64(i), Parts: uint64(len(parts)), Queues: part, TS: nowMS()},
 			[]*net.UDPAddr{to})
 	}
 }

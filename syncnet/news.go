@@ -7,10 +7,30 @@ import (
 
 // send builds one datagram and sends it to addrs (all peers when nil).
 func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
+	n.greet(t)
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	n.sendLocked(t, v, addrs)
+}
+
+// greet sends the first heartbeat before any other datagram: peers adopt
+// a session only by a datagram with a signed ts (replay.go).
+func (n *Node) greet(t Type) {
 	// Load first: after the first heartbeat a send only reads the flag.
 	if !n.beaten.Load() && !n.beaten.Swap(true) && t != Heartbeat {
 		n.heartbeat()
 	}
+}
+
+// sendLocked is send with wmu held, and the greeting done (greet).
+//
+// Datagrams are numbered and written under wmu: a peer drops a datagram
+// whose sequence is below one it already took (replay.go; the reference
+// server likewise), so one numbered, then overtaken by another send before
+// it was written, was lost — a wake-up among them. Presence decisions that
+// a later one may contradict (a deregistration, a pulled set) are made
+// under wmu too, so that their datagrams leave in the order decided.
+func (n *Node) sendLocked(t Type, v any, addrs []*net.UDPAddr) {
 	payload, err := Marshal(v)
 	if err != nil {
 		n.log.Error().Err(err).Msg("encoding a payload")
@@ -26,12 +46,6 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 		}
 		n.mu.Unlock()
 	}
-	// Numbered and written under one lock: a peer drops a datagram whose
-	// sequence is below one it already took (replay.go; the reference
-	// server likewise), so one numbered, then overtaken by another send
-	// before it was written, was lost — a wake-up among them.
-	n.wmu.Lock()
-	defer n.wmu.Unlock()
 	b, err := Encode(Header{Type: t, SenderID: n.cfg.ServerID, Session: n.session[:maxSession], Sequence: n.seq.Add(1)}, payload, n.key)
 	if err != nil {
 		n.drop("encode")

@@ -19,11 +19,14 @@ func (n *Node) announce() {
 	if len(addrs) == 0 {
 		return
 	}
+	n.greet(ConsumerRegistered)
+	n.wmu.Lock() // a deregistration decided meanwhile goes after
+	defer n.wmu.Unlock()
 	n.mu.Lock()
 	queues := n.announcedLocked()
 	n.mu.Unlock()
 	for _, q := range queues {
-		n.send(ConsumerRegistered, presencePayload{Queue: q, TS: nowMS()}, addrs)
+		n.sendLocked(ConsumerRegistered, presencePayload{Queue: q, TS: nowMS()}, addrs)
 	}
 }
 
@@ -68,8 +71,18 @@ func (n *Node) SetLocal(queue string, present bool) (news bool) {
 }
 
 // deregister announces CONSUMER_DEREGISTERED for the queues whose last
-// consumer left more than Linger ago.
+// consumer left more than Linger ago. Decided and sent under wmu: a
+// consumer that comes meanwhile is announced after (sendLocked).
 func (n *Node) deregister() {
+	n.mu.Lock()
+	idle := len(n.lingering) == 0
+	n.mu.Unlock()
+	if idle {
+		return
+	}
+	n.greet(ConsumerDeregistered)
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
 	now := time.Now()
 	var gone []string
 	n.mu.Lock()
@@ -81,7 +94,7 @@ func (n *Node) deregister() {
 	}
 	n.mu.Unlock()
 	for _, q := range gone {
-		n.send(ConsumerDeregistered, presencePayload{Queue: q, TS: nowMS()}, nil)
+		n.sendLocked(ConsumerDeregistered, presencePayload{Queue: q, TS: nowMS()}, nil)
 	}
 }
 

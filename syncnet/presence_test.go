@@ -1,10 +1,13 @@
 package syncnet
 
 import (
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -140,4 +143,62 @@ func TestPresence_AnswerIsForQueuesWokenLately(t *testing.T) {
 	nd.mu.Unlock()
 	assert.False(t, kept, "bounded")
 	assert.Equal(t, []string{"never"}, missed("never"), "past the bound, any queue is answered")
+}
+
+// A consumer registered while this instance answers a pull (its
+// PRESENCE_SET in several datagrams, computed before the consumer came) is
+// announced after the set, not between its parts: the set, completed
+// after, would undo it, and the peer would not know of the consumer.
+func TestPresence_RegistrationDuringAPulledSetIsKept(t *testing.T) {
+	var hold atomic.Bool
+	in, release := make(chan struct{}, 1), make(chan struct{})
+	nodes := mesh(t, 2, nil, func(i int, c *Config) {
+		if i == 1 {
+			c.Drop = func(t Type) bool {
+				if t == PresenceSet && hold.CompareAndSwap(true, false) {
+					in <- struct{}{}
+					<-release
+				}
+				return false
+			}
+		}
+	})
+	a, b := nodes[0], nodes[1]
+	a.SetPeers(nil)
+	b.SetPeers(nil)
+	members(a, b)
+	for i := range 60 { // two datagrams' worth of queue names
+		b.SetLocal(fmt.Sprintf("a-queue-with-a-long-name-%03d", i), true)
+	}
+	require.Eventually(t, func() bool { return a.Known("b:1") }, 5*time.Second, 10*time.Millisecond)
+	sets := testutil.ToFloat64(a.m.received.WithLabelValues(PresenceSet.String()))
+
+	hold.Store(true)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	wg.Go(func() { b.sendPresence(a.Addr()) }) // a pull's answer
+	select {
+	case <-in:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the set was not sent")
+	}
+	registered := make(chan struct{})
+	wg.Go(func() {
+		b.SetLocal("late", true)
+		close(registered)
+	})
+	select { // announced at once, or once the set is sent
+	case <-registered:
+	case <-time.After(time.Second):
+	}
+	release <- struct{}{}
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(a.m.received.WithLabelValues(PresenceSet.String())) >= sets+2
+	}, 5*time.Second, 5*time.Millisecond, "A took the whole set")
+	<-registered
+	b.SetLocal("marker", true) // after everything B sent before
+	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("marker"); return has }, 5*time.Second, 5*time.Millisecond)
+	has, _ := a.HasSubscribers("late")
+	assert.True(t, has, "A knows of the consumer registered during the set")
 }

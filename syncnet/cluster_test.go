@@ -5,14 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/internal/server"
 	"github.com/heraldmq/herald/internal/server/servertest"
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/syncnet"
 )
 
 // The seed's correctness table (UDPSYNC, "Scenario Analysis"): whatever the
@@ -304,6 +308,64 @@ func TestSyncnet_CrossInstance(t *testing.T) {
 	// Each of 20 within 10 s, where the sweep is a minute: woken, not swept
 	// (cmd/herald-bench cluster measures how fast).
 	servertest.CrossLatency(t, a, b, "sq")
+}
+
+// A consumer that A hears of only after a push through A is still woken
+// for it, though it looked for the last time before the push and the
+// sweep is a minute: B's presence (its CONSUMER_REGISTERED, re-announced
+// or pulled) reaches A after A chose whom the push wakes (a loaded
+// machine delays a datagram, or a late datagram undoes it), and A answers
+// it with a wake-up for the queue it pushed to.
+func TestSyncnet_ConsumerHeardOfAfterThePushIsWoken(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	var held atomic.Bool // B's presence datagrams are late while it holds
+	a := servertest.Start(t, dsn, "syncnet")
+	b := servertest.Start(t, dsn, "syncnet", func(c *server.Config) {
+		mode := c.Adjust.Syncnet
+		c.Adjust.Syncnet = func(sc *syncnet.Config) {
+			mode(sc)
+			sc.Drop = func(t syncnet.Type) bool {
+				return held.Load() && (t == syncnet.ConsumerRegistered || t == syncnet.PresenceSet)
+			}
+		}
+		// B's own looks again after a registration come after the test:
+		// only its look on arrival, before the push, remains.
+		c.Adjust.Poller = func(pc *poller.Config) { pc.PresenceGrace = time.Hour }
+	})
+	servertest.Link(a, b)
+	require.Eventually(t, func() bool {
+		_, known := a.Node().HasSubscribers("heard-late")
+		return known && a.Node().Known(b.Node().ServerID())
+	}, 10*time.Second, 20*time.Millisecond, "A knows B's presence")
+
+	held.Store(true)
+	looked := preflights(t, b)
+	got := b.LongPoll("heard-late", 20*time.Second)
+	require.Eventually(t, func() bool { return preflights(t, b) > looked }, 10*time.Second, 5*time.Millisecond,
+		"B looked at the queue on the long-poll's arrival")
+	has, known := a.Node().HasSubscribers("heard-late")
+	require.True(t, known && !has, "A does not know of B's consumer at the push")
+	start := time.Now()
+	a.Push("heard-late", `{"i":1}`)
+	held.Store(false) // B's presence reaches A now, after the push
+
+	ans := servertest.Wait(t, got, 25*time.Second)
+	require.Equal(t, http.StatusOK, ans.Status, "woken, not answered empty at the long-poll's end")
+	assert.Contains(t, ans.Body, `"data":{"i":1}`)
+	t.Logf("delivered %v after the push", ans.At.Sub(start))
+}
+
+// preflights is how many pre-flight queries in's poller has run.
+func preflights(t *testing.T, in *servertest.Instance) uint64 {
+	t.Helper()
+	mfs, err := in.Registry().Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "herald_preflight_duration_seconds" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
 }
 
 // With 30% of syncnet's datagrams lost, every message pushed through A is

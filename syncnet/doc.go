@@ -49,7 +49,11 @@
 // after DeadAfter of silence, or DeadAfter after start if never heard,
 // then probed every Resolve only), presence re-announced every Announce.
 // Beyond that: consumer presence (announced on the first and last consumer
-// of a queue), targeted MESSAGE_AVAILABLE,
+// of a queue), targeted MESSAGE_AVAILABLE (to the peers whose presence
+// says they consume the queue or is not known; a peer whose consumer of a
+// queue is heard of after a push or lease release of it, within 10 s, is
+// answered alone with a MESSAGE_AVAILABLE for the whole queue, so a
+// presence that arrives late never loses the wake-up: answer.go),
 // QUEUE_CONFIG_SET/DELETE, PARTITION_DELETED and MAINTENANCE_MODE_SET /
 // POP_MAINTENANCE_MODE_SET news handed to callbacks (a maintenance datagram
 // only makes the receiver read the switches from the database again), and
@@ -70,12 +74,20 @@
 // SetLocal, LeaseAcquired/Released, LeasedElsewhere, the QueueConfigured
 // family) run on their caller's goroutine and send their datagram there.
 //
-// Locks: Node.mu guards the peers, their state and presence, and the local
-// consumer counts; Node.cmu the stats counters. The only nesting is
-// Node.mu before cmu (Stats; Notify counting its per-peer decisions). The
-// wake limiter's mu and Replay's mu are each taken alone.
-// No lock is held while a datagram is sent, a peer name is resolved, or a
-// callback runs: the Waker and the On* callbacks are called on the receive
+// Locks: Node.mu guards the peers, their state and presence, the local
+// consumer counts and the queues woken lately (answer.go); Node.cmu the
+// stats counters; Node.wmu orders the datagrams: each is numbered and
+// written under it, so they leave in sequence order (a peer drops one
+// whose sequence is below one it took, and two sends that crossed between
+// numbering and writing lost the earlier); a presence decision a later one
+// may contradict (a deregistration, the set a pull is answered with, a
+// re-announcement) is made under it too, so its datagrams leave in the
+// order decided. The order: wmu before mu (those decisions; a datagram to
+// every peer) before cmu (Stats; Notify counting its per-peer decisions;
+// a datagram that does not encode). The wake limiter's mu and Replay's mu
+// are each taken alone.
+// No lock but wmu is held while a datagram is sent, and none while a peer
+// name is resolved or a callback runs: the Waker and the On* callbacks are called on the receive
 // goroutine (or a wake timer's) with nothing held, and must not block, or
 // the socket is not read. SetLocal is poller.Config's OnPresence, which the
 // poller calls with none of its locks held (on the registering or the

@@ -44,7 +44,7 @@ func (n *Node) LeaseReleased(queue, partition, partitionID, group string) {
 }
 
 func (n *Node) sendHint(t Type, p LeaseHintPayload) {
-	if targets, _ := n.targets(p.Queue, nil); len(targets) > 0 {
+	if targets, _ := n.targets(p.Queue, t == LeaseHintReleased, nil); len(targets) > 0 {
 		n.send(t, p, targets)
 	}
 }

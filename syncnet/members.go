@@ -202,8 +202,12 @@ func (n *Node) Known(id string) bool {
 }
 
 // sendPresence answers a pull: the whole announced set, as many queues per
-// datagram as fit.
+// datagram as fit. Taken and sent under wmu: a consumer registered
+// meanwhile is announced after the set, which would otherwise undo it.
 func (n *Node) sendPresence(to *net.UDPAddr) {
+	n.greet(PresenceSet)
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
 	n.mu.Lock()
 	qs := n.announcedLocked()
 	n.mu.Unlock()
@@ -223,20 +227,21 @@ func (n *Node) sendPresence(to *net.UDPAddr) {
 	}
 	parts = append(parts, cur)
 	for i, part := range parts {
-		n.send(PresenceSet, presenceSetPayload{Digest: d, Part: uint64(i), Parts: uint64(len(parts)), Queues: part, TS: nowMS()},
+		n.sendLocked(PresenceSet, presenceSetPayload{Digest: d, Part: uint64(i), Parts: uint64(len(parts)), Queues: part, TS: nowMS()},
 			[]*net.UDPAddr{to})
 	}
 }
 
-// presenceFrom applies a PRESENCE_SET part. Called with mu.
-func (st *peerState) presenceFrom(m presenceSetPayload) {
+// presenceFrom applies a PRESENCE_SET part, and returns the queues it
+// adds to what was heard. Called with mu.
+func (st *peerState) presenceFrom(m presenceSetPayload) (added []string) {
 	if m.Parts > 1 {
 		if st.pending == nil || st.pendingDigest != m.Digest {
 			st.pending, st.pendingDigest = map[uint64][]string{}, m.Digest
 		}
 		st.pending[m.Part] = m.Queues
 		if uint64(len(st.pending)) < m.Parts {
-			return
+			return nil
 		}
 		m.Queues = nil
 		for i := range m.Parts {
@@ -245,16 +250,21 @@ func (st *peerState) presenceFrom(m presenceSetPayload) {
 		st.pending = nil
 	}
 	now := time.Now()
+	old := st.presence
 	st.presence, st.view = make(map[string]time.Time, len(m.Queues)), 0
 	for _, q := range m.Queues {
 		if _, dup := st.presence[q]; !dup {
 			st.presence[q] = now
 			st.view ^= queueHash(q)
+			if old[q].IsZero() {
+				added = append(added, q)
+			}
 		}
 	}
 	if st.view == m.Digest {
 		st.announced, st.mismatch = true, time.Time{}
 	}
+	return added
 }
 
 // seedOfLocked reports whether a seed is the member id (heard as id, or

@@ -7,18 +7,33 @@ import (
 
 // send builds one datagram and sends it to addrs (all peers when nil).
 func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
+	n.greet(t)
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	n.sendLocked(t, v, addrs)
+}
+
+// greet sends the first heartbeat before any other datagram: peers adopt
+// a session only by a datagram with a signed ts (replay.go).
+func (n *Node) greet(t Type) {
 	// Load first: after the first heartbeat a send only reads the flag.
 	if !n.beaten.Load() && !n.beaten.Swap(true) && t != Heartbeat {
 		n.heartbeat()
 	}
+}
+
+// sendLocked is send with wmu held, and the greeting done (greet).
+//
+// Datagrams are numbered and written under wmu: a peer drops a datagram
+// whose sequence is below one it already took (replay.go; the reference
+// server likewise), so one numbered, then overtaken by another send before
+// it was written, was lost — a wake-up among them. Presence decisions that
+// a later one may contradict (a deregistration, a pulled set) are made
+// under wmu too, so that their datagrams leave in the order decided.
+func (n *Node) sendLocked(t Type, v any, addrs []*net.UDPAddr) {
 	payload, err := Marshal(v)
 	if err != nil {
 		n.log.Error().Err(err).Msg("encoding a payload")
-		return
-	}
-	b, err := Encode(Header{Type: t, SenderID: n.cfg.ServerID, Session: n.session[:maxSession], Sequence: n.seq.Add(1)}, payload, n.key)
-	if err != nil {
-		n.drop("encode")
 		return
 	}
 	if addrs == nil {
@@ -30,6 +45,11 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 			}
 		}
 		n.mu.Unlock()
+	}
+	b, err := Encode(Header{Type: t, SenderID: n.cfg.ServerID, Session: n.session[:maxSession], Sequence: n.seq.Add(1)}, payload, n.key)
+	if err != nil {
+		n.drop("encode")
+		return
 	}
 	for _, a := range addrs {
 		if n.cfg.Drop != nil && n.cfg.Drop(t) {
@@ -46,7 +66,7 @@ func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
 // new message: the peers whose presence says so, and those whose presence
 // is not known yet. Dead peers get nothing.
 func (n *Node) Notify(queue, partition string) {
-	targets, all := n.targets(queue, n.decide)
+	targets, all := n.targets(queue, true, n.decide)
 	if len(targets) == 0 {
 		return
 	}

@@ -101,7 +101,8 @@ type Config struct {
 	// must not block.
 	OnStranger func()
 	// Drop, when set, is asked before each send; true drops the datagram
-	// (tests of a lossy network, or of a lost announcement).
+	// (tests of a lossy network, or of a lost announcement). Called with
+	// the node's send lock held: it must not send.
 	Drop func(t Type) bool
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
@@ -136,6 +137,10 @@ type Node struct {
 	skewLog    zerolog.Logger // log, at most once a minute
 	m          *nodeMetrics
 
+	// wmu orders the datagrams: each is numbered (seq) and written under
+	// it (send).
+	wmu sync.Mutex
+
 	cmu    sync.Mutex
 	counts map[string]uint64 // "dropped:<reason>", "notify:<decision>", …: for Stats
 
@@ -154,7 +159,13 @@ type Node struct {
 	// peers still believe them present until Linger has passed (a
 	// long-poll consumer that polls again meanwhile costs no datagram).
 	lingering map[string]time.Time
-	closed    bool
+	// pushed: when a wake-up of each queue was last announced (a push, a
+	// lease release), kept for pushRecall (answer.go); pushedOver: when
+	// one was not remembered for want of room; prunedAt: the last walk
+	// that made room.
+	pushed               map[string]time.Time
+	pushedOver, prunedAt time.Time
+	closed               bool
 	// busy kicks Run's timer: Heartbeat duties are due (needsBeat).
 	busy chan struct{}
 }
@@ -218,7 +229,7 @@ func New(cfg Config) (*Node, error) {
 	var sess [8]byte
 	_, _ = rand.Read(sess[:])
 	n := &Node{cfg: cfg, key: []byte(cfg.Secret), conn: conn, session: hex.EncodeToString(sess[:]),
-		replay: NewReplay(cfg.Freshness), wakes: newWakeLimiter(cfg.Waker, cfg.WakeWindow), now: time.Now, log: log, recvBuffer: granted, byID: map[string]*peerState{}, members: map[string]*peer{}, byAddr: map[netip.AddrPort]*peer{}, started: time.Now(), local: map[string]int{}, lingering: map[string]time.Time{}, busy: make(chan struct{}, 1),
+		replay: NewReplay(cfg.Freshness), wakes: newWakeLimiter(cfg.Waker, cfg.WakeWindow), now: time.Now, log: log, recvBuffer: granted, byID: map[string]*peerState{}, members: map[string]*peer{}, byAddr: map[netip.AddrPort]*peer{}, started: time.Now(), local: map[string]int{}, lingering: map[string]time.Time{}, pushed: map[string]time.Time{}, busy: make(chan struct{}, 1),
 		counts: map[string]uint64{}}
 	n.skewLog = log.Sample(&zerolog.BurstSampler{Burst: 1, Period: time.Minute})
 	n.wakes.onAdd = n.kick

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,4 +232,53 @@ func TestNode_QueueDeletedReachesPeers(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the peer was not told")
 	}
+}
+
+// Two sends that cross (one numbered, then overtaken before it is written,
+// as a loaded machine does to a goroutine) are both taken: a peer drops a
+// datagram whose sequence is below one it already took (replay.go, and the
+// reference server likewise), so a node writes its datagrams in the order
+// it numbers them. Here a wake-up is held between its numbering and its
+// writing while another datagram is sent.
+func TestNode_SendsThatCrossAreAllTaken(t *testing.T) {
+	var hold atomic.Bool
+	in, release := make(chan struct{}, 1), make(chan struct{})
+	nodes := mesh(t, 2, nil, func(i int, c *Config) {
+		if i == 0 {
+			c.Drop = func(t Type) bool {
+				if t == MessageAvailable && hold.CompareAndSwap(true, false) {
+					in <- struct{}{}
+					<-release
+				}
+				return false
+			}
+		}
+	})
+	a, b := nodes[0], nodes[1]
+	b.SetLocal("orders", true)
+	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("orders"); return has }, 5*time.Second, 10*time.Millisecond)
+
+	hold.Store(true)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	wg.Go(func() { a.Notify("orders", "p1") })
+	select {
+	case <-in:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wake-up was not sent")
+	}
+	crossed := make(chan struct{})
+	wg.Go(func() {
+		a.QueueDeleted("other")
+		close(crossed)
+	})
+	select { // before the wake-up is written: at once; else once it is
+	case <-crossed:
+	case <-time.After(time.Second):
+	}
+	release <- struct{}{} // not closed yet: the wake-up goes now
+	require.Eventually(t, func() bool { ok, _ := woken(b, "orders/p1"); return ok }, 5*time.Second, 5*time.Millisecond,
+		"the wake-up numbered first is taken")
+	assert.Zero(t, testutil.ToFloat64(b.m.dropped.WithLabelValues("replay")), "nothing dropped as a replay")
 }

@@ -251,6 +251,7 @@ func (n *Node) expire() {
 		}
 	}
 	n.m.alive.Set(float64(alive))
+	n.prunePushedLocked(now)
 	// A configured peer is dead when it has not been heard from within
 	// DeadAfter, was never heard from, or its name does not resolve.
 	dead := max(len(n.cfg.Peers)-len(n.seeds), 0)

@@ -19,11 +19,14 @@ func (n *Node) announce() {
 	if len(addrs) == 0 {
 		return
 	}
+	n.greet(ConsumerRegistered)
+	n.wmu.Lock() // a deregistration decided meanwhile goes after
+	defer n.wmu.Unlock()
 	n.mu.Lock()
 	queues := n.announcedLocked()
 	n.mu.Unlock()
 	for _, q := range queues {
-		n.send(ConsumerRegistered, presencePayload{Queue: q, TS: nowMS()}, addrs)
+		n.sendLocked(ConsumerRegistered, presencePayload{Queue: q, TS: nowMS()}, addrs)
 	}
 }
 
@@ -68,8 +71,18 @@ func (n *Node) SetLocal(queue string, present bool) (news bool) {
 }
 
 // deregister announces CONSUMER_DEREGISTERED for the queues whose last
-// consumer left more than Linger ago.
+// consumer left more than Linger ago. Decided and sent under wmu: a
+// consumer that comes meanwhile is announced after (sendLocked).
 func (n *Node) deregister() {
+	n.mu.Lock()
+	idle := len(n.lingering) == 0
+	n.mu.Unlock()
+	if idle {
+		return
+	}
+	n.greet(ConsumerDeregistered)
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
 	now := time.Now()
 	var gone []string
 	n.mu.Lock()
@@ -81,7 +94,7 @@ func (n *Node) deregister() {
 	}
 	n.mu.Unlock()
 	for _, q := range gone {
-		n.send(ConsumerDeregistered, presencePayload{Queue: q, TS: nowMS()}, nil)
+		n.sendLocked(ConsumerDeregistered, presencePayload{Queue: q, TS: nowMS()}, nil)
 	}
 }
 
@@ -108,11 +121,16 @@ func (n *Node) HasSubscribers(queue string) (has, known bool) {
 
 // targets are the addresses of the peers that may have consumers of queue
 // (present, or presence not known yet), out of all peers; each peer's
-// classification goes to observe when it is not nil.
-func (n *Node) targets(queue string, observe func(decision string)) (targets []*net.UDPAddr, all int) {
+// classification goes to observe when it is not nil. A wake-up (a push, a
+// release) is remembered, so that a peer heard of later is answered
+// (answer.go).
+func (n *Node) targets(queue string, wake bool, observe func(decision string)) (targets []*net.UDPAddr, all int) {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if wake {
+		n.pushedLocked(queue, now)
+	}
 	for _, p := range n.peers {
 		c := n.classify(p, queue, now)
 		if observe != nil {

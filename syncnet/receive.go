@@ -134,7 +134,7 @@ func (n *Node) apply(p Packet, st *peerState, now time.Time, from netip.AddrPort
 		}
 		n.hintFrom(p.Type, p.SenderID, m)
 	case ConsumerRegistered, ConsumerDeregistered, PresenceSet:
-		n.applyPresence(p, st, now)
+		n.applyPresence(p, st, now, from)
 	case PresencePull:
 		n.sendPresence(net.UDPAddrFromAddrPort(from))
 	}
@@ -179,8 +179,10 @@ func (n *Node) applyNews(p Packet) {
 	}
 }
 
-// applyPresence records what a peer says of its consumers.
-func (n *Node) applyPresence(p Packet, st *peerState, now time.Time) {
+// applyPresence records what a peer says of its consumers, and answers
+// consumers new to this instance for a queue it woke lately (answer.go).
+func (n *Node) applyPresence(p Packet, st *peerState, now time.Time, from netip.AddrPort) {
+	var missed []string
 	if p.Type == PresenceSet {
 		var m presenceSetPayload
 		if Unmarshal(p.Payload, &m) != nil || m.Parts > 1024 || m.Part >= max(m.Parts, 1) {
@@ -188,8 +190,9 @@ func (n *Node) applyPresence(p Packet, st *peerState, now time.Time) {
 			return
 		}
 		n.mu.Lock()
-		st.presenceFrom(m)
+		missed = n.missedLocked(st.presenceFrom(m), now)
 		n.mu.Unlock()
+		n.answer(missed, from)
 		return
 	}
 	var m presencePayload
@@ -199,9 +202,13 @@ func (n *Node) applyPresence(p Packet, st *peerState, now time.Time) {
 	}
 	n.mu.Lock()
 	if p.Type == ConsumerRegistered {
+		if st.presence[m.Queue].IsZero() && st.presence[AnyQueue].IsZero() { // else woken already
+			missed = n.missedLocked([]string{m.Queue}, now)
+		}
 		st.addPresence(m.Queue, now)
 	} else {
 		st.delPresence(m.Queue)
 	}
 	n.mu.Unlock()
+	n.answer(missed, from)
 }

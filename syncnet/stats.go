@@ -32,7 +32,9 @@ type Stats struct {
 	Peers    []PeerStats    `json:"peers"`
 	Local    map[string]int `json:"localConsumers"`
 	Sent     uint64         `json:"datagramsSent"`
-	// Counters: "notify:present|unknown|absent|dead" (per peer and push),
+	// Counters: "notify:present|unknown|absent|dead" (per peer and push;
+	// "notify:answered": a peer woken because its consumer was heard of
+	// after a push or release of the queue, answer.go),
 	// "broadcast" (pushes sent to every peer), "dropped:<reason>",
 	// "hint:used|audit|right|wrong|holder_dead" (lease hint lookups).
 	Counters map[string]uint64 `json:"counters"`
@@ -115,7 +117,7 @@ func newNodeMetrics(reg prometheus.Registerer) (*nodeMetrics, error) {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_dropped_total",
 			Help: "Datagrams dropped, by reason (too_short, too_long, version, length, signature, replay, stale_session, unknown_session, stale_timestamp, self, payload, encode)."}, []string{"reason"}),
 		targeted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_notify_decisions_total",
-			Help: "Per peer and push: sent because present or not yet known, skipped because absent or dead."}, []string{"decision"}),
+			Help: "Per peer and push: sent because present or not yet known, skipped because absent or dead; answered: sent to a peer whose consumer was heard of after a push or release of the queue."}, []string{"decision"}),
 		hints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "herald_syncnet_lease_hints_total",
 			Help: "Lease hint lookups: used (a pop skipped), audit (ignored to check), right/wrong (audit outcomes), holder_dead."},
 			[]string{"outcome"}),

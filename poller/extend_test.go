@@ -51,6 +51,21 @@ func ackAs(t *testing.T, e *env, in *poller.Intention, status queue.AckStatus, m
 	return out
 }
 
+// receiveAcking receives n messages, acking each delivery as it comes
+// (a failed message may come alone, the rest after its ack).
+func receiveAcking(t *testing.T, e *env, in *poller.Intention, got <-chan *queue.PopResult, n int) []queue.Message {
+	t.Helper()
+	var out []queue.Message
+	for len(out) < n {
+		res := receive1(t, got)
+		out = append(out, res.Messages...)
+		for _, r := range ackAs(t, e, in, queue.StatusCompleted, res.Messages...) {
+			require.True(t, r.Success, r.Error)
+		}
+	}
+	return out
+}
+
 // A stream holding a partition gets the partition's next push while its
 // earlier message is still unacked: the push extends the lease over it,
 // with no pop and no pre-flight, and the lease ends with the ack of the
@@ -102,16 +117,7 @@ func TestExtend_NackRedeliversFromTheFirstUnacked(t *testing.T) {
 	r = ackAs(t, e, in, queue.StatusCompleted, third.Messages[0])
 	assert.Equal(t, queue.ErrTextInvalidLease, r[0].Error, "3 was extended over the ended lease")
 
-	// The failed message may come alone (its attempt is its own): each
-	// redelivery is acked as it comes.
-	var again []queue.Message
-	for len(again) < 2 {
-		res := receive1(t, got)
-		again = append(again, res.Messages...)
-		for _, r := range ackAs(t, e, in, queue.StatusCompleted, res.Messages...) {
-			require.True(t, r.Success, r.Error)
-		}
-	}
+	again := receiveAcking(t, e, in, got, 2)
 	assert.Equal(t, []int{2, 3}, ns(&queue.PopResult{Messages: again}), "from the first unacked, in order")
 	assert.Equal(t, 1, again[0].RetryCount, "the nack counted an attempt")
 	assert.NotEqual(t, first.LeaseID, again[0].LeaseID, "under a new lease")
@@ -133,14 +139,7 @@ func TestExtend_ExpiryRedeliversFromTheFirstUnacked(t *testing.T) {
 	// expiry, which arms the poller's timer (no ack ever comes).
 	e.p.AddCredit(in, 0)
 
-	var again []queue.Message
-	for len(again) < 2 {
-		res := receive1(t, got)
-		again = append(again, res.Messages...)
-		for _, r := range ackAs(t, e, in, queue.StatusCompleted, res.Messages...) {
-			require.True(t, r.Success, r.Error)
-		}
-	}
+	again := receiveAcking(t, e, in, got, 2)
 	assert.Equal(t, []int{1, 2}, ns(&queue.PopResult{Messages: again}))
 	assert.Equal(t, 1, again[0].RetryCount, "the expiry counted an attempt")
 	assert.NotEqual(t, first.LeaseID, again[0].LeaseID)

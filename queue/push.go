@@ -609,9 +609,9 @@ WITH input AS (
 	FROM counts c WHERE p.id = c.partition_id
 	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base, p.queue_id, p.follow_xid
 ), handoff AS (
-	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto, h.owner, h.ext::uuid AS ext
-	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[], $11::text[], $14::text[])
-	     AS h(pid, grp, lease, lim, subj, auto, owner, ext)
+	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto, h.owner
+	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[], $11::text[])
+	     AS h(pid, grp, lease, lim, subj, auto, owner)
 ), lk AS (
 	-- The caught-up rows (consumers_caught_up), locked in key order. A
 	-- reserved group's row that can be handed off is one of them (its
@@ -637,38 +637,6 @@ WITH input AS (
 	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto
-), extended AS (
-	-- A stream's lease that covers every message of the partition so far
-	-- (its lease_to at the old last offset), live and this instance's,
-	-- grows over the push's (Reservation.Extend): its consumer gets them
-	-- without waiting for its acks of the earlier ones, and the lease
-	-- time starts again. lk never holds such a row (its lease is unacked).
-	-- An ack that ends that lease while this runs leaves the row caught up
-	-- (the row is read again once its lock is free): it is then leased
-	-- afresh, as handed does with a row caught up before.
-	UPDATE consumers c SET
-		lease_id = coalesce(c.lease_id, h.lease),
-		lease_owner = h.owner,
-		lease_subject = CASE WHEN c.lease_id IS NULL THEN h.subj ELSE c.lease_subject END,
-		lease_expires_at = CASE WHEN c.lease_id IS NULL THEN now() + make_interval(secs => q.lease_time)
-			ELSE greatest(c.lease_expires_at, now() + make_interval(secs => q.lease_time)) END,
-		lease_from = CASE WHEN c.lease_id IS NULL THEN b.base + 1 ELSE c.lease_from END,
-		lease_to = least(b.last_offset, b.base + h.lim),
-		delivered_to = greatest(c.delivered_to, least(b.last_offset, b.base + h.lim)),
-		leased_at = CASE WHEN c.lease_id IS NULL THEN now() ELSE c.leased_at END,
-		attempts = CASE WHEN c.lease_id IS NULL THEN 0 ELSE c.attempts END,
-		attempt_seq = CASE WHEN c.lease_id IS NULL THEN 0 ELSE c.attempt_seq END,
-		last_offset = greatest(c.last_offset, b.last_offset)
-	FROM handoff h JOIN bumped b ON b.id = h.pid, queues q
-	WHERE h.ext IS NOT NULL AND NOT h.auto AND c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id
-	  AND (c.lease_id = h.ext AND c.lease_owner = h.owner AND c.lease_to = b.base AND c.lease_expires_at > now()
-	       OR c.lease_id IS NULL AND c.cursor = b.base AND c.done = '{}')
-	  AND q.delayed_processing = 0 AND q.window_buffer = 0
-	  AND NOT EXISTS (SELECT 1 FROM lk WHERE lk.partition_id = c.partition_id AND lk.consumer_group = c.consumer_group)
-	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto,
-		(c.lease_id = h.ext)::int AS ext
-), hand AS (
-	SELECT h.*, 0 AS ext FROM handed h UNION ALL SELECT * FROM extended
 ), woke AS (
 	UPDATE consumers c SET last_offset = b.last_offset
 	FROM lk JOIN bumped b ON b.id = lk.partition_id
@@ -682,17 +650,17 @@ WITH input AS (
 )
 SELECT 0, d.ord, d.id::text, '', 0::bigint, 0::bigint, NULL::timestamptz FROM dups d
 UNION ALL
-SELECT 1, h.ext, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FROM hand h
+SELECT 1, 0, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FROM handed h
 UNION ALL
 SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
-WHERE EXISTS (SELECT 1 FROM hand h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
+WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
 
 // queue adds the push's two statements to b; owner names the owner of a
 // lease it hands off (Store.leaseOwner).
 func (p *pushPlan) queue(b *pgx.Batch, owner func(stream bool) string) {
 	b.Queue(pushLockSQL, p.partIDs)
-	hp, hg, hl, hn, hs, ha, ho, he := p.handOffArgs(owner)
-	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha, he)
+	hp, hg, hl, hn, hs, ha, ho := p.handOffArgs(owner)
+	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha)
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {
@@ -725,7 +693,7 @@ func (p *pushPlan) read(br pgx.BatchResults) error {
 			if p.handed == nil {
 				p.handed = map[consumerKey]handedLease{}
 			}
-			p.handed[consumerKey{id, group}] = handedLease{from, to, ord == 1}
+			p.handed[consumerKey{id, group}] = handedLease{from, to}
 		case 2:
 			if p.created == nil {
 				p.created = map[string]map[int64]time.Time{}

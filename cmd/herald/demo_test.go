@@ -56,8 +56,15 @@ func TestDemo_ThreeInstances(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code)
 	}
 	// Instance 1 knows both peers, alive and with their presence known.
+	var lastStats string // shown when the mesh does not form
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("instance 1's syncnet stats, last read: %s", lastStats)
+		}
+	})
 	require.Eventually(t, func() bool {
 		_, body := get(t, urls[0]+"internal/api/shared-state/stats")
+		lastStats = body
 		var st struct {
 			Syncnet struct {
 				Peers []struct {

@@ -28,7 +28,7 @@ func (p *Poller) AfterSettle(f func()) func() {
 // Pending reports whether a worker has a cycle to run or running: a
 // signal not yet taken, a cycle begun and not ended (one starved between
 // taking its keys and its first statement looks quiet otherwise), or a key
-// marked for a pre-flight or holding push hints.
+// marked for a pre-flight or holding push hints an intention may take.
 func (p *Poller) Pending() bool {
 	for _, w := range p.workers {
 		if len(w.wake) > 0 || w.woke.Load() != w.done.Load() {
@@ -36,7 +36,9 @@ func (p *Poller) Pending() bool {
 		}
 		w.mu.Lock()
 		for _, ks := range w.keys {
-			if ks.dirty || len(ks.hints) > 0 {
+			// Hints wait for an intention that may take them: a key with
+			// none (a long-poll's, between two) keeps them for the next.
+			if ks.dirty || (len(ks.hints) > 0 && anyReady(ks.intentions)) {
 				w.mu.Unlock()
 				return true
 			}

@@ -43,6 +43,11 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	// as for a consumer that left, and deliver nothing. An autoAck pop
 	// keeps no lease (its cursor moved already): delivered all the same.
 	paused := w.p.paused.Load() && res.LeaseID != ""
+	var expiry time.Time // a one-shot's lease, which its key's knowledge must not outlive
+	leaseKnown := true
+	if !in.Standing && res.LeaseID != "" {
+		expiry, leaseKnown = w.p.leaseExpiry(res)
+	}
 	w.mu.Lock()
 	gone := in.gone || paused
 	ended := false
@@ -51,6 +56,7 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		// answers: withdraw it first, so it is never counted (or served) as
 		// still waiting once its consumer holds the messages.
 		ended = w.markGone(in)
+		w.noteAnswer(in, res, allClaimed, pl, expiry, leaseKnown)
 	}
 	w.mu.Unlock()
 	if ended {
@@ -111,6 +117,32 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	w.mu.Unlock()
 	if more {
 		w.signal()
+	}
+}
+
+// noteAnswer keeps what a one-shot intention's key knows true after its
+// answer (keyState.known): one that took all it could may have left
+// messages, so its target is forgotten; a lease it took arms the key's
+// timer at its expiry (a client that never acks gets its messages again
+// then, through a pre-flight), or, its expiry unknown (the queue's config
+// not cached), at once. Called with the worker's mutex.
+func (w *worker) noteAnswer(in *Intention, res *queue.PopResult, allClaimed bool, pl plan, expiry time.Time, leaseKnown bool) {
+	ks := w.keys[in.key]
+	if ks == nil {
+		return
+	}
+	full := len(res.Messages) >= pl.total || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
+	if full {
+		delete(ks.known, [2]string{in.Target.Partition, in.Target.Group})
+	}
+	if !leaseKnown {
+		expiry = time.Now()
+	}
+	if !expiry.IsZero() && (ks.dueAt.IsZero() || expiry.Before(ks.dueAt)) {
+		ks.dueAt = expiry
+		if w.armed.IsZero() || expiry.Before(w.armed) {
+			w.armed = expiry
+		}
 	}
 }
 

@@ -167,3 +167,22 @@ func TestPoller_LongPollAfterAnUnackedAnswerGetsItAtLeaseExpiry(t *testing.T) {
 	assert.Equal(t, 1, res.Messages[0].RetryCount, "the expired lease counted as an attempt")
 	assert.Less(t, time.Since(leasedAt), 4*time.Second, "at expiry, by the eligibility timer")
 }
+
+// A long-poll answered by a push's hand-off leaves its partition marked as
+// handed to its group (so that the push's own wake-up pops nothing); a
+// push to that partition after it is still the next long-poll's, though
+// no intention waited when it came.
+func TestPoller_LongPollAfterAHandedAnswerGetsWhatWasPushedSince(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	warmLongPoll(t, e, "lh", false)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lh"}, Batch: 10})
+	e.settled() // its cycle found it caught up: a push hands off to it
+	e.push("lh", "p", 1, 1)
+	res := receive(t, first, 5*time.Second)
+	require.Equal(t, []int{1}, ns(res))
+	e.push("lh", "p", 2, 2) // nobody waits
+	releaseAcked(e, ackResult(t, e, res), res)
+	e.settled()
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lh"}, Batch: 10})
+	assert.Equal(t, []int{2}, ns(receive(t, next, 5*time.Second)), "pushed after the hand-off")
+}

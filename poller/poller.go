@@ -254,6 +254,7 @@ func (p *Poller) Wake(source, queueName, partition string) {
 	if ks != nil && remote(source) {
 		ks.remoteAt = time.Now()
 	}
+	waiting := ks != nil && slices.ContainsFunc(ks.intentions, func(in *Intention) bool { return !in.gone })
 	switch {
 	case ks == nil:
 	case partition == "":
@@ -269,11 +270,19 @@ func (p *Poller) Wake(source, queueName, partition string) {
 		}
 		onlyPushes, seen := ks.hints[partition]
 		ks.hints[partition] = source == SourcePush && (onlyPushes || !seen)
+		if !waiting && (seen || source != SourcePush) {
+			// Not the own wake-up of a push that handed it off (the
+			// first): news since (keyState.rehinted).
+			if ks.rehinted == nil {
+				ks.rehinted = map[string]bool{}
+			}
+			ks.rehinted[partition] = true
+		}
 	}
 	// A key whose intentions are gone (lingering: keyState.lingers) keeps
 	// a hint for the next one, which signals itself; one touched is ended
 	// by the cycle.
-	wake := ks != nil && (ks.dirty || slices.ContainsFunc(ks.intentions, func(in *Intention) bool { return !in.gone }))
+	wake := ks != nil && (ks.dirty || waiting)
 	w.mu.Unlock()
 	if wake {
 		w.signal()

@@ -39,8 +39,13 @@ type keyState struct {
 	dirty      bool            // run a pre-flight for it at the next cycle
 	hints      map[string]bool // partitions a wake-up says got messages (fast path): true while only this instance's pushes said so
 	handed     map[string]bool // partition id + "\x00" + group a push leased to an intention here
-	dueAt      time.Time       // a blocked partition becomes eligible then
-	remoteAt   time.Time       // the last wake-up from another instance
+	// rehinted: partitions woken again while the key lingered (no live
+	// intention: lingers), after a push's hand-off may have marked them
+	// handed; that mark is stale for them (hintedItem drops it): what came
+	// since is the next intention's.
+	rehinted map[string]bool
+	dueAt    time.Time // a blocked partition becomes eligible then
+	remoteAt time.Time // the last wake-up from another instance
 	// claim: the key's only intention took all it could at its last
 	// delivery, so its queue has a backlog: the next cycle claims straight
 	// from the queue's ready rows (claimServe), with no pre-flight, until a
@@ -278,8 +283,8 @@ func (w *worker) collect(now time.Time, sweeping bool) (work, claims, expired []
 			continue
 		}
 		if !ks.dirty && len(ks.hints) > 0 {
-			fast = append(fast, hinted{key: k, hints: ks.hints, handed: ks.handed, intentions: slices.Clone(live)})
-			ks.hints, ks.handed = nil, nil
+			fast = append(fast, hinted{key: k, hints: ks.hints, handed: ks.handed, rehinted: ks.rehinted, intentions: slices.Clone(live)})
+			ks.hints, ks.handed, ks.rehinted = nil, nil, nil
 			continue
 		}
 		if !ks.dirty {
@@ -288,7 +293,7 @@ func (w *worker) collect(now time.Time, sweeping bool) (work, claims, expired []
 			}
 			continue
 		}
-		ks.dirty, ks.hints, ks.handed = false, nil, nil
+		ks.dirty, ks.hints, ks.handed, ks.rehinted = false, nil, nil, nil
 		if ks.claim && !sweeping && len(live) == 1 && claimable(live[0]) {
 			if live[0].ready() {
 				claims = append(claims, live[0])

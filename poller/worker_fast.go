@@ -17,6 +17,7 @@ type hinted struct {
 	key        string
 	hints      map[string]bool
 	handed     map[string]bool // as keyState.handed
+	rehinted   map[string]bool // as keyState.rehinted
 	intentions []*Intention
 }
 
@@ -212,6 +213,11 @@ func (w *worker) hintedItem(h hinted, hints map[hintKey]leaseHint) fastItem {
 		it.parts = append(it.parts, fastPart{name: part, id: pid})
 		if pid == "" {
 			continue
+		}
+		if h.rehinted[part] {
+			for _, g := range groups {
+				delete(h.handed, pid+"\x00"+g) // stale: woken again since
+			}
 		}
 		for _, g := range groups {
 			k := hintKey{pid, groupName(g)}

@@ -186,3 +186,25 @@ func TestPoller_LongPollAfterAHandedAnswerGetsWhatWasPushedSince(t *testing.T) {
 	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lh"}, Batch: 10})
 	assert.Equal(t, []int{2}, ns(receive(t, next, 5*time.Second)), "pushed after the hand-off")
 }
+
+// A subscription's lease is its stream's, which the poller does not time:
+// a long-poll registered after a subscription took a partition (where
+// nothing else waited) gets its messages when that lease expires unacked,
+// through a pre-flight, not at the sweep.
+func TestPoller_LongPollAfterASubscriptionsLeaseGetsItsMessagesAtExpiry(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	_, err := e.store.Configure(context.Background(), queue.ConfigureRequest{Queue: "ls", Options: []byte(`{"leaseTime":1}`)})
+	require.NoError(t, err)
+	got := make(chan *queue.PopResult, 10)
+	t.Cleanup(e.p.Register(&poller.Intention{Target: queue.Target{Queue: "ls"}, Batch: 10, Credit: 1, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}))
+	e.settled() // its pre-flight found nothing
+	e.push("ls", "p", 1, 1)
+	require.Equal(t, []int{1}, ns(delivered(t, got, "the subscription got nothing")))
+	leasedAt := time.Now()
+	e.settled()
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "ls"}, Batch: 10})
+	res := receive(t, next, 5*time.Second)
+	assert.Equal(t, []int{1}, ns(res), "the subscription's message, its lease expired")
+	assert.Less(t, time.Since(leasedAt), 4*time.Second, "at expiry, by the eligibility timer")
+}

@@ -434,7 +434,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	} else {
 		w.caughtUp(chunk, nil)
 	}
-	w.noteKnown(ts, avail, assigns, got)
+	w.noteKnown(chunk, ts, avail, assigns, got)
 	if w.popDeadOnExpiry(ctx, chunk, assigns, dead, ts.cands) {
 		worked = true
 	}
@@ -537,12 +537,16 @@ func (w *worker) noteAvailability(avail []queue.Availability, ts targets) (needR
 // noteKnown marks the targets of a cycle that nothing eligible waits for
 // now but what was hinted since (keyState.known): the pre-flight found no
 // partition for them, or every one it found was eligible, assigned in this
-// cycle, and drained by its pop (each result claimed every partition it
-// was assigned and holds no More). The pre-flight reads one row more than
-// its intentions could take: when all were assigned, it read them all.
-// Not a key touched since the cycle began (a hint since is kept: the
-// next intention is served from it).
-func (w *worker) noteKnown(ts targets, avail []queue.Availability, assigns []assignment, got map[int]*queue.PopResult) {
+// cycle to one-shot intentions, and drained by its pop (each result
+// claimed every partition it was assigned and holds no More). The
+// pre-flight reads one row more than its intentions could take: when all
+// were assigned, it read them all. A lease those answers took arms the
+// key's timer at its expiry (a client that never acks gets its messages
+// again then, through a pre-flight); an expiry unknown (the queue's
+// config not cached) leaves the target unknown. Not a key touched since
+// the cycle began (a hint since is kept: the next intention is served
+// from it).
+func (w *worker) noteKnown(chunk []*Intention, ts targets, avail []queue.Availability, assigns []assignment, got map[int]*queue.PopResult) {
 	type pair struct {
 		target             int
 		partitionID, group string
@@ -559,9 +563,23 @@ func (w *worker) noteKnown(ts targets, avail []queue.Availability, assigns []ass
 			open[a.Target] = true
 		}
 	}
+	expiry := map[int]time.Time{} // per target, the earliest lease expiry of its answers
 	for c, n := range claims {
-		if res := got[c]; res == nil || res.More || res.PartitionsClaimed < n {
-			open[ts.cands[c].target] = true
+		ti := ts.cands[c].target
+		res := got[c]
+		// A subscription's lease is its stream's, which nothing here times.
+		if res == nil || res.More || res.PartitionsClaimed < n || chunk[c].Standing {
+			open[ti] = true
+			continue
+		}
+		if res.LeaseID == "" {
+			continue
+		}
+		at, ok := w.p.leaseExpiry(res)
+		if !ok {
+			open[ti] = true
+		} else if e, seen := expiry[ti]; !seen || at.Before(e) {
+			expiry[ti] = at
 		}
 	}
 	w.mu.Lock()
@@ -575,6 +593,20 @@ func (w *worker) noteKnown(ts targets, avail []queue.Availability, assigns []ass
 			ks.known = map[[2]string]bool{}
 		}
 		ks.known[[2]string{ts.targets[ti].Partition, ts.targets[ti].Group}] = true
+		if at, ok := expiry[ti]; ok {
+			w.armAt(ks, at)
+		}
+	}
+}
+
+// armAt sets ks's eligibility time to at if sooner, and has run arm the
+// timer for it after the cycle (armed). Called with the worker's mutex.
+func (w *worker) armAt(ks *keyState, at time.Time) {
+	if ks.dueAt.IsZero() || at.Before(ks.dueAt) {
+		ks.dueAt = at
+	}
+	if w.armed.IsZero() || at.Before(w.armed) {
+		w.armed = at
 	}
 }
 

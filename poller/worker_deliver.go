@@ -58,6 +58,17 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		ended = w.markGone(in)
 		w.noteAnswer(in, res, allClaimed, pl, expiry, leaseKnown)
 	}
+	if in.Standing && res.LeaseID != "" {
+		// A stream's lease, which nothing here times: what its group's
+		// targets knew may change when it expires.
+		if ks := w.keys[in.key]; ks != nil {
+			for t := range ks.known {
+				if t[1] == in.Target.Group {
+					delete(ks.known, t)
+				}
+			}
+		}
+	}
 	w.mu.Unlock()
 	if ended {
 		w.p.withdrawn(in)
@@ -122,27 +133,22 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 
 // noteAnswer keeps what a one-shot intention's key knows true after its
 // answer (keyState.known): one that took all it could may have left
-// messages, so its target is forgotten; a lease it took arms the key's
-// timer at its expiry (a client that never acks gets its messages again
-// then, through a pre-flight), or, its expiry unknown (the queue's config
-// not cached), at once. Called with the worker's mutex.
+// messages, and one whose lease expiry is unknown (the queue's config not
+// cached) cannot be timed, so its target is forgotten; otherwise the
+// lease arms the key's timer at its expiry (a client that never acks gets
+// its messages again then, through a pre-flight). Called with the
+// worker's mutex.
 func (w *worker) noteAnswer(in *Intention, res *queue.PopResult, allClaimed bool, pl plan, expiry time.Time, leaseKnown bool) {
 	ks := w.keys[in.key]
-	if ks == nil {
+	if ks == nil || len(ks.known) == 0 {
 		return
 	}
 	full := len(res.Messages) >= pl.total || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
-	if full {
+	if full || !leaseKnown {
 		delete(ks.known, [2]string{in.Target.Partition, in.Target.Group})
 	}
-	if !leaseKnown {
-		expiry = time.Now()
-	}
-	if !expiry.IsZero() && (ks.dueAt.IsZero() || expiry.Before(ks.dueAt)) {
-		ks.dueAt = expiry
-		if w.armed.IsZero() || expiry.Before(w.armed) {
-			w.armed = expiry
-		}
+	if !expiry.IsZero() && len(ks.known) > 0 {
+		w.armAt(ks, expiry)
 	}
 }
 

@@ -208,3 +208,38 @@ func TestPoller_LongPollAfterASubscriptionsLeaseGetsItsMessagesAtExpiry(t *testi
 	assert.Equal(t, []int{1}, ns(res), "the subscription's message, its lease expired")
 	assert.Less(t, time.Since(leasedAt), 4*time.Second, "at expiry, by the eligibility timer")
 }
+
+// The same holds for a long-poll naming its partition, which is served
+// only that partition's news, and for an autoAck long-poll, whose answer
+// keeps no lease.
+func TestPoller_LongPollNamingAPartitionOrAutoAckAfterADrainedAnswerIsServedWithoutPreflight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   poller.Intention
+		want []int
+	}{
+		{"partition", poller.Intention{Target: queue.Target{Queue: "ln", Partition: "a"}, Batch: 10}, []int{3}},
+		{"autoAck", poller.Intention{Target: queue.Target{Queue: "ln"}, Batch: 10, Partitions: 2, AutoAck: true}, []int{3, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, slowSweep)
+			e.push("ln", "a", 1, 1)
+			res := receive(t, e.p.Wait(tc.in), 5*time.Second)
+			require.Equal(t, []int{1}, ns(res))
+			e.push("ln", "a", 3, 3)
+			e.push("ln", "b", 4, 4)
+			if !tc.in.AutoAck {
+				releaseAcked(e, ackResult(t, e, res), res)
+			}
+			e.settled()
+			stats := e.store.QueryStats()
+			before := stats.Snapshot()
+			got := receive(t, e.p.Wait(tc.in), 5*time.Second)
+			assert.ElementsMatch(t, tc.want, ns(got))
+			e.settled()
+			ops := opsBetween(before, stats.Snapshot())
+			assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
+			assert.Equal(t, uint64(1), ops["pop_assigned"], "one pop: %v", ops)
+		})
+	}
+}

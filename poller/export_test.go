@@ -1,5 +1,7 @@
 package poller
 
+import "slices"
+
 // WorkerRuns is how many cycles the workers ran (a signal or their timer).
 func (p *Poller) WorkerRuns() uint64 {
 	var n uint64
@@ -36,9 +38,10 @@ func (p *Poller) Pending() bool {
 		}
 		w.mu.Lock()
 		for _, ks := range w.keys {
-			// Hints wait for an intention that may take them: a key with
-			// none (a long-poll's, between two) keeps them for the next.
-			if ks.dirty || (len(ks.hints) > 0 && anyReady(ks.intentions)) {
+			// Hints a cycle would take now (collect): a key with no
+			// intention that may take them (a long-poll's, between two)
+			// keeps them for the next.
+			if ks.dirty || (len(ks.hints) > 0 && w.takesHints(ks)) {
 				w.mu.Unlock()
 				return true
 			}
@@ -46,4 +49,11 @@ func (p *Poller) Pending() bool {
 		w.mu.Unlock()
 	}
 	return false
+}
+
+// takesHints reports whether collect would hand ks's hints to the fast
+// path: a live intention may take them, or is a subscription (which the
+// fast path marks missed). Called with w.mu.
+func (w *worker) takesHints(ks *keyState) bool {
+	return slices.ContainsFunc(ks.intentions, func(in *Intention) bool { return !in.gone && (in.Standing || in.ready()) })
 }

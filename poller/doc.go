@@ -95,7 +95,9 @@
 // drained; any wake-up without a partition, a timer or the sweep forgets
 // it, and a fast-path cycle that leaves a hinted partition to none of a
 // group's intentions, or a one-shot answer that took all it could, forgets
-// the target. With nothing hinted the intention waits for a wake-up or a
+// the target; and it is not trusted while a lease a long-poll's answer took
+// here is not heard released here (keyState.leased: its client may have
+// acked on another instance, giving messages back). With nothing hinted the intention waits for a wake-up or a
 // push's hand-off (idle long-polls asking again when their wait ends send
 // no query); with hints the fast path serves it from them, in one batch: a
 // long-poll client asking again after acking a drained answer gets what

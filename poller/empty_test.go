@@ -243,3 +243,24 @@ func TestPoller_LongPollNamingAPartitionOrAutoAckAfterADrainedAnswerIsServedWith
 		})
 	}
 }
+
+// A long-poll answer acked where this poller does not hear of it (on
+// another instance, behind a load balancer) may have given messages back
+// (StatusRetry): the next long-poll here looks with a pre-flight, as
+// before, rather than trust what the poller knew (the sweep is a minute
+// away).
+func TestPoller_LongPollAfterAnAnswerAckedElsewhereLooksWithAPreflight(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	e.push("le", "a", 1, 1)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "le"}, Batch: 10})
+	res := receive(t, first, 5*time.Second)
+	require.Equal(t, []int{1}, ns(res))
+	m := res.Messages[0]
+	out, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		LeaseID: res.LeaseID, Status: queue.StatusRetry}}) // the poller is told nothing
+	require.NoError(t, err)
+	require.True(t, out[0].Success, out[0].Error)
+	e.settled()
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "le"}, Batch: 10})
+	assert.Equal(t, []int{1}, ns(receive(t, next, 5*time.Second)), "given back elsewhere")
+}

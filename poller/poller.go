@@ -124,7 +124,7 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	// hand-off would answer with its own partition's). Not in WakePoll
 	// mode, which ignores wake-ups: there a new intention is checked on
 	// arrival.
-	known := p.cfg.Mode != WakePoll && !news && ks.known[[2]string{in.Target.Partition, in.Target.Group}]
+	known := p.cfg.Mode != WakePoll && !news && ks.trusts([2]string{in.Target.Partition, in.Target.Group})
 	if !known {
 		ks.touch()
 		in.limited = !in.Standing // a push hands it nothing before its cycle looked (Intention.limited)
@@ -427,6 +427,7 @@ func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) 
 	k := hintKey{partitionID, groupName(group)}
 	n, noted := p.held.Peek(k)
 	p.held.Remove(k)
+	p.answerReleased(queueName, k)
 	if p.cfg.Hints != nil {
 		p.cfg.Hints.LeaseReleased(queueName, partition, partitionID, groupName(group))
 	}
@@ -435,6 +436,18 @@ func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) 
 	if noted && n.passed.Load() {
 		p.Wake(SourceRelease, queueName, partition)
 	}
+}
+
+// answerReleased forgets a one-shot answer's lease its queue's key waited
+// to hear released (keyState.leased).
+func (p *Poller) answerReleased(queueName string, k hintKey) {
+	key := "q:" + queueName
+	w := p.workerFor(key)
+	w.mu.Lock()
+	if ks := w.keys[key]; ks != nil {
+		delete(ks.leased, k)
+	}
+	w.mu.Unlock()
 }
 
 // heldNote is a lease this instance took, as heldHere sees it.

@@ -63,6 +63,13 @@ type keyState struct {
 	// partition to none of a group's intentions, and a one-shot delivery
 	// that took all it could, forget them.
 	known map[[2]string]bool
+	// leased: (partition id, group) of the leases one-shot answers here
+	// took that this instance has not heard released (LeaseReleased).
+	// While one is, a new intention does not trust known: its client may
+	// have acked elsewhere (another instance), giving messages back that
+	// no wake-up here tells of. A touch forgets them: the pre-flight after
+	// it sees what they hold.
+	leased map[hintKey]bool
 }
 
 // touch marks the key for a pre-flight at the next cycle; what its last
@@ -70,7 +77,13 @@ type keyState struct {
 func (ks *keyState) touch() {
 	ks.dirty = true
 	ks.known = nil
+	ks.leased = nil
 }
+
+// trusts reports whether a new intention on target t may go by what the
+// key knows (known), with no lease of an answer here unheard of. Called
+// with the worker's mutex.
+func (ks *keyState) trusts(t [2]string) bool { return ks.known[t] && len(ks.leased) == 0 }
 
 // hinted reports whether a wake-up hinted a partition an intention naming
 // partition ("" for any) may take. Called with the worker's mutex.

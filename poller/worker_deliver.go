@@ -56,6 +56,7 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		// answers: withdraw it first, so it is never counted (or served) as
 		// still waiting once its consumer holds the messages.
 		ended = w.markGone(in)
+		w.noteLeased(in, res)
 		w.noteAnswer(in, res, allClaimed, pl, expiry, leaseKnown)
 	}
 	if in.Standing && res.LeaseID != "" {
@@ -128,6 +129,21 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	w.mu.Unlock()
 	if more {
 		w.signal()
+	}
+}
+
+// noteLeased notes the leases of a one-shot answer until this instance
+// hears them released (keyState.leased). Called with the worker's mutex.
+func (w *worker) noteLeased(in *Intention, res *queue.PopResult) {
+	ks := w.keys[in.key]
+	if ks == nil || res.LeaseID == "" {
+		return
+	}
+	for _, m := range res.Messages {
+		if ks.leased == nil {
+			ks.leased = map[hintKey]bool{}
+		}
+		ks.leased[hintKey{m.PartitionID, groupName(m.Group)}] = true
 	}
 }
 

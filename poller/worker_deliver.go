@@ -60,15 +60,7 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		w.noteAnswer(in, res, allClaimed, pl, expiry, leaseKnown)
 	}
 	if in.Standing && res.LeaseID != "" {
-		// A stream's lease, which nothing here times: what its group's
-		// targets knew may change when it expires.
-		if ks := w.keys[in.key]; ks != nil {
-			for t := range ks.known {
-				if t[1] == in.Target.Group {
-					delete(ks.known, t)
-				}
-			}
-		}
+		w.forgetGroupKnown(in)
 	}
 	w.mu.Unlock()
 	if ended {
@@ -103,9 +95,27 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	}
 	w.p.metrics.delivered.Inc()
 	w.p.metrics.observeDelivered(res, time.Now())
-	if !in.Standing {
-		return
+	if in.Standing {
+		w.afterStreamDelivery(in, res, allClaimed, pl)
 	}
+}
+
+// forgetGroupKnown forgets what in's group's targets were known to hold:
+// a stream's lease, which nothing here times, may change it when it
+// expires. Called with the worker's mutex.
+func (w *worker) forgetGroupKnown(in *Intention) {
+	if ks := w.keys[in.key]; ks != nil {
+		for t := range ks.known {
+			if t[1] == in.Target.Group {
+				delete(ks.known, t)
+			}
+		}
+	}
+}
+
+// afterStreamDelivery decides, once a standing intention's consumer has
+// res, whether its queue is looked at again now.
+func (w *worker) afterStreamDelivery(in *Intention, res *queue.PopResult, allClaimed bool, pl plan) {
 	w.mu.Lock()
 	// Its credit was charged when the pop's hold ended (charge). All it
 	// could take, a partition it left messages in, or as many

@@ -205,9 +205,7 @@ func (n *Node) Known(id string) bool {
 // datagram as fit. Taken and sent under wmu: a consumer registered
 // meanwhile is announced after the set, which would otherwise undo it.
 func (n *Node) sendPresence(to *net.UDPAddr) {
-	n.greet(PresenceSet)
-	n.wmu.Lock()
-	defer n.wmu.Unlock()
+	defer n.lockSend(PresenceSet)()
 	n.mu.Lock()
 	qs := n.announcedLocked()
 	n.mu.Unlock()

@@ -7,10 +7,16 @@ import (
 
 // send builds one datagram and sends it to addrs (all peers when nil).
 func (n *Node) send(t Type, v any, addrs []*net.UDPAddr) {
+	defer n.lockSend(t)()
+	n.sendLocked(t, v, addrs)
+}
+
+// lockSend greets the peers first if t would be the first datagram
+// (greet) and takes wmu for sendLocked; the func it returns lets it go.
+func (n *Node) lockSend(t Type) (unlock func()) {
 	n.greet(t)
 	n.wmu.Lock()
-	defer n.wmu.Unlock()
-	n.sendLocked(t, v, addrs)
+	return n.wmu.Unlock
 }
 
 // greet sends the first heartbeat before any other datagram: peers adopt

@@ -241,33 +241,20 @@ func TestNode_QueueDeletedReachesPeers(t *testing.T) {
 // it numbers them. Here a wake-up is held between its numbering and its
 // writing while another datagram is sent.
 func TestNode_SendsThatCrossAreAllTaken(t *testing.T) {
-	var hold atomic.Bool
-	in, release := make(chan struct{}, 1), make(chan struct{})
+	h := newSendHold(MessageAvailable)
 	nodes := mesh(t, 2, nil, func(i int, c *Config) {
 		if i == 0 {
-			c.Drop = func(t Type) bool {
-				if t == MessageAvailable && hold.CompareAndSwap(true, false) {
-					in <- struct{}{}
-					<-release
-				}
-				return false
-			}
+			c.Drop = h.drop
 		}
 	})
 	a, b := nodes[0], nodes[1]
 	b.SetLocal("orders", true)
 	require.Eventually(t, func() bool { has, _ := a.HasSubscribers("orders"); return has }, 5*time.Second, 10*time.Millisecond)
 
-	hold.Store(true)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer close(release)
-	wg.Go(func() { a.Notify("orders", "p1") })
-	select {
-	case <-in:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the wake-up was not sent")
-	}
+	defer close(h.release)
+	h.hold(t, &wg, func() { a.Notify("orders", "p1") }, "the wake-up")
 	crossed := make(chan struct{})
 	wg.Go(func() {
 		a.QueueDeleted("other")
@@ -277,8 +264,45 @@ func TestNode_SendsThatCrossAreAllTaken(t *testing.T) {
 	case <-crossed:
 	case <-time.After(time.Second):
 	}
-	release <- struct{}{} // not closed yet: the wake-up goes now
+	h.release <- struct{}{} // not closed yet: the wake-up goes now
 	require.Eventually(t, func() bool { ok, _ := woken(b, "orders/p1"); return ok }, 5*time.Second, 5*time.Millisecond,
 		"the wake-up numbered first is taken")
 	assert.Zero(t, testutil.ToFloat64(b.m.dropped.WithLabelValues("replay")), "nothing dropped as a replay")
+}
+
+// sendHold holds one datagram of a type in its sender's Config.Drop once
+// armed, as a loaded machine holds a goroutine between numbering a
+// datagram and writing it: held is signalled then, and the datagram goes
+// when release is sent to or closed.
+type sendHold struct {
+	typ     Type
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+func newSendHold(typ Type) *sendHold {
+	return &sendHold{typ: typ, held: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+// drop is the sender's Config.Drop: it drops nothing.
+func (h *sendHold) drop(t Type) bool {
+	if t == h.typ && h.armed.CompareAndSwap(true, false) {
+		h.held <- struct{}{}
+		<-h.release
+	}
+	return false
+}
+
+// hold arms h, starts send on wg and returns once its datagram (what) is
+// held.
+func (h *sendHold) hold(t *testing.T, wg *sync.WaitGroup, send func(), what string) {
+	t.Helper()
+	h.armed.Store(true)
+	wg.Go(send)
+	select {
+	case <-h.held:
+	case <-time.After(5 * time.Second):
+		t.Fatal(what + " was not sent")
+	}
 }

@@ -19,9 +19,7 @@ func (n *Node) announce() {
 	if len(addrs) == 0 {
 		return
 	}
-	n.greet(ConsumerRegistered)
-	n.wmu.Lock() // a deregistration decided meanwhile goes after
-	defer n.wmu.Unlock()
+	defer n.lockSend(ConsumerRegistered)() // a deregistration decided meanwhile goes after
 	n.mu.Lock()
 	queues := n.announcedLocked()
 	n.mu.Unlock()
@@ -80,9 +78,7 @@ func (n *Node) deregister() {
 	if idle {
 		return
 	}
-	n.greet(ConsumerDeregistered)
-	n.wmu.Lock()
-	defer n.wmu.Unlock()
+	defer n.lockSend(ConsumerDeregistered)()
 	now := time.Now()
 	var gone []string
 	n.mu.Lock()

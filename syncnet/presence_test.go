@@ -150,17 +150,10 @@ func TestPresence_AnswerIsForQueuesWokenLately(t *testing.T) {
 // announced after the set, not between its parts: the set, completed
 // after, would undo it, and the peer would not know of the consumer.
 func TestPresence_RegistrationDuringAPulledSetIsKept(t *testing.T) {
-	var hold atomic.Bool
-	in, release := make(chan struct{}, 1), make(chan struct{})
+	h := newSendHold(PresenceSet)
 	nodes := mesh(t, 2, nil, func(i int, c *Config) {
 		if i == 1 {
-			c.Drop = func(t Type) bool {
-				if t == PresenceSet && hold.CompareAndSwap(true, false) {
-					in <- struct{}{}
-					<-release
-				}
-				return false
-			}
+			c.Drop = h.drop
 		}
 	})
 	a, b := nodes[0], nodes[1]
@@ -173,16 +166,10 @@ func TestPresence_RegistrationDuringAPulledSetIsKept(t *testing.T) {
 	require.Eventually(t, func() bool { return a.Known("b:1") }, 5*time.Second, 10*time.Millisecond)
 	sets := testutil.ToFloat64(a.m.received.WithLabelValues(PresenceSet.String()))
 
-	hold.Store(true)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer close(release)
-	wg.Go(func() { b.sendPresence(a.Addr()) }) // a pull's answer
-	select {
-	case <-in:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the set was not sent")
-	}
+	defer close(h.release)
+	h.hold(t, &wg, func() { b.sendPresence(a.Addr()) }, "the set (a pull's answer)")
 	registered := make(chan struct{})
 	wg.Go(func() {
 		b.SetLocal("late", true)
@@ -192,7 +179,7 @@ func TestPresence_RegistrationDuringAPulledSetIsKept(t *testing.T) {
 	case <-registered:
 	case <-time.After(time.Second):
 	}
-	release <- struct{}{}
+	h.release <- struct{}{}
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(a.m.received.WithLabelValues(PresenceSet.String())) >= sets+2
 	}, 5*time.Second, 5*time.Millisecond, "A took the whole set")

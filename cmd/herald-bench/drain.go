@@ -131,20 +131,28 @@ func drainWS(ctx context.Context, url, q string, p int, until time.Time) (int, e
 		return 0, err
 	}
 	defer func() { _ = c.Close() }()
+	n := consumeCount(ctx, c, client.SubscribeOptions{Queue: q, Batch: drainBatch, MaxInFlight: drainMaxInFlight},
+		int64(p), until)
+	return int(n), nil
+}
+
+// consumeCount subscribes c with opts (the SDK acks each message) and
+// returns how many messages were delivered once n were, or once until
+// passes, whichever comes first.
+func consumeCount(ctx context.Context, c *client.Client, opts client.SubscribeOptions, n int64, until time.Time) int64 {
 	cctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	var got atomic.Int64
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_ = c.Subscribe(cctx, client.SubscribeOptions{Queue: q, Batch: drainBatch, MaxInFlight: drainMaxInFlight},
-			func(context.Context, *client.Message) error {
-				if got.Add(1) == int64(p) {
-					cancel()
-				}
-				return nil
-			})
+		_ = c.Subscribe(cctx, opts, func(context.Context, *client.Message) error {
+			if got.Add(1) == n {
+				cancel()
+			}
+			return nil
+		})
 	})
 	<-cctx.Done()
 	wg.Wait()
-	return int(got.Load()), nil
+	return got.Load()
 }

@@ -58,39 +58,23 @@ func runThroughput(ctx context.Context, srv *server, cfg benchConfig, log io.Wri
 		return nil, err
 	}
 	defer func() { _ = c.Close() }()
-	var delivered atomic.Int64
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
 	acked0, _ := srv.metric("herald_acks_total")
 	start = time.Now()
-	wg.Go(func() {
-		_ = c.Subscribe(cctx, client.SubscribeOptions{Queue: q, Batch: tputBatch, MaxInFlight: 10 * tputBatch},
-			func(context.Context, *client.Message) error {
-				if delivered.Add(1) == n {
-					cancel()
-				}
-				return nil
-			})
-	})
-	select {
-	case <-cctx.Done():
-	case <-time.After(5 * time.Minute):
-		cancel()
-	}
-	wg.Wait()
+	delivered := consumeCount(ctx, c, client.SubscribeOptions{Queue: q, Batch: tputBatch, MaxInFlight: 10 * tputBatch},
+		n, time.Now().Add(5*time.Minute))
 	el = time.Since(start).Seconds()
 	acked1, _ := srv.metric("herald_acks_total")
 	out = append(out, throughputResult{Phase: "consume", Batch: tputBatch, Partitions: tputPartitions, Seconds: el,
-		DeliveredPerS: float64(delivered.Load()) / el, AckedPerSec: (acked1 - acked0) / el, Backlog: n - delivered.Load()})
-	progress(log, "throughput: delivered %.0f msgs/s, acked %.0f msgs/s", float64(delivered.Load())/el, (acked1-acked0)/el)
+		DeliveredPerS: float64(delivered) / el, AckedPerSec: (acked1 - acked0) / el, Backlog: n - delivered})
+	progress(log, "throughput: delivered %.0f msgs/s, acked %.0f msgs/s", float64(delivered)/el, (acked1-acked0)/el)
 
 	// 3. Both at once, producers paced at --tput-rate.
 	progress(log, "throughput: producers at %d msgs/s and the consumer together for %v", cfg.TputRate, cfg.Duration)
 	q2 := q + "-e2e"
 	var got atomic.Int64
-	cctx, cancel = context.WithCancel(ctx)
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var wg sync.WaitGroup
 	wg.Go(func() {
 		_ = c.Subscribe(cctx, client.SubscribeOptions{Queue: q2, Batch: tputBatch, MaxInFlight: 10 * tputBatch},
 			func(context.Context, *client.Message) error {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 // holderCmd is the hidden subcommand of a connection-holding child.
@@ -148,51 +149,19 @@ func hold(ctx context.Context, srv *server, ws, sse, lp, n int, log io.Writer) (
 	if err != nil {
 		return func() {}, err
 	}
-	var holders []*exec.Cmd
-	var stdins []io.Closer
-	release = func() {
-		for _, in := range stdins {
-			_ = in.Close()
-		}
-		for _, h := range holders {
-			_ = h.Wait()
-		}
-	}
-	readyc := make(chan error, n)
+	args := make([][]string, n)
 	for i := range n {
 		w, s, l := ws/n, sse/n, lp/n
 		if i == 0 {
 			w, s, l = w+ws%n, s+sse%n, l+lp%n
 		}
-		cmd := exec.CommandContext(ctx, exe, holderCmd, "--url", srv.url, "--ws", strconv.Itoa(w), "--sse", strconv.Itoa(s), // #nosec G204 -- our own binary
-			"--lp", strconv.Itoa(l))
-		cmd.Stderr = log
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			return release, err
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return release, err
-		}
-		if err := cmd.Start(); err != nil {
-			return release, err
-		}
-		holders, stdins = append(holders, cmd), append(stdins, in)
-		go func() {
-			line, err := bufio.NewReader(out).ReadString('\n')
-			if err == nil && strings.TrimSpace(line) != "ready" {
-				err = fmt.Errorf("holder: %s", line)
-			}
-			readyc <- err
-		}()
+		args[i] = []string{"--url", srv.url, "--ws", strconv.Itoa(w), "--sse", strconv.Itoa(s), "--lp", strconv.Itoa(l)}
 	}
-	for range n {
-		if err := <-readyc; err != nil {
-			return release, err
-		}
+	holders, err := fanoutload.StartChildren(ctx, []string{exe, holderCmd}, args, log)
+	if err != nil {
+		return func() {}, err
 	}
-	return release, nil
+	return holders.Close, nil
 }
 
 // runHolder opens idle connections, says "ready" on stdout and holds them

@@ -6,8 +6,9 @@
 // each event. cmd/herald-bench and bench/peers (a module of its own) both
 // run them (RunFollowers in a child, StartFollowers in the parent), pace
 // their pushes with PaceSequential and read their fanout cases ("N@R",
-// cases.go) with ParseCases. It imports no Herald package and
-// is imported by no server package.
+// cases.go) with ParseCases. StartChildren, which starts the followers'
+// children (procs.go), starts herald-bench's idle connection holders too.
+// It imports no Herald package and is imported by no server package.
 //
 // # Concurrency
 //
@@ -15,14 +16,15 @@
 // and end; then one goroutine per epoll loop (-loops, GOMAXPROCS) reads
 // every stream it holds for the child's life, each follower's counters
 // atomics and the latency histogram an array of atomics. In the parent
-// (StartFollowers): one goroutine per child reads its "ready" line and
-// ends; Finish and Close run on the caller's goroutine.
+// (StartChildren, under StartFollowers): one goroutine per child reads its
+// "ready" line and ends; Finish and Close run on the caller's goroutine.
 //
 // # Failures
 //
 // A stream that fails to open fails the child (it prints "error: …" and
-// exits 1), which fails StartFollowers; an event without a stamp and an
-// index (a ping, a connect reply) is skipped, one whose index is not past
-// the last counts as out of order, and what never arrives as lost (Finish
-// sums them); Close ends the children whatever their state.
+// exits 1), which fails StartChildren (it closes the children it had
+// started); an event without a stamp and an index (a ping, a connect
+// reply) is skipped, one whose index is not past the last counts as out
+// of order, and what never arrives as lost (Finish sums them); Close ends
+// the children whatever their state.
 package fanoutload

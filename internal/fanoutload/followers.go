@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -458,69 +457,21 @@ func intAfter(line []byte, key string) (int64, bool) {
 	return v, j > start
 }
 
-// Procs are the running children of one measurement.
-type Procs struct {
-	procs []*followerProc
-}
-
-type followerProc struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
 // StartFollowers starts procs children (the command is argv, this binary
 // and its child subcommand) holding n followers between them, and returns
 // once every one follows.
 func StartFollowers(ctx context.Context, argv []string, procs, n int, urls []string, path, ready string, warm int,
 	log io.Writer) (*Procs, error) {
-	fp := &Procs{}
-	errc := make(chan error, procs)
+	args := make([][]string, procs)
 	for p := range procs {
 		share := n / procs
 		if p < n%procs {
 			share++
 		}
-		args := append(append([]string(nil), argv[1:]...), "--urls", strings.Join(urls, ","), "--path", path,
-			"--n", strconv.Itoa(share), "--ready", ready, "--warm", strconv.Itoa(warm))
-		cmd := exec.CommandContext(ctx, argv[0], args...) // #nosec G204 -- our own binary
-		cmd.Stderr = log
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			fp.Close()
-			return nil, fmt.Errorf("piping to a follower process: %w", err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			fp.Close()
-			return nil, fmt.Errorf("piping from a follower process: %w", err)
-		}
-		if err := cmd.Start(); err != nil {
-			fp.Close()
-			return nil, fmt.Errorf("starting a follower process: %w", err)
-		}
-		pr := &followerProc{cmd: cmd, in: in, out: bufio.NewScanner(out)}
-		pr.out.Buffer(make([]byte, 1<<20), 64<<20)
-		fp.procs = append(fp.procs, pr)
-		go func() {
-			if !pr.out.Scan() {
-				errc <- errors.New("a follower process ended before it was ready")
-				return
-			}
-			if l := pr.out.Text(); l != "ready" {
-				errc <- fmt.Errorf("follower process: %s", l)
-				return
-			}
-			errc <- nil
-		}()
+		args[p] = []string{"--urls", strings.Join(urls, ","), "--path", path,
+			"--n", strconv.Itoa(share), "--ready", ready, "--warm", strconv.Itoa(warm)}
 	}
-	for range procs {
-		if err := <-errc; err != nil {
-			fp.Close()
-			return nil, err
-		}
-	}
-	return fp, nil
+	return StartChildren(ctx, argv, args, log)
 }
 
 // finish tells the children that total messages were pushed and sums what
@@ -544,30 +495,6 @@ func (fp *Procs) Finish(total int) (Counts, error) {
 		sum.Add(c)
 	}
 	return sum, nil
-}
-
-// cpu is the children's user+system CPU time so far (the load
-// generator's side of the deliveries).
-func (fp *Procs) CPU() time.Duration {
-	var d time.Duration
-	for _, p := range fp.procs {
-		if f := ProcStat(p.cmd.Process.Pid); len(f) >= 13 {
-			ut, _ := strconv.ParseInt(f[11], 10, 64)
-			st, _ := strconv.ParseInt(f[12], 10, 64)
-			d += time.Duration(ut+st) * time.Second / 100 // USER_HZ
-		}
-	}
-	return d
-}
-
-// close ends the children (they close their streams).
-func (fp *Procs) Close() {
-	for _, p := range fp.procs {
-		_ = p.in.Close()
-	}
-	for _, p := range fp.procs {
-		_ = p.cmd.Wait()
-	}
 }
 
 // PaceSequential calls push for i = 0…total-1 at rate per second, one at a

@@ -315,13 +315,7 @@ func (s *Store) BrowseMessages(ctx context.Context, qry MessageQuery) (*MessageL
 	if err := qry.Scope.validate(); err != nil {
 		return nil, err
 	}
-	var from, to *time.Time
-	if !qry.From.IsZero() {
-		from = &qry.From
-	}
-	if !qry.To.IsZero() {
-		to = &qry.To
-	}
+	from, to := optTime(qry.From), optTime(qry.To)
 	a, b := qry.Scope.args()
 	k := qry.Limit + qry.Offset
 	out := &MessageList{Messages: []MessageInfo{}}

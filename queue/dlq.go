@@ -118,14 +118,7 @@ const MaxDLQErrorFilter = 1024
 
 // args are dlqWhere's parameters $1..$6.
 func (qry DLQQuery) args() []any {
-	var from, to *time.Time
-	if !qry.From.IsZero() {
-		from = &qry.From
-	}
-	if !qry.To.IsZero() {
-		to = &qry.To
-	}
-	return []any{qry.Queue, qry.Group, qry.Partition, from, to, qry.Error}
+	return []any{qry.Queue, qry.Group, qry.Partition, optTime(qry.From), optTime(qry.To), qry.Error}
 }
 
 // dlqColumns are what scanDeadLetter reads, from dead_letters d,

@@ -257,6 +257,16 @@ func IsInputError(err error) bool {
 	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
+// optTime is t as a statement's parameter: nil (SQL NULL: no bound) for
+// the zero time, as the browse, dead-letter and trace filters take From
+// and To.
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
 // validText rejects text Postgres cannot store (a NUL byte).
 func validText(kind, s string) error {
 	if strings.IndexByte(s, 0) >= 0 {

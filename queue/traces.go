@@ -347,13 +347,7 @@ func (s *Store) TracesByName(ctx context.Context, qry TraceQuery) (*TracePage, e
 		return nil, err
 	}
 	page := &TracePage{Traces: []Trace{}, Limit: limit, Offset: qry.Offset}
-	var from, to *time.Time
-	if !qry.From.IsZero() {
-		from = &qry.From
-	}
-	if !qry.To.IsZero() {
-		to = &qry.To
-	}
+	from, to := optTime(qry.From), optTime(qry.To)
 	filter := []any{qry.Name, from, to, qry.PartitionMatch}
 	if err := s.pool.QueryRow(ctx, `-- herald:traces_by_name_count
 SELECT count(*) FROM `+tracesByNameFrom+tracesByNameWhere, filter...).Scan(&page.Total); err != nil {

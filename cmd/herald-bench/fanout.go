@@ -62,11 +62,13 @@ func runFanout(ctx context.Context, target *server, cfg benchConfig, log io.Writ
 		var pprofAddr string
 		if cfg.URL == "" {
 			var extra []string
+			var err error
 			if cfg.FanoutProfile != "" {
-				pprofAddr = freeAddr()
+				if pprofAddr, err = freeAddr(); err != nil {
+					return nil, err
+				}
 				extra = []string{"--pprof-addr", pprofAddr}
 			}
-			var err error
 			if srv, err = startServer(ctx, cfg, log, extra...); err != nil {
 				return nil, err
 			}
@@ -101,14 +103,14 @@ func runFanout(ctx context.Context, target *server, cfg benchConfig, log io.Writ
 	return out, nil
 }
 
-// freeAddr is a free loopback TCP address.
-func freeAddr() string {
+// freeAddr is a free loopback TCP address (for a server to start on).
+func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "127.0.0.1:0"
+		return "", fmt.Errorf("finding a free port: %w", err)
 	}
 	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
+	return ln.Addr().String(), nil
 }
 
 // fanoutRun opens c.Followers SSE follows of one queue spread over insts,

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -66,12 +65,10 @@ func runRestart(ctx context.Context, cfg benchConfig, log io.Writer) (*restartRe
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	_ = os.Chmod(dir, 0o777) // #nosec G302 -- a throwaway directory the postgres user must enter
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	args := []string{"--instance-id", "bench-restart"}
 	a, err := startAt(ctx, cfg, log, dir, addr, cfg.Wake, args...)
 	if err != nil {
@@ -128,7 +125,11 @@ func runRestart(ctx context.Context, cfg benchConfig, log io.Writer) (*restartRe
 	}
 	stopped = true
 	if cfg.RestartProfile != "" {
-		args = append(args, "--pprof-addr", freeAddr())
+		pprofAddr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--pprof-addr", pprofAddr)
 	}
 	b, err := startAt(ctx, cfg, log, dir, addr, cfg.Wake, args...)
 	if err != nil {

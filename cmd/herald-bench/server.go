@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -66,12 +65,10 @@ func startServer(ctx context.Context, cfg benchConfig, log io.Writer, extra ...s
 // startIn runs `herald serve` with the private PostgreSQL of dir: the first
 // instance on a dir starts it, later ones share it.
 func startIn(ctx context.Context, cfg benchConfig, log io.Writer, dir, wake string, extra ...string) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	return startAt(ctx, cfg, log, dir, addr, wake, extra...)
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,27 +267,23 @@ func (hs *followHubs) wake(q string) {
 // wakeAll marks every hub (a wake source reconnected: anything may have
 // been missed).
 func (hs *followHubs) wakeAll() {
-	hs.mu.Lock()
-	all := make([]*followHub, 0, len(hs.hubs))
-	for _, h := range hs.hubs {
-		all = append(all, h)
-	}
-	hs.mu.Unlock()
-	for _, h := range all {
+	for _, h := range hs.all() {
 		h.wake()
 	}
 }
 
+// all is the hubs as they are now, read under hs.mu and returned without
+// it (a hub's own lock is never taken under hs.mu here).
+func (hs *followHubs) all() []*followHub {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return slices.Collect(maps.Values(hs.hubs))
+}
+
 // followers counts followers per queue (status, tests).
 func (hs *followHubs) followers() map[string]int {
-	hs.mu.Lock()
-	all := make([]*followHub, 0, len(hs.hubs))
-	for _, h := range hs.hubs {
-		all = append(all, h)
-	}
-	hs.mu.Unlock()
 	out := map[string]int{}
-	for _, h := range all {
+	for _, h := range hs.all() {
 		h.mu.Lock()
 		if n := len(h.subs); n > 0 {
 			out[h.queue] = n

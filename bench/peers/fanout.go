@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/heraldmq/herald/internal/benchstat"
 	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
@@ -67,7 +65,7 @@ func (h *heraldSys) fanout(int) fanoutTarget {
 			return h.post(ctx, "/api/v1/push", fmt.Sprintf(`{"items":[{"queue":%q,"payload":%s}]}`, q, p))
 		},
 		joined: func() (int, error) {
-			v, err := metric(h.http, h.url, "herald_followers")
+			v, err := benchstat.Metric(h.http, h.url, "herald_followers")
 			return int(v), err
 		}}
 }
@@ -155,29 +153,6 @@ func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c 
 		sm.cliPer1k = (c1 - c0).Seconds() * 1000 / float64(counts.Received)
 	}
 	return sm, nil
-}
-
-// metric sums a Prometheus metric's samples from base/metrics.
-func metric(hc *http.Client, base, name string) (float64, error) {
-	res, err := hc.Get(base + "/metrics")
-	if err != nil {
-		return 0, fmt.Errorf("reading metrics: %w", err)
-	}
-	defer func() { _ = res.Body.Close() }()
-	sum := 0.0
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), name)
-		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
-			continue
-		}
-		f := strings.Fields(rest)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum, sc.Err()
 }
 
 // reportFanout writes the fanout table: medians over the rounds; the

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heraldmq/herald/internal/benchstat"
 	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
@@ -205,32 +205,10 @@ func ticks(field string) time.Duration {
 	return time.Duration(n) * time.Second / 100 // USER_HZ
 }
 
-// metric sums a Prometheus counter or gauge (all label sets) from /metrics.
+// metric sums a Prometheus counter or gauge (all label sets) from the
+// server's /metrics.
 func (s *server) metric(name string) (float64, error) {
-	res, err := http.Get(s.url + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = res.Body.Close() }()
-	sum := 0.0
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
-		}
-	}
-	return sum, sc.Err()
+	return benchstat.Metric(http.DefaultClient, s.url, name)
 }
 
 // pgDSN is a connection string to the server's private PostgreSQL (its

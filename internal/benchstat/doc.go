@@ -3,9 +3,10 @@
 // measured message carries (its push time and index, Stamp), a recorder of
 // push → receipt latencies that counts each index once and passes over
 // the warm-up (Recorder), their percentiles in milliseconds (Latencies,
-// Percentile, Ms), and the paced producers that push the messages on
-// their schedule (Pace). It imports no Herald package and is imported by
-// no server package.
+// Percentile, Ms), the paced producers that push the messages on their
+// schedule (Pace), and a server's counter or gauge read from its /metrics
+// (Metric). It imports no Herald package and is imported by no server
+// package.
 //
 // # Concurrency
 //

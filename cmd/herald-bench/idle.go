@@ -184,6 +184,12 @@ func runHolder(args []string) int {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64) // connects in flight
 	fail := make(chan error, 1)
+	failed := func(err error) { // the first failure is reported
+		select {
+		case fail <- err:
+		default:
+		}
+	}
 	for i := range *nws + *nsse {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -193,10 +199,7 @@ func runHolder(args []string) int {
 				d := websocket.Dialer{Subprotocols: []string{"herald.v1"}, ReadBufferSize: 512, WriteBufferSize: 512}
 				ws, res, err := d.DialContext(ctx, wsURL, nil)
 				if err != nil {
-					select {
-					case fail <- err:
-					default:
-					}
+					failed(err)
 					return
 				}
 				_ = res.Body.Close()
@@ -218,10 +221,7 @@ func runHolder(args []string) int {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, *url+"/api/v1/sse/queue/"+q, nil)
 			res, err := hc.Do(req) //nolint:bodyclose // held open on purpose; closed by the reading goroutine
 			if err != nil {
-				select {
-				case fail <- err:
-				default:
-				}
+				failed(err)
 				return
 			}
 			br := bufio.NewReader(res.Body)

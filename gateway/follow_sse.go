@@ -150,8 +150,7 @@ func (st *followStream) deliver(items []followItem, gone *queue.FollowPos, batch
 func (st *followStream) flushNow() {
 	for {
 		st.mu.Lock()
-		if len(st.out) == 0 || st.finished {
-			st.out, st.writing, st.waiting, st.queued = nil, false, 0, 0
+		if st.endTurnLocked() {
 			st.mu.Unlock()
 			st.wg.Done()
 			return
@@ -189,6 +188,18 @@ func (st *followStream) flushNow() {
 	}
 }
 
+// endTurnLocked ends the writer's turn when nothing waits or the stream
+// has finished (what waits then is dropped), and says so: the next event
+// queued starts a new turn. Called with st.mu by the writer (write or
+// flushNow).
+func (st *followStream) endTurnLocked() bool {
+	if len(st.out) > 0 && !st.finished {
+		return false
+	}
+	st.out, st.writing, st.waiting, st.queued = nil, false, 0, 0
+	return true
+}
+
 // slow ends the stream as a slow consumer: EventSource comes back with its
 // Last-Event-ID (a retry: line), here or elsewhere.
 func (st *followStream) slow() { st.close(&disconnectSlowConsumer) }
@@ -200,8 +211,7 @@ func (st *followStream) write() {
 	var spare [][]byte
 	for {
 		st.mu.Lock()
-		if len(st.out) == 0 || st.finished {
-			st.out, st.writing, st.waiting, st.queued = nil, false, 0, 0
+		if st.endTurnLocked() {
 			st.mu.Unlock()
 			return
 		}

@@ -235,10 +235,7 @@ func (st *followStream) write() {
 func (st *followStream) sendFrames(frames [][]byte) bool {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	st.mu.Lock()
-	fin := st.finished
-	st.mu.Unlock()
-	if fin || st.broken {
+	if st.isFinished() || st.broken {
 		return false
 	}
 	st.broken = !st.rawv(frames)
@@ -249,10 +246,15 @@ func (st *followStream) sendFrames(frames [][]byte) bool {
 func (st *followStream) send(b []byte) bool {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
+	return !st.isFinished() && st.writeLocked(b)
+}
+
+// isFinished reads finished (under st.mu, taken and let go here: a writer
+// asks holding wmu, and the order is wmu → mu).
+func (st *followStream) isFinished() bool {
 	st.mu.Lock()
-	fin := st.finished
-	st.mu.Unlock()
-	return !fin && st.writeLocked(b)
+	defer st.mu.Unlock()
+	return st.finished
 }
 
 // errBrokenStream stands for a write not tried: one failed before.
@@ -315,9 +317,7 @@ func (st *followStream) close(d *Disconnect) {
 // beat writes a heartbeat comment and arms the next.
 func (st *followStream) beat() {
 	st.wmu.Lock()
-	st.mu.Lock()
-	fin := st.finished
-	st.mu.Unlock()
+	fin := st.isFinished()
 	ok := !fin && st.writeLocked([]byte(": heartbeat\n\n"))
 	st.wmu.Unlock()
 	if !ok {

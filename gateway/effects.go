@@ -76,6 +76,18 @@ func (s *Server) countDLQ(q string, n int64) {
 	s.metrics.history.DeadLettered(q, n)
 }
 
+// countGivenUp counts, per queue, the messages a pop or a replay's
+// settling of expired leases gave up on: dead-lettered, or dropped on a
+// queue that keeps no dead letter of them.
+func (s *Server) countGivenUp(deadLettered, dropped map[string]int) {
+	for q, n := range deadLettered {
+		s.countDLQ(q, int64(n))
+	}
+	for q, n := range dropped {
+		s.metrics.dropped.WithLabelValues(q).Add(float64(n))
+	}
+}
+
 // afterAck follows applied acknowledgements (results in the order of acks):
 // metrics; the holding stream's credit for each ack that settled its
 // delivery (applied, or refused because the lease is gone, so the stream
@@ -179,12 +191,7 @@ func (s *Server) afterReplay(res *queue.DLQActResult) {
 	for q, n := range res.Done {
 		s.metrics.dlqReplayed.WithLabelValues(q).Add(float64(n))
 	}
-	for q, n := range res.DeadLettered {
-		s.countDLQ(q, int64(n))
-	}
-	for q, n := range res.Dropped {
-		s.metrics.dropped.WithLabelValues(q).Add(float64(n))
-	}
+	s.countGivenUp(res.DeadLettered, res.Dropped)
 	for _, l := range res.Released {
 		s.poller.LeaseReleased(l.Queue, l.Partition, l.PartitionID, l.Group)
 	}

@@ -212,12 +212,7 @@ func (s *Server) releaseFor(r *http.Request, res *queue.PopResult) {
 // tells it of every pop's, whichever path popped (queue.Config.OnGivenUp:
 // internal/server wires it), so each is counted once.
 func (s *Server) CountGivenUp(res *queue.PopResult) {
-	for q, n := range res.DeadLettered {
-		s.countDLQ(q, int64(n))
-	}
-	for q, n := range res.Dropped {
-		s.metrics.dropped.WithLabelValues(q).Add(float64(n))
-	}
+	s.countGivenUp(res.DeadLettered, res.Dropped)
 	for q, n := range res.Expired {
 		s.metrics.expired.WithLabelValues(q).Add(float64(n))
 	}

@@ -261,6 +261,43 @@ func TestMetrics_PollerPopsCountExpiredDroppedAndDeadLettered(t *testing.T) {
 	assert.Equal(t, 1.0, series["herald_messages_dead_lettered_total"][`queue="lpdead"`], "the long-poll's dead letter")
 }
 
+// A replay settles an expired lease before it moves the cursor back, and
+// what that settling gives up on is counted as a pop's is: on a queue that
+// keeps dead letters in herald_messages_dead_lettered_total, on one that
+// no longer does in herald_messages_dropped_total.
+func TestMetrics_ReplayCountsWhatItsSettlingGivesUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, q := range []string{"rpdead", "rpdrop"} {
+		r := e.post("/api/v1/configure", `{"queue":"`+q+`","options":{"retryLimit":0}}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		e.push(q, `{"n":1}`, `{"n":2}`)
+		held := e.pop("/api/v1/pop/queue/" + q + "?wait=false&batch=2")
+		require.Len(t, held.Messages, 2)
+		a := e.ack(held.Messages[1], "dlq", "boom")
+		require.True(t, a.Success)
+		e.exec(`UPDATE consumers c SET lease_expires_at = now() - interval '1 second' FROM queues q
+			WHERE q.id = c.queue_id AND q.name = $1`, q)
+	}
+	// rpdrop keeps no dead letter from now on: message 1, given up on by
+	// the settling, is dropped; its message 2 was dead-lettered before.
+	r := e.post("/api/v1/configure", `{"queue":"rpdrop","options":{"retryLimit":0,"deadLetterQueue":false}}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	_, before := scrape(t, e)
+	for _, q := range []string{"rpdead", "rpdrop"} {
+		r = e.post("/api/v1/dlq/replay", `{"filter":{"queue":"`+q+`"}}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		assert.JSONEq(t, `1`, string(object(t, r.body)["replayed"]), "%s: %s", q, r)
+	}
+	_, after := scrape(t, e)
+	assert.Equal(t, 1.0, after["herald_messages_dead_lettered_total"][`queue="rpdead"`]-
+		before["herald_messages_dead_lettered_total"][`queue="rpdead"`], "the replay's settling dead-lettered message 1")
+	assert.Equal(t, 1.0, after["herald_messages_dropped_total"][`queue="rpdrop"`]-
+		before["herald_messages_dropped_total"][`queue="rpdrop"`], "the replay's settling dropped message 1")
+	assert.Equal(t, before["herald_messages_dead_lettered_total"][`queue="rpdrop"`],
+		after["herald_messages_dead_lettered_total"][`queue="rpdrop"`])
+}
+
 // Every pop path (a client's pop, a long-poll, a WebSocket subscription,
 // an SSE stream) counts what its pop skipped once and only once: the store
 // tells the gateway of each pop's (queue.Config.OnGivenUp), and no path

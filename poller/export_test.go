@@ -1,5 +1,7 @@
 package poller
 
+import "slices"
+
 // WorkerRuns is how many cycles the workers ran (a signal or their timer).
 func (p *Poller) WorkerRuns() uint64 {
 	var n uint64
@@ -28,7 +30,7 @@ func (p *Poller) AfterSettle(f func()) func() {
 // Pending reports whether a worker has a cycle to run or running: a
 // signal not yet taken, a cycle begun and not ended (one starved between
 // taking its keys and its first statement looks quiet otherwise), or a key
-// marked for a pre-flight or holding push hints.
+// marked for a pre-flight or holding push hints an intention may take.
 func (p *Poller) Pending() bool {
 	for _, w := range p.workers {
 		if len(w.wake) > 0 || w.woke.Load() != w.done.Load() {
@@ -36,7 +38,10 @@ func (p *Poller) Pending() bool {
 		}
 		w.mu.Lock()
 		for _, ks := range w.keys {
-			if ks.dirty || len(ks.hints) > 0 {
+			// Hints a cycle would take now (collect): a key with no
+			// intention that may take them (a long-poll's, between two)
+			// keeps them for the next.
+			if ks.dirty || (len(ks.hints) > 0 && w.takesHints(ks)) {
 				w.mu.Unlock()
 				return true
 			}
@@ -44,4 +49,11 @@ func (p *Poller) Pending() bool {
 		w.mu.Unlock()
 	}
 	return false
+}
+
+// takesHints reports whether collect would hand ks's hints to the fast
+// path: a live intention may take them, or is a subscription (which the
+// fast path marks missed). Called with w.mu.
+func (w *worker) takesHints(ks *keyState) bool {
+	return slices.ContainsFunc(ks.intentions, func(in *Intention) bool { return !in.gone && (in.Standing || in.ready()) })
 }

@@ -1,6 +1,9 @@
 package poller
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // WorkerRuns is how many cycles the workers ran (a signal or their timer).
 func (p *Poller) WorkerRuns() uint64 {
@@ -31,24 +34,32 @@ func (p *Poller) AfterSettle(f func()) func() {
 // signal not yet taken, a cycle begun and not ended (one starved between
 // taking its keys and its first statement looks quiet otherwise), or a key
 // marked for a pre-flight or holding push hints an intention may take.
-func (p *Poller) Pending() bool {
-	for _, w := range p.workers {
-		if len(w.wake) > 0 || w.woke.Load() != w.done.Load() {
-			return true
+func (p *Poller) Pending() bool { return p.PendingWhy() != "" }
+
+// PendingWhy is what makes Pending true ("" when it is false): which
+// worker, and its signal, its cycle under way or which key.
+func (p *Poller) PendingWhy() string {
+	for i, w := range p.workers {
+		if len(w.wake) > 0 {
+			return fmt.Sprintf("worker %d: a signal not yet taken", i)
+		}
+		if woke, done := w.woke.Load(), w.done.Load(); woke != done {
+			return fmt.Sprintf("worker %d: cycle %d under way", i, woke)
 		}
 		w.mu.Lock()
-		for _, ks := range w.keys {
+		for k, ks := range w.keys {
 			// Hints a cycle would take now (collect): a key with no
 			// intention that may take them (a long-poll's, between two)
 			// keeps them for the next.
 			if ks.dirty || (len(ks.hints) > 0 && w.takesHints(ks)) {
+				why := fmt.Sprintf("worker %d: key %s dirty=%v hints=%v", i, k, ks.dirty, ks.hints)
 				w.mu.Unlock()
-				return true
+				return why
 			}
 		}
 		w.mu.Unlock()
 	}
-	return false
+	return ""
 }
 
 // takesHints reports whether collect would hand ks's hints to the fast

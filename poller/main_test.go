@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,17 +93,58 @@ func eventually(t testing.TB, ceiling time.Duration, cond func() bool, msg strin
 
 // settled waits until the store has sent no statement and the workers ran
 // no cycle for 200 ms, with none pending: the cycles that registrations
-// and credit started are over.
+// and credit started are over. If it never is, the failure says what kept
+// it busy: the statements and cycles of the last 10 s and what was
+// pending last.
 func (e *env) settled() {
 	e.t.Helper()
 	stats := e.store.QueryStats()
+	first := stats.Snapshot()
 	last, runs, quietSince := stats.Total(), e.p.WorkerRuns(), time.Now()
-	eventually(e.t, 10*time.Second, func() bool {
+	firstRuns, why := runs, ""
+	quiet := func() bool {
 		// Quiet: no statement and no cycle for 200 ms, and none to run (a
 		// starved machine can leave a cycle signalled but not yet run).
-		if n, r := stats.Total(), e.p.WorkerRuns(); n != last || r != runs || e.p.Pending() {
+		w := e.p.PendingWhy()
+		if n, r := stats.Total(), e.p.WorkerRuns(); n != last || r != runs || w != "" {
 			last, runs, quietSince = n, r, time.Now()
+			if w != "" {
+				why = w
+			}
 		}
 		return time.Since(quietSince) >= 200*time.Millisecond
-	}, "the poller went quiet")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !quiet() {
+		if time.Now().After(deadline) {
+			e.t.Logf("the workers now:\n%s", workerStacks())
+			e.t.Fatalf("the poller went quiet: not within 10 s; %d cycles and statements %v since it was asked, last pending: %q",
+				e.p.WorkerRuns()-firstRuns, statsSince(first, stats.Snapshot()), why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// workerStacks is the stacks of the poller's worker goroutines.
+func workerStacks() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "poller.(*worker).run") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+// statsSince is the statements sent between two snapshots, by operation.
+func statsSince(before, after map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for op, n := range after {
+		if d := n - before[op]; d > 0 {
+			out[op] = d
+		}
+	}
+	return out
 }

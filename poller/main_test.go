@@ -93,9 +93,12 @@ func eventually(t testing.TB, ceiling time.Duration, cond func() bool, msg strin
 
 // settled waits until the store has sent no statement and the workers ran
 // no cycle for 200 ms, with none pending: the cycles that registrations
-// and credit started are over. If it never is, the failure says what kept
-// it busy: the statements and cycles of the last 10 s and what was
-// pending last.
+// and credit started are over. Its ceiling is generous (quietCeiling): a
+// poller that keeps itself busy (a timer re-arming itself, a cycle that
+// marks its key again) never goes quiet, however long the wait, while a
+// cycle starved on a loaded machine does end. If it never goes quiet, the
+// failure says what kept it busy: the statements and cycles since it was
+// asked and what was pending last.
 func (e *env) settled() {
 	e.t.Helper()
 	stats := e.store.QueryStats()
@@ -114,12 +117,12 @@ func (e *env) settled() {
 		}
 		return time.Since(quietSince) >= 200*time.Millisecond
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(quietCeiling)
 	for !quiet() {
 		if time.Now().After(deadline) {
 			e.t.Logf("the workers now:\n%s", workerStacks())
-			e.t.Fatalf("the poller went quiet: not within 10 s; %d cycles and statements %v since it was asked, last pending: %q",
-				e.p.WorkerRuns()-firstRuns, statsSince(first, stats.Snapshot()), why)
+			e.t.Fatalf("the poller went quiet: not within %v; %d cycles and statements %v since it was asked, last pending: %q",
+				quietCeiling, e.p.WorkerRuns()-firstRuns, statsSince(first, stats.Snapshot()), why)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -137,6 +140,11 @@ func workerStacks() string {
 	}
 	return strings.Join(out, "\n\n")
 }
+
+// quietCeiling is how long settled waits for the poller to go quiet: the
+// one cycle of a registration took 10 s once in a run of the whole suite
+// under two CPU hogs (TestHandOff_CreditIsChargedBeforeTheDelivery).
+const quietCeiling = 20 * time.Second
 
 // statsSince is the statements sent between two snapshots, by operation.
 func statsSince(before, after map[string]uint64) map[string]uint64 {

@@ -32,10 +32,6 @@ type reservation struct {
 	could            int    // what the intention could take (a delivery of that many may leave more)
 	held             int    // the credit it holds (Intention.reserved)
 	leasing          func() // ends the reservation's mark (leasing.go) once settled
-	// stream: the lease of a stream it opens (a new one, busy until its
-	// delivery ends) or, extend, the one it extends (extend.go).
-	stream *streamLease
-	extend bool
 }
 
 // Reserve implements queue.HandOff.
@@ -54,15 +50,6 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			continue
 		}
 		eachByPreference(ks.intentions, pp.Partition, func(in *Intention) bool {
-			if e := ks.streamFor(pp.PartitionID, in.Target.Group); e != nil && in.extends() {
-				// Its group's lease here is a stream's: that stream
-				// extends it, or nobody is handed the partition.
-				if e.in != in || !in.ready() {
-					return false
-				}
-				out = append(out, p.reserveExtend(w, e, key, pp))
-				return true
-			}
 			// Not one whose last delivery took all it could: it is behind,
 			// so its group's rows are not caught up and the statement would
 			// lease nothing (under load, with five groups on 16 partitions,
@@ -74,11 +61,7 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			// partitions, its p99 went from 100 ms to 1 s under load 16).
 			// autoAck ones too: the push moves their cursor instead of
 			// leasing (at 200 msgs/s they waited for a poll cycle each).
-			// A stream whose leases a push extends is reserved all the same:
-			// the reservation lets a push racing its pop extend the lease
-			// the pop takes (extend.go), and a row that is not caught up
-			// costs the statement one row it leases nothing from.
-			if in.limited && !in.extends() || !in.ready() {
+			if in.limited || !in.ready() {
 				return false
 			}
 			could := min(in.Batch, in.free())
@@ -92,35 +75,14 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 			}
 			in.reserved += held
 			end := p.leasing.begin() // before the lease id, until settled
-			t := &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, could: could, held: held, leasing: end}
-			lease := queue.NewID()
-			if in.extends() {
-				// A push reserving before this one settles extends
-				// the lease it may open, its delivery after this one's.
-				t.stream = ks.noteStream(in, pp.PartitionID, lease)
-			}
-			out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: lease,
-				Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck, Stream: in.Standing, Follow: in.extends(), Token: t})
+			out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(),
+				Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck, Stream: in.Standing, Token: &reservation{w: w, in: in,
+					key: key, partitionID: pp.PartitionID, could: could, held: held, leasing: end}})
 			return true
 		})
 		w.mu.Unlock()
 	}
 	return out
-}
-
-// reserveExtend reserves the stream of e to be handed pp's messages under
-// the lease it holds, as many as its credit and batch allow (or, if that
-// lease has ended, under a new one). Called with the worker's mutex.
-func (p *Poller) reserveExtend(w *worker, e *streamLease, key string, pp queue.PushedPartition) queue.Reservation {
-	in := e.in
-	could := min(in.Batch, in.free())
-	limit := min(could, pp.Messages)
-	in.reserved += limit
-	e.reserving++ // until settled (order)
-	t := &reservation{w: w, in: in, key: key, partitionID: pp.PartitionID, could: could, held: limit,
-		leasing: p.leasing.begin(), stream: e, extend: true}
-	return queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(), Extend: e.lease,
-		Limit: limit, Subject: in.Subject, Stream: true, Follow: true, Token: t}
 }
 
 // Settle implements queue.HandOff.
@@ -129,6 +91,7 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	if !ok {
 		return
 	}
+	defer t.leasing()
 	w, in := t.w, t.in
 	if !in.Standing {
 		// Its cancel waits until what it was given is delivered.
@@ -146,31 +109,13 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 			ks.handed[t.partitionID+"\x00"+r.Group] = true
 		}
 	}
-	parked, dropped, dones := t.order(res, r.OutcomeUnknown)
 	w.mu.Unlock()
-	for _, done := range dones {
-		done()
-	}
-	if look || dropped {
+	if look {
 		w.signal()
-	}
-	if parked {
-		return // handed on, with its leasing mark, by the delivery it follows
-	}
-	defer t.leasing()
-	if dropped {
-		return // under a lease being given back: its messages come again by a pop
 	}
 	if res == nil {
 		if r.OutcomeUnknown && !r.AutoAck { // an autoAck hand-off holds no lease to give back
-			// The lease it took, or the stream's it may have handed
-			// messages under (Extend), which never reached the stream.
-			p.orphaned(t.key, r.LeaseID, r.Extend)
-			if t.stream != nil {
-				// Its note would pass pushes meanwhile over until a
-				// release this instance is not told of by the releaser.
-				p.held.Remove(hintKey{r.PartitionID, groupName(r.Group)})
-			}
+			p.orphaned(t.key, r.LeaseID)
 		}
 		return
 	}
@@ -178,82 +123,7 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 		(*f)()
 	}
 	p.metrics.handoffs.Inc()
-	pl := plan{total: t.could, partitions: 1}
-	if t.stream == nil {
-		w.deliver(context.Background(), in, res, true, pl)
-		return
-	}
-	w.deliverInOrder(context.Background(), in, res, pl, []*streamLease{t.stream})
-}
-
-// order keeps a stream's deliveries under one lease in offset order: an
-// extension's that comes before the delivery it follows is parked
-// (parked: the delivery it follows hands it on). An opening reservation
-// that leased nothing forgets its lease. A reservation whose push's answer
-// was lost (unknown) may have handed the lease messages the stream never
-// gets: the lease is abandoned (Settle gives it back), so what is parked
-// behind it, and any later delivery under it (dropped), is not delivered
-// (its credit comes back, dones end their leasing marks) and comes again
-// by a pop. Called with the worker's mutex.
-func (t *reservation) order(res *queue.PopResult, unknown bool) (parked, dropped bool, dones []func()) {
-	e := t.stream
-	if e == nil {
-		return false, false, nil
-	}
-	if t.extend {
-		e.reserving--
-	}
-	w := t.w
-	switch {
-	case e.abandoned && res != nil && res.LeaseID == e.lease:
-		e.in.credit += len(res.Messages)
-		return false, true, nil
-	case res == nil && unknown:
-		return false, false, w.abandon(t.key, e)
-	case res == nil && !t.extend:
-		e.busy = false
-		w.forgetStream(t.key, e)
-	case res == nil:
-	case !t.extend:
-	case res.LeaseID != e.lease:
-		// That lease had ended: the push leased the caught-up row anew,
-		// so nothing under the old one is still to come before it.
-		if ks := w.keys[t.key]; ks != nil {
-			t.stream = ks.noteStream(e.in, e.partitionID, res.LeaseID)
-		} else {
-			t.stream = nil
-		}
-	case e.busy || e.next == 0 || res.Messages[0].Offset != e.next:
-		e.parked = append(e.parked, parkedDelivery{e: e, res: res, pl: plan{total: t.could, partitions: 1}, done: t.leasing})
-		return true, false, nil
-	default:
-		e.busy = true
-	}
-	return false, false, nil
-}
-
-// abandon gives up the order of e's lease, which a lost hand-off may have
-// handed messages its stream never gets: it is forgotten, and what is
-// parked behind it is dropped (credit given back); it returns their
-// leasing marks' ends. Called with the worker's mutex.
-func (w *worker) abandon(key string, e *streamLease) (dones []func()) {
-	e.abandoned, e.busy = true, false
-	w.forgetStream(key, e)
-	for _, d := range e.parked {
-		e.in.credit += len(d.res.Messages)
-		dones = append(dones, d.done)
-	}
-	e.parked = nil
-	return dones
-}
-
-// forgetStream removes e from its key's streams, if it is still there.
-// Called with the worker's mutex.
-func (w *worker) forgetStream(key string, e *streamLease) {
-	k := streamKey{e.partitionID, groupName(e.in.Target.Group)}
-	if ks := w.keys[key]; ks != nil && ks.streams[k] == e {
-		delete(ks.streams, k)
-	}
+	w.deliver(context.Background(), in, res, true, plan{total: t.could, partitions: 1})
 }
 
 // afterSettle is a test's hook (export_test.go): run by Settle once the

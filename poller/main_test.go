@@ -122,7 +122,7 @@ func (e *env) settled() {
 		if time.Now().After(deadline) {
 			e.t.Logf("the workers now:\n%s", workerStacks())
 			e.t.Fatalf("the poller went quiet: not within %v; %d cycles and statements %v since it was asked, last pending: %q",
-				quietCeiling, e.p.WorkerRuns()-firstRuns, statsSince(first, stats.Snapshot()), why)
+				quietCeiling, e.p.WorkerRuns()-firstRuns, opsBetween(first, stats.Snapshot()), why)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -145,14 +145,3 @@ func workerStacks() string {
 // one cycle of a registration took 10 s once in a run of the whole suite
 // under two CPU hogs (TestHandOff_CreditIsChargedBeforeTheDelivery).
 const quietCeiling = 20 * time.Second
-
-// statsSince is the statements sent between two snapshots, by operation.
-func statsSince(before, after map[string]uint64) map[string]uint64 {
-	out := map[string]uint64{}
-	for op, n := range after {
-		if d := n - before[op]; d > 0 {
-			out[op] = d
-		}
-	}
-	return out
-}

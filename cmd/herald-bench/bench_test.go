@@ -64,6 +64,10 @@ func TestLatencyAndThroughputRun(t *testing.T) {
 		assert.Zero(t, l.Duplicates, l.Transport)
 		assert.Positive(t, l.P50, l.Transport)
 		assert.GreaterOrEqual(t, l.P99, l.P50, l.Transport)
+		// The servers and this run keep the machine busy; it cannot be
+		// more than all of it.
+		assert.Positive(t, l.MachineBusy, l.Transport)
+		assert.LessOrEqual(t, l.MachineBusy, 100.0, l.Transport)
 	}
 	cfg.Duration = time.Second
 	tp, err := runThroughput(context.Background(), srv, cfg, io.Discard)

@@ -38,6 +38,10 @@ type latencyResult struct {
 	Max        float64 `json:"max_ms"`
 	Ack        string  `json:"ack"`
 	ServerCPU  float64 `json:"server_cpu_percent"` // herald's CPU while pushing (100 = one core)
+	// MachineBusy is how busy all of the machine's cores were while
+	// pushing (100 = every core), whatever ran: a tail on a saturated
+	// machine is the machine's.
+	MachineBusy float64 `json:"machine_busy_percent"`
 	// CPUPer1k is the CPU seconds herald and its PostgreSQL spent per
 	// 1,000 messages, from the first push to the last receipt; 0 when
 	// PostgreSQL's processes are not known (--url).
@@ -86,8 +90,8 @@ func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer
 			return nil, fmt.Errorf("%s: %w", tr, err)
 		}
 		res.Setup, res.Wake = "1 instance", cfg.Wake
-		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received), %.2f statements/msg, %d partitions",
-			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed, res.StatementsPerMsg, res.Partitions)
+		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received), %.2f statements/msg, %d partitions, machine %.0f%% busy",
+			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed, res.StatementsPerMsg, res.Partitions, res.MachineBusy)
 		for _, name := range benchCounters {
 			progress(log, "latency: %s %s %.0f", tr, name, res.Counters[name])
 		}
@@ -133,12 +137,16 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 		return res, err
 	}
 	cpu0, t0 := srv.cpu(), time.Now()
+	busy0, all0 := machineCPU()
 	pg0, pgKnown := srv.pgCPU()
 	st0, stErr := srv.metric("herald_db_queries_total")
 	c0 := counters(srv)
 	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total, parts)
 	res.Pushed = pushed
 	res.ServerCPU = 100 * (srv.cpu() - cpu0).Seconds() / time.Since(t0).Seconds()
+	if busy1, all1 := machineCPU(); all1 > all0 {
+		res.MachineBusy = 100 * float64(busy1-busy0) / float64(all1-all0)
+	}
 	if err != nil {
 		cancel()
 		wg.Wait()

@@ -200,6 +200,33 @@ func (s *server) pgCPU() (d time.Duration, ok bool) {
 }
 
 // ticks reads a /proc clock-tick count as a duration.
+// machineCPU is the time all of the machine's cores spent busy, and in
+// all (idle included), so far: /proc/stat's first line; both 0 when it
+// cannot be read. Busy over all between two readings is how loaded the
+// machine was, whatever ran on it: the servers, this benchmark or a
+// neighbour.
+func machineCPU() (busy, all time.Duration) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	// user nice system idle iowait irq softirq steal (guest time is
+	// already in user).
+	for i, v := range f[1:9] {
+		d := ticks(v)
+		all += d
+		if i != 3 && i != 4 {
+			busy += d
+		}
+	}
+	return busy, all
+}
+
 func ticks(field string) time.Duration {
 	n, _ := strconv.ParseInt(field, 10, 64)
 	return time.Duration(n) * time.Second / 100 // USER_HZ

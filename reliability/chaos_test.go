@@ -284,18 +284,66 @@ type msg struct {
 	Data          struct {
 		N int `json:"n"`
 	} `json:"data"`
+	got time.Time // when the consumer got it
 }
 
 type ackEvent struct {
 	seq    int64
 	offset int64
 	tx     string
+	lease  string
+}
+
+// okAck is a delivery whose ack succeeded: under which lease, and when the
+// consumer got it.
+type okAck struct {
+	lease string
+	got   time.Time
+}
+
+// afterLeaseEnded says whether every delivery of a message acked more than
+// once came after the lease of the one before it had run out: at least
+// once allows that (a consumer's ack answered late, on a loaded machine or
+// across a database restart, reaches the server after another consumer was
+// given the message again and acked it; an ack of a message done answers
+// success). A lease runs leaseTime from the time in its id (a UUIDv7 the
+// server makes before the statement that sets the lease's end), so a
+// delivery got before then is one the server made under a live lease. Two
+// acks under one lease are never allowed.
+func afterLeaseEnded(oks []okAck) bool {
+	if len(oks) < 2 {
+		return false
+	}
+	oks = slices.Clone(oks)
+	slices.SortFunc(oks, func(a, b okAck) int { return a.got.Compare(b.got) })
+	for i := 1; i < len(oks); i++ {
+		made, ok := uuidTime(oks[i-1].lease)
+		if !ok || oks[i].lease == oks[i-1].lease || oks[i].got.Before(made.Add(leaseTime*time.Second)) {
+			return false
+		}
+	}
+	return true
+}
+
+// uuidTime is the creation time in a UUIDv7 (its first 48 bits, in
+// milliseconds since the epoch).
+func uuidTime(id string) (time.Time, bool) {
+	h := strings.ReplaceAll(id, "-", "")
+	if len(h) != 32 || h[12] != '7' {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(h[:12], 16, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 type record struct {
 	seq        atomic.Int64
 	mu         sync.Mutex
 	acked      map[string]map[string]int        // group → txid → acks that succeeded
+	oks        map[string]map[string][]okAck    // group → txid → the deliveries whose acks succeeded
 	uncertain  map[string]map[string]bool       // group → txid → an ack whose outcome is unknown
 	order      map[string]map[string][]ackEvent // group → partition → successful acks
 	failed     map[string]map[string]int        // group → txid → failed on purpose
@@ -319,20 +367,21 @@ func (r *record) note(group, tx, what string) {
 }
 
 func newRecord(n int) *record {
-	r := &record{acked: map[string]map[string]int{}, uncertain: map[string]map[string]bool{},
+	r := &record{acked: map[string]map[string]int{}, oks: map[string]map[string][]okAck{}, uncertain: map[string]map[string]bool{},
 		order: map[string]map[string][]ackEvent{}, failed: map[string]map[string]int{}, unknownWhy: map[string]int{}}
 	if n <= trailMax {
 		r.trail = map[string][]string{}
 	}
 	for _, g := range groups {
-		r.acked[g], r.uncertain[g], r.order[g], r.failed[g] = map[string]int{}, map[string]bool{},
-			map[string][]ackEvent{}, map[string]int{}
+		r.acked[g], r.oks[g], r.uncertain[g], r.order[g], r.failed[g] = map[string]int{}, map[string][]okAck{},
+			map[string]bool{}, map[string][]ackEvent{}, map[string]int{}
 	}
 	return r
 }
 
 func (r *record) delivered(m *msg) {
-	r.note(m.ConsumerGroup, m.TransactionID, fmt.Sprintf("delivered(retry=%d lease=%s)", m.RetryCount, m.LeaseID))
+	m.got = time.Now()
+	r.note(m.ConsumerGroup, m.TransactionID, fmt.Sprintf("%s delivered(retry=%d lease=%s)", m.got.Format("15:04:05.000"), m.RetryCount, m.LeaseID))
 	lat := time.Since(m.CreatedAt)
 	r.mu.Lock()
 	r.deliveries++
@@ -358,7 +407,8 @@ func (r *record) settled(group string, m *msg, seq int64, o outcome) {
 	switch o {
 	case ackOK:
 		r.acked[group][m.TransactionID]++
-		r.order[group][m.Partition] = append(r.order[group][m.Partition], ackEvent{seq, m.Offset, m.TransactionID})
+		r.oks[group][m.TransactionID] = append(r.oks[group][m.TransactionID], okAck{m.LeaseID, m.got})
+		r.order[group][m.Partition] = append(r.order[group][m.Partition], ackEvent{seq, m.Offset, m.TransactionID, m.LeaseID})
 	case ackUnknown:
 		r.uncertain[group][m.TransactionID] = true
 	}
@@ -612,6 +662,34 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // ---- the run ----
 
+// The verdict's one allowance for a message acked twice: delivered again
+// only after the lease it was first delivered under had run out.
+func TestChaosVerdict_AckedAgainOnlyAfterTheLeaseRanOut(t *testing.T) {
+	made := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
+	lease := func(at time.Time, tail string) string {
+		h := fmt.Sprintf("%012x", at.UnixMilli())
+		return h[:8] + "-" + h[8:] + "-7abc-8def-" + tail
+	}
+	a, b := lease(made, "00000000000a"), lease(made.Add(leaseTime*time.Second), "00000000000b")
+	ran := made.Add(leaseTime * time.Second)
+	for _, c := range []struct {
+		name string
+		oks  []okAck
+		want bool
+	}{
+		{"once", []okAck{{a, made}}, false},
+		{"again after the lease ran out", []okAck{{a, made.Add(time.Millisecond)}, {b, ran.Add(time.Millisecond)}}, true},
+		{"answered in either order", []okAck{{b, ran.Add(time.Second)}, {a, made}}, true},
+		{"again while the lease was live", []okAck{{a, made}, {b, ran.Add(-time.Millisecond)}}, false},
+		{"twice under one lease", []okAck{{a, made}, {a, ran.Add(time.Second)}}, false},
+		{"a lease id that says no time", []okAck{{"not-a-uuid", made}, {b, ran.Add(time.Hour)}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Equal(t, c.want, afterLeaseEnded(c.oks))
+		})
+	}
+}
+
 func TestChaos(t *testing.T) {
 	n := messages(t)
 	ctx := context.Background()
@@ -803,14 +881,32 @@ func TestChaos(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, g := range groups {
-		twice, missing, dlqAndAcked, earlyDLQ := 0, 0, 0, 0
+		twice, late, missing, dlqAndAcked, earlyDLQ := 0, 0, 0, 0, 0
+		lateLeases := map[string]bool{} // txid + lease: a late ack, left out of the order check
 		for k := range n {
 			tx := fmt.Sprintf("m-%07d", k)
 			acks := r.acked[g][tx]
 			_, inDLQ := dlq[g][tx]
 			switch {
+			case acks > 1 && afterLeaseEnded(r.oks[g][tx]):
+				// At least once: delivered again after its lease ran out,
+				// while the first consumer's ack was still on its way; that
+				// ack's success is the idempotent answer for a message done.
+				late++
+				if late <= 3 {
+					t.Logf("%s/%s acked again after its lease ran out (allowed): %v", g, tx, r.trail[g+"/"+tx])
+				}
+				// The acks under the leases that ran out are out of step
+				// with the partition's order; the last delivery's is not.
+				oks := slices.SortedFunc(slices.Values(r.oks[g][tx]), func(a, b okAck) int { return a.got.Compare(b.got) })
+				for _, a := range oks[:len(oks)-1] {
+					lateLeases[tx+a.lease] = true
+				}
 			case acks > 1:
 				twice++
+				if twice <= 5 {
+					t.Logf("%s/%s acked twice: %v", g, tx, r.trail[g+"/"+tx])
+				}
 			case acks == 1 && inDLQ:
 				dlqAndAcked++
 			case acks == 0 && !inDLQ && !r.uncertain[g][tx]:
@@ -832,6 +928,7 @@ func TestChaos(t *testing.T) {
 		assert.Zero(t, earlyDLQ, "%s: dead-lettered before their retries", g)
 		misordered := 0
 		for p, evs := range r.order[g] {
+			evs = slices.DeleteFunc(evs, func(e ackEvent) bool { return lateLeases[e.tx+e.lease] })
 			slices.SortFunc(evs, func(a, b ackEvent) int { return int(a.seq - b.seq) })
 			for i := range evs {
 				evs[i].offset = offsets[evs[i].tx]
@@ -849,8 +946,8 @@ func TestChaos(t *testing.T) {
 		if g == "g2" {
 			assert.Positive(t, len(r.failed[g]), "the failing consumer failed some")
 		}
-		t.Logf("%s: %d acked, %d dead-lettered, %d acks of unknown outcome (settled by the server)",
-			g, len(r.acked[g]), len(dlq[g]), len(r.uncertain[g]))
+		t.Logf("%s: %d acked, %d dead-lettered, %d acks of unknown outcome (settled by the server), %d acked again after their lease ran out",
+			g, len(r.acked[g]), len(dlq[g]), len(r.uncertain[g]), late)
 	}
 	t.Logf("acks of unknown outcome, by cause: %v", r.unknownWhy)
 	report, wrong := reckless.verdict()
@@ -883,7 +980,7 @@ func (g *groupChurn) run(ctx context.Context, cl *cluster) {
 		name := fmt.Sprintf("tab-%05d", i)
 		inst := cl.insts[i%3]
 		if i%2 == 0 {
-			g.ws(ctx, inst.url, name)
+			g.ws(ctx, inst.url, name, i%4 == 0)
 		} else {
 			// An HTTP pop that takes a lease and never acks it.
 			if res, err := http.Get(fmt.Sprintf("%s/api/v1/pop/queue/%s?consumerGroup=%s&batch=5&wait=false",
@@ -901,9 +998,10 @@ func (g *groupChurn) run(ctx context.Context, cl *cluster) {
 	}
 }
 
-// ws reads a few messages in group name over a WebSocket (autoAck on odd
-// tabs), checking their order per partition, then leaves.
-func (g *groupChurn) ws(ctx context.Context, url, name string) {
+// ws reads a few messages in group name over a WebSocket (autoAck: the
+// server acks them as it sends them; otherwise the SDK acks each once
+// handled), checking their order per partition, then leaves.
+func (g *groupChurn) ws(ctx context.Context, url, name string, autoAck bool) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	cli, err := client.Dial(cctx, url, client.Options{})
@@ -914,7 +1012,7 @@ func (g *groupChurn) ws(ctx context.Context, url, name string) {
 	last := map[string]int{}
 	got := 0
 	_ = cli.Subscribe(cctx, client.SubscribeOptions{Queue: queueName, ConsumerGroup: name, Batch: 5, MaxInFlight: 10,
-		AutoAck: len(name)%2 == 1, SubscriptionMode: "new"},
+		AutoAck: autoAck, SubscriptionMode: "new"},
 		func(_ context.Context, m *client.Message) error {
 			var v struct{ N int }
 			if json.Unmarshal(m.Data, &v) == nil {

@@ -384,3 +384,38 @@ func restOfAB(t *testing.T, e *env, q string) *queue.PopResult {
 	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: q}, Batch: 10, Partitions: 2, AutoAck: true})
 	return receive(t, next, 5*time.Second)
 }
+
+// An autoAck subscription gets a partition's messages in push order when
+// two pushes hand off to it back to back. An autoAck hand-off moves the
+// cursor at its push's commit and keeps no lease, so nothing held the
+// second push back until the first's delivery: its hand-off delivered on
+// its own push's goroutine and overtook the first's (a browser tab saw 2
+// before 1).
+func TestHandOff_AutoAckSubscriptionGetsBackToBackPushesInOrder(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	ctx := context.Background()
+	_, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: "ho"}, Batch: 10, Credit: 100, AutoAck: true})
+	e.push("ho", "p", 0, 0) // registers the group, learns the partition
+	require.Equal(t, []int{0}, ns(receive1(t, got)))
+	e.p.Wake(poller.SourcePush, "ho", "p") // a cycle that finds it caught up
+	e.settled()
+	var second atomic.Bool
+	var secondErr error
+	defer e.p.AfterSettle(func() {
+		if second.CompareAndSwap(false, true) {
+			// The first push's hand-off is settled, its delivery not yet
+			// made: the second push comes in now.
+			_, secondErr = e.store.Push(ctx, pushItems("ho", "p", 2, 2))
+			e.p.Wake(poller.SourcePush, "ho", "p")
+		}
+	})()
+	_, err := e.store.Push(ctx, pushItems("ho", "p", 1, 1))
+	require.NoError(t, err)
+	require.NoError(t, secondErr)
+	require.True(t, second.Load(), "the first push was handed off")
+	var order []int
+	for len(order) < 2 {
+		order = append(order, ns(receive1(t, got))...)
+	}
+	assert.Equal(t, []int{1, 2}, order, "in push order, each once")
+}

@@ -55,6 +55,13 @@ type Intention struct {
 	// deadline meanwhile, so a long-poll whose wait ends mid-pop gets what
 	// the pop took (with autoAck the pop consumed it) instead of losing it.
 	serving int
+	// sending: pops and push hand-offs under way for this autoAck
+	// subscription, from hold or Reserve until their result is delivered.
+	// Each moves its cursor at its commit and keeps no lease, so a second
+	// one would take the same partition's next messages and could deliver
+	// them first: it takes nothing meanwhile (ready), and what passed it
+	// over looks again when the last is delivered (doneServing).
+	sending int
 	// answered: a pop or a push's hand-off leased this one-shot intention
 	// messages, and their delivery (which ends it) is under way: it takes
 	// nothing more (charge), or a second push in between would lease it
@@ -94,7 +101,21 @@ func (in *Intention) free() int { return in.credit - in.reserved }
 // ready reports whether the intention may take messages now. Called with
 // the owning worker's mutex.
 func (in *Intention) ready() bool {
-	return !in.answered && in.free() > 0 && (in.Hold == nil || !in.Hold())
+	return !in.answered && in.free() > 0 && !in.inOrder() && (in.Hold == nil || !in.Hold())
+}
+
+// inOrder reports whether the intention is an autoAck subscription with a
+// pop or a hand-off under way (sending), which must be delivered before it
+// takes more. Called with the owning worker's mutex.
+func (in *Intention) inOrder() bool { return in.Standing && in.AutoAck && in.sending > 0 }
+
+// startSending marks a pop or a hand-off under way for an autoAck
+// subscription (sending), until doneServing. Called with the owning
+// worker's mutex.
+func (in *Intention) startSending() {
+	if in.Standing && in.AutoAck {
+		in.sending++
+	}
 }
 
 // targetKey groups intentions that are woken together: one queue, or one

@@ -497,6 +497,10 @@ func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []
 		if in.gone {
 			continue // its consumer left since the pre-flight: pop nothing for it
 		}
+		if in.inOrder() {
+			in.missed = true // a push's hand-off to it since: looked at once delivered
+			continue
+		}
 		if leases[a.candidate] == "" && !in.AutoAck {
 			leases[a.candidate] = queue.NewID()
 		}
@@ -559,14 +563,23 @@ func (w *worker) popDeliver(ctx context.Context, pop func() (map[int]*queue.PopR
 // planned, once their results are delivered, and wakes a cancel waiting
 // for them.
 func (w *worker) doneServing(planned map[int]plan, owner func(i int) *Intention) {
+	look := false
 	w.mu.Lock()
 	for i := range planned {
-		if in := owner(i); !in.Standing {
+		in := owner(i)
+		if !in.Standing {
 			in.serving--
+		}
+		if in.Standing && in.AutoAck {
+			in.sending--
+			look = w.lookIfMissed(in) || look
 		}
 	}
 	w.mu.Unlock()
 	w.served.Broadcast()
+	if look {
+		w.signal()
+	}
 }
 
 // popDeadOnExpiry serves, rarely, an expired lease whose attempt
@@ -595,7 +608,10 @@ func (w *worker) popDeadOnExpiry(ctx context.Context, chunk []*Intention, assign
 func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability) {
 	defer w.p.leasing.begin()() // before its lease id, until delivered
 	w.mu.Lock()
-	if in.gone {
+	if in.gone || in.inOrder() {
+		if !in.gone {
+			in.missed = true // looked at once what is under way is delivered
+		}
 		w.mu.Unlock()
 		return
 	}
@@ -604,6 +620,7 @@ func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability
 	if !in.Standing {
 		in.serving++
 	}
+	in.startSending()
 	w.mu.Unlock()
 	defer w.doneServing(planned, func(int) *Intention { return in })
 	leaseID := queue.NewID()
@@ -710,6 +727,7 @@ func (w *worker) hold(planned map[int]plan, of func(int) *Intention) (unhold fun
 			n = in.free()
 			in.serving++ // until delivered (doneServing)
 		}
+		in.startSending()
 		held[i] = n
 		in.reserved += n
 	}

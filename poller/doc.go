@@ -74,8 +74,8 @@
 // messages to them in its own statement when their group is caught up;
 // Settle delivers them when the push is over. A long-poll is handed off to
 // once a cycle found nothing for it since it registered (or its target was
-// known empty: Intention.limited); it is answered by one push, one
-// partition (its one-shot intention ends with it; from the moment it is
+// known to have nothing waiting and nothing hinted: Intention.limited); it
+// is answered by one push, one partition (its one-shot intention ends with it; from the moment it is
 // leased to, Intention.answered, nothing else is, though the delivery is
 // still under way), and its lease is its client's, as a pop's. A cycle holds the credit of the intentions it pops for, and
 // a push the credit it reserved, so neither fills an intention past its
@@ -86,10 +86,26 @@
 // back empty), credit returning to an intention whose last delivery took
 // all it could or that was passed over, a push, an ack that gives messages
 // back or ends a lease with messages pending, a timer. A subscription kept
-// up to date therefore costs no cycle at all. Nor does a new intention on a
-// (queue, partition, group) the last pre-flight found with nothing waiting,
-// as long as no wake-up came since (keyState.empty; not in WakePoll mode):
-// idle long-polls asking again when their wait ends send no query.
+// up to date therefore costs no cycle at all.
+//
+// Nor does a new intention pay a pre-flight on a (queue, partition, group)
+// known to have nothing eligible waiting but in the partitions hinted
+// since (keyState.known; not in WakePoll mode): the last pre-flight found
+// nothing, or every partition it found was leased in its cycle and
+// drained; any wake-up without a partition, a timer or the sweep forgets
+// it, and a fast-path cycle that leaves a hinted partition to none of a
+// group's intentions, or a one-shot answer that took all it could, forgets
+// the target; and it is not trusted while a lease a long-poll's answer took
+// here is not heard released here (keyState.leased: its client may have
+// acked on another instance, giving messages back). With nothing hinted the intention waits for a wake-up or a
+// push's hand-off (idle long-polls asking again when their wait ends send
+// no query); with hints the fast path serves it from them, in one batch: a
+// long-poll client asking again after acking a drained answer gets what
+// was pushed or given back meanwhile from one pop. A key whose intentions
+// are all gone lingers while it knows a target, keeping its hints, until a
+// touch, the sweep, or the expiry of a lease it answered with (its timer:
+// a client that never acks gets its messages at expiry, through a
+// pre-flight).
 //
 // # Timers instead of polling
 //

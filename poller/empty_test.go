@@ -83,3 +83,184 @@ func TestPoller_EmptyAssignmentIsLookedAtAgain(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx)) // changes nothing, wakes nobody
 	assert.Equal(t, []int{2}, ns(receive(t, w, 5*time.Second)))
 }
+
+// releaseAcked tells the poller what an ack of res released, as the
+// gateway's afterAck does: each partition's lease ended, and a partition
+// with messages after it (Pending) is woken.
+func releaseAcked(e *env, results []queue.AckResult, res *queue.PopResult) {
+	for i, r := range results {
+		m := res.Messages[i]
+		if r.LeaseReleased {
+			e.p.LeaseReleased(m.Queue, m.Partition, m.PartitionID, m.Group)
+			if r.Pending {
+				e.p.Wake(poller.SourceAck, m.Queue, m.Partition)
+			}
+		}
+	}
+}
+
+// A long-poll client asks again as soon as it has acked its answer. When
+// that answer drained every partition it claimed and none other had work,
+// the poller knows where work can be since: the partitions pushed to (or
+// given back) since. The next long-poll is served from those, as a push's
+// hint is, in one batch and with no pre-flight (each one ran a pre-flight
+// and a pop: at 1,000 msgs/s its p50 was 4.5 ms on 1 partition, 10.5 on 16).
+func TestPoller_LongPollAfterADrainedAnswerIsServedWithoutPreflight(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	e.push("lq", "a", 1, 1)
+	e.push("lq", "b", 2, 2)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lq"}, Batch: 10, Partitions: 3})
+	res := receive(t, first, 5*time.Second)
+	require.ElementsMatch(t, []int{1, 2}, ns(res), "a and b drained by one answer")
+	// Pushed while the answer's leases are held: nobody waits.
+	e.push("lq", "a", 3, 3)
+	e.push("lq", "c", 4, 4)
+	releaseAcked(e, ackResult(t, e, res), res)
+	e.settled()
+	stats := e.store.QueryStats()
+	before := stats.Snapshot()
+
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lq"}, Batch: 10, Partitions: 3})
+	got := receive(t, next, 5*time.Second)
+	assert.ElementsMatch(t, []int{3, 4}, ns(got), "what a and c got since, in one answer")
+	assert.Equal(t, 2, got.PartitionsClaimed)
+	e.settled()
+	ops := opsBetween(before, stats.Snapshot())
+	assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
+	assert.Equal(t, uint64(1), ops["pop_assigned"], "one pop: %v", ops)
+	releaseAcked(e, ackResult(t, e, got), got)
+	left, err := e.store.Pop(context.Background(), queue.PopRequest{Queue: "lq", Batch: 10, Partitions: 3, AutoAck: true})
+	require.NoError(t, err)
+	assert.Empty(t, left.Messages, "each message once")
+}
+
+// An answer that took all it could (a full batch) may have left messages:
+// the next long-poll looks with a pre-flight and gets them, though no push
+// came since.
+func TestPoller_LongPollAfterAFullBatchGetsWhatItLeft(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	e.push("lf", "a", 1, 3)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lf"}, Batch: 2})
+	res := receive(t, first, 5*time.Second)
+	require.Equal(t, []int{1, 2}, ns(res))
+	releaseAcked(e, ackResult(t, e, res), res)
+	e.settled()
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lf"}, Batch: 2})
+	assert.Equal(t, []int{3}, ns(receive(t, next, 5*time.Second)), "what the full batch left")
+}
+
+// An answer never acked is given again when its lease expires, to the
+// long-poll waiting after it, though it registered where the answer had
+// drained everything (the sweep is a minute away).
+func TestPoller_LongPollAfterAnUnackedAnswerGetsItAtLeaseExpiry(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	_, err := e.store.Configure(context.Background(), queue.ConfigureRequest{Queue: "lx", Options: []byte(`{"leaseTime":1}`)})
+	require.NoError(t, err)
+	e.push("lx", "a", 1, 1)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lx"}, Batch: 10})
+	require.Equal(t, []int{1}, ns(receive(t, first, 5*time.Second)))
+	leasedAt := time.Now()
+	e.settled()
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lx"}, Batch: 10})
+	res := receive(t, next, 5*time.Second)
+	assert.Equal(t, []int{1}, ns(res))
+	assert.Equal(t, 1, res.Messages[0].RetryCount, "the expired lease counted as an attempt")
+	assert.Less(t, time.Since(leasedAt), 4*time.Second, "at expiry, by the eligibility timer")
+}
+
+// A long-poll answered by a push's hand-off leaves its partition marked as
+// handed to its group (so that the push's own wake-up pops nothing); a
+// push to that partition after it is still the next long-poll's, though
+// no intention waited when it came.
+func TestPoller_LongPollAfterAHandedAnswerGetsWhatWasPushedSince(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	warmLongPoll(t, e, "lh", false)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lh"}, Batch: 10})
+	e.settled() // its cycle found it caught up: a push hands off to it
+	e.push("lh", "p", 1, 1)
+	res := receive(t, first, 5*time.Second)
+	require.Equal(t, []int{1}, ns(res))
+	e.push("lh", "p", 2, 2) // nobody waits
+	releaseAcked(e, ackResult(t, e, res), res)
+	e.settled()
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "lh"}, Batch: 10})
+	assert.Equal(t, []int{2}, ns(receive(t, next, 5*time.Second)), "pushed after the hand-off")
+}
+
+// A subscription's lease is its stream's, which the poller does not time:
+// a long-poll registered after a subscription took a partition (where
+// nothing else waited) gets its messages when that lease expires unacked,
+// through a pre-flight, not at the sweep.
+func TestPoller_LongPollAfterASubscriptionsLeaseGetsItsMessagesAtExpiry(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	_, err := e.store.Configure(context.Background(), queue.ConfigureRequest{Queue: "ls", Options: []byte(`{"leaseTime":1}`)})
+	require.NoError(t, err)
+	got := make(chan *queue.PopResult, 10)
+	t.Cleanup(e.p.Register(&poller.Intention{Target: queue.Target{Queue: "ls"}, Batch: 10, Credit: 1, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}))
+	e.settled() // its pre-flight found nothing
+	e.push("ls", "p", 1, 1)
+	require.Equal(t, []int{1}, ns(delivered(t, got, "the subscription got nothing")))
+	leasedAt := time.Now()
+	e.settled()
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "ls"}, Batch: 10})
+	res := receive(t, next, 5*time.Second)
+	assert.Equal(t, []int{1}, ns(res), "the subscription's message, its lease expired")
+	assert.Less(t, time.Since(leasedAt), 4*time.Second, "at expiry, by the eligibility timer")
+}
+
+// The same holds for a long-poll naming its partition, which is served
+// only that partition's news, and for an autoAck long-poll, whose answer
+// keeps no lease.
+func TestPoller_LongPollNamingAPartitionOrAutoAckAfterADrainedAnswerIsServedWithoutPreflight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   poller.Intention
+		want []int
+	}{
+		{"partition", poller.Intention{Target: queue.Target{Queue: "ln", Partition: "a"}, Batch: 10}, []int{3}},
+		{"autoAck", poller.Intention{Target: queue.Target{Queue: "ln"}, Batch: 10, Partitions: 2, AutoAck: true}, []int{3, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, slowSweep)
+			e.push("ln", "a", 1, 1)
+			res := receive(t, e.p.Wait(tc.in), 5*time.Second)
+			require.Equal(t, []int{1}, ns(res))
+			e.push("ln", "a", 3, 3)
+			e.push("ln", "b", 4, 4)
+			if !tc.in.AutoAck {
+				releaseAcked(e, ackResult(t, e, res), res)
+			}
+			e.settled()
+			stats := e.store.QueryStats()
+			before := stats.Snapshot()
+			got := receive(t, e.p.Wait(tc.in), 5*time.Second)
+			assert.ElementsMatch(t, tc.want, ns(got))
+			e.settled()
+			ops := opsBetween(before, stats.Snapshot())
+			assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
+			assert.Equal(t, uint64(1), ops["pop_assigned"], "one pop: %v", ops)
+		})
+	}
+}
+
+// A long-poll answer acked where this poller does not hear of it (on
+// another instance, behind a load balancer) may have given messages back
+// (StatusRetry): the next long-poll here looks with a pre-flight, as
+// before, rather than trust what the poller knew (the sweep is a minute
+// away).
+func TestPoller_LongPollAfterAnAnswerAckedElsewhereLooksWithAPreflight(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	e.push("le", "a", 1, 1)
+	first := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "le"}, Batch: 10})
+	res := receive(t, first, 5*time.Second)
+	require.Equal(t, []int{1}, ns(res))
+	m := res.Messages[0]
+	out, err := e.store.Ack(context.Background(), []queue.Ack{{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		LeaseID: res.LeaseID, Status: queue.StatusRetry}}) // the poller is told nothing
+	require.NoError(t, err)
+	require.True(t, out[0].Success, out[0].Error)
+	e.settled()
+	next := e.p.Wait(poller.Intention{Target: queue.Target{Queue: "le"}, Batch: 10})
+	assert.Equal(t, []int{1}, ns(receive(t, next, 5*time.Second)), "given back elsewhere")
+}

@@ -1,5 +1,10 @@
 package poller
 
+import (
+	"fmt"
+	"slices"
+)
+
 // WorkerRuns is how many cycles the workers ran (a signal or their timer).
 func (p *Poller) WorkerRuns() uint64 {
 	var n uint64
@@ -28,20 +33,38 @@ func (p *Poller) AfterSettle(f func()) func() {
 // Pending reports whether a worker has a cycle to run or running: a
 // signal not yet taken, a cycle begun and not ended (one starved between
 // taking its keys and its first statement looks quiet otherwise), or a key
-// marked for a pre-flight or holding push hints.
-func (p *Poller) Pending() bool {
-	for _, w := range p.workers {
-		if len(w.wake) > 0 || w.woke.Load() != w.done.Load() {
-			return true
+// marked for a pre-flight or holding push hints an intention may take.
+func (p *Poller) Pending() bool { return p.PendingWhy() != "" }
+
+// PendingWhy is what makes Pending true ("" when it is false): which
+// worker, and its signal, its cycle under way or which key.
+func (p *Poller) PendingWhy() string {
+	for i, w := range p.workers {
+		if len(w.wake) > 0 {
+			return fmt.Sprintf("worker %d: a signal not yet taken", i)
+		}
+		if woke, done := w.woke.Load(), w.done.Load(); woke != done {
+			return fmt.Sprintf("worker %d: cycle %d under way", i, woke)
 		}
 		w.mu.Lock()
-		for _, ks := range w.keys {
-			if ks.dirty || len(ks.hints) > 0 {
+		for k, ks := range w.keys {
+			// Hints a cycle would take now (collect): a key with no
+			// intention that may take them (a long-poll's, between two)
+			// keeps them for the next.
+			if ks.dirty || (len(ks.hints) > 0 && w.takesHints(ks)) {
+				why := fmt.Sprintf("worker %d: key %s dirty=%v hints=%v", i, k, ks.dirty, ks.hints)
 				w.mu.Unlock()
-				return true
+				return why
 			}
 		}
 		w.mu.Unlock()
 	}
-	return false
+	return ""
+}
+
+// takesHints reports whether collect would hand ks's hints to the fast
+// path: a live intention may take them, or is a subscription (which the
+// fast path marks missed). Called with w.mu.
+func (w *worker) takesHints(ks *keyState) bool {
+	return slices.ContainsFunc(ks.intentions, func(in *Intention) bool { return !in.gone && (in.Standing || in.ready()) })
 }

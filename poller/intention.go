@@ -76,9 +76,10 @@ type Intention struct {
 	// limited: its last delivery took all it could (or left messages
 	// behind), so credit given back may find more. A one-shot intention
 	// is limited from its registration until a cycle found nothing for
-	// it (or its target was known empty): until then messages may wait
-	// for it across partitions, which a cycle answers in one batch, not
-	// a push's hand-off with its own partition's.
+	// it (or its target was known to have nothing waiting and nothing
+	// hinted: keyState.known): until then messages may wait for it across
+	// partitions, which a cycle answers in one batch, not a push's
+	// hand-off with its own partition's.
 	limited bool
 }
 

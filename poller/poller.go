@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,14 +116,20 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 		w.keys[in.key] = ks
 	}
 	ks.intentions = append(ks.intentions, in)
-	// A target the last pre-flight found empty still is: every wake-up
-	// since would have forgotten it (touch, a hint). The intention waits
-	// for one like those before it. Not in WakePoll mode, which ignores
-	// wake-ups: there a new intention is checked on arrival.
-	known := p.cfg.Mode != WakePoll && !news && ks.empty[[2]string{in.Target.Partition, in.Target.Group}]
+	// A target known to have nothing waiting but in the partitions hinted
+	// since (keyState.known) still has: every other wake-up since would
+	// have forgotten it (touch). With no hint the intention waits for a
+	// wake-up or a push like those before it; with hints the fast path
+	// serves it from them, in one batch (limited until then: a push's
+	// hand-off would answer with its own partition's). Not in WakePoll
+	// mode, which ignores wake-ups: there a new intention is checked on
+	// arrival.
+	known := p.cfg.Mode != WakePoll && !news && ks.trusts([2]string{in.Target.Partition, in.Target.Group})
 	if !known {
 		ks.touch()
 		in.limited = !in.Standing // a push hands it nothing before its cycle looked (Intention.limited)
+	} else if !in.Standing && ks.hinted(in.Target.Partition) {
+		in.limited = true
 	}
 	w.mu.Unlock()
 	if news {
@@ -247,6 +254,7 @@ func (p *Poller) Wake(source, queueName, partition string) {
 	if ks != nil && remote(source) {
 		ks.remoteAt = time.Now()
 	}
+	waiting := ks != nil && slices.ContainsFunc(ks.intentions, func(in *Intention) bool { return !in.gone })
 	switch {
 	case ks == nil:
 	case partition == "":
@@ -255,16 +263,28 @@ func (p *Poller) Wake(source, queueName, partition string) {
 		// Only this partition changed: it can be served without a
 		// pre-flight (worker.fastServe). Whether only this instance's
 		// pushes said so: those alone may be passed over while a lease of
-		// this instance holds the partition (heldHere).
-		ks.empty = nil
+		// this instance holds the partition (heldHere). What the key
+		// knows stays true: this news is in its hints (keyState.known).
 		if ks.hints == nil {
 			ks.hints = map[string]bool{}
 		}
 		onlyPushes, seen := ks.hints[partition]
 		ks.hints[partition] = source == SourcePush && (onlyPushes || !seen)
+		if !waiting && (seen || source != SourcePush) {
+			// Not the own wake-up of a push that handed it off (the
+			// first): news since (keyState.rehinted).
+			if ks.rehinted == nil {
+				ks.rehinted = map[string]bool{}
+			}
+			ks.rehinted[partition] = true
+		}
 	}
+	// A key whose intentions are gone (lingering: keyState.lingers) keeps
+	// a hint for the next one, which signals itself; one touched is ended
+	// by the cycle.
+	wake := ks != nil && (ks.dirty || waiting)
 	w.mu.Unlock()
-	if ks != nil {
+	if wake {
 		w.signal()
 	}
 	// A namespace/task intention may match any queue: wake those too. They
@@ -407,6 +427,7 @@ func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) 
 	k := hintKey{partitionID, groupName(group)}
 	n, noted := p.held.Peek(k)
 	p.held.Remove(k)
+	p.answerReleased(queueName, k)
 	if p.cfg.Hints != nil {
 		p.cfg.Hints.LeaseReleased(queueName, partition, partitionID, groupName(group))
 	}
@@ -415,6 +436,18 @@ func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) 
 	if noted && n.passed.Load() {
 		p.Wake(SourceRelease, queueName, partition)
 	}
+}
+
+// answerReleased forgets a one-shot answer's lease its queue's key waited
+// to hear released (keyState.leased).
+func (p *Poller) answerReleased(queueName string, k hintKey) {
+	key := "q:" + queueName
+	w := p.workerFor(key)
+	w.mu.Lock()
+	if ks := w.keys[key]; ks != nil {
+		delete(ks.leased, k)
+	}
+	w.mu.Unlock()
 }
 
 // heldNote is a lease this instance took, as heldHere sees it.
@@ -447,16 +480,44 @@ func (p *Poller) LeasesTaken(res *queue.PopResult) {
 			continue
 		}
 		seen[m.PartitionID] = true
-		lease := queue.DefaultOptions().LeaseTime
-		if info, ok := p.store.CachedConfig(m.Queue); ok {
-			lease = info.Options.LeaseTime
-		}
-		until := now.Add(time.Duration(lease) * time.Second)
+		lease, _ := p.leaseTime(m.Queue)
+		until := now.Add(lease)
 		p.held.Add(hintKey{m.PartitionID, groupName(m.Group)}, &heldNote{until: now.Add(min(p.cfg.HeldNote, until.Sub(now)))})
 		if p.cfg.Hints != nil {
 			p.cfg.Hints.LeaseAcquired(m.Queue, m.Partition, m.PartitionID, m.Group, until)
 		}
 	}
+}
+
+// leaseTime is how long a lease on queueName lasts, read from the config
+// cache; a miss assumes the default (known false).
+func (p *Poller) leaseTime(queueName string) (d time.Duration, known bool) {
+	lease := queue.DefaultOptions().LeaseTime
+	info, known := p.store.CachedConfig(queueName)
+	if known {
+		lease = info.Options.LeaseTime
+	}
+	return time.Duration(lease) * time.Second, known
+}
+
+// leaseExpiry is when the lease of res ends at the earliest (its queues'
+// lease times from now); known is false when a queue's config is not
+// cached.
+func (p *Poller) leaseExpiry(res *queue.PopResult) (at time.Time, known bool) {
+	now, known := time.Now(), true
+	seen := map[string]bool{}
+	for _, m := range res.Messages {
+		if seen[m.Queue] {
+			continue
+		}
+		seen[m.Queue] = true
+		d, ok := p.leaseTime(m.Queue)
+		known = known && ok
+		if t := now.Add(d); at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	return at, known
 }
 
 // heldHere reports until when a lease this instance took is taken to hold

@@ -24,6 +24,10 @@ type worker struct {
 
 	mu   sync.Mutex
 	keys map[string]*keyState
+	// armed is the earliest key eligibility time (keyState.dueAt) set by
+	// a delivery since the timer was last set (noteAnswer): run arms the
+	// timer for it after the cycle.
+	armed time.Time
 	// served is signalled (on mu) when a one-shot intention's pops under
 	// way are delivered (Intention.serving).
 	served *sync.Cond
@@ -35,26 +39,89 @@ type keyState struct {
 	dirty      bool            // run a pre-flight for it at the next cycle
 	hints      map[string]bool // partitions a wake-up says got messages (fast path): true while only this instance's pushes said so
 	handed     map[string]bool // partition id + "\x00" + group a push leased to an intention here
-	dueAt      time.Time       // a blocked partition becomes eligible then
-	remoteAt   time.Time       // the last wake-up from another instance
+	// rehinted: partitions woken again while the key lingered (no live
+	// intention: lingers), after a push's hand-off may have marked them
+	// handed; that mark is stale for them (hintedItem drops it): what came
+	// since is the next intention's.
+	rehinted map[string]bool
+	dueAt    time.Time // a blocked partition becomes eligible then
+	remoteAt time.Time // the last wake-up from another instance
 	// claim: the key's only intention took all it could at its last
 	// delivery, so its queue has a backlog: the next cycle claims straight
 	// from the queue's ready rows (claimServe), with no pre-flight, until a
 	// claim comes back short or a sweep runs.
 	claim bool
-	// empty: (partition, group) targets whose last pre-flight found no
-	// partition with messages, with no wake-up since (touch forgets them).
-	// A new intention on one of them waits for a wake-up instead of
-	// running a pre-flight that would find nothing: a long-poll asking
-	// again when its wait ends costs no query.
-	empty map[[2]string]bool
+	// known: (partition, group) targets with nothing eligible waiting but
+	// in the partitions hinted since (hints): the last pre-flight found
+	// none, or every partition it found was leased in its cycle and
+	// drained, and since then only partition wake-ups came (touch forgets
+	// them all). A new intention on one of them runs no pre-flight: with
+	// no hint it waits for a wake-up or a push's hand-off (a long-poll
+	// asking again when its wait ends costs no query); with hints the
+	// fast path serves it from them (a long-poll asking again after its
+	// ack). noteKnown learns them; a fast-path cycle that leaves a hinted
+	// partition to none of a group's intentions, and a one-shot delivery
+	// that took all it could, forget them.
+	known map[[2]string]bool
+	// leased: (partition id, group) of the leases one-shot answers here
+	// took that this instance has not heard released (LeaseReleased).
+	// While one is, a new intention does not trust known: its client may
+	// have acked elsewhere (another instance), giving messages back that
+	// no wake-up here tells of. A touch forgets them: the pre-flight after
+	// it sees what they hold.
+	leased map[hintKey]bool
 }
 
 // touch marks the key for a pre-flight at the next cycle; what its last
-// one found empty may have changed.
+// one knew may have changed.
 func (ks *keyState) touch() {
 	ks.dirty = true
-	ks.empty = nil
+	ks.known = nil
+	ks.leased = nil
+}
+
+// trusts reports whether a new intention on target t may go by what the
+// key knows (known), with no lease of an answer here unheard of. Called
+// with the worker's mutex.
+func (ks *keyState) trusts(t [2]string) bool { return ks.known[t] && len(ks.leased) == 0 }
+
+// hinted reports whether a wake-up hinted a partition an intention naming
+// partition ("" for any) may take. Called with the worker's mutex.
+func (ks *keyState) hinted(partition string) bool {
+	if partition == "" {
+		return len(ks.hints) > 0
+	}
+	_, ok := ks.hints[partition]
+	return ok
+}
+
+// lingers reports whether a key whose intentions are all gone is kept for
+// the next one: it knows targets (known), so a long-poll asking again
+// after its answer is served from the hints since, not a pre-flight. A
+// touch or the sweep ends it (its knowledge is gone), and so does its
+// eligibility time (dueAt: the lease of the answer it knows of may
+// expire). Called with the worker's mutex.
+func (ks *keyState) lingers() bool { return !ks.dirty && len(ks.known) > 0 }
+
+// anyReady reports whether one of ins may take messages now. Called with
+// the worker's mutex.
+func anyReady(ins []*Intention) bool {
+	for _, in := range ins {
+		if !in.gone && in.ready() {
+			return true
+		}
+	}
+	return false
+}
+
+// allOneShot reports whether ins are all one-shot intentions.
+func allOneShot(ins []*Intention) bool {
+	for _, in := range ins {
+		if in.Standing {
+			return false
+		}
+	}
+	return true
 }
 
 func newWorker(p *Poller, idx int) *worker {
@@ -131,6 +198,10 @@ func (w *worker) run(ctx context.Context) {
 		}
 		w.mu.Lock()
 		idle := len(w.keys) == 0
+		if !w.armed.IsZero() && (due.IsZero() || w.armed.Before(due)) {
+			due = w.armed
+		}
+		w.armed = time.Time{}
 		w.mu.Unlock()
 		if idle {
 			// Nothing waits here: nothing to sweep for and nothing due.
@@ -197,10 +268,6 @@ func (w *worker) collect(now time.Time, sweeping bool) (work, claims, expired []
 		}
 		clear(ks.intentions[len(live):])
 		ks.intentions = live
-		if len(live) == 0 {
-			delete(w.keys, k)
-			continue
-		}
 		if !ks.dueAt.IsZero() && !now.Before(ks.dueAt) {
 			ks.touch()
 			ks.dueAt = time.Time{}
@@ -208,9 +275,29 @@ func (w *worker) collect(now time.Time, sweeping bool) (work, claims, expired []
 		if sweeping {
 			ks.touch()
 		}
+		if len(live) == 0 {
+			if !ks.lingers() {
+				delete(w.keys, k)
+			} else if !ks.dueAt.IsZero() && (due.IsZero() || ks.dueAt.Before(due)) {
+				due = ks.dueAt
+			}
+			continue
+		}
+		if !ks.dirty && len(ks.hints) > 0 && !anyReady(live) && allOneShot(live) {
+			// Long-polls answered or held by a push's hand-off: the hints
+			// wait for the next one (a hand-off that leased nothing gives
+			// its long-poll back, and it looks: missed).
+			for _, in := range live {
+				in.missed = true
+			}
+			if !ks.dueAt.IsZero() && (due.IsZero() || ks.dueAt.Before(due)) {
+				due = ks.dueAt
+			}
+			continue
+		}
 		if !ks.dirty && len(ks.hints) > 0 {
-			fast = append(fast, hinted{key: k, hints: ks.hints, handed: ks.handed, intentions: slices.Clone(live)})
-			ks.hints, ks.handed = nil, nil
+			fast = append(fast, hinted{key: k, hints: ks.hints, handed: ks.handed, rehinted: ks.rehinted, intentions: slices.Clone(live)})
+			ks.hints, ks.handed, ks.rehinted = nil, nil, nil
 			continue
 		}
 		if !ks.dirty {
@@ -219,7 +306,7 @@ func (w *worker) collect(now time.Time, sweeping bool) (work, claims, expired []
 			}
 			continue
 		}
-		ks.dirty, ks.hints, ks.handed = false, nil, nil
+		ks.dirty, ks.hints, ks.handed, ks.rehinted = false, nil, nil, nil
 		if ks.claim && !sweeping && len(live) == 1 && claimable(live[0]) {
 			if live[0].ready() {
 				claims = append(claims, live[0])
@@ -345,9 +432,12 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	if len(needRows) > 0 && w.ensureRows(ctx, chunk, needRows, ts) {
 		worked = true // their partitions can be leased from the next cycle, now
 	}
+	var got map[int]*queue.PopResult
 	if len(assigns) > 0 {
 		worked = true
-		retry, failed := w.popAssigned(ctx, chunk, assigns, ts.cands)
+		var retry time.Time
+		var failed bool
+		retry, got, failed = w.popAssigned(ctx, chunk, assigns, ts.cands)
 		if failed {
 			return worked, w.retryChunk(chunk)
 		}
@@ -357,6 +447,7 @@ func (w *worker) serve(ctx context.Context, chunk []*Intention) (worked bool, du
 	} else {
 		w.caughtUp(chunk, nil)
 	}
+	w.noteKnown(chunk, ts, avail, assigns, got)
 	if w.popDeadOnExpiry(ctx, chunk, assigns, dead, ts.cands) {
 		worked = true
 	}
@@ -422,15 +513,12 @@ func (w *worker) preflight(ctx context.Context, chunk []*Intention, targets []qu
 
 // noteAvailability reads what the pre-flight found besides work: targets
 // whose partitions a group has never read (they need consumer rows
-// first), expired leases that dead-letter (the slow path), blocked
-// partitions (the keys' timers, and due, the earliest), and targets with
-// nothing waiting (keyState.empty).
+// first), expired leases that dead-letter (the slow path), and blocked
+// partitions (the keys' timers, and due, the earliest).
 func (w *worker) noteAvailability(avail []queue.Availability, ts targets) (needRows map[int]bool, dead []queue.Availability, due time.Time) {
 	needRows = map[int]bool{}
 	dueAt := map[string]time.Time{}
-	found := make([]bool, len(ts.targets))
 	for _, a := range avail {
-		found[a.Target] = true
 		if a.PartitionID != "" {
 			w.p.store.NotePartitionID(a.Queue, a.Partition, a.QueueID, a.PartitionID) // for the fast path
 		}
@@ -456,17 +544,83 @@ func (w *worker) noteAvailability(avail []queue.Availability, ts targets) (needR
 			ks.dueAt = at
 		}
 	}
-	// Targets with nothing waiting, unless a wake-up came during the
-	// pre-flight (it may have seen an older state).
-	for ti, f := range found {
-		if ks := w.keys[ts.keys[ti]]; !f && ks != nil && !ks.dirty && len(ks.hints) == 0 {
-			if ks.empty == nil {
-				ks.empty = map[[2]string]bool{}
-			}
-			ks.empty[[2]string{ts.targets[ti].Partition, ts.targets[ti].Group}] = true
+	return needRows, dead, due
+}
+
+// noteKnown marks the targets of a cycle that nothing eligible waits for
+// now but what was hinted since (keyState.known): the pre-flight found no
+// partition for them, or every one it found was eligible, assigned in this
+// cycle to one-shot intentions, and drained by its pop (each result
+// claimed every partition it was assigned and holds no More). The
+// pre-flight reads one row more than its intentions could take: when all
+// were assigned, it read them all. A lease those answers took arms the
+// key's timer at its expiry (a client that never acks gets its messages
+// again then, through a pre-flight); an expiry unknown (the queue's
+// config not cached) leaves the target unknown. Not a key touched since
+// the cycle began (a hint since is kept: the next intention is served
+// from it).
+func (w *worker) noteKnown(chunk []*Intention, ts targets, avail []queue.Availability, assigns []assignment, got map[int]*queue.PopResult) {
+	type pair struct {
+		target             int
+		partitionID, group string
+	}
+	assigned := map[pair]bool{}
+	claims := map[int]int{} // per candidate, the partitions assigned
+	for _, a := range assigns {
+		assigned[pair{a.avail.Target, a.avail.PartitionID, a.avail.Group}] = true
+		claims[a.candidate]++
+	}
+	open := make([]bool, len(ts.targets)) // something may wait beyond what was hinted
+	for _, a := range avail {
+		if !a.Eligible || !a.HasConsumer || a.DeadOnExpiry || !assigned[pair{a.Target, a.PartitionID, a.Group}] {
+			open[a.Target] = true
 		}
 	}
-	return needRows, dead, due
+	expiry := map[int]time.Time{} // per target, the earliest lease expiry of its answers
+	for c, n := range claims {
+		ti := ts.cands[c].target
+		res := got[c]
+		// A subscription's lease is its stream's, which nothing here times.
+		if res == nil || res.More || res.PartitionsClaimed < n || chunk[c].Standing {
+			open[ti] = true
+			continue
+		}
+		if res.LeaseID == "" {
+			continue
+		}
+		at, ok := w.p.leaseExpiry(res)
+		if !ok {
+			open[ti] = true
+		} else if e, seen := expiry[ti]; !seen || at.Before(e) {
+			expiry[ti] = at
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ti, o := range open {
+		ks := w.keys[ts.keys[ti]]
+		if o || ks == nil || ks.dirty {
+			continue
+		}
+		if ks.known == nil {
+			ks.known = map[[2]string]bool{}
+		}
+		ks.known[[2]string{ts.targets[ti].Partition, ts.targets[ti].Group}] = true
+		if at, ok := expiry[ti]; ok {
+			w.armAt(ks, at)
+		}
+	}
+}
+
+// armAt sets ks's eligibility time to at if sooner, and has run arm the
+// timer for it after the cycle (armed). Called with the worker's mutex.
+func (w *worker) armAt(ks *keyState, at time.Time) {
+	if ks.dueAt.IsZero() || at.Before(ks.dueAt) {
+		ks.dueAt = at
+	}
+	if w.armed.IsZero() || at.Before(w.armed) {
+		w.armed = at
+	}
 }
 
 // ensureRows creates the consumer rows of the targets in needRows and
@@ -487,7 +641,7 @@ func (w *worker) ensureRows(ctx context.Context, chunk []*Intention, needRows ma
 // popAssigned leases what decide assigned, one lease per intention, in one
 // statement, and delivers it. It reports when to look again at
 // assignments that came back empty, and whether the pop failed.
-func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []assignment, cands []candidate) (retry time.Time, failed bool) {
+func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []assignment, cands []candidate) (retry time.Time, got map[int]*queue.PopResult, failed bool) {
 	leases := make([]string, len(chunk))
 	var as []queue.Assignment
 	defer w.p.leasing.begin()() // before the lease ids, until delivered
@@ -516,14 +670,14 @@ func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []
 	got, err := w.popDeliver(ctx, func() (map[int]*queue.PopResult, error) { return w.p.store.PopAssigned(ctx, as) },
 		unhold, func(i int) *Intention { return chunk[i] }, leases, planned, func(int) bool { return false }, "coalesced pop failed")
 	if err != nil {
-		return time.Time{}, true
+		return time.Time{}, nil, true
 	}
 	w.caughtUp(chunk, got)
 	// An assignment that came back empty found its row taken, or held by a
 	// transaction (an ack under way: pops skip locked rows). What holds it
 	// may change nothing and wake nobody (an ack refused), so look again
 	// soon rather than at the sweep.
-	return w.retryEmpty(chunk, planned, got), false
+	return w.retryEmpty(chunk, planned, got), got, false
 }
 
 // beforePop is a test's hook (export_test.go); nil in a running server.

@@ -43,6 +43,11 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	// as for a consumer that left, and deliver nothing. An autoAck pop
 	// keeps no lease (its cursor moved already): delivered all the same.
 	paused := w.p.paused.Load() && res.LeaseID != ""
+	var expiry time.Time // a one-shot's lease, which its key's knowledge must not outlive
+	leaseKnown := true
+	if !in.Standing && res.LeaseID != "" {
+		expiry, leaseKnown = w.p.leaseExpiry(res)
+	}
 	w.mu.Lock()
 	gone := in.gone || paused
 	ended := false
@@ -51,6 +56,11 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 		// answers: withdraw it first, so it is never counted (or served) as
 		// still waiting once its consumer holds the messages.
 		ended = w.markGone(in)
+		w.noteLeased(in, res)
+		w.noteAnswer(in, res, allClaimed, pl, expiry, leaseKnown)
+	}
+	if in.Standing && res.LeaseID != "" {
+		w.forgetGroupKnown(in)
 	}
 	w.mu.Unlock()
 	if ended {
@@ -85,9 +95,27 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	}
 	w.p.metrics.delivered.Inc()
 	w.p.metrics.observeDelivered(res, time.Now())
-	if !in.Standing {
-		return
+	if in.Standing {
+		w.afterStreamDelivery(in, res, allClaimed, pl)
 	}
+}
+
+// forgetGroupKnown forgets what in's group's targets were known to hold:
+// a stream's lease, which nothing here times, may change it when it
+// expires. Called with the worker's mutex.
+func (w *worker) forgetGroupKnown(in *Intention) {
+	if ks := w.keys[in.key]; ks != nil {
+		for t := range ks.known {
+			if t[1] == in.Target.Group {
+				delete(ks.known, t)
+			}
+		}
+	}
+}
+
+// afterStreamDelivery decides, once a standing intention's consumer has
+// res, whether its queue is looked at again now.
+func (w *worker) afterStreamDelivery(in *Intention, res *queue.PopResult, allClaimed bool, pl plan) {
 	w.mu.Lock()
 	// Its credit was charged when the pop's hold ended (charge). All it
 	// could take, a partition it left messages in, or as many
@@ -111,6 +139,42 @@ func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResul
 	w.mu.Unlock()
 	if more {
 		w.signal()
+	}
+}
+
+// noteLeased notes the leases of a one-shot answer until this instance
+// hears them released (keyState.leased). Called with the worker's mutex.
+func (w *worker) noteLeased(in *Intention, res *queue.PopResult) {
+	ks := w.keys[in.key]
+	if ks == nil || res.LeaseID == "" {
+		return
+	}
+	for _, m := range res.Messages {
+		if ks.leased == nil {
+			ks.leased = map[hintKey]bool{}
+		}
+		ks.leased[hintKey{m.PartitionID, groupName(m.Group)}] = true
+	}
+}
+
+// noteAnswer keeps what a one-shot intention's key knows true after its
+// answer (keyState.known): one that took all it could may have left
+// messages, and one whose lease expiry is unknown (the queue's config not
+// cached) cannot be timed, so its target is forgotten; otherwise the
+// lease arms the key's timer at its expiry (a client that never acks gets
+// its messages again then, through a pre-flight). Called with the
+// worker's mutex.
+func (w *worker) noteAnswer(in *Intention, res *queue.PopResult, allClaimed bool, pl plan, expiry time.Time, leaseKnown bool) {
+	ks := w.keys[in.key]
+	if ks == nil || len(ks.known) == 0 {
+		return
+	}
+	full := len(res.Messages) >= pl.total || res.More || (!allClaimed && res.PartitionsClaimed >= max(in.Partitions, 1))
+	if full || !leaseKnown {
+		delete(ks.known, [2]string{in.Target.Partition, in.Target.Group})
+	}
+	if !expiry.IsZero() && len(ks.known) > 0 {
+		w.armAt(ks, expiry)
 	}
 }
 

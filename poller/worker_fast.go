@@ -17,6 +17,7 @@ type hinted struct {
 	key        string
 	hints      map[string]bool
 	handed     map[string]bool // as keyState.handed
+	rehinted   map[string]bool // as keyState.rehinted
 	intentions []*Intention
 }
 
@@ -61,6 +62,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 			due = until
 		}
 	}
+	w.keepKnown(items, fitems, pl)
 	fl := leasesOf(items, pl)
 	planned := plansOf(fl.as)
 	unhold := w.hold(planned, func(i int) *Intention { return fl.owners[i] })
@@ -87,6 +89,48 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 	}
 	w.touchKeys(fallback)
 	return worked, due
+}
+
+// keepKnown keeps what the keys of a fast-path cycle know true
+// (keyState.known) once their hints are taken: a target one of whose
+// hinted partitions goes to none of its group's intentions (not ready,
+// held, an unknown id, past what they may claim) is forgotten, since that
+// hint is not kept. A one-shot intention assigned nothing on a target
+// still known is caught up: a push may hand off to it (Intention.limited).
+// Called with the worker's mutex.
+func (w *worker) keepKnown(items []hinted, fitems []fastItem, pl fastPlan) {
+	type pair struct {
+		item               int
+		partitionID, group string
+	}
+	taken := map[pair]bool{}
+	served := map[[2]int]bool{}
+	for _, a := range pl.assigns {
+		taken[pair{a.item, a.partitionID, items[a.item].intentions[a.cand].Target.Group}] = true
+		served[[2]int{a.item, a.cand}] = true
+	}
+	for ii, h := range items {
+		ks := w.keys[h.key]
+		if ks == nil || len(ks.known) == 0 {
+			continue
+		}
+		for t := range ks.known {
+			for _, part := range fitems[ii].parts {
+				if t[0] != "" && t[0] != part.name {
+					continue
+				}
+				if part.id == "" || (!taken[pair{ii, part.id, t[1]}] && !h.handed[part.id+"\x00"+t[1]]) {
+					delete(ks.known, t)
+					break
+				}
+			}
+		}
+		for ci, in := range h.intentions {
+			if !in.Standing && !in.gone && !served[[2]int{ii, ci}] && in.ready() && ks.known[[2]string{in.Target.Partition, in.Target.Group}] {
+				in.limited = false
+			}
+		}
+	}
 }
 
 // fastLeases is decideFast's plan as pop assignments: the hinted
@@ -169,6 +213,11 @@ func (w *worker) hintedItem(h hinted, hints map[hintKey]leaseHint) fastItem {
 		it.parts = append(it.parts, fastPart{name: part, id: pid})
 		if pid == "" {
 			continue
+		}
+		if h.rehinted[part] {
+			for _, g := range groups {
+				delete(h.handed, pid+"\x00"+g) // stale: woken again since
+			}
 		}
 		for _, g := range groups {
 			k := hintKey{pid, groupName(g)}

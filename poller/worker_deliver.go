@@ -132,9 +132,15 @@ func (w *worker) afterStreamDelivery(in *Intention, res *queue.PopResult, allCla
 	if ks != nil {
 		ks.claim = full && claimable(in)
 	}
-	if ks != nil && full && in.ready() && !in.gone {
-		ks.touch()
-		more = true
+	if ks != nil && full && !in.gone {
+		if in.ready() {
+			ks.touch()
+			more = true
+		} else {
+			// Not now (an autoAck subscription's delivery still under
+			// way, say): whatever lets it take again looks (lookIfMissed).
+			in.missed = true
+		}
 	}
 	w.mu.Unlock()
 	if more {

@@ -141,11 +141,11 @@
 //
 // Mutexes. Each worker's mutex guards its registry shard (the keys hashed
 // to it, their dirty marks, hints and timers) and the mutable fields of
-// their intentions (credit, reserved, serving, sending, gone, missed,
-// limited). An autoAck subscription takes nothing while a pop or a
-// push's hand-off for it is under way (sending, from hold or Reserve until
-// its result is delivered): its cursor moved at that commit, and a second
-// one's delivery could overtake the first's. A
+// their intentions (credit, reserved, serving, gone, missed, limited). An
+// autoAck subscription takes nothing while a pop or a push's hand-off for
+// it is under way (serving, from hold or Reserve until its result is
+// delivered): its cursor moved at that commit, and a second one's delivery
+// could overtake the first's. A
 // one-shot intention's cancel waits on the worker's condition (served, on
 // that mutex) while a pop or a push's hand-off for it is under way
 // (serving, from hold or Reserve until its result is delivered; a cycle

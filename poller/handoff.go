@@ -78,10 +78,11 @@ func (p *Poller) Reserve(parts []queue.PushedPartition) []queue.Reservation {
 				// A long-poll answers once: the push holds all of it, as a
 				// cycle's pop does (hold), until settled.
 				held = in.free()
+			}
+			if in.counted() {
 				in.serving++
 			}
 			in.reserved += held
-			in.startSending()
 			end := p.leasing.begin() // before the lease id, until settled
 			out = append(out, queue.Reservation{PartitionID: pp.PartitionID, Group: in.Target.Group, LeaseID: queue.NewID(),
 				Limit: limit, Subject: in.Subject, AutoAck: in.AutoAck, Stream: in.Standing, Token: &reservation{w: w, in: in,
@@ -101,7 +102,7 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	}
 	defer t.leasing()
 	w, in := t.w, t.in
-	if !in.Standing || in.AutoAck {
+	if in.counted() {
 		// A long-poll's cancel waits until what it was given is delivered;
 		// an autoAck subscription takes nothing more until then.
 		defer w.doneServing(map[int]plan{0: {}}, func(int) *Intention { return in })

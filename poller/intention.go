@@ -49,19 +49,17 @@ type Intention struct {
 	// reserved: credit a push in flight holds for a hand-off (Reserve
 	// until Settle).
 	reserved int
-	// serving: pops and push hand-offs under way for this one-shot
-	// intention (from hold or Reserve until their result is delivered).
-	// Its cancel waits for them, and a cycle does not end it at its
+	// serving: pops and push hand-offs under way for this intention, from
+	// hold or Reserve until their result is delivered; counted for a
+	// one-shot intention and an autoAck subscription (counted). A one-shot
+	// intention's cancel waits for them, and a cycle does not end it at its
 	// deadline meanwhile, so a long-poll whose wait ends mid-pop gets what
 	// the pop took (with autoAck the pop consumed it) instead of losing it.
+	// An autoAck subscription takes nothing meanwhile (inOrder): each moves
+	// its cursor at its commit and keeps no lease, so a second one would
+	// take the same partition's next messages and could deliver them
+	// first; what passed it over looks again once delivered (doneServing).
 	serving int
-	// sending: pops and push hand-offs under way for this autoAck
-	// subscription, from hold or Reserve until their result is delivered.
-	// Each moves its cursor at its commit and keeps no lease, so a second
-	// one would take the same partition's next messages and could deliver
-	// them first: it takes nothing meanwhile (ready), and what passed it
-	// over looks again when the last is delivered (doneServing).
-	sending int
 	// answered: a pop or a push's hand-off leased this one-shot intention
 	// messages, and their delivery (which ends it) is under way: it takes
 	// nothing more (charge), or a second push in between would lease it
@@ -105,19 +103,15 @@ func (in *Intention) ready() bool {
 	return !in.answered && in.free() > 0 && !in.inOrder() && (in.Hold == nil || !in.Hold())
 }
 
-// inOrder reports whether the intention is an autoAck subscription with a
-// pop or a hand-off under way (sending), which must be delivered before it
-// takes more. Called with the owning worker's mutex.
-func (in *Intention) inOrder() bool { return in.Standing && in.AutoAck && in.sending > 0 }
+// counted reports whether the pops and hand-offs under way for the
+// intention are counted (serving): a one-shot intention's, and an autoAck
+// subscription's.
+func (in *Intention) counted() bool { return !in.Standing || in.AutoAck }
 
-// startSending marks a pop or a hand-off under way for an autoAck
-// subscription (sending), until doneServing. Called with the owning
-// worker's mutex.
-func (in *Intention) startSending() {
-	if in.Standing && in.AutoAck {
-		in.sending++
-	}
-}
+// inOrder reports whether the intention is an autoAck subscription with a
+// pop or a hand-off under way (serving), which must be delivered before it
+// takes more. Called with the owning worker's mutex.
+func (in *Intention) inOrder() bool { return in.Standing && in.AutoAck && in.serving > 0 }
 
 // targetKey groups intentions that are woken together: one queue, or one
 // namespace/task pattern.

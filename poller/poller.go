@@ -140,7 +140,7 @@ func (p *Poller) Register(in *Intention) (cancel func()) {
 	w.signal()
 	return func() {
 		w.mu.Lock()
-		for in.serving > 0 {
+		for !in.Standing && in.serving > 0 {
 			w.served.Wait() // a pop under way for it: what it takes is delivered first
 		}
 		ended := w.markGone(in)

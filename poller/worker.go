@@ -721,11 +721,10 @@ func (w *worker) doneServing(planned map[int]plan, owner func(i int) *Intention)
 	w.mu.Lock()
 	for i := range planned {
 		in := owner(i)
-		if !in.Standing {
+		if in.counted() {
 			in.serving--
 		}
 		if in.Standing && in.AutoAck {
-			in.sending--
 			look = w.lookIfMissed(in) || look
 		}
 	}
@@ -762,19 +761,18 @@ func (w *worker) popDeadOnExpiry(ctx context.Context, chunk []*Intention, assign
 func (w *worker) popOne(ctx context.Context, in *Intention, a queue.Availability) {
 	defer w.p.leasing.begin()() // before its lease id, until delivered
 	w.mu.Lock()
+	if in.inOrder() {
+		in.missed = true // looked at once what is under way is delivered
+	}
 	if in.gone || in.inOrder() {
-		if !in.gone {
-			in.missed = true // looked at once what is under way is delivered
-		}
 		w.mu.Unlock()
 		return
 	}
 	batch := min(in.Batch, in.credit)
 	planned := map[int]plan{0: {total: batch, partitions: 1}}
-	if !in.Standing {
+	if in.counted() {
 		in.serving++
 	}
-	in.startSending()
 	w.mu.Unlock()
 	defer w.doneServing(planned, func(int) *Intention { return in })
 	leaseID := queue.NewID()
@@ -879,9 +877,10 @@ func (w *worker) hold(planned map[int]plan, of func(int) *Intention) (unhold fun
 		n := pl.total
 		if !in.Standing {
 			n = in.free()
+		}
+		if in.counted() {
 			in.serving++ // until delivered (doneServing)
 		}
-		in.startSending()
 		held[i] = n
 		in.reserved += n
 	}

@@ -314,8 +314,7 @@ func afterLeaseEnded(oks []okAck) bool {
 	if len(oks) < 2 {
 		return false
 	}
-	oks = slices.Clone(oks)
-	slices.SortFunc(oks, func(a, b okAck) int { return a.got.Compare(b.got) })
+	oks = byGot(oks)
 	for i := 1; i < len(oks); i++ {
 		made, ok := uuidTime(oks[i-1].lease)
 		if !ok || oks[i].lease == oks[i-1].lease || oks[i].got.Before(made.Add(leaseTime*time.Second)) {
@@ -323,6 +322,11 @@ func afterLeaseEnded(oks []okAck) bool {
 		}
 	}
 	return true
+}
+
+// byGot is a copy of oks in the order their consumers got them.
+func byGot(oks []okAck) []okAck {
+	return slices.SortedFunc(slices.Values(oks), func(a, b okAck) int { return a.got.Compare(b.got) })
 }
 
 // uuidTime is the creation time in a UUIDv7 (its first 48 bits, in
@@ -898,7 +902,7 @@ func TestChaos(t *testing.T) {
 				}
 				// The acks under the leases that ran out are out of step
 				// with the partition's order; the last delivery's is not.
-				oks := slices.SortedFunc(slices.Values(r.oks[g][tx]), func(a, b okAck) int { return a.got.Compare(b.got) })
+				oks := byGot(r.oks[g][tx])
 				for _, a := range oks[:len(oks)-1] {
 					lateLeases[tx+a.lease] = true
 				}

@@ -41,8 +41,7 @@ type e2eRunner interface {
 type e2eSample struct {
 	Delivered float64 // messages delivered and acked per second, all groups together
 	Pushed    float64 // messages pushed per second
-	CPUPer1k  float64 // seconds of server (+ PostgreSQL) CPU per 1,000 messages delivered
-	ServerCPU float64 // the server's part of CPUPer1k
+	cpuCost           // per 1,000 messages delivered
 	// ClientCPU is this process's CPU per 1,000 messages delivered: the
 	// producers and consumers, counted in no system's figure, shown so
 	// that a run limited by its load generator can be told.
@@ -188,9 +187,7 @@ func measureE2E(ctx context.Context, r *e2eRun, warm, dur time.Duration, cpu cpu
 	n := float64(d1 - d0)
 	out := e2eSample{Delivered: n / secs, Pushed: float64(p1-p0) / secs}
 	if n > 0 {
-		out.ServerCPU = (s1 - s0).Seconds() * 1000 / n
-		out.CPUPer1k = ((s1 - s0) + (pg1 - pg0)).Seconds() * 1000 / n
-		out.ClientCPU = (c1 - c0).Seconds() * 1000 / n
+		out.cpuCost, out.ClientCPU = costOf(s0, pg0, s1, pg1, n), per1k(c1-c0, n)
 	}
 	for _, g := range r.groups {
 		out.Dups += int(g.dups.Load())

@@ -52,9 +52,8 @@ type fanouter interface {
 type fanoutSample struct {
 	counts   fanoutload.Counts
 	p50, p99 float64
-	cpuPer1k float64 // server (+ PostgreSQL) CPU seconds per 1,000 deliveries
-	srvPer1k float64 // the server's part
-	cliPer1k float64 // the follower processes' (the load generator's)
+	cpuCost          // per 1,000 deliveries
+	cliPer1k float64 // the follower processes' CPU (the load generator's), seconds per 1,000 deliveries
 }
 
 func (h *heraldSys) fanout(int) fanoutTarget {
@@ -91,21 +90,15 @@ func runFanoutRounds(ctx context.Context, cfg config, self string, round int, sy
 			}
 			fmt.Fprintf(log, "round %d/%d: %s fanout to %d SSE followers at %d msgs/s (load %s) … ", round, cfg.rounds,
 				s.name(), c.Followers, c.Rate, fanoutload.LoadAverage())
-			sm, err := fanoutOnce(ctx, cfg, self, f.fanout(c.Followers), c, log)
-			if err != nil && ctx.Err() != nil {
-				return ctx.Err()
+			if err := keep(ctx, log, res, s.name(), c, func() (fanoutSample, error) {
+				return fanoutOnce(ctx, cfg, self, f.fanout(c.Followers), c, log)
+			}, func(sm fanoutSample) string {
+				return fmt.Sprintf("%d/%d in order, %d out of order, %d lost, p50 %.1f ms, p99 %.1f ms, %.4f CPU s/1k (server %.4f; followers %.4f)",
+					sm.counts.Received, sm.counts.Expected, sm.counts.Violations, sm.counts.Losses, sm.p50, sm.p99,
+					sm.CPUPer1k, sm.ServerCPU, sm.cliPer1k)
+			}); err != nil {
+				return err
 			}
-			if err != nil {
-				fmt.Fprintf(log, "error: %v\n", err)
-				continue
-			}
-			fmt.Fprintf(log, "%d/%d in order, %d out of order, %d lost, p50 %.1f ms, p99 %.1f ms, %.4f CPU s/1k (server %.4f; followers %.4f)\n",
-				sm.counts.Received, sm.counts.Expected, sm.counts.Violations, sm.counts.Losses, sm.p50, sm.p99,
-				sm.cpuPer1k, sm.srvPer1k, sm.cliPer1k)
-			if res[s.name()] == nil {
-				res[s.name()] = map[fanoutload.Case][]fanoutSample{}
-			}
-			res[s.name()][c] = append(res[s.name()][c], sm)
 		}
 	}
 	return nil
@@ -148,9 +141,8 @@ func fanoutOnce(ctx context.Context, cfg config, self string, t fanoutTarget, c 
 	c1 := fp.CPU()
 	sm := fanoutSample{counts: counts, p50: counts.Quantile(50), p99: counts.Quantile(99)}
 	if counts.Received > 0 {
-		sm.cpuPer1k = (s1 - s0 + pg1 - pg0).Seconds() * 1000 / float64(counts.Received)
-		sm.srvPer1k = (s1 - s0).Seconds() * 1000 / float64(counts.Received)
-		sm.cliPer1k = (c1 - c0).Seconds() * 1000 / float64(counts.Received)
+		n := float64(counts.Received)
+		sm.cpuCost, sm.cliPer1k = costOf(s0, pg0, s1, pg1, n), per1k(c1-c0, n)
 	}
 	return sm, nil
 }
@@ -186,16 +178,10 @@ func reportFanout(b *strings.Builder, cfg config, sys []system, res map[string]m
 			for _, sm := range ss {
 				sum.Add(sm.counts)
 			}
-			cpu := medianOf(ss, func(s fanoutSample) float64 { return s.cpuPer1k })
-			srv := medianOf(ss, func(s fanoutSample) float64 { return s.srvPer1k })
-			pgPart := ""
-			if cpu-srv > 0.00005 {
-				pgPart = fmt.Sprintf(" (%.4f + %.4f)", srv, cpu-srv)
-			}
-			fmt.Fprintf(b, "| %s | %v | %d/%d | %d | %d | %.1f / %.1f | %.4f%s | %s | %.4f |\n", s.name(), c, sum.Received,
+			fmt.Fprintf(b, "| %s | %v | %d/%d | %d | %d | %.1f / %.1f | %s | %s | %.4f |\n", s.name(), c, sum.Received,
 				sum.Expected, sum.Violations, sum.Losses, medianOf(ss, func(s fanoutSample) float64 { return s.p50 }),
-				medianOf(ss, func(s fanoutSample) float64 { return s.p99 }), cpu, pgPart,
-				ratio(cpu, medianOf(base, func(s fanoutSample) float64 { return s.cpuPer1k })),
+				medianOf(ss, func(s fanoutSample) float64 { return s.p99 }), cpuCell(ss, 4),
+				ratio(medianOf(ss, cpuOf[fanoutSample]), medianOf(base, cpuOf[fanoutSample])),
 				medianOf(ss, func(s fanoutSample) float64 { return s.cliPer1k }))
 		}
 	}

@@ -198,21 +198,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 			for _, s := range sys {
 				fmt.Fprintf(stderr, "round %d/%d: %s at %d msgs/s … ", round, cfg.rounds, s.name(), rate)
-				sm, err := s.run(ctx, rate, cfg.warm, cfg.duration)
-				if err != nil && ctx.Err() != nil {
-					return ctx.Err()
-				}
-				if err != nil {
-					fmt.Fprintf(stderr, "error: %v\n", err)
-				} else {
-					fmt.Fprintf(stderr, "p50 %.2f ms, p99 %.2f ms, %.3f CPU s/1k (%d/%d)\n", sm.P50, sm.P99, sm.CPUPer1k,
+				if err := keep(ctx, stderr, results, s.name(), rate, func() (sample, error) {
+					return s.run(ctx, rate, cfg.warm, cfg.duration)
+				}, func(sm sample) string {
+					return fmt.Sprintf("p50 %.2f ms, p99 %.2f ms, %.3f CPU s/1k (%d/%d)", sm.P50, sm.P99, sm.CPUPer1k,
 						sm.Received, sm.Pushed)
-				}
-				if results[s.name()] == nil {
-					results[s.name()] = map[int][]sample{}
-				}
-				if err == nil {
-					results[s.name()][rate] = append(results[s.name()][rate], sm)
+				}); err != nil {
+					return err
 				}
 			}
 		}
@@ -249,22 +241,39 @@ func runE2E(ctx context.Context, cfg config, round int, sys []system, res map[st
 				continue
 			}
 			fmt.Fprintf(log, "round %d/%d: %s end to end, %d group(s) … ", round, cfg.rounds, s.name(), g)
-			sm, err := e.e2e(ctx, g, cfg.e2eWarm, cfg.e2eDuration)
-			if err != nil && ctx.Err() != nil {
-				return ctx.Err()
+			if err := keep(ctx, log, res, s.name(), g, func() (e2eSample, error) {
+				return e.e2e(ctx, g, cfg.e2eWarm, cfg.e2eDuration)
+			}, func(sm e2eSample) string {
+				return fmt.Sprintf("%.0f delivered/s (%.0f pushed/s), %.3f CPU s/1k, load generator %.3f CPU s/1k, %d dups",
+					sm.Delivered, sm.Pushed, sm.CPUPer1k, sm.ClientCPU, sm.Dups)
+			}); err != nil {
+				return err
 			}
-			if err != nil {
-				fmt.Fprintf(log, "error: %v\n", err)
-				continue
-			}
-			fmt.Fprintf(log, "%.0f delivered/s (%.0f pushed/s), %.3f CPU s/1k, load generator %.3f CPU s/1k, %d dups\n",
-				sm.Delivered, sm.Pushed, sm.CPUPer1k, sm.ClientCPU, sm.Dups)
-			if res[s.name()] == nil {
-				res[s.name()] = map[int][]e2eSample{}
-			}
-			res[s.name()][g] = append(res[s.name()][g], sm)
 		}
 	}
+	return nil
+}
+
+// keep takes one measurement of system name at key k (a rate, a number of
+// groups, a fanout case), logs what it found (show's line) or its error,
+// and keeps it in res: a measurement that fails is logged and passed over
+// (its round counts as failed in the report), an error once ctx has ended
+// is returned and ends the rounds.
+func keep[K comparable, T any](ctx context.Context, log io.Writer, res map[string]map[K][]T, name string, k K,
+	measure func() (T, error), show func(T) string) error {
+	sm, err := measure()
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		fmt.Fprintf(log, "error: %v\n", err)
+		return nil
+	}
+	fmt.Fprintln(log, show(sm))
+	if res[name] == nil {
+		res[name] = map[K][]T{}
+	}
+	res[name][k] = append(res[name][k], sm)
 	return nil
 }
 

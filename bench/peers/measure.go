@@ -27,15 +27,40 @@ func makePayload(i int) []byte {
 
 // sample is one measurement of one system at one rate.
 type sample struct {
-	P50, P99  float64 // ms
-	CPUPer1k  float64 // seconds of server (+ PostgreSQL) CPU per 1,000 messages
-	ServerCPU float64 // the server's part of CPUPer1k
-	Pushed    int
-	Received  int
+	P50, P99 float64 // ms
+	cpuCost          // per 1,000 messages pushed
+	Pushed   int
+	Received int
 }
 
 // cpuMeter reads the CPU time a system is charged with.
 type cpuMeter func() (server, pg time.Duration)
+
+// cpuCost is the CPU a measurement charges a system, in seconds per 1,000
+// messages (pushed, delivered: the measurement says which).
+type cpuCost struct {
+	CPUPer1k  float64 // the server's and, where it has one, its PostgreSQL's
+	ServerCPU float64 // the server's part of CPUPer1k
+}
+
+// costOf is the cost of what a cpuMeter read before (s0, pg0) and after
+// (s1, pg1) a measurement of n messages.
+func costOf(s0, pg0, s1, pg1 time.Duration, n float64) cpuCost {
+	return cpuCost{CPUPer1k: per1k((s1-s0)+(pg1-pg0), n), ServerCPU: per1k(s1-s0, n)}
+}
+
+// per1k is d in seconds per 1,000 of n messages.
+func per1k(d time.Duration, n float64) float64 { return d.Seconds() * 1000 / n }
+
+// cost is the cost itself, so that the report reads it from every kind of
+// sample that embeds one (costed).
+func (c cpuCost) cost() cpuCost { return c }
+
+// costed is a sample with a cpuCost.
+type costed interface{ cost() cpuCost }
+
+// cpuOf is the total CPU figure of s (medianOf's and figure's field).
+func cpuOf[T costed](s T) float64 { return s.cost().CPUPer1k }
 
 // measure pushes rate messages per second for warm+dur with push, waits for
 // all of them to arrive at rec (10 s at most) and reads the CPU spent
@@ -56,9 +81,8 @@ func measure(ctx context.Context, rate int, warm, dur time.Duration, cpu cpuMete
 	}
 	s1, pg1 := cpu()
 	l := rec.Latencies()
-	out := sample{Pushed: pushed, Received: l.Received, P50: l.Ms(50), P99: l.Ms(99)}
-	out.ServerCPU = (s1 - s0).Seconds() * 1000 / float64(pushed)
-	out.CPUPer1k = ((s1 - s0) + (pg1 - pg0)).Seconds() * 1000 / float64(pushed)
+	out := sample{Pushed: pushed, Received: l.Received, P50: l.Ms(50), P99: l.Ms(99),
+		cpuCost: costOf(s0, pg0, s1, pg1, float64(pushed))}
 	if out.Received < pushed {
 		return out, fmt.Errorf("%d of %d messages arrived within 10 s of the last push", out.Received, pushed)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -87,8 +88,6 @@ func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]
 	})
 	p50 := func(s sample) float64 { return s.P50 }
 	p99 := func(s sample) float64 { return s.P99 }
-	cpu := func(s sample) float64 { return s.CPUPer1k }
-	srv := func(s sample) float64 { return s.ServerCPU }
 	for _, s := range sys {
 		fmt.Fprintf(b, "| %s |", describe[s.name()])
 		for _, r := range cfg.rates {
@@ -97,13 +96,13 @@ func reportLatency(b *strings.Builder, cfg config, sys []system, res map[string]
 				b.WriteString(" failed | failed |")
 				continue
 			}
-			fmt.Fprintf(b, " %.2f / %.2f | %s |", medianOf(ss, p50), medianOf(ss, p99), cpuCell(ss, cpu, srv))
+			fmt.Fprintf(b, " %.2f / %.2f | %s |", medianOf(ss, p50), medianOf(ss, p99), cpuCell(ss, 3))
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; below 1 means less latency or CPU than Herald):\n\n")
 	writeRatios(b, sys, cfg.rates, func(r int) string { return fmt.Sprintf("%d/s", r) }, res,
-		figure[sample]{"p50", p50}, figure[sample]{"p99", p99}, figure[sample]{"CPU", cpu})
+		figure[sample]{"p50", p50}, figure[sample]{"p99", p99}, figure[sample]{"CPU", cpuOf[sample]})
 }
 
 // partitionsLabel says how many partitions the pushes go to.
@@ -115,14 +114,15 @@ func partitionsLabel(n int) string {
 }
 
 // cpuCell is the median CPU figure of rounds ss (total, seconds per 1,000
-// messages) and, when PostgreSQL's part shows, the server's and
-// PostgreSQL's parts of it: "0.123 (0.100 + 0.023)".
-func cpuCell[T any](ss []T, total, server func(T) float64) string {
-	c, sc := medianOf(ss, total), medianOf(ss, server)
-	if c-sc > 0.0005 {
-		return fmt.Sprintf("%.3f (%.3f + %.3f)", c, sc, c-sc)
+// messages) with digits decimals and, when PostgreSQL's part shows at
+// that precision, the server's and PostgreSQL's parts of it:
+// "0.123 (0.100 + 0.023)".
+func cpuCell[T costed](ss []T, digits int) string {
+	c, sc := medianOf(ss, cpuOf[T]), medianOf(ss, func(s T) float64 { return s.cost().ServerCPU })
+	if c-sc > 0.5*math.Pow10(-digits) {
+		return fmt.Sprintf("%.*f (%.*f + %.*f)", digits, c, digits, sc, digits, c-sc)
 	}
-	return fmt.Sprintf("%.3f", c)
+	return fmt.Sprintf("%.*f", digits, c)
 }
 
 // writeHead writes a table's heading row and its rule: "system", then the

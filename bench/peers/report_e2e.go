@@ -50,8 +50,6 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 	})
 	del := func(s e2eSample) float64 { return s.Delivered }
 	push := func(s e2eSample) float64 { return s.Pushed }
-	cpu := func(s e2eSample) float64 { return s.CPUPer1k }
-	srv := func(s e2eSample) float64 { return s.ServerCPU }
 	for _, s := range rows {
 		fmt.Fprintf(b, "| %s |", describeE2E[s.name()])
 		for _, g := range cfg.e2eGroups {
@@ -69,14 +67,14 @@ func reportE2E(b *strings.Builder, cfg config, sys []system, res map[string]map[
 				lo, hi := spanOf(ss, del)
 				spread = fmt.Sprintf(", rounds %.0f–%.0f", lo, hi)
 			}
-			fmt.Fprintf(b, " %.0f (%.0f)%s | %s |", medianOf(ss, del), medianOf(ss, push), spread, cpuCell(ss, cpu, srv))
+			fmt.Fprintf(b, " %.0f (%.0f)%s | %s |", medianOf(ss, del), medianOf(ss, push), spread, cpuCell(ss, 3))
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\nRatio to Herald (the system's figure ÷ Herald's; above 1 means more throughput, " +
 		"below 1 less CPU per message than Herald):\n\n")
 	writeRatios(b, rows, cfg.e2eGroups, func(g int) string { return groupsLabel(g) + ":" }, res,
-		figure[e2eSample]{"delivered/s", del}, figure[e2eSample]{"CPU", cpu})
+		figure[e2eSample]{"delivered/s", del}, figure[e2eSample]{"CPU", cpuOf[e2eSample]})
 	b.WriteString("\nCPU of this load-generating process (producers and consumers, counted in no figure above), " +
 		"seconds per 1,000 delivered, medians:")
 	for _, s := range rows {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldmq/herald/internal/fanoutload"
 )
 
 // fakeSystem names a system in a report; it measures nothing.
@@ -56,9 +58,9 @@ func TestReportLatency_TablesShowMediansAndRatiosToHerald(t *testing.T) {
 	cfg := config{rounds: 3, rates: []int{100}, systems: []string{"herald", "nats"}}
 	sys := []system{fakeSystem{n: "herald"}, fakeSystem{n: "nats"}}
 	res := map[string]map[int][]sample{
-		"herald": {100: {{P50: 1, P99: 4, CPUPer1k: 0.2, ServerCPU: 0.1}, {P50: 2, P99: 5, CPUPer1k: 0.3, ServerCPU: 0.1},
-			{P50: 9, P99: 9, CPUPer1k: 0.9, ServerCPU: 0.1}}},
-		"nats": {100: {{P50: 3, P99: 15, CPUPer1k: 0.6, ServerCPU: 0.6}}},
+		"herald": {100: {{P50: 1, P99: 4, cpuCost: cpuCost{CPUPer1k: 0.2, ServerCPU: 0.1}}, {P50: 2, P99: 5, cpuCost: cpuCost{CPUPer1k: 0.3, ServerCPU: 0.1}},
+			{P50: 9, P99: 9, cpuCost: cpuCost{CPUPer1k: 0.9, ServerCPU: 0.1}}}},
+		"nats": {100: {{P50: 3, P99: 15, cpuCost: cpuCost{CPUPer1k: 0.6, ServerCPU: 0.6}}}},
 	}
 	var b strings.Builder
 	reportLatency(&b, cfg, sys, res)
@@ -79,8 +81,8 @@ func TestReportE2E_RatioTableSkipsWhatASystemCannotRun(t *testing.T) {
 	cfg := config{rounds: 1, e2eGroups: []int{1, 5}, systems: []string{"herald", "river"}}
 	sys := []system{fakeSystem{n: "herald", maxGroups: 5}, fakeSystem{n: "river", maxGroups: 1}}
 	res := map[string]map[int][]e2eSample{
-		"herald": {1: {{Delivered: 1000, CPUPer1k: 0.5}}, 5: {{Delivered: 4000, CPUPer1k: 0.4}}},
-		"river":  {1: {{Delivered: 500, CPUPer1k: 1.5}}},
+		"herald": {1: {{Delivered: 1000, cpuCost: cpuCost{CPUPer1k: 0.5}}}, 5: {{Delivered: 4000, cpuCost: cpuCost{CPUPer1k: 0.4}}}},
+		"river":  {1: {{Delivered: 500, cpuCost: cpuCost{CPUPer1k: 1.5}}}},
 	}
 	var b strings.Builder
 	reportE2E(&b, cfg, sys, res)
@@ -113,4 +115,31 @@ func TestRun_RefusesPartitionsOutOfRange(t *testing.T) {
 			t.Errorf("--partitions %s: %v, want an error naming --partitions", v, err)
 		}
 	}
+}
+
+// fakeFanouter is a fakeSystem the fanout scenario would measure.
+type fakeFanouter struct{ fakeSystem }
+
+func (fakeFanouter) fanout(int) fanoutTarget { return fanoutTarget{} }
+
+// TestReportFanout_CPUShowsPostgreSQLsPartAndTheRatioToHerald: the fanout
+// table's CPU cell is the median at four decimals, split into the
+// server's and PostgreSQL's parts where the latter shows at that
+// precision, and the ratio column divides it by Herald's.
+func TestReportFanout_CPUShowsPostgreSQLsPartAndTheRatioToHerald(t *testing.T) {
+	c := fanoutload.Case{Followers: 10, Rate: 5}
+	cfg := config{rounds: 1, fanoutCases: []fanoutload.Case{c}}
+	sys := []system{fakeFanouter{fakeSystem{n: "herald"}}, fakeFanouter{fakeSystem{n: "floor"}}}
+	counts := fanoutload.Counts{Followers: 10, Expected: 100, Received: 100}
+	res := map[string]map[fanoutload.Case][]fanoutSample{
+		"herald": {c: {{counts: counts, p50: 1, p99: 2, cpuCost: cpuCost{CPUPer1k: 0.02, ServerCPU: 0.015}, cliPer1k: 0.5}}},
+		"floor":  {c: {{counts: counts, p50: 0.5, p99: 1, cpuCost: cpuCost{CPUPer1k: 0.01, ServerCPU: 0.01}, cliPer1k: 0.25}}},
+	}
+	var b strings.Builder
+	reportFanout(&b, cfg, sys, res)
+	rows := tableAfter(t, b.String(), "Fanout.")
+	sameRows(t, rows[2:], []string{
+		"| herald | 10@5 | 100/100 | 0 | 0 | 1.0 / 2.0 | 0.0200 (0.0150 + 0.0050) | 1.00× | 0.5000 |",
+		"| floor | 10@5 | 100/100 | 0 | 0 | 0.5 / 1.0 | 0.0100 | 0.50× | 0.2500 |",
+	})
 }

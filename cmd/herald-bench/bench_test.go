@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -156,4 +158,32 @@ func TestPgCPUReadsThePostmasterTree(t *testing.T) {
 	assert.Positive(t, d0, "a running cluster has spent some CPU")
 	_, ok = (&server{}).pgCPU()
 	assert.False(t, ok, "no private PostgreSQL, no figure")
+}
+
+// The push cost with idle groups against a real server: every one of the
+// n groups reads the queue once before the pushes are measured, and
+// without --dsn only the HTTP pushes are.
+func TestPushCost_EveryGroupReadsOnceThenThePushesAreMeasured(t *testing.T) {
+	srv := testServer(t)
+	const n = 45
+	res, err := pushCost(context.Background(), srv.url, nil, n)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	assert.Equal(t, groupsPushCost{IdleGroups: n, Via: "http", Pushes: groupsPushes, P50: res[0].P50, P99: res[0].P99}, res[0])
+	assert.Positive(t, res[0].P50)
+
+	r, err := http.Get(srv.url + "/api/v1/consumer-groups")
+	require.NoError(t, err)
+	defer func() { _ = r.Body.Close() }()
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	var groups []struct {
+		Name string `json:"name"`
+	}
+	require.NoError(t, json.NewDecoder(r.Body).Decode(&groups))
+	names := map[string]bool{}
+	for _, g := range groups {
+		names[g.Name] = true
+	}
+	assert.Len(t, names, n, "one group per read: tab00000 … tab00044")
+	assert.True(t, names["tab00000"] && names["tab00044"], "%v", names)
 }

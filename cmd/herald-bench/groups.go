@@ -117,39 +117,25 @@ func pushCost(ctx context.Context, base string, db *pgx.Conn, n int) ([]groupsPu
 	if err := push(); err != nil {
 		return nil, err
 	}
-	jobs := make(chan int)
-	errc := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for g := range jobs {
-				u := fmt.Sprintf("%s/api/v1/pop/queue/%s?consumerGroup=tab%05d&autoAck=true&wait=false", base, url.PathEscape(q), g)
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-				if err == nil {
-					var res *http.Response
-					if res, err = httpClient.Do(req); err == nil {
-						_, _ = io.Copy(io.Discard, res.Body)
-						_ = res.Body.Close()
-					}
-				}
-				if err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
+	readers := benchstat.NewPool(ctx, 32, 0, func(ctx context.Context, g int) error {
+		u := fmt.Sprintf("%s/api/v1/pop/queue/%s?consumerGroup=tab%05d&autoAck=true&wait=false", base, url.PathEscape(q), g)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		res, err := httpClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		return nil
+	})
 	for g := range n {
-		jobs <- g
+		readers.Feed(g)
 	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errc:
+	if err := readers.Wait(); err != nil {
 		return nil, err
-	default:
 	}
 	if err := push(); err != nil { // the push after they left
 		return nil, err

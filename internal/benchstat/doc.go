@@ -4,17 +4,20 @@
 // push → receipt latencies that counts each index once and passes over
 // the warm-up (Recorder), their percentiles in milliseconds (Latencies,
 // Percentile, Ms), the paced producers that push the messages on their
-// schedule (Pace), and a server's counter or gauge read from its /metrics
+// schedule (Pace) over a pool of goroutines that calls a job for each index
+// fed to it (Pool), and a server's counter or gauge read from its /metrics
 // (Metric). It imports no Herald package and is imported by no server
 // package.
 //
 // # Concurrency
 //
-// A Recorder is safe for concurrent use. Pace runs its pushes on 16
-// goroutines of its own and returns once they have all returned.
+// A Recorder is safe for concurrent use. A Pool's jobs run on its own
+// goroutines, which Wait waits for; one goroutine feeds it. Pace runs its
+// pushes on a Pool of 16 and returns once they have all returned.
 //
 // # Failures
 //
 // A payload that is not a Stamp is passed over (RecordJSON); Pace returns
-// the first error a push returned, after the others have run.
+// the first error a push returned, after the others have run, as a Pool's
+// Wait returns the first error a job returned.
 package benchstat

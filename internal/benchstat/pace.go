@@ -16,21 +16,7 @@ const paceProducers = 16
 // the first error one of them returned, or ctx's error when ctx ended
 // first.
 func Pace(ctx context.Context, rate, total int, push func(ctx context.Context, i int) error) (int, error) {
-	jobs := make(chan int, 1024)
-	errc := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range paceProducers {
-		wg.Go(func() {
-			for i := range jobs {
-				if err := push(ctx, i); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
+	p := NewPool(ctx, paceProducers, 1024, push)
 	start := time.Now()
 	interval := time.Second / time.Duration(rate)
 	timer := time.NewTimer(0)
@@ -42,19 +28,55 @@ func Pace(ctx context.Context, rate, total int, push func(ctx context.Context, i
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
-				close(jobs)
-				wg.Wait()
+				_ = p.Wait()
 				return sent, ctx.Err()
 			}
 		}
-		jobs <- sent
+		p.Feed(sent)
 	}
-	close(jobs)
-	wg.Wait()
+	return sent, p.Wait()
+}
+
+// Pool calls a job on goroutines of its own, once for each index fed to
+// it, and keeps the first error a call returned.
+type Pool struct {
+	jobs chan int
+	errc chan error
+	wg   sync.WaitGroup
+}
+
+// NewPool starts workers goroutines calling job(ctx, i) for each index i
+// fed, with room for buffer indices waiting for one of them.
+func NewPool(ctx context.Context, workers, buffer int, job func(ctx context.Context, i int) error) *Pool {
+	p := &Pool{jobs: make(chan int, buffer), errc: make(chan error, 1)}
+	for range workers {
+		p.wg.Go(func() {
+			for i := range p.jobs {
+				if err := job(ctx, i); err != nil {
+					select {
+					case p.errc <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	return p
+}
+
+// Feed hands index i to the pool; it waits while every worker is busy and
+// the buffer full.
+func (p *Pool) Feed(i int) { p.jobs <- i }
+
+// Wait ends the feeding, waits for every call fed to return and returns
+// the first error one returned.
+func (p *Pool) Wait() error {
+	close(p.jobs)
+	p.wg.Wait()
 	select {
-	case err := <-errc:
-		return sent, err
+	case err := <-p.errc:
+		return err
 	default:
-		return sent, nil
+		return nil
 	}
 }

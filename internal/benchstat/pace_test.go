@@ -81,3 +81,26 @@ func TestPace_StopsWhenTheContextEnds(t *testing.T) {
 		assert.Equal(t, 3, n, "pushes due at 0, 100 and 200 ms")
 	})
 }
+
+func TestPool_RunsEveryJobFedAndReturnsTheFirstErrorOnceAllReturned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		boom := errors.New("boom")
+		var mu sync.Mutex
+		ran := map[int]bool{}
+		p := NewPool(t.Context(), 3, 0, func(_ context.Context, i int) error {
+			time.Sleep(time.Duration(i) * time.Millisecond) // the bubble's clock: the later jobs return last
+			mu.Lock()
+			defer mu.Unlock()
+			ran[i] = true
+			if i >= 4 {
+				return boom
+			}
+			return nil
+		})
+		for i := range 8 {
+			p.Feed(i)
+		}
+		require.ErrorIs(t, p.Wait(), boom)
+		assert.Len(t, ran, 8, "every job fed ran before Wait returned, failing ones too")
+	})
+}

@@ -291,7 +291,7 @@ func (s *service) recentWorker(window time.Duration, keep func(string) bool) (g 
 	}
 	t := sumSlots(recent)
 	q := total(queueSums(recent, keep))
-	g = workerGaugesJSON{Hostname: s.hostname(), WorkerID: analyticsWorkerID, AvgEventLoopLagMs: t.schedAvg(),
+	g = workerGaugesJSON{Hostname: s.hostname(), WorkerID: analyticsWorkerID, AvgEventLoopLagMs: schedAvg(t),
 		MaxEventLoopLagMs: round2(t.SchedMaxMs), FreeSlots: t.FreeSlots.Min, DBConnections: t.PoolTotal.Max,
 		JobQueueSize: t.Runnable.Max}
 	return g, q.PushMessages + q.AckSuccess + q.AckFailed, recent[len(recent)-1].Minute, true
@@ -324,32 +324,19 @@ type summaryJSON struct {
 	PendingMessages   int64 `json:"pendingMessages"`
 }
 
-// slotsSum is the instance figures of slots: scheduler latency, pool and
-// goroutine gauges, requests, errors, statements.
-type slotsSum struct {
-	SchedCount                        int64
-	SchedSumMs, SchedMaxMs            float64
-	FreeSlots, PoolTotal, Runnable    history.Gauge
-	PopRequests, DBErrors, Statements int64
-}
-
-func sumSlots(slots []history.Slot) slotsSum {
-	var t slotsSum
-	for _, sl := range slots {
-		t.SchedCount += sl.SchedCount
-		t.SchedSumMs += sl.SchedSumMs
-		t.SchedMaxMs = max(t.SchedMaxMs, sl.SchedMaxMs)
-		t.FreeSlots.Merge(sl.FreeSlots)
-		t.PoolTotal.Merge(sl.PoolTotal)
-		t.Runnable.Merge(sl.Runnable)
-		t.PopRequests += sl.PopRequests
-		t.DBErrors += sl.DBErrors
-		t.Statements += sl.Statements
+// sumSlots is the instance figures of slots summed (history.Slot's
+// AddInstance): samples, gauges, scheduler latency, requests, errors,
+// statements.
+func sumSlots(slots []history.Slot) history.Slot {
+	var t history.Slot
+	for i := range slots {
+		t.AddInstance(&slots[i])
 	}
 	return t
 }
 
-func (t slotsSum) schedAvg() float64 {
+// schedAvg is the mean scheduler latency of t, in ms.
+func schedAvg(t history.Slot) float64 {
 	if t.SchedCount == 0 {
 		return 0
 	}
@@ -375,7 +362,7 @@ func (s *service) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, a 
 			PushRequests: q.PushRequests, PopRequests: t.PopRequests, AckRequests: q.AckRequests, JobsDone: t.Statements,
 			PushPerSecond: perSecond(q.PushMessages, a.bucket), PopPerSecond: perSecond(q.PopMessages, a.bucket),
 			AckPerSecond:      perSecond(q.AckSuccess+q.AckFailed, a.bucket),
-			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.SchedMaxMs),
+			AvgEventLoopLagMs: schedAvg(t), MaxEventLoopLagMs: round2(t.SchedMaxMs),
 			AvgFreeSlots: round2(t.FreeSlots.Avg()), MinFreeSlots: t.FreeSlots.Min, DBConnections: t.PoolTotal.Max,
 			AvgJobQueueSize: round2(t.Runnable.Avg()), MaxJobQueueSize: t.Runnable.Max,
 			AvgLagMs: lagAvg(&q), MaxLagMs: round2(q.LagMaxMs), LagCount: q.LagCount,
@@ -595,19 +582,7 @@ func (s *service) handleSystemMetrics(w http.ResponseWriter, r *http.Request, a 
 	}
 	points := []pointJSON{}
 	for _, b := range starts {
-		var m history.Slot
-		for _, sl := range by[b] {
-			m.Samples += sl.Samples
-			m.CPUUser.Merge(sl.CPUUser)
-			m.CPUSys.Merge(sl.CPUSys)
-			m.RSS.Merge(sl.RSS)
-			m.VSize.Merge(sl.VSize)
-			m.PoolSize.Merge(sl.PoolSize)
-			m.PoolIdle.Merge(sl.PoolIdle)
-			m.PoolActive.Merge(sl.PoolActive)
-			m.GoMaxProcs.Merge(sl.GoMaxProcs)
-			m.Runnable.Merge(sl.Runnable)
-		}
+		m := sumSlots(by[b])
 		if m.Samples == 0 {
 			continue // counts only: no sample this bucket
 		}
@@ -699,24 +674,15 @@ func (s *service) statusSeries(r *http.Request, from, to time.Time, bucket int, 
 		in := by[starts[i]]
 		q := total(queueSums(in, keep))
 		t := sumSlots(in)
-		var cpuUser, cpuSys, rss, active, idle, size history.Gauge
-		for _, sl := range in {
-			cpuUser.Merge(sl.CPUUser)
-			cpuSys.Merge(sl.CPUSys)
-			rss.Merge(sl.RSS)
-			active.Merge(sl.PoolActive)
-			idle.Merge(sl.PoolIdle)
-			size.Merge(sl.PoolSize)
-		}
 		processed := q.AckSuccess + q.AckFailed
 		throughput = append(throughput, statusPointJSON{Timestamp: minuteTime(starts[i]),
 			Ingested: q.PushMessages, Processed: processed, PopMessages: q.PopMessages,
 			IngestedPerSecond: perSecond(q.PushMessages, bucket), ProcessedPerSecond: perSecond(processed, bucket),
 			PopPerSecond: perSecond(q.PopMessages, bucket), AvgLagMs: lagAvg(&q), MaxLagMs: round2(q.LagMaxMs),
-			AvgEventLoopLagMs: t.schedAvg(), MaxEventLoopLagMs: round2(t.SchedMaxMs), MinFreeSlots: t.FreeSlots.Min,
+			AvgEventLoopLagMs: schedAvg(t), MaxEventLoopLagMs: round2(t.SchedMaxMs), MinFreeSlots: t.FreeSlots.Min,
 			DBErrors: t.DBErrors, AckFailed: q.AckFailed, DLQCount: q.DLQ,
-			CPUUserPct: round2(cpuUser.Avg() / 100), CPUSysPct: round2(cpuSys.Avg() / 100), RSSMb: round2(rss.Avg() / (1 << 20)),
-			DBPoolActive: round2(active.Avg()), DBPoolIdle: round2(idle.Avg()), DBPoolSize: round2(size.Max)})
+			CPUUserPct: round2(t.CPUUser.Avg() / 100), CPUSysPct: round2(t.CPUSys.Avg() / 100), RSSMb: round2(t.RSS.Avg() / (1 << 20)),
+			DBPoolActive: round2(t.PoolActive.Avg()), DBPoolIdle: round2(t.PoolIdle.Avg()), DBPoolSize: round2(t.PoolSize.Max)})
 	}
 	workers = []statusWorkerJSON{}
 	if g, processed, _, ok := s.recentWorker(2*time.Minute, keep); ok {

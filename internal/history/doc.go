@@ -4,7 +4,9 @@
 // pushes, pops and their lag, acks, dead letters, transactions, database
 // errors, retention's deletions and the long-polls waiting, by queue, and
 // the gauges Run samples every second (sampler.go: the process's CPU and
-// memory, the database pool, the Go scheduler). Rates (rates.go) is each
+// memory, the database pool, the Go scheduler); a reader sums the slots of
+// a bucket with QueueOps.Add, queue by queue, and Slot.AddInstance, the
+// instance's figures. Rates (rates.go) is each
 // queue's pushes and acks in the last 30 intervals of 10 s, for the
 // console's sparklines.
 //

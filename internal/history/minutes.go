@@ -148,6 +148,28 @@ type Slot struct {
 	SchedSumMs, SchedMaxMs                    float64
 }
 
+// AddInstance adds o's instance figures to m's: the samples and gauges,
+// the scheduler latency, the requests, errors and statements; not the
+// queues' counts (QueueOps.Add sums those, queue by queue).
+func (m *Slot) AddInstance(o *Slot) {
+	m.PopRequests += o.PopRequests
+	m.DBErrors += o.DBErrors
+	m.Statements += o.Statements
+	m.Samples += o.Samples
+	for i, g := range m.gauges() {
+		g.Merge(*o.gauges()[i])
+	}
+	m.SchedCount += o.SchedCount
+	m.SchedSumMs += o.SchedSumMs
+	m.SchedMaxMs = max(m.SchedMaxMs, o.SchedMaxMs)
+}
+
+// gauges are m's sampled gauges, in one order.
+func (m *Slot) gauges() [11]*Gauge {
+	return [...]*Gauge{&m.CPUUser, &m.CPUSys, &m.RSS, &m.VSize, &m.PoolSize, &m.PoolIdle, &m.PoolActive, &m.PoolTotal,
+		&m.FreeSlots, &m.GoMaxProcs, &m.Runnable}
+}
+
 func (m *Slot) queue(q string) *QueueOps {
 	o := m.Queues[q]
 	if o == nil {

@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 )
 
@@ -63,3 +65,32 @@ func (l *InstanceLock) BackendPID() uint32 { return l.pid.Load() }
 // SetDatabaseStarted makes the lock take its database's postmaster to have
 // started at started, as if it had been held on another server.
 func (l *InstanceLock) SetDatabaseStarted(started string) { l.started.Store(&started) }
+
+// LockSocketKeepAlive reads the keepalive options of the lock's TCP socket:
+// SO_KEEPALIVE, then TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT (seconds,
+// seconds, probes).
+func (l *InstanceLock) LockSocketKeepAlive() (on bool, idle, interval, count int, err error) {
+	tc := tcpOf(l.conn.PgConn().Conn())
+	if tc == nil {
+		return false, 0, 0, 0, fmt.Errorf("the lock's connection is a %T, not TCP", l.conn.PgConn().Conn())
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return false, 0, 0, 0, err
+	}
+	var serr error
+	cerr := raw.Control(func(fd uintptr) {
+		get := func(level, opt int) int {
+			v, e := syscall.GetsockoptInt(int(fd), level, opt)
+			if e != nil && serr == nil {
+				serr = e
+			}
+			return v
+		}
+		on = get(syscall.SOL_SOCKET, syscall.SO_KEEPALIVE) != 0
+		idle = get(syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
+		interval = get(syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL)
+		count = get(syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT)
+	})
+	return on, idle, interval, count, errors.Join(cerr, serr)
+}

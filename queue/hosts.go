@@ -230,6 +230,9 @@ type trackedConn struct {
 	closeOnce sync.Once
 }
 
+// NetConn is the connection c watches.
+func (c *trackedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *trackedConn) Write(b []byte) (int, error) {
 	first := c.sentAt.Load() == 0
 	if first {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -57,16 +58,48 @@ const instanceKeepaliveSQL = `-- herald:instance_keepalive
 SELECT set_config('tcp_keepalives_idle', '10', false), set_config('tcp_keepalives_interval', '5', false),
        set_config('tcp_keepalives_count', '3', false)`
 
-// InstanceLockCheck is how often a held instance lock's connection is
-// checked (a ping), and how often a lost one is taken again.
-const InstanceLockCheck = time.Second
+// keepAlive sets dialKeepAlive on c's TCP socket, as the pool's dialer
+// does: a direct connection (pgx.Connect) has Go's default, which gives up
+// on a dead host after 150 s. A Unix socket has none (a peer's death is
+// seen at once). Nothing is sent on the lock's connection while it is
+// held, so the probes are what sees a database host that died without
+// closing the socket, within about 11 s: before the server's side gives
+// up (instanceKeepaliveSQL, 25 s) and a twin could take the id. They wake
+// neither this process nor the backend.
+func keepAlive(c net.Conn) {
+	if t := tcpOf(c); t != nil {
+		_ = t.SetKeepAliveConfig(dialKeepAlive)
+	}
+}
+
+// tcpOf finds the TCP connection under c (through TLS and the host
+// tracker's wrapper), or nil.
+func tcpOf(c net.Conn) *net.TCPConn {
+	for c != nil {
+		if t, ok := c.(*net.TCPConn); ok {
+			return t
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = u.NetConn()
+	}
+	return nil
+}
+
+// InstanceLockRetry is how often a lost instance lock is tried again
+// until it is taken.
+const InstanceLockRetry = time.Second
 
 // InstanceLock is the advisory lock of an instance id, held by a connection
 // of its own (not the pool's) for the instance's life. A goroutine of its
-// own (keep) checks that connection every InstanceLockCheck: when it is
-// lost (PostgreSQL restarted, the backend was terminated) so is the lock,
-// and it takes the lock again on a new connection, retrying until it has
-// it. Held says whether it holds it now.
+// own (keep) waits on that connection's socket, which sends nothing while
+// the lock is held (no ping on a timer: an idle instance wakes for
+// nothing); when the connection is lost (PostgreSQL restarted, the backend
+// was terminated, the peer's keepalives went unanswered) so is the lock,
+// and it takes the lock again on a new connection, every InstanceLockRetry
+// until it has it. Held says whether it holds it now.
 type InstanceLock struct {
 	s    *Store
 	url  string
@@ -142,6 +175,7 @@ func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, 
 			_ = conn.Close(context.WithoutCancel(ctx))
 		}
 	}()
+	keepAlive(conn.PgConn().Conn())
 	if _, err := conn.Exec(ctx, instanceKeepaliveSQL); err != nil {
 		return nil, "", fmt.Errorf("setting the instance lock's keepalives: %w", err)
 	}
@@ -160,31 +194,48 @@ func (s *Store) lockInstanceConn(ctx context.Context, url string) (_ *pgx.Conn, 
 	return conn, started, nil
 }
 
-// keep checks the lock's connection every InstanceLockCheck and, once it
-// is lost, takes the lock again until it has it; it ends with ctx (Close).
+// keep waits on the lock's connection until it is lost, then takes the
+// lock again, trying every InstanceLockRetry until it has it; it ends with
+// ctx (Close).
 func (l *InstanceLock) keep(ctx context.Context) {
 	defer close(l.done)
 	log := l.s.log.With().Str("instance", l.s.cfg.InstanceID).Logger()
-	every(ctx, InstanceLockCheck, func() { l.check(ctx, log) })
+	for ctx.Err() == nil {
+		if l.conn != nil {
+			l.watch(ctx, log)
+			continue
+		}
+		if l.retake(ctx, log) {
+			continue
+		}
+		t := time.NewTimer(InstanceLockRetry)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
-// check is one of keep's checks: a ping of the lock's connection, and
-// when it is lost, one try to take the lock again.
-func (l *InstanceLock) check(ctx context.Context, log zerolog.Logger) {
-	if l.conn != nil {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := l.conn.Ping(pctx)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		l.held.Store(false)
-		log.Error().Err(err).Msg("lost the instance id's lock with its connection; taking it again")
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = l.conn.Close(cctx)
-		cancel()
-		l.conn = nil
+// watch blocks on the lock's connection until it is lost or ctx ends.
+// Nothing LISTENs on it, so the wait reads only what the server sends
+// unasked: a FATAL error as it terminates the backend, then the end of the
+// socket; or the client's keepalives give up (keepAlive).
+func (l *InstanceLock) watch(ctx context.Context, log zerolog.Logger) {
+	err := l.conn.PgConn().WaitForNotification(ctx)
+	if err == nil || ctx.Err() != nil {
+		return // a notification, which nothing asked for; or Close
 	}
+	l.held.Store(false)
+	log.Error().Err(err).Msg("lost the instance id's lock with its connection; taking it again")
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	_ = l.conn.Close(cctx)
+	cancel()
+	l.conn = nil
+}
+
+// retake is one try to take the lock again on a new connection.
+func (l *InstanceLock) retake(ctx context.Context, log zerolog.Logger) bool {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	conn, started, err := l.s.lockInstanceConn(lctx, l.url)
 	cancel()
@@ -192,7 +243,7 @@ func (l *InstanceLock) check(ctx context.Context, log zerolog.Logger) {
 		if ctx.Err() == nil {
 			log.Warn().Err(err).Msg("taking the instance id's lock again failed; retrying")
 		}
-		return
+		return false
 	}
 	l.conn = conn
 	l.pid.Store(conn.PgConn().PID())
@@ -205,6 +256,7 @@ func (l *InstanceLock) check(ctx context.Context, log zerolog.Logger) {
 			(*f)()
 		}
 	}
+	return true
 }
 
 // Held reports whether the lock is held now (false while its connection is

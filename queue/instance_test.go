@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 // The leases clients pop are owned by "<instance id>#pop": an instance id
@@ -49,6 +51,59 @@ func TestInstanceLock_IsTakenAgainWhenItsConnectionIsLost(t *testing.T) {
 		_ = twin.Close(context.Background())
 	}
 	assert.True(t, errors.Is(err, queue.ErrInstanceInUse), "a twin is refused again: %v", err)
+}
+
+// A held lock costs nothing while it is idle: its connection is not
+// pinged on a timer (each wake-up of an idle process, and of its backend,
+// costs more CPU than the ping; a mesh of a hundred idle instances paid it
+// a hundred times a second). Its loss is seen when its socket reports it,
+// as the test above shows. The backend's state_change moves with any
+// statement it runs.
+func TestInstanceLock_HeldIdleSendsTheDatabaseNothing(t *testing.T) {
+	s := newStore(t)
+	l, err := s.LockInstance(ctxT(t), "")
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, l.Close(context.Background())) }()
+	stateChange := func() (at time.Time) {
+		t.Helper()
+		require.NoError(t, s.Pool().QueryRow(ctxT(t),
+			"SELECT state_change FROM pg_stat_activity WHERE pid = $1", int32(l.BackendPID())).Scan(&at))
+		return at
+	}
+	before := stateChange()
+	time.Sleep(3 * queue.InstanceLockRetry)
+	assert.Equal(t, before, stateChange(), "the lock's backend ran a statement while the lock was held idle")
+	assert.True(t, l.Held())
+}
+
+// With nothing sent on the lock's connection, a database host that died
+// without closing the socket is seen by the kernel's keepalive probes: the
+// socket is probed after 5 s of quiet, every 2 s, and given up after 3
+// unanswered (about 11 s; the server gives up on its side after 25 s, so
+// the instance knows its lock is gone before a twin could take the id).
+func TestInstanceLock_ItsSocketIsProbedSoADeadHostIsSeenWithinSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		direct bool
+	}{
+		{"a connection of the pool's", false},
+		{"a direct connection (the pool goes through a pooler)", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := pgtest.DSN(t) // a schema of its own: the lock's key
+			s, url := queuetest.NewStoreDSN(t, dsn), ""
+			if tc.direct {
+				url = dsn
+			}
+			l, err := s.LockInstance(ctxT(t), url)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, l.Close(context.Background())) }()
+			on, idle, interval, count, err := l.LockSocketKeepAlive()
+			require.NoError(t, err)
+			assert.True(t, on, "SO_KEEPALIVE")
+			assert.Equal(t, []int{5, 2, 3}, []int{idle, interval, count}, "idle s, interval s, probes")
+		})
+	}
 }
 
 // The lock, lost with its connection, is taken again: on the same

@@ -160,9 +160,8 @@
 // each safe on its own, none decisive: the queue configs (a ConfigCache,
 // by default a ConfigSnapshot: lock-free reads, writers serialised by its
 // mutex; shared with syncnet's news through the wiring), the partition ids
-// (an expirable LRU, which runs one expiry goroutine per Store for the
-// life of the process: golang-lru v2 has no Close), and the partition
-// names (an LRU). The package starts no other goroutine. Pushes and acks
+// (an LRU whose entries expire as they are read: no goroutine or timer),
+// and the partition names (an LRU). The package starts no goroutine. Pushes and acks
 // are merged by coalescers that have no goroutine either: callers take
 // turns running the merged transaction (below). RunConfigRefresh,
 // RunRetentionLoop and RunHygieneLoop run on the goroutine that calls

@@ -2,6 +2,10 @@ package queue_test
 
 import (
 	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -53,4 +57,27 @@ func TestStore_PartitionIDCacheForThePoller(t *testing.T) {
 	before = stats.Snapshot()
 	push(t, s, "pc", "p1", map[string]int{"n": 3})
 	assert.Greater(t, stats.Snapshot()["resolve_partitions"], before["resolve_partitions"], "a miss costs the lookup")
+}
+
+// A cached partition id is trusted for PartitionCacheTTL, then looked up
+// again; the cache expires entries as they are read, with no goroutine or
+// timer of its own (an idle instance wakes for nothing): in a synctest
+// bubble the Store leaves nothing running, and fake time ends the entry.
+func TestStore_PartitionIDExpiresWithoutATimerOfItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := queue.New(queue.Config{Pool: &pgxpool.Pool{}, InstanceID: "ttl"})
+		require.NoError(t, err)
+		s.NotePartitionID("q", "p", "qid", "pid")
+		time.Sleep(queue.PartitionCacheTTL - time.Second)
+		got, ok := s.CachedPartitionID("q", "p")
+		require.True(t, ok, "within its time")
+		assert.Equal(t, "pid", got)
+		time.Sleep(2 * time.Second)
+		_, ok = s.CachedPartitionID("q", "p")
+		assert.False(t, ok, "past PartitionCacheTTL it is looked up again")
+		assert.Zero(t, s.PartitionCacheStats().Entries, "the expired entry was dropped as it was read")
+		s.NotePartitionID("q", "p", "qid", "pid2")
+		got, ok = s.CachedPartitionID("q", "p")
+		assert.True(t, ok && got == "pid2", "noted again: %q %v", got, ok)
+	})
 }

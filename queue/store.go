@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -148,7 +147,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	cfg     Config
 	log     zerolog.Logger
-	parts   *expirable.LRU[partKey, partRef]
+	parts   *partCache
 	configs ConfigCache
 	sealer  *sealer // nil: no encryption key
 	pushes  *coalescer[pushReq, []PushResult]
@@ -195,9 +194,7 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// Its expiry goroutine lives as long as the process (golang-lru v2 has
-	// no Close); one per Store.
-	cache := expirable.NewLRU[partKey, partRef](cfg.PartitionCacheSize, nil, PartitionCacheTTL)
+	cache := newPartCache(cfg.PartitionCacheSize, PartitionCacheTTL)
 	s := &Store{pool: cfg.Pool, cfg: cfg, log: cfg.Logger.With().Str("component", "queue").Logger(), parts: cache,
 		configs: cfg.Configs}
 	s.partitionNames, _ = lru.New[string, PartitionName](partitionNamesCacheSize) // size is positive: no error

@@ -225,13 +225,11 @@ func withSearchPath(dsn, schema string) string {
 // Main is the whole TestMain of a package that uses the test database: it
 // runs the tests with Run, then fails the binary if goroutines leaked
 // (goleak), and exits. pgxpool's health-check goroutine ends a moment after
-// Close, so it is ignored; so is the expiry goroutine of golang-lru's
-// expirable cache (one per queue.Store), which v2 never stops.
+// Close, so it is ignored.
 func Main(m *testing.M, opts ...goleak.Option) {
 	code := Run(m)
 	if code == 0 {
-		opts = append(opts, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-			goleak.IgnoreAnyFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"))
+		opts = append(opts, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 		if err := goleak.Find(opts...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1

@@ -47,6 +47,9 @@ type streamLease struct {
 	// (FollowIdle).
 	reserving int
 	delivered uint64
+	// abandoned: a hand-off under it was lost (worker.abandon); it is
+	// being given back, and nothing more is delivered under it.
+	abandoned bool
 }
 
 // parkedDelivery is an extension's delivery waiting for its turn.

@@ -156,18 +156,31 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 			ks.handed[t.partitionID+"\x00"+r.Group] = true
 		}
 	}
-	parked := t.order(res)
+	parked, dropped, dones := t.order(res, r.OutcomeUnknown)
 	w.mu.Unlock()
-	if look {
+	for _, done := range dones {
+		done()
+	}
+	if look || dropped {
 		w.signal()
 	}
 	if parked {
 		return // handed on, with its leasing mark, by the delivery it follows
 	}
 	defer t.leasing()
+	if dropped {
+		return // under a lease being given back: its messages come again by a pop
+	}
 	if res == nil {
 		if r.OutcomeUnknown && !r.AutoAck { // an autoAck hand-off holds no lease to give back
-			p.orphaned(t.key, r.LeaseID)
+			// The lease it took, or the stream's it may have handed
+			// messages under (Extend), which never reached the stream.
+			p.orphaned(t.key, r.LeaseID, r.Extend)
+			if t.stream != nil {
+				// Its note would pass pushes meanwhile over until a
+				// release this instance is not told of by the releaser.
+				p.held.Remove(hintKey{r.PartitionID, groupName(r.Group)})
+			}
 		}
 		return
 	}
@@ -185,24 +198,31 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 
 // order keeps a stream's deliveries under one lease in offset order: an
 // extension's that comes before the delivery it follows is parked
-// (reported true: the delivery it follows hands it on). An opening
-// reservation that leased nothing forgets its lease. Called with the
-// worker's mutex.
-func (t *reservation) order(res *queue.PopResult) (parked bool) {
+// (parked: the delivery it follows hands it on). An opening reservation
+// that leased nothing forgets its lease. A reservation whose push's answer
+// was lost (unknown) may have handed the lease messages the stream never
+// gets: the lease is abandoned (Settle gives it back), so what is parked
+// behind it, and any later delivery under it (dropped), is not delivered
+// (its credit comes back, dones end their leasing marks) and comes again
+// by a pop. Called with the worker's mutex.
+func (t *reservation) order(res *queue.PopResult, unknown bool) (parked, dropped bool, dones []func()) {
 	e := t.stream
 	if e == nil {
-		return false
+		return false, false, nil
 	}
 	if t.extend {
 		e.reserving--
 	}
 	w := t.w
 	switch {
+	case e.abandoned && res != nil:
+		e.in.credit += len(res.Messages)
+		return false, true, nil
+	case res == nil && unknown:
+		return false, false, w.abandon(t.key, e)
 	case res == nil && !t.extend:
 		e.busy = false
-		if ks := w.keys[t.key]; ks != nil && ks.streams[streamKey{e.partitionID, groupName(e.in.Target.Group)}] == e {
-			delete(ks.streams, streamKey{e.partitionID, groupName(e.in.Target.Group)})
-		}
+		w.forgetStream(t.key, e)
 	case res == nil:
 	case !t.extend:
 	case res.LeaseID != e.lease:
@@ -215,11 +235,35 @@ func (t *reservation) order(res *queue.PopResult) (parked bool) {
 		}
 	case e.busy || e.next == 0 || res.Messages[0].Offset != e.next:
 		e.parked = append(e.parked, parkedDelivery{e: e, res: res, pl: plan{total: t.could, partitions: 1}, done: t.leasing})
-		return true
+		return true, false, nil
 	default:
 		e.busy = true
 	}
-	return false
+	return false, false, nil
+}
+
+// abandon gives up the order of e's lease, which a lost hand-off may have
+// handed messages its stream never gets: it is forgotten, and what is
+// parked behind it is dropped (credit given back); it returns their
+// leasing marks' ends. Called with the worker's mutex.
+func (w *worker) abandon(key string, e *streamLease) (dones []func()) {
+	e.abandoned, e.busy = true, false
+	w.forgetStream(key, e)
+	for _, d := range e.parked {
+		e.in.credit += len(d.res.Messages)
+		dones = append(dones, d.done)
+	}
+	e.parked = nil
+	return dones
+}
+
+// forgetStream removes e from its key's streams, if it is still there.
+// Called with the worker's mutex.
+func (w *worker) forgetStream(key string, e *streamLease) {
+	k := streamKey{e.partitionID, groupName(e.in.Target.Group)}
+	if ks := w.keys[key]; ks != nil && ks.streams[k] == e {
+		delete(ks.streams, k)
+	}
 }
 
 // afterSettle is a test's hook (export_test.go): run by Settle once the

@@ -101,3 +101,27 @@ func TestPoller_LostHandOffAnswerIsGivenBackUncharged(t *testing.T) {
 		assert.Zero(t, m.RetryCount, "no attempt charged for a delivery that never happened")
 	}
 }
+
+// A push handing messages to a stream's following lease whose answer was
+// lost (its commit may have landed, its messages never delivered): the
+// lease is given back, and what it was handed comes again from the first
+// unacked message, uncharged, followed in order by a push after it, whose
+// delivery had waited behind the lost one's.
+func TestPoller_LostFollowingHandOffAnswerIsGivenBackUncharged(t *testing.T) {
+	e, proxy := newProxiedEnv(t, slowSweep, stickyFollow)
+	in, got, lease := followingStream(t, e, "h")
+
+	cut := proxy.CutAnswer(`"cut": "here"`)
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "h", Partition: "p",
+		Payload: json.RawMessage(`{"n": 3, "cut": "here"}`)}})
+	require.Error(t, err, "the push's answer was cut")
+	armed(t, cut)
+	e.push("h", "p", 4, 4)
+
+	again := receiveAcking(t, e, in, got, 2)
+	assert.Equal(t, []int{3, 4}, ns(&queue.PopResult{Messages: again}), "from the first unacked, in order")
+	for _, m := range again {
+		assert.Zero(t, m.RetryCount, "no attempt charged for a delivery that never happened")
+		assert.NotEqual(t, lease, m.LeaseID, "under a new lease")
+	}
+}

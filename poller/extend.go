@@ -138,26 +138,27 @@ func (w *worker) beforePop(as []queue.Assignment, of func(int) *Intention) []str
 
 // afterPop forgets the leases beforePop noted that the pop did not take
 // (got holds what it took; nil when it failed). The others stay busy until
-// their delivery (beginStreams).
+// their delivery (beginStreams). One a push extended meanwhile (parked
+// behind the pop's delivery) was taken by a pop whose answer was lost: its
+// lease is given back with the pop's (orphans), so what is parked is
+// dropped (worker.abandon) and comes again by a pop.
 func (w *worker) afterPop(pre []streamPop, got map[int]*queue.PopResult) {
 	if len(pre) == 0 {
 		return
 	}
+	var dones []func()
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for _, sp := range pre {
 		if res := got[sp.intention]; res != nil && res.LeaseID == sp.e.lease {
 			if _, took := lastOffsets(res)[sp.e.partitionID]; took {
 				continue
 			}
 		}
-		sp.e.busy = false
-		if ks := w.keys[sp.e.in.key]; ks != nil && len(sp.e.parked) == 0 {
-			k := streamKey{sp.e.partitionID, groupName(sp.e.in.Target.Group)}
-			if ks.streams[k] == sp.e {
-				delete(ks.streams, k)
-			}
-		}
+		dones = append(dones, w.abandon(sp.e.in.key, sp.e)...)
+	}
+	w.mu.Unlock()
+	for _, done := range dones {
+		done()
 	}
 }
 

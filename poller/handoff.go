@@ -215,7 +215,7 @@ func (t *reservation) order(res *queue.PopResult, unknown bool) (parked, dropped
 	}
 	w := t.w
 	switch {
-	case e.abandoned && res != nil:
+	case e.abandoned && res != nil && res.LeaseID == e.lease:
 		e.in.credit += len(res.Messages)
 		return false, true, nil
 	case res == nil && unknown:

@@ -50,6 +50,10 @@ type streamLease struct {
 	// abandoned: a hand-off under it was lost (worker.abandon); it is
 	// being given back, and nothing more is delivered under it.
 	abandoned bool
+	// gap: an extension of it whose push's answer was lost may have
+	// handed it messages the stream never got; they are read back and
+	// delivered under it (worker.fill) before anything after them.
+	gap bool
 }
 
 // parkedDelivery is an extension's delivery waiting for its turn.
@@ -182,17 +186,131 @@ func (w *worker) endStreams(es []*streamLease, res *queue.PopResult) []parkedDel
 		}
 		if d, ok := e.take(); ok {
 			due = append(due, d)
+			continue
 		}
+		w.fillIfDue(e.in.key, e)
 	}
 	return due
 }
 
+// cut removes from res, a delivery under e's lease, the messages before
+// next (delivered already by a read, worker.fill), giving their credit
+// back, and reports whether nothing is left. Called with the worker's
+// mutex.
+func (e *streamLease) cut(res *queue.PopResult) (empty bool) {
+	if e.next == 0 || len(res.Messages) == 0 || res.Messages[0].Offset >= e.next {
+		return false
+	}
+	n := 0
+	for n < len(res.Messages) && res.Messages[n].Offset < e.next {
+		n++
+	}
+	e.in.credit += n
+	res.Messages = res.Messages[n:]
+	return len(res.Messages) == 0
+}
+
+// fillIfDue starts reading back a gap of e's lease (fill) when one is
+// known, or when a parked delivery waits for offsets no push under way
+// can bring (none reserved, none delivering: a push whose answer was lost,
+// or whose statement committed after its answer was): e becomes busy until
+// the read's delivery ends. Called with the worker's mutex.
+func (w *worker) fillIfDue(key string, e *streamLease) {
+	if e.busy || e.abandoned {
+		return
+	}
+	before := int64(0)
+	for _, d := range e.parked {
+		if off := d.res.Messages[0].Offset; before == 0 || off < before {
+			before = off
+		}
+	}
+	if !e.gap && (before == 0 || e.reserving > 0 || e.next == 0 || before == e.next) {
+		return
+	}
+	e.gap, e.busy = false, true
+	go w.fill(key, e, e.next-1, before)
+}
+
+// fill reads back the messages e's lease holds after offset after and
+// before offset before (0: up to its end), which a push whose answer was
+// lost handed it, and delivers them under it, then what is parked behind
+// them. While the database is away it retries with back-off, up to
+// orphanRecheck; a lease that ended meanwhile (or a database away that
+// long) is abandoned and given back, so what it holds comes again by a
+// pop. If the push never committed, the read finds nothing.
+func (w *worker) fill(key string, e *streamLease, after, before int64) {
+	p := w.p
+	backoff := orphanRetryMin
+	giveUp := time.Now().Add(orphanRecheck)
+	var (
+		res     *queue.PopResult
+		through int64
+		held    bool
+	)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+		var err error
+		res, through, held, err = p.store.ReadLease(ctx, e.partitionID, e.in.Target.Group, e.lease, after, before, queue.MaxBatch)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(giveUp) {
+			p.log.Warn().Err(err).Str("lease", e.lease).Msg("reading back a lost hand-off's messages failed; giving the lease back")
+			held = false
+			break
+		}
+		time.Sleep(backoff)
+		backoff = min(backoff*2, orphanRetryMax)
+	}
+	if !held {
+		w.mu.Lock()
+		dones := w.abandon(key, e)
+		w.mu.Unlock()
+		for _, done := range dones {
+			done()
+		}
+		p.orphaned(key, e.lease) // if it is still there; wakes the key
+		p.held.Remove(hintKey{e.partitionID, groupName(e.in.Target.Group)})
+		return
+	}
+	if res == nil {
+		res = &queue.PopResult{}
+	}
+	w.mu.Lock()
+	e.in.charge(res)
+	if through >= e.next {
+		e.next = through + 1
+	}
+	if res.More {
+		e.gap = true // the rest after this delivery
+	}
+	w.mu.Unlock()
+	if len(res.Messages) > 0 {
+		p.metrics.handoffs.Inc()
+		w.deliverOne(context.Background(), e.in, res, true, plan{total: len(res.Messages), partitions: 1})
+	}
+	w.handOn(context.Background(), []*streamLease{e}, res)
+}
+
 // take returns the parked delivery that starts at next, marking e busy.
-// Called with the worker's mutex.
+// A parked delivery a read (worker.fill) delivered already is cut to what
+// follows it, or dropped. Called with the worker's mutex.
 func (e *streamLease) take() (parkedDelivery, bool) {
 	if e.busy {
 		return parkedDelivery{}, false
 	}
+	keep := e.parked[:0]
+	for _, d := range e.parked {
+		if e.cut(d.res) {
+			d.done()
+			continue
+		}
+		keep = append(keep, d)
+	}
+	clear(e.parked[len(keep):])
+	e.parked = keep
 	for i, d := range e.parked {
 		if d.res.Messages[0].Offset == e.next {
 			e.parked = append(e.parked[:i], e.parked[i+1:]...)

@@ -173,10 +173,12 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 	}
 	if res == nil {
 		if r.OutcomeUnknown && !r.AutoAck { // an autoAck hand-off holds no lease to give back
-			// The lease it took, or the stream's it may have handed
-			// messages under (Extend), which never reached the stream.
-			p.orphaned(t.key, r.LeaseID, r.Extend)
-			if t.stream != nil {
+			// The lease it may have taken, which never reached the
+			// stream. The stream's it may have handed messages under
+			// (Extend) stays the stream's: what it may have handed is
+			// read back (order: a gap, worker.fill).
+			p.orphaned(t.key, r.LeaseID)
+			if t.stream != nil && !t.extend {
 				// Its note would pass pushes meanwhile over until a
 				// release this instance is not told of by the releaser.
 				p.held.Remove(hintKey{r.PartitionID, groupName(r.Group)})
@@ -199,12 +201,17 @@ func (p *Poller) Settle(r queue.Reservation, res *queue.PopResult) {
 // order keeps a stream's deliveries under one lease in offset order: an
 // extension's that comes before the delivery it follows is parked
 // (parked: the delivery it follows hands it on). An opening reservation
-// that leased nothing forgets its lease. A reservation whose push's answer
+// that leased nothing forgets its lease. An extension whose push's answer
 // was lost (unknown) may have handed the lease messages the stream never
-// gets: the lease is abandoned (Settle gives it back), so what is parked
-// behind it, and any later delivery under it (dropped), is not delivered
-// (its credit comes back, dones end their leasing marks) and comes again
-// by a pop. Called with the worker's mutex.
+// got: the lease has a gap, read back from the database and delivered
+// under it before anything parked (worker.fill), so that nothing the
+// stream holds is given back and delivered again. An opening reservation
+// whose answer was lost may have leased anew: that lease is abandoned
+// (Settle gives it back), so what is parked behind it, and any later
+// delivery under it (dropped), is not delivered (its credit comes back,
+// dones end their leasing marks) and comes again by a pop. What a read
+// delivered already is cut from an extension's delivery (dropped if that
+// is all of it). Called with the worker's mutex.
 func (t *reservation) order(res *queue.PopResult, unknown bool) (parked, dropped bool, dones []func()) {
 	e := t.stream
 	if e == nil {
@@ -214,10 +221,16 @@ func (t *reservation) order(res *queue.PopResult, unknown bool) (parked, dropped
 		e.reserving--
 	}
 	w := t.w
+	if t.extend && res != nil && res.LeaseID == e.lease && !e.abandoned && e.cut(res) {
+		return false, true, nil
+	}
 	switch {
 	case e.abandoned && res != nil && res.LeaseID == e.lease:
 		e.in.credit += len(res.Messages)
 		return false, true, nil
+	case res == nil && unknown && t.extend:
+		e.gap = true
+		w.fillIfDue(t.key, e)
 	case res == nil && unknown:
 		return false, false, w.abandon(t.key, e)
 	case res == nil && !t.extend:
@@ -235,6 +248,7 @@ func (t *reservation) order(res *queue.PopResult, unknown bool) (parked, dropped
 		}
 	case e.busy || e.next == 0 || res.Messages[0].Offset != e.next:
 		e.parked = append(e.parked, parkedDelivery{e: e, res: res, pl: plan{total: t.could, partitions: 1}, done: t.leasing})
+		w.fillIfDue(t.key, e) // a gap no push under way can fill
 		return true, false, nil
 	default:
 		e.busy = true

@@ -103,11 +103,11 @@ func TestPoller_LostHandOffAnswerIsGivenBackUncharged(t *testing.T) {
 }
 
 // A push handing messages to a stream's following lease whose answer was
-// lost (its commit may have landed, its messages never delivered): the
-// lease is given back, and what it was handed comes again from the first
-// unacked message, uncharged, followed in order by a push after it, whose
-// delivery had waited behind the lost one's.
-func TestPoller_LostFollowingHandOffAnswerIsGivenBackUncharged(t *testing.T) {
+// lost (its commit may have landed, its messages never delivered): what it
+// handed is read back and delivered under the lease, uncharged, followed
+// in order by a push after it, whose delivery had waited behind the lost
+// one's (it stalled the partition when nothing delivered the lost one's).
+func TestPoller_LostFollowingHandOffAnswerIsReadBackUncharged(t *testing.T) {
 	e, proxy := newProxiedEnv(t, slowSweep, stickyFollow)
 	in, got, lease := followingStream(t, e, "h")
 
@@ -122,6 +122,47 @@ func TestPoller_LostFollowingHandOffAnswerIsGivenBackUncharged(t *testing.T) {
 	assert.Equal(t, []int{3, 4}, ns(&queue.PopResult{Messages: again}), "from the first unacked, in order")
 	for _, m := range again {
 		assert.Zero(t, m.RetryCount, "no attempt charged for a delivery that never happened")
-		assert.NotEqual(t, lease, m.LeaseID, "under a new lease")
+		assert.Equal(t, lease, m.LeaseID, "under the lease the stream holds")
 	}
+}
+
+// A push handing messages to a stream's following lease whose answer was
+// lost (its commit landed, the answer never came), while the stream holds a
+// message of that lease it has not acked: the lease stays the stream's, and
+// what the push handed it is read back from the database and delivered
+// under it, in order, before the next push's messages. Nothing the stream
+// was delivered comes again, nothing is lost, and every ack under the lease
+// is taken.
+func TestPoller_LostFollowingHandOffAnswerKeepsTheLeaseAndItsOrder(t *testing.T) {
+	e, proxy := newProxiedEnv(t, slowSweep, stickyFollow)
+	in, got, lease := followingStream(t, e, "h")
+	e.push("h", "p", 3, 3)
+	held := receive1(t, got)
+	require.Equal(t, []int{3}, ns(held))
+	require.Equal(t, lease, held.LeaseID, "handed under the following lease")
+
+	cut := proxy.CutAnswer(`"cut": "here"`)
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "h", Partition: "p",
+		Payload: json.RawMessage(`{"n": 4, "cut": "here"}`)}})
+	require.Error(t, err, "the push's answer was cut")
+	armed(t, cut)
+	e.push("h", "p", 5, 5)
+
+	var seen []queue.Message
+	for len(seen) < 2 {
+		seen = append(seen, receive1(t, got).Messages...)
+	}
+	assert.Equal(t, []int{4, 5}, ns(&queue.PopResult{Messages: seen}), "the lost push's message, then the next push's, each once")
+	for _, m := range seen {
+		assert.Equal(t, lease, m.LeaseID, "under the lease the stream holds")
+		assert.Zero(t, m.RetryCount, "no attempt charged")
+	}
+	for i, r := range ackAs(t, e, in, queue.StatusCompleted, append(held.Messages, seen...)...) {
+		assert.True(t, r.Success, "ack %d under the kept lease: %s", i, r.Error)
+	}
+	// Anything delivered twice would come before the next push's message.
+	e.push("h", "p", 6, 6)
+	next := receive1(t, got)
+	assert.Equal(t, []int{6}, ns(next), "nothing delivered again")
+	assert.Equal(t, lease, next.LeaseID, "still the same lease")
 }

@@ -166,3 +166,54 @@ func TestPoller_LostFollowingHandOffAnswerKeepsTheLeaseAndItsOrder(t *testing.T)
 	assert.Equal(t, []int{6}, ns(next), "nothing delivered again")
 	assert.Equal(t, lease, next.LeaseID, "still the same lease")
 }
+
+// The same with a push that never committed: its backend was terminated
+// while it waited for the partition's lock (a FATAL error: the outcome is
+// unknown to the client). The read finds nothing, the lease stays, and the
+// next push's message, which took the offset the lost one would have, is
+// delivered under it at once: nothing comes twice, nothing waits.
+func TestPoller_LostFollowingHandOffThatNeverCommittedLeavesNoGap(t *testing.T) {
+	e, _ := newProxiedEnv(t, slowSweep, stickyFollow)
+	in, got, lease := followingStream(t, e, "h")
+	e.push("h", "p", 3, 3)
+	held := receive1(t, got)
+	require.Equal(t, []int{3}, ns(held))
+
+	ctx := context.Background()
+	blocker, err := e.store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback(ctx) }()
+	_, err = blocker.Exec(ctx, `SELECT 1 FROM partitions WHERE name = 'p' FOR NO KEY UPDATE`)
+	require.NoError(t, err)
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := e.store.Push(ctx, []queue.PushItem{{Queue: "h", Partition: "p", Payload: json.RawMessage(`{"n": 4}`)}})
+		pushed <- err
+	}()
+	var pid int
+	eventually(t, 10*time.Second, func() bool {
+		return e.store.Pool().QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%lock_partitions%'`).Scan(&pid) == nil
+	}, "the push waits for the partition's lock")
+	_, err = e.store.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+	require.NoError(t, err)
+	select {
+	case err := <-pushed:
+		require.Error(t, err)
+		require.True(t, queue.OutcomeUnknown(err), "the push's outcome is unknown: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the push never returned")
+	}
+	require.NoError(t, blocker.Rollback(ctx))
+
+	e.push("h", "p", 5, 5)
+	next := receive1(t, got)
+	assert.Equal(t, []int{5}, ns(next), "the next push's message, at once, nothing before it")
+	assert.Equal(t, lease, next.LeaseID, "under the lease the stream holds")
+	assert.Equal(t, held.Messages[0].Offset+1, next.Messages[0].Offset, "the lost push took no offset")
+	for i, r := range ackAs(t, e, in, queue.StatusCompleted, held.Messages[0], next.Messages[0]) {
+		assert.True(t, r.Success, "ack %d under the kept lease: %s", i, r.Error)
+	}
+	e.push("h", "p", 6, 6)
+	assert.Equal(t, []int{6}, ns(receive1(t, got)), "nothing delivered again")
+}

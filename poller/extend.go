@@ -54,6 +54,12 @@ type streamLease struct {
 	// handed it messages the stream never got; they are read back and
 	// delivered under it (worker.fill) before anything after them.
 	gap bool
+	// stale: next when a read (fill) found nothing to move it on while a
+	// parked delivery waited beyond it (0: none); the next read for that
+	// wait is a second later, not at once.
+	stale int64
+	// tail: a read up to the lease's end is owed once nothing is parked.
+	tail bool
 }
 
 // parkedDelivery is an extension's delivery waiting for its turn.
@@ -225,9 +231,16 @@ func (w *worker) fillIfDue(key string, e *streamLease) {
 			before = off
 		}
 	}
-	if !e.gap && (before == 0 || e.reserving > 0 || e.next == 0 || before == e.next) {
+	switch {
+	case e.gap:
+	case e.tail && before == 0:
+	case before == 0 || e.reserving > 0 || e.next == 0 || before == e.next || e.stale == e.next:
 		return
 	}
+	// A read up to a parked delivery leaves one up to the lease's end owed
+	// once nothing is parked: the lost statement may have committed after
+	// the one parked.
+	e.tail = before > 0
 	e.gap, e.busy = false, true
 	go w.fill(key, e, e.next-1, before)
 }
@@ -282,6 +295,19 @@ func (w *worker) fill(key string, e *streamLease, after, before int64) {
 	e.in.charge(res)
 	if through >= e.next {
 		e.next = through + 1
+	} else if len(e.parked) > 0 {
+		// Nothing moved it on, and a delivery may wait beyond it: a
+		// statement whose answer was lost may commit later (a server
+		// that froze), so read again in a second, not at once.
+		e.stale = e.next
+		time.AfterFunc(orphanRetryMax, func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if e.stale == e.next {
+				e.stale = 0
+				w.fillIfDue(key, e)
+			}
+		})
 	}
 	if res.More {
 		e.gap = true // the rest after this delivery

@@ -503,6 +503,7 @@ func (c *consumer) ackHTTP(ctx context.Context, r *record, base string, m *msg, 
 
 // handle processes one message: fail it on purpose, or ack it.
 func (c *consumer) handle(ctx context.Context, r *record, base string, m *msg) (stop bool, o outcome) {
+	r.note(c.group, m.TransactionID, c.name+"@"+time.Now().Format("15:04:05.000"))
 	r.delivered(m)
 	if c.failFifth && m.Data.N%5 == 0 {
 		r.failedOnPurpose(c.group, m)
@@ -634,6 +635,7 @@ func (c *consumer) ws(ctx context.Context, r *record, cl *cluster, home int) {
 			m := msg{TransactionID: cm.TransactionID, PartitionID: cm.PartitionID, LeaseID: cm.LeaseID, ConsumerGroup: c.group,
 				Partition: cm.Partition, Offset: cm.Offset, CreatedAt: cm.CreatedAt, RetryCount: cm.RetryCount}
 			_ = json.Unmarshal(cm.Data, &m.Data)
+			r.note(c.group, m.TransactionID, c.name+"@"+time.Now().Format("15:04:05.000"))
 			r.delivered(&m)
 			if c.disconnect.CompareAndSwap(true, false) {
 				cancel() // this message and the rest of the delivery come again
@@ -942,6 +944,7 @@ func TestChaos(t *testing.T) {
 					misordered++
 					if misordered <= 5 {
 						t.Logf("%s/%s: offset %d (%s) acked after %d (%s)", g, p, evs[i].offset, evs[i].tx, evs[i-1].offset, evs[i-1].tx)
+						t.Logf("  %s: %v; %s: %v", evs[i].tx, r.trail[g+"/"+evs[i].tx], evs[i-1].tx, r.trail[g+"/"+evs[i-1].tx])
 					}
 				}
 			}

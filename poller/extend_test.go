@@ -361,3 +361,59 @@ func partitionIDOf(t *testing.T, e *env, q string) string {
 		JOIN queues qu ON qu.id = p.queue_id WHERE qu.name = $1 AND p.name = 'p'`, q).Scan(&id))
 	return id
 }
+
+// A push that hands a stream messages under the lease it holds leaves each
+// of them at least half the queue's lease time from its hand-off, however
+// little of the lease was left: a lease with less than that is renewed in
+// the push's statement (its time starts again), as an ack renews it, so a
+// message handed late in a lease is not given back before its consumer
+// could ack it. With more than half left a push to a following lease still
+// only reads the row (TestExtend_StreamHoldingAPartitionGetsItsNextPushBeforeItsAck).
+// Lease time 2 s: the test waits, on the database's clock, until less than
+// 0.9 s of the lease is left, and pushes.
+func TestExtend_HandOffLeavesEachMessageAtLeastHalfItsLeaseTime(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lease func(t *testing.T, e *env) (<-chan *queue.PopResult, string)
+	}{
+		{"lease holding an unacked message", func(t *testing.T, e *env) (<-chan *queue.PopResult, string) {
+			_, got, first := extendingStream(t, e, "x")
+			return got, first.LeaseID
+		}},
+		{"following lease all acked", func(t *testing.T, e *env) (<-chan *queue.PopResult, string) {
+			_, got, lease := followingStream(t, e, "x")
+			return got, lease
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, slowSweep, stickyFollow)
+			ctx := context.Background()
+			_, err := e.store.Configure(ctx, queue.ConfigureRequest{Queue: "x", Options: []byte(`{"leaseTime":2}`)})
+			require.NoError(t, err)
+			got, lease := tc.lease(t, e)
+			pid := partitionIDOf(t, e, "x")
+			left := func() time.Duration {
+				var ms float64
+				require.NoError(t, e.store.Pool().QueryRow(ctx, `SELECT extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000
+					FROM consumers WHERE partition_id = $1::uuid AND consumer_group = $2 AND lease_id = $3::uuid`,
+					pid, queue.DefaultGroup, lease).Scan(&ms))
+				return time.Duration(ms * float64(time.Millisecond))
+			}
+			eventually(t, 10*time.Second, func() bool { return left() < 900*time.Millisecond },
+				"less than half of the lease's time is left")
+
+			var pushedAt time.Time
+			require.NoError(t, e.store.Pool().QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&pushedAt))
+			e.push("x", "p", 9, 9)
+			res := receive1(t, got)
+			require.Equal(t, []int{9}, ns(res))
+			require.Equal(t, lease, res.LeaseID, "handed under the lease the stream holds")
+			var expires time.Time
+			require.NoError(t, e.store.Pool().QueryRow(ctx, `SELECT lease_expires_at FROM consumers
+				WHERE partition_id = $1::uuid AND consumer_group = $2 AND lease_id = $3::uuid`,
+				pid, queue.DefaultGroup, lease).Scan(&expires))
+			assert.GreaterOrEqual(t, expires.Sub(pushedAt), time.Second,
+				"the message handed has at least half the lease time (1 s of 2 s) from its hand-off")
+		})
+	}
+}

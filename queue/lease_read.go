@@ -11,7 +11,8 @@ import (
 // offset and before another, not acknowledged: the messages a push whose
 // answer was lost may have handed a stream's lease (ReadLease). One row
 // with NULL message columns when the lease holds none there; no row when
-// the lease is not the partition's live lease for the group. $1 partition
+// the lease is not the partition's live lease for the group. A lease with
+// less than half its lease time left is renewed. $1 partition
 // id, $2 group, $3 lease id, $4 after, $5 before (0: none), $6 limit.
 var readLeaseSQL = `-- herald:read_lease
 WITH c AS (
@@ -22,6 +23,15 @@ WITH c AS (
 	JOIN partitions p ON p.id = c.partition_id
 	JOIN queues q ON q.id = p.queue_id
 	WHERE c.partition_id = $1::uuid AND c.consumer_group = $2 AND c.lease_id = $3::uuid AND c.lease_expires_at > now()
+), renewed AS (
+	-- What is read goes to the lease's holder again: with less than half
+	-- its lease time left, the lease's time starts again, as a push's
+	-- hand-off to it would start it, so each message read gets at least
+	-- that much. Otherwise the row is not written.
+	UPDATE consumers r SET lease_expires_at = greatest(r.lease_expires_at, now() + make_interval(secs => q.lease_time))
+	FROM queues q
+	WHERE r.partition_id = $1::uuid AND r.consumer_group = $2 AND r.lease_id = $3::uuid AND q.id = r.queue_id
+	  AND r.lease_expires_at > now() AND r.lease_expires_at <= clock_timestamp() + make_interval(secs => q.lease_time / 2.0)
 )
 SELECT c.upto, c.pname, c.qname, coalesce(m.seq, 0), coalesce(m.id::text, ''), coalesce(m.transaction_id, ''),
        coalesce(m.trace_id::text, ''), coalesce(m.producer_sub, ''), coalesce(m.payload::text, ''), m.created_at
@@ -43,7 +53,8 @@ ORDER BY m.seq`
 // is the last offset the read covered: every message of the lease up to it
 // is in res (nil for none) or acknowledged, or was undecryptable and
 // dead-lettered under the lease. Nothing is written, except for such a
-// message.
+// message, and the lease's time, which starts again when less than half
+// of it is left (each message read gets at least that much).
 func (s *Store) ReadLease(ctx context.Context, partitionID, group, leaseID string, after, before int64, limit int) (
 	res *PopResult, through int64, held bool, err error,
 ) {

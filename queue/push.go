@@ -581,7 +581,15 @@ SELECT lock_partitions($1::uuid[])`
 // queue with no delay and no window. Rows: kind 0 a duplicate (ord,
 // message id), kind 1 a lease taken (partition, group, range), kind 2 a
 // leased message's offset and created_at.
-const pushInsertSQL = `-- herald:push_insert
+// renewingSQL, in pushInsertSQL's lk (consumer row c, bumped partition b):
+// c's lease follows the partition, is live and this instance's, and a
+// reservation of its stream names it (Reservation.Extend) with the credit
+// for all the push's messages: the push hands them to it, renewing it.
+const renewingSQL = `(coalesce(c.follow_lease = c.lease_id, false) AND c.lease_expires_at > clock_timestamp()
+	       AND EXISTS (SELECT 1 FROM handoff h WHERE h.pid = c.partition_id AND h.grp = c.consumer_group
+	                   AND h.ext = c.lease_id AND NOT h.auto AND h.owner = c.lease_owner AND b.base + h.lim >= b.last_offset))`
+
+var pushInsertSQL = `-- herald:push_insert
 WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
 	       t.trace::uuid AS trace_id, t.sub AS producer_sub, t.ord
@@ -616,23 +624,30 @@ WITH input AS (
 	-- A stream's lease that follows the partition (follow_lease, migration
 	-- 0022: every message since its lease_to went to its stream) takes the
 	-- push's messages when its stream's credit covers them all: read, not
-	-- written, so the push waits for no ack holding the row. The lease
-	-- must outlive the push's commit (an expiry meanwhile would not count
-	-- what it was handed): a quarter of a second, a quarter of the
-	-- shortest lease time.
+	-- written, so the push waits for no ack holding the row, while at
+	-- least half its lease time is left: each message it is handed gets
+	-- that much from its hand-off, and the lease outlives the push's
+	-- commit (an expiry meanwhile would not count what it was handed).
+	-- With less left, the push renews it (lk, renewed).
 	SELECT c.partition_id, c.consumer_group, b.base + 1 AS lfrom, b.last_offset AS lto, 1 AS ext
 	FROM handoff h JOIN bumped b ON b.id = h.pid
 	JOIN consumers c ON c.partition_id = h.pid AND c.consumer_group = h.grp
+	JOIN queues q ON q.id = c.queue_id
 	WHERE h.ext IS NOT NULL AND NOT h.auto AND c.lease_id = h.ext AND c.follow_lease = h.ext
-	  AND c.lease_owner = h.owner AND c.lease_expires_at > clock_timestamp() + interval '250 milliseconds'
+	  AND c.lease_owner = h.owner AND c.lease_expires_at > clock_timestamp() + make_interval(secs => q.lease_time / 2.0)
 	  AND b.base + h.lim >= b.last_offset
 ), lk AS (
 	-- The rows this statement may write, locked in key order: the caught-up
 	-- ones (consumers_caught_up; a reserved group's row that can be handed
 	-- off is one of them, its cursor at the old last offset), and those
-	-- whose lease follows the partition but is not handed this push's
-	-- messages (closed).
-	SELECT c.partition_id, c.consumer_group, coalesce(c.follow_lease = c.lease_id, false) AS closing
+	-- whose lease follows the partition but was not read above: handed
+	-- this push's messages with its time renewed (renewing: live, this
+	-- instance's, its stream's credit covers them), or not handed them
+	-- (closing). Read again once locked (an ack or a nack may have held
+	-- the row).
+	SELECT c.partition_id, c.consumer_group,
+	       coalesce(c.follow_lease = c.lease_id, false) AND NOT ` + renewingSQL + ` AS closing,
+	       ` + renewingSQL + ` AS renewing
 	FROM bumped b JOIN consumers c ON c.partition_id = b.id
 	WHERE (c.last_offset <= c.cursor AND c.last_offset < b.last_offset AND NOT coalesce(c.follow_lease = c.lease_id, false)
 	       OR c.follow_lease = c.lease_id)
@@ -657,6 +672,20 @@ WITH input AS (
 	FROM lk JOIN bumped b ON b.id = lk.partition_id
 	WHERE lk.closing AND c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
 	  AND c.follow_lease = c.lease_id
+), renewed AS (
+	-- A following lease with less than half its lease time left takes the
+	-- push's messages with its time started again, as an ack starts it:
+	-- every message it is handed gets at least half its lease time, and
+	-- the row is written about once per half lease time while it follows.
+	UPDATE consumers c SET
+		lease_expires_at = greatest(c.lease_expires_at, now() + make_interval(secs => q.lease_time)),
+		lease_to = greatest(c.lease_to, b.last_offset),
+		delivered_to = greatest(c.delivered_to, b.last_offset),
+		last_offset = greatest(c.last_offset, b.last_offset)
+	FROM lk JOIN bumped b ON b.id = lk.partition_id, queues q
+	WHERE lk.renewing AND c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
+	  AND q.id = c.queue_id AND c.follow_lease = c.lease_id
+	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, b.last_offset AS lto, 1 AS ext
 ), handed AS (
 	UPDATE consumers c SET
 		lease_id = CASE WHEN h.auto THEN NULL ELSE h.lease END,
@@ -671,7 +700,7 @@ WITH input AS (
 		delivered_to = greatest(c.delivered_to, CASE WHEN h.auto THEN 0 ELSE least(b.last_offset, b.base + h.lim) END),
 		leased_at = now(), last_offset = greatest(c.last_offset, b.last_offset), attempts = 0, attempt_seq = 0
 	FROM handoff h JOIN bumped b ON b.id = h.pid JOIN lk ON lk.partition_id = h.pid AND lk.consumer_group = h.grp, queues q
-	WHERE c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id AND NOT lk.closing
+	WHERE c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id AND NOT lk.closing AND NOT lk.renewing
 	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto
@@ -710,11 +739,12 @@ WITH input AS (
 		(c.lease_id = h.ext)::int AS ext
 ), hand AS (
 	SELECT h.*, 0 AS ext FROM handed h UNION ALL SELECT * FROM extended UNION ALL SELECT * FROM followed
+	UNION ALL SELECT * FROM renewed
 ), woke AS (
 	UPDATE consumers c SET last_offset = b.last_offset
 	FROM lk JOIN bumped b ON b.id = lk.partition_id
 	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND c.last_offset < b.last_offset
-	  AND NOT lk.closing
+	  AND NOT lk.closing AND NOT lk.renewing
 	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)
 ), inserted AS (
 	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload, queue_id, follow_xid)

@@ -134,6 +134,9 @@ func (s *Server) afterAck(acks []queue.Ack, results []queue.AckResult) {
 		if lease != "" && (res.Success || res.Error == queue.ErrTextInvalidLease) {
 			s.deliveries.settle(deliveryKey{lease, a.PartitionID, a.TransactionID})
 		}
+		if res.Idle && res.Queue != "" {
+			s.poller.FollowIdle(res.Queue, res.Partition, a.PartitionID, a.Group, res.LeaseID)
+		}
 		if res.LeaseReleased && res.Queue != "" {
 			if res.Pending {
 				s.afterRelease(poller.SourceAck, res.Queue, res.Partition, a.PartitionID, a.Group)

@@ -482,7 +482,7 @@ func (c *wsConn) subscribe(f *wsFrame) {
 		Target: queue.Target{Queue: f.Queue, Partition: f.Partition, Group: f.ConsumerGroup,
 			SubscriptionMode: f.SubscriptionMode, SubscriptionFrom: f.SubscriptionFrom},
 		Batch: batch, Partitions: streamPartitions(maxInFlight), Credit: maxInFlight, AutoAck: f.AutoAck,
-		Subject: c.claims.Subject,
+		Subject: c.claims.Subject, Extend: true, // the session answers a nack of what a nack gave back (queueAck)
 	})
 	switch {
 	case errors.Is(err, errTooManySubs):

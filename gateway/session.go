@@ -149,16 +149,20 @@ type session struct {
 	nextSub  int
 	inflight map[deliveryKey]delivery // delivered, not yet acknowledged
 	parts    map[string]int           // partition id → its deliveries in inflight
-	out      []outItem                // the write queue, oldest first; nil when idle
-	writing  bool                     // a writer goroutine runs
-	emptied  chan struct{}            // closed by the writer when out empties (waitWritten)
-	full     bool                     // the write queue overflowed: closing
-	draining bool
-	closed   bool
-	checking bool        // the lease check is armed
-	check    *time.Timer // the lease check
-	expiry   *time.Timer // ends the session when its token expires
-	watch    *time.Timer // the slow-consumer watch, armed while a writer runs
+	// givenBack: (lease, partition) pairs a nack of this connection gave
+	// back (queueAck): a nack of another delivery under one of them is
+	// answered here. Cleared past givenBackMax.
+	givenBack map[[2]string]bool
+	out       []outItem     // the write queue, oldest first; nil when idle
+	writing   bool          // a writer goroutine runs
+	emptied   chan struct{} // closed by the writer when out empties (waitWritten)
+	full      bool          // the write queue overflowed: closing
+	draining  bool
+	closed    bool
+	checking  bool        // the lease check is armed
+	check     *time.Timer // the lease check
+	expiry    *time.Timer // ends the session when its token expires
+	watch     *time.Timer // the slow-consumer watch, armed while a writer runs
 }
 
 // subscription is one standing intention of a session. It is the holder of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -74,11 +75,25 @@ func (ss *session) queueAck(ctx context.Context, acks []queue.Ack, subs []string
 	var apply []queue.Ack
 	var at []int // apply[j] is item at[j]
 	var credit map[*subscription]int
+	var nacked [][2]string // leases this call's nacks give back, noted after it (its own nacks all go)
 	ss.mu.Lock()
 	for i, a := range acks {
 		k, sub, why := ss.resolveLocked(a, subs[i])
 		if why != "" {
 			out[i] = ackJSON{Error: &why, Index: i, TransactionID: a.TransactionID}
+			continue
+		}
+		if ss.nackGivenBackLocked(a, k, &nacked) {
+			// Its lease ended with that nack, and the message comes again
+			// from the first one given back, as this nack asks.
+			out[i] = ackJSON{Index: i, Success: true, TransactionID: a.TransactionID}
+			if d := ss.inflight[k]; !d.acked {
+				if credit == nil {
+					credit = map[*subscription]int{}
+				}
+				credit[sub]++
+			}
+			ss.forgetLocked(k, ss.inflight[k])
 			continue
 		}
 		a.Group, a.LeaseID = sub.group, k.leaseID
@@ -91,6 +106,14 @@ func (ss *session) queueAck(ctx context.Context, acks []queue.Ack, subs []string
 				credit = map[*subscription]int{}
 			}
 			credit[sub]++
+		}
+	}
+	if len(nacked) > 0 {
+		if ss.givenBack == nil || len(ss.givenBack)+len(nacked) > givenBackMax {
+			ss.givenBack = map[[2]string]bool{}
+		}
+		for _, lk := range nacked {
+			ss.givenBack[lk] = true
 		}
 	}
 	ss.mu.Unlock()
@@ -125,6 +148,29 @@ func (ss *session) queueAck(ctx context.Context, acks []queue.Ack, subs []string
 		}
 		return out, nil
 	}, nil
+}
+
+// givenBackMax bounds a session's memory of the leases its nacks gave
+// back; past it, a nack under one of them goes to the store, which refuses
+// it (its lease ended), and the message comes again all the same.
+const givenBackMax = 256
+
+// nackGivenBackLocked reports whether a (delivery k) is a nack under a
+// lease a nack of an earlier call of this connection gave back on k's
+// partition; otherwise a nack's lease is added to nacked. A stream's
+// consumer holds several deliveries of a partition under one lease
+// (poller.Intention.Extend) and nacks each on its own: the first ends the
+// lease, and the others' messages come again with it. Called with mu.
+func (ss *session) nackGivenBackLocked(a queue.Ack, k deliveryKey, nacked *[][2]string) bool {
+	if a.Status != queue.StatusFailed && a.Status != queue.StatusRetry {
+		return false
+	}
+	lk := [2]string{k.leaseID, k.partitionID}
+	if ss.givenBack[lk] {
+		return true
+	}
+	*nacked = append(*nacked, lk)
+	return false
 }
 
 // armCheck starts the lease check: it runs only while deliveries are
@@ -176,6 +222,7 @@ func (ss *session) checkLeases(ctx context.Context) bool {
 	}
 	ss.mu.Unlock()
 	credit := map[*subscription]int{}
+	var lapsed [][2]string // queue, partition
 	for group, set := range byGroup {
 		pids := make([]string, 0, len(set))
 		for pid := range set {
@@ -191,6 +238,11 @@ func (ss *session) checkLeases(ctx context.Context) bool {
 				continue
 			}
 			h, ok := held[k.partitionID]
+			if ok && h.Lapsed {
+				lapsed = append(lapsed, [2]string{d.queue, d.partition})
+				h.Lapsed = false // one wake-up a partition
+				held[k.partitionID] = h
+			}
 			if ok && (h.Finished(d.offset) || h.LeaseID != k.leaseID) {
 				ss.forgetLocked(k, d)
 				if !d.acked {
@@ -202,6 +254,11 @@ func (ss *session) checkLeases(ctx context.Context) bool {
 	}
 	for sub, n := range credit {
 		ss.s.poller.AddCredit(sub.in, n)
+	}
+	for _, qp := range lapsed {
+		// A lapsed lease's messages are ready again: a pop gives them
+		// back from the first unacked one, its attempt counted.
+		ss.s.wakeEverywhere(poller.SourceAck, qp[0], qp[1])
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

@@ -161,7 +161,8 @@ func TestWS_SubscribePushDeliverAck(t *testing.T) {
 	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &results))
 	require.Len(t, results, 2)
 	assert.True(t, results[0].Success && results[1].Success)
-	assert.True(t, results[1].LeaseReleased)
+	// Its lease ended, or (handed by the push) follows the partition
+	// still: either way nothing is left for anyone else.
 	e.popEmpty("/api/v1/pop/queue/wsq?wait=false")
 
 	// Push over the socket, and ping.
@@ -773,4 +774,72 @@ func TestWS_AckWhoseAnswerIsLostWakesItsPartition(t *testing.T) {
 	t.Logf("lost ack answer → next delivery: %v", time.Since(start))
 	assert.JSONEq(t, `{"i":2}`, string(next[0].Data))
 	assert.Zero(t, next[0].RetryCount)
+}
+
+// A subscription holding a partition gets the partition's next pushes
+// before it acks the earlier ones: each push extends the lease it holds
+// (one lease, as many deliveries), which keeps following the partition
+// once all it holds is acked: nothing is left for anyone else to pop.
+func TestWS_SubscriptionGetsNextPushesBeforeAckingEarlierOnes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"wsext","batch":5,"maxInFlight":10}`)
+	var got []message
+	for i := 1; i <= 3; i++ {
+		e.push("wsext", fmt.Sprintf(`{"n":%d}`, i))
+		got = append(got, deliveredMessages(t, c.next("deliver"))...)
+	}
+	require.Len(t, got, 3)
+	for i, m := range got {
+		assert.JSONEq(t, fmt.Sprintf(`{"n":%d}`, i+1), string(m.Data))
+		assert.Equal(t, got[0].LeaseID, m.LeaseID, "message %d under the lease the subscription holds", i+1)
+	}
+	c.send(ackFrame(got, "completed"))
+	var results []ackResult
+	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &results))
+	require.Len(t, results, 3)
+	for i, r := range results {
+		assert.True(t, r.Success, "item %d", i)
+	}
+	assert.False(t, results[2].LeaseReleased, "the lease follows the partition")
+	e.popEmpty("/api/v1/pop/queue/wsext?wait=false")
+}
+
+// A subscription nacks each of its deliveries on its own (a handler that
+// fails on each): the first nack gives the lease back, and with it the
+// messages delivered under it since; the nack of one of those is answered
+// with success, not refused, and each comes again once, in order.
+func TestWS_NackOfAMessageAnEarlierNackGaveBackSucceeds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"wsnack","batch":5,"maxInFlight":10}`)
+	e.push("wsnack", `{"n":1}`)
+	first := deliveredMessages(t, c.next("deliver"))
+	e.push("wsnack", `{"n":2}`)
+	second := deliveredMessages(t, c.next("deliver"))
+	require.Equal(t, first[0].LeaseID, second[0].LeaseID, "one lease extended over both")
+
+	for _, ms := range [][]message{first, second} {
+		c.send(ackFrame(ms, "failed"))
+		var results []ackResult
+		require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &results))
+		require.Len(t, results, 1)
+		assert.True(t, results[0].Success, "nack of %s: %v", ms[0].Data, results[0].Error)
+	}
+	var again []message
+	for len(again) < 2 {
+		again = append(again, deliveredMessages(t, c.next("deliver"))...)
+	}
+	require.Len(t, again, 2)
+	assert.JSONEq(t, `{"n":1}`, string(again[0].Data))
+	assert.JSONEq(t, `{"n":2}`, string(again[1].Data))
+	assert.Equal(t, 1, again[0].RetryCount, "the nack that gave the lease back counted an attempt")
+	c.send(ackFrame(again, "completed"))
+	var results []ackResult
+	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &results))
+	require.Len(t, results, 2)
+	assert.True(t, results[0].Success && results[1].Success, "%v", results)
+	e.popEmpty("/api/v1/pop/queue/wsnack?wait=false")
 }

@@ -37,6 +37,7 @@ const (
 	SweepMaxDefault           = 5 * time.Second
 	PreflightTimeoutDefault   = 50 * time.Millisecond
 	HeldNoteDefault           = 100 * time.Millisecond
+	FollowIdleDefault         = time.Second
 	MaxIntentionsPerPreflight = 200
 	// queryTimeout bounds every statement of a cycle, so a stuck database
 	// cannot stall a worker for good.
@@ -75,6 +76,12 @@ type Config struct {
 	// (an ack on another instance) delays that partition's next push by
 	// this at most. Zero means HeldNoteDefault.
 	HeldNote time.Duration
+	// FollowIdle is how long a stream's lease that follows its partition
+	// (docs/design.md, "A partition that keeps flowing") stays with the
+	// stream once all it covers is acked and no push here hands it more:
+	// then it is given back, and the partition is any consumer's again.
+	// Zero means FollowIdleDefault (1 s).
+	FollowIdle time.Duration
 	// OnPresence, when set, is told of every intention registered (true)
 	// and withdrawn (false), by queue ("" for a namespace/task intention,
 	// which may match any queue): syncnet announces which instances have
@@ -142,6 +149,9 @@ func (c Config) WithDefaults() Config {
 	if c.HeldNote == 0 {
 		c.HeldNote = HeldNoteDefault
 	}
+	if c.FollowIdle == 0 {
+		c.FollowIdle = FollowIdleDefault
+	}
 	return c
 }
 
@@ -164,6 +174,8 @@ func (c Config) Validate() error {
 		return errors.New("poller: Config.PresenceGrace must be positive")
 	case c.HeldNote <= 0 || c.HeldNote > time.Hour:
 		return errors.New("poller: Config.HeldNote must be positive and at most an hour")
+	case c.FollowIdle <= 0 || c.FollowIdle > time.Hour:
+		return errors.New("poller: Config.FollowIdle must be positive and at most an hour")
 	}
 	return nil
 }

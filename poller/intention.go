@@ -29,6 +29,13 @@ type Intention struct {
 	// intention's leases are its stream's, given back when the instance
 	// restarts (queue.Assignment.Stream); a long-poll's are its client's.
 	Standing bool
+	// Extend lets a push here extend the lease this standing intention
+	// holds on a partition over the push's messages, so that it gets them
+	// before it acks the earlier ones (extend.go). Its consumer then holds
+	// several deliveries under one lease: a nack of one ends the lease for
+	// all, which come again; its transport answers their own nacks
+	// accordingly.
+	Extend bool
 	// Deliver receives leased messages. A poller worker calls it, or the
 	// goroutine of a push that handed messages off to it, with no poller
 	// lock held; it must not block. It returns

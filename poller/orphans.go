@@ -205,8 +205,11 @@ func (p *Poller) releaseDue(ctx context.Context) releaseOutcome {
 			break
 		}
 		if o.key != "" && !woken[o.key] {
+			// Woken once its batch's releases are done (below): a key
+			// woken after its first one looked while another still held
+			// the partition (a lost hand-off's new lease, then the
+			// stream's own).
 			woken[o.key] = true
-			p.wakeKey(o.key)
 		}
 		if o.ackPID != "" {
 			p.LeaseReleased(q, part, o.ackPID, o.ackGroup)
@@ -223,6 +226,9 @@ func (p *Poller) releaseDue(ctx context.Context) releaseOutcome {
 			o.rechecked, o.at = true, time.Now().Add(orphanRecheck)
 			back = append(back, o)
 		}
+	}
+	for key := range woken {
+		p.wakeKey(key)
 	}
 	p.orph.mu.Lock()
 	p.orph.list = append(p.orph.list, back...)

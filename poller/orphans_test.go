@@ -101,3 +101,119 @@ func TestPoller_LostHandOffAnswerIsGivenBackUncharged(t *testing.T) {
 		assert.Zero(t, m.RetryCount, "no attempt charged for a delivery that never happened")
 	}
 }
+
+// A push handing messages to a stream's following lease whose answer was
+// lost (its commit may have landed, its messages never delivered): what it
+// handed is read back and delivered under the lease, uncharged, followed
+// in order by a push after it, whose delivery had waited behind the lost
+// one's (it stalled the partition when nothing delivered the lost one's).
+func TestPoller_LostFollowingHandOffAnswerIsReadBackUncharged(t *testing.T) {
+	e, proxy := newProxiedEnv(t, slowSweep, stickyFollow)
+	in, got, lease := followingStream(t, e, "h")
+
+	cut := proxy.CutAnswer(`"cut": "here"`)
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "h", Partition: "p",
+		Payload: json.RawMessage(`{"n": 3, "cut": "here"}`)}})
+	require.Error(t, err, "the push's answer was cut")
+	armed(t, cut)
+	e.push("h", "p", 4, 4)
+
+	again := receiveAcking(t, e, in, got, 2)
+	assert.Equal(t, []int{3, 4}, ns(&queue.PopResult{Messages: again}), "from the first unacked, in order")
+	for _, m := range again {
+		assert.Zero(t, m.RetryCount, "no attempt charged for a delivery that never happened")
+		assert.Equal(t, lease, m.LeaseID, "under the lease the stream holds")
+	}
+}
+
+// A push handing messages to a stream's following lease whose answer was
+// lost (its commit landed, the answer never came), while the stream holds a
+// message of that lease it has not acked: the lease stays the stream's, and
+// what the push handed it is read back from the database and delivered
+// under it, in order, before the next push's messages. Nothing the stream
+// was delivered comes again, nothing is lost, and every ack under the lease
+// is taken.
+func TestPoller_LostFollowingHandOffAnswerKeepsTheLeaseAndItsOrder(t *testing.T) {
+	e, proxy := newProxiedEnv(t, slowSweep, stickyFollow)
+	in, got, lease := followingStream(t, e, "h")
+	e.push("h", "p", 3, 3)
+	held := receive1(t, got)
+	require.Equal(t, []int{3}, ns(held))
+	require.Equal(t, lease, held.LeaseID, "handed under the following lease")
+
+	cut := proxy.CutAnswer(`"cut": "here"`)
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "h", Partition: "p",
+		Payload: json.RawMessage(`{"n": 4, "cut": "here"}`)}})
+	require.Error(t, err, "the push's answer was cut")
+	armed(t, cut)
+	e.push("h", "p", 5, 5)
+
+	var seen []queue.Message
+	for len(seen) < 2 {
+		seen = append(seen, receive1(t, got).Messages...)
+	}
+	assert.Equal(t, []int{4, 5}, ns(&queue.PopResult{Messages: seen}), "the lost push's message, then the next push's, each once")
+	for _, m := range seen {
+		assert.Equal(t, lease, m.LeaseID, "under the lease the stream holds")
+		assert.Zero(t, m.RetryCount, "no attempt charged")
+	}
+	for i, r := range ackAs(t, e, in, queue.StatusCompleted, append(held.Messages, seen...)...) {
+		assert.True(t, r.Success, "ack %d under the kept lease: %s", i, r.Error)
+	}
+	// Anything delivered twice would come before the next push's message.
+	e.push("h", "p", 6, 6)
+	next := receive1(t, got)
+	assert.Equal(t, []int{6}, ns(next), "nothing delivered again")
+	assert.Equal(t, lease, next.LeaseID, "still the same lease")
+}
+
+// The same with a push that never committed: its backend was terminated
+// while it waited for the partition's lock (a FATAL error: the outcome is
+// unknown to the client). The read finds nothing, the lease stays, and the
+// next push's message, which took the offset the lost one would have, is
+// delivered under it at once: nothing comes twice, nothing waits.
+func TestPoller_LostFollowingHandOffThatNeverCommittedLeavesNoGap(t *testing.T) {
+	e, _ := newProxiedEnv(t, slowSweep, stickyFollow)
+	in, got, lease := followingStream(t, e, "h")
+	e.push("h", "p", 3, 3)
+	held := receive1(t, got)
+	require.Equal(t, []int{3}, ns(held))
+
+	ctx := context.Background()
+	blocker, err := e.store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback(ctx) }()
+	_, err = blocker.Exec(ctx, `SELECT 1 FROM partitions WHERE name = 'p' FOR NO KEY UPDATE`)
+	require.NoError(t, err)
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := e.store.Push(ctx, []queue.PushItem{{Queue: "h", Partition: "p", Payload: json.RawMessage(`{"n": 4}`)}})
+		pushed <- err
+	}()
+	var pid int
+	eventually(t, 10*time.Second, func() bool {
+		return e.store.Pool().QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%lock_partitions%'`).Scan(&pid) == nil
+	}, "the push waits for the partition's lock")
+	_, err = e.store.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+	require.NoError(t, err)
+	select {
+	case err := <-pushed:
+		require.Error(t, err)
+		require.True(t, queue.OutcomeUnknown(err), "the push's outcome is unknown: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the push never returned")
+	}
+	require.NoError(t, blocker.Rollback(ctx))
+
+	e.push("h", "p", 5, 5)
+	next := receive1(t, got)
+	assert.Equal(t, []int{5}, ns(next), "the next push's message, at once, nothing before it")
+	assert.Equal(t, lease, next.LeaseID, "under the lease the stream holds")
+	assert.Equal(t, held.Messages[0].Offset+1, next.Messages[0].Offset, "the lost push took no offset")
+	for i, r := range ackAs(t, e, in, queue.StatusCompleted, held.Messages[0], next.Messages[0]) {
+		assert.True(t, r.Success, "ack %d under the kept lease: %s", i, r.Error)
+	}
+	e.push("h", "p", 6, 6)
+	assert.Equal(t, []int{6}, ns(receive1(t, got)), "nothing delivered again")
+}

@@ -424,6 +424,7 @@ func (p *Poller) LeaseReleased(queueName, partition, partitionID, group string) 
 	if partitionID == "" {
 		return
 	}
+	p.streamReleased(queueName, partitionID, group)
 	k := hintKey{partitionID, groupName(group)}
 	n, noted := p.held.Peek(k)
 	p.held.Remove(k)

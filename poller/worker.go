@@ -35,10 +35,11 @@ type worker struct {
 
 // keyState is one queue (or namespace pattern) with waiting intentions.
 type keyState struct {
-	intentions []*Intention    // registration order
-	dirty      bool            // run a pre-flight for it at the next cycle
-	hints      map[string]bool // partitions a wake-up says got messages (fast path): true while only this instance's pushes said so
-	handed     map[string]bool // partition id + "\x00" + group a push leased to an intention here
+	intentions []*Intention               // registration order
+	dirty      bool                       // run a pre-flight for it at the next cycle
+	hints      map[string]bool            // partitions a wake-up says got messages (fast path): true while only this instance's pushes said so
+	handed     map[string]bool            // partition id + "\x00" + group a push leased to an intention here
+	streams    map[streamKey]*streamLease // the leases its streams hold, which a push here extends (extend.go)
 	// rehinted: partitions woken again while the key lingered (no live
 	// intention: lingers), after a push's hand-off may have marked them
 	// handed; that mark is stale for them (hintedItem drops it): what came
@@ -666,9 +667,10 @@ func (w *worker) popAssigned(ctx context.Context, chunk []*Intention, assigns []
 	}
 	planned := plansOf(as)
 	unhold := w.hold(planned, func(i int) *Intention { return chunk[i] })
+	pre := w.beforePop(as, func(i int) *Intention { return chunk[i] })
 	w.mu.Unlock()
 	got, err := w.popDeliver(ctx, func() (map[int]*queue.PopResult, error) { return w.p.store.PopAssigned(ctx, as) },
-		unhold, func(i int) *Intention { return chunk[i] }, leases, planned, func(int) bool { return false }, "coalesced pop failed")
+		func(got map[int]*queue.PopResult) { unhold(got); w.afterPop(pre, got) }, func(i int) *Intention { return chunk[i] }, leases, planned, func(int) bool { return false }, "coalesced pop failed")
 	if err != nil {
 		return time.Time{}, nil, true
 	}

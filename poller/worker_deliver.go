@@ -36,6 +36,32 @@ func plansOf(as []queue.Assignment) map[int]plan {
 // none of its hints); otherwise claiming as many partitions as it may
 // means others may wait.
 func (w *worker) deliver(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool, pl plan) {
+	es := w.beginStreams(in, res)
+	w.deliverOne(ctx, in, res, allClaimed, pl)
+	w.handOn(ctx, es, res)
+}
+
+// deliverInOrder delivers what a push handed a stream under the lease of
+// e (its delivery marked under way), then what was parked behind it.
+func (w *worker) deliverInOrder(ctx context.Context, in *Intention, res *queue.PopResult, pl plan, es []*streamLease) {
+	w.deliverOne(ctx, in, res, true, pl)
+	w.handOn(ctx, es, res)
+}
+
+// handOn ends the deliveries of res under es and delivers, in order, the
+// extensions parked behind them (extend.go).
+func (w *worker) handOn(ctx context.Context, es []*streamLease, res *queue.PopResult) {
+	for due := w.endStreams(es, res); len(due) > 0; {
+		d := due[0]
+		w.p.metrics.handoffs.Inc()
+		w.deliverOne(ctx, d.e.in, d.res, true, d.pl)
+		d.done()
+		due = append(due[1:], w.endStreams([]*streamLease{d.e}, d.res)...)
+	}
+}
+
+// deliverOne is deliver without the order of a stream's lease.
+func (w *worker) deliverOne(ctx context.Context, in *Intention, res *queue.PopResult, allClaimed bool, pl plan) {
 	if res.PartitionsClaimed < pl.partitions {
 		res.More = true // an assignment came back empty: taken or changed since the pre-flight
 	}

@@ -66,6 +66,7 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 	fl := leasesOf(items, pl)
 	planned := plansOf(fl.as)
 	unhold := w.hold(planned, func(i int) *Intention { return fl.owners[i] })
+	pre := w.beforePop(fl.as, func(i int) *Intention { return fl.owners[i] })
 	w.mu.Unlock()
 
 	w.p.metrics.skipped.WithLabelValues("lease_hint").Add(float64(pl.hintSkips))
@@ -73,7 +74,8 @@ func (w *worker) fastServe(ctx context.Context, items []hinted, due time.Time) (
 	if len(fl.as) > 0 {
 		worked = true
 		got, err := w.popDeliver(ctx, func() (map[int]*queue.PopResult, error) { return w.p.store.PopAssigned(ctx, fl.as) },
-			unhold, func(i int) *Intention { return fl.owners[i] }, fl.leases, planned,
+			func(got map[int]*queue.PopResult) { unhold(got); w.afterPop(pre, got) },
+			func(i int) *Intention { return fl.owners[i] }, fl.leases, planned,
 			func(i int) bool { return !fl.partial[i] }, "coalesced pop failed")
 		for _, a := range fl.audits {
 			if err == nil {

@@ -92,6 +92,11 @@ type AckResult struct {
 	// LeaseID is the lease the ack was applied under: the one it named, or
 	// the one its request proved it holds; "" for an ack naming none.
 	LeaseID string
+	// Idle, on the last item acking a lease that follows its partition:
+	// all the lease covers is done and it stays (LeaseReleased false), for
+	// the next push to its stream; its holder gives it back once the
+	// stream stays idle (poller.Poller.FollowIdle).
+	Idle bool
 }
 
 // Ack applies acknowledgements in one transaction, in order: each item is
@@ -289,11 +294,12 @@ LEFT JOIN partitions p ON p.id = t.pid::uuid
 LEFT JOIN queues q ON q.id = p.queue_id
 ORDER BY t.ord`
 
-const ackLockSQL = `-- herald:ack_lock
+var ackLockSQL = `-- herald:ack_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
-       coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
+       coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(` + leaseEnd("c") + `, 0),
        c.attempts, c.attempt_seq, c.delivered_to, c.last_offset, q.retry_limit, coalesce(c.lease_subject, ''),
-       c.seek_from, c.seek_to, ` + deadPolicyColumns + `
+       c.seek_from, c.seek_to, ` + deadPolicyColumns + `,
+       coalesce(c.follow_lease = c.lease_id, false), q.lease_time, coalesce(c.lease_owner, '')
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp
 JOIN queues q ON q.id = c.queue_id -- the row's own copy: no partitions probe per row (a quarter of the statement)
@@ -350,17 +356,38 @@ func readAck(ctx context.Context, q querier, acks []Ack, standalone bool) (ackSt
 		b.Queue("BEGIN")
 	}
 	b.Queue(ackResolveSQL, pids, txids)
+	// A nack may end a lease that follows its partition: the partitions'
+	// share locks wait for a push in flight there, which may be handing
+	// that lease messages without touching the row (pushes wait for the
+	// nack in turn), so the lease's end read below covers them.
+	// Partitions before consumer rows: the push's lock order.
+	nacked := nackedPartitions(acks)
+	if len(nacked) > 0 {
+		b.Queue(readyLockSQL, nacked)
+	}
 	b.Queue(ackLockSQL, lockP, lockG)
 	br := q.SendBatch(ctx, b)
-	st, err := readAckResults(br, len(acks), standalone)
+	st, err := readAckResults(br, len(acks), standalone, len(nacked) > 0)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("locking consumers: %w", cerr)
 	}
 	return st, err
 }
 
+// nackedPartitions lists the partitions of the items that give a lease
+// back (failed, retry), for readAck's share locks.
+func nackedPartitions(acks []Ack) []string {
+	var out []string
+	for _, a := range acks {
+		if (a.Status == StatusFailed || a.Status == StatusRetry) && ValidUUID(a.PartitionID) {
+			out = append(out, a.PartitionID)
+		}
+	}
+	return out
+}
+
 // readAckResults reads readAck's batch.
-func readAckResults(br pgx.BatchResults, n int, standalone bool) (ackState, error) {
+func readAckResults(br pgx.BatchResults, n int, standalone, nacked bool) (ackState, error) {
 	st := ackState{msgs: make([]ackedMessage, n), locked: map[consumerKey]*lockedConsumer{}}
 	if standalone {
 		if _, err := br.Exec(); err != nil {
@@ -384,6 +411,11 @@ func readAckResults(br pgx.BatchResults, n int, standalone bool) (ackState, erro
 	if err := rows.Err(); err != nil {
 		return st, fmt.Errorf("resolving acked messages: %w", err)
 	}
+	if nacked {
+		if _, err := br.Exec(); err != nil {
+			return st, fmt.Errorf("locking nacked partitions: %w", err)
+		}
+	}
 	rows, err = br.Query()
 	if err != nil {
 		return st, fmt.Errorf("locking consumers: %w", err)
@@ -395,11 +427,18 @@ func readAckResults(br pgx.BatchResults, n int, standalone bool) (ackState, erro
 		var live bool
 		if err := rows.Scan(&k.partitionID, &k.group, &lc.st.cursor, &lc.st.done, &lc.st.leaseID, &live,
 			&lc.st.leaseFrom, &lc.st.leaseTo, &lc.st.attempts, &lc.st.attemptSeq, &lc.deliveredTo, &lc.lastOffset, &lc.retryLimit,
-			&lc.subject, &lc.seekFrom, &lc.seekTo, &lc.dead.drop, &lc.dead.dropExhausted); err != nil {
+			&lc.subject, &lc.seekFrom, &lc.seekTo, &lc.dead.drop, &lc.dead.dropExhausted,
+			&lc.follows, &lc.leaseTime, &lc.owner); err != nil {
 			return st, fmt.Errorf("locking consumers: %w", err)
 		}
 		if live {
 			lc.liveLease = lc.st.leaseID
+		}
+		// A following lease covers the partition's last offset: the row's
+		// copy of it is written with the lease's new end.
+		lc.follows = lc.follows && live
+		if lc.follows {
+			lc.lastOffset = max(lc.lastOffset, lc.st.leaseTo)
 		}
 		st.locked[k] = lc
 	}
@@ -414,6 +453,11 @@ func readAckResults(br pgx.BatchResults, n int, standalone bool) (ackState, erro
 func (s *Store) writeAck(ctx context.Context, q querier, plan ackPlan, standalone bool) error {
 	var u consumerUpdates
 	for _, r := range plan.rows {
+		if r.renew >= 0 {
+			// A following lease's time starts again with each ack.
+			u.add(r.key.partitionID, r.key.group, r.st, r.renew, r.owner, r.subject)
+			continue
+		}
 		u.add(r.key.partitionID, r.key.group, r.st, -1, s.cfg.InstanceID, "")
 	}
 	w := &pgx.Batch{}

@@ -55,13 +55,21 @@ type consumerRow struct {
 	// a row whose cursor reaches it is caught up, and is marked again after
 	// the commit (caughtUp).
 	lastOffset int64
+	// renew ≥ 0: the row's lease follows its partition and stays; its time
+	// starts again, that many seconds, held by owner for subject. -1: the
+	// lease's expiry is kept.
+	renew          int
+	owner, subject string
+	// following: the lease stays, following the partition: no pop may take
+	// the row, so it is not marked (caughtUp).
+	following bool
 }
 
 // caughtUp lists the rows whose new cursor reached their copy of
 // last_offset: the rows to mark after the commit (readyRowsSQL).
 func caughtUp(rows []consumerRow) (pids, groups []string) {
 	for _, r := range rows {
-		if r.st.cursor >= r.lastOffset {
+		if r.st.cursor >= r.lastOffset && !r.following {
 			pids = append(pids, r.key.partitionID)
 			groups = append(groups, r.key.group)
 		}
@@ -122,7 +130,10 @@ func decideAck(st ackState, acks []Ack, proven []string) (ackPlan, error) {
 				r.Dropped = true
 			}
 		}
-		if lc.st.leaseComplete() {
+		lc.lastItem = i
+		if lc.st.leaseComplete() && !lc.follows {
+			// A lease that follows its partition stays when all it
+			// covers is done: the next push here hands it more.
 			lc.releaseAfter(i)
 		}
 	}
@@ -174,8 +185,15 @@ func (plan *ackPlan) settle(k consumerKey, lc *lockedConsumer) {
 		}
 		plan.released[k] = lc.releasedBy
 	}
+	if lc.follows && lc.releasedBy < 0 && lc.st.leaseComplete() {
+		plan.results[lc.lastItem].Idle = true
+	}
 	if lc.st.changed {
-		plan.rows = append(plan.rows, consumerRow{k, &lc.st, lc.lastOffset})
+		r := consumerRow{key: k, st: &lc.st, lastOffset: lc.lastOffset, renew: -1}
+		if lc.follows && lc.st.leaseID != "" {
+			r.renew, r.owner, r.subject, r.following = lc.leaseTime, lc.owner, lc.subject, true
+		}
+		plan.rows = append(plan.rows, r)
 	}
 }
 
@@ -204,6 +222,15 @@ type lockedConsumer struct {
 	// message and finish the others.
 	givenBack  map[int64]bool
 	releasedBy int
+
+	// follows: the live lease follows the partition (follow_lease): its
+	// st.leaseTo was read as the partition's last offset, and an ack that
+	// completes it leaves it held, its time (leaseTime seconds, for owner)
+	// starting again.
+	follows   bool
+	leaseTime int
+	owner     string
+	lastItem  int // the last item applied to the row
 }
 
 // skipped reports whether seq is done because a seek passed over it.

@@ -55,7 +55,7 @@ WITH a AS (
 	       WITH ORDINALITY AS a(intention, pid, grp, lim, total, auto, lease, subj, owner, ord)
 ), locked AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, p.last_offset,
-	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
+	       (c.lease_id IS NOT NULL AND ` + leaseEnd("c") + ` > c.cursor) AS expired,
 	       a.intention, a.lim, a.total, a.auto, a.lease, a.subj, a.owner, a.ord,
 	       q.name AS qname, q.lease_time, q.delayed_processing, p.name AS pname
 	FROM a
@@ -65,7 +65,7 @@ WITH a AS (
 	WHERE c.last_offset > c.cursor
 	  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 	  AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
-	  AND NOT (c.lease_id IS NOT NULL AND c.lease_to > c.cursor
+	  AND NOT (c.lease_id IS NOT NULL AND ` + leaseEnd("c") + ` > c.cursor
 	           AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)
 	  AND NOT ` + nextExpired("q") + `
 	FOR UPDATE OF c SKIP LOCKED
@@ -83,7 +83,7 @@ WITH a AS (
 var popClaimSQL = `-- herald:pop_claim
 WITH locked AS (
 	SELECT c.partition_id, c.consumer_group, c.cursor, c.done, c.attempts, c.attempt_seq, p.last_offset,
-	       (c.lease_id IS NOT NULL AND c.lease_to > c.cursor) AS expired,
+	       (c.lease_id IS NOT NULL AND ` + leaseEnd("c") + ` > c.cursor) AS expired,
 	       $9::int AS intention, $4::int AS lim, $5::int AS total, $6::bool AS auto, $7::text AS lease,
 	       $10::text AS subj, $8::text AS owner,
 	       row_number() OVER (ORDER BY c.lease_expires_at NULLS FIRST, c.leased_at NULLS FIRST, c.partition_id) AS ord,
@@ -113,7 +113,7 @@ WITH locked AS (
 // claimableRow is what popClaimSQL asks of a consumer row c of the queue q,
 // before and again after it locks the row.
 var claimableRow = `c.last_offset > c.cursor AND ` + leasableNow("q") + `
-	AND NOT (c.lease_id IS NOT NULL AND c.lease_to > c.cursor
+	AND NOT (c.lease_id IS NOT NULL AND ` + leaseEnd("c") + ` > c.cursor
 	         AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= q.retry_limit)
 	AND NOT ` + nextExpired("q")
 
@@ -389,16 +389,35 @@ func (s *Store) deadLetterUndecryptable(ctx context.Context, bad []Message) {
 }
 
 // releaseLeaseSQL ends lease $1 on every row it spans, locking them in
-// key order first (as extendLeaseSQL, and for the same deadlock).
+// key order first (as extendLeaseSQL, and for the same deadlock). A row
+// whose lease followed its partition (pushes here handed it their
+// messages without writing the row) takes the partition's last offset as
+// its copy, so the messages after its cursor are ready for a pop;
+// releaseLeaseLockSQL runs first.
 const releaseLeaseSQL = `-- herald:release_lease
 WITH lk AS (
 	SELECT c.partition_id, c.consumer_group FROM consumers c WHERE c.lease_id = $1::uuid
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 )
-UPDATE consumers c SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL
+UPDATE consumers c SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
+	` + copyLastOffset + `
 FROM lk
 WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND c.lease_id = $1::uuid`
+
+// copyLastOffset sets the copy of its partition's last offset of a row c
+// whose lease ends, when the lease followed the partition.
+const copyLastOffset = `last_offset = CASE WHEN c.follow_lease = c.lease_id THEN greatest(c.last_offset,
+		(SELECT lp.last_offset FROM partitions lp WHERE lp.id = c.partition_id)) ELSE c.last_offset END`
+
+// releaseLeaseLockSQL share-locks the partitions lease $1 spans, in id
+// order, before releaseLeaseSQL (a statement of its own, so that the
+// release reads their last offsets after the lock): a push in flight on
+// one, which may be handing the lease messages without writing its row,
+// commits first. Partitions before consumer rows: the push's lock order.
+const releaseLeaseLockSQL = `-- herald:release_lease_lock
+SELECT count(*) FROM (SELECT 1 FROM partitions WHERE id IN (SELECT partition_id FROM consumers WHERE lease_id = $1::uuid)
+	ORDER BY id FOR SHARE) x`
 
 // ReleaseLease gives the (partition, group) pairs held under leaseID back at
 // once, without counting a failed attempt: for a consumer that went away
@@ -407,7 +426,12 @@ func (s *Store) ReleaseLease(ctx context.Context, leaseID string) error {
 	if !ValidUUID(leaseID) {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, releaseLeaseSQL, leaseID)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(releaseLeaseLockSQL, leaseID)
+		b.Queue(releaseLeaseSQL, leaseID)
+		return tx.SendBatch(ctx, b).Close()
+	})
 	if err != nil {
 		return fmt.Errorf("releasing lease %s: %w", leaseID, err)
 	}

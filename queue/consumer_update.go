@@ -22,7 +22,10 @@ UPDATE consumers c SET cursor = u.cur, done = u.done::bigint[], attempts = u.att
 	lease_from = CASE WHEN u.lease IS NULL THEN NULL ELSE u.lfrom END,
 	lease_to = CASE WHEN u.lease IS NULL THEN NULL ELSE u.lto END,
 	delivered_to = greatest(c.delivered_to, CASE WHEN u.lease IS NULL THEN 0 ELSE u.lto END),
-	leased_at = CASE WHEN u.ltime IS NULL THEN c.leased_at ELSE now() END
+	leased_at = CASE WHEN u.ltime IS NULL THEN c.leased_at ELSE now() END,
+	-- A lease's end is a lower bound of its partition's last offset: a
+	-- following lease's (read from the partition) keeps the copy up to date.
+	last_offset = greatest(c.last_offset, CASE WHEN u.lease IS NULL THEN 0 ELSE u.lto END)
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::int[],
             $8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::text[])
      AS u(pid, cur, done, att, aseq, lease, ltime, lfrom, lto, grp, owner, subj)

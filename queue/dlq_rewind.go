@@ -140,9 +140,9 @@ func decideReplay(refs []dlqRef, there map[int64]bool, rows map[consumerKey]*rep
 
 // replayLockSQL locks the consumer rows of the selected dead letters, in
 // key order, as acks lock them.
-const replayLockSQL = `-- herald:dlq_replay_lock
+var replayLockSQL = `-- herald:dlq_replay_lock
 SELECT c.partition_id::text, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
-       coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
+       coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(` + leaseEnd("c") + `, 0),
        c.attempts, c.attempt_seq, q.retry_limit, ` + deadPolicyColumns + `
 FROM (SELECT DISTINCT pid::uuid AS pid, grp FROM unnest($1::text[], $2::text[]) AS k(pid, grp)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = k.grp

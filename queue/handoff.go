@@ -43,6 +43,18 @@ type Reservation struct {
 	// long-poll), which outlives a restart of this instance
 	// (Assignment.Stream, Store.leaseOwner).
 	Stream bool
+	// Extend, when set, is the lease a stream of this instance holds on
+	// the partition: the push extends it over its messages when it covers
+	// every earlier one (its end at the partition's last offset, live), and
+	// its consumer gets them without waiting for its acks of what the lease
+	// holds already; when that lease has ended, the push leases LeaseID as
+	// for any reservation.
+	Extend string
+	// Follow: the consumer is a stream that may hold a lease following the
+	// partition (docs/design.md, "Hand-off"): a lease the push takes for it
+	// with all the push's messages follows, and later pushes here hand it
+	// theirs without writing the row (Extend names it).
+	Follow bool
 	Token  any // the HandOff's own
 	// OutcomeUnknown: the push failed after it was sent, and may have
 	// committed (OutcomeUnknown(err)); set for Settle.
@@ -106,8 +118,12 @@ func (p *pushPlan) settle(err error, items []PushItem) {
 	}
 }
 
-// handedLease is one lease the push statement took for a reservation.
-type handedLease struct{ from, to int64 }
+// handedLease is one lease the push statement took for a reservation, or
+// extended (Reservation.Extend).
+type handedLease struct {
+	from, to int64
+	extended bool
+}
 
 // handedResult builds the delivery of reservation r from the pushed items,
 // or nil when the statement leased nothing for it.
@@ -117,8 +133,11 @@ func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
 		return nil
 	}
 	lease := r.LeaseID
-	if r.AutoAck {
+	switch {
+	case r.AutoAck:
 		lease = ""
+	case l.extended:
+		lease = r.Extend
 	}
 	res := &PopResult{LeaseID: lease, Group: r.Group, PartitionID: r.PartitionID, PartitionsClaimed: 1}
 	// The fresh rows of the partition, in item order, took the offsets
@@ -154,7 +173,7 @@ func (p *pushPlan) handedResult(r Reservation, items []PushItem) *PopResult {
 // handOffArgs are the push insert's hand-off parameters; owner names the
 // owner of a lease for a stream or not (Store.leaseOwner).
 func (p *pushPlan) handOffArgs(owner func(stream bool) string) (pids, groups, leases []string, limits []int32, subjects []*string,
-	auto []bool, owners []string,
+	auto []bool, owners []string, extend []*string, follow []bool,
 ) {
 	for _, r := range p.reserved {
 		pids = append(pids, r.PartitionID)
@@ -164,6 +183,18 @@ func (p *pushPlan) handOffArgs(owner func(stream bool) string) (pids, groups, le
 		subjects = append(subjects, optString(r.Subject))
 		auto = append(auto, r.AutoAck)
 		owners = append(owners, owner(r.Stream))
+		extend = append(extend, optString(r.Extend))
+		follow = append(follow, r.Follow)
 	}
-	return pids, groups, leases, limits, subjects, auto, owners
+	return pids, groups, leases, limits, subjects, auto, owners, extend, follow
+}
+
+// leaseEnd is the end of the lease of consumer row c in SQL: its lease_to,
+// or for a lease that follows its partition (follow_lease, migration 0022)
+// the partition's last offset, every message up to which went to its
+// stream. Everything that judges what a lease holds (an ack's range, an
+// expiry's attempt, a pop's or a view's leased messages) reads this.
+func leaseEnd(c string) string {
+	return `CASE WHEN ` + c + `.follow_lease = ` + c + `.lease_id THEN greatest(` + c + `.lease_to,
+	(SELECT fp.last_offset FROM partitions fp WHERE fp.id = ` + c + `.partition_id)) ELSE ` + c + `.lease_to END`
 }

@@ -301,7 +301,8 @@ WITH lk AS (
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
 ), up AS (
-	UPDATE consumers c SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL
+	UPDATE consumers c SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL,
+		` + copyLastOffset + `
 	FROM lk
 	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
 	  AND ` + where + `

@@ -40,12 +40,12 @@ type CoveredLease struct {
 // of a group that is behind alone), so that a lease the delete ends says
 // exactly whether messages wait after it; no push runs on the partition
 // while it is locked. $1 partition id.
-const deleteLockSQL = `-- herald:delete_message_lock
+var deleteLockSQL = `-- herald:delete_message_lock
 WITH part AS (
 	SELECT p.id, p.name, p.queue_id, p.last_offset FROM partitions p WHERE p.id = $1::uuid FOR NO KEY UPDATE
 )
 SELECT q.name, part.name, c.consumer_group, c.cursor, c.done, coalesce(c.lease_id::text, ''),
-       coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(c.lease_to, 0),
+       coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_from, 0), coalesce(` + leaseEnd("c") + `, 0),
        c.attempts, c.attempt_seq, part.last_offset
 FROM part JOIN queues q ON q.id = part.queue_id
 LEFT JOIN LATERAL (

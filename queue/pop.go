@@ -252,7 +252,7 @@ func (r *PopRequest) selector() string {
 // $5 group, $6 how many; %[2]s narrows to one partition by name ($4).
 var popLockSQL = `-- herald:pop_lock
 SELECT c.partition_id::text, p.name, q.id::text, q.name, c.cursor, c.done, c.lease_id::text,
-       coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq,
+       coalesce(c.lease_from, 0), coalesce(` + leaseEnd("c") + `, 0), c.attempts, c.attempt_seq,
        q.lease_time, q.retry_limit, q.delayed_processing, q.ttl, ` + deadPolicyColumns + `
 FROM queues q
 CROSS JOIN LATERAL (

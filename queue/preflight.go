@@ -67,7 +67,7 @@ type Availability struct {
 // leasable now, as Pop's claim does: a row under a live lease or inside
 // its window sent to Pop would get nothing and be sent again at every
 // pre-flight.
-var preflightDeadOnExpiry = `((c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND c.lease_to > c.cursor
+var preflightDeadOnExpiry = `((c.lease_id IS NOT NULL AND c.lease_expires_at <= now() AND ` + leaseEnd("c") + ` > c.cursor
 	        AND (CASE WHEN c.attempt_seq = c.cursor + 1 THEN c.attempts ELSE 0 END) >= kq.retry_limit)
 	     OR (kq.ttl > 0 AND ` + leasableNowKQ + ` AND ` + nextExpired("kq") + `))`
 

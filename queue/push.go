@@ -581,7 +581,15 @@ SELECT lock_partitions($1::uuid[])`
 // queue with no delay and no window. Rows: kind 0 a duplicate (ord,
 // message id), kind 1 a lease taken (partition, group, range), kind 2 a
 // leased message's offset and created_at.
-const pushInsertSQL = `-- herald:push_insert
+// renewingSQL, in pushInsertSQL's lk (consumer row c, bumped partition b):
+// c's lease follows the partition, is live and this instance's, and a
+// reservation of its stream names it (Reservation.Extend) with the credit
+// for all the push's messages: the push hands them to it, renewing it.
+const renewingSQL = `(coalesce(c.follow_lease = c.lease_id, false) AND c.lease_expires_at > clock_timestamp()
+	       AND EXISTS (SELECT 1 FROM handoff h WHERE h.pid = c.partition_id AND h.grp = c.consumer_group
+	                   AND h.ext = c.lease_id AND NOT h.auto AND h.owner = c.lease_owner AND b.base + h.lim >= b.last_offset))`
+
+var pushInsertSQL = `-- herald:push_insert
 WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
 	       t.trace::uuid AS trace_id, t.sub AS producer_sub, t.ord
@@ -609,18 +617,75 @@ WITH input AS (
 	FROM counts c WHERE p.id = c.partition_id
 	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base, p.queue_id, p.follow_xid
 ), handoff AS (
-	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto, h.owner
-	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[], $11::text[])
-	     AS h(pid, grp, lease, lim, subj, auto, owner)
+	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto, h.owner, h.ext::uuid AS ext, h.fol
+	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[], $11::text[], $14::text[], $15::bool[])
+	     AS h(pid, grp, lease, lim, subj, auto, owner, ext, fol)
+), followed AS (
+	-- A stream's lease that follows the partition (follow_lease, migration
+	-- 0022: every message since its lease_to went to its stream) takes the
+	-- push's messages when its stream's credit covers them all: read, not
+	-- written, so the push waits for no ack holding the row, while at
+	-- least half its lease time is left: each message it is handed gets
+	-- that much from its hand-off, and the lease outlives the push's
+	-- commit (an expiry meanwhile would not count what it was handed).
+	-- With less left, the push renews it (lk, renewed).
+	SELECT c.partition_id, c.consumer_group, b.base + 1 AS lfrom, b.last_offset AS lto, 1 AS ext
+	FROM handoff h JOIN bumped b ON b.id = h.pid
+	JOIN consumers c ON c.partition_id = h.pid AND c.consumer_group = h.grp
+	JOIN queues q ON q.id = c.queue_id
+	WHERE h.ext IS NOT NULL AND NOT h.auto AND c.lease_id = h.ext AND c.follow_lease = h.ext
+	  AND c.lease_owner = h.owner AND c.lease_expires_at > clock_timestamp() + make_interval(secs => q.lease_time / 2.0)
+	  AND b.base + h.lim >= b.last_offset
 ), lk AS (
-	-- The caught-up rows (consumers_caught_up), locked in key order. A
-	-- reserved group's row that can be handed off is one of them (its
-	-- cursor is at the old last offset).
-	SELECT c.partition_id, c.consumer_group
+	-- The rows this statement may write, locked in key order: the caught-up
+	-- ones (consumers_caught_up; a reserved group's row that can be handed
+	-- off is one of them, its cursor at the old last offset), and those
+	-- whose lease follows the partition but was not read above: handed
+	-- this push's messages with its time renewed (renewing: live, this
+	-- instance's, its stream's credit covers them), or not handed them
+	-- (closing). Read again once locked (an ack or a nack may have held
+	-- the row).
+	SELECT c.partition_id, c.consumer_group,
+	       coalesce(c.follow_lease = c.lease_id, false) AND NOT ` + renewingSQL + ` AS closing,
+	       ` + renewingSQL + ` AS renewing
 	FROM bumped b JOIN consumers c ON c.partition_id = b.id
-	WHERE c.last_offset <= c.cursor AND c.last_offset < b.last_offset
+	WHERE (c.last_offset <= c.cursor AND c.last_offset < b.last_offset AND NOT coalesce(c.follow_lease = c.lease_id, false)
+	       OR c.follow_lease = c.lease_id)
+	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
+), closed AS (
+	-- A following lease this push does not hand its messages to (its
+	-- stream lacks the credit, is on another instance or gone) stops
+	-- following: it covers what its stream was sent, every message up to
+	-- the old last offset, and ends if all of that is done; the row is
+	-- marked for the rest, which a pop takes once the lease ends.
+	UPDATE consumers c SET
+		follow_lease = NULL,
+		lease_id = CASE WHEN c.cursor >= b.base AND c.done = '{}' THEN NULL ELSE c.lease_id END,
+		lease_owner = CASE WHEN c.cursor >= b.base AND c.done = '{}' THEN NULL ELSE c.lease_owner END,
+		lease_expires_at = CASE WHEN c.cursor >= b.base AND c.done = '{}' THEN NULL ELSE c.lease_expires_at END,
+		lease_from = CASE WHEN c.cursor >= b.base AND c.done = '{}' THEN NULL ELSE c.lease_from END,
+		lease_to = CASE WHEN c.cursor >= b.base AND c.done = '{}' THEN NULL ELSE greatest(c.lease_to, b.base) END,
+		delivered_to = greatest(c.delivered_to, b.base),
+		last_offset = greatest(c.last_offset, b.last_offset)
+	FROM lk JOIN bumped b ON b.id = lk.partition_id
+	WHERE lk.closing AND c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
+	  AND c.follow_lease = c.lease_id
+), renewed AS (
+	-- A following lease with less than half its lease time left takes the
+	-- push's messages with its time started again, as an ack starts it:
+	-- every message it is handed gets at least half its lease time, and
+	-- the row is written about once per half lease time while it follows.
+	UPDATE consumers c SET
+		lease_expires_at = greatest(c.lease_expires_at, now() + make_interval(secs => q.lease_time)),
+		lease_to = greatest(c.lease_to, b.last_offset),
+		delivered_to = greatest(c.delivered_to, b.last_offset),
+		last_offset = greatest(c.last_offset, b.last_offset)
+	FROM lk JOIN bumped b ON b.id = lk.partition_id, queues q
+	WHERE lk.renewing AND c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
+	  AND q.id = c.queue_id AND c.follow_lease = c.lease_id
+	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, b.last_offset AS lto, 1 AS ext
 ), handed AS (
 	UPDATE consumers c SET
 		lease_id = CASE WHEN h.auto THEN NULL ELSE h.lease END,
@@ -629,18 +694,57 @@ WITH input AS (
 		lease_expires_at = CASE WHEN h.auto THEN NULL ELSE now() + make_interval(secs => q.lease_time) END,
 		lease_from = CASE WHEN h.auto THEN NULL ELSE b.base + 1 END,
 		lease_to = CASE WHEN h.auto THEN NULL ELSE least(b.last_offset, b.base + h.lim) END,
+		-- A stream's lease that took every message follows the partition.
+		follow_lease = CASE WHEN h.fol AND NOT h.auto AND b.base + h.lim >= b.last_offset THEN h.lease END,
 		cursor = CASE WHEN h.auto THEN least(b.last_offset, b.base + h.lim) ELSE c.cursor END,
 		delivered_to = greatest(c.delivered_to, CASE WHEN h.auto THEN 0 ELSE least(b.last_offset, b.base + h.lim) END),
 		leased_at = now(), last_offset = greatest(c.last_offset, b.last_offset), attempts = 0, attempt_seq = 0
 	FROM handoff h JOIN bumped b ON b.id = h.pid JOIN lk ON lk.partition_id = h.pid AND lk.consumer_group = h.grp, queues q
-	WHERE c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id
+	WHERE c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id AND NOT lk.closing AND NOT lk.renewing
 	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto
+), extended AS (
+	-- A stream's lease that covers every message of the partition so far
+	-- (its lease_to at the old last offset), live and this instance's,
+	-- grows over the push's (Reservation.Extend), and follows the partition
+	-- from now on when it took them all; its time starts again. lk never
+	-- holds such a row (its lease is unacked). An ack that ends that lease
+	-- while this runs leaves the row caught up (the row is read again once
+	-- its lock is free): it is then leased afresh, as handed does with a
+	-- row caught up before.
+	UPDATE consumers c SET
+		lease_id = coalesce(c.lease_id, h.lease),
+		lease_owner = h.owner,
+		lease_subject = CASE WHEN c.lease_id IS NULL THEN h.subj ELSE c.lease_subject END,
+		lease_expires_at = CASE WHEN c.lease_id IS NULL THEN now() + make_interval(secs => q.lease_time)
+			ELSE greatest(c.lease_expires_at, now() + make_interval(secs => q.lease_time)) END,
+		lease_from = CASE WHEN c.lease_id IS NULL THEN b.base + 1 ELSE c.lease_from END,
+		lease_to = least(b.last_offset, b.base + h.lim),
+		follow_lease = CASE WHEN b.base + h.lim >= b.last_offset THEN coalesce(c.lease_id, h.lease) END,
+		delivered_to = greatest(c.delivered_to, least(b.last_offset, b.base + h.lim)),
+		leased_at = CASE WHEN c.lease_id IS NULL THEN now() ELSE c.leased_at END,
+		attempts = CASE WHEN c.lease_id IS NULL THEN 0 ELSE c.attempts END,
+		attempt_seq = CASE WHEN c.lease_id IS NULL THEN 0 ELSE c.attempt_seq END,
+		last_offset = greatest(c.last_offset, b.last_offset)
+	FROM handoff h JOIN bumped b ON b.id = h.pid, queues q
+	WHERE h.ext IS NOT NULL AND NOT h.auto AND c.partition_id = h.pid AND c.consumer_group = h.grp AND q.id = c.queue_id
+	  AND (c.lease_id = h.ext AND c.lease_owner = h.owner AND c.lease_to = b.base AND c.lease_expires_at > now()
+	       AND NOT coalesce(c.follow_lease = c.lease_id, false)
+	       OR c.lease_id IS NULL AND c.cursor = b.base AND c.done = '{}')
+	  AND q.delayed_processing = 0 AND q.window_buffer = 0
+	  AND NOT EXISTS (SELECT 1 FROM lk WHERE lk.partition_id = c.partition_id AND lk.consumer_group = c.consumer_group)
+	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)
+	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto,
+		(c.lease_id = h.ext)::int AS ext
+), hand AS (
+	SELECT h.*, 0 AS ext FROM handed h UNION ALL SELECT * FROM extended UNION ALL SELECT * FROM followed
+	UNION ALL SELECT * FROM renewed
 ), woke AS (
 	UPDATE consumers c SET last_offset = b.last_offset
 	FROM lk JOIN bumped b ON b.id = lk.partition_id
 	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND c.last_offset < b.last_offset
+	  AND NOT lk.closing AND NOT lk.renewing
 	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)
 ), inserted AS (
 	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload, queue_id, follow_xid)
@@ -650,17 +754,17 @@ WITH input AS (
 )
 SELECT 0, d.ord, d.id::text, '', 0::bigint, 0::bigint, NULL::timestamptz FROM dups d
 UNION ALL
-SELECT 1, 0, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FROM handed h
+SELECT 1, h.ext, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FROM hand h
 UNION ALL
 SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
-WHERE EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
+WHERE EXISTS (SELECT 1 FROM hand h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
 
 // queue adds the push's two statements to b; owner names the owner of a
 // lease it hands off (Store.leaseOwner).
 func (p *pushPlan) queue(b *pgx.Batch, owner func(stream bool) string) {
 	b.Queue(pushLockSQL, p.partIDs)
-	hp, hg, hl, hn, hs, ha, ho := p.handOffArgs(owner)
-	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha)
+	hp, hg, hl, hn, hs, ha, ho, he, hf := p.handOffArgs(owner)
+	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha, he, hf)
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {
@@ -693,7 +797,7 @@ func (p *pushPlan) read(br pgx.BatchResults) error {
 			if p.handed == nil {
 				p.handed = map[consumerKey]handedLease{}
 			}
-			p.handed[consumerKey{id, group}] = handedLease{from, to}
+			p.handed[consumerKey{id, group}] = handedLease{from, to, ord == 1}
 		case 2:
 			if p.created == nil {
 				p.created = map[string]map[int64]time.Time{}

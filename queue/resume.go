@@ -26,9 +26,9 @@ type ResumeResult struct {
 	Acked   int // messages acknowledged by the mark
 }
 
-const resumeLockSQL = `-- herald:resume_lock
+var resumeLockSQL = `-- herald:resume_lock
 SELECT c.partition_id::text, c.cursor, c.done, coalesce(c.lease_id::text, ''),
-       coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.attempts, c.attempt_seq, q.name, p.name,
+       coalesce(c.lease_from, 0), coalesce(` + leaseEnd("c") + `, 0), c.attempts, c.attempt_seq, q.name, p.name,
        coalesce(c.lease_subject, '')
 FROM (SELECT DISTINCT pid::uuid AS pid FROM unnest($1::text[]) AS k(pid)) k
 JOIN consumers c ON c.partition_id = k.pid AND c.consumer_group = $2
@@ -125,8 +125,13 @@ func (s *Store) ResumeLeases(ctx context.Context, group string, marks []LeaseMar
 // that holds messages under a lease needs it.
 type HeldLease struct {
 	LeaseID string // "" when no live lease
-	cursor  int64
-	done    []int64
+	// Lapsed: the row's lease followed its partition and has expired (its
+	// consumer stopped acking); HeldLeases brought the row's copy of the
+	// partition's last offset up, so the messages pushes handed that lease
+	// are ready for a pop again: wake the partition.
+	Lapsed bool
+	cursor int64
+	done   []int64
 }
 
 // Finished reports whether offset is acknowledged for the group.
@@ -134,6 +139,26 @@ func (h HeldLease) Finished(offset int64) bool {
 	st := cursorState{cursor: h.cursor, done: h.done}
 	return st.isDone(offset)
 }
+
+// heldLeasesSQL reads HeldLeases' rows. An expired lease that followed its
+// partition (pushes handed it messages without writing the row, so the
+// row's copy of last_offset may not show them) gets the copy brought up,
+// as a push would have: a row another holds is skipped (its holder marks
+// it). $1 partition ids, $2 group.
+const heldLeasesSQL = `-- herald:held_leases
+WITH lapsed AS (
+	UPDATE consumers c SET last_offset = p.last_offset
+	FROM partitions p
+	WHERE c.partition_id = ANY($1::uuid[]) AND c.consumer_group = $2 AND p.id = c.partition_id
+	  AND c.follow_lease = c.lease_id AND c.lease_expires_at <= now() AND c.last_offset < p.last_offset
+	  AND c.ctid IN (SELECT c2.ctid FROM consumers c2 WHERE c2.partition_id = ANY($1::uuid[]) AND c2.consumer_group = $2
+	                 AND c2.follow_lease = c2.lease_id AND c2.lease_expires_at <= now() FOR NO KEY UPDATE SKIP LOCKED)
+	RETURNING c.partition_id
+)
+SELECT c.partition_id::text, c.cursor, c.done,
+       CASE WHEN c.lease_expires_at > now() THEN coalesce(c.lease_id::text, '') ELSE '' END,
+       EXISTS (SELECT 1 FROM lapsed l WHERE l.partition_id = c.partition_id)
+FROM consumers c WHERE c.partition_id = ANY($1::uuid[]) AND c.consumer_group = $2`
 
 // HeldLeases reads the live lease and the acknowledged offsets of group on
 // each partition, keyed by partition id. A partition without a consumer row
@@ -146,10 +171,7 @@ func (s *Store) HeldLeases(ctx context.Context, group string, partitionIDs []str
 	if len(partitionIDs) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `-- herald:held_leases
-		SELECT partition_id::text, cursor, done,
-		       CASE WHEN lease_expires_at > now() THEN coalesce(lease_id::text, '') ELSE '' END
-		FROM consumers WHERE partition_id = ANY($1::uuid[]) AND consumer_group = $2`, partitionIDs, group)
+	rows, err := s.pool.Query(ctx, heldLeasesSQL, partitionIDs, group)
 	if err != nil {
 		return nil, fmt.Errorf("reading leases: %w", err)
 	}
@@ -157,7 +179,7 @@ func (s *Store) HeldLeases(ctx context.Context, group string, partitionIDs []str
 	for rows.Next() {
 		var pid string
 		var h HeldLease
-		if err := rows.Scan(&pid, &h.cursor, &h.done, &h.LeaseID); err != nil {
+		if err := rows.Scan(&pid, &h.cursor, &h.done, &h.LeaseID, &h.Lapsed); err != nil {
 			return nil, fmt.Errorf("reading leases: %w", err)
 		}
 		out[pid] = h

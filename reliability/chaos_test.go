@@ -306,22 +306,49 @@ type okAck struct {
 // once allows that (a consumer's ack answered late, on a loaded machine or
 // across a database restart, reaches the server after another consumer was
 // given the message again and acked it; an ack of a message done answers
-// success). A lease runs leaseTime from the time in its id (a UUIDv7 the
-// server makes before the statement that sets the lease's end), so a
-// delivery got before then is one the server made under a live lease. Two
-// acks under one lease are never allowed.
-func afterLeaseEnded(oks []okAck) bool {
+// success). Two acks under one lease are never allowed.
+//
+// A lease's time starts when it is taken and again whenever the server
+// renews it: a push handing it more messages (an extension, or a following
+// lease with less than half its time left) and an ack under a following
+// lease. Each of these is seen by a consumer after the server did it (a
+// delivery under the lease, an ack's answer: renewals, per lease), so a
+// lease ends at the latest leaseTime after the last of them, or after the
+// time in its id (a UUIDv7 the server makes before the statement that takes
+// it) when none was seen. One seen only after the next delivery may have
+// been made by the server just before it: then the lease may have lasted
+// until leaseTime after that delivery, which is not allowed.
+func afterLeaseEnded(oks []okAck, renewals map[string][]time.Time) bool {
 	if len(oks) < 2 {
 		return false
 	}
 	oks = byGot(oks)
 	for i := 1; i < len(oks); i++ {
-		made, ok := uuidTime(oks[i-1].lease)
-		if !ok || oks[i].lease == oks[i-1].lease || oks[i].got.Before(made.Add(leaseTime*time.Second)) {
+		end, ok := leaseEndBound(oks[i-1].lease, renewals, oks[i].got)
+		if !ok || oks[i].lease == oks[i-1].lease || oks[i].got.Before(end) {
 			return false
 		}
 	}
 	return true
+}
+
+// leaseEndBound is the latest a lease can have run out, as seen from a
+// delivery at next (afterLeaseEnded): leaseTime after its id's time or the
+// last of its renewals, one seen after next counting as next.
+func leaseEndBound(lease string, renewals map[string][]time.Time, next time.Time) (time.Time, bool) {
+	last, ok := uuidTime(lease)
+	if !ok {
+		return time.Time{}, false
+	}
+	for _, at := range renewals[lease] {
+		if at.After(next) {
+			at = next
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last.Add(leaseTime * time.Second), true
 }
 
 // byGot is a copy of oks in the order their consumers got them.
@@ -355,6 +382,52 @@ type record struct {
 	worst      time.Duration
 	unknownWhy map[string]int      // why an ack's outcome is unknown
 	trail      map[string][]string // group/txid → what happened, for a failure's report; nil: not kept
+	// seen: group/lease → what a consumer saw under the lease that the
+	// server may have renewed it with (renewalsOf): each delivery (tx "")
+	// and each ack answered with success or not answered.
+	seen map[string][]leaseEvent
+}
+
+// leaseEvent is a delivery under a lease (tx "") or an ack of tx under it,
+// at the time a consumer saw it.
+type leaseEvent struct {
+	tx string
+	at time.Time
+}
+
+// renewalsOf gives, per lease of group, the times a consumer saw what may
+// have renewed it: every delivery under it, and every ack under it but
+// those of a message delivered again later (by got) under another lease and
+// acked there: such an ack reached the server after the lease had ended
+// (had it come while the lease held the message, the message would have
+// been done and never delivered again), so it renewed nothing. Called with
+// r.mu.
+func (r *record) renewalsOf(group string) map[string][]time.Time {
+	out := map[string][]time.Time{}
+	for k, evs := range r.seen {
+		g, lease, _ := strings.Cut(k, "/")
+		if g != group {
+			continue
+		}
+		for _, ev := range evs {
+			if ev.tx != "" {
+				if oks := byGot(r.oks[group][ev.tx]); len(oks) > 0 && oks[len(oks)-1].lease != lease {
+					continue
+				}
+			}
+			out[lease] = append(out[lease], ev.at)
+		}
+	}
+	return out
+}
+
+// sawUnder notes an event a consumer of group saw under lease (renewalsOf).
+// Called with r.mu.
+func (r *record) sawUnder(group, lease, tx string, at time.Time) {
+	if lease == "" {
+		return // autoAck: no lease
+	}
+	r.seen[group+"/"+lease] = append(r.seen[group+"/"+lease], leaseEvent{tx, at})
 }
 
 // trailMax: above this many messages the per-message trail is not kept (a
@@ -372,7 +445,8 @@ func (r *record) note(group, tx, what string) {
 
 func newRecord(n int) *record {
 	r := &record{acked: map[string]map[string]int{}, oks: map[string]map[string][]okAck{}, uncertain: map[string]map[string]bool{},
-		order: map[string]map[string][]ackEvent{}, failed: map[string]map[string]int{}, unknownWhy: map[string]int{}}
+		order: map[string]map[string][]ackEvent{}, failed: map[string]map[string]int{}, unknownWhy: map[string]int{},
+		seen: map[string][]leaseEvent{}}
 	if n <= trailMax {
 		r.trail = map[string][]string{}
 	}
@@ -389,6 +463,7 @@ func (r *record) delivered(m *msg) {
 	lat := time.Since(m.CreatedAt)
 	r.mu.Lock()
 	r.deliveries++
+	r.sawUnder(m.ConsumerGroup, m.LeaseID, "", m.got)
 	if lat > r.worst {
 		r.worst = lat
 	}
@@ -406,8 +481,12 @@ const (
 
 func (r *record) settled(group string, m *msg, seq int64, o outcome) {
 	r.note(group, m.TransactionID, fmt.Sprintf("ack#%d:%s lease=%s", seq, [...]string{"ok", "refused", "unknown"}[o], m.LeaseID))
+	at := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if o != ackRefused {
+		r.sawUnder(group, m.LeaseID, m.TransactionID, at)
+	}
 	switch o {
 	case ackOK:
 		r.acked[group][m.TransactionID]++
@@ -503,6 +582,7 @@ func (c *consumer) ackHTTP(ctx context.Context, r *record, base string, m *msg, 
 
 // handle processes one message: fail it on purpose, or ack it.
 func (c *consumer) handle(ctx context.Context, r *record, base string, m *msg) (stop bool, o outcome) {
+	r.note(c.group, m.TransactionID, c.name+"@"+time.Now().Format("15:04:05.000"))
 	r.delivered(m)
 	if c.failFifth && m.Data.N%5 == 0 {
 		r.failedOnPurpose(c.group, m)
@@ -634,6 +714,7 @@ func (c *consumer) ws(ctx context.Context, r *record, cl *cluster, home int) {
 			m := msg{TransactionID: cm.TransactionID, PartitionID: cm.PartitionID, LeaseID: cm.LeaseID, ConsumerGroup: c.group,
 				Partition: cm.Partition, Offset: cm.Offset, CreatedAt: cm.CreatedAt, RetryCount: cm.RetryCount}
 			_ = json.Unmarshal(cm.Data, &m.Data)
+			r.note(c.group, m.TransactionID, c.name+"@"+time.Now().Format("15:04:05.000"))
 			r.delivered(&m)
 			if c.disconnect.CompareAndSwap(true, false) {
 				cancel() // this message and the rest of the delivery come again
@@ -667,7 +748,10 @@ func sleep(ctx context.Context, d time.Duration) {
 // ---- the run ----
 
 // The verdict's one allowance for a message acked twice: delivered again
-// only after the lease it was first delivered under had run out.
+// only after the lease it was first delivered under had run out, counted
+// from the last time the server may have renewed that lease as its
+// consumers saw it (a delivery under it, an ack's answer), not only from
+// the time the lease was taken.
 func TestChaosVerdict_AckedAgainOnlyAfterTheLeaseRanOut(t *testing.T) {
 	made := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
 	lease := func(at time.Time, tail string) string {
@@ -676,22 +760,56 @@ func TestChaosVerdict_AckedAgainOnlyAfterTheLeaseRanOut(t *testing.T) {
 	}
 	a, b := lease(made, "00000000000a"), lease(made.Add(leaseTime*time.Second), "00000000000b")
 	ran := made.Add(leaseTime * time.Second)
+	got := made.Add(time.Millisecond) // a's delivery reached its consumer
+	seenA := map[string][]time.Time{a: {got}}
 	for _, c := range []struct {
-		name string
-		oks  []okAck
-		want bool
+		name     string
+		oks      []okAck
+		renewals map[string][]time.Time
+		want     bool
 	}{
-		{"once", []okAck{{a, made}}, false},
-		{"again after the lease ran out", []okAck{{a, made.Add(time.Millisecond)}, {b, ran.Add(time.Millisecond)}}, true},
-		{"answered in either order", []okAck{{b, ran.Add(time.Second)}, {a, made}}, true},
-		{"again while the lease was live", []okAck{{a, made}, {b, ran.Add(-time.Millisecond)}}, false},
-		{"twice under one lease", []okAck{{a, made}, {a, ran.Add(time.Second)}}, false},
-		{"a lease id that says no time", []okAck{{"not-a-uuid", made}, {b, ran.Add(time.Hour)}}, false},
+		{"once", []okAck{{a, got}}, seenA, false},
+		{"again after the lease ran out", []okAck{{a, got}, {b, ran.Add(time.Millisecond)}}, seenA, true},
+		{"answered in either order", []okAck{{b, ran.Add(time.Second)}, {a, got}}, seenA, true},
+		{"again while the lease was live", []okAck{{a, got}, {b, ran.Add(-time.Millisecond)}}, seenA, false},
+		{"twice under one lease", []okAck{{a, got}, {a, ran.Add(time.Second)}}, seenA, false},
+		{"a lease id that says no time", []okAck{{"not-a-uuid", got}, {b, ran.Add(time.Hour)}}, nil, false},
+		{"again before leaseTime after the lease's delivery", []okAck{{a, got}, {b, ran}}, seenA, false},
+		{"again before leaseTime after a renewal of the lease (an ack's answer, a later push's delivery)",
+			[]okAck{{a, got}, {b, ran.Add(time.Second)}}, map[string][]time.Time{a: {got, made.Add(2 * time.Second)}}, false},
+		{"again after leaseTime after the last renewal", []okAck{{a, got}, {b, ran.Add(2 * time.Second)}},
+			map[string][]time.Time{a: {got, made.Add(2 * time.Second)}}, true},
+		{"a renewal seen only after the next delivery", []okAck{{a, got}, {b, ran.Add(time.Minute)}},
+			map[string][]time.Time{a: {got, ran.Add(2 * time.Minute)}}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			assert.Equal(t, c.want, afterLeaseEnded(c.oks))
+			assert.Equal(t, c.want, afterLeaseEnded(c.oks, c.renewals))
 		})
 	}
+}
+
+// An ack under a lease of a message delivered again later under another
+// lease and acked there renewed nothing (it reached the server after the
+// lease ended); every other ack and every delivery under a lease may have.
+func TestChaosVerdict_RenewalsLeaveOutAcksOfAMessageDeliveredAgain(t *testing.T) {
+	r := newRecord(10)
+	t0 := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, d := range []struct {
+		lease, tx string
+		got, ack  int
+	}{
+		{"A", "m1", 0, 10},   // acked under A while A held it
+		{"A", "m2", 1, 6000}, // answered late: m2 came again under B
+		{"B", "m2", 5000, 5010},
+	} {
+		r.oks["g1"][d.tx] = append(r.oks["g1"][d.tx], okAck{d.lease, at(d.got)})
+		r.sawUnder("g1", d.lease, "", at(d.got))
+		r.sawUnder("g1", d.lease, d.tx, at(d.ack))
+	}
+	got := r.renewalsOf("g1")
+	assert.Equal(t, []time.Time{at(0), at(10), at(1)}, got["A"], "A's deliveries and its ack of m1, not of m2")
+	assert.Equal(t, []time.Time{at(5000), at(5010)}, got["B"])
 }
 
 func TestChaos(t *testing.T) {
@@ -887,22 +1005,29 @@ func TestChaos(t *testing.T) {
 	for _, g := range groups {
 		twice, late, missing, dlqAndAcked, earlyDLQ := 0, 0, 0, 0, 0
 		lateLeases := map[string]bool{} // txid + lease: a late ack, left out of the order check
+		renewals := r.renewalsOf(g)
 		for k := range n {
 			tx := fmt.Sprintf("m-%07d", k)
 			acks := r.acked[g][tx]
 			_, inDLQ := dlq[g][tx]
 			switch {
-			case acks > 1 && afterLeaseEnded(r.oks[g][tx]):
+			case acks > 1 && afterLeaseEnded(r.oks[g][tx], renewals):
 				// At least once: delivered again after its lease ran out,
 				// while the first consumer's ack was still on its way; that
 				// ack's success is the idempotent answer for a message done.
 				late++
+				oks := byGot(r.oks[g][tx])
 				if late <= 3 {
-					t.Logf("%s/%s acked again after its lease ran out (allowed): %v", g, tx, r.trail[g+"/"+tx])
+					var ends []string
+					for i, a := range oks[:len(oks)-1] {
+						end, _ := leaseEndBound(a.lease, renewals, oks[i+1].got)
+						ends = append(ends, fmt.Sprintf("%s ran out by %s (%d renewals seen)", a.lease,
+							end.Format("15:04:05.000"), len(renewals[a.lease])))
+					}
+					t.Logf("%s/%s acked again after its lease ran out (allowed): %v; %v", g, tx, ends, r.trail[g+"/"+tx])
 				}
 				// The acks under the leases that ran out are out of step
 				// with the partition's order; the last delivery's is not.
-				oks := byGot(r.oks[g][tx])
 				for _, a := range oks[:len(oks)-1] {
 					lateLeases[tx+a.lease] = true
 				}
@@ -942,6 +1067,7 @@ func TestChaos(t *testing.T) {
 					misordered++
 					if misordered <= 5 {
 						t.Logf("%s/%s: offset %d (%s) acked after %d (%s)", g, p, evs[i].offset, evs[i].tx, evs[i-1].offset, evs[i-1].tx)
+						t.Logf("  %s: %v; %s: %v", evs[i].tx, r.trail[g+"/"+evs[i].tx], evs[i-1].tx, r.trail[g+"/"+evs[i-1].tx])
 					}
 				}
 			}

@@ -1,0 +1,419 @@
+package poller_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldmq/herald/poller"
+	"github.com/heraldmq/herald/queue"
+)
+
+// extendingStream subscribes a stream that a push may extend the lease of
+// (as a WebSocket subscription is) to queue q, and has it hold partition
+// p's lease over message 1: the first delivery, not acked.
+func extendingStream(t *testing.T, e *env, q string) (*poller.Intention, <-chan *queue.PopResult, *queue.PopResult) {
+	t.Helper()
+	in, got := e.subscribe(poller.Intention{Target: queue.Target{Queue: q}, Batch: 10, Credit: 100, Extend: true})
+	e.push(q, "p", 1, 1)
+	first := receive1(t, got)
+	require.Equal(t, []int{1}, ns(first))
+	require.NotEmpty(t, first.LeaseID)
+	return in, got, first
+}
+
+// stickyFollow keeps an idle following lease a minute (Config.FollowIdle),
+// so that a test's next push after its acks finds it on a busy machine.
+func stickyFollow(c *poller.Config) { c.FollowIdle = time.Minute }
+
+// followingStream is extendingStream whose lease follows the partition, all
+// it holds acked: a second push extends it (or the first push's hand-off
+// made it follow), and both messages are acked.
+func followingStream(t *testing.T, e *env, q string) (*poller.Intention, <-chan *queue.PopResult, string) {
+	t.Helper()
+	in, got, first := extendingStream(t, e, q)
+	return in, got, follow(t, e, q, in, got, first)
+}
+
+// follow has the stream in, which holds first's lease, follow the
+// partition: see followingStream. It returns the lease.
+func follow(t *testing.T, e *env, q string, in *poller.Intention, got <-chan *queue.PopResult, first *queue.PopResult) string {
+	t.Helper()
+	e.push(q, "p", 2, 2)
+	second := receive1(t, got)
+	require.Equal(t, first.LeaseID, second.LeaseID, "extended over the second push")
+	r := ackAs(t, e, in, queue.StatusCompleted, first.Messages[0], second.Messages[0])
+	require.True(t, r[0].Success && r[1].Success && !r[1].LeaseReleased, "the lease stays, following: %+v", r)
+	return first.LeaseID
+}
+
+// ackAs acknowledges msgs with status under the lease each names and does
+// what the gateway does after: a released lease is told to the poller
+// (and its partition woken when messages wait), the credit comes back.
+func ackAs(t *testing.T, e *env, in *poller.Intention, status queue.AckStatus, msgs ...queue.Message) []queue.AckResult {
+	t.Helper()
+	var acks []queue.Ack
+	for _, m := range msgs {
+		acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID,
+			Group: m.Group, Status: status})
+	}
+	out, err := e.store.Ack(context.Background(), acks)
+	require.NoError(t, err)
+	for i, r := range out {
+		if r.Idle {
+			m := msgs[i]
+			e.p.FollowIdle(m.Queue, m.Partition, m.PartitionID, m.Group, r.LeaseID)
+		}
+		if !r.LeaseReleased {
+			continue
+		}
+		m := msgs[i]
+		e.p.LeaseReleased(m.Queue, m.Partition, m.PartitionID, m.Group)
+		if r.Pending {
+			e.p.Wake(poller.SourceAck, m.Queue, m.Partition)
+		}
+	}
+	e.p.AddCredit(in, len(msgs))
+	return out
+}
+
+// receiveAcking receives n messages, acking each delivery as it comes
+// (a failed message may come alone, the rest after its ack).
+func receiveAcking(t *testing.T, e *env, in *poller.Intention, got <-chan *queue.PopResult, n int) []queue.Message {
+	t.Helper()
+	var out []queue.Message
+	for len(out) < n {
+		res := receive1(t, got)
+		out = append(out, res.Messages...)
+		for _, r := range ackAs(t, e, in, queue.StatusCompleted, res.Messages...) {
+			require.True(t, r.Success, r.Error)
+		}
+	}
+	return out
+}
+
+// A stream holding a partition gets the partition's next push while its
+// earlier message is still unacked: the push extends the lease over it,
+// with no pop and no pre-flight, and from then on the lease follows the
+// partition: later pushes hand it their messages without writing its
+// consumer row, which an ack holds locked through its commit.
+func TestExtend_StreamHoldingAPartitionGetsItsNextPushBeforeItsAck(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	in, got, first := extendingStream(t, e, "x")
+	e.settled()
+	stats := e.store.QueryStats()
+	before := stats.Snapshot()
+
+	e.push("x", "p", 2, 2)
+	second := receive1(t, got)
+	assert.Equal(t, []int{2}, ns(second))
+	assert.Equal(t, first.LeaseID, second.LeaseID, "under the lease the stream holds")
+	row := consumerRowVersion(t, e, "x")
+	e.push("x", "p", 3, 4)
+	third := receive1(t, got)
+	assert.Equal(t, []int{3, 4}, ns(third))
+	assert.Equal(t, first.LeaseID, third.LeaseID)
+	assert.Equal(t, row, consumerRowVersion(t, e, "x"), "a push to a following lease does not write the consumer row")
+	e.settled()
+	ops := opsBetween(before, stats.Snapshot())
+	assert.Zero(t, ops["pop_assigned"], "no pop: %v", ops)
+	assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
+
+	r := ackAs(t, e, in, queue.StatusCompleted, first.Messages[0], second.Messages[0])
+	assert.True(t, r[0].Success && r[1].Success, "%v", r)
+	assert.False(t, r[1].LeaseReleased, "the lease holds 3 and 4 still")
+	r = ackAs(t, e, in, queue.StatusCompleted, third.Messages...)
+	assert.True(t, r[0].Success && r[1].Success, "%v", r)
+	assert.False(t, r[1].LeaseReleased, "a following lease stays when all it holds is done")
+	e.push("x", "p", 5, 5)
+	fifth := receive1(t, got)
+	assert.Equal(t, []int{5}, ns(fifth))
+	assert.Equal(t, first.LeaseID, fifth.LeaseID, "the next push is handed under it")
+	assert.True(t, ackAs(t, e, in, queue.StatusCompleted, fifth.Messages...)[0].Success)
+}
+
+// consumerRowVersion is the version (xmin, ctid) of queue q's consumer row
+// for partition p and the default group: it changes with every write.
+func consumerRowVersion(t *testing.T, e *env, q string) string {
+	t.Helper()
+	var v string
+	err := e.store.Pool().QueryRow(context.Background(), `SELECT c.xmin::text || c.ctid::text FROM consumers c
+		JOIN partitions p ON p.id = c.partition_id JOIN queues qu ON qu.id = p.queue_id
+		WHERE qu.name = $1 AND p.name = 'p' AND c.consumer_group = $2`, q, queue.DefaultGroup).Scan(&v)
+	require.NoError(t, err)
+	return v
+}
+
+// A nack under an extended lease gives back from the first unacked
+// message, as for any lease: what followed it comes again in order, the
+// failed one with its attempt counted, and acks under the ended lease are
+// refused.
+func TestExtend_NackRedeliversFromTheFirstUnacked(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	in, got, first := extendingStream(t, e, "x")
+	e.push("x", "p", 2, 2)
+	second := receive1(t, got)
+	e.push("x", "p", 3, 3)
+	third := receive1(t, got)
+	require.Equal(t, first.LeaseID, third.LeaseID)
+
+	require.True(t, ackAs(t, e, in, queue.StatusCompleted, first.Messages[0])[0].Success)
+	r := ackAs(t, e, in, queue.StatusFailed, second.Messages[0])
+	require.True(t, r[0].Success, r[0].Error)
+	assert.True(t, r[0].LeaseReleased, "the nack ends the lease")
+	r = ackAs(t, e, in, queue.StatusCompleted, third.Messages[0])
+	assert.Equal(t, queue.ErrTextInvalidLease, r[0].Error, "3 was extended over the ended lease")
+
+	again := receiveAcking(t, e, in, got, 2)
+	assert.Equal(t, []int{2, 3}, ns(&queue.PopResult{Messages: again}), "from the first unacked, in order")
+	assert.Equal(t, 1, again[0].RetryCount, "the nack counted an attempt")
+	assert.NotEqual(t, first.LeaseID, again[0].LeaseID, "under a new lease")
+}
+
+// An extended lease that expires (its consumer stopped acking) gives back
+// from its first unacked message, as any lease: everything it was extended
+// over comes again, in order, with an attempt counted.
+func TestExtend_ExpiryRedeliversFromTheFirstUnacked(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	_, err := e.store.Configure(context.Background(), queue.ConfigureRequest{Queue: "x", Options: []byte(`{"leaseTime":1}`)})
+	require.NoError(t, err)
+	in, got, first := extendingStream(t, e, "x")
+	e.push("x", "p", 2, 2)
+	second := receive1(t, got)
+	require.Equal(t, first.LeaseID, second.LeaseID)
+	// The stream looks again, as a WebSocket session's lease check has it
+	// do: its pre-flight finds the partition blocked until the lease's
+	// expiry, which arms the poller's timer (no ack ever comes).
+	e.p.AddCredit(in, 0)
+
+	again := receiveAcking(t, e, in, got, 2)
+	assert.Equal(t, []int{1, 2}, ns(&queue.PopResult{Messages: again}))
+	assert.Equal(t, 1, again[0].RetryCount, "the expiry counted an attempt")
+	assert.NotEqual(t, first.LeaseID, again[0].LeaseID)
+}
+
+// Two pushes extending one stream's lease at once reach it in offset
+// order: the later one's answer, come first, waits for the earlier's
+// delivery.
+func TestExtend_TwoPushesInFlightAreDeliveredInOrder(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	_, got, _ := extendingStream(t, e, "x")
+	e.settled()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once bool
+	t.Cleanup(e.p.AfterSettle(func() {
+		if !once {
+			once = true // only the first push's Settle runs the hook: the second parks before it
+			close(entered)
+			<-release
+		}
+	}))
+	pushed := make(chan struct{})
+	go func() {
+		defer close(pushed)
+		e.push("x", "p", 2, 2)
+	}()
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first push's hand-off was not settled")
+	}
+	e.push("x", "p", 3, 3) // its Settle comes while 2's delivery waits
+	select {
+	case res := <-got:
+		t.Fatalf("delivered %v before 2", ns(res))
+	default:
+	}
+	close(release)
+	<-pushed
+	assert.Equal(t, []int{2}, ns(receive1(t, got)))
+	assert.Equal(t, []int{3}, ns(receive1(t, got)))
+}
+
+// A message pushed where no hand-off reserved it (another instance) is
+// never extended over: a later push here is not handed past it, and both
+// come in order once the stream's lease ends.
+func TestExtend_PushElsewhereStopsTheExtensionUntilTheLeaseEnds(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	in, got, first := extendingStream(t, e, "x")
+	e.store.SetHandOff(nil) // a push through another instance
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "x", Partition: "p", Payload: []byte(`{"n":2}`)}})
+	require.NoError(t, err)
+	e.store.SetHandOff(e.p)
+	e.push("x", "p", 3, 3)
+	select {
+	case res := <-got:
+		t.Fatalf("delivered %v while 1's lease holds", ns(res))
+	case <-time.After(300 * time.Millisecond):
+	}
+	r := ackAs(t, e, in, queue.StatusCompleted, first.Messages[0])
+	require.True(t, r[0].LeaseReleased && r[0].Pending, "%+v", r[0])
+	var next []queue.Message
+	for len(next) < 2 {
+		next = append(next, receive1(t, got).Messages...)
+	}
+	assert.Equal(t, []int{2, 3}, ns(&queue.PopResult{Messages: next}))
+}
+
+// A following lease that expires after its last ack (its consumer stopped
+// acking) counts an attempt on the first message a push handed it since,
+// which the database's lease_to does not reach, and gives it back: the
+// lease's end is read as the partition's last offset. The session's lease
+// check (HeldLeases) brings the row's copy up and wakes the partition, as
+// the WebSocket session does.
+func TestExtend_ExpiryCountsAnAttemptOnAMessageHandedSinceTheLastAck(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	_, err := e.store.Configure(context.Background(), queue.ConfigureRequest{Queue: "x", Options: []byte(`{"leaseTime":1}`)})
+	require.NoError(t, err)
+	_, got, lease := followingStream(t, e, "x")
+	e.push("x", "p", 3, 3)
+	third := receive1(t, got)
+	require.Equal(t, lease, third.LeaseID, "handed under the following lease")
+
+	var again *queue.PopResult
+	deadline := time.Now().Add(10 * time.Second)
+	for again == nil && time.Now().Before(deadline) {
+		held, err := e.store.HeldLeases(context.Background(), queue.DefaultGroup, []string{third.PartitionID})
+		require.NoError(t, err)
+		if held[third.PartitionID].Lapsed {
+			e.p.Wake(poller.SourceAck, "x", "p")
+		}
+		select {
+		case again = <-got:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	require.NotNil(t, again, "message 3 came back after the lease's expiry")
+	assert.Equal(t, []int{3}, ns(again))
+	assert.Equal(t, 1, again.Messages[0].RetryCount, "the expiry counted an attempt on it")
+	assert.NotEqual(t, lease, again.LeaseID)
+}
+
+// A stream that ends gives back, with its following lease, the messages
+// pushes handed it without writing its row: they are ready for any
+// consumer at once, not when a repair finds them.
+func TestExtend_StreamEndGivesBackWhatFollowingPushesHandedIt(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	got := make(chan *queue.PopResult, 100)
+	in := &poller.Intention{Target: queue.Target{Queue: "x"}, Batch: 10, Credit: 100, Extend: true, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}
+	cancel := e.p.Register(in)
+	e.push("x", "p", 1, 1)
+	first := receive1(t, got)
+	lease := follow(t, e, "x", in, got, first)
+	e.push("x", "p", 3, 3)
+	third := receive1(t, got)
+	require.Equal(t, lease, third.LeaseID)
+	cancel()                                                              // the stream ends
+	require.NoError(t, e.store.ReleaseLease(context.Background(), lease)) // and the gateway gives its leases back
+
+	res, err := e.store.Pop(context.Background(), queue.PopRequest{Queue: "x", Batch: 10})
+	require.NoError(t, err)
+	assert.Equal(t, []int{3}, ns(res), "the released message is ready for the group's next pop")
+}
+
+// A push through another instance ends an idle following lease (all it
+// holds acked) in its own statement: its message is popped for the stream
+// under a new lease, with no wait for the lease's time.
+func TestExtend_PushElsewhereEndsAnIdleFollowingLease(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	_, got, lease := followingStream(t, e, "x")
+	e.store.SetHandOff(nil) // a push through another instance
+	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "x", Partition: "p", Payload: []byte(`{"n":3}`)}})
+	require.NoError(t, err)
+	e.store.SetHandOff(e.p)
+	e.p.Wake("notify", "x", "p") // its NOTIFY, as pgnotify tells it
+	next := receive1(t, got)
+	assert.Equal(t, []int{3}, ns(next))
+	assert.NotEqual(t, lease, next.LeaseID, "under a new lease")
+}
+
+// A following lease left idle (all it holds acked, no push here since) is
+// given back after Config.FollowIdle: the partition is free for any
+// consumer, and the stream's next push is handed under a new lease.
+func TestExtend_IdleFollowingLeaseIsGivenBack(t *testing.T) {
+	e := newEnv(t, slowSweep, func(c *poller.Config) { c.FollowIdle = 50 * time.Millisecond })
+	_, got, lease := followingStream(t, e, "x")
+	eventually(t, 10*time.Second, func() bool {
+		held, err := e.store.HeldLeases(context.Background(), queue.DefaultGroup, []string{partitionIDOf(t, e, "x")})
+		require.NoError(t, err)
+		for _, h := range held {
+			if h.LeaseID != "" {
+				return false
+			}
+		}
+		return true
+	}, "the idle lease is given back")
+	e.push("x", "p", 3, 3)
+	next := receive1(t, got)
+	assert.Equal(t, []int{3}, ns(next))
+	assert.NotEqual(t, lease, next.LeaseID, "under a new lease")
+}
+
+// partitionIDOf is the id of queue q's partition p.
+func partitionIDOf(t *testing.T, e *env, q string) string {
+	t.Helper()
+	var id string
+	require.NoError(t, e.store.Pool().QueryRow(context.Background(), `SELECT p.id::text FROM partitions p
+		JOIN queues qu ON qu.id = p.queue_id WHERE qu.name = $1 AND p.name = 'p'`, q).Scan(&id))
+	return id
+}
+
+// A push that hands a stream messages under the lease it holds leaves each
+// of them at least half the queue's lease time from its hand-off, however
+// little of the lease was left: a lease with less than that is renewed in
+// the push's statement (its time starts again), as an ack renews it, so a
+// message handed late in a lease is not given back before its consumer
+// could ack it. With more than half left a push to a following lease still
+// only reads the row (TestExtend_StreamHoldingAPartitionGetsItsNextPushBeforeItsAck).
+// Lease time 2 s: the test waits, on the database's clock, until less than
+// 0.9 s of the lease is left, and pushes.
+func TestExtend_HandOffLeavesEachMessageAtLeastHalfItsLeaseTime(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lease func(t *testing.T, e *env) (<-chan *queue.PopResult, string)
+	}{
+		{"lease holding an unacked message", func(t *testing.T, e *env) (<-chan *queue.PopResult, string) {
+			_, got, first := extendingStream(t, e, "x")
+			return got, first.LeaseID
+		}},
+		{"following lease all acked", func(t *testing.T, e *env) (<-chan *queue.PopResult, string) {
+			_, got, lease := followingStream(t, e, "x")
+			return got, lease
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, slowSweep, stickyFollow)
+			ctx := context.Background()
+			_, err := e.store.Configure(ctx, queue.ConfigureRequest{Queue: "x", Options: []byte(`{"leaseTime":2}`)})
+			require.NoError(t, err)
+			got, lease := tc.lease(t, e)
+			pid := partitionIDOf(t, e, "x")
+			left := func() time.Duration {
+				var ms float64
+				require.NoError(t, e.store.Pool().QueryRow(ctx, `SELECT extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000
+					FROM consumers WHERE partition_id = $1::uuid AND consumer_group = $2 AND lease_id = $3::uuid`,
+					pid, queue.DefaultGroup, lease).Scan(&ms))
+				return time.Duration(ms * float64(time.Millisecond))
+			}
+			eventually(t, 10*time.Second, func() bool { return left() < 900*time.Millisecond },
+				"less than half of the lease's time is left")
+
+			var pushedAt time.Time
+			require.NoError(t, e.store.Pool().QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&pushedAt))
+			e.push("x", "p", 9, 9)
+			res := receive1(t, got)
+			require.Equal(t, []int{9}, ns(res))
+			require.Equal(t, lease, res.LeaseID, "handed under the lease the stream holds")
+			var expires time.Time
+			require.NoError(t, e.store.Pool().QueryRow(ctx, `SELECT lease_expires_at FROM consumers
+				WHERE partition_id = $1::uuid AND consumer_group = $2 AND lease_id = $3::uuid`,
+				pid, queue.DefaultGroup, lease).Scan(&expires))
+			assert.GreaterOrEqual(t, expires.Sub(pushedAt), time.Second,
+				"the message handed has at least half the lease time (1 s of 2 s) from its hand-off")
+		})
+	}
+}

@@ -3,7 +3,7 @@
 // read it. Minutes (minutes.go) is one slot per minute for the last 24 h:
 // pushes, pops and their lag, acks, dead letters, transactions, database
 // errors, retention's deletions and the long-polls waiting, by queue, and
-// the gauges Run samples every second (sampler.go: the process's CPU and
+// the gauges Run samples every 2 s (sampler.go: the process's CPU and
 // memory, the database pool, the Go scheduler); a reader sums the slots of
 // a bucket with QueueOps.Add, queue by queue, and Slot.AddInstance, the
 // instance's figures. Rates (rates.go) is each

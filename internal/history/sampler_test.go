@@ -14,7 +14,7 @@ import (
 func TestProcMemory_ReadsTheOpenFileAgainEachTime(t *testing.T) {
 	statm, err := os.Open("/proc/self/statm")
 	require.NoError(t, err, "Linux only, as the sampler's memory gauges")
-	defer statm.Close()
+	defer func() { _ = statm.Close() }()
 	var rss, vsize float64
 	for range 10 {
 		rss, vsize = procMemory(statm)

@@ -67,7 +67,8 @@ type parkedDelivery struct {
 	e    *streamLease
 	res  *queue.PopResult
 	pl   plan
-	done func() // ends the statement's leasing mark once delivered
+	done func()    // ends the statement's leasing mark once delivered
+	at   time.Time // when it was parked (how long a read-back kept it)
 }
 
 // streamFor returns the lease a stream of ks holds on (partition, group),
@@ -317,7 +318,7 @@ func (w *worker) fill(key string, e *streamLease, after, before int64) {
 		p.metrics.handoffs.Inc()
 		w.deliverOne(context.Background(), e.in, res, true, plan{total: len(res.Messages), partitions: 1})
 	}
-	w.handOn(context.Background(), []*streamLease{e}, res)
+	w.handOnAfterRead(context.Background(), e, res, after, before)
 }
 
 // take returns the parked delivery that starts at next, marking e busy.

@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/heraldmq/herald/queue"
 )
@@ -247,7 +248,7 @@ func (t *reservation) order(res *queue.PopResult, unknown bool) (parked, dropped
 			t.stream = nil
 		}
 	case e.busy || e.next == 0 || res.Messages[0].Offset != e.next:
-		e.parked = append(e.parked, parkedDelivery{e: e, res: res, pl: plan{total: t.could, partitions: 1}, done: t.leasing})
+		e.parked = append(e.parked, parkedDelivery{e: e, res: res, pl: plan{total: t.could, partitions: 1}, done: t.leasing, at: time.Now()})
 		w.fillIfDue(t.key, e) // a gap no push under way can fill
 		return true, false, nil
 	default:

@@ -33,6 +33,8 @@ type metrics struct {
 	handoffs   prometheus.Counter
 	latency    prometheus.Histogram
 	orphans    prometheus.Counter
+	// parkedByRead: see handOnAfterRead.
+	parkedByRead prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -62,12 +64,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_orphaned_leases_total",
 			Help: "Lease ids given back because the statement that took them lost its answer (or their release failed)."}),
+		parkedByRead: prometheus.NewCounter(prometheus.CounterOpts{Name: "herald_follow_parked_by_read_total",
+			Help: "Deliveries under a stream's following lease, parked behind offsets not yet delivered, that a read-back of the lease handed on rather than the delivery before them (a gap in the hand-off order). 0 unless a push's answer was lost."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.cycles, m.claims, m.preflight, m.intentions, m.skipped, m.wakeups, m.double, m.delivered, m.handoffs,
-		m.latency, m.orphans} {
+		m.latency, m.orphans, m.parkedByRead} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -51,8 +53,61 @@ func (w *worker) deliverInOrder(ctx context.Context, in *Intention, res *queue.P
 // handOn ends the deliveries of res under es and delivers, in order, the
 // extensions parked behind them (extend.go).
 func (w *worker) handOn(ctx context.Context, es []*streamLease, res *queue.PopResult) {
-	for due := w.endStreams(es, res); len(due) > 0; {
+	w.deliverDue(ctx, w.endStreams(es, res))
+}
+
+// handOnAfterRead is handOn after a read-back of e's lease (worker.fill)
+// over the offsets after after and before before (0: up to its end): a
+// parked delivery it hands on waited for the read, not for the delivery
+// before it: counted (herald_follow_parked_by_read_total) and logged with
+// how long it waited.
+func (w *worker) handOnAfterRead(ctx context.Context, e *streamLease, res *queue.PopResult, after, before int64) {
+	due := w.endStreams([]*streamLease{e}, res)
+	w.noteReadHandOn(e, due, after, before, len(res.Messages))
+	w.deliverDue(ctx, due)
+}
+
+// noteReadHandOn counts and logs the parked delivery a read-back of e's
+// lease over (after, before) that found read messages made due (due[0],
+// if any; those after it are handed on by it), and marks it logged.
+func (w *worker) noteReadHandOn(e *streamLease, due []parkedDelivery, after, before int64, read int) {
+	if len(due) == 0 {
+		return
+	}
+	d := &due[0]
+	w.p.metrics.parkedByRead.Inc()
+	waited := time.Since(d.at)
+	w.p.log.WithLevel(waitLevel(waited)).Str("lease", e.lease).Str("partition_id", e.partitionID).
+		Int64("after", after).Int64("before", before).Int("read", read).
+		Int64("parked_from", d.res.Messages[0].Offset).Dur("waited", waited).
+		Msg("a parked delivery under a following lease was handed on by a read-back of its lease")
+	d.at = time.Time{} // logged
+}
+
+// parkedLong is how long a parked delivery waits before its hand-on is
+// logged as a warning: a stall its consumer sees.
+const parkedLong = 250 * time.Millisecond
+
+// waitLevel is the level a parked delivery's wait of d is logged at.
+func waitLevel(d time.Duration) zerolog.Level {
+	if d >= parkedLong {
+		return zerolog.WarnLevel
+	}
+	return zerolog.InfoLevel
+}
+
+// deliverDue delivers due, the parked deliveries endStreams found due, in
+// order, and those each hands on in turn. One that waited parkedLong or
+// more is logged.
+func (w *worker) deliverDue(ctx context.Context, due []parkedDelivery) {
+	for len(due) > 0 {
 		d := due[0]
+		if !d.at.IsZero() {
+			if waited := time.Since(d.at); waited >= parkedLong {
+				w.p.log.Warn().Str("lease", d.e.lease).Int64("parked_from", d.res.Messages[0].Offset).Dur("waited", waited).
+					Msg("a parked delivery under a following lease waited long for the delivery before it")
+			}
+		}
 		w.p.metrics.handoffs.Inc()
 		w.deliverOne(ctx, d.e.in, d.res, true, d.pl)
 		d.done()

@@ -146,8 +146,9 @@ func (s *Store) QueueAck(ctx context.Context, acks []Ack) (*PendingAck, error) {
 	if err := normalizeAcks(acks); err != nil {
 		return nil, err
 	}
-	req := ackReq{acks: acks, keys: make([]consumerKey, 0, 1)}
+	req := ackReq{acks: acks, keys: make([]consumerKey, 0, 1), plain: true}
 	for _, a := range acks {
+		req.plain = req.plain && a.LeaseID != "" && (a.Status == StatusCompleted || a.Status == StatusSuccess)
 		if !ValidUUID(a.PartitionID) {
 			continue // locks nothing
 		}
@@ -162,9 +163,12 @@ func (s *Store) QueueAck(ctx context.Context, acks []Ack) (*PendingAck, error) {
 
 // ackReq is one Ack call waiting to be merged: its items, and the
 // (partition, group) pairs they lock, in no order, possibly repeated.
+// plain: every item completes a message under the lease it names, so the
+// call ends no lease but by finishing it (see ackBatcher).
 type ackReq struct {
-	acks []Ack
-	keys []consumerKey
+	acks  []Ack
+	keys  []consumerKey
+	plain bool
 }
 
 // ackBatcher admits into one transaction only ack requests whose
@@ -186,21 +190,51 @@ type ackReq struct {
 // boundaries inside ackTx instead would mean ending a released lease
 // between two requests on the same row, re-deciding which lease is live
 // for the next one, and folding several requests' states into the row's
-// one update: more code in the path every ack takes, for a case that is
-// rare (one consumer acking one lease from two requests at once) and costs
-// it no more than one batch of waiting.
+// one update: more code in the path every ack takes, for a case (one
+// consumer acking one lease from two requests at once) that is rare but
+// for completions, and costs it no more than one batch of waiting.
+//
+// Except for plain requests (ackReq.plain: completions, each naming its
+// lease), which share a pair with each other: a stream that acks each
+// delivery as it comes (a WebSocket subscription whose lease follows its
+// partition is handed every push, a message or two, and acks each in its
+// own frame) sends one request per push on one pair, and one transaction
+// each, one after the other on the row's lock, bounds the pair's acks to
+// a few hundred a second on a busy machine: its credit runs out and the
+// stream stalls. Their items concatenated compute what each request
+// would alone: a completion changes what a later one sees only by
+// finishing the lease, and then every offset of that lease is done, so
+// an item under it is a repeat (success) either way. The lease stays
+// live for the rest of the batch (it ends after the last item) where a
+// request alone would find it ended: the same answers, but for an item
+// naming an offset outside the lease (ErrTextOutsideLease instead of
+// ErrTextInvalidLease). A request with an item of another status, or
+// naming no lease (it acts under whatever lease is live when it runs),
+// shares no pair; and once a pair's request waits, every later one on the
+// pair waits too (their order).
 type ackBatcher struct {
-	items int
-	first []consumerKey        // the first request's pairs, until a second comes
-	seen  map[consumerKey]bool // every pair offered so far, from the second on
+	items      int
+	first      []consumerKey // the first request's pairs, until a second comes
+	firstPlain bool
+	// seen: every pair offered so far, from the second request on, and
+	// whether only plain requests joined on it (another plain one may).
+	seen map[consumerKey]pairUse
 }
+
+// pairUse is how a pair was offered in a batch so far.
+type pairUse uint8
+
+const (
+	pairShared pairUse = iota + 1 // only plain requests joined on it
+	pairClosed                    // any later request on it waits
+)
 
 // busy marks the pairs of a request still running: a request on one of
 // them runs after it.
 func (b *ackBatcher) busy(r ackReq) {
 	b.remember()
 	for _, k := range r.keys {
-		b.seen[k] = true
+		b.seen[k] = pairClosed
 	}
 }
 
@@ -208,9 +242,13 @@ func (b *ackBatcher) busy(r ackReq) {
 // request (or a running one) is to be compared with them.
 func (b *ackBatcher) remember() {
 	if b.seen == nil {
-		b.seen = make(map[consumerKey]bool, 2*len(b.first))
+		b.seen = make(map[consumerKey]pairUse, 2*len(b.first))
+		use := pairClosed
+		if b.firstPlain {
+			use = pairShared
+		}
 		for _, k := range b.first {
-			b.seen[k] = true
+			b.seen[k] = use
 		}
 	}
 }
@@ -220,19 +258,23 @@ func (b *ackBatcher) offer(r ackReq) verdict {
 		return full
 	}
 	if b.items == 0 && b.seen == nil {
-		b.first, b.items = r.keys, len(r.acks)
+		b.first, b.firstPlain, b.items = r.keys, r.plain, len(r.acks)
 		return join
 	}
 	b.remember()
 	v := join
 	for _, k := range r.keys {
-		if b.seen[k] {
+		if u := b.seen[k]; u == pairClosed || u == pairShared && !r.plain {
 			v = wait
 			break
 		}
 	}
+	use := pairClosed
+	if v == join && r.plain {
+		use = pairShared
+	}
 	for _, k := range r.keys {
-		b.seen[k] = true
+		b.seen[k] = use
 	}
 	if v == join {
 		b.items += len(r.acks)

@@ -334,3 +334,70 @@ func TestAck_QueuedOnOnePairKeepTheirOrder(t *testing.T) {
 		}
 	}
 }
+
+// Completions of one lease queued one after the other (a WebSocket stream
+// acking each delivery of its following lease as it comes: one frame, one
+// call, per push at a thousand a second on one partition) run in one
+// transaction, not one each after the other on the row's lock: the row's
+// ack rate would be one transaction's, and the stream, out of credit,
+// would stall for seconds. Each call is answered as if it ran alone: the
+// completion that finishes the lease releases it, and only that one.
+func TestAck_CompletionsOfOneLeaseQueuedTogetherShareATransaction(t *testing.T) {
+	r := newAckRig(t)
+	const calls = 8
+	msgs := r.lease("shared", calls)
+	release, first := r.holdFirst("blocker")
+	before := r.ackTransactions()
+	outs := make([]<-chan ackOutcome, calls)
+	for i, m := range msgs {
+		outs[i] = r.ackQueued(context.Background(), ackOf(m, queue.StatusCompleted))
+	}
+	release()
+
+	require.NoError(t, r.outcome(first).err)
+	for i, ch := range outs {
+		o := r.outcome(ch)
+		require.NoError(t, o.err, "call %d", i)
+		require.Len(t, o.res, 1)
+		assert.Equal(t, queue.AckResult{Index: 0, TransactionID: msgs[i].TransactionID, Success: true, Queue: "q",
+			Partition: "shared", LeaseReleased: i == calls-1, LeaseID: msgs[i].LeaseID}, o.res[0], "call %d", i)
+	}
+	assert.Equal(t, uint64(2), r.ackTransactions()-before, "the first ack, then the eight completions in one transaction")
+	assert.Equal(t, []string(nil), partitionsOf(r.unacked()), "every ack was applied")
+}
+
+// Only completions naming their lease share a pair's transaction: a call
+// that may give the lease back (failed) runs after the completions queued
+// before it, on its own, and a completion queued after it runs after it,
+// finding the lease it gave back gone; so does an ack naming no lease,
+// which acts on whatever lease is live when it runs.
+func TestAck_CallThatMayGiveTheLeaseBackKeepsItsPlaceAmongCompletions(t *testing.T) {
+	r := newAckRig(t)
+	msgs := r.lease("shared", 4)
+	release, first := r.holdFirst("blocker")
+	before := r.ackTransactions()
+	done := r.ackQueued(context.Background(), ackOf(msgs[0], queue.StatusCompleted))
+	failed := r.ackQueued(context.Background(), ackOf(msgs[1], queue.StatusFailed))
+	after := r.ackQueued(context.Background(), ackOf(msgs[2], queue.StatusCompleted))
+	noLease := ackOf(msgs[3], queue.StatusCompleted)
+	noLease.LeaseID = ""
+	leaseless := r.ackQueued(context.Background(), noLease)
+	release()
+
+	require.NoError(t, r.outcome(first).err)
+	od, of, oa, ol := r.outcome(done), r.outcome(failed), r.outcome(after), r.outcome(leaseless)
+	for _, o := range []ackOutcome{od, of, oa, ol} {
+		require.NoError(t, o.err)
+		require.Len(t, o.res, 1)
+	}
+	assert.True(t, od.res[0].Success)
+	assert.False(t, od.res[0].LeaseReleased)
+	assert.True(t, of.res[0].Success)
+	assert.True(t, of.res[0].LeaseReleased, "the failed item gives the lease back")
+	assert.Equal(t, queue.ErrTextInvalidLease, oa.res[0].Error, "queued after the failed one: its lease is gone")
+	assert.True(t, ol.res[0].Success, "with no lease live, a delivered message's ack applies")
+	assert.Equal(t, uint64(5), r.ackTransactions()-before, "the first ack, then each call on the pair after the one before it")
+
+	again := pop(t, r.s, queue.PopRequest{Queue: "q", Partition: "shared", Batch: 10})
+	assert.Equal(t, []int{2, 3}, payloads(t, again.Messages), "the failed one and the one after it come again")
+}

@@ -87,11 +87,17 @@ func TestPool_RunsEveryJobFedAndReturnsTheFirstErrorOnceAllReturned(t *testing.T
 		boom := errors.New("boom")
 		var mu sync.Mutex
 		ran := map[int]bool{}
+		failed := make(chan struct{}) // closed as the first failing job returns: the later ones return after it
 		p := NewPool(t.Context(), 3, 0, func(_ context.Context, i int) error {
-			time.Sleep(time.Duration(i) * time.Millisecond) // the bubble's clock: the later jobs return last
+			if i > 4 {
+				<-failed
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			ran[i] = true
+			if i == 4 {
+				defer close(failed)
+			}
 			if i >= 4 {
 				return boom
 			}

@@ -74,6 +74,29 @@ func (r *ackRig) ackQueued(ctx context.Context, acks ...queue.Ack) <-chan ackOut
 	return ch
 }
 
+// completeEachWhileHeld queues one completion call per message while a
+// first ack holds the transaction slot, releases it, and returns each
+// call's one result (every call answered without error) and how many ack
+// transactions ran from the first on.
+func (r *ackRig) completeEachWhileHeld(msgs []queue.Message) (res []queue.AckResult, transactions uint64) {
+	r.t.Helper()
+	release, first := r.holdFirst("blocker")
+	before := r.ackTransactions()
+	outs := make([]<-chan ackOutcome, len(msgs))
+	for i, m := range msgs {
+		outs[i] = r.ackQueued(context.Background(), ackOf(m, queue.StatusCompleted))
+	}
+	release()
+	require.NoError(r.t, r.outcome(first).err)
+	for i, ch := range outs {
+		o := r.outcome(ch)
+		require.NoError(r.t, o.err, "call %d", i)
+		require.Len(r.t, o.res, 1, "call %d", i)
+		res = append(res, o.res[0])
+	}
+	return res, r.ackTransactions() - before
+}
+
 // holdFirst leases a message, blocks its row, starts acking it, and waits
 // until that ack is the transaction in flight: calls made until release
 // queue behind it.
@@ -136,23 +159,12 @@ func TestAck_ConcurrentCallsShareTransaction(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = r.lease(fmt.Sprintf("p%d", i), 1)[0]
 	}
-	release, first := r.holdFirst("blocker")
-	before := r.ackTransactions()
-	outs := make([]<-chan ackOutcome, calls)
-	for i, m := range msgs {
-		outs[i] = r.ackQueued(context.Background(), ackOf(m, queue.StatusCompleted))
-	}
-	release()
-
-	require.NoError(t, r.outcome(first).err)
-	for i, ch := range outs {
-		o := r.outcome(ch)
-		require.NoError(t, o.err)
-		require.Len(t, o.res, 1)
+	res, transactions := r.completeEachWhileHeld(msgs)
+	for i, o := range res {
 		assert.Equal(t, queue.AckResult{Index: 0, TransactionID: msgs[i].TransactionID, Success: true, Queue: "q",
-			Partition: fmt.Sprintf("p%d", i), LeaseReleased: true, LeaseID: msgs[i].LeaseID}, o.res[0], "call %d", i)
+			Partition: fmt.Sprintf("p%d", i), LeaseReleased: true, LeaseID: msgs[i].LeaseID}, o, "call %d", i)
 	}
-	assert.Equal(t, uint64(2), r.ackTransactions()-before, "the first ack, then the eight queued calls in one transaction")
+	assert.Equal(t, uint64(2), transactions, "the first ack, then the eight queued calls in one transaction")
 	assert.Equal(t, []string(nil), partitionsOf(r.unacked()), "every ack was applied")
 }
 
@@ -346,23 +358,12 @@ func TestAck_CompletionsOfOneLeaseQueuedTogetherShareATransaction(t *testing.T) 
 	r := newAckRig(t)
 	const calls = 8
 	msgs := r.lease("shared", calls)
-	release, first := r.holdFirst("blocker")
-	before := r.ackTransactions()
-	outs := make([]<-chan ackOutcome, calls)
-	for i, m := range msgs {
-		outs[i] = r.ackQueued(context.Background(), ackOf(m, queue.StatusCompleted))
-	}
-	release()
-
-	require.NoError(t, r.outcome(first).err)
-	for i, ch := range outs {
-		o := r.outcome(ch)
-		require.NoError(t, o.err, "call %d", i)
-		require.Len(t, o.res, 1)
+	res, transactions := r.completeEachWhileHeld(msgs)
+	for i, o := range res {
 		assert.Equal(t, queue.AckResult{Index: 0, TransactionID: msgs[i].TransactionID, Success: true, Queue: "q",
-			Partition: "shared", LeaseReleased: i == calls-1, LeaseID: msgs[i].LeaseID}, o.res[0], "call %d", i)
+			Partition: "shared", LeaseReleased: i == calls-1, LeaseID: msgs[i].LeaseID}, o, "call %d", i)
 	}
-	assert.Equal(t, uint64(2), r.ackTransactions()-before, "the first ack, then the eight completions in one transaction")
+	assert.Equal(t, uint64(2), transactions, "the first ack, then the eight completions in one transaction")
 	assert.Equal(t, []string(nil), partitionsOf(r.unacked()), "every ack was applied")
 }
 

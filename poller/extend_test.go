@@ -417,3 +417,19 @@ func TestExtend_HandOffLeavesEachMessageAtLeastHalfItsLeaseTime(t *testing.T) {
 		})
 	}
 }
+
+// A following lease whose messages are all acked stays held for the next
+// push, but holds nothing: the queue's status (the demo page's "leased")
+// counts no partition under it, as for a group with nothing in flight.
+func TestExtend_AckedFollowingLeaseIsNotCountedAsLeased(t *testing.T) {
+	e := newEnv(t, slowSweep, stickyFollow)
+	followingStream(t, e, "x")
+	pid := partitionIDOf(t, e, "x")
+	held, err := e.store.HeldLeases(context.Background(), queue.DefaultGroup, []string{pid})
+	require.NoError(t, err)
+	require.NotEmpty(t, held[pid].LeaseID, "the following lease is still held")
+	st, err := e.store.QueueStatus(context.Background(), "x")
+	require.NoError(t, err)
+	require.Len(t, st.Groups, 1)
+	assert.Equal(t, queue.GroupStatus{Group: queue.DefaultGroup, Lag: 0, Leased: 0}, st.Groups[0])
+}

@@ -22,7 +22,9 @@ type GroupStatus struct {
 	// Lag is how many pushed messages the group has not finished, over
 	// every partition of the queue (since the group's registration).
 	Lag int64 `json:"lag"`
-	// Leased is how many of its partitions are under a live lease.
+	// Leased is how many of its partitions are under a live lease that
+	// holds messages not finished yet (a following lease whose messages
+	// are all acked stays held for the next push, and holds none).
 	Leased int `json:"leased"`
 }
 
@@ -38,7 +40,7 @@ func (s *Store) QueueStatus(ctx context.Context, name string) (*QueueStatus, err
 		)
 		SELECT '' AS grp, count(*)::int, coalesce(sum(p.last_offset), 0)::bigint, 0 FROM p
 		UNION ALL
-		SELECT c.consumer_group, count(*) FILTER (WHERE c.lease_expires_at > now())::int,
+		SELECT c.consumer_group, count(*) FILTER (WHERE c.lease_expires_at > now() AND c.cursor < p.last_offset)::int,
 		       sum(p.last_offset - c.cursor - cardinality(c.done))::bigint, 1
 		FROM p JOIN consumers c ON c.partition_id = p.id
 		GROUP BY c.consumer_group

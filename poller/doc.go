@@ -129,8 +129,11 @@
 // # Concurrency
 //
 // Goroutines. Run starts one goroutine per worker (Config.Workers, default
-// 2) and returns once they have all returned, after ctx ends; Start runs Run
-// on one more goroutine, which its stop func waits for. A registration that
+// 2) and the orphan releaser's; a lost hand-off's read-back (worker.fill)
+// and an idle following lease's release run on goroutines of their own,
+// started through background.go, which none starts after the poller's
+// stop. Run returns once all of them have returned, after ctx ends; Start
+// runs Run on one more goroutine, which its stop func waits for. A registration that
 // OnPresence calls news arms three time.AfterFuncs (Config.PresenceGrace,
 // 4 and 20 times it) that each mark its queue. Nothing else runs on the poller's own goroutines: there
 // is no goroutine per intention (a long-poll waits on its request's

@@ -68,3 +68,17 @@ func (p *Poller) PendingWhy() string {
 func (w *worker) takesHints(ks *keyState) bool {
 	return slices.ContainsFunc(ks.intentions, func(in *Intention) bool { return !in.gone && (in.Standing || in.ready()) })
 }
+
+// ReadBackGap starts the read-back (worker.fill) of a gap in lease, which
+// in holds on partitionID, as a push whose answer was lost starts it; f
+// runs after each read that failed, until the test ends.
+func (p *Poller) ReadBackGap(in *Intention, partitionID, lease string, f func()) func() {
+	readBackFailed.Store(&f)
+	p.settle(in)
+	w := p.workerFor(in.key)
+	e := &streamLease{in: in, partitionID: partitionID, lease: lease, next: 2, gap: true}
+	w.mu.Lock()
+	w.fillIfDue(in.key, e)
+	w.mu.Unlock()
+	return func() { readBackFailed.Store(nil) }
+}

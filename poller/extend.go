@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldmq/herald/queue"
@@ -243,7 +244,10 @@ func (w *worker) fillIfDue(key string, e *streamLease) {
 	// the one parked.
 	e.tail = before > 0
 	e.gap, e.busy = false, true
-	go w.fill(key, e, e.next-1, before)
+	after := e.next - 1
+	if !w.p.bg.start(func(ctx context.Context) { w.fill(ctx, key, e, after, before) }) {
+		e.busy = false // the poller stopped: the lease lapses with its lease time
+	}
 }
 
 // fill reads back the messages e's lease holds after offset after and
@@ -252,8 +256,9 @@ func (w *worker) fillIfDue(key string, e *streamLease) {
 // them. While the database is away it retries with back-off, up to
 // orphanRecheck; a lease that ended meanwhile (or a database away that
 // long) is abandoned and given back, so what it holds comes again by a
-// pop. If the push never committed, the read finds nothing.
-func (w *worker) fill(key string, e *streamLease, after, before int64) {
+// pop. If the push never committed, the read finds nothing. The poller's
+// stop (ctx) ends it where it is: the lease lapses with its lease time.
+func (w *worker) fill(ctx context.Context, key string, e *streamLease, after, before int64) {
 	p := w.p
 	backoff := orphanRetryMin
 	giveUp := time.Now().Add(orphanRecheck)
@@ -263,19 +268,27 @@ func (w *worker) fill(key string, e *streamLease, after, before int64) {
 		held    bool
 	)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+		rctx, cancel := context.WithTimeout(ctx, queryTimeout)
 		var err error
-		res, through, held, err = p.store.ReadLease(ctx, e.partitionID, e.in.Target.Group, e.lease, after, before, queue.MaxBatch)
+		res, through, held, err = p.store.ReadLease(rctx, e.partitionID, e.in.Target.Group, e.lease, after, before, queue.MaxBatch)
 		cancel()
 		if err == nil {
 			break
+		}
+		if f := readBackFailed.Load(); f != nil {
+			(*f)()
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		if time.Now().After(giveUp) {
 			p.log.Warn().Err(err).Str("lease", e.lease).Msg("reading back a lost hand-off's messages failed; giving the lease back")
 			held = false
 			break
 		}
-		time.Sleep(backoff)
+		if !sleep(ctx, backoff) {
+			return
+		}
 		backoff = min(backoff*2, orphanRetryMax)
 	}
 	if !held {
@@ -405,13 +418,18 @@ func (p *Poller) FollowIdle(queueName, partition, partitionID, group, lease stri
 		}
 		delete(ks.streams, k) // a push from now on does not extend it
 		w.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-		defer cancel()
-		if err := p.store.ReleaseLease(ctx, lease); err != nil {
-			p.log.Warn().Err(err).Str("queue", queueName).Msg("giving back an idle following lease failed: it lapses with its lease time")
-			return
-		}
-		p.LeaseReleased(queueName, partition, partitionID, group)
-		p.Wake(SourceRelease, queueName, partition) // a push meanwhile waits for a pop
+		p.bg.start(func(ctx context.Context) { // not once the poller stopped: it lapses with its lease time
+			ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+			defer cancel()
+			if err := p.store.ReleaseLease(ctx, lease); err != nil {
+				p.log.Warn().Err(err).Str("queue", queueName).Msg("giving back an idle following lease failed: it lapses with its lease time")
+				return
+			}
+			p.LeaseReleased(queueName, partition, partitionID, group)
+			p.Wake(SourceRelease, queueName, partition) // a push meanwhile waits for a pop
+		})
 	})
 }
+
+// readBackFailed is a test's hook (export_test.go); nil in a running server.
+var readBackFailed atomic.Pointer[func()]

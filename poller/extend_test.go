@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
@@ -432,4 +434,36 @@ func TestExtend_AckedFollowingLeaseIsNotCountedAsLeased(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, st.Groups, 1)
 	assert.Equal(t, queue.GroupStatus{Group: queue.DefaultGroup, Lag: 0, Leased: 0}, st.Groups[0])
+}
+
+// A read-back of a lost hand-off retries with back-off while the database
+// is away (up to half a minute); the poller's stop ends it, and Run returns
+// only once it has: nothing of the poller's runs after its stop.
+func TestExtend_ReadBackRetryingWhileTheDatabaseIsAwayEndsWithThePoller(t *testing.T) {
+	others := goleak.IgnoreCurrent()
+	pool, err := pgxpool.New(context.Background(), "postgres://herald@127.0.0.1:1/away?connect_timeout=1")
+	require.NoError(t, err)
+	store, err := queue.New(queue.Config{Pool: pool})
+	require.NoError(t, err)
+	p, err := poller.New(poller.Config{Store: store})
+	require.NoError(t, err)
+	stop := p.Start()
+	failed := make(chan struct{}, 100)
+	in := &poller.Intention{Target: queue.Target{Queue: "q"}, Standing: true, Extend: true, Batch: 10, Credit: 10,
+		Deliver: func(*queue.PopResult) bool { return true }}
+	defer p.ReadBackGap(in, "00000000-0000-0000-0000-000000000001", "00000000-0000-7000-8000-000000000002", func() { failed <- struct{}{} })()
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read-back never ran")
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poller's stop waited for the read-back's back-off")
+	}
+	pool.Close()
+	goleak.VerifyNone(t, others, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 }

@@ -38,6 +38,7 @@ type Poller struct {
 	leasing leasing      // the statements under way that lease (leasing.go)
 	outage  queue.OutageLog
 	held    *lru.Cache[hintKey, *heldNote] // leases this instance holds (heldHere)
+	bg      background                     // goroutines started off the workers (a lost hand-off's read-back)
 }
 
 // New returns a Poller; nothing runs until Run.
@@ -56,6 +57,7 @@ func New(cfg Config) (*Poller, error) {
 	}
 	p := &Poller{cfg: cfg, store: cfg.Store, log: cfg.Logger.With().Str("component", "poller").Logger(), metrics: m,
 		orph: orphans{ready: make(chan struct{}, 1)}, held: held}
+	p.bg.ctx, p.bg.cancel = context.WithCancel(context.Background())
 	p.outage.Log = p.log
 	for i := range cfg.Workers {
 		p.workers = append(p.workers, newWorker(p, i))
@@ -66,9 +68,11 @@ func New(cfg Config) (*Poller, error) {
 	return p, nil
 }
 
-// Run runs the workers until ctx ends and returns when all have stopped.
+// Run runs the workers until ctx ends and returns when all have stopped,
+// and with them every goroutine the poller started (background.stop).
 // Intentions may be registered before Run; they are served once it starts.
 func (p *Poller) Run(ctx context.Context) error {
+	defer p.bg.stop()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

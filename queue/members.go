@@ -62,11 +62,25 @@ ORDER BY m.id`
 // (zero when never): the beat is how an instance that neither LISTENs nor
 // heard a datagram learns of a switch within a beat, and it costs no
 // statement of its own.
+//
+// The beat goes out with no liveness ping before it (withoutPing): an idle
+// instance's connections are idle past the pool's ping threshold at every
+// beat, and the ping was half of what the beat cost. It is idempotent, so
+// a beat that failed (a connection the database ended) is sent again at
+// once, on a connection the pool pings.
 func (s *Store) BeatMember(ctx context.Context, self Member) (_ []Member, stateAt time.Time, _ error) {
 	followers, err := json.Marshal(mostFollowed(self.Followers))
 	if err != nil || self.Followers == nil {
 		followers = []byte("{}")
 	}
+	out, stateAt, err := s.beatMember(withoutPing(ctx), self, followers)
+	if err != nil && ctx.Err() == nil {
+		out, stateAt, err = s.beatMember(ctx, self, followers)
+	}
+	return out, stateAt, err
+}
+
+func (s *Store) beatMember(ctx context.Context, self Member, followers []byte) (_ []Member, stateAt time.Time, _ error) {
 	rows, err := s.pool.Query(ctx, memberBeatSQL, self.ID, self.SyncAddr, self.Session, self.StartedAt, self.Listens,
 		int64(self.Digest), MemberPurgeAfter.Seconds(), string(followers)) // #nosec G115 -- a hash, stored as its bits
 	if err != nil {

@@ -1,13 +1,20 @@
 package queue_test
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -30,4 +37,61 @@ func TestMembers_FollowersRowKeepsTheMostFollowedQueues(t *testing.T) {
 	assert.Equal(t, queue.MemberFollowersMax, len(others[0].Followers), "at most MemberFollowersMax queues")
 	assert.Equal(t, 7, others[0].Followers["top"], "the most followed kept")
 	assert.Equal(t, queue.MemberFollowersMax+51, len(many), "the caller's map left alone")
+}
+
+// A beat sends its statement with no liveness ping before it: pgxpool pings
+// a connection idle over a second before handing it out, and an idle
+// instance's pool connections are idle that long at every beat, so each
+// beat was two round trips. A beat that meets a dead connection (the
+// database restarted) is sent again at once, where the pool pings.
+func TestBeatMember_SendsNoPingFirstAndIsSentAgainAfterADeadConnection(t *testing.T) {
+	ctx := ctxT(t)
+	cfg, err := queue.ParsePoolConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	var pings atomic.Int64
+	cfg.ConnConfig.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(r, pingCounter{w, &pings})
+	}
+	cfg.MaxConns = 1 // every beat on the same connection
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = queue.Migrate(ctx, pool)
+	require.NoError(t, err)
+	s, err := queue.New(queue.Config{Pool: pool})
+	require.NoError(t, err)
+	me := queue.Member{ID: "a", Session: "sa", StartedAt: time.Now()}
+	_, _, err = s.BeatMember(ctx, me)
+	require.NoError(t, err)
+	var pid int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+
+	time.Sleep(1200 * time.Millisecond) // the connection idle past pgxpool's ping threshold (1 s): the setup, not a wait
+	before := pings.Load()
+	_, _, err = s.BeatMember(ctx, me)
+	require.NoError(t, err)
+	assert.Zero(t, pings.Load()-before, "pings sent before the beat")
+
+	admin, err := pgx.Connect(ctx, pgtest.DSN(t))
+	require.NoError(t, err)
+	defer func() { _ = admin.Close(ctx) }()
+	var ended bool
+	require.NoError(t, admin.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", pid).Scan(&ended))
+	require.True(t, ended)
+	_, _, err = s.BeatMember(ctx, me)
+	require.NoError(t, err, "a beat on a dead connection is sent again on a live one")
+}
+
+// pingCounter counts the liveness pings (pgconn's "-- ping" simple query)
+// written through it.
+type pingCounter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c pingCounter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("-- ping")) {
+		c.n.Add(1)
+	}
+	return c.w.Write(p)
 }

@@ -74,9 +74,27 @@ func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
 	}
+	cfg.ShouldPing = shouldPing
 	d := &net.Dialer{KeepAliveConfig: dialKeepAlive, Control: tcpUserTimeout(10 * time.Second)}
 	newHostTracker().install(cfg, d.DialContext)
 	return cfg, nil
+}
+
+// shouldPing is pgxpool's rule (ping a connection idle for a second or
+// more before handing it out, so that the first statement after a
+// database restart does not meet a dead connection), except for an
+// acquire whose context says withoutPing.
+func shouldPing(ctx context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > time.Second && ctx.Value(noPingKey{}) == nil
+}
+
+type noPingKey struct{}
+
+// withoutPing marks ctx so that the pool hands out a connection without
+// pinging it first: for a periodic statement that is idempotent and sent
+// again when it fails (BeatMember), whose ping would double its cost.
+func withoutPing(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noPingKey{}, true)
 }
 
 // dialKeepAlive has the kernel probe a connection quiet for 5 s, every 2 s,

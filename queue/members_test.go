@@ -46,22 +46,14 @@ func TestMembers_FollowersRowKeepsTheMostFollowedQueues(t *testing.T) {
 // database restarted) is sent again at once, where the pool pings.
 func TestBeatMember_SendsNoPingFirstAndIsSentAgainAfterADeadConnection(t *testing.T) {
 	ctx := ctxT(t)
-	cfg, err := queue.ParsePoolConfig(pgtest.DSN(t))
-	require.NoError(t, err)
 	var pings atomic.Int64
-	cfg.ConnConfig.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(r, pingCounter{w, &pings})
-	}
-	cfg.MaxConns = 1 // every beat on the same connection
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = queue.Migrate(ctx, pool)
-	require.NoError(t, err)
-	s, err := queue.New(queue.Config{Pool: pool})
-	require.NoError(t, err)
+	s, pool := storeOnOneConnection(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+			return pgproto3.NewFrontend(r, pingCounter{w, &pings})
+		}
+	})
 	me := queue.Member{ID: "a", Session: "sa", StartedAt: time.Now()}
-	_, _, err = s.BeatMember(ctx, me)
+	_, _, err := s.BeatMember(ctx, me)
 	require.NoError(t, err)
 	var pid int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
@@ -94,4 +86,52 @@ func (c pingCounter) Write(p []byte) (int, error) {
 		c.n.Add(1)
 	}
 	return c.w.Write(p)
+}
+
+// A beat commits without waiting for its WAL to be flushed (its row is
+// rewritten every beat, and a beat lost in a crash is the one before it,
+// a beat older), where the session's synchronous_commit is on: the flush
+// was a quarter of the database's work for a beat. Seen as WAL writes: a
+// synchronous commit writes its WAL itself, an asynchronous one leaves it
+// to the WAL writer (every 200 ms).
+func TestBeatMember_CommitsWithoutWaitingForItsWAL(t *testing.T) {
+	ctx := ctxT(t)
+	s, pool := storeOnOneConnection(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on" })
+	walWrites := func() (n int64) {
+		t.Helper()
+		_, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()") // this backend's counts, flushed as it ends
+		require.NoError(t, err)
+		require.NoError(t, pool.QueryRow(ctx, "SELECT wal_write FROM pg_stat_wal").Scan(&n))
+		return n
+	}
+	me := queue.Member{ID: "a", Session: "sa", StartedAt: time.Now()}
+	_, _, err := s.BeatMember(ctx, me)
+	require.NoError(t, err)
+	const beats = 20
+	before := walWrites()
+	for range beats {
+		_, _, err := s.BeatMember(ctx, me)
+		require.NoError(t, err)
+	}
+	assert.Less(t, walWrites()-before, int64(beats/2), "WAL writes for %d beats", beats)
+}
+
+// storeOnOneConnection is a store in a schema of its own whose pool (made
+// by ParsePoolConfig, then adjust) has one connection: every statement on
+// the same backend.
+func storeOnOneConnection(t *testing.T, adjust func(*pgxpool.Config)) (*queue.Store, *pgxpool.Pool) {
+	t.Helper()
+	ctx := ctxT(t)
+	cfg, err := queue.ParsePoolConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	adjust(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = queue.Migrate(ctx, pool)
+	require.NoError(t, err)
+	s, err := queue.New(queue.Config{Pool: pool})
+	require.NoError(t, err)
+	return s, pool
 }

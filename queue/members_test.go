@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,10 +30,11 @@ func TestMembers_FollowersRowKeepsTheMostFollowedQueues(t *testing.T) {
 	for i := range queue.MemberFollowersMax + 50 {
 		many[fmt.Sprintf("q%05d", i)] = 1
 	}
-	_, _, err := s.BeatMember(ctx, queue.Member{ID: "a", Session: "sa", StartedAt: time.Now(), Followers: many})
+	_, err := s.BeatMember(ctx, queue.Member{ID: "a", Session: "sa", StartedAt: time.Now(), Followers: many}, queue.MemberRead{})
 	require.NoError(t, err)
-	others, _, err := s.BeatMember(ctx, queue.Member{ID: "b", Session: "sb", StartedAt: time.Now()})
+	b, err := s.BeatMember(ctx, queue.Member{ID: "b", Session: "sb", StartedAt: time.Now()}, queue.MemberRead{})
 	require.NoError(t, err)
+	others := b.Members
 	require.Len(t, others, 1)
 	assert.Equal(t, queue.MemberFollowersMax, len(others[0].Followers), "at most MemberFollowersMax queues")
 	assert.Equal(t, 7, others[0].Followers["top"], "the most followed kept")
@@ -53,14 +55,14 @@ func TestBeatMember_SendsNoPingFirstAndIsSentAgainAfterADeadConnection(t *testin
 		}
 	})
 	me := queue.Member{ID: "a", Session: "sa", StartedAt: time.Now()}
-	_, _, err := s.BeatMember(ctx, me)
+	_, err := s.BeatMember(ctx, me, queue.MemberRead{})
 	require.NoError(t, err)
 	var pid int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 
 	time.Sleep(1200 * time.Millisecond) // the connection idle past pgxpool's ping threshold (1 s): the setup, not a wait
 	before := pings.Load()
-	_, _, err = s.BeatMember(ctx, me)
+	_, err = s.BeatMember(ctx, me, queue.MemberRead{})
 	require.NoError(t, err)
 	assert.Zero(t, pings.Load()-before, "pings sent before the beat")
 
@@ -70,7 +72,7 @@ func TestBeatMember_SendsNoPingFirstAndIsSentAgainAfterADeadConnection(t *testin
 	var ended bool
 	require.NoError(t, admin.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", pid).Scan(&ended))
 	require.True(t, ended)
-	_, _, err = s.BeatMember(ctx, me)
+	_, err = s.BeatMember(ctx, me, queue.MemberRead{})
 	require.NoError(t, err, "a beat on a dead connection is sent again on a live one")
 }
 
@@ -105,12 +107,12 @@ func TestBeatMember_CommitsWithoutWaitingForItsWAL(t *testing.T) {
 		return n
 	}
 	me := queue.Member{ID: "a", Session: "sa", StartedAt: time.Now()}
-	_, _, err := s.BeatMember(ctx, me)
+	_, err := s.BeatMember(ctx, me, queue.MemberRead{})
 	require.NoError(t, err)
 	const beats = 20
 	before := walWrites()
 	for range beats {
-		_, _, err := s.BeatMember(ctx, me)
+		_, err := s.BeatMember(ctx, me, queue.MemberRead{})
 		require.NoError(t, err)
 	}
 	assert.Less(t, walWrites()-before, int64(beats/2), "WAL writes for %d beats", beats)
@@ -134,4 +136,66 @@ func storeOnOneConnection(t *testing.T, adjust func(*pgxpool.Config)) (*queue.St
 	s, err := queue.New(queue.Config{Pool: pool})
 	require.NoError(t, err)
 	return s, pool
+}
+
+// A beat reads only the rows changed since the time it names (in what the
+// others read of them: address, session, start, listens, digest,
+// followers) and those gone quiet, with the count of every other row: an
+// idle mesh's beats read no row, where each read every other one (O(N) a
+// beat, O(N²) for the mesh).
+func TestBeatMember_ReadsOnlyRowsChangedSinceAndRowsGoneQuiet(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	dead := 2 * time.Second
+	a := queue.Member{ID: "a", Session: "sa", StartedAt: time.Now()}
+	b := queue.Member{ID: "b", Session: "sb", StartedAt: time.Now(), SyncAddr: "127.0.0.1:9"}
+	c := queue.Member{ID: "c", Session: "sc", StartedAt: time.Now()}
+	beat := func(m queue.Member, since time.Time) queue.MemberBeat {
+		t.Helper()
+		got, err := s.BeatMember(ctx, m, queue.MemberRead{Since: since, DeadAfter: dead})
+		require.NoError(t, err)
+		return got
+	}
+	ids := func(b queue.MemberBeat) (out []string) {
+		for _, m := range b.Members {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	beat(b, time.Time{})
+	beat(c, time.Time{})
+	all := beat(a, time.Time{})
+	assert.Equal(t, []string{"b", "c"}, ids(all), "every other row without a since")
+	assert.Equal(t, 2, all.Others)
+
+	beat(b, time.Time{}) // written again, unchanged
+	beat(c, time.Time{})
+	none := beat(a, all.At)
+	assert.Empty(t, ids(none), "rows written again unchanged are not read")
+	assert.Equal(t, 2, none.Others, "the count still covers them")
+
+	b.Digest = 42
+	beat(b, time.Time{})
+	changed := beat(a, none.At)
+	assert.Equal(t, []string{"b"}, ids(changed), "a row whose digest changed is read")
+	assert.Equal(t, uint64(42), changed.Members[0].Digest)
+
+	// c goes quiet (b keeps beating): read at every beat once it is
+	// DeadAfter old, with its age.
+	var quiet queue.MemberBeat
+	require.Eventually(t, func() bool {
+		beat(b, time.Time{})
+		quiet = beat(a, changed.At)
+		return slices.Contains(ids(quiet), "c")
+	}, 10*time.Second, 100*time.Millisecond)
+	assert.Equal(t, []string{"c"}, ids(quiet))
+	assert.Greater(t, quiet.Members[0].Age, dead)
+	back := beat(c, time.Time{}) // written again after going quiet: changed
+	assert.Equal(t, []string{"a", "b"}, ids(back))
+	read := beat(a, quiet.At)
+	require.Equal(t, []string{"c"}, ids(read), "a row written again after going quiet is read")
+	assert.Less(t, read.Members[0].Age, dead)
+
+	require.NoError(t, s.LeaveMember(ctx, "c", "sc"))
+	assert.Equal(t, 1, beat(a, read.At).Others, "a row gone lowers the count")
 }

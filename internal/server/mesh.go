@@ -9,7 +9,9 @@ import (
 	"context"
 	"maps"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +29,16 @@ import (
 const (
 	MemberBeatDefault      = 2 * time.Second
 	MemberDeadAfterDefault = 7 * time.Second
+)
+
+// A beat reads only the rows changed since the last read (and those gone
+// quiet): memberChangeMargin before that read's time, so that a row
+// changed by a statement that began before the read and committed after
+// it is read the next time; and every row every memberFullRead, and at
+// once when the count says a row went, which a change read cannot show.
+const (
+	memberChangeMargin = 10 * time.Second
+	memberFullRead     = 30 * time.Second
 )
 
 // mesh keeps this instance's row and what the others' say.
@@ -48,6 +60,13 @@ type mesh struct {
 	// the maintenance switches' last change differs from the last beat's.
 	onState func()
 	stateAt time.Time // Run's goroutine only
+
+	// Run's goroutine only: every other row as last read, the database's
+	// time of the last read (zero: read every row next), and when every
+	// row was last read.
+	known  map[string]queue.Member
+	readAt time.Time
+	fullAt time.Time
 
 	mu      sync.Mutex
 	read    bool           // the table was read once
@@ -85,27 +104,28 @@ func (m *mesh) beatOnce(ctx context.Context) {
 	if m.followers != nil {
 		self.Followers = m.followers()
 	}
-	all, stateAt, err := m.store.BeatMember(ctx, self)
+	b, err := m.readMembers(ctx, self)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn().Err(err).Msg("membership")
 		}
 		return
 	}
-	if !stateAt.Equal(m.stateAt) {
+	if !b.StateAt.Equal(m.stateAt) {
 		// A maintenance switch changed (or this is the first read): the
 		// gateway reads them again. Its own periodic read only heals.
-		m.stateAt = stateAt
+		m.stateAt = b.StateAt
 		if m.onState != nil {
 			m.onState()
 		}
 	}
-	alive := all[:0]
-	for _, o := range all {
+	alive := make([]queue.Member, 0, len(m.known))
+	for _, o := range m.known {
 		if o.Age <= m.deadAfter {
 			alive = append(alive, o)
 		}
 	}
+	slices.SortFunc(alive, func(a, b queue.Member) int { return strings.Compare(a.ID, b.ID) })
 	m.mu.Lock()
 	m.read, m.members = true, alive
 	m.mu.Unlock()
@@ -118,6 +138,36 @@ func (m *mesh) beatOnce(ctx context.Context) {
 		}
 		m.node.SetMembers(peers)
 	}
+}
+
+// readMembers writes the row and reads the rows changed since the last
+// read into known (every row when due, or when the count says one went).
+func (m *mesh) readMembers(ctx context.Context, self queue.Member) (queue.MemberBeat, error) {
+	read := queue.MemberRead{DeadAfter: m.deadAfter}
+	if m.known != nil && !m.readAt.IsZero() && time.Since(m.fullAt) < memberFullRead {
+		read.Since = m.readAt.Add(-memberChangeMargin)
+	}
+	b, err := m.store.BeatMember(ctx, self, read)
+	if err == nil && !read.Since.IsZero() {
+		for _, o := range b.Members {
+			m.known[o.ID] = o
+		}
+		if len(m.known) == b.Others {
+			m.readAt = b.At
+			return b, nil
+		}
+		read.Since = time.Time{} // a row went: read them all
+		b, err = m.store.BeatMember(ctx, self, read)
+	}
+	if err != nil {
+		return b, err
+	}
+	m.known = make(map[string]queue.Member, len(b.Members))
+	for _, o := range b.Members {
+		m.known[o.ID] = o
+	}
+	m.readAt, m.fullAt = b.At, time.Now()
+	return b, nil
 }
 
 // Members are the other instances alive, as last read.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/internal/pgtest"
@@ -99,4 +100,26 @@ func exec(t testing.TB, s *queue.Store, sql string, args ...any) {
 	t.Helper()
 	_, err := s.Pool().Exec(ctxT(t), sql, args...)
 	require.NoError(t, err)
+}
+
+// storeOnOneConnection is a store in a schema of its own whose pool (made
+// by ParsePoolConfig, then adjust unless nil) has one connection: every statement on
+// the same backend.
+func storeOnOneConnection(t *testing.T, adjust func(*pgxpool.Config)) (*queue.Store, *pgxpool.Pool) {
+	t.Helper()
+	ctx := ctxT(t)
+	cfg, err := queue.ParsePoolConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	if adjust != nil {
+		adjust(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = queue.Migrate(ctx, pool)
+	require.NoError(t, err)
+	s, err := queue.New(queue.Config{Pool: pool})
+	require.NoError(t, err)
+	return s, pool
 }

@@ -118,26 +118,6 @@ func TestBeatMember_CommitsWithoutWaitingForItsWAL(t *testing.T) {
 	assert.Less(t, walWrites()-before, int64(beats/2), "WAL writes for %d beats", beats)
 }
 
-// storeOnOneConnection is a store in a schema of its own whose pool (made
-// by ParsePoolConfig, then adjust) has one connection: every statement on
-// the same backend.
-func storeOnOneConnection(t *testing.T, adjust func(*pgxpool.Config)) (*queue.Store, *pgxpool.Pool) {
-	t.Helper()
-	ctx := ctxT(t)
-	cfg, err := queue.ParsePoolConfig(pgtest.DSN(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	adjust(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = queue.Migrate(ctx, pool)
-	require.NoError(t, err)
-	s, err := queue.New(queue.Config{Pool: pool})
-	require.NoError(t, err)
-	return s, pool
-}
-
 // A beat reads only the rows changed since the time it names (in what the
 // others read of them: address, session, start, listens, digest,
 // followers) and those gone quiet, with the count of every other row: an

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -309,13 +308,7 @@ func TestRetention_MaxWaitOnUnreadQueue(t *testing.T) {
 // the connection it holds itself.
 func TestRetention_PoolOfOneConnectionIsRefusedNotHung(t *testing.T) {
 	ctx := ctxT(t)
-	pool, err := queue.NewPool(ctx, pgtest.DSN(t), 1)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = queue.Migrate(ctx, pool)
-	require.NoError(t, err)
-	s, err := queue.New(queue.Config{Pool: pool})
-	require.NoError(t, err)
+	s, _ := storeOnOneConnection(t, nil)
 	_, ran, err := s.RunRetention(ctx, 0)
 	require.ErrorContains(t, err, "at least 2 connections")
 	assert.False(t, ran)

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heraldmq/herald/internal/tick"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -146,7 +147,7 @@ func procMemory(statm *os.File) (rss, vsize float64) {
 func (h *Minutes) Run(ctx context.Context, store *queue.Store) error {
 	sm := newSampler(store)
 	defer sm.close()
-	t := time.NewTicker(HistorySample)
+	t := tick.NewTimer(HistorySample) // with the members beat: one wake-up for both
 	defer t.Stop()
 	h.addSample(sm.read())
 	for {
@@ -155,6 +156,7 @@ func (h *Minutes) Run(ctx context.Context, store *queue.Store) error {
 			return nil
 		case <-t.C:
 			h.addSample(sm.read())
+			t.Reset()
 		}
 	}
 }

@@ -52,7 +52,8 @@ var design = map[string]rule{
 	"admin":            {imports: []string{"auth", "internal/history", "internal/httpapi", "queue"}, tests: slices.Concat(assembly, testHelpers)},
 	"internal/httpapi": {imports: []string{"queue"}}, // answers, bodies, the error adapter: no routes
 	// What the instance did: the message path records, admin reads.
-	"internal/history":   {imports: []string{"queue"}},
+	"internal/history":   {imports: []string{"internal/tick", "queue"}},
+	"internal/tick":      {}, // the process's aligned wake-ups: imports no Herald package
 	"internal/pgcluster": {},
 	"internal/pgtest":    {imports: []string{"internal/pgcluster"}},
 	"internal/backoff":   {},

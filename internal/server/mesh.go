@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/heraldmq/herald/internal/tick"
 	"github.com/heraldmq/herald/queue"
 	"github.com/heraldmq/herald/syncnet"
 )
@@ -76,7 +77,7 @@ type mesh struct {
 // Run writes the row every beat until ctx ends, then deletes it.
 func (m *mesh) Run(ctx context.Context) error {
 	m.beatOnce(ctx)
-	t := time.NewTicker(m.beat)
+	t := tick.NewTimer(m.beat) // with the history's sample: one wake-up for both
 	defer t.Stop()
 	for {
 		select {
@@ -89,6 +90,7 @@ func (m *mesh) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			m.beatOnce(ctx)
+			t.Reset()
 		case <-m.kick:
 			m.beatOnce(ctx)
 		}

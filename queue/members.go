@@ -40,7 +40,8 @@ const MemberPurgeAfter = time.Minute
 
 // memberBeatSQL writes this instance's row, deletes rows long dead, and
 // reads the other rows changed since $9 (all of them when $9 is NULL),
-// those not written for $10 seconds, how many others there are and when a
+// those not written for $10 seconds, those $11 names (held gone by the
+// reader), how many others there are and when a
 // maintenance switch last changed, in one round trip (one row with no
 // member when none is read). A row's changed_at moves when what the others
 // read of it changes, or when it is written after going quiet, so that an
@@ -72,15 +73,21 @@ FROM (SELECT max(updated_at) AS at FROM system_state WHERE key IN ('maintenance_
 CROSS JOIN async
 CROSS JOIN (SELECT count(*)::int AS n FROM members WHERE id <> $1) o
 LEFT JOIN members m ON m.id <> $1
-	AND ($9::timestamptz IS NULL OR m.changed_at > $9 OR m.last_seen < now() - make_interval(secs => $10))
+	AND ($9::timestamptz IS NULL OR m.changed_at > $9 OR m.last_seen < now() - make_interval(secs => $10)
+		OR m.id = ANY($11::text[]))
 ORDER BY m.id`
 
 // MemberRead is what a beat reads of the other rows: every one (Since
-// zero), or those changed after Since and those not written for
-// DeadAfter.
+// zero), or those changed after Since, those not written for DeadAfter
+// and those Gone names: the rows the reader holds as gone (read as quiet),
+// read whatever their changed_at, so that one written again is alive
+// again at once even when its write did not move changed_at (an instance
+// of the version before the column, one whose own DeadAfter is longer, a
+// beat whose statement began before the row counted as quiet).
 type MemberRead struct {
 	Since     time.Time
 	DeadAfter time.Duration
+	Gone      []string
 }
 
 // MemberBeat is what a beat read.
@@ -120,7 +127,7 @@ func (s *Store) beatMember(ctx context.Context, self Member, followers []byte, r
 	}
 	rows, err := s.pool.Query(ctx, memberBeatSQL, self.ID, self.SyncAddr, self.Session, self.StartedAt, self.Listens,
 		int64(self.Digest), MemberPurgeAfter.Seconds(), string(followers), since, // #nosec G115 -- a hash, stored as its bits
-		read.DeadAfter.Seconds())
+		read.DeadAfter.Seconds(), read.Gone)
 	if err != nil {
 		return MemberBeat{}, fmt.Errorf("writing the member row: %w", err)
 	}

@@ -179,3 +179,32 @@ func TestBeatMember_ReadsOnlyRowsChangedSinceAndRowsGoneQuiet(t *testing.T) {
 	require.NoError(t, s.LeaveMember(ctx, "c", "sc"))
 	assert.Equal(t, 1, beat(a, read.At).Others, "a row gone lowers the count")
 }
+
+// A beat reads the rows it names as held gone whatever their changed_at:
+// a row seen quiet that is written again without its changed_at moving (an
+// instance of the version before the column, one whose MemberDeadAfter is
+// longer, a beat whose statement began before the row counted as quiet) is
+// read at once, not at the next read of every row.
+func TestBeatMember_ReadsTheRowsHeldGoneWhateverTheirChange(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	a := queue.Member{ID: "a", Session: "sa", StartedAt: time.Now()}
+	b := queue.Member{ID: "b", Session: "sb", StartedAt: time.Now()}
+	read := queue.MemberRead{DeadAfter: time.Minute}
+	_, err := s.BeatMember(ctx, b, read)
+	require.NoError(t, err)
+	all, err := s.BeatMember(ctx, a, read)
+	require.NoError(t, err)
+	require.Len(t, all.Members, 1)
+
+	read.Since = all.At
+	none, err := s.BeatMember(ctx, a, read)
+	require.NoError(t, err)
+	assert.Empty(t, none.Members, "b unchanged since")
+	read.Gone = []string{"b", "elsewhere"}
+	named, err := s.BeatMember(ctx, a, read)
+	require.NoError(t, err)
+	require.Len(t, named.Members, 1, "b named as held gone")
+	assert.Equal(t, "b", named.Members[0].ID)
+	assert.Equal(t, 1, named.Others)
+}

@@ -33,7 +33,8 @@ const (
 )
 
 // A beat reads only the rows changed since the last read (and those gone
-// quiet): memberChangeMargin before that read's time, so that a row
+// quiet, and those it holds dead: alive again once written, whether or not
+// the write moved changed_at): memberChangeMargin before that read's time, so that a row
 // changed by a statement that began before the read and committed after
 // it is read the next time; and every row every memberFullRead, and at
 // once when the count says a row went, which a change read cannot show.
@@ -148,6 +149,11 @@ func (m *mesh) readMembers(ctx context.Context, self queue.Member) (queue.Member
 	read := queue.MemberRead{DeadAfter: m.deadAfter}
 	if m.known != nil && !m.readAt.IsZero() && time.Since(m.fullAt) < memberFullRead {
 		read.Since = m.readAt.Add(-memberChangeMargin)
+		for id, o := range m.known {
+			if o.Age > m.deadAfter {
+				read.Gone = append(read.Gone, id) // alive again once written, changed_at or not
+			}
+		}
 	}
 	b, err := m.store.BeatMember(ctx, self, read)
 	if err == nil && !read.Since.IsZero() {

@@ -73,6 +73,39 @@ func TestMembership_DeadInstanceLeaves(t *testing.T) {
 	assert.Less(t, time.Since(start), 10*time.Second)
 }
 
+// An instance seen dead (its row not written for MemberDeadAfter) that
+// writes its row again is alive again at the others' next beat, also when
+// that write leaves the row's changed_at as it was, which a read of the
+// rows changed since does not return: a row an instance of the version
+// before changed_at writes, one whose instance's MemberDeadAfter is longer
+// (its row did not count as quiet to it), or a beat whose statement began
+// before the row counted as quiet and committed after the read that saw it
+// so. Not only at the next read of every row (every 30 s).
+func TestMembership_InstanceSeenDeadIsAliveAgainAtTheNextBeatAfterItWritesItsRow(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	a := servertest.Start(t, dsn, "none", func(c *server.Config) {
+		c.MemberBeat, c.MemberDeadAfter = 100*time.Millisecond, time.Second
+	})
+	conn, err := pgx.Connect(context.Background(), dsn)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	// Its row last changed a minute ago: past the margin a read of the
+	// changes since takes (the test is shorter than it).
+	_, err = conn.Exec(context.Background(), `INSERT INTO members (id, sync_addr, session, started_at, listens, changed_at)
+		VALUES ('ghost:1', '127.0.0.1:9', 'g', now(), true, now() - interval '1 minute')`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return slices.Contains(memberIDs(a), "ghost:1") }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return !slices.Contains(memberIDs(a), "ghost:1") }, 5*time.Second, 10*time.Millisecond,
+		"dead once its row is a second old")
+	// Its beat as the version before changed_at writes it.
+	_, err = conn.Exec(context.Background(), `UPDATE members SET last_seen = now() WHERE id = 'ghost:1'`)
+	require.NoError(t, err)
+	start := time.Now()
+	require.Eventually(t, func() bool { return slices.Contains(memberIDs(a), "ghost:1") }, 3*time.Second, 10*time.Millisecond,
+		"alive again within a few beats")
+	t.Logf("alive again %v after its write", time.Since(start))
+}
+
 // With every other instance that listens known over syncnet, a push sends
 // no NOTIFY (syncnet woke the consumers); an instance without syncnet joins
 // and pushes NOTIFY again, and it is woken.

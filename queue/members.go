@@ -40,13 +40,15 @@ const MemberPurgeAfter = time.Minute
 
 // memberBeatSQL writes this instance's row, deletes rows long dead, and
 // reads the other rows changed since $9 (all of them when $9 is NULL),
-// those not written for $10 seconds, those $11 names (held gone by the
-// reader), how many others there are and when a
-// maintenance switch last changed, in one round trip (one row with no
-// member when none is read). A row's changed_at moves when what the others
-// read of it changes, or when it is written after going quiet, so that an
-// idle mesh reads nothing but the count. last_seen, changed_at and the
-// ages are the database's clock: instances' clocks need not agree.
+// those not written for $10 seconds, those $11 names (the reader holds
+// them gone), how many others there are and when a maintenance switch
+// last changed, in one round trip (one row with no member when none is
+// read). A row's changed_at moves when what the others read of it
+// changes, or when it is written after going quiet, so that an idle mesh
+// reads nothing but the count (for a writer of a version before the
+// column, a trigger moves it on a change: migration 0024). last_seen,
+// changed_at and the ages are the database's clock: instances' clocks
+// need not agree.
 // It commits without waiting for its WAL to reach disk (async): the row is
 // written again next beat, and a crash loses at most the last one, which
 // leaves it a beat older (the WAL flush was a quarter of the beat's

@@ -208,3 +208,49 @@ func TestBeatMember_ReadsTheRowsHeldGoneWhateverTheirChange(t *testing.T) {
 	assert.Equal(t, "b", named.Members[0].ID)
 	assert.Equal(t, 1, named.Others)
 }
+
+// A row written by an instance of the version before changed_at (a rolling
+// upgrade's old instances, whose beat leaves the column as it was) still
+// moves it when what the others read of it changes: its digest change is
+// read at the next beat, not at the next read of every row (every 30 s),
+// where a digest the reader holds stale makes it unreachable to syncnet.
+func TestBeatMember_ReadsARowChangedByAnInstanceThatDoesNotWriteChangedAt(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	a := queue.Member{ID: "a", Session: "sa", StartedAt: time.Now()}
+	read := queue.MemberRead{DeadAfter: time.Minute}
+	// The write of the beat before changed_at (migration 0023), as is.
+	started := time.Now()
+	oldBeat := func(digest int64, followers string) {
+		t.Helper()
+		exec(t, s, `INSERT INTO members AS m (id, sync_addr, session, started_at, last_seen, listens, digest, followers)
+			VALUES ('old', NULL, 'so', $1, now(), true, $2, $3::jsonb)
+			ON CONFLICT (id) DO UPDATE SET sync_addr = excluded.sync_addr, session = excluded.session,
+				started_at = excluded.started_at, last_seen = now(), listens = excluded.listens, digest = excluded.digest,
+				followers = excluded.followers`, started, digest, followers)
+	}
+	oldBeat(1, `{}`)
+	all, err := s.BeatMember(ctx, a, read)
+	require.NoError(t, err)
+	require.Len(t, all.Members, 1)
+
+	read.Since = all.At
+	oldBeat(1, `{}`)
+	none, err := s.BeatMember(ctx, a, read)
+	require.NoError(t, err)
+	assert.Empty(t, none.Members, "written again unchanged: not read")
+
+	read.Since = none.At
+	oldBeat(2, `{}`)
+	changed, err := s.BeatMember(ctx, a, read)
+	require.NoError(t, err)
+	require.Len(t, changed.Members, 1, "its digest changed")
+	assert.Equal(t, uint64(2), changed.Members[0].Digest)
+
+	read.Since = changed.At
+	oldBeat(2, `{"q": 3}`)
+	followed, err := s.BeatMember(ctx, a, read)
+	require.NoError(t, err)
+	require.Len(t, followed.Members, 1, "its followers changed")
+	assert.Equal(t, map[string]int{"q": 3}, followed.Members[0].Followers)
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
+	"github.com/heraldmq/herald/queue/queuetest"
 )
 
 // extendingStream subscribes a stream that a push may extend the lease of
@@ -353,6 +354,30 @@ func TestExtend_IdleFollowingLeaseIsGivenBack(t *testing.T) {
 	next := receive1(t, got)
 	assert.Equal(t, []int{3}, ns(next))
 	assert.NotEqual(t, lease, next.LeaseID, "under a new lease")
+}
+
+// A following lease that goes idle as the poller stops is not given back
+// once it has stopped: the release would be a statement after Run
+// returned (on a pool the server closes next); the lease lapses with its
+// lease time, as one of a stopped instance does. Its FollowIdle (1 s)
+// passes while the test watches the lease for 3 s after the stop.
+func TestExtend_IdleFollowingLeaseIsNotGivenBackAfterThePollerStopped(t *testing.T) {
+	store := queuetest.NewStore(t)
+	p, err := poller.New(poller.Config{Store: store, SweepMin: time.Minute, SweepMax: time.Minute, FollowIdle: time.Second})
+	require.NoError(t, err)
+	stop := p.Start()
+	defer stop()
+	e := &env{t: t, store: store, p: p}
+	_, _, lease := followingStream(t, e, "x") // its acks arm FollowIdle
+	stop()
+	partition := partitionIDOf(t, e, "x")
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); <-tick.C {
+		held, err := store.HeldLeases(context.Background(), queue.DefaultGroup, []string{partition})
+		require.NoError(t, err)
+		require.Equal(t, lease, held[partition].LeaseID, "the lease given back after the poller stopped")
+	}
 }
 
 // partitionIDOf is the id of queue q's partition p.

@@ -138,6 +138,13 @@ func (s *Store) pushNow(ctx context.Context, items []PushItem) ([]PushResult, er
 // marks every row that needs it: a row an ack or pop leaves caught up
 // after the statement read it is marked by that ack or pop after its
 // commit, which waits for this push's partition locks (queueReady).
+//
+// The transaction is the pipeline's own, with no BEGIN or COMMIT
+// statement: the extended protocol runs every statement before a Sync (pgx
+// sends one per batch) in one implicit transaction, committed at the Sync
+// and rolled back whole when a statement fails (lock_partitions finding a
+// partition gone skips the insert). Two statements fewer per push, each
+// a bind and execute in PostgreSQL and an encode and decode here.
 func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -145,19 +152,10 @@ func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
 	plan.queue(b, s.leaseOwner)
-	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
-	_, err = br.Exec()
-	if err == nil {
-		err = plan.read(br)
-	}
-	if err == nil {
-		if _, err = br.Exec(); err != nil {
-			err = fmt.Errorf("committing the push: %w", err)
-		}
-	}
+	err = plan.read(br)
+	// The commit's answer comes with the Sync's, which Close reads.
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("committing the push: %w", cerr)
 	}

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -183,6 +182,15 @@ func (n *Notifier) flush(ctx context.Context, final bool) (next time.Time) {
 	return next
 }
 
+// notifySQL sends the NOTIFYs ($1 the channel, $2 the payloads) in a
+// transaction of its own that does not wait for its commit to reach disk:
+// set_config(…, true) is local to the statement's transaction, the one the
+// pipeline runs it in (no BEGIN or COMMIT statement: the extended protocol
+// commits at the Sync). One statement where a BEGIN, a SET LOCAL and a
+// COMMIT went with it.
+const notifySQL = `-- herald:notify
+SELECT count(pg_notify($1, p)), set_config('synchronous_commit', 'off', true) FROM unnest($2::text[]) AS p`
+
 // send NOTIFYs in one short transaction that does not wait for its commit to
 // reach disk: a lost NOTIFY is only a late wake-up.
 func (n *Notifier) send(ctx context.Context, payloads []string) error {
@@ -192,23 +200,7 @@ func (n *Notifier) send(ctx context.Context, payloads []string) error {
 	if err != nil {
 		return err
 	}
-	// One round trip: the transaction, its setting and the NOTIFYs in one
-	// pipelined batch.
-	conn, err := n.cfg.Pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
-	b.Queue(`SET LOCAL synchronous_commit = off`)
-	b.Queue(`-- herald:notify
-		SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads)
-	b.Queue(`COMMIT`)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
+	if _, err := n.cfg.Pool.Exec(ctx, notifySQL, channel, payloads); err != nil {
 		return err
 	}
 	n.batches.Inc()

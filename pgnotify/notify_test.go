@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -184,4 +186,108 @@ func TestListener_OwnURL(t *testing.T) {
 
 	_, err = pgnotify.NewListener(pgnotify.ListenerConfig{URL: dsn, Pool: pool, Waker: w})
 	assert.Error(t, err, "exactly one of Pool and URL")
+}
+
+// sqlLog records the text of every statement a pool sends.
+type sqlLog struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (l *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sql = append(l.sql, d.SQL)
+	return ctx
+}
+
+func (*sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (*sqlLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (l *sqlLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sql = append(l.sql, d.SQL)
+}
+
+func (*sqlLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (l *sqlLog) since(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sql[n:])
+}
+
+// A NOTIFY goes out as one statement in a transaction of its own that
+// does not wait for its commit's flush: the statement turns
+// synchronous_commit off for its transaction only, and no BEGIN, SET or
+// COMMIT statement goes with it.
+func TestNotifier_SendsOneStatementCommittedAsynchronously(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	log := &sqlLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	channel, err := pgnotify.Channel(ctx, pool)
+	require.NoError(t, err)
+
+	listen, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = listen.Close(context.Background()) })
+	_, err = listen.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	require.NoError(t, err)
+
+	n, err := pgnotify.NewNotifier(pgnotify.NotifierConfig{Pool: pool})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	// The first send looks the channel up: let it, then count.
+	n.Notify("warm", "")
+	require.Eventually(t, func() bool { return n.Sent() == 1 }, 10*time.Second, time.Millisecond)
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = listen.WaitForNotification(waitCtx)
+	require.NoError(t, err)
+
+	mark := len(log.since(0))
+	n.Notify("q", "p")
+	require.Eventually(t, func() bool { return n.Sent() == 2 }, 10*time.Second, time.Millisecond)
+	got, err := listen.WaitForNotification(waitCtx)
+	require.NoError(t, err)
+	assert.Equal(t, "q\np", got.Payload)
+	sent := log.since(mark)
+	require.Len(t, sent, 1, "one statement: %q", sent)
+	assert.Contains(t, sent[0], "-- herald:notify")
+
+	// Its transaction commits with synchronous_commit off; the setting
+	// ends with it (the test cluster runs with it off: the session turns
+	// it on first).
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SET synchronous_commit = on")
+	require.NoError(t, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, sent[0], channel, []string{"x"})
+	require.NoError(t, err)
+	var inside string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&inside))
+	require.NoError(t, tx.Commit(ctx))
+	assert.Equal(t, "off", inside)
+	var after string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&after))
+	assert.Equal(t, "on", after, "local to the notifying transaction")
 }

@@ -193,7 +193,7 @@ func TestPoller_LostFollowingHandOffThatNeverCommittedLeavesNoGap(t *testing.T) 
 	var pid int
 	eventually(t, 10*time.Second, func() bool {
 		return e.store.Pool().QueryRow(ctx, `SELECT pid FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%lock_partitions%'`).Scan(&pid) == nil
+			WHERE wait_event_type = 'Lock' AND query LIKE '%herald:push_lock%'`).Scan(&pid) == nil
 	}, "the push waits for the partition's lock")
 	_, err = e.store.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
 	require.NoError(t, err)

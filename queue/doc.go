@@ -174,7 +174,7 @@
 // Pops claim (partition, group) rows with FOR UPDATE SKIP
 // LOCKED, so concurrent pops never lease the same pair and never wait. Locks
 // are taken in one order: queue row, partition rows by id, consumer rows
-// by (partition, group). Pushes lock their partitions (lock_partitions)
+// by (partition, group). Pushes lock their partitions (pushLockSQL)
 // then their caught-up consumer rows, the markings after a commit the
 // partitions (share) then the rows, acks the
 // consumer rows they need, a registration the queue then its partitions

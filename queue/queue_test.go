@@ -827,3 +827,28 @@ func TestPop_MessageOlderThanTTLIsNotDelivered(t *testing.T) {
 	assert.Equal(t, cursor, last)
 	assert.Empty(t, pop(t, s, queue.PopRequest{Queue: "q", Group: "auto", Batch: 10}).Messages)
 }
+
+// A push to two queues, one of them deleted behind the instance's back
+// (its partition id still cached), stores nothing on its first try: the
+// push's statements share one transaction, which the partition lock
+// finding the partition gone rolls back whole; the retry with fresh ids
+// stores each item once.
+func TestPush_PartitionGoneRollsBackTheWholeFirstTry(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "kept", "", nums(1, 1)...)
+	push(t, s, "gone", "", nums(1, 1)...)
+	_, err := s.Pool().Exec(ctxT(t), `DELETE FROM queues WHERE name = 'gone'`)
+	require.NoError(t, err)
+	before := s.QueryStats().Snapshot()
+	res, err := s.Push(ctxT(t), []queue.PushItem{
+		{Queue: "kept", Payload: json.RawMessage(`{"n":2}`)},
+		{Queue: "gone", Payload: json.RawMessage(`{"n":2}`)},
+	})
+	require.NoError(t, err)
+	for _, r := range res {
+		assert.Equal(t, queue.StatusQueued, r.Status, "%+v", r)
+	}
+	assert.Equal(t, before["push_lock"]+2, s.QueryStats().Snapshot()["push_lock"], "a first try, refused, and the retry")
+	assert.Equal(t, []int{1, 2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "kept", Batch: 10}).Messages))
+	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "gone", Batch: 10}).Messages))
+}

@@ -492,12 +492,6 @@ func (s *Store) forgetPartitions(name string) {
 
 // isForeignKeyViolation reports whether err is a foreign key violation: a
 // cached partition id whose partition was deleted.
-// isNoDataFound: lock_partitions found a partition gone.
-func isNoDataFound(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "P0002"
-}
-
 func isForeignKeyViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23503"

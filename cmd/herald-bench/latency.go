@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +57,9 @@ type latencyResult struct {
 	// (benchCounters) moved from the first push to the last receipt; a
 	// series the server does not export stays 0.
 	Counters map[string]float64 `json:"counters,omitempty"`
+	// StatementsByOp is StatementsPerMsg by operation (the op label of
+	// herald_db_queries_total).
+	StatementsByOp map[string]float64 `json:"statements_by_op,omitempty"`
 }
 
 // benchCounters are the herald series a latency run reports the change
@@ -95,6 +99,16 @@ func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer
 		for _, name := range benchCounters {
 			progress(log, "latency: %s %s %.0f", tr, name, res.Counters[name])
 		}
+		ops := make([]string, 0, len(res.StatementsByOp))
+		for op := range res.StatementsByOp {
+			ops = append(ops, op)
+		}
+		sort.Strings(ops)
+		var b strings.Builder
+		for _, op := range ops {
+			fmt.Fprintf(&b, " %s=%.3f", op, res.StatementsByOp[op])
+		}
+		progress(log, "latency: %s statements/msg by op:%s", tr, b.String())
 		out = append(out, res)
 	}
 	return out, nil
@@ -140,6 +154,7 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	busy0, all0 := machineCPU()
 	pg0, pgKnown := srv.pgCPU()
 	st0, stErr := srv.metric("herald_db_queries_total")
+	ops0, _ := benchstat.MetricByLabel(http.DefaultClient, srv.url, "herald_db_queries_total", "op")
 	c0 := counters(srv)
 	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total, parts)
 	res.Pushed = pushed
@@ -160,6 +175,14 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	}
 	if st1, err := srv.metric("herald_db_queries_total"); err == nil && stErr == nil && pushed > 0 {
 		res.StatementsPerMsg = (st1 - st0) / float64(pushed)
+		if ops1, err := benchstat.MetricByLabel(http.DefaultClient, srv.url, "herald_db_queries_total", "op"); err == nil {
+			res.StatementsByOp = map[string]float64{}
+			for op, n := range ops1 {
+				if d := n - ops0[op]; d > 0 {
+					res.StatementsByOp[op] = d / float64(pushed)
+				}
+			}
+		}
 	}
 	res.Counters = counters(srv)
 	for name, v := range res.Counters {

@@ -36,3 +36,35 @@ func Metric(hc *http.Client, base, name string) (float64, error) {
 	}
 	return sum, nil
 }
+
+// MetricByLabel reads a Prometheus series of one label (name{label="v"})
+// from base + "/metrics": its value per label value.
+func MetricByLabel(hc *http.Client, base, name, label string) (map[string]float64, error) {
+	res, err := hc.Get(base + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("reading metrics: %w", err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	out := map[string]float64{}
+	prefix := name + "{" + label + `="`
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		v, rest, ok := strings.Cut(rest, `"`)
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if n, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			out[v] += n
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("reading metrics: %w", err)
+	}
+	return out, nil
+}

@@ -59,16 +59,22 @@ func TestBeatMember_SendsNoPingFirstAndIsSentAgainAfterADeadConnection(t *testin
 	require.NoError(t, err)
 	var pid int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
-
-	time.Sleep(1200 * time.Millisecond) // the connection idle past pgxpool's ping threshold (1 s): the setup, not a wait
+	admin, err := pgx.Connect(ctx, pgtest.DSN(t))
+	require.NoError(t, err)
+	defer func() { _ = admin.Close(ctx) }()
+	// The backend says when the pool's one connection last ran a statement:
+	// idle past pgxpool's ping threshold (1 s) with margin, the pool would
+	// ping it before handing it out.
+	require.Eventually(t, func() bool {
+		var idle bool
+		return admin.QueryRow(ctx, "SELECT now() - state_change > interval '1.2 s' FROM pg_stat_activity WHERE pid = $1",
+			pid).Scan(&idle) == nil && idle
+	}, 10*time.Second, 50*time.Millisecond)
 	before := pings.Load()
 	_, err = s.BeatMember(ctx, me, queue.MemberRead{})
 	require.NoError(t, err)
 	assert.Zero(t, pings.Load()-before, "pings sent before the beat")
 
-	admin, err := pgx.Connect(ctx, pgtest.DSN(t))
-	require.NoError(t, err)
-	defer func() { _ = admin.Close(ctx) }()
 	var ended bool
 	require.NoError(t, admin.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", pid).Scan(&ended))
 	require.True(t, ended)

@@ -7,8 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -99,13 +100,8 @@ func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer
 		for _, name := range benchCounters {
 			progress(log, "latency: %s %s %.0f", tr, name, res.Counters[name])
 		}
-		ops := make([]string, 0, len(res.StatementsByOp))
-		for op := range res.StatementsByOp {
-			ops = append(ops, op)
-		}
-		sort.Strings(ops)
 		var b strings.Builder
-		for _, op := range ops {
+		for _, op := range slices.Sorted(maps.Keys(res.StatementsByOp)) {
 			fmt.Fprintf(&b, " %s=%.3f", op, res.StatementsByOp[op])
 		}
 		progress(log, "latency: %s statements/msg by op:%s", tr, b.String())

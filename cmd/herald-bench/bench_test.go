@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/fanoutload"
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue/queuetest"
@@ -70,6 +72,10 @@ func TestLatencyAndThroughputRun(t *testing.T) {
 		// more than all of it.
 		assert.Positive(t, l.MachineBusy, l.Transport)
 		assert.LessOrEqual(t, l.MachineBusy, 100.0, l.Transport)
+		// Others' share is a part of it (this test's own server is this
+		// process's: not others').
+		assert.GreaterOrEqual(t, l.OthersBusy, 0.0, l.Transport)
+		assert.Less(t, l.OthersBusy, l.MachineBusy, l.Transport)
 	}
 	cfg.Duration = time.Second
 	tp, err := runThroughput(context.Background(), srv, cfg, io.Discard)
@@ -158,6 +164,34 @@ func TestPgCPUReadsThePostmasterTree(t *testing.T) {
 	assert.Positive(t, d0, "a running cluster has spent some CPU")
 	_, ok = (&server{}).pgCPU()
 	assert.False(t, ok, "no private PostgreSQL, no figure")
+}
+
+// A process tree's CPU counts a child while it runs and after it was
+// reaped (its parent's cutime), and nothing outside the tree.
+func TestTreeCPU_CountsAChildWhileItRunsAndAfterItEnded(t *testing.T) {
+	self := os.Getpid()
+	before := treeCPU(self)
+	child := exec.Command("sh", "-c", "while :; do :; done")
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	own := func() time.Duration {
+		f := fanoutload.ProcStat(child.Process.Pid)
+		require.GreaterOrEqual(t, len(f), 15)
+		return ticks(f[11]) + ticks(f[12])
+	}
+	require.Eventually(t, func() bool { return own() >= 200*time.Millisecond }, time.Minute, 10*time.Millisecond,
+		"the child spins")
+
+	lo := own()
+	alone := treeCPU(child.Process.Pid)
+	hi := own()
+	assert.GreaterOrEqual(t, alone, lo, "a root counts itself")
+	assert.LessOrEqual(t, alone, hi, "nothing outside the child's tree")
+	assert.GreaterOrEqual(t, treeCPU(self)-before, lo, "a live child is in its parent's tree")
+
+	require.NoError(t, child.Process.Kill())
+	_ = child.Wait()
+	assert.GreaterOrEqual(t, treeCPU(self)-before, hi, "a reaped child is in its parent's cutime")
 }
 
 // The push cost with idle groups against a real server: every one of the

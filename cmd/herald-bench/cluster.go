@@ -70,8 +70,8 @@ func clusterRun(ctx context.Context, cfg benchConfig, sync bool, log io.Writer) 
 		}
 		res.Setup, res.Wake = setup, "notify"
 		res.Transport = fmt.Sprintf("%s (on instance %d)", run.transport, run.on+1)
-		progress(log, "cluster: %s p50 %.2f ms, p99 %.2f ms (%d/%d received), machine %.0f%% busy", res.Transport, res.P50, res.P99,
-			res.Received, res.Pushed, res.MachineBusy)
+		progress(log, "cluster: %s p50 %.2f ms, p99 %.2f ms (%d/%d received), machine %.0f%% busy (others %.0f%%)", res.Transport,
+			res.P50, res.P99, res.Received, res.Pushed, res.MachineBusy, res.OthersBusy)
 		out = append(out, res)
 	}
 	return out, nil

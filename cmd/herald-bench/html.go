@@ -79,13 +79,13 @@ figure{margin:1rem 0}figcaption{font-weight:600;margin-bottom:.3rem}
 <p class="muted">{{.Machine}} · started {{.Started.Format "2006-01-02 15:04:05 MST"}} · rate {{.Settings.Rate}} msgs/s for {{.Settings.Duration}} · wake {{.Settings.Wake}}</p>
 {{if .Latency}}<h2>Push → receipt latency</h2>
 {{p50 "p50 (ms)" .Latency}}{{p99 "p99 (ms)" .Latency}}
-<table><tr><th>setup · wake · transport</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th><th>received</th><th>dups</th><th>herald CPU %</th><th>CPU s/1k (herald+PG)</th><th>machine busy %</th></tr>
-{{range .Latency}}<tr><td>{{.Setup}} · {{.Wake}} · {{.Transport}}</td><td>{{printf "%.2f" .P50}}</td><td>{{printf "%.2f" .P90}}</td><td>{{printf "%.2f" .P99}}</td><td>{{printf "%.2f" .P999}}</td><td>{{printf "%.2f" .Max}}</td><td>{{.Received}}/{{.Pushed}}</td><td>{{.Duplicates}}</td><td>{{printf "%.0f" .ServerCPU}}</td><td>{{cpu1k .CPUPer1k}}</td><td>{{printf "%.0f" .MachineBusy}}</td></tr>
+<table><tr><th>setup · wake · transport</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th><th>received</th><th>dups</th><th>herald CPU %</th><th>CPU s/1k (herald+PG)</th><th>machine busy %</th><th>of it others' %</th></tr>
+{{range .Latency}}<tr><td>{{.Setup}} · {{.Wake}} · {{.Transport}}</td><td>{{printf "%.2f" .P50}}</td><td>{{printf "%.2f" .P90}}</td><td>{{printf "%.2f" .P99}}</td><td>{{printf "%.2f" .P999}}</td><td>{{printf "%.2f" .Max}}</td><td>{{.Received}}/{{.Pushed}}</td><td>{{.Duplicates}}</td><td>{{printf "%.0f" .ServerCPU}}</td><td>{{cpu1k .CPUPer1k}}</td><td>{{printf "%.0f" .MachineBusy}}</td><td>{{printf "%.0f" .OthersBusy}}</td></tr>
 {{end}}</table>{{end}}
 {{if .Cluster}}<h2>Cross-instance latency (push through instance 1)</h2>
 {{p50 "p50 (ms)" .Cluster}}{{p99 "p99 (ms)" .Cluster}}
-<table><tr><th>setup · transport</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th><th>received</th><th>dups</th></tr>
-{{range .Cluster}}<tr><td>{{.Setup}} · {{.Transport}}</td><td>{{printf "%.2f" .P50}}</td><td>{{printf "%.2f" .P90}}</td><td>{{printf "%.2f" .P99}}</td><td>{{printf "%.2f" .P999}}</td><td>{{printf "%.2f" .Max}}</td><td>{{.Received}}/{{.Pushed}}</td><td>{{.Duplicates}}</td></tr>
+<table><tr><th>setup · transport</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th><th>received</th><th>dups</th><th>machine busy %</th><th>of it others' %</th></tr>
+{{range .Cluster}}<tr><td>{{.Setup}} · {{.Transport}}</td><td>{{printf "%.2f" .P50}}</td><td>{{printf "%.2f" .P90}}</td><td>{{printf "%.2f" .P99}}</td><td>{{printf "%.2f" .P999}}</td><td>{{printf "%.2f" .Max}}</td><td>{{.Received}}/{{.Pushed}}</td><td>{{.Duplicates}}</td><td>{{printf "%.0f" .MachineBusy}}</td><td>{{printf "%.0f" .OthersBusy}}</td></tr>
 {{end}}</table>{{end}}
 {{if .Throughput}}<h2>Throughput</h2>{{tput .Throughput}}
 <table><tr><th>phase</th><th>batch</th><th>partitions</th><th>groups</th><th>pushed/s</th><th>delivered/s per group</th><th>acked/s per group</th><th>backlog</th></tr>

@@ -44,6 +44,11 @@ type latencyResult struct {
 	// pushing (100 = every core), whatever ran: a tail on a saturated
 	// machine is the machine's.
 	MachineBusy float64 `json:"machine_busy_percent"`
+	// OthersBusy is the part of MachineBusy that no process of this
+	// benchmark's own spent (herald-bench, the servers it started with
+	// their PostgreSQL, and the --pid server's processes): a neighbour's
+	// load, which the figures of a shared machine carry.
+	OthersBusy float64 `json:"others_busy_percent"`
 	// CPUPer1k is the CPU seconds herald and its PostgreSQL spent per
 	// 1,000 messages, from the first push to the last receipt; 0 when
 	// PostgreSQL's processes are not known (--url).
@@ -95,8 +100,8 @@ func runLatency(ctx context.Context, srv *server, cfg benchConfig, log io.Writer
 			return nil, fmt.Errorf("%s: %w", tr, err)
 		}
 		res.Setup, res.Wake = "1 instance", cfg.Wake
-		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received), %.2f statements/msg, %d partitions, machine %.0f%% busy",
-			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed, res.StatementsPerMsg, res.Partitions, res.MachineBusy)
+		progress(log, "latency: %s p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d/%d received), %.2f statements/msg, %d partitions, machine %.0f%% busy (others %.0f%%)",
+			tr, res.P50, res.P99, res.Max, res.Received, res.Pushed, res.StatementsPerMsg, res.Partitions, res.MachineBusy, res.OthersBusy)
 		for _, name := range benchCounters {
 			progress(log, "latency: %s %s %.0f", tr, name, res.Counters[name])
 		}
@@ -148,6 +153,7 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	}
 	cpu0, t0 := srv.cpu(), time.Now()
 	busy0, all0 := machineCPU()
+	own0 := treeCPU(srv.ownRoots()...)
 	pg0, pgKnown := srv.pgCPU()
 	st0, stErr := srv.metric("herald_db_queries_total")
 	ops0, _ := benchstat.MetricByLabel(http.DefaultClient, srv.url, "herald_db_queries_total", "op")
@@ -157,6 +163,8 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	res.ServerCPU = 100 * (srv.cpu() - cpu0).Seconds() / time.Since(t0).Seconds()
 	if busy1, all1 := machineCPU(); all1 > all0 {
 		res.MachineBusy = 100 * float64(busy1-busy0) / float64(all1-all0)
+		own := treeCPU(srv.ownRoots()...) - own0
+		res.OthersBusy = max(0, 100*float64(busy1-busy0-own)/float64(all1-all0))
 	}
 	if err != nil {
 		cancel()

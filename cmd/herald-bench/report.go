@@ -34,12 +34,12 @@ func (r *report) print(w io.Writer) {
 			continue
 		}
 		table(w, fmt.Sprintf("\n%s at %d msgs/s for %v (first two seconds are warm-up)", part.title, r.Settings.Rate, r.Settings.Duration),
-			"setup\twake\ttransport\tpartitions\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\treceived\tdups\therald CPU %\tCPU s/1k (herald+PG)\tstatements/msg\tmachine busy %\t",
+			"setup\twake\ttransport\tpartitions\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\treceived\tdups\therald CPU %\tCPU s/1k (herald+PG)\tstatements/msg\tmachine busy %\tof it others' %\t",
 			len(part.rows), func(tw io.Writer, i int) {
 				l := part.rows[i]
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d/%d\t%d\t%.0f\t%s\t%.2f\t%.0f\t\n",
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d/%d\t%d\t%.0f\t%s\t%.2f\t%.0f\t%.0f\t\n",
 					l.Setup, l.Wake, l.Transport, l.Partitions, l.P50, l.P90, l.P99, l.P999, l.Max, l.Received, l.Pushed, l.Duplicates, l.ServerCPU,
-					cpuPer1k(l.CPUPer1k), l.StatementsPerMsg, l.MachineBusy)
+					cpuPer1k(l.CPUPer1k), l.StatementsPerMsg, l.MachineBusy, l.OthersBusy)
 			})
 	}
 	if len(r.Throughput) > 0 {

@@ -177,26 +177,60 @@ func (s *server) pgCPU() (d time.Duration, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	f := fanoutload.ProcStat(pm)
-	if len(f) < 15 {
-		return 0, false
+	return treeCPU(pm), true
+}
+
+// ownRoots are the processes whose trees are this benchmark's own: this
+// process (the servers it starts and their PostgreSQL descend from it)
+// and a --url server's --pid.
+func (s *server) ownRoots() []int {
+	roots := []int{os.Getpid()}
+	if s.cmd == nil && s.pid > 0 {
+		roots = append(roots, s.pid)
 	}
-	d = ticks(f[11]) + ticks(f[12]) + ticks(f[13]) + ticks(f[14]) // utime stime cutime cstime
+	return roots
+}
+
+// treeCPU is the CPU time the processes descended from roots (the roots
+// included) have spent so far: each live one's own, and what the children
+// it reaped spent (cutime, cstime: a PostgreSQL backend that ended, a
+// follower process of the fanout scenario). A process that ends between
+// two readings moves from its own line to its parent's, so the difference
+// of two readings stays right.
+func treeCPU(roots ...int) time.Duration {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, false
+		return 0
 	}
-	parent := strconv.Itoa(pm)
+	parent := map[int]int{}
+	spent := map[int]time.Duration{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if c := fanoutload.ProcStat(pid); len(c) >= 13 && c[1] == parent {
-			d += ticks(c[11]) + ticks(c[12])
+		f := fanoutload.ProcStat(pid)
+		if len(f) < 15 {
+			continue
+		}
+		parent[pid], _ = strconv.Atoi(f[1])
+		spent[pid] = ticks(f[11]) + ticks(f[12]) + ticks(f[13]) + ticks(f[14]) // utime stime cutime cstime
+	}
+	in := map[int]bool{}
+	for _, r := range roots {
+		in[r] = true
+	}
+	var d time.Duration
+	for pid, cpu := range spent {
+		// Walk up to a root or to init; the chain is short.
+		for p, hops := pid, 0; p > 1 && hops < 64; p, hops = parent[p], hops+1 {
+			if in[p] {
+				d += cpu
+				break
+			}
 		}
 	}
-	return d, true
+	return d
 }
 
 // ticks reads a /proc clock-tick count as a duration.

@@ -166,25 +166,48 @@ func (s *server) cpu() time.Duration {
 // postmaster's own and its reaped children's (every backend that ended),
 // plus its live children's. ok is false when it is not known (--url).
 func (s *server) pgCPU() (d time.Duration, ok bool) {
-	if s.pgDir == "" {
-		return 0, false
-	}
-	b, err := os.ReadFile(filepath.Join(s.pgDir, "postgres", "pgdata", "postmaster.pid"))
-	if err != nil {
-		return 0, false
-	}
-	pm, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-	if err != nil {
+	pm := s.postmaster()
+	if pm == 0 {
 		return 0, false
 	}
 	return treeCPU(pm), true
 }
 
+// postmasterFile is the server's private PostgreSQL's postmaster.pid, by
+// line, or nil when it is not known (--url).
+func (s *server) postmasterFile() []string {
+	if s.pgDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(s.pgDir, "postgres", "pgdata", "postmaster.pid"))
+	if err != nil {
+		return nil
+	}
+	return strings.Split(string(b), "\n")
+}
+
+// postmaster is the process id of the server's private PostgreSQL, or 0.
+func (s *server) postmaster() int {
+	lines := s.postmasterFile()
+	if len(lines) == 0 {
+		return 0
+	}
+	pm, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil {
+		return 0
+	}
+	return pm
+}
+
 // ownRoots are the processes whose trees are this benchmark's own: this
-// process (the servers it starts and their PostgreSQL descend from it)
-// and a --url server's --pid.
+// process (the servers it starts descend from it), the private
+// PostgreSQL's postmaster (which leaves its starter's tree) and a --url
+// server's --pid.
 func (s *server) ownRoots() []int {
 	roots := []int{os.Getpid()}
+	if pm := s.postmaster(); pm != 0 {
+		roots = append(roots, pm)
+	}
 	if s.cmd == nil && s.pid > 0 {
 		roots = append(roots, s.pid)
 	}
@@ -277,14 +300,7 @@ func (s *server) metric(name string) (float64, error) {
 // migrated, where the push SQL function is), or "" when it is not known
 // (--url).
 func (s *server) pgDSN() string {
-	if s.pgDir == "" {
-		return ""
-	}
-	b, err := os.ReadFile(filepath.Join(s.pgDir, "postgres", "pgdata", "postmaster.pid"))
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(string(b), "\n")
+	lines := s.postmasterFile()
 	if len(lines) < 5 {
 		return ""
 	}

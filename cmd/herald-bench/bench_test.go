@@ -162,6 +162,10 @@ func TestPgCPUReadsThePostmasterTree(t *testing.T) {
 	d0, ok := s.pgCPU()
 	require.True(t, ok)
 	assert.Positive(t, d0, "a running cluster has spent some CPU")
+	// Its postmaster is not in this process's tree: the benchmark's own
+	// CPU (others' share) names it as a root.
+	assert.Contains(t, s.ownRoots(), s.postmaster())
+	assert.NotZero(t, s.postmaster())
 	_, ok = (&server{}).pgCPU()
 	assert.False(t, ok, "no private PostgreSQL, no figure")
 }

@@ -28,10 +28,11 @@ const SourceNotify = "notify"
 
 // Defaults of ListenerConfig fields.
 const (
-	// PingIntervalDefault: a silent LISTEN connection is pinged every 3 s
-	// (one cheap query), so a dead or hung one is left within about 6 s
-	// (with pingTimeout), and the wake-ups it carried resume after a
-	// failover with the rest of Herald, not at a 30 s ping.
+	// PingIntervalDefault: a LISTEN connection silent for 3 s is pinged
+	// (one cheap query; at the next members beat in an instance, so every
+	// 4 s when idle), so a dead or hung one is left within about 8 s (with
+	// pingTimeout), and the wake-ups it carried resume after a failover
+	// with the rest of Herald, not at a 30 s ping.
 	PingIntervalDefault = 3 * time.Second
 	BackoffMinDefault   = 100 * time.Millisecond
 	BackoffMaxDefault   = 5 * time.Second
@@ -58,9 +59,16 @@ type ListenerConfig struct {
 	// after every (re)connect, since one may have been missed. Called on
 	// the listener's goroutine; it must not block.
 	OnState func()
-	// PingInterval bounds each wait: a silent connection is pinged then, so
-	// a dead one is noticed. Zero means PingIntervalDefault.
+	// PingInterval is how long the connection may be silent before it is
+	// pinged, so that a dead one is noticed. Zero means
+	// PingIntervalDefault.
 	PingInterval time.Duration
+	// NextPing, when set, says when a connection silent since t (plus
+	// PingInterval) is pinged: the first of the instance's own instants at
+	// or after t. The assembly gives the members beat's (internal/tick), so
+	// that an idle instance wakes once for the beat and the ping, not once
+	// for each. Nil pings at t.
+	NextPing func(t time.Time) time.Time
 	// BackoffMin and BackoffMax bound the reconnect back-off (doubling,
 	// ±10% jitter). Zero means the defaults.
 	BackoffMin, BackoffMax time.Duration
@@ -136,10 +144,14 @@ func (l *Listener) session(ctx context.Context, up func()) (listened bool, err e
 		l.cfg.OnState()
 	}
 	l.log.Info().Str("channel", channelPrefix+schema).Msg("listening")
+	heard := time.Now() // the connection's last sign of life
 	for {
-		wctx, cancel := context.WithTimeout(ctx, l.cfg.PingInterval)
+		wctx, cancel := context.WithDeadline(ctx, l.pingAt(heard))
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
+		if err == nil {
+			heard = time.Now()
+		}
 		switch {
 		case err == nil && n.Payload == StatePayload:
 			if l.cfg.OnState != nil {
@@ -168,11 +180,22 @@ func (l *Listener) session(ctx context.Context, up func()) (listened bool, err e
 			if err != nil {
 				return true, fmt.Errorf("pinging the LISTEN connection: %w", err)
 			}
+			heard = time.Now()
 			l.usage.Set(usage)
 		default:
 			return true, fmt.Errorf("waiting for notifications: %w", err)
 		}
 	}
+}
+
+// pingAt is when a connection silent since heard is pinged: PingInterval
+// later, at the next of NextPing's instants when it is set.
+func (l *Listener) pingAt(heard time.Time) time.Time {
+	at := heard.Add(l.cfg.PingInterval)
+	if l.cfg.NextPing != nil {
+		at = l.cfg.NextPing(at)
+	}
+	return at
 }
 
 func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {

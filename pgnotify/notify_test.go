@@ -291,3 +291,75 @@ func TestNotifier_SendsOneStatementCommittedAsynchronously(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&after))
 	assert.Equal(t, "on", after, "local to the notifying transaction")
 }
+
+// pingLog records when the listener's pings start.
+type pingLog struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (l *pingLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "pg_notification_queue_usage") {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.at = append(l.at, time.Now())
+	}
+	return ctx
+}
+
+func (*pingLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *pingLog) pings() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.at)
+}
+
+// A quiet LISTEN connection is pinged only at the instants NextPing gives
+// (the instance's members beat's, so that an idle instance wakes once for
+// both), once it has been quiet for PingInterval: never twice between two
+// instants, however short PingInterval is.
+func TestListener_PingsAQuietConnectionOnlyAtTheInstantsItIsGiven(t *testing.T) {
+	dsn := servertest.SharedDSN(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	log := &pingLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	const every = 400 * time.Millisecond
+	anchor := time.Now()
+	instant := func(t time.Time) time.Time { // the first instant at or after t
+		k := (t.Sub(anchor) + every - 1) / every
+		return anchor.Add(k * every)
+	}
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: &recordingWaker{},
+		PingInterval: 50 * time.Millisecond, NextPing: instant})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	<-l.Connected()
+	require.Eventually(t, func() bool { return len(log.pings()) >= 4 }, time.Minute, 10*time.Millisecond,
+		"a quiet connection is pinged")
+	cancel()
+	<-done
+
+	// Between two instants, one ping at most: a ping delayed past its
+	// instant waits PingInterval, and then for the next instant.
+	seen := map[time.Duration]bool{}
+	for _, at := range log.pings() {
+		slot := at.Sub(anchor) / every
+		assert.False(t, seen[slot], "two pings between the instants %v and %v after the anchor", slot*every, (slot+1)*every)
+		seen[slot] = true
+	}
+}

@@ -34,8 +34,9 @@ type meshResult struct {
 	QueuesDatagramsPerInst float64 `json:"queues_datagrams_per_s_per_instance,omitempty"`
 }
 
-// runMesh starts n instances (a pool of 2 each) on one private PostgreSQL,
-// syncnet on with no list, waits until each counts every other alive,
+// runMesh starts n instances (a pool of 2 each, --wake as the bench's
+// own: notify by default, as deployed, each with its LISTEN connection)
+// on one private PostgreSQL, syncnet on with no list, waits until each counts every other alive,
 // then measures their CPU (from /proc) and datagrams sent over the idle
 // window; then, with cfg.MeshQueues queues consumed on every instance,
 // once more.
@@ -78,7 +79,7 @@ func runMesh(ctx context.Context, cfg benchConfig, log io.Writer) (*meshResult, 
 			"--sync-secret", hex.EncodeToString(key[:]), "--server-id", fmt.Sprintf("mesh-%d", i+1),
 			// A push buffer each: a shared directory holds 64.
 			"--buffer-dir", filepath.Join(dir, fmt.Sprintf("buffer-%d", i+1))}, db...)
-		s, err := startIn(ctx, cfg, log, dir, "poll", args...)
+		s, err := startIn(ctx, cfg, log, dir, cfg.Wake, args...)
 		if err != nil {
 			return err
 		}

@@ -146,6 +146,14 @@ type Config struct {
 	Adjust Adjust
 }
 
+// memberBeat is the members beat's period: MemberBeat, or its default.
+func (c *Config) memberBeat() time.Duration {
+	if c.MemberBeat <= 0 {
+		return MemberBeatDefault
+	}
+	return c.MemberBeat
+}
+
 // Adjust holds optional edits of the components' own configs.
 type Adjust struct {
 	Store    func(*queue.Config)

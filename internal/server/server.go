@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/heraldmq/herald/gateway"
+	"github.com/heraldmq/herald/internal/tick"
 	"github.com/heraldmq/herald/pgnotify"
 	"github.com/heraldmq/herald/poller"
 	"github.com/heraldmq/herald/queue"
@@ -257,7 +258,7 @@ func (s *Server) buildPollerAndNode() error {
 // buildMesh makes the membership loop: this instance's row, its peers.
 func (s *Server) buildMesh(ctx context.Context) {
 	c := &s.cfg
-	s.mesh = &mesh{kick: s.meshKick, store: s.store, node: s.node, beat: c.MemberBeat, deadAfter: c.MemberDeadAfter,
+	s.mesh = &mesh{kick: s.meshKick, store: s.store, node: s.node, deadAfter: c.MemberDeadAfter,
 		onState: func() {
 			if s.gw != nil {
 				s.gw.RefreshMaintenance()
@@ -271,9 +272,7 @@ func (s *Server) buildMesh(ctx context.Context) {
 		},
 		log:  s.log.With().Str("component", "members").Logger(),
 		self: queue.Member{ID: s.instance, Session: queue.NewID(), StartedAt: time.Now(), Listens: c.Wake == WakeNotify}}
-	if s.mesh.beat <= 0 {
-		s.mesh.beat = MemberBeatDefault
-	}
+	s.mesh.beat = c.memberBeat()
 	if s.mesh.deadAfter <= 0 {
 		s.mesh.deadAfter = MemberDeadAfterDefault
 	}
@@ -364,7 +363,10 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 			return err
 		}
 		lc := pgnotify.ListenerConfig{Waker: wakers{s}, Self: self, Registerer: s.reg, Logger: s.log,
-			OnState: func() { s.gw.RefreshMaintenance() }}
+			OnState: func() { s.gw.RefreshMaintenance() },
+			// A quiet LISTEN connection is pinged at the members beat's
+			// instants: an idle instance wakes once for both.
+			NextPing: func(t time.Time) time.Time { return tick.After(t, c.memberBeat()) }}
 		if c.ListenDatabaseURL != "" {
 			lc.URL = c.ListenDatabaseURL
 		} else {

@@ -11,7 +11,12 @@ var anchor = time.Now().Add(-rand.N(time.Minute)) // #nosec G404 -- a phase, not
 
 // Next is the first instant after now that is a whole number of period
 // from the process's anchor.
-func Next(period time.Duration) time.Time { return next(anchor, time.Now(), period) }
+func Next(period time.Duration) time.Time { return After(time.Now(), period) }
+
+// After is the first instant after t that is a whole number of period from
+// the process's anchor: where a wait that may not end before t ends with
+// the process's other loops of that period.
+func After(t time.Time, period time.Duration) time.Time { return next(anchor, t, period) }
 
 // next is the first instant after now that is a whole number of period
 // from anchor (before or after now).

@@ -48,6 +48,18 @@ func TestNext_IsWithinOnePeriodAhead(t *testing.T) {
 // Two loops' timers of one period, made at different times, fire at the
 // same instants: once after each Reset, a period apart. The second loop
 // starts when the first one's timer first fires, a period after it began.
+// After, for a time ahead, is an instant of the period (the one Next
+// gives once that time has come) within one period of it.
+func TestAfter_IsTheInstantOfThePeriodThatFollowsT(t *testing.T) {
+	const p = 2 * time.Second
+	at := time.Now().Add(3 * time.Second)
+	a := After(at, p)
+	assert.True(t, a.After(at))
+	assert.LessOrEqual(t, a.Sub(at), p)
+	assert.Equal(t, a, After(a.Add(-time.Nanosecond), p), "an instant of the period")
+	assert.Equal(t, a.Add(p), After(a, p), "the next one after an instant")
+}
+
 func TestTimer_TwoLoopsOfOnePeriodFireTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		anchor := time.Now().Add(-300 * time.Millisecond) // the bubble's clock: the process's is outside it

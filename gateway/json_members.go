@@ -22,16 +22,7 @@ import (
 // has validated, but nothing here relies on that to stay in bounds.
 func eachMember(raw []byte, fn func(name []byte, value json.RawMessage)) bool {
 	s := scanner{b: raw}
-	s.space()
-	if !s.eat('{') {
-		return false
-	}
-	s.space()
-	if s.eat('}') {
-		return s.end()
-	}
-	for {
-		s.space()
+	return s.list('{', '}', func() bool {
 		name, ok := s.str()
 		if !ok {
 			return false
@@ -51,18 +42,11 @@ func eachMember(raw []byte, fn func(name []byte, value json.RawMessage)) bool {
 		}
 		s.space()
 		v, ok := s.value()
-		if !ok {
-			return false
+		if ok {
+			fn(name, v)
 		}
-		fn(name, v)
-		s.space()
-		if s.eat('}') {
-			return s.end()
-		}
-		if !s.eat(',') {
-			return false
-		}
-	}
+		return ok
+	})
 }
 
 // membersInto reads the members of raw, a JSON object, named names[i]
@@ -83,29 +67,13 @@ func membersInto(raw json.RawMessage, names []string, fields ...*json.RawMessage
 // false when raw is not an array (as eachMember).
 func eachElement(raw []byte, fn func(value json.RawMessage)) bool {
 	s := scanner{b: raw}
-	s.space()
-	if !s.eat('[') {
-		return false
-	}
-	s.space()
-	if s.eat(']') {
-		return s.end()
-	}
-	for {
-		s.space()
+	return s.list('[', ']', func() bool {
 		v, ok := s.value()
-		if !ok {
-			return false
+		if ok {
+			fn(v)
 		}
-		fn(v)
-		s.space()
-		if s.eat(']') {
-			return s.end()
-		}
-		if !s.eat(',') {
-			return false
-		}
-	}
+		return ok
+	})
 }
 
 // scanner steps over JSON text: it finds where values end, it does not
@@ -114,6 +82,34 @@ type scanner struct {
 	b    []byte
 	i    int
 	last int // where the last string read by str began
+}
+
+// list steps over the whole text as opening, items separated by commas,
+// closing (white space allowed around each), calling item at the start of
+// each item to step over it. False when the text is not such a list or
+// item returns false.
+func (s *scanner) list(opening, closing byte, item func() bool) bool {
+	s.space()
+	if !s.eat(opening) {
+		return false
+	}
+	s.space()
+	if s.eat(closing) {
+		return s.end()
+	}
+	for {
+		s.space()
+		if !item() {
+			return false
+		}
+		s.space()
+		if s.eat(closing) {
+			return s.end()
+		}
+		if !s.eat(',') {
+			return false
+		}
+	}
 }
 
 func (s *scanner) space() {

@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"net"
 	"syscall"
 	"testing"
 )
@@ -70,7 +71,7 @@ func (l *InstanceLock) SetDatabaseStarted(started string) { l.started.Store(&sta
 // SO_KEEPALIVE, then TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT (seconds,
 // seconds, probes).
 func (l *InstanceLock) LockSocketKeepAlive() (on bool, idle, interval, count int, err error) {
-	tc := tcpOf(l.conn.PgConn().Conn())
+	tc := connUnder[*net.TCPConn](l.conn.PgConn().Conn())
 	if tc == nil {
 		return false, 0, 0, 0, fmt.Errorf("the lock's connection is a %T, not TCP", l.conn.PgConn().Conn())
 	}

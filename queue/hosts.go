@@ -94,7 +94,7 @@ func (h *hostTracker) install(cfg *pgxpool.Config, dial pgconn.DialFunc) {
 		return nil
 	}
 	cfg.PrepareConn = func(_ context.Context, c *pgx.Conn) (bool, error) {
-		tc := trackedOf(c.PgConn().Conn())
+		tc := connUnder[*trackedConn](c.PgConn().Conn())
 		return tc == nil || !tc.dead.Load(), nil
 	}
 }
@@ -297,17 +297,19 @@ func isCancelRequest(b []byte) bool {
 		binary.BigEndian.Uint32(b[4:8]) == 80877102
 }
 
-// trackedOf finds the trackedConn under c (through TLS), or nil.
-func trackedOf(c net.Conn) *trackedConn {
+// connUnder finds the connection of type T under c, unwrapping through
+// NetConn (TLS, the host tracker's trackedConn), or T's zero value.
+func connUnder[T net.Conn](c net.Conn) T {
 	for c != nil {
-		if tc, ok := c.(*trackedConn); ok {
-			return tc
+		if t, ok := c.(T); ok {
+			return t
 		}
 		u, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
-			return nil
+			break
 		}
 		c = u.NetConn()
 	}
-	return nil
+	var none T
+	return none
 }

@@ -67,25 +67,9 @@ SELECT set_config('tcp_keepalives_idle', '10', false), set_config('tcp_keepalive
 // up (instanceKeepaliveSQL, 25 s) and a twin could take the id. They wake
 // neither this process nor the backend.
 func keepAlive(c net.Conn) {
-	if t := tcpOf(c); t != nil {
+	if t := connUnder[*net.TCPConn](c); t != nil {
 		_ = t.SetKeepAliveConfig(dialKeepAlive)
 	}
-}
-
-// tcpOf finds the TCP connection under c (through TLS and the host
-// tracker's wrapper), or nil.
-func tcpOf(c net.Conn) *net.TCPConn {
-	for c != nil {
-		if t, ok := c.(*net.TCPConn); ok {
-			return t
-		}
-		u, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return nil
-		}
-		c = u.NetConn()
-	}
-	return nil
 }
 
 // InstanceLockRetry is how often a lost instance lock is tried again

@@ -151,15 +151,8 @@ func (s *Store) runPush(ctx context.Context, plan *pushPlan) error {
 		return fmt.Errorf("pushing: %w", err)
 	}
 	defer conn.Release()
-	b := &pgx.Batch{}
-	plan.queue(b, s.leaseOwner)
-	br := conn.SendBatch(ctx, b)
-	err = plan.read(br)
 	// The commit's answer comes with the Sync's, which Close reads.
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("committing the push: %w", cerr)
-	}
-	if err != nil {
+	if err := plan.send(ctx, conn, s.leaseOwner, "committing the push"); err != nil {
 		rollbackIfOpen(ctx, conn)
 		return err
 	}
@@ -366,14 +359,7 @@ func (s *Store) pushTx(ctx context.Context, tx pgx.Tx, items []PushItem) ([]Push
 	if err != nil {
 		return nil, err
 	}
-	b := &pgx.Batch{}
-	plan.queue(b, s.leaseOwner)
-	br := tx.SendBatch(ctx, b)
-	err = plan.read(br)
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("pushing: %w", cerr)
-	}
-	if err != nil {
+	if err := plan.send(ctx, tx, s.leaseOwner, "pushing"); err != nil {
 		return nil, err
 	}
 	return plan.results, nil
@@ -765,6 +751,26 @@ SELECT 1, h.ext, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FR
 UNION ALL
 SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
 WHERE EXISTS (SELECT 1 FROM hand h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
+
+// batchSender is what a push plan is sent on: a pool connection (the
+// push's own pipeline, runPush) or an open transaction (pushTx).
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// send sends the push's two statements on c in one round trip and reads
+// their answers (owner as queue's). A failure of the batch's Close, which
+// reads the Sync's answer, is wrapped with closing.
+func (p *pushPlan) send(ctx context.Context, c batchSender, owner func(stream bool) string, closing string) error {
+	b := &pgx.Batch{}
+	p.queue(b, owner)
+	br := c.SendBatch(ctx, b)
+	err := p.read(br)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("%s: %w", closing, cerr)
+	}
+	return err
+}
 
 // queue adds the push's two statements to b; owner names the owner of a
 // lease it hands off (Store.leaseOwner).

@@ -465,13 +465,8 @@ export class Herald {
       };
       es.onmessage = async (ev) => {
         if (ev.lastEventId) lastId = ev.lastEventId;
-        let m;
-        try {
-          m = JSON.parse(ev.data);
-        } catch {
-          return;
-        }
-        await settle(mode, m, () => opts.onMessage?.(m, handle), handle);
+        const m = eventJSON(ev);
+        if (m !== undefined) await settle(mode, m, () => opts.onMessage?.(m, handle), handle);
       };
       // With a token function: before this token expires, reopen with a
       // fresh one, resuming after the last event (the server acks what it
@@ -587,13 +582,8 @@ export class Herald {
       const listen = (type, deliver) =>
         es.addEventListener(type, (ev) => {
           if (ev.lastEventId) lastId = ev.lastEventId;
-          let v;
-          try {
-            v = JSON.parse(ev.data);
-          } catch {
-            return;
-          }
-          run(() => deliver(v));
+          const v = eventJSON(ev);
+          if (v !== undefined) run(() => deliver(v));
         });
       listen("message", (m) => opts.onMessage?.(m, handle));
       listen("gap", (g) => opts.onGap?.(g, handle));
@@ -649,6 +639,18 @@ async function settle(mode, m, run, handle) {
   const done = err === undefined ? handle.ack(m) : handle.nack(m, err);
   // ack / nack already told onError; nobody else awaits this promise.
   done.catch(() => {});
+}
+
+/**
+ * eventJSON is an SSE event's data parsed as JSON, or undefined when it is
+ * not JSON (JSON.parse never gives undefined): such an event is skipped.
+ */
+function eventJSON(ev) {
+  try {
+    return JSON.parse(ev.data);
+  } catch {
+    return undefined;
+  }
 }
 
 function errorText(err) {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -188,49 +187,4 @@ func (s *Store) LeaveMember(ctx context.Context, id, session string) error {
 		return fmt.Errorf("deleting the member row: %w", err)
 	}
 	return nil
-}
-
-// Chore runs fn unless another instance runs the chore name now or ran it
-// less than every ago (ran is false then). Its lock is a transaction-level
-// advisory lock held by a transaction open on a connection of its own for
-// the run, as retention's (RunRetention: a session lock does not survive
-// a transaction-mode pooler); fn uses other connections of the pool. The
-// chore's time is recorded as that transaction commits.
-func (s *Store) Chore(ctx context.Context, name string, every time.Duration, fn func(context.Context)) (ran bool, err error) {
-	if s.pool.Config().MaxConns < 2 {
-		return false, errors.New("chore: the pool needs at least 2 connections (one holds the lock)")
-	}
-	holder, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return false, fmt.Errorf("chore %s: %w", name, err)
-	}
-	defer holder.Release()
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("chore %s: taking the lock: %w", name, err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
-		return false, fmt.Errorf("chore %s: taking the lock: %w", name, err)
-	}
-	// Due when it never ran or ran 9/10 of the interval ago: instances'
-	// timers drift, and one just late should not wait a whole interval.
-	if err := tx.QueryRow(ctx, `-- herald:chore_lock
-		SELECT pg_try_advisory_xact_lock(hashtext('herald_chore:' || $1 || ':' || current_schema()))
-		   AND coalesce((SELECT ran_at < now() - make_interval(secs => $2) FROM chores WHERE name = $1), true)`,
-		name, 0.9*every.Seconds()).Scan(&ran); err != nil {
-		return false, fmt.Errorf("chore %s: taking the lock: %w", name, err)
-	}
-	if !ran {
-		return false, nil
-	}
-	fn(ctx)
-	if _, err := tx.Exec(ctx, `-- herald:chore_done
-		INSERT INTO chores (name, ran_at) VALUES ($1, now()) ON CONFLICT (name) DO UPDATE SET ran_at = now()`, name); err != nil {
-		return true, fmt.Errorf("chore %s: recording the run: %w", name, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return true, fmt.Errorf("chore %s: recording the run: %w", name, err)
-	}
-	return true, nil
 }

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -189,48 +188,48 @@ WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group`
 
 // RunRetention applies the queues' retention settings once, unless another
 // instance is running it: ran is false then. Deletes go in batches of batch
-// (0: the default), each its own short transaction.
-//
-// The run's lock is a transaction-level advisory lock, held by a
-// transaction open on a connection of its own for the whole run (it takes
-// no snapshot between statements and holds back no xmin), so it ends with
-// that transaction however the run ends. A session-level lock would not
-// survive a transaction-mode pooler (PgBouncer): its unlock can reach
-// another server session, leaving the lock on the first one for good and
-// no instance running retention again.
+// (0: the default), each its own short transaction. It is a chore (the
+// lock: takeChore) that is always due: its run counts as its interval's
+// for RetentionRound.
 func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []RetentionDeleted, ran bool, err error) {
+	return s.retention(ctx, batch, 0)
+}
+
+// RetentionRound runs retention unless an instance runs it now or ran it
+// less than every ago: RunRetentionLoop's round, so that the instances
+// together run it once per interval, not each once.
+func (s *Store) RetentionRound(ctx context.Context, every time.Duration) (deleted []RetentionDeleted, ran bool, err error) {
+	return s.retention(ctx, 0, every)
+}
+
+// retention is RunRetention with the chore's interval (0: always due). A
+// run that fails is not recorded: the next round anywhere runs it again.
+func (s *Store) retention(ctx context.Context, batch int, every time.Duration) (deleted []RetentionDeleted, ran bool, err error) {
 	if batch <= 0 {
 		batch = RetentionBatchDefault
 	}
-	if s.pool.Config().MaxConns < 2 {
-		// The holder would wait for a second connection it itself holds.
-		return nil, false, errors.New("retention: the pool needs at least 2 connections (one holds the lock)")
-	}
-	holder, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("retention: acquiring the lock's connection: %w", err)
-	}
-	defer holder.Release()
-	lock, err := holder.Begin(ctx)
+	h, err := s.takeChore(ctx, "retention", "herald_retention:", every)
 	if err != nil {
 		return nil, false, fmt.Errorf("retention: taking the lock: %w", err)
 	}
-	defer func() { _ = lock.Rollback(context.WithoutCancel(ctx)) }() // the lock has nothing to commit
-	// The holder idles in its transaction while the run works: a run
-	// longer than idle_in_transaction_session_timeout must keep its lock.
-	if _, err := lock.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
-		return nil, false, fmt.Errorf("retention: taking the lock: %w", err)
-	}
-	const lockKey = `hashtext('herald_retention:' || current_schema())`
-	if err := lock.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+lockKey+`)`).Scan(&ran); err != nil {
-		return nil, false, fmt.Errorf("retention: taking the lock: %w", err)
-	}
-	if !ran {
+	if h == nil {
 		return nil, false, nil
 	}
+	defer h.release(ctx)
+	deleted, err = s.retentionRun(ctx, batch)
+	if err == nil {
+		if err = h.done(ctx); err != nil {
+			err = fmt.Errorf("retention: %w", err)
+		}
+	}
+	return deleted, true, err
+}
+
+// retentionRun is one run of retention, under its lock.
+func (s *Store) retentionRun(ctx context.Context, batch int) ([]RetentionDeleted, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, true, fmt.Errorf("retention: acquiring a connection: %w", err)
+		return nil, fmt.Errorf("retention: acquiring a connection: %w", err)
 	}
 	defer conn.Release()
 	totals := map[[2]string]int64{}
@@ -238,7 +237,7 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 	if err := s.removeIdleGroups(ctx, conn, max(batch/100, 10), func(q string) {
 		totals[[2]string{q, RetentionIdleGroup}]++
 	}); err != nil {
-		return collect(totals), true, err
+		return collect(totals), err
 	}
 	for _, rule := range retentionRules {
 		for {
@@ -247,15 +246,15 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 				totals[[2]string{q, rule.reason}] += k
 			})
 			if err != nil {
-				return collect(totals), true, fmt.Errorf("retention (%s): %w", rule.reason, err)
+				return collect(totals), fmt.Errorf("retention (%s): %w", rule.reason, err)
 			}
 			if len(parts) > 0 {
 				if _, err := conn.Exec(ctx, retentionCursorsSQL, parts); err != nil {
-					return collect(totals), true, fmt.Errorf("retention: moving cursors: %w", err)
+					return collect(totals), fmt.Errorf("retention: moving cursors: %w", err)
 				}
 				// Rows a push raced past are marked after the commit.
 				if err := sendReady(ctx, conn, parts); err != nil {
-					return collect(totals), true, fmt.Errorf("retention: %w", err)
+					return collect(totals), fmt.Errorf("retention: %w", err)
 				}
 			}
 			if n < int64(batch) {
@@ -265,7 +264,7 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 			// rest as long as it took.
 			select {
 			case <-ctx.Done():
-				return collect(totals), true, ctx.Err()
+				return collect(totals), ctx.Err()
 			case <-time.After(time.Since(began)):
 			}
 		}
@@ -273,21 +272,21 @@ func (s *Store) RunRetention(ctx context.Context, batch int) (deleted []Retentio
 	for {
 		n, err := s.expireWaiting(ctx, conn, batch, func(q, reason string, k int64) { totals[[2]string{q, reason}] += k })
 		if err != nil {
-			return collect(totals), true, err
+			return collect(totals), err
 		}
 		if n == 0 {
 			break
 		}
 	}
 	if _, err := conn.Exec(ctx, sweepHolesSQL); err != nil {
-		return collect(totals), true, fmt.Errorf("retention: forgetting holes: %w", err)
+		return collect(totals), fmt.Errorf("retention: forgetting holes: %w", err)
 	}
 	if s.cfg.PartitionCleanupAfter > 0 {
 		if err := s.cleanPartitions(ctx, conn, func(q string) { totals[[2]string{q, RetentionPartition}]++ }); err != nil {
-			return collect(totals), true, err
+			return collect(totals), err
 		}
 	}
-	return collect(totals), true, nil
+	return collect(totals), nil
 }
 
 // maxWaitSQL moves to the dead-letter queue, per consumer group, the
@@ -571,18 +570,21 @@ func collect(totals map[[2]string]int64) []RetentionDeleted {
 	return out
 }
 
-// RetentionIntervalDefault is how often RunRetentionLoop runs.
+// RetentionIntervalDefault is how often retention runs (RunRetentionLoop):
+// once per interval on one of the instances.
 const RetentionIntervalDefault = time.Minute
 
-// RunRetentionLoop runs retention every interval until ctx ends, reporting
-// each run that deleted something to report.
+// RunRetentionLoop runs a round of retention (RetentionRound) every
+// interval until ctx ends, so that the instances together run it about
+// once per interval, reporting each run here that deleted something to
+// report.
 func (s *Store) RunRetentionLoop(ctx context.Context, interval time.Duration, report func([]RetentionDeleted)) error {
 	if interval <= 0 {
 		interval = RetentionIntervalDefault
 	}
 	every(ctx, interval, func() {
 		start := time.Now()
-		deleted, ran, err := s.RunRetention(ctx, 0)
+		deleted, ran, err := s.RetentionRound(ctx, interval)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn().Err(err).Msg("retention run failed")
 		}

@@ -127,7 +127,7 @@ var options = []option{
 		func(c *config, v string) error { c.ServerID = v; return nil }},
 	{"encryption-key", "HERALD_ENCRYPTION_KEY", "", "64 hex characters: the AES-256-GCM key of the payloads of queues configured with encryptionEnabled (checked at start against the database's key check value); empty refuses such queues",
 		func(c *config, v string) error { c.EncryptionKey = v; return nil }},
-	{"retention-interval", "HERALD_RETENTION_INTERVAL", server.Defaults.RetentionInterval.String(), "how often retention runs (one instance at a time, by an advisory lock): deletes messages past a queue's retentionSeconds, and those every group acknowledged past its completedRetentionSeconds",
+	{"retention-interval", "HERALD_RETENTION_INTERVAL", server.Defaults.RetentionInterval.String(), "how often retention runs (on one instance, whatever the instances: an advisory lock and the chores table): deletes messages past a queue's retentionSeconds, and those every group acknowledged past its completedRetentionSeconds",
 		func(c *config, v string) (err error) { c.RetentionInterval, err = time.ParseDuration(v); return err }},
 	{"partition-cleanup-days", "HERALD_PARTITION_CLEANUP_DAYS", "7", "retention deletes partitions with no messages, no dead letters and no push or lease for this many days (and tells syncnet peers); 0 keeps them",
 		func(c *config, v string) (err error) { c.PartitionCleanupDays, err = strconv.Atoi(v); return err }},

@@ -1,0 +1,117 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A chore is database-wide work the instances share (hygiene, retention):
+// one instance at a time runs it, once per interval whatever the
+// instances. Its lock is a transaction-level advisory lock held by a
+// transaction open on a connection of its own for the run (a session lock
+// does not survive a transaction-mode pooler: its unlock can reach another
+// server session, leaving the lock on the first one for good and no
+// instance running the chore again); the run uses other connections of
+// the pool. The chores table records when each last ran, as that
+// transaction commits.
+
+// choreDueSQL tells whether chore $1 is due: it never ran, or ran 9/10 of
+// its interval ($2 seconds) ago (instances' timers drift, and one just late
+// should not wait a whole interval). Read with no transaction and no lock,
+// so that an instance to which it is not due, every instance but one in a
+// mesh, asks only this.
+const choreDueSQL = `-- herald:chore_due
+SELECT coalesce((SELECT ran_at < now() - make_interval(secs => $2) FROM chores WHERE name = $1), true)`
+
+// choreLockSQL takes the chore's lock ($3 names it, per schema) if it is
+// free, and says whether the chore is still due once it is held.
+const choreLockSQL = `-- herald:chore_lock
+SELECT pg_try_advisory_xact_lock(hashtext($3 || current_schema()))
+   AND coalesce((SELECT ran_at < now() - make_interval(secs => $2) FROM chores WHERE name = $1), true)`
+
+// heldChore is a chore's lock, held by a transaction on a connection of
+// its own until release.
+type heldChore struct {
+	name   string
+	holder *pgxpool.Conn
+	tx     pgx.Tx
+}
+
+// takeChore takes chore name's lock (key: its advisory lock's name, before
+// the schema) if no other instance holds it and the chore is due (every 0:
+// always, when the lock is free); nil when it is not taken.
+func (s *Store) takeChore(ctx context.Context, name, key string, every time.Duration) (*heldChore, error) {
+	if s.pool.Config().MaxConns < 2 {
+		// The holder would wait for a second connection it itself holds.
+		return nil, errors.New("the pool needs at least 2 connections (one holds the lock)")
+	}
+	due := 0.9 * every.Seconds()
+	if every > 0 {
+		var ok bool
+		if err := s.pool.QueryRow(ctx, choreDueSQL, name, due).Scan(&ok); err != nil || !ok {
+			return nil, err
+		}
+	}
+	holder, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h := &heldChore{name: name, holder: holder}
+	if h.tx, err = holder.Begin(ctx); err != nil {
+		holder.Release()
+		return nil, err
+	}
+	var ok bool
+	// The holder idles in its transaction while the run works: a run
+	// longer than idle_in_transaction_session_timeout must keep its lock.
+	if _, err = h.tx.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`); err == nil {
+		err = h.tx.QueryRow(ctx, choreLockSQL, name, due, key).Scan(&ok)
+	}
+	if err != nil || !ok {
+		h.release(ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+// done records the run and lets the lock go.
+func (h *heldChore) done(ctx context.Context) error {
+	if _, err := h.tx.Exec(ctx, `-- herald:chore_done
+		INSERT INTO chores (name, ran_at) VALUES ($1, now()) ON CONFLICT (name) DO UPDATE SET ran_at = now()`, h.name); err != nil {
+		return fmt.Errorf("recording the run: %w", err)
+	}
+	if err := h.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("recording the run: %w", err)
+	}
+	return nil
+}
+
+// release lets the lock go without recording a run (after done: nothing
+// more) and gives the holder back.
+func (h *heldChore) release(ctx context.Context) {
+	_ = h.tx.Rollback(context.WithoutCancel(ctx))
+	h.holder.Release()
+}
+
+// Chore runs fn unless another instance runs the chore name now or ran it
+// less than every ago (ran is false then).
+func (s *Store) Chore(ctx context.Context, name string, every time.Duration, fn func(context.Context)) (ran bool, err error) {
+	h, err := s.takeChore(ctx, name, "herald_chore:"+name+":", every)
+	if err != nil {
+		return false, fmt.Errorf("chore %s: taking the lock: %w", name, err)
+	}
+	if h == nil {
+		return false, nil
+	}
+	defer h.release(ctx)
+	fn(ctx)
+	if err := h.done(ctx); err != nil {
+		return true, fmt.Errorf("chore %s: %w", name, err)
+	}
+	return true, nil
+}

@@ -243,8 +243,11 @@ func TestExtend_PushElsewhereStopsTheExtensionUntilTheLeaseEnds(t *testing.T) {
 	e := newEnv(t, slowSweep, stickyFollow)
 	in, got, first := extendingStream(t, e, "x")
 	e.store.SetHandOff(nil) // a push through another instance
+	before := e.store.QueryStats().Snapshot()
 	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "x", Partition: "p", Payload: []byte(`{"n":2}`)}})
 	require.NoError(t, err)
+	require.Equal(t, before["push_insert_lean"]+1, e.store.QueryStats().Snapshot()["push_insert_lean"],
+		"the push with no reservation sends the statement without the hand-off's steps")
 	e.store.SetHandOff(e.p)
 	e.push("x", "p", 3, 3)
 	select {
@@ -325,8 +328,11 @@ func TestExtend_PushElsewhereEndsAnIdleFollowingLease(t *testing.T) {
 	e := newEnv(t, slowSweep, stickyFollow)
 	_, got, lease := followingStream(t, e, "x")
 	e.store.SetHandOff(nil) // a push through another instance
+	before := e.store.QueryStats().Snapshot()
 	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "x", Partition: "p", Payload: []byte(`{"n":3}`)}})
 	require.NoError(t, err)
+	require.Equal(t, before["push_insert_lean"]+1, e.store.QueryStats().Snapshot()["push_insert_lean"],
+		"the push with no reservation sends the statement without the hand-off's steps")
 	e.store.SetHandOff(e.p)
 	e.p.Wake("notify", "x", "p") // its NOTIFY, as pgnotify tells it
 	next := receive1(t, got)

@@ -43,8 +43,11 @@ func TestPush_Dedup(t *testing.T) {
 		assert.Equal(t, i, r.Index)
 	}
 
+	before := s.QueryStats().Snapshot()
 	again, err := s.Push(ctxT(t), []queue.PushItem{{Queue: "q", TransactionID: "tx-2"}, {Queue: "q", TransactionID: "tx-3"}})
 	require.NoError(t, err)
+	assert.Equal(t, before["push_insert_lean"]+1, s.QueryStats().Snapshot()["push_insert_lean"],
+		"found by the statement without the hand-off's steps")
 	assert.Equal(t, queue.StatusDuplicate, again[0].Status)
 	assert.Equal(t, res[1].MessageID, again[0].MessageID)
 	assert.Equal(t, queue.StatusQueued, again[1].Status)
@@ -849,6 +852,8 @@ func TestPush_PartitionGoneRollsBackTheWholeFirstTry(t *testing.T) {
 		assert.Equal(t, queue.StatusQueued, r.Status, "%+v", r)
 	}
 	assert.Equal(t, before["push_lock"]+2, s.QueryStats().Snapshot()["push_lock"], "a first try, refused, and the retry")
+	assert.Equal(t, before["push_insert_lean"]+2, s.QueryStats().Snapshot()["push_insert_lean"],
+		"both by the statement without the hand-off's steps, whose guard wrote nothing the first time")
 	assert.Equal(t, []int{1, 2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "kept", Batch: 10}).Messages))
 	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "gone", Batch: 10}).Messages))
 }

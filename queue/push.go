@@ -569,6 +569,14 @@ func optString(s string) *string {
 const pushLockSQL = `-- herald:push_lock
 SELECT count(*) FROM (SELECT 1 FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE) x`
 
+// renewingSQL, in pushInsertSQL's lk (consumer row c, bumped partition b):
+// c's lease follows the partition, is live and this instance's, and a
+// reservation of its stream names it (Reservation.Extend) with the credit
+// for all the push's messages: the push hands them to it, renewing it.
+const renewingSQL = `(coalesce(c.follow_lease = c.lease_id, false) AND c.lease_expires_at > clock_timestamp()
+	       AND EXISTS (SELECT 1 FROM handoff h WHERE h.pid = c.partition_id AND h.grp = c.consumer_group
+	                   AND h.ext = c.lease_id AND NOT h.auto AND h.owner = c.lease_owner AND b.base + h.lim >= b.last_offset))`
+
 // pushInsertSQL finds duplicates, numbers the fresh rows densely per
 // partition from last_offset, bumps last_offset and inserts, in one
 // statement. It marks ready the consumer rows of its partitions that are
@@ -584,16 +592,15 @@ SELECT count(*) FROM (SELECT 1 FROM partitions WHERE id = ANY($1::uuid[]) ORDER 
 // cursor at the old last offset, nothing done above it, no lease) on a
 // queue with no delay and no window. Rows: kind 0 a duplicate (ord,
 // message id), kind 1 a lease taken (partition, group, range), kind 2 a
-// leased message's offset and created_at.
-// renewingSQL, in pushInsertSQL's lk (consumer row c, bumped partition b):
-// c's lease follows the partition, is live and this instance's, and a
-// reservation of its stream names it (Reservation.Extend) with the credit
-// for all the push's messages: the push hands them to it, renewing it.
-const renewingSQL = `(coalesce(c.follow_lease = c.lease_id, false) AND c.lease_expires_at > clock_timestamp()
-	       AND EXISTS (SELECT 1 FROM handoff h WHERE h.pid = c.partition_id AND h.grp = c.consumer_group
-	                   AND h.ext = c.lease_id AND NOT h.auto AND h.owner = c.lease_owner AND b.base + h.lim >= b.last_offset))`
+// leased message's offset and created_at. pushStatement assembles it.
+var pushInsertSQL = pushStatement("push_insert", true, true)
 
-var pushInsertSQL = pushStatement("push_insert", true)
+// pushInsertOneSQL is pushInsertSQL for a push to one partition: without
+// bumped's all-or-nothing guard, which only tells partitions apart (one
+// partition gone is not bumped, guard or none). The guard's two subqueries
+// cost PostgreSQL 10–25 µs of CPU per push (a tight loop,
+// bench/results/lean-push-statement-cpu-tight-loop.txt).
+var pushInsertOneSQL = pushStatement("push_insert", true, false)
 
 // pushInsertLeanSQL is pushInsertSQL for a push with no reservation (no
 // HandOff installed, nobody of this instance waiting for its partitions,
@@ -606,27 +613,49 @@ var pushInsertSQL = pushStatement("push_insert", true)
 // parameters are $1–$6. The steps it leaves out cost PostgreSQL their
 // executor start and end with no row to touch, about 110 µs of the full
 // statement's 240–320 per call (bench/results/statements-cut-postgres-cpu-per-statement.txt).
-var pushInsertLeanSQL = pushStatement("push_insert_lean", false)
+var pushInsertLeanSQL = pushStatement("push_insert_lean", false, true)
+
+// pushInsertLeanOneSQL is pushInsertLeanSQL for a push to one partition
+// (as pushInsertOneSQL).
+var pushInsertLeanOneSQL = pushStatement("push_insert_lean", false, false)
 
 // pushStatement assembles the push statement named op from the steps
 // every push runs (pushRowsSQL, pushLockedSQL, pushClosedSQL, pushWokeSQL,
-// pushInsertedSQL) and, with handOff, the hand-off's (pushHandOffSQL,
-// pushLeasesSQL, pushHandRowsSQL).
-func pushStatement(op string, handOff bool) string {
+// pushInsertedSQL), with handOff the hand-off's (pushHandOffSQL,
+// pushLeasesSQL, pushHandRowsSQL), and with guarded bumped's guard
+// (pushGuardSQL).
+func pushStatement(op string, handOff, guarded bool) string {
+	rows := pushRowsSQL("")
+	if guarded {
+		rows = pushRowsSQL(pushGuardSQL)
+	}
 	if !handOff {
-		return "-- herald:" + op + "\n" + pushRowsSQL + pushLockedSQL("false", "") + pushClosedSQL + pushWokeSQL("") +
+		return "-- herald:" + op + "\n" + rows + pushLockedSQL("false", "") + pushClosedSQL + pushWokeSQL("") +
 			pushInsertedSQL + pushDupRowsSQL
 	}
-	return "-- herald:" + op + "\n" + pushRowsSQL + pushHandOffSQL +
-		pushLockedSQL(renewingSQL, `
-	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)`) + pushClosedSQL + pushLeasesSQL +
-		pushWokeSQL(`
-	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)`) + pushInsertedSQL + pushDupRowsSQL + pushHandRowsSQL
+	return "-- herald:" + op + "\n" + rows + pushHandOffSQL +
+		pushLockedSQL(renewingSQL, pushNotFollowedSQL) + pushClosedSQL + pushLeasesSQL +
+		pushWokeSQL(pushNotHandedSQL) + pushInsertedSQL + pushDupRowsSQL + pushHandRowsSQL
 }
 
+// pushNotFollowedSQL, in lk: not a row followed read.
+const pushNotFollowedSQL = `
+	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)`
+
+// pushNotHandedSQL, in woke: not a row handed leased.
+const pushNotHandedSQL = `
+	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)`
+
+// pushGuardSQL: bumped's all-or-nothing guard, for a push to more than
+// one partition.
+const pushGuardSQL = `
+	  AND (SELECT count(*) FROM partitions x WHERE x.id IN (SELECT partition_id FROM counts)) = (SELECT count(*) FROM counts)`
+
 // pushRowsSQL: the push's rows (input), the duplicates among them, the
-// fresh ones numbered per partition, and the partitions bumped.
-const pushRowsSQL = `WITH input AS (
+// fresh ones numbered per partition, and the partitions bumped;
+// guard is pushGuardSQL or empty.
+func pushRowsSQL(guard string) string {
+	return `WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
 	       t.trace::uuid AS trace_id, t.sub AS producer_sub, t.ord
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
@@ -649,13 +678,14 @@ const pushRowsSQL = `WITH input AS (
 	-- follow_xid: the follow order's key (migration 0015), never lower
 	-- than the partition's previous one nor this transaction's id. All or
 	-- nothing: with a partition of the push gone (pushLockSQL locked
-	-- fewer), no partition is bumped, so nothing below writes.
+	-- fewer), no partition is bumped, so nothing below writes (the guard,
+	-- pushGuardSQL, across partitions: one gone is bumped by neither form).
 	UPDATE partitions p SET last_offset = p.last_offset + c.n, last_push_at = now(),
 		follow_xid = greatest(p.follow_xid, pg_current_xact_id())
-	FROM counts c WHERE p.id = c.partition_id
-	  AND (SELECT count(*) FROM partitions x WHERE x.id IN (SELECT partition_id FROM counts)) = (SELECT count(*) FROM counts)
+	FROM counts c WHERE p.id = c.partition_id` + guard + `
 	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base, p.queue_id, p.follow_xid
 )`
+}
 
 // pushHandOffSQL: the reservations ($7–$15) and the following leases the
 // push hands its messages to by reading their rows.
@@ -832,16 +862,27 @@ SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
 WHERE EXISTS (SELECT 1 FROM hand h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
 
 // queue adds the push's two statements to b; owner names the owner of a
-// lease it hands off (Store.leaseOwner). A push with no reservation sends
-// the statement without the hand-off's steps (pushInsertLeanSQL).
+// lease it hands off (Store.leaseOwner). The push statement has the steps
+// that can matter for the push: the hand-off's with a reservation
+// (pushInsertLeanSQL without), bumped's guard across partitions
+// (pushInsertOneSQL without).
 func (p *pushPlan) queue(b *pgx.Batch, owner func(stream bool) string) {
 	b.Queue(pushLockSQL, p.partIDs)
+	one := len(p.partIDs) <= 1
 	if len(p.reserved) == 0 {
-		b.Queue(pushInsertLeanSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub)
+		sql := pushInsertLeanSQL
+		if one {
+			sql = pushInsertLeanOneSQL
+		}
+		b.Queue(sql, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub)
 		return
 	}
+	sql := pushInsertSQL
+	if one {
+		sql = pushInsertOneSQL
+	}
 	hp, hg, hl, hn, hs, ha, ho, he, hf := p.handOffArgs(owner)
-	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha, he, hf)
+	b.Queue(sql, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha, he, hf)
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {

@@ -124,6 +124,7 @@ func TestExtend_StreamHoldingAPartitionGetsItsNextPushBeforeItsAck(t *testing.T)
 	ops := opsBetween(before, stats.Snapshot())
 	assert.Zero(t, ops["pop_assigned"], "no pop: %v", ops)
 	assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
+	assert.Equal(t, uint64(2), ops["push_insert"], "the statement with the steps of a stream's lease: %v", ops)
 
 	r := ackAs(t, e, in, queue.StatusCompleted, first.Messages[0], second.Messages[0])
 	assert.True(t, r[0].Success && r[1].Success, "%v", r)

@@ -116,7 +116,8 @@ func (reserveNone) Settle(queue.Reservation, *queue.PopResult)          {}
 // no consumers; a HandOff with nobody waiting; a transaction's push) sends
 // the push statement without the hand-off's steps (push_insert_lean): with
 // no reservation they lease, extend or renew nothing. A push with a
-// reservation sends the whole statement, which leases to it.
+// reservation naming no lease to extend sends the statement that leases
+// to it (push_insert_lease).
 func TestPush_OnlyAPushWithAReservationSendsTheHandOffSteps(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t)
@@ -149,7 +150,7 @@ func TestPush_OnlyAPushWithAReservationSendsTheHandOffSteps(t *testing.T) {
 		h := &handTo{}
 		s.SetHandOff(h)
 		defer s.SetHandOff(nil)
-		assert.Equal(t, map[string]uint64{"push_lock": 1, "push_insert": 1},
+		assert.Equal(t, map[string]uint64{"push_lock": 1, "push_insert_lease": 1},
 			pushOps(stats, func() { push(t, s, "lean", "", nums(5, 5)...) }))
 		h.mu.Lock()
 		defer h.mu.Unlock()

@@ -558,8 +558,8 @@ func optString(s string) *string {
 // between pushes to overlapping partitions) and counts the partitions it
 // locked: fewer than the push names means one is gone (its queue was
 // deleted since the id was cached), and then the push statement
-// (pushInsertSQL or pushInsertLeanSQL) writes nothing (bumped's guard) and
-// pushPlan.read reports errRaced, so the caller retries with fresh ids. The statement after it starts with a snapshot
+// (pushStatements) writes nothing (bumped's guard) and pushPlan.read
+// reports errRaced, so the caller retries with fresh ids. The statement after it starts with a snapshot
 // taken after the locks, so it sees every committed duplicate. NO KEY
 // UPDATE: the locks do not block the key-share locks a dead-letter insert
 // takes on the partition. Plain SQL: the lock_partitions function
@@ -569,7 +569,7 @@ func optString(s string) *string {
 const pushLockSQL = `-- herald:push_lock
 SELECT count(*) FROM (SELECT 1 FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE) x`
 
-// renewingSQL, in pushInsertSQL's lk (consumer row c, bumped partition b):
+// renewingSQL, in the push statement's lk (consumer row c, bumped partition b):
 // c's lease follows the partition, is live and this instance's, and a
 // reservation of its stream names it (Reservation.Extend) with the credit
 // for all the push's messages: the push hands them to it, renewing it.
@@ -577,65 +577,87 @@ const renewingSQL = `(coalesce(c.follow_lease = c.lease_id, false) AND c.lease_e
 	       AND EXISTS (SELECT 1 FROM handoff h WHERE h.pid = c.partition_id AND h.grp = c.consumer_group
 	                   AND h.ext = c.lease_id AND NOT h.auto AND h.owner = c.lease_owner AND b.base + h.lim >= b.last_offset))`
 
-// pushInsertSQL finds duplicates, numbers the fresh rows densely per
-// partition from last_offset, bumps last_offset and inserts, in one
-// statement. It marks ready the consumer rows of its partitions that are
-// caught up (last_offset <= cursor: the partial index consumers_caught_up),
-// and only those: a row already ready stays ready whatever its copy of
-// last_offset (a lower bound), so groups that are not reading cost the push
-// nothing. No pop can take anything from a caught-up row before this
-// commits, so holding it does not hide work. It leases to the consumers a
-// HandOff reserved ($7–$10, $11 the leases' owners, $12 their subjects,
-// $13 autoAck): a reserved
-// group's row gets the lease of the partition's new messages (with
-// autoAck: its cursor moves past them) if it is caught up to them (its
-// cursor at the old last offset, nothing done above it, no lease) on a
-// queue with no delay and no window. Rows: kind 0 a duplicate (ord,
-// message id), kind 1 a lease taken (partition, group, range), kind 2 a
-// leased message's offset and created_at. pushStatement assembles it.
-var pushInsertSQL = pushStatement("push_insert", true, true)
+// pushForm is which of the hand-off's steps a push statement has: those
+// that can matter for the push's reservations.
+type pushForm int
 
-// pushInsertOneSQL is pushInsertSQL for a push to one partition: without
-// bumped's all-or-nothing guard, which only tells partitions apart (one
-// partition gone is not bumped, guard or none). The guard's two subqueries
-// cost PostgreSQL 10–25 µs of CPU per push (a tight loop,
-// bench/results/lean-push-statement-cpu-tight-loop.txt).
-var pushInsertOneSQL = pushStatement("push_insert", true, false)
+const (
+	// pushPlain: no reservation (no HandOff installed, nobody of this
+	// instance waiting for the push's partitions, a transaction's push).
+	// pushExtending with empty hand-off arrays has handoff and followed
+	// empty, lk's renewing false (it needs a reservation naming the
+	// lease), renewed, handed and extended writing nothing, and the
+	// duplicates alone in its answer; this form leaves those steps out and
+	// takes $1–$6 only. What a push does for consumers it does all the
+	// same: closed ends a following lease it does not hand its messages
+	// to, woke marks the caught-up rows.
+	pushPlain pushForm = iota
+	// pushLeasing: reservations, none naming a stream's lease to extend
+	// (Reservation.Extend: long-polls, SSE subscriptions, a stream with no
+	// lease on the partition). followed, renewing (and so renewed) and
+	// extended need a reservation's lease (h.ext): this form leases
+	// caught-up rows (handed) and nothing else.
+	pushLeasing
+	// pushExtending: a reservation names a stream's lease; every step.
+	pushExtending
+)
 
-// pushInsertLeanSQL is pushInsertSQL for a push with no reservation (no
-// HandOff installed, nobody of this instance waiting for its partitions,
-// a transaction's push), which pushInsertSQL would run with empty hand-off
-// arrays: handoff and followed are then empty, lk's renewing false (it
-// needs a reservation naming the lease), renewed, handed and extended
-// write nothing, and the answer holds the duplicates alone. What the push
-// does for consumers it does all the same: closed ends a following lease
-// it does not hand its messages to, woke marks the caught-up rows. Its
-// parameters are $1–$6. The steps it leaves out cost PostgreSQL their
-// executor start and end with no row to touch, about 110 µs of the full
-// statement's 240–320 per call (bench/results/statements-cut-postgres-cpu-per-statement.txt).
-var pushInsertLeanSQL = pushStatement("push_insert_lean", false, true)
+// pushOps are the forms' op names (the statements' "-- herald:" tag).
+var pushOps = [...]string{pushPlain: "push_insert_lean", pushLeasing: "push_insert_lease", pushExtending: "push_insert"}
 
-// pushInsertLeanOneSQL is pushInsertLeanSQL for a push to one partition
-// (as pushInsertOneSQL).
-var pushInsertLeanOneSQL = pushStatement("push_insert_lean", false, false)
+// pushStatements are the push statement's forms (pushStatement), by
+// pushForm and by whether they have bumped's all-or-nothing guard, which a
+// push to one partition does without: it only tells partitions apart (one
+// partition gone is not bumped, guard or none). A push sends the one whose
+// steps can matter for it (pushPlan.queue): each step left out cost
+// PostgreSQL its executor start and end even with no row to touch; per
+// push in a tight loop, the plain form about 100 µs less than the
+// extending one, the leasing form about 55 µs less, the guard 10–25 µs
+// (bench/results/lean-push-statement-cpu-tight-loop.txt).
+//
+// The statement finds duplicates, numbers the fresh rows densely per
+// partition from last_offset, bumps last_offset and inserts. It marks
+// ready the consumer rows of its partitions that are caught up
+// (last_offset <= cursor: the partial index consumers_caught_up), and only
+// those: a row already ready stays ready whatever its copy of last_offset
+// (a lower bound), so groups that are not reading cost the push nothing.
+// No pop can take anything from a caught-up row before this commits, so
+// holding it does not hide work. It leases to the consumers a HandOff
+// reserved ($7–$10, $11 the leases' owners, $12 their subjects, $13
+// autoAck): a reserved group's row gets the lease of the partition's new
+// messages (with autoAck: its cursor moves past them) if it is caught up
+// to them (its cursor at the old last offset, nothing done above it, no
+// lease) on a queue with no delay and no window. Rows: kind 0 a duplicate
+// (ord, message id), kind 1 a lease taken (partition, group, range), kind
+// 2 a leased message's offset and created_at.
+var pushStatements = func() (out [3][2]string) {
+	for f := range out {
+		out[f] = [2]string{pushStatement(pushForm(f), false), pushStatement(pushForm(f), true)}
+	}
+	return out
+}()
 
-// pushStatement assembles the push statement named op from the steps
+// pushStatement assembles the push statement of form f from the steps
 // every push runs (pushRowsSQL, pushLockedSQL, pushClosedSQL, pushWokeSQL,
-// pushInsertedSQL), with handOff the hand-off's (pushHandOffSQL,
-// pushLeasesSQL, pushHandRowsSQL), and with guarded bumped's guard
-// (pushGuardSQL).
-func pushStatement(op string, handOff, guarded bool) string {
+// pushInsertedSQL, pushDupRowsSQL), the hand-off's its form has, and with
+// guarded bumped's guard (pushGuardSQL).
+func pushStatement(f pushForm, guarded bool) string {
 	rows := pushRowsSQL("")
 	if guarded {
 		rows = pushRowsSQL(pushGuardSQL)
 	}
-	if !handOff {
-		return "-- herald:" + op + "\n" + rows + pushLockedSQL("false", "") + pushClosedSQL + pushWokeSQL("") +
-			pushInsertedSQL + pushDupRowsSQL
+	head := "-- herald:" + pushOps[f] + "\n" + rows
+	switch f {
+	case pushPlain:
+		return head + pushLockedSQL("false", "") + pushClosedSQL + pushWokeSQL("") + pushInsertedSQL + pushDupRowsSQL
+	case pushLeasing:
+		return head + pushReservedSQL + pushLockedSQL("false", "") + pushClosedSQL + pushHandedSQL + pushHandLeasedSQL +
+			pushWokeSQL(pushNotHandedSQL) + pushInsertedSQL + pushDupRowsSQL + pushHandRowsSQL
+	default:
+		return head + pushReservedSQL + pushFollowedSQL + pushLockedSQL(renewingSQL, pushNotFollowedSQL) + pushClosedSQL +
+			pushRenewedSQL + pushHandedSQL + pushExtendedSQL + pushHandSQL + pushWokeSQL(pushNotHandedSQL) + pushInsertedSQL +
+			pushDupRowsSQL + pushHandRowsSQL
 	}
-	return "-- herald:" + op + "\n" + rows + pushHandOffSQL +
-		pushLockedSQL(renewingSQL, pushNotFollowedSQL) + pushClosedSQL + pushLeasesSQL +
-		pushWokeSQL(pushNotHandedSQL) + pushInsertedSQL + pushDupRowsSQL + pushHandRowsSQL
 }
 
 // pushNotFollowedSQL, in lk: not a row followed read.
@@ -647,7 +669,7 @@ const pushNotHandedSQL = `
 	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)`
 
 // pushGuardSQL: bumped's all-or-nothing guard, for a push to more than
-// one partition.
+// one partition (pushStatements).
 const pushGuardSQL = `
 	  AND (SELECT count(*) FROM partitions x WHERE x.id IN (SELECT partition_id FROM counts)) = (SELECT count(*) FROM counts)`
 
@@ -687,13 +709,16 @@ func pushRowsSQL(guard string) string {
 )`
 }
 
-// pushHandOffSQL: the reservations ($7–$15) and the following leases the
-// push hands its messages to by reading their rows.
-const pushHandOffSQL = `, handoff AS (
+// pushReservedSQL: the reservations ($7–$15).
+const pushReservedSQL = `, handoff AS (
 	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto, h.owner, h.ext::uuid AS ext, h.fol
 	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[], $11::text[], $14::text[], $15::bool[])
 	     AS h(pid, grp, lease, lim, subj, auto, owner, ext, fol)
-), followed AS (
+)`
+
+// pushFollowedSQL: the following leases the push hands its messages to by
+// reading their rows.
+const pushFollowedSQL = `, followed AS (
 	-- A stream's lease that follows the partition (follow_lease, migration
 	-- 0022: every message since its lease_to went to its stream) takes the
 	-- push's messages when its stream's credit covers them all: read, not
@@ -757,9 +782,9 @@ const pushClosedSQL = `, closed AS (
 	  AND c.follow_lease = c.lease_id
 )`
 
-// pushLeasesSQL: the hand-off's leases renewed, taken and extended, and
-// hand, every lease the push hands its messages to.
-const pushLeasesSQL = `, renewed AS (
+// pushRenewedSQL: following leases renewed as the push hands them its
+// messages.
+const pushRenewedSQL = `, renewed AS (
 	-- A following lease with less than half its lease time left takes the
 	-- push's messages with its time started again, as an ack starts it:
 	-- every message it is handed gets at least half its lease time, and
@@ -773,7 +798,10 @@ const pushLeasesSQL = `, renewed AS (
 	WHERE lk.renewing AND c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
 	  AND q.id = c.queue_id AND c.follow_lease = c.lease_id
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, b.last_offset AS lto, 1 AS ext
-), handed AS (
+)`
+
+// pushHandedSQL: the caught-up rows leased to their reservations.
+const pushHandedSQL = `, handed AS (
 	UPDATE consumers c SET
 		lease_id = CASE WHEN h.auto THEN NULL ELSE h.lease END,
 		lease_owner = CASE WHEN h.auto THEN NULL ELSE h.owner END,
@@ -791,7 +819,10 @@ const pushLeasesSQL = `, renewed AS (
 	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto
-), extended AS (
+)`
+
+// pushExtendedSQL: the leases grown over the push (Reservation.Extend).
+const pushExtendedSQL = `, extended AS (
 	-- A stream's lease that covers every message of the partition so far
 	-- (its lease_to at the old last offset), live and this instance's,
 	-- grows over the push's (Reservation.Extend), and follows the partition
@@ -824,9 +855,18 @@ const pushLeasesSQL = `, renewed AS (
 	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto,
 		(c.lease_id = h.ext)::int AS ext
-), hand AS (
+)`
+
+// pushHandSQL: every lease the push hands its messages to.
+const pushHandSQL = `, hand AS (
 	SELECT h.*, 0 AS ext FROM handed h UNION ALL SELECT * FROM extended UNION ALL SELECT * FROM followed
 	UNION ALL SELECT * FROM renewed
+)`
+
+// pushHandLeasedSQL is pushHandSQL with no reservation extending (no
+// followed, renewed or extended).
+const pushHandLeasedSQL = `, hand AS (
+	SELECT h.*, 0 AS ext FROM handed h
 )`
 
 // pushWokeSQL: the caught-up rows marked ready; notHanded leaves out the
@@ -861,25 +901,32 @@ UNION ALL
 SELECT 2, 0, i.partition_id::text, '', i.seq, 0, i.created_at FROM inserted i
 WHERE EXISTS (SELECT 1 FROM hand h WHERE h.partition_id = i.partition_id AND i.seq BETWEEN h.lfrom AND h.lto)`
 
+// form is the push statement's form for p's reservations.
+func (p *pushPlan) form() pushForm {
+	if len(p.reserved) == 0 {
+		return pushPlain
+	}
+	for _, r := range p.reserved {
+		if r.Extend != "" {
+			return pushExtending
+		}
+	}
+	return pushLeasing
+}
+
 // queue adds the push's two statements to b; owner names the owner of a
 // lease it hands off (Store.leaseOwner). The push statement has the steps
-// that can matter for the push: the hand-off's with a reservation
-// (pushInsertLeanSQL without), bumped's guard across partitions
-// (pushInsertOneSQL without).
+// that can matter for the push (pushStatements).
 func (p *pushPlan) queue(b *pgx.Batch, owner func(stream bool) string) {
 	b.Queue(pushLockSQL, p.partIDs)
-	one := len(p.partIDs) <= 1
-	if len(p.reserved) == 0 {
-		sql := pushInsertLeanSQL
-		if one {
-			sql = pushInsertLeanOneSQL
-		}
+	form, guarded := p.form(), 0
+	if len(p.partIDs) > 1 {
+		guarded = 1
+	}
+	sql := pushStatements[form][guarded]
+	if form == pushPlain {
 		b.Queue(sql, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub)
 		return
-	}
-	sql := pushInsertSQL
-	if one {
-		sql = pushInsertOneSQL
 	}
 	hp, hg, hl, hn, hs, ha, ho, he, hf := p.handOffArgs(owner)
 	b.Queue(sql, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha, he, hf)

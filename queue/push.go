@@ -558,11 +558,12 @@ func optString(s string) *string {
 // between pushes to overlapping partitions) and counts the partitions it
 // locked: fewer than the push names means one is gone (its queue was
 // deleted since the id was cached), and then the push statement
-// (pushStatements) writes nothing (bumped's guard) and pushPlan.read
-// reports errRaced, so the caller retries with fresh ids. The statement after it starts with a snapshot
-// taken after the locks, so it sees every committed duplicate. NO KEY
-// UPDATE: the locks do not block the key-share locks a dead-letter insert
-// takes on the partition. Plain SQL: the lock_partitions function
+// (pushStatements) writes nothing (bumped finds no partition to bump, or
+// its guard across partitions holds back the others) and pushPlan.read
+// reports errRaced, so the caller retries with fresh ids. The statement
+// after it starts with a snapshot taken after the locks, so it sees every
+// committed duplicate. NO KEY UPDATE: the locks do not block the key-share
+// locks a dead-letter insert takes on the partition. Plain SQL: the lock_partitions function
 // (migration 0007), which raised instead, cost PostgreSQL about three
 // times the CPU of this statement per push (a PL/pgSQL call with its own
 // search_path).

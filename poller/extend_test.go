@@ -124,6 +124,7 @@ func TestExtend_StreamHoldingAPartitionGetsItsNextPushBeforeItsAck(t *testing.T)
 	ops := opsBetween(before, stats.Snapshot())
 	assert.Zero(t, ops["pop_assigned"], "no pop: %v", ops)
 	assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
+	assert.Equal(t, uint64(2), ops["push_insert"], "the statement with the steps of a stream's lease: %v", ops)
 
 	r := ackAs(t, e, in, queue.StatusCompleted, first.Messages[0], second.Messages[0])
 	assert.True(t, r[0].Success && r[1].Success, "%v", r)
@@ -243,8 +244,11 @@ func TestExtend_PushElsewhereStopsTheExtensionUntilTheLeaseEnds(t *testing.T) {
 	e := newEnv(t, slowSweep, stickyFollow)
 	in, got, first := extendingStream(t, e, "x")
 	e.store.SetHandOff(nil) // a push through another instance
+	before := e.store.QueryStats().Snapshot()
 	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "x", Partition: "p", Payload: []byte(`{"n":2}`)}})
 	require.NoError(t, err)
+	require.Equal(t, before["push_insert_lean"]+1, e.store.QueryStats().Snapshot()["push_insert_lean"],
+		"the push with no reservation sends the statement without the hand-off's steps")
 	e.store.SetHandOff(e.p)
 	e.push("x", "p", 3, 3)
 	select {
@@ -325,8 +329,11 @@ func TestExtend_PushElsewhereEndsAnIdleFollowingLease(t *testing.T) {
 	e := newEnv(t, slowSweep, stickyFollow)
 	_, got, lease := followingStream(t, e, "x")
 	e.store.SetHandOff(nil) // a push through another instance
+	before := e.store.QueryStats().Snapshot()
 	_, err := e.store.Push(context.Background(), []queue.PushItem{{Queue: "x", Partition: "p", Payload: []byte(`{"n":3}`)}})
 	require.NoError(t, err)
+	require.Equal(t, before["push_insert_lean"]+1, e.store.QueryStats().Snapshot()["push_insert_lean"],
+		"the push with no reservation sends the statement without the hand-off's steps")
 	e.store.SetHandOff(e.p)
 	e.p.Wake("notify", "x", "p") // its NOTIFY, as pgnotify tells it
 	next := receive1(t, got)

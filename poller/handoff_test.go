@@ -82,6 +82,7 @@ func TestHandOff_WaitingLongPollIsServedByThePush(t *testing.T) {
 	ops := opsBetween(before, stats.Snapshot())
 	assert.Zero(t, ops["preflight"], "no pre-flight: %v", ops)
 	assert.Zero(t, ops["pop_assigned"], "no pop: %v", ops)
+	assert.Equal(t, uint64(1), ops["push_insert_lease"], "leased by the statement without the steps of a stream's lease: %v", ops)
 	assert.Equal(t, cycles, metricValue(t, reg, "herald_poll_cycles_total"), "no pre-flight cycle")
 	assert.Zero(t, e.p.Intentions(), "the long-poll ended with its answer")
 	assert.Nil(t, w.Cancel(), "answered once")

@@ -69,7 +69,7 @@ func TestWarmPushIssuesNoLookup(t *testing.T) {
 	// One round trip each, the two statements in the pipeline's own
 	// transaction (no BEGIN or COMMIT statement); no consumer row lags
 	// with messages pending, so no ready marking after the commit.
-	assert.Equal(t, map[string]uint64{"push_lock": 20, "push_insert": 20},
+	assert.Equal(t, map[string]uint64{"push_lock": 20, "push_insert_lean": 20},
 		opsSince(stats, before))
 
 	// A new partition of a queue whose config is cached: no statement to
@@ -78,7 +78,7 @@ func TestWarmPushIssuesNoLookup(t *testing.T) {
 	_, err = s.Push(ctx, []queue.PushItem{{Queue: "warm", Partition: "p2", Payload: json.RawMessage(`1`)}})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]uint64{"lock_queues": 1, "create_partitions": 1, "resolve_partitions": 1, "push_lock": 1,
-		"push_insert": 1},
+		"push_insert_lean": 1},
 		opsSince(stats, before))
 }
 
@@ -91,4 +91,71 @@ func opsSince(stats *queue.QueryStats, before map[string]uint64) map[string]uint
 		}
 	}
 	return ops
+}
+
+// pushOps is what each push statement (push_*) ran during f.
+func pushOps(stats *queue.QueryStats, f func()) map[string]uint64 {
+	before := stats.Snapshot()
+	f()
+	ops := map[string]uint64{}
+	for op, n := range opsSince(stats, before) {
+		if strings.HasPrefix(op, "push_") {
+			ops[op] = n
+		}
+	}
+	return ops
+}
+
+// reserveNone is a HandOff with nobody waiting.
+type reserveNone struct{}
+
+func (reserveNone) Reserve([]queue.PushedPartition) []queue.Reservation { return nil }
+func (reserveNone) Settle(queue.Reservation, *queue.PopResult)          {}
+
+// A push that reserves nobody (no HandOff: an instance with producers and
+// no consumers; a HandOff with nobody waiting; a transaction's push) sends
+// the push statement without the hand-off's steps (push_insert_lean): with
+// no reservation they lease, extend or renew nothing. A push with a
+// reservation naming no lease to extend sends the statement that leases
+// to it (push_insert_lease).
+func TestPush_OnlyAPushWithAReservationSendsTheHandOffSteps(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	stats := s.QueryStats()
+	first := push(t, s, "lean", "", nums(1, 1)...)
+	lean := map[string]uint64{"push_lock": 1, "push_insert_lean": 1}
+
+	t.Run("NoHandOff", func(t *testing.T) {
+		assert.Equal(t, lean, pushOps(stats, func() { push(t, s, "lean", "", nums(2, 2)...) }))
+	})
+	t.Run("NobodyReserved", func(t *testing.T) {
+		s.SetHandOff(reserveNone{})
+		defer s.SetHandOff(nil)
+		assert.Equal(t, lean, pushOps(stats, func() { push(t, s, "lean", "", nums(3, 3)...) }))
+	})
+	t.Run("Transaction", func(t *testing.T) {
+		s.SetHandOff(&handTo{})
+		defer s.SetHandOff(nil)
+		assert.Equal(t, lean, pushOps(stats, func() {
+			res, err := s.Transaction(ctx, []queue.TxOp{{Type: "push", Items: []queue.PushItem{{Queue: "lean",
+				Payload: json.RawMessage(`{"n":4}`)}}}}, nil, "")
+			require.NoError(t, err)
+			require.True(t, res.Success)
+		}))
+	})
+	t.Run("Reserved", func(t *testing.T) {
+		res := pop(t, s, queue.PopRequest{Queue: "lean", Batch: 10})
+		require.Equal(t, []int{1, 2, 3, 4}, payloads(t, res.Messages))
+		ackAll(t, s, res, queue.StatusCompleted)
+		h := &handTo{}
+		s.SetHandOff(h)
+		defer s.SetHandOff(nil)
+		assert.Equal(t, map[string]uint64{"push_lock": 1, "push_insert_lease": 1},
+			pushOps(stats, func() { push(t, s, "lean", "", nums(5, 5)...) }))
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Len(t, h.got, 1, "the caught-up group was handed the push")
+		assert.Equal(t, []int{5}, payloads(t, h.got[0].Messages))
+		assert.Equal(t, first[0].PartitionID, h.got[0].PartitionID)
+	})
 }

@@ -543,35 +543,20 @@ func optString(s string) *string {
 // pushLockSQL takes the partition row locks in id order (no deadlocks
 // between pushes to overlapping partitions) and counts the partitions it
 // locked: fewer than the push names means one is gone (its queue was
-// deleted since the id was cached), and then pushInsertSQL writes nothing
-// (bumped's guard) and pushPlan.read reports errRaced, so the caller
-// retries with fresh ids. The statement after it starts with a snapshot
-// taken after the locks, so it sees every committed duplicate. NO KEY
-// UPDATE: the locks do not block the key-share locks a dead-letter insert
-// takes on the partition. Plain SQL: the lock_partitions function
+// deleted since the id was cached), and then the push statement
+// (pushStatements) writes nothing (bumped finds no partition to bump, or
+// its guard across partitions holds back the others) and pushPlan.read
+// reports errRaced, so the caller retries with fresh ids. The statement
+// after it starts with a snapshot taken after the locks, so it sees every
+// committed duplicate. NO KEY UPDATE: the locks do not block the key-share
+// locks a dead-letter insert takes on the partition. Plain SQL: the lock_partitions function
 // (migration 0007), which raised instead, cost PostgreSQL about three
 // times the CPU of this statement per push (a PL/pgSQL call with its own
 // search_path).
 const pushLockSQL = `-- herald:push_lock
 SELECT count(*) FROM (SELECT 1 FROM partitions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE) x`
 
-// pushInsertSQL finds duplicates, numbers the fresh rows densely per
-// partition from last_offset, bumps last_offset and inserts, in one
-// statement. It marks ready the consumer rows of its partitions that are
-// caught up (last_offset <= cursor: the partial index consumers_caught_up),
-// and only those: a row already ready stays ready whatever its copy of
-// last_offset (a lower bound), so groups that are not reading cost the push
-// nothing. No pop can take anything from a caught-up row before this
-// commits, so holding it does not hide work. It leases to the consumers a
-// HandOff reserved ($7–$10, $11 the leases' owners, $12 their subjects,
-// $13 autoAck): a reserved
-// group's row gets the lease of the partition's new messages (with
-// autoAck: its cursor moves past them) if it is caught up to them (its
-// cursor at the old last offset, nothing done above it, no lease) on a
-// queue with no delay and no window. Rows: kind 0 a duplicate (ord,
-// message id), kind 1 a lease taken (partition, group, range), kind 2 a
-// leased message's offset and created_at.
-// renewingSQL, in pushInsertSQL's lk (consumer row c, bumped partition b):
+// renewingSQL, in the push statement's lk (consumer row c, bumped partition b):
 // c's lease follows the partition, is live and this instance's, and a
 // reservation of its stream names it (Reservation.Extend) with the credit
 // for all the push's messages: the push hands them to it, renewing it.
@@ -579,8 +564,107 @@ const renewingSQL = `(coalesce(c.follow_lease = c.lease_id, false) AND c.lease_e
 	       AND EXISTS (SELECT 1 FROM handoff h WHERE h.pid = c.partition_id AND h.grp = c.consumer_group
 	                   AND h.ext = c.lease_id AND NOT h.auto AND h.owner = c.lease_owner AND b.base + h.lim >= b.last_offset))`
 
-var pushInsertSQL = `-- herald:push_insert
-WITH input AS (
+// pushForm is which of the hand-off's steps a push statement has: those
+// that can matter for the push's reservations.
+type pushForm int
+
+const (
+	// pushPlain: no reservation (no HandOff installed, nobody of this
+	// instance waiting for the push's partitions, a transaction's push).
+	// pushExtending with empty hand-off arrays has handoff and followed
+	// empty, lk's renewing false (it needs a reservation naming the
+	// lease), renewed, handed and extended writing nothing, and the
+	// duplicates alone in its answer; this form leaves those steps out and
+	// takes $1–$6 only. What a push does for consumers it does all the
+	// same: closed ends a following lease it does not hand its messages
+	// to, woke marks the caught-up rows.
+	pushPlain pushForm = iota
+	// pushLeasing: reservations, none naming a stream's lease to extend
+	// (Reservation.Extend: long-polls, SSE subscriptions, a stream with no
+	// lease on the partition). followed, renewing (and so renewed) and
+	// extended need a reservation's lease (h.ext): this form leases
+	// caught-up rows (handed) and nothing else.
+	pushLeasing
+	// pushExtending: a reservation names a stream's lease; every step.
+	pushExtending
+)
+
+// pushOps are the forms' op names (the statements' "-- herald:" tag).
+var pushOps = [...]string{pushPlain: "push_insert_lean", pushLeasing: "push_insert_lease", pushExtending: "push_insert"}
+
+// pushStatements are the push statement's forms (pushStatement), by
+// pushForm and by whether they have bumped's all-or-nothing guard, which a
+// push to one partition does without: it only tells partitions apart (one
+// partition gone is not bumped, guard or none). A push sends the one whose
+// steps can matter for it (pushPlan.queue): each step left out cost
+// PostgreSQL its executor start and end even with no row to touch; per
+// push in a tight loop, the plain form about 100 µs less than the
+// extending one, the leasing form about 55 µs less, the guard 10–25 µs
+// (bench/results/lean-push-statement-cpu-tight-loop.txt).
+//
+// The statement finds duplicates, numbers the fresh rows densely per
+// partition from last_offset, bumps last_offset and inserts. It marks
+// ready the consumer rows of its partitions that are caught up
+// (last_offset <= cursor: the partial index consumers_caught_up), and only
+// those: a row already ready stays ready whatever its copy of last_offset
+// (a lower bound), so groups that are not reading cost the push nothing.
+// No pop can take anything from a caught-up row before this commits, so
+// holding it does not hide work. It leases to the consumers a HandOff
+// reserved ($7–$10, $11 the leases' owners, $12 their subjects, $13
+// autoAck): a reserved group's row gets the lease of the partition's new
+// messages (with autoAck: its cursor moves past them) if it is caught up
+// to them (its cursor at the old last offset, nothing done above it, no
+// lease) on a queue with no delay and no window. Rows: kind 0 a duplicate
+// (ord, message id), kind 1 a lease taken (partition, group, range), kind
+// 2 a leased message's offset and created_at.
+var pushStatements = func() (out [3][2]string) {
+	for f := range out {
+		out[f] = [2]string{pushStatement(pushForm(f), false), pushStatement(pushForm(f), true)}
+	}
+	return out
+}()
+
+// pushStatement assembles the push statement of form f from the steps
+// every push runs (pushRowsSQL, pushLockedSQL, pushClosedSQL, pushWokeSQL,
+// pushInsertedSQL, pushDupRowsSQL), the hand-off's its form has, and with
+// guarded bumped's guard (pushGuardSQL).
+func pushStatement(f pushForm, guarded bool) string {
+	rows := pushRowsSQL("")
+	if guarded {
+		rows = pushRowsSQL(pushGuardSQL)
+	}
+	head := "-- herald:" + pushOps[f] + "\n" + rows
+	switch f {
+	case pushPlain:
+		return head + pushLockedSQL("false", "") + pushClosedSQL + pushWokeSQL("") + pushInsertedSQL + pushDupRowsSQL
+	case pushLeasing:
+		return head + pushReservedSQL + pushLockedSQL("false", "") + pushClosedSQL + pushHandedSQL + pushHandLeasedSQL +
+			pushWokeSQL(pushNotHandedSQL) + pushInsertedSQL + pushDupRowsSQL + pushHandRowsSQL
+	default:
+		return head + pushReservedSQL + pushFollowedSQL + pushLockedSQL(renewingSQL, pushNotFollowedSQL) + pushClosedSQL +
+			pushRenewedSQL + pushHandedSQL + pushExtendedSQL + pushHandSQL + pushWokeSQL(pushNotHandedSQL) + pushInsertedSQL +
+			pushDupRowsSQL + pushHandRowsSQL
+	}
+}
+
+// pushNotFollowedSQL, in lk: not a row followed read.
+const pushNotFollowedSQL = `
+	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)`
+
+// pushNotHandedSQL, in woke: not a row handed leased.
+const pushNotHandedSQL = `
+	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)`
+
+// pushGuardSQL: bumped's all-or-nothing guard, for a push to more than
+// one partition (pushStatements).
+const pushGuardSQL = `
+	  AND (SELECT count(*) FROM partitions x WHERE x.id IN (SELECT partition_id FROM counts)) = (SELECT count(*) FROM counts)`
+
+// pushRowsSQL: the push's rows (input), the duplicates among them, the
+// fresh ones numbered per partition, and the partitions bumped;
+// guard is pushGuardSQL or empty.
+func pushRowsSQL(guard string) string {
+	return `WITH input AS (
 	SELECT t.pid::uuid AS partition_id, t.txid, t.id::uuid AS id, t.payload::jsonb AS payload,
 	       t.trace::uuid AS trace_id, t.sub AS producer_sub, t.ord
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
@@ -603,17 +687,25 @@ WITH input AS (
 	-- follow_xid: the follow order's key (migration 0015), never lower
 	-- than the partition's previous one nor this transaction's id. All or
 	-- nothing: with a partition of the push gone (pushLockSQL locked
-	-- fewer), no partition is bumped, so nothing below writes.
+	-- fewer), no partition is bumped, so nothing below writes (the guard,
+	-- pushGuardSQL, across partitions: one gone is bumped by neither form).
 	UPDATE partitions p SET last_offset = p.last_offset + c.n, last_push_at = now(),
 		follow_xid = greatest(p.follow_xid, pg_current_xact_id())
-	FROM counts c WHERE p.id = c.partition_id
-	  AND (SELECT count(*) FROM partitions x WHERE x.id IN (SELECT partition_id FROM counts)) = (SELECT count(*) FROM counts)
+	FROM counts c WHERE p.id = c.partition_id` + guard + `
 	RETURNING p.id, p.last_offset, p.last_offset - c.n AS base, p.queue_id, p.follow_xid
-), handoff AS (
+)`
+}
+
+// pushReservedSQL: the reservations ($7–$15).
+const pushReservedSQL = `, handoff AS (
 	SELECT h.pid::uuid AS pid, h.grp, h.lease::uuid AS lease, h.lim, h.subj, h.auto, h.owner, h.ext::uuid AS ext, h.fol
 	FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $12::text[], $13::bool[], $11::text[], $14::text[], $15::bool[])
 	     AS h(pid, grp, lease, lim, subj, auto, owner, ext, fol)
-), followed AS (
+)`
+
+// pushFollowedSQL: the following leases the push hands its messages to by
+// reading their rows.
+const pushFollowedSQL = `, followed AS (
 	-- A stream's lease that follows the partition (follow_lease, migration
 	-- 0022: every message since its lease_to went to its stream) takes the
 	-- push's messages when its stream's credit covers them all: read, not
@@ -629,7 +721,14 @@ WITH input AS (
 	WHERE h.ext IS NOT NULL AND NOT h.auto AND c.lease_id = h.ext AND c.follow_lease = h.ext
 	  AND c.lease_owner = h.owner AND c.lease_expires_at > clock_timestamp() + make_interval(secs => q.lease_time / 2.0)
 	  AND b.base + h.lim >= b.last_offset
-), lk AS (
+)`
+
+// pushLockedSQL: the consumer rows the statement may write; renewing is
+// the condition for a following lease the push renews (renewingSQL, or
+// false with no reservation), notFollowed leaves out the rows followed
+// read.
+func pushLockedSQL(renewing, notFollowed string) string {
+	return `, lk AS (
 	-- The rows this statement may write, locked in key order: the caught-up
 	-- ones (consumers_caught_up; a reserved group's row that can be handed
 	-- off is one of them, its cursor at the old last offset), and those
@@ -639,15 +738,18 @@ WITH input AS (
 	-- (closing). Read again once locked (an ack or a nack may have held
 	-- the row).
 	SELECT c.partition_id, c.consumer_group,
-	       coalesce(c.follow_lease = c.lease_id, false) AND NOT ` + renewingSQL + ` AS closing,
-	       ` + renewingSQL + ` AS renewing
+	       coalesce(c.follow_lease = c.lease_id, false) AND NOT ` + renewing + ` AS closing,
+	       ` + renewing + ` AS renewing
 	FROM bumped b JOIN consumers c ON c.partition_id = b.id
 	WHERE (c.last_offset <= c.cursor AND c.last_offset < b.last_offset AND NOT coalesce(c.follow_lease = c.lease_id, false)
-	       OR c.follow_lease = c.lease_id)
-	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)
+	       OR c.follow_lease = c.lease_id)` + notFollowed + `
 	ORDER BY c.partition_id, c.consumer_group
 	FOR NO KEY UPDATE OF c
-), closed AS (
+)`
+}
+
+// pushClosedSQL: following leases the push does not hand its messages to.
+const pushClosedSQL = `, closed AS (
 	-- A following lease this push does not hand its messages to (its
 	-- stream lacks the credit, is on another instance or gone) stops
 	-- following: it covers what its stream was sent, every message up to
@@ -665,7 +767,11 @@ WITH input AS (
 	FROM lk JOIN bumped b ON b.id = lk.partition_id
 	WHERE lk.closing AND c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
 	  AND c.follow_lease = c.lease_id
-), renewed AS (
+)`
+
+// pushRenewedSQL: following leases renewed as the push hands them its
+// messages.
+const pushRenewedSQL = `, renewed AS (
 	-- A following lease with less than half its lease time left takes the
 	-- push's messages with its time started again, as an ack starts it:
 	-- every message it is handed gets at least half its lease time, and
@@ -679,7 +785,10 @@ WITH input AS (
 	WHERE lk.renewing AND c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group
 	  AND q.id = c.queue_id AND c.follow_lease = c.lease_id
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, b.last_offset AS lto, 1 AS ext
-), handed AS (
+)`
+
+// pushHandedSQL: the caught-up rows leased to their reservations.
+const pushHandedSQL = `, handed AS (
 	UPDATE consumers c SET
 		lease_id = CASE WHEN h.auto THEN NULL ELSE h.lease END,
 		lease_owner = CASE WHEN h.auto THEN NULL ELSE h.owner END,
@@ -697,7 +806,10 @@ WITH input AS (
 	  AND c.cursor = b.base AND c.done = '{}' AND c.lease_id IS NULL
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto
-), extended AS (
+)`
+
+// pushExtendedSQL: the leases grown over the push (Reservation.Extend).
+const pushExtendedSQL = `, extended AS (
 	-- A stream's lease that covers every message of the partition so far
 	-- (its lease_to at the old last offset), live and this instance's,
 	-- grows over the push's (Reservation.Extend), and follows the partition
@@ -730,22 +842,46 @@ WITH input AS (
 	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto,
 		(c.lease_id = h.ext)::int AS ext
-), hand AS (
+)`
+
+// pushHandSQL: every lease the push hands its messages to.
+const pushHandSQL = `, hand AS (
 	SELECT h.*, 0 AS ext FROM handed h UNION ALL SELECT * FROM extended UNION ALL SELECT * FROM followed
 	UNION ALL SELECT * FROM renewed
-), woke AS (
+)`
+
+// pushHandLeasedSQL is pushHandSQL with no reservation extending (no
+// followed, renewed or extended).
+const pushHandLeasedSQL = `, hand AS (
+	SELECT h.*, 0 AS ext FROM handed h
+)`
+
+// pushWokeSQL: the caught-up rows marked ready; notHanded leaves out the
+// rows the push leased to.
+func pushWokeSQL(notHanded string) string {
+	return `, woke AS (
 	UPDATE consumers c SET last_offset = b.last_offset
 	FROM lk JOIN bumped b ON b.id = lk.partition_id
 	WHERE c.partition_id = lk.partition_id AND c.consumer_group = lk.consumer_group AND c.last_offset < b.last_offset
-	  AND NOT lk.closing AND NOT lk.renewing
-	  AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.partition_id = c.partition_id AND h.consumer_group = c.consumer_group)
-), inserted AS (
+	  AND NOT lk.closing AND NOT lk.renewing` + notHanded + `
+)`
+}
+
+// pushInsertedSQL: the fresh rows stored.
+const pushInsertedSQL = `, inserted AS (
 	INSERT INTO messages (partition_id, seq, id, transaction_id, trace_id, producer_sub, payload, queue_id, follow_xid)
 	SELECT f.partition_id, b.base + f.rn, f.id, f.txid, f.trace_id, f.producer_sub, f.payload, b.queue_id, b.follow_xid
 	FROM fresh f JOIN bumped b ON b.id = f.partition_id
 	RETURNING partition_id, seq, created_at
 )
-SELECT 0, d.ord, d.id::text, '', 0::bigint, 0::bigint, NULL::timestamptz FROM dups d
+`
+
+// pushDupRowsSQL: the answer's duplicates (kind 0).
+const pushDupRowsSQL = `SELECT 0, d.ord, d.id::text, '', 0::bigint, 0::bigint, NULL::timestamptz FROM dups d`
+
+// pushHandRowsSQL: the answer's leases (kind 1) and their messages'
+// offsets and creation times (kind 2).
+const pushHandRowsSQL = `
 UNION ALL
 SELECT 1, h.ext, h.partition_id::text, h.consumer_group, h.lfrom, h.lto, NULL FROM hand h
 UNION ALL
@@ -772,12 +908,35 @@ func (p *pushPlan) send(ctx context.Context, c batchSender, owner func(stream bo
 	return err
 }
 
+// form is the push statement's form for p's reservations.
+func (p *pushPlan) form() pushForm {
+	if len(p.reserved) == 0 {
+		return pushPlain
+	}
+	for _, r := range p.reserved {
+		if r.Extend != "" {
+			return pushExtending
+		}
+	}
+	return pushLeasing
+}
+
 // queue adds the push's two statements to b; owner names the owner of a
-// lease it hands off (Store.leaseOwner).
+// lease it hands off (Store.leaseOwner). The push statement has the steps
+// that can matter for the push (pushStatements).
 func (p *pushPlan) queue(b *pgx.Batch, owner func(stream bool) string) {
 	b.Queue(pushLockSQL, p.partIDs)
+	form, guarded := p.form(), 0
+	if len(p.partIDs) > 1 {
+		guarded = 1
+	}
+	sql := pushStatements[form][guarded]
+	if form == pushPlain {
+		b.Queue(sql, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub)
+		return
+	}
 	hp, hg, hl, hn, hs, ha, ho, he, hf := p.handOffArgs(owner)
-	b.Queue(pushInsertSQL, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha, he, hf)
+	b.Queue(sql, p.rowPart, p.rowTx, p.rowID, p.rowPayload, p.rowTrace, p.rowSub, hp, hg, hl, hn, ho, hs, ha, he, hf)
 }
 
 func (p *pushPlan) read(br pgx.BatchResults) error {

@@ -18,6 +18,30 @@ import (
 	"github.com/heraldmq/herald/queue"
 )
 
+// A push to one partition whose queue was deleted behind the instance's
+// back (its id still cached) writes nothing on its first try, with no
+// all-or-nothing guard in its statement (the one partition is bumped by
+// neither form), and the retry with a fresh id stores it once.
+func TestPush_OnePartitionGoneWritesNothingOnTheFirstTry(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "gone", "", nums(1, 1)...)
+	_, err := s.Pool().Exec(ctxT(t), `DELETE FROM queues WHERE name = 'gone'`)
+	require.NoError(t, err)
+	before := s.QueryStats().Snapshot()
+	res := push(t, s, "gone", "", nums(2, 2)...)
+	assert.Equal(t, queue.StatusQueued, res[0].Status)
+	after := s.QueryStats().Snapshot()
+	assert.Equal(t, before["push_lock"]+2, after["push_lock"], "a first try, refused, and the retry")
+	assert.Equal(t, before["push_insert_lean"]+2, after["push_insert_lean"])
+	got := pop(t, s, queue.PopRequest{Queue: "gone", Batch: 10})
+	assert.Equal(t, []int{2}, payloads(t, got.Messages))
+	assert.Equal(t, int64(1), got.Messages[0].Offset, "the new partition's first")
+	var n int
+	require.NoError(t, s.Pool().QueryRow(ctxT(t), `SELECT count(*) FROM messages WHERE partition_id = $1`,
+		res[0].PartitionID).Scan(&n))
+	assert.Equal(t, 1, n, "stored once")
+}
+
 func TestMigrate_Idempotent(t *testing.T) {
 	s := newStore(t)
 	applied, err := queue.Migrate(ctxT(t), s.Pool())
@@ -43,8 +67,11 @@ func TestPush_Dedup(t *testing.T) {
 		assert.Equal(t, i, r.Index)
 	}
 
+	before := s.QueryStats().Snapshot()
 	again, err := s.Push(ctxT(t), []queue.PushItem{{Queue: "q", TransactionID: "tx-2"}, {Queue: "q", TransactionID: "tx-3"}})
 	require.NoError(t, err)
+	assert.Equal(t, before["push_insert_lean"]+1, s.QueryStats().Snapshot()["push_insert_lean"],
+		"found by the statement without the hand-off's steps")
 	assert.Equal(t, queue.StatusDuplicate, again[0].Status)
 	assert.Equal(t, res[1].MessageID, again[0].MessageID)
 	assert.Equal(t, queue.StatusQueued, again[1].Status)
@@ -849,6 +876,8 @@ func TestPush_PartitionGoneRollsBackTheWholeFirstTry(t *testing.T) {
 		assert.Equal(t, queue.StatusQueued, r.Status, "%+v", r)
 	}
 	assert.Equal(t, before["push_lock"]+2, s.QueryStats().Snapshot()["push_lock"], "a first try, refused, and the retry")
+	assert.Equal(t, before["push_insert_lean"]+2, s.QueryStats().Snapshot()["push_insert_lean"],
+		"both by the statement without the hand-off's steps, whose guard wrote nothing the first time")
 	assert.Equal(t, []int{1, 2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "kept", Batch: 10}).Messages))
 	assert.Equal(t, []int{2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "gone", Batch: 10}).Messages))
 }

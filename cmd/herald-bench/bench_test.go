@@ -198,6 +198,15 @@ func TestTreeCPU_CountsAChildWhileItRunsAndAfterItEnded(t *testing.T) {
 	assert.GreaterOrEqual(t, treeCPU(self)-before, hi, "a reaped child is in its parent's cutime")
 }
 
+// A tree rooted at process 1 (herald-bench as a container's first
+// process, the servers it starts its children) counts its descendants:
+// this process among them.
+func TestTreeCPU_CountsATreeRootedAtProcessOne(t *testing.T) {
+	self := treeCPU(os.Getpid())
+	require.Positive(t, self, "this process has spent some CPU")
+	assert.GreaterOrEqual(t, treeCPU(1), self)
+}
+
 // The push cost with idle groups against a real server: every one of the
 // n groups reads the queue once before the pushes are measured, and
 // without --dsn only the HTTP pushes are.

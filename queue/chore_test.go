@@ -103,3 +103,21 @@ func TestChore_IsSkippedWhileAnEarlierVersionRunsIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, ran)
 }
+
+// A last run recorded ahead of the database's clock (the clock stepped
+// back since) does not hold a chore off until the clock catches up: it is
+// due, as it would be once an interval had passed.
+func TestChore_ALastRunAheadOfTheClockDoesNotHoldItOff(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	ran, err := s.Chore(ctx, "c", time.Minute, func(context.Context) {})
+	require.NoError(t, err)
+	require.True(t, ran)
+	exec(t, s, `UPDATE chores SET ran_at = now() + interval '1 hour' WHERE name = 'c'`)
+	ran, err = s.Chore(ctx, "c", time.Minute, func(context.Context) {})
+	require.NoError(t, err)
+	assert.True(t, ran, "due: the clock went back")
+	ran, err = s.Chore(ctx, "c", time.Minute, func(context.Context) { t.Error("ran again") })
+	require.NoError(t, err)
+	assert.False(t, ran, "that run is recorded at the clock's time")
+}

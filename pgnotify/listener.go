@@ -67,7 +67,8 @@ type ListenerConfig struct {
 	// PingInterval) is pinged: the first of the instance's own instants at
 	// or after t. The assembly gives the members beat's (internal/tick), so
 	// that an idle instance wakes once for the beat and the ping, not once
-	// for each. Nil pings at t.
+	// for each. Nil pings at t, as does a NextPing answering a time
+	// before t.
 	NextPing func(t time.Time) time.Time
 	// BackoffMin and BackoffMax bound the reconnect back-off (doubling,
 	// ±10% jitter). Zero means the defaults.
@@ -189,11 +190,15 @@ func (l *Listener) session(ctx context.Context, up func()) (listened bool, err e
 }
 
 // pingAt is when a connection silent since heard is pinged: PingInterval
-// later, at the next of NextPing's instants when it is set.
+// later, at the next of NextPing's instants when it is set. Never sooner:
+// a NextPing answering an earlier time would have the listener ping in a
+// loop, one query after another.
 func (l *Listener) pingAt(heard time.Time) time.Time {
 	at := heard.Add(l.cfg.PingInterval)
 	if l.cfg.NextPing != nil {
-		at = l.cfg.NextPing(at)
+		if next := l.cfg.NextPing(at); next.After(at) {
+			at = next
+		}
 	}
 	return at
 }

@@ -315,19 +315,26 @@ func (l *pingLog) pings() []time.Time {
 	return slices.Clone(l.at)
 }
 
-// A quiet LISTEN connection is pinged only at the instants NextPing gives
-// (the instance's members beat's, so that an idle instance wakes once for
-// both), once it has been quiet for PingInterval: never twice between two
-// instants, however short PingInterval is.
-func TestListener_PingsAQuietConnectionOnlyAtTheInstantsItIsGiven(t *testing.T) {
-	dsn := servertest.SharedDSN(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
+// pingLogged is a pool of the shared database whose connections' pings
+// log records.
+func pingLogged(t *testing.T) (*pgxpool.Pool, *pingLog) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(servertest.SharedDSN(t))
 	require.NoError(t, err)
 	log := &pingLog{}
 	cfg.ConnConfig.Tracer = log
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
-	defer pool.Close()
+	t.Cleanup(pool.Close)
+	return pool, log
+}
+
+// A quiet LISTEN connection is pinged only at the instants NextPing gives
+// (the instance's members beat's, so that an idle instance wakes once for
+// both), once it has been quiet for PingInterval: never twice between two
+// instants, however short PingInterval is.
+func TestListener_PingsAQuietConnectionOnlyAtTheInstantsItIsGiven(t *testing.T) {
+	pool, log := pingLogged(t)
 
 	const every = 400 * time.Millisecond
 	anchor := time.Now()
@@ -338,21 +345,10 @@ func TestListener_PingsAQuietConnectionOnlyAtTheInstantsItIsGiven(t *testing.T) 
 	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: &recordingWaker{},
 		PingInterval: 50 * time.Millisecond, NextPing: instant})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = l.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	<-l.Connected()
+	stop := runListener(t, l)
 	require.Eventually(t, func() bool { return len(log.pings()) >= 4 }, time.Minute, 10*time.Millisecond,
 		"a quiet connection is pinged")
-	cancel()
-	<-done
+	stop()
 
 	// Between two instants, one ping at most: a ping delayed past its
 	// instant waits PingInterval, and then for the next instant.
@@ -362,4 +358,45 @@ func TestListener_PingsAQuietConnectionOnlyAtTheInstantsItIsGiven(t *testing.T) 
 		assert.False(t, seen[slot], "two pings between the instants %v and %v after the anchor", slot*every, (slot+1)*every)
 		seen[slot] = true
 	}
+}
+
+// A NextPing that answers an instant before the one it is asked about (a
+// time in the past) does not make the listener ping in a loop: a quiet
+// connection is pinged PingInterval after its last sign of life at the
+// soonest, whatever NextPing says.
+func TestListener_PingsNoSoonerThanPingIntervalWhateverNextPingSays(t *testing.T) {
+	pool, log := pingLogged(t)
+
+	const interval = 100 * time.Millisecond
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: &recordingWaker{},
+		PingInterval: interval, NextPing: func(time.Time) time.Time { return time.Time{} }})
+	require.NoError(t, err)
+	stop := runListener(t, l)
+	require.Eventually(t, func() bool { return len(log.pings()) >= 4 }, time.Minute, 10*time.Millisecond,
+		"a quiet connection is pinged")
+	stop()
+
+	pings := log.pings()
+	for i := 1; i < len(pings); i++ {
+		assert.GreaterOrEqual(t, pings[i].Sub(pings[i-1]), interval, "ping %d of %d", i, len(pings))
+	}
+}
+
+// runListener runs l until the returned stop is called (or the test ends),
+// once it has listened.
+func runListener(t *testing.T, l *pgnotify.Listener) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx)
+	}()
+	stop = func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	<-l.Connected()
+	return stop
 }

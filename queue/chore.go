@@ -20,19 +20,27 @@ import (
 // the pool. The chores table records when each last ran, as that
 // transaction commits.
 
-// choreDueSQL tells whether chore $1 is due: it never ran, or ran 9/10 of
-// its interval ($2 seconds) ago (instances' timers drift, and one just late
-// should not wait a whole interval). Read with no transaction and no lock,
-// so that an instance to which it is not due, every instance but one in a
-// mesh, asks only this.
+// choreDue is whether chore $1 is due: it never ran, or ran 9/10 of its
+// interval ($2 seconds) ago (instances' timers drift, and one just late
+// should not wait a whole interval), or its last run is recorded ahead of
+// the database's clock (the clock stepped back since: the chore would wait
+// for it to catch up). Ahead of clock_timestamp(), not now(): a run that
+// began after this transaction and ended before its lock was taken is not
+// ahead.
+const choreDue = `coalesce((SELECT ran_at < now() - make_interval(secs => $2) OR ran_at > clock_timestamp()
+	FROM chores WHERE name = $1), true)`
+
+// choreDueSQL tells whether chore $1 is due (choreDue). Read with no
+// transaction and no lock, so that an instance to which it is not due,
+// every instance but one in a mesh, asks only this.
 const choreDueSQL = `-- herald:chore_due
-SELECT coalesce((SELECT ran_at < now() - make_interval(secs => $2) FROM chores WHERE name = $1), true)`
+SELECT ` + choreDue
 
 // choreLockSQL takes the chore's lock ($3 names it, per schema) if it is
 // free, and says whether the chore is still due once it is held.
 const choreLockSQL = `-- herald:chore_lock
 SELECT pg_try_advisory_xact_lock(hashtext($3 || current_schema()))
-   AND coalesce((SELECT ran_at < now() - make_interval(secs => $2) FROM chores WHERE name = $1), true)`
+   AND ` + choreDue
 
 // heldChore is a chore's lock, held by a transaction on a connection of
 // its own until release.

@@ -80,3 +80,44 @@ func TestRetention_RoundRunsOncePerIntervalWhateverTheInstances(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ran, "the run by hand was this interval's")
 }
+
+// A chore's lock is the one earlier versions take (the advisory lock of
+// hashtext('herald_chore:' || name || ':' || schema)), so that instances
+// of both versions in one mesh never run a chore at once.
+func TestChore_IsSkippedWhileAnEarlierVersionRunsIt(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	conn, err := s.Pool().Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	const key = `hashtext('herald_chore:' || 'c' || ':' || current_schema())`
+	var got bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`).Scan(&got))
+	require.True(t, got)
+	ran, err := s.Chore(ctx, "c", time.Minute, func(context.Context) { t.Error("ran while the lock was held") })
+	require.NoError(t, err)
+	assert.False(t, ran, "another instance holds the lock")
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock(`+key+`)`)
+	require.NoError(t, err)
+	ran, err = s.Chore(ctx, "c", time.Minute, func(context.Context) {})
+	require.NoError(t, err)
+	assert.True(t, ran)
+}
+
+// A last run recorded ahead of the database's clock (the clock stepped
+// back since) does not hold a chore off until the clock catches up: it is
+// due, as it would be once an interval had passed.
+func TestChore_ALastRunAheadOfTheClockDoesNotHoldItOff(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	ran, err := s.Chore(ctx, "c", time.Minute, func(context.Context) {})
+	require.NoError(t, err)
+	require.True(t, ran)
+	exec(t, s, `UPDATE chores SET ran_at = now() + interval '1 hour' WHERE name = 'c'`)
+	ran, err = s.Chore(ctx, "c", time.Minute, func(context.Context) {})
+	require.NoError(t, err)
+	assert.True(t, ran, "due: the clock went back")
+	ran, err = s.Chore(ctx, "c", time.Minute, func(context.Context) { t.Error("ran again") })
+	require.NoError(t, err)
+	assert.False(t, ran, "that run is recorded at the clock's time")
+}

@@ -198,6 +198,26 @@ func TestTreeCPU_CountsAChildWhileItRunsAndAfterItEnded(t *testing.T) {
 	assert.GreaterOrEqual(t, treeCPU(self)-before, hi, "a reaped child is in its parent's cutime")
 }
 
+// A tree rooted at process 1 (herald-bench as a container's first
+// process, the servers it starts its children) counts its descendants:
+// this process among them.
+func TestTreeCPU_CountsATreeRootedAtProcessOne(t *testing.T) {
+	self := treeCPU(os.Getpid())
+	require.Positive(t, self, "this process has spent some CPU")
+	assert.GreaterOrEqual(t, treeCPU(1), self)
+}
+
+// The mesh follows --wake, but a logical wake takes a replication slot
+// and a WAL sender per instance, and the private PostgreSQL has 10 of
+// each: a larger mesh is refused before anything starts (the instances
+// past the tenth would retry their slot every few seconds, their CPU in
+// the figures).
+func TestMesh_RefusesMoreLogicalInstancesThanThePrivatePostgreSQLHasSlots(t *testing.T) {
+	_, err := runMesh(context.Background(), benchConfig{MeshInstances: 11, Wake: "logical"}, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "replication slot")
+}
+
 // The push cost with idle groups against a real server: every one of the
 // n groups reads the queue once before the pushes are measured, and
 // without --dsn only the HTTP pushes are.

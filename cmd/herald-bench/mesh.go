@@ -46,10 +46,22 @@ type meshResult struct {
 // has it start again, and the others use --database-url, as instances of
 // a real deployment do: a shared data directory would have every one of
 // them watch the postmaster (a /proc read every 100 ms each).
+// meshLogicalMax is the most instances of a mesh with --wake logical: the
+// private PostgreSQL's max_replication_slots and max_wal_senders
+// (internal/pgcluster), which its command line sets, so that ALTER SYSTEM
+// cannot raise them as it raises max_connections.
+const meshLogicalMax = 10
+
 func runMesh(ctx context.Context, cfg benchConfig, log io.Writer) (*meshResult, error) {
 	n := cfg.MeshInstances
 	if n < 2 || n > 500 {
 		return nil, fmt.Errorf("--mesh-instances must be between 2 and 500")
+	}
+	if cfg.Wake == "logical" && n > meshLogicalMax {
+		// The instances past the last slot would retry theirs every few
+		// seconds, their CPU in the figures.
+		return nil, fmt.Errorf("--wake logical takes a replication slot and a WAL sender per instance, and the private PostgreSQL has %d: --mesh-instances at most %d, or another --wake",
+			meshLogicalMax, meshLogicalMax)
 	}
 	if cfg.MeshQueues < 0 || cfg.MeshQueues > 100 {
 		return nil, fmt.Errorf("--mesh-queues must be between 0 and 100 (one WebSocket's subscriptions)")

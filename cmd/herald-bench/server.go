@@ -245,8 +245,10 @@ func treeCPU(roots ...int) time.Duration {
 	}
 	var d time.Duration
 	for pid, cpu := range spent {
-		// Walk up to a root or to init; the chain is short.
-		for p, hops := pid, 0; p > 1 && hops < 64; p, hops = parent[p], hops+1 {
+		// Walk up to a root or past init (whose parent is 0), which may
+		// be one (herald-bench as a container's first process); the
+		// chain is short.
+		for p, hops := pid, 0; p > 0 && hops < 64; p, hops = parent[p], hops+1 {
 			if in[p] {
 				d += cpu
 				break

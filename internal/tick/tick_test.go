@@ -45,9 +45,6 @@ func TestNext_IsWithinOnePeriodAhead(t *testing.T) {
 	}
 }
 
-// Two loops' timers of one period, made at different times, fire at the
-// same instants: once after each Reset, a period apart. The second loop
-// starts when the first one's timer first fires, a period after it began.
 // After, for a time ahead, is an instant of the period (the one Next
 // gives once that time has come) within one period of it.
 func TestAfter_IsTheInstantOfThePeriodThatFollowsT(t *testing.T) {
@@ -60,6 +57,9 @@ func TestAfter_IsTheInstantOfThePeriodThatFollowsT(t *testing.T) {
 	assert.Equal(t, a.Add(p), After(a, p), "the next one after an instant")
 }
 
+// Two loops' timers of one period, made at different times, fire at the
+// same instants: once after each Reset, a period apart. The second loop
+// starts when the first one's timer first fires, a period after it began.
 func TestTimer_TwoLoopsOfOnePeriodFireTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		anchor := time.Now().Add(-300 * time.Millisecond) // the bubble's clock: the process's is outside it

@@ -59,7 +59,7 @@ var options = []option{
 		func(c *config, v string) (err error) { c.BodyReadTimeout, err = time.ParseDuration(v); return err }},
 	{"instance-id", "HERALD_INSTANCE_ID", "", "name of this instance, recorded as lease owner; unique among live instances (a second one with an id in use is refused); keep it across restarts: at start an instance gives back the leases its previous life's WebSocket and SSE streams held (leases popped over HTTP stay with their clients); empty means hostname:port",
 		func(c *config, v string) error { c.InstanceID = v; return nil }},
-	{"db-max-conns", "HERALD_DB_MAX_CONNS", "0", "database pool size; 0 means max(4, CPUs)",
+	{"db-max-conns", "HERALD_DB_MAX_CONNS", "0", "database pool size: 0 means max(4, CPUs); at least 2 otherwise",
 		func(c *config, v string) (err error) { c.DBMaxConns, err = strconv.Atoi(v); return err }},
 	{"db-connect-timeout", "HERALD_DB_CONNECT_TIMEOUT", server.Defaults.DBConnectTimeout.String(), "how long one database connection attempt may take (per host of a multi-host URL) before the next host is tried or the request answered 503; a connect_timeout in --database-url wins",
 		func(c *config, v string) (err error) { c.DBConnectTimeout, err = time.ParseDuration(v); return err }},
@@ -181,8 +181,9 @@ func (c *config) validate() error {
 		return errors.New("--data-dir must not be empty without --database-url")
 	case c.BodyLimit <= 0:
 		return errors.New("--body-limit must be positive")
-	case c.DBMaxConns < 0:
-		return errors.New("--db-max-conns must not be negative")
+	case c.DBMaxConns < 0 || c.DBMaxConns == 1 || c.DBMaxConns > server.DBMaxConnsMax:
+		return fmt.Errorf("--db-max-conns must be 0 (max(4, CPUs)) or between 2 and %d: retention and hygiene hold one connection while they work on another",
+			server.DBMaxConnsMax)
 	case c.DBConnectTimeout < 0 || c.DBConnectTimeout > time.Hour:
 		return errors.New("--db-connect-timeout must be between 0 (the default) and 1h")
 	case c.PGPort < 0 || c.PGPort > 65535:

@@ -33,6 +33,10 @@ func TestParseConfig_Invalid(t *testing.T) {
 		{args: []string{"--body-limit", "-1"}, want: "--body-limit"},
 		{args: []string{"--body-limit", "lots"}, want: "invalid value"},
 		{env: map[string]string{"HERALD_DB_MAX_CONNS": "many"}, want: "HERALD_DB_MAX_CONNS"},
+		// Retention and hygiene hold one connection while they work on
+		// another: with one, they never run.
+		{args: []string{"--db-max-conns", "1"}, want: "--db-max-conns"},
+		{args: []string{"--db-max-conns", "5000000000"}, want: "--db-max-conns"},
 		{args: []string{"--pg-port", "70000"}, want: "--pg-port"},
 		{args: []string{"extra"}, want: "unexpected argument"},
 		{args: []string{"--no-such-flag"}, want: "not defined"},

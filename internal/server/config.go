@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"time"
@@ -29,6 +30,14 @@ const (
 	WakeLocal = "local"
 )
 
+// The database pool's bounds: chores (retention, hygiene) hold one
+// connection for their lock while they work on another, so a pool needs
+// two; more than DBMaxConnsMax is past any server's max_connections here.
+const (
+	DBMinConns    = 2
+	DBMaxConnsMax = 10000
+)
+
 // Config is one instance. cmd/herald fills it from flags and environment;
 // tests and herald demo fill it directly. Zero values mean the components'
 // defaults unless a field says otherwise.
@@ -48,7 +57,7 @@ type Config struct {
 	ListenDatabaseURL string
 	DataDir           string
 	PGPort            int
-	DBMaxConns        int // 0: max(4, CPUs)
+	DBMaxConns        int // 0: max(4, CPUs); else 2 to DBMaxConnsMax
 	// DBConnectTimeout bounds a database connection attempt (per host of
 	// a multi-host URL) when the URL sets no connect_timeout, which wins.
 	// Zero means queue.ConnectTimeoutDefault (5 s).
@@ -203,6 +212,8 @@ func (c Config) Validate() error {
 		return errors.New("server: Config.EncryptionKey must be 64 hex characters")
 	case c.MaxConnections < 0:
 		return errors.New("server: Config.MaxConnections must not be negative")
+	case c.DBMaxConns < 0 || c.DBMaxConns == 1 || c.DBMaxConns > DBMaxConnsMax:
+		return fmt.Errorf("server: Config.DBMaxConns must be 0 or between 2 and %d", DBMaxConnsMax)
 	case c.ShutdownTimeout < 0 || c.RetentionInterval < 0:
 		return errors.New("server: Config.ShutdownTimeout and Config.RetentionInterval must not be negative")
 	}

@@ -45,6 +45,7 @@ func TestConfig_Validate(t *testing.T) {
 		"DataDir":                 {Addr: ":0"},
 		"Wake":                    {Addr: ":0", DatabaseURL: "postgres://x", Wake: "smoke"},
 		"EncryptionKey":           {Addr: ":0", DatabaseURL: "postgres://x", EncryptionKey: "abc"},
+		"DBMaxConns":              {Addr: ":0", DatabaseURL: "postgres://x", DBMaxConns: 1},
 	} {
 		assert.ErrorContains(t, c.WithDefaults().Validate(), name)
 	}

@@ -49,6 +49,12 @@ func openDatabase(ctx context.Context, c *Config, log zerolog.Logger) (_ *databa
 		ConnectTimeout: c.DBConnectTimeout}); err != nil {
 		return nil, err
 	}
+	if n := db.pool.Config().MaxConns; n < DBMinConns {
+		// Chores (retention, hygiene) hold one connection for their lock
+		// while they work on another: with one they would never run.
+		return nil, fmt.Errorf("the database pool has %d connection; it needs at least %d connections (--db-max-conns, or pool_max_conns in the URL)",
+			n, DBMinConns)
+	}
 	applied, err := queue.Migrate(ctx, db.pool)
 	if err != nil {
 		return nil, err

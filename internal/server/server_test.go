@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,22 @@ func TestServer_NewReleasesOnError(t *testing.T) {
 	c, err := net.ListenPacket("udp", cfg.SyncBind)
 	require.NoError(t, err, "the syncnet socket was closed")
 	_ = c.Close()
+}
+
+// A pool of one connection, however it is asked for (the URL's
+// pool_max_conns), is refused at start with a clear error: retention and
+// hygiene hold one connection while they work on another, so with one
+// they would never run.
+func TestServer_RefusesADatabasePoolOfOneConnection(t *testing.T) {
+	cfg := testConfig(t)
+	u, err := url.Parse(cfg.DatabaseURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	cfg.DatabaseURL = u.String()
+	_, err = New(context.Background(), cfg)
+	require.ErrorContains(t, err, "at least 2 connections")
 }
 
 // An instance built and closed without running gives back its syncnet

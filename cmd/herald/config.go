@@ -129,7 +129,7 @@ var options = []option{
 		func(c *config, v string) error { c.EncryptionKey = v; return nil }},
 	{"retention-interval", "HERALD_RETENTION_INTERVAL", server.Defaults.RetentionInterval.String(), "how often retention runs (on one instance, whatever the instances: an advisory lock and the chores table): deletes messages past a queue's retentionSeconds, and those every group acknowledged past its completedRetentionSeconds",
 		func(c *config, v string) (err error) { c.RetentionInterval, err = time.ParseDuration(v); return err }},
-	{"partition-cleanup-days", "HERALD_PARTITION_CLEANUP_DAYS", "7", "retention deletes partitions with no messages, no dead letters and no push or lease for this many days (and tells syncnet peers); 0 keeps them",
+	{"partition-cleanup-days", "HERALD_PARTITION_CLEANUP_DAYS", "7", "retention deletes partitions with no messages, no dead letters and no push or lease for this many days (and tells syncnet peers); 0 keeps them; at most 36500",
 		func(c *config, v string) (err error) { c.PartitionCleanupDays, err = strconv.Atoi(v); return err }},
 	{"trace-retention", "HERALD_TRACE_RETENTION", server.Defaults.TraceRetention.String(), "traces (POST /api/v1/traces) older than this are deleted, checked every 30 s by each instance in batches of 5,000; they outlive their message until then, and go with their queue; 0 keeps them forever",
 		func(c *config, v string) (err error) { c.TraceRetention, err = time.ParseDuration(v); return err }},
@@ -190,8 +190,8 @@ func (c *config) validate() error {
 		return errors.New("--pg-port must be a TCP port")
 	case c.EncryptionKey != "" && !validSecret(c.EncryptionKey):
 		return errors.New("--encryption-key must be 64 hex characters")
-	case c.PartitionCleanupDays < 0:
-		return errors.New("--partition-cleanup-days must not be negative")
+	case c.PartitionCleanupDays < 0 || c.PartitionCleanupDays > server.PartitionCleanupDaysMax:
+		return fmt.Errorf("--partition-cleanup-days must be between 0 (keep them) and %d", server.PartitionCleanupDaysMax)
 	case c.TraceRetention < 0:
 		return errors.New("--trace-retention must not be negative (0 keeps traces forever)")
 	case c.RetentionInterval <= 0:

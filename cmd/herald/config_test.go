@@ -37,6 +37,9 @@ func TestParseConfig_Invalid(t *testing.T) {
 		// another: with one, they never run.
 		{args: []string{"--db-max-conns", "1"}, want: "--db-max-conns"},
 		{args: []string{"--db-max-conns", "5000000000"}, want: "--db-max-conns"},
+		// Days past a century would overflow the cleanup age (213,504 days
+		// wrapped to 25 minutes).
+		{args: []string{"--partition-cleanup-days", "213504"}, want: "--partition-cleanup-days"},
 		{args: []string{"--pg-port", "70000"}, want: "--pg-port"},
 		{args: []string{"extra"}, want: "unexpected argument"},
 		{args: []string{"--no-such-flag"}, want: "not defined"},

@@ -38,6 +38,11 @@ const (
 	DBMaxConnsMax = 10000
 )
 
+// PartitionCleanupDaysMax bounds Config.PartitionCleanupDays: a century,
+// far below where days as a time.Duration would overflow (and wrap to
+// minutes).
+const PartitionCleanupDaysMax = 36500
+
 // Config is one instance. cmd/herald fills it from flags and environment;
 // tests and herald demo fill it directly. Zero values mean the components'
 // defaults unless a field says otherwise.
@@ -212,6 +217,8 @@ func (c Config) Validate() error {
 		return errors.New("server: Config.EncryptionKey must be 64 hex characters")
 	case c.MaxConnections < 0:
 		return errors.New("server: Config.MaxConnections must not be negative")
+	case c.PartitionCleanupDays < 0 || c.PartitionCleanupDays > PartitionCleanupDaysMax:
+		return fmt.Errorf("server: Config.PartitionCleanupDays must be between 0 and %d", PartitionCleanupDaysMax)
 	case c.DBMaxConns < 0 || c.DBMaxConns == 1 || c.DBMaxConns > DBMaxConnsMax:
 		return fmt.Errorf("server: Config.DBMaxConns must be 0 or between 2 and %d", DBMaxConnsMax)
 	case c.ShutdownTimeout < 0 || c.RetentionInterval < 0:

@@ -46,6 +46,7 @@ func TestConfig_Validate(t *testing.T) {
 		"Wake":                    {Addr: ":0", DatabaseURL: "postgres://x", Wake: "smoke"},
 		"EncryptionKey":           {Addr: ":0", DatabaseURL: "postgres://x", EncryptionKey: "abc"},
 		"DBMaxConns":              {Addr: ":0", DatabaseURL: "postgres://x", DBMaxConns: 1},
+		"PartitionCleanupDays":    {Addr: ":0", DatabaseURL: "postgres://x", PartitionCleanupDays: 213504},
 	} {
 		assert.ErrorContains(t, c.WithDefaults().Validate(), name)
 	}

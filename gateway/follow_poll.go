@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -74,11 +73,13 @@ func readFollowPoll(q url.Values) (followPollParams, error) {
 	}
 	p.timeout = PopTimeoutDefault
 	if v := q.Get("timeout"); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 0 {
-			return p, httpapi.BadRequestf("timeout must be a non-negative number of milliseconds")
+		// Bounded as a pop's is, before it becomes a duration (a count
+		// of milliseconds past the maximum overflowed it).
+		ms, err := httpapi.ClampedParam(v, "timeout", 0, int(PopTimeoutMax/time.Millisecond))
+		if err != nil {
+			return p, err
 		}
-		p.timeout = min(time.Duration(ms)*time.Millisecond, PopTimeoutMax)
+		p.timeout = time.Duration(ms) * time.Millisecond
 	}
 	return p, nil
 }

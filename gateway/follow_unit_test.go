@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -133,4 +134,20 @@ func TestFollowHub_ReadsOnWhileItsLastBatchIsStillBeingWritten(t *testing.T) {
 		require.GreaterOrEqual(t, k, 0, "message %d, after message %d", i, i-1)
 		at += k
 	}
+}
+
+// A follow long-poll's timeout is bounded like a pop's: past the maximum it
+// is the maximum, however many milliseconds it names (a count whose
+// product with a millisecond overflows included), and never negative.
+func TestReadFollowPoll_TimeoutPastTheMaximumIsTheMaximum(t *testing.T) {
+	for _, v := range []string{"9223372036855", "9300000000000000", "99999999999999999999", strconv.FormatInt(int64(PopTimeoutMax/time.Millisecond)+1, 10)} {
+		p, err := readFollowPoll(url.Values{"timeout": {v}})
+		require.NoError(t, err, v)
+		assert.Equal(t, PopTimeoutMax, p.timeout, v)
+	}
+	p, err := readFollowPoll(url.Values{"timeout": {"250"}})
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, p.timeout)
+	_, err = readFollowPoll(url.Values{"timeout": {"-1"}})
+	assert.Error(t, err)
 }

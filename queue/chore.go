@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -42,6 +41,12 @@ const choreLockSQL = `-- herald:chore_lock
 SELECT pg_try_advisory_xact_lock(hashtext($3 || current_schema()))
    AND ` + choreDue
 
+// MinPoolConns is the least pool a Store runs its chores on with others
+// (Chore, retention): their lock holds one connection for the run, which
+// works on another. A smaller pool runs hygiene alone and no retention;
+// Herald's server refuses one.
+const MinPoolConns = 2
+
 // heldChore is a chore's lock, held by a transaction on a connection of
 // its own until release.
 type heldChore struct {
@@ -54,9 +59,9 @@ type heldChore struct {
 // the schema) if no other instance holds it and the chore is due (every 0:
 // always, when the lock is free); nil when it is not taken.
 func (s *Store) takeChore(ctx context.Context, name, key string, every time.Duration) (*heldChore, error) {
-	if s.pool.Config().MaxConns < 2 {
+	if s.pool.Config().MaxConns < MinPoolConns {
 		// The holder would wait for a second connection it itself holds.
-		return nil, errors.New("the pool needs at least 2 connections (one holds the lock)")
+		return nil, fmt.Errorf("the pool needs at least %d connections (one holds the lock)", MinPoolConns)
 	}
 	due := 0.9 * every.Seconds()
 	if every > 0 {
@@ -109,17 +114,30 @@ func (h *heldChore) release(ctx context.Context) {
 // Chore runs fn unless another instance runs the chore name now or ran it
 // less than every ago (ran is false then).
 func (s *Store) Chore(ctx context.Context, name string, every time.Duration, fn func(context.Context)) (ran bool, err error) {
-	h, err := s.takeChore(ctx, name, "herald_chore:"+name+":", every)
+	return s.chore(ctx, "chore "+name, name, "herald_chore:"+name+":", every, func(ctx context.Context) error {
+		fn(ctx)
+		return nil
+	})
+}
+
+// chore runs fn under chore name's lock (key: the lock's name, before the
+// schema) if it is taken (takeChore), and records the run unless fn
+// fails: the next round anywhere runs it again then. Errors of the lock
+// and the record are wrapped with label; fn's are its own.
+func (s *Store) chore(ctx context.Context, label, name, key string, every time.Duration, fn func(context.Context) error) (ran bool, err error) {
+	h, err := s.takeChore(ctx, name, key, every)
 	if err != nil {
-		return false, fmt.Errorf("chore %s: taking the lock: %w", name, err)
+		return false, fmt.Errorf("%s: taking the lock: %w", label, err)
 	}
 	if h == nil {
 		return false, nil
 	}
 	defer h.release(ctx)
-	fn(ctx)
+	if err := fn(ctx); err != nil {
+		return true, err
+	}
 	if err := h.done(ctx); err != nil {
-		return true, fmt.Errorf("chore %s: %w", name, err)
+		return true, fmt.Errorf("%s: %w", label, err)
 	}
 	return true, nil
 }

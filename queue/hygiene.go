@@ -178,7 +178,7 @@ func (s *Store) RunHygieneLoop(ctx context.Context, interval time.Duration, repo
 	every(ctx, interval, func() {
 		// Database-wide: one instance at a time, once per interval
 		// whatever the instances (Chore); a pool of one runs it alone.
-		if s.pool.Config().MaxConns < 2 {
+		if s.pool.Config().MaxConns < MinPoolConns {
 			s.hygieneRound(ctx, repair, report)
 			return
 		}

@@ -838,8 +838,8 @@ const pushExtendedSQL = `, extended AS (
 	       AND NOT coalesce(c.follow_lease = c.lease_id, false)
 	       OR c.lease_id IS NULL AND c.cursor = b.base AND c.done = '{}')
 	  AND q.delayed_processing = 0 AND q.window_buffer = 0
-	  AND NOT EXISTS (SELECT 1 FROM lk WHERE lk.partition_id = c.partition_id AND lk.consumer_group = c.consumer_group)
-	  AND NOT EXISTS (SELECT 1 FROM followed f WHERE f.partition_id = c.partition_id AND f.consumer_group = c.consumer_group)
+	  AND NOT EXISTS (SELECT 1 FROM lk WHERE lk.partition_id = c.partition_id AND lk.consumer_group = c.consumer_group)` +
+	pushNotFollowedSQL + `
 	RETURNING c.partition_id, c.consumer_group, b.base + 1 AS lfrom, least(b.last_offset, b.base + h.lim) AS lto,
 		(c.lease_id = h.ext)::int AS ext
 )`

@@ -208,21 +208,12 @@ func (s *Store) retention(ctx context.Context, batch int, every time.Duration) (
 	if batch <= 0 {
 		batch = RetentionBatchDefault
 	}
-	h, err := s.takeChore(ctx, "retention", "herald_retention:", every)
-	if err != nil {
-		return nil, false, fmt.Errorf("retention: taking the lock: %w", err)
-	}
-	if h == nil {
-		return nil, false, nil
-	}
-	defer h.release(ctx)
-	deleted, err = s.retentionRun(ctx, batch)
-	if err == nil {
-		if err = h.done(ctx); err != nil {
-			err = fmt.Errorf("retention: %w", err)
-		}
-	}
-	return deleted, true, err
+	ran, err = s.chore(ctx, "retention", "retention", "herald_retention:", every, func(ctx context.Context) error {
+		var err error
+		deleted, err = s.retentionRun(ctx, batch)
+		return err
+	})
+	return deleted, ran, err
 }
 
 // retentionRun is one run of retention, under its lock.

@@ -155,8 +155,7 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 	busy0, all0 := machineCPU()
 	own0 := treeCPU(srv.ownRoots()...)
 	pg0, pgKnown := srv.pgCPU()
-	st0, stErr := srv.metric("herald_db_queries_total")
-	ops0, _ := benchstat.MetricByLabel(http.DefaultClient, srv.url, "herald_db_queries_total", "op")
+	ops0, opsErr := benchstat.MetricByLabel(http.DefaultClient, srv.url, "herald_db_queries_total", "op")
 	c0 := counters(srv)
 	pushed, err := pace(ctx, pushURL, q, cfg.Rate, total, parts)
 	res.Pushed = pushed
@@ -177,14 +176,14 @@ func latencyRun(ctx context.Context, pushURL string, srv *server, cfg benchConfi
 		t := time.NewTimer(20 * time.Millisecond)
 		<-t.C
 	}
-	if st1, err := srv.metric("herald_db_queries_total"); err == nil && stErr == nil && pushed > 0 {
-		res.StatementsPerMsg = (st1 - st0) / float64(pushed)
-		if ops1, err := benchstat.MetricByLabel(http.DefaultClient, srv.url, "herald_db_queries_total", "op"); err == nil {
-			res.StatementsByOp = map[string]float64{}
-			for op, n := range ops1 {
-				if d := n - ops0[op]; d > 0 {
-					res.StatementsByOp[op] = d / float64(pushed)
-				}
+	// One scrape at each end: the total is the sum by op (every statement
+	// has its op).
+	if ops1, err := benchstat.MetricByLabel(http.DefaultClient, srv.url, "herald_db_queries_total", "op"); err == nil && opsErr == nil && pushed > 0 {
+		res.StatementsByOp = map[string]float64{}
+		for op, n := range ops1 {
+			if d := n - ops0[op]; d > 0 {
+				res.StatementsByOp[op] = d / float64(pushed)
+				res.StatementsPerMsg += d / float64(pushed)
 			}
 		}
 	}

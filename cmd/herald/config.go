@@ -181,9 +181,9 @@ func (c *config) validate() error {
 		return errors.New("--data-dir must not be empty without --database-url")
 	case c.BodyLimit <= 0:
 		return errors.New("--body-limit must be positive")
-	case c.DBMaxConns < 0 || c.DBMaxConns == 1 || c.DBMaxConns > server.DBMaxConnsMax:
-		return fmt.Errorf("--db-max-conns must be 0 (max(4, CPUs)) or between 2 and %d: retention and hygiene hold one connection while they work on another",
-			server.DBMaxConnsMax)
+	case c.DBMaxConns < 0 || c.DBMaxConns > 0 && c.DBMaxConns < server.DBMinConns || c.DBMaxConns > server.DBMaxConnsMax:
+		return fmt.Errorf("--db-max-conns must be 0 (max(4, CPUs)) or between %d and %d: retention and hygiene hold one connection while they work on another",
+			server.DBMinConns, server.DBMaxConnsMax)
 	case c.DBConnectTimeout < 0 || c.DBConnectTimeout > time.Hour:
 		return errors.New("--db-connect-timeout must be between 0 (the default) and 1h")
 	case c.PGPort < 0 || c.PGPort > 65535:

@@ -30,11 +30,11 @@ const (
 	WakeLocal = "local"
 )
 
-// The database pool's bounds: chores (retention, hygiene) hold one
-// connection for their lock while they work on another, so a pool needs
-// two; more than DBMaxConnsMax is past any server's max_connections here.
+// Config.DBMaxConns's bounds: the store's chores need DBMinConns
+// (queue.MinPoolConns); DBMaxConnsMax is past any server's
+// max_connections here.
 const (
-	DBMinConns    = 2
+	DBMinConns    = queue.MinPoolConns
 	DBMaxConnsMax = 10000
 )
 
@@ -219,8 +219,8 @@ func (c Config) Validate() error {
 		return errors.New("server: Config.MaxConnections must not be negative")
 	case c.PartitionCleanupDays < 0 || c.PartitionCleanupDays > PartitionCleanupDaysMax:
 		return fmt.Errorf("server: Config.PartitionCleanupDays must be between 0 and %d", PartitionCleanupDaysMax)
-	case c.DBMaxConns < 0 || c.DBMaxConns == 1 || c.DBMaxConns > DBMaxConnsMax:
-		return fmt.Errorf("server: Config.DBMaxConns must be 0 or between 2 and %d", DBMaxConnsMax)
+	case c.DBMaxConns < 0 || c.DBMaxConns > 0 && c.DBMaxConns < DBMinConns || c.DBMaxConns > DBMaxConnsMax:
+		return fmt.Errorf("server: Config.DBMaxConns must be 0 or between %d and %d", DBMinConns, DBMaxConnsMax)
 	case c.ShutdownTimeout < 0 || c.RetentionInterval < 0:
 		return errors.New("server: Config.ShutdownTimeout and Config.RetentionInterval must not be negative")
 	}

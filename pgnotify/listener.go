@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -36,8 +38,12 @@ const (
 	PingIntervalDefault = 3 * time.Second
 	BackoffMinDefault   = 100 * time.Millisecond
 	BackoffMaxDefault   = 5 * time.Second
-	// pingTimeout bounds the ping: a hung server fails it.
+	// pingTimeout bounds the ping (and a Do job): a hung server fails it.
 	pingTimeout = 3 * time.Second
+	// usageEvery: a connection that jobs keep from being quiet (so never
+	// pinged) has its NOTIFY queue usage read every usageEvery
+	// PingIntervals (30 s by default), in the turn of a job.
+	usageEvery = 10
 )
 
 // ListenerConfig configures a Listener. Exactly one of Pool and URL is set.
@@ -90,7 +96,22 @@ type Listener struct {
 	received   prometheus.Counter
 	usage      prometheus.Gauge
 	connected  chan struct{} // closed on the first successful LISTEN
+
+	mu        sync.Mutex
+	listening bool               // a session listens: Do hands it jobs
+	jobs      []*job             // waiting for the session's next turn
+	interrupt context.CancelFunc // ends the session's current wait
 }
+
+// job is one Do call's work, answered on done.
+type job struct {
+	ctx  context.Context
+	fn   func(context.Context, *pgx.Conn) error
+	done chan error
+}
+
+// ErrNotListening answers Do while no connection listens.
+var ErrNotListening = errors.New("pgnotify: the listener is not listening")
 
 // NewListener returns a Listener; nothing happens until Run.
 func NewListener(cfg ListenerConfig) (*Listener, error) {
@@ -138,6 +159,8 @@ func (l *Listener) session(ctx context.Context, up func()) (listened bool, err e
 	if _, err := conn.Exec(ctx, listenSQL(channelPrefix+schema)); err != nil {
 		return false, fmt.Errorf("listening: %w", err)
 	}
+	l.setListening(true) // before up: Do works once Connected says so
+	defer l.setListening(false)
 	up()
 	// Anything may have changed while we were not listening.
 	l.cfg.Waker.WakeAll(SourceNotify)
@@ -146,9 +169,26 @@ func (l *Listener) session(ctx context.Context, up func()) (listened bool, err e
 	}
 	l.log.Info().Str("channel", channelPrefix+schema).Msg("listening")
 	heard := time.Now() // the connection's last sign of life
+	read := heard       // the NOTIFY queue usage's last read
 	for {
 		wctx, cancel := context.WithDeadline(ctx, l.pingAt(heard))
+		if jobs := l.takeJobs(cancel); len(jobs) > 0 {
+			cancel()
+			if err := l.runJobs(ctx, conn, jobs); err != nil {
+				return true, err
+			}
+			heard = time.Now() // the jobs' answers are signs of life
+			if time.Since(read) >= usageEvery*l.cfg.PingInterval {
+				// Never quiet: the usage is read with the jobs.
+				if err := l.ping(ctx, conn); err != nil {
+					return true, err
+				}
+				read = time.Now()
+			}
+			continue
+		}
 		n, err := conn.WaitForNotification(wctx)
+		l.waited()
 		cancel()
 		if err == nil {
 			heard = time.Now()
@@ -172,21 +212,120 @@ func (l *Listener) session(ctx context.Context, up func()) (listened bool, err e
 			}
 		case ctx.Err() != nil:
 			return true, nil
+		case errors.Is(err, context.Canceled):
+			// Interrupted by Do: the next turn runs its job.
 		case errors.Is(err, context.DeadlineExceeded) || pgconnTimeout(err):
 			// Quiet: check the connection, and read the NOTIFY queue usage.
-			var usage float64
-			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-			err := conn.QueryRow(pctx, `SELECT pg_notification_queue_usage()`).Scan(&usage)
-			cancel()
-			if err != nil {
-				return true, fmt.Errorf("pinging the LISTEN connection: %w", err)
+			if err := l.ping(ctx, conn); err != nil {
+				return true, err
 			}
-			heard = time.Now()
-			l.usage.Set(usage)
+			heard, read = time.Now(), time.Now()
 		default:
 			return true, fmt.Errorf("waiting for notifications: %w", err)
 		}
 	}
+}
+
+// Do runs fn on the LISTEN connection between two waits for
+// notifications, and answers its error. A job that answers proves the
+// connection alive as a ping does: a connection given one more often than
+// PingInterval is never pinged. A job is bounded by the ping's timeout; one
+// that fails other than by a statement's error (a lost connection, a hung
+// server) ends the connection, which is made again as after any failure.
+// While no connection listens, Do answers ErrNotListening at once: the
+// caller sends the work on a connection of its own.
+func (l *Listener) Do(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
+	j := &job{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	l.mu.Lock()
+	if !l.listening {
+		l.mu.Unlock()
+		return ErrNotListening
+	}
+	l.jobs = append(l.jobs, j)
+	if l.interrupt != nil {
+		l.interrupt()
+		l.interrupt = nil
+	}
+	l.mu.Unlock()
+	// Answered soon whatever ctx does: the wait is interrupted, a job
+	// whose ctx ended is answered without running, and a running one is
+	// bounded (and ended with ctx). Never before fn has returned.
+	return <-j.done
+}
+
+// setListening opens or closes the listener to jobs; the jobs left when
+// it closes are answered ErrNotListening.
+func (l *Listener) setListening(on bool) {
+	l.mu.Lock()
+	l.listening = on
+	left := l.jobs
+	if !on {
+		l.jobs, l.interrupt = nil, nil
+	}
+	l.mu.Unlock()
+	if !on {
+		for _, j := range left {
+			j.done <- ErrNotListening
+		}
+	}
+}
+
+// takeJobs takes the waiting jobs; when there are none it leaves
+// interrupt (the coming wait's end) to be called by the next Do.
+func (l *Listener) takeJobs(interrupt context.CancelFunc) []*job {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	jobs := l.jobs
+	l.jobs, l.interrupt = nil, nil
+	if len(jobs) == 0 {
+		l.interrupt = interrupt
+	}
+	return jobs
+}
+
+// waited says the wait Do may interrupt has ended.
+func (l *Listener) waited() {
+	l.mu.Lock()
+	l.interrupt = nil
+	l.mu.Unlock()
+}
+
+// runJobs runs jobs on conn in turn. A failure other than a statement's
+// error ends the session (its error); the jobs not run yet are answered
+// ErrNotListening.
+func (l *Listener) runJobs(ctx context.Context, conn *pgx.Conn, jobs []*job) error {
+	for i, j := range jobs {
+		if err := j.ctx.Err(); err != nil {
+			j.done <- err
+			continue
+		}
+		jctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		stop := context.AfterFunc(j.ctx, cancel)
+		err := j.fn(jctx, conn)
+		stop()
+		cancel()
+		j.done <- err
+		var pgErr *pgconn.PgError
+		if err != nil && (!errors.As(err, &pgErr) || conn.IsClosed()) {
+			for _, left := range jobs[i+1:] {
+				left.done <- ErrNotListening
+			}
+			return fmt.Errorf("a job on the LISTEN connection: %w", err)
+		}
+	}
+	return nil
+}
+
+// ping checks the connection and reads the NOTIFY queue usage.
+func (l *Listener) ping(ctx context.Context, conn *pgx.Conn) error {
+	var usage float64
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := conn.QueryRow(pctx, `SELECT pg_notification_queue_usage()`).Scan(&usage); err != nil {
+		return fmt.Errorf("pinging the LISTEN connection: %w", err)
+	}
+	l.usage.Set(usage)
+	return nil
 }
 
 // pingAt is when a connection silent since heard is pinged: PingInterval

@@ -400,3 +400,139 @@ func runListener(t *testing.T, l *pgnotify.Listener) (stop func()) {
 	<-l.Connected()
 	return stop
 }
+
+// A job given to Do runs on the LISTEN connection itself, between two
+// waits, and the connection listens on after it: the instance's members
+// beat goes there, so that one backend wakes for it and the liveness check.
+func TestListener_DoRunsTheJobOnTheListeningConnection(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pingLogged(t)
+	w := &recordingWaker{}
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: w})
+	require.NoError(t, err)
+	runListener(t, l)
+	channel, err := pgnotify.Channel(ctx, pool)
+	require.NoError(t, err)
+
+	var listening []string
+	require.NoError(t, l.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `SELECT pg_listening_channels()`)
+		if err != nil {
+			return err
+		}
+		listening, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}))
+	assert.Equal(t, []string{channel}, listening, "the job's connection is the one that listens")
+
+	_, err = pool.Exec(ctx, `SELECT pg_notify($1, 'after-the-job')`, channel)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { got, _ := w.seen(); return slices.Contains(got, "after-the-job/") },
+		10*time.Second, 5*time.Millisecond, "it listens on after the job")
+}
+
+// A job proves the connection alive as a ping does: a connection given
+// jobs more often than PingInterval is never pinged.
+func TestListener_AConnectionGivenJobsIsNotPinged(t *testing.T) {
+	ctx := context.Background()
+	pool, log := pingLogged(t)
+	const interval = 2 * time.Second
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: &recordingWaker{}, PingInterval: interval})
+	require.NoError(t, err)
+	runListener(t, l)
+
+	jobs := 0
+	every := time.NewTicker(20 * time.Millisecond)
+	defer every.Stop()
+	for start := time.Now(); time.Since(start) < 2*interval+interval/2; <-every.C {
+		require.NoError(t, l.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, `SELECT 1`)
+			return err
+		}))
+		jobs++
+	}
+	assert.Empty(t, log.pings(), "pinged although %d jobs ran on it", jobs)
+}
+
+// Do answers ErrNotListening at once while no connection listens (before
+// the listener has listened, after it stopped): its caller sends the work
+// on a connection of its own.
+func TestListener_DoWithoutAListeningConnectionIsRefused(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pingLogged(t)
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: &recordingWaker{}})
+	require.NoError(t, err)
+	ran := false
+	job := func(context.Context, *pgx.Conn) error { ran = true; return nil }
+	require.ErrorIs(t, l.Do(ctx, job), pgnotify.ErrNotListening, "before Run")
+
+	stop := runListener(t, l)
+	require.NoError(t, l.Do(ctx, job))
+	require.True(t, ran)
+	stop()
+	ran = false
+	require.ErrorIs(t, l.Do(ctx, job), pgnotify.ErrNotListening, "after Run")
+	assert.False(t, ran)
+}
+
+// A job's statement error leaves the connection listening; a job that
+// loses the connection (or hangs past the ping's timeout) ends it: the
+// listener connects again and sweeps, as after any failure, and the job's
+// caller has its error.
+func TestListener_AJobThatLosesTheConnectionReconnects(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pingLogged(t)
+	w := &recordingWaker{}
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: w,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	require.NoError(t, err)
+	runListener(t, l)
+	exec := func(sql string) func(context.Context, *pgx.Conn) error {
+		return func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, sql)
+			return err
+		}
+	}
+
+	require.Error(t, l.Do(ctx, exec(`SELECT 1/0`)))
+	require.NoError(t, l.Do(ctx, exec(`SELECT 1`)))
+	_, sweeps := w.seen()
+	assert.Equal(t, 1, sweeps, "a statement's error keeps the connection")
+
+	require.Error(t, l.Do(ctx, exec(`SELECT pg_terminate_backend(pg_backend_pid())`)))
+	require.Eventually(t, func() bool { _, sweeps := w.seen(); return sweeps == 2 }, 10*time.Second, 5*time.Millisecond,
+		"connected again, and swept")
+	require.Eventually(t, func() bool { return l.Do(ctx, exec(`SELECT 1`)) == nil }, 10*time.Second, 5*time.Millisecond)
+
+	start := time.Now()
+	require.Error(t, l.Do(ctx, exec(`SELECT pg_sleep(60)`)), "a hung job is given up")
+	assert.Less(t, time.Since(start), 30*time.Second)
+	require.Eventually(t, func() bool { _, sweeps := w.seen(); return sweeps == 3 }, 30*time.Second, 5*time.Millisecond,
+		"connected again after the hung job")
+}
+
+// A connection that jobs keep from being quiet (never pinged for its
+// liveness) still has its NOTIFY queue usage read, every ten
+// PingIntervals, in the turn of a job.
+func TestListener_AConnectionGivenJobsHasItsNotifyQueueUsageReadEveryTenPingIntervals(t *testing.T) {
+	ctx := context.Background()
+	pool, log := pingLogged(t)
+	const interval = 300 * time.Millisecond
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: &recordingWaker{}, PingInterval: interval})
+	require.NoError(t, err)
+	runListener(t, l)
+
+	every := time.NewTicker(20 * time.Millisecond)
+	defer every.Stop()
+	for start := time.Now(); len(log.pings()) < 2; <-every.C {
+		require.Less(t, time.Since(start), time.Minute, "the usage is never read")
+		require.NoError(t, l.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, `SELECT 1`)
+			return err
+		}))
+	}
+	pings := log.pings()
+	for i := 1; i < len(pings); i++ {
+		assert.GreaterOrEqual(t, pings[i].Sub(pings[i-1]), 10*interval, "usage read %d of %d", i, len(pings))
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Member is one instance's row in the members table.
@@ -110,23 +112,36 @@ type MemberBeat struct {
 // a beat that failed (a connection the database ended) is sent again at
 // once, on a connection the pool pings.
 func (s *Store) BeatMember(ctx context.Context, self Member, read MemberRead) (MemberBeat, error) {
-	followers, err := json.Marshal(mostFollowed(self.Followers))
-	if err != nil || self.Followers == nil {
-		followers = []byte("{}")
-	}
-	b, err := s.beatMember(withoutPing(ctx), self, followers, read)
+	followers := followersJSON(self)
+	b, err := beatMember(withoutPing(ctx), s.pool, self, followers, read)
 	if err != nil && ctx.Err() == nil {
-		b, err = s.beatMember(ctx, self, followers, read)
+		b, err = beatMember(ctx, s.pool, self, followers, read)
 	}
 	return b, err
 }
 
-func (s *Store) beatMember(ctx context.Context, self Member, followers []byte, read MemberRead) (MemberBeat, error) {
+// BeatMemberOn is BeatMember on conn, once: a connection the instance
+// keeps open anyway (its LISTEN connection), which the beat then proves
+// alive. Its caller sends the beat through BeatMember when it fails.
+func (s *Store) BeatMemberOn(ctx context.Context, conn *pgx.Conn, self Member, read MemberRead) (MemberBeat, error) {
+	return beatMember(ctx, conn, self, followersJSON(self), read)
+}
+
+// followersJSON is self's Followers as the beat writes them.
+func followersJSON(self Member) []byte {
+	followers, err := json.Marshal(mostFollowed(self.Followers))
+	if err != nil || self.Followers == nil {
+		return []byte("{}")
+	}
+	return followers
+}
+
+func beatMember(ctx context.Context, db querier, self Member, followers []byte, read MemberRead) (MemberBeat, error) {
 	var since *time.Time
 	if !read.Since.IsZero() {
 		since = &read.Since
 	}
-	rows, err := s.pool.Query(ctx, memberBeatSQL, self.ID, self.SyncAddr, self.Session, self.StartedAt, self.Listens,
+	rows, err := db.Query(ctx, memberBeatSQL, self.ID, self.SyncAddr, self.Session, self.StartedAt, self.Listens,
 		int64(self.Digest), MemberPurgeAfter.Seconds(), string(followers), since, // #nosec G115 -- a hash, stored as its bits
 		read.DeadAfter.Seconds(), read.Gone)
 	if err != nil {

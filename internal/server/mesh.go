@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/heraldmq/herald/internal/tick"
@@ -43,10 +44,21 @@ const (
 	memberFullRead     = 30 * time.Second
 )
 
+// beatConn runs work on a connection kept open anyway
+// (*pgnotify.Listener).
+type beatConn interface {
+	Do(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error
+}
+
 // mesh keeps this instance's row and what the others' say.
 type mesh struct {
-	store     *queue.Store
-	node      *syncnet.Node // nil without syncnet
+	store *queue.Store
+	node  *syncnet.Node // nil without syncnet
+	// on, when set, runs the beat on the instance's LISTEN connection:
+	// one backend wakes for the beat and that connection's liveness,
+	// which the beat proves (no ping of its own). The pool takes a beat
+	// it refuses or fails.
+	on        beatConn
 	self      queue.Member
 	beat      time.Duration
 	deadAfter time.Duration
@@ -155,7 +167,7 @@ func (m *mesh) readMembers(ctx context.Context, self queue.Member) (queue.Member
 			}
 		}
 	}
-	b, err := m.store.BeatMember(ctx, self, read)
+	b, err := m.beatMember(ctx, self, read)
 	if err == nil && !read.Since.IsZero() {
 		for _, o := range b.Members {
 			m.known[o.ID] = o
@@ -165,7 +177,7 @@ func (m *mesh) readMembers(ctx context.Context, self queue.Member) (queue.Member
 			return b, nil
 		}
 		read.Since = time.Time{} // a row went: read them all
-		b, err = m.store.BeatMember(ctx, self, read)
+		b, err = m.beatMember(ctx, self, read)
 	}
 	if err != nil {
 		return b, err
@@ -176,6 +188,23 @@ func (m *mesh) readMembers(ctx context.Context, self queue.Member) (queue.Member
 	}
 	m.readAt, m.fullAt = b.At, time.Now()
 	return b, nil
+}
+
+// beatMember writes the row and reads as read asks: on the LISTEN
+// connection when there is one that listens, else (or when that fails)
+// on the pool.
+func (m *mesh) beatMember(ctx context.Context, self queue.Member, read queue.MemberRead) (queue.MemberBeat, error) {
+	if m.on != nil {
+		var b queue.MemberBeat
+		err := m.on.Do(ctx, func(ctx context.Context, conn *pgx.Conn) (err error) {
+			b, err = m.store.BeatMemberOn(ctx, conn, self, read)
+			return err
+		})
+		if err == nil || ctx.Err() != nil {
+			return b, err
+		}
+	}
+	return m.store.BeatMember(ctx, self, read)
 }
 
 // Members are the other instances alive, as last read.

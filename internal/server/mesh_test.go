@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,27 @@ func TestMembership_InstanceSeenDeadIsAliveAgainAtTheNextBeatAfterItWritesItsRow
 	require.Eventually(t, func() bool { return slices.Contains(memberIDs(a), "ghost:1") }, 3*time.Second, 10*time.Millisecond,
 		"alive again within a few beats")
 	t.Logf("alive again %v after its write", time.Since(start))
+}
+
+// An instance that LISTENs beats on its LISTEN connection: one backend
+// wakes for the beat and for the connection's liveness, which the beat
+// proves (the connection needs no ping of its own while it beats).
+func TestMembership_BeatsOnTheListeningConnection(t *testing.T) {
+	ctx := context.Background()
+	dsn := servertest.SharedDSN(t)
+	a := servertest.Start(t, dsn, "notify", func(c *server.Config) { c.MemberBeat = 200 * time.Millisecond })
+	var pid int32
+	require.NoError(t, a.Listener().Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+	}))
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(ctx) }()
+	require.Eventually(t, func() bool {
+		var last string
+		err := conn.QueryRow(ctx, `SELECT query FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&last)
+		return err == nil && strings.HasPrefix(last, "-- herald:member_beat")
+	}, 10*time.Second, 10*time.Millisecond, "the LISTEN connection's last statement is a beat")
 }
 
 // With every other instance that listens known over syncnet, a push sends

@@ -378,6 +378,7 @@ func (s *Server) buildWakeSources(ctx context.Context, gc *gateway.Config) error
 		if s.listener, err = pgnotify.NewListener(lc); err != nil {
 			return err
 		}
+		s.mesh.on = s.listener
 		gc.Notifier = s.notifier
 		s.wakeReady = s.listener.Connected()
 		s.runners = append(s.runners, runner{"notifier", s.notifier.Run}, runner{"listener", s.listener.Run})

@@ -274,13 +274,7 @@ func (p *Poller) Wake(source, queueName, partition string) {
 		}
 		onlyPushes, seen := ks.hints[partition]
 		ks.hints[partition] = source == SourcePush && (onlyPushes || !seen)
-		// A lease given back (released, or an ack that ended it with
-		// messages left) makes a push's hand-off on the partition stale,
-		// waiting intentions or not: the lease it took may be that one (its
-		// subscription refused the delivery, having just gone), and its
-		// messages are the next intention's now, not at the sweep.
-		given := source == SourceRelease || source == SourceAck
-		if given || (!waiting && (seen || source != SourcePush)) {
+		if !waiting && (seen || source != SourcePush) {
 			// Not the own wake-up of a push that handed it off (the
 			// first): news since (keyState.rehinted).
 			if ks.rehinted == nil {

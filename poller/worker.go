@@ -41,10 +41,9 @@ type keyState struct {
 	handed     map[string]bool            // partition id + "\x00" + group a push leased to an intention here
 	streams    map[streamKey]*streamLease // the leases its streams hold, which a push here extends (extend.go)
 	// rehinted: partitions woken again while the key lingered (no live
-	// intention: lingers), or by a lease given back (a release, an ack
-	// that gave messages back), after a push's hand-off may have marked
-	// them handed; that mark is stale for them (hintedItem drops it): what
-	// came since is the next intention's.
+	// intention: lingers), after a push's hand-off may have marked them
+	// handed; that mark is stale for them (hintedItem drops it): what came
+	// since is the next intention's.
 	rehinted map[string]bool
 	dueAt    time.Time // a blocked partition becomes eligible then
 	remoteAt time.Time // the last wake-up from another instance

@@ -81,6 +81,10 @@
 //	instance A: events id=T1..Tn ─▶ connection lost ─▶ leases kept SSEResumeGrace
 //	instance B: GET …/sse, Last-Event-ID: Tn ─▶ ack ≤ Tn, release the rest ─▶ stream
 //
+// The tokens also name the browser's chain of streams (sse_chain.go): when
+// its next stream opens on the same instance, what its closed streams kept
+// past the token it resumed with is given back at once, not after the grace.
+//
 // # Follow streams
 //
 // A follow (follow_*.go) is not a session: no group, lease or ack. One

@@ -62,9 +62,11 @@ type sseStream struct {
 	broken   bool       // under wmu: a write failed, perhaps within an event
 	hb       *time.Timer
 
-	tmu   sync.Mutex                  // the resume token; after session.mu
-	marks map[string]*queue.LeaseMark // partition id → lease and highest offset written
-	order []string                    // partition ids of marks, oldest first
+	tmu    sync.Mutex                  // the resume token; after session.mu
+	origin streamOrigin                // the chain's, in every token
+	marks  map[string]*queue.LeaseMark // partition id → lease and highest offset written
+	order  []string                    // partition ids of marks, oldest first
+	chain  chainRef                    // its place in its chain (sse_chain.go)
 }
 
 // retryLater answers 200 with only a retry: delay, so that EventSource
@@ -87,6 +89,7 @@ type sseRequest struct {
 	maxInFlight int
 	batch       int
 	marks       []queue.LeaseMark // the resume token, partitions the bearer may not consume hidden
+	origin      streamOrigin      // the resume token's chain; zero: none (a first stream, or a version 1 token)
 }
 
 // handleSSE serves a subscription as an event stream, in the shape of
@@ -123,6 +126,9 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) error {
 		retryLater(w)
 		return nil
 	}
+	// The newest stream of its chain (after its marks took, in resumeSSE):
+	// what the chain's closed streams kept for a resume comes back at once.
+	s.resumedChain(st.chain)
 	first := []byte(retryLine() + ": connected\n\n")
 	if conn, ok := takeOver(w, first); ok {
 		// The handler returns: the HTTP server's goroutine and buffers go.
@@ -182,7 +188,7 @@ func (s *Server) readSSERequest(r *http.Request) (sseRequest, error) {
 	if token == "" {
 		token = q.Get("lastEventId")
 	}
-	if p.marks, err = decodeToken(token); err != nil {
+	if p.origin, p.marks, err = decodeToken(token); err != nil {
 		return p, httpapi.BadRequest("Last-Event-ID is not a resume token of this server")
 	}
 	if rights := rightsOf(r.Context()); rights != nil && len(p.marks) > 0 {
@@ -239,9 +245,13 @@ func (s *Server) resumeSSE(w http.ResponseWriter, r *http.Request, p *sseRequest
 // openSSE makes the stream's session and its subscription (not started).
 func (s *Server) openSSE(r *http.Request, p *sseRequest) (*sseStream, *subscription, error) {
 	req := &p.req
-	st := &sseStream{autoAck: req.AutoAck}
+	st := &sseStream{autoAck: req.AutoAck, origin: p.origin}
+	if st.origin == (streamOrigin{}) {
+		st.origin = newOrigin() // a chain starts
+	}
+	st.chain = s.joinChain(chainKey(st.origin, holderOf(r.Context())))
 	opts := sessionOptions{keepForResume: true, leaseCheck: s.cfg.SSELeaseCheck, flushOnDrain: true,
-		partitionSettled: st.forget}
+		partitionSettled: st.forget, chain: st.chain}
 	if c, ok := auth.ClaimsFrom(r.Context()); ok && !c.Expires.IsZero() {
 		// The stream lasts as long as its token would be accepted on HTTP.
 		opts.expires = c.Expires.Add(s.cfg.Auth.Leeway)
@@ -534,6 +544,7 @@ func (st *sseStream) close(d *Disconnect) {
 	if st.closeConn != nil {
 		st.closeConn()
 	}
+	st.ss.s.leaveChain(st.chain)
 }
 
 // beat writes a heartbeat comment and arms the next.
@@ -603,7 +614,7 @@ func (st *sseStream) tokenLocked() string {
 	for _, pid := range st.order {
 		marks = append(marks, *st.marks[pid])
 	}
-	return encodeToken(marks)
+	return encodeToken(st.origin, marks)
 }
 
 // forget drops a partition from the token: the session holds nothing

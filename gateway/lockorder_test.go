@@ -42,7 +42,7 @@ func TestLockOrder_ReleaseAfterCloseHoldsNoLock(t *testing.T) {
 	released := make(chan struct{})
 	go func() {
 		defer close(released)
-		s.releaseLater(res.LeaseID, res.Messages)
+		s.releaseLater(chainRef{}, res.LeaseID, res.Messages)
 	}()
 	waitFor(t, func() bool {
 		var n int

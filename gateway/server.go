@@ -285,6 +285,8 @@ type Server struct {
 	// graceLeases counts those leases by id, until released (StreamLeases).
 	graceLeases map[string]int
 	graceWG     sync.WaitGroup
+	chains      map[string]*sseChain // SSE streams by chain (sse_chain.go)
+	streamSeq   uint64               // the number of the newest SSE stream
 	closed      bool
 }
 
@@ -313,6 +315,7 @@ func New(cfg Config) (*Server, error) {
 		stacks:   newWarmStacks(),
 
 		graceLeases: map[string]int{},
+		chains:      map[string]*sseChain{},
 	}
 	s.outage = &queue.OutageLog{Log: s.log}
 	if cfg.Notifier != nil {

@@ -105,6 +105,10 @@ type sessionOptions struct {
 	// resuming with a token (here or elsewhere) finds them; false gives
 	// them back at once.
 	keepForResume bool
+	// chain is an SSE stream's place in its chain (sse_chain.go): what it
+	// keeps for a resume is given back at once when its page is back on a
+	// newer stream.
+	chain chainRef
 	// leaseCheck, when positive, is how often the session looks up the
 	// leases of its unacknowledged deliveries (acks posted to other
 	// instances, leases expired) while it has some.

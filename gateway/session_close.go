@@ -127,19 +127,21 @@ func (ss *session) close(d *Disconnect) {
 	ss.release(now)
 	ss.t.close(d)
 	for lease, msgs := range later {
-		ss.s.releaseLater(lease, msgs)
+		ss.s.releaseLater(ss.opts.chain, lease, msgs)
 	}
 	close(ss.done)
 }
 
 // releaseLater gives a closed session's lease back after the resume grace
-// period. Server.Close runs whatever is still pending. The release is a
-// query: it never runs under graceMu, which the grace timers and every
-// closing stream take.
-func (s *Server) releaseLater(lease string, msgs []queue.Message) {
+// period, or at once when a newer stream of its chain has opened here (its
+// page is back: sse_chain.go). Server.Close runs whatever is still
+// pending. The release is a query: it never runs under graceMu, which the
+// grace timers and every closing stream take.
+func (s *Server) releaseLater(chain chainRef, lease string, msgs []queue.Message) {
 	s.graceMu.Lock()
-	if s.closed {
-		// A stream that ended after Server.Close: nothing waits for a resume.
+	if s.closed || s.newerInChainLocked(chain) {
+		// A stream that ended after Server.Close: nothing waits for a
+		// resume; or its page already resumed on a newer stream.
 		s.graceMu.Unlock()
 		s.poller.Release(context.Background(), lease, msgs)
 		return
@@ -160,11 +162,13 @@ func (s *Server) releaseLater(lease string, msgs []queue.Message) {
 		s.graceMu.Lock()
 		_, pending := s.grace[t]
 		delete(s.grace, t)
+		s.forgetKeptLocked(chain, t)
 		s.graceMu.Unlock()
 		if pending {
 			release()
 		}
 	})
 	s.grace[t] = release // before the timer's func can look: it takes graceMu
+	s.keptInChainLocked(chain, t)
 	s.graceMu.Unlock()
 }

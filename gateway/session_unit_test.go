@@ -362,6 +362,31 @@ func TestSession_HoldResumes(t *testing.T) {
 	assert.Equal(t, "3", f.next(t).frame)
 }
 
+// A stream whose page has already reopened (a newer stream of its chain
+// joined before this instance saw the old connection end) keeps nothing
+// for a resume: what it wrote past the new stream's token never reached
+// the page, and goes back at once; a stream of another chain keeps it.
+func TestSession_ClosingAfterANewerStreamOfItsChainKeepsNothing(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, func(c *Config) { c.SSEResumeGrace = time.Minute })
+	key := chainKey(newOrigin(), "")
+	closing := func(partition string, chain chainRef) {
+		t.Helper()
+		f := newFakeTransport(false)
+		ss := testSession(t, s, f, sessionOptions{keepForResume: true, chain: chain})
+		subscribeTo(t, ss, "chain", 1, 1, false)
+		pushTo(t, s, "chain", partition)
+		f.next(t)        // written
+		s.joinChain(key) // the page reopens
+		ss.close(nil)
+		ss.wait()
+	}
+	closing("mine", s.joinChain(key))
+	assert.Equal(t, 1, available(t, s, "chain", "mine"), "given back at once")
+	closing("other", s.joinChain(chainKey(newOrigin(), "")))
+	assert.Zero(t, available(t, s, "chain", "other"), "another chain's stream keeps it for its resume")
+}
+
 // With keepForResume, a closing session keeps the leases of what it wrote
 // for the resume grace and gives back at once what it had not written;
 // without, it gives everything back at once.

@@ -363,6 +363,63 @@ func TestSSE_ClosedStreamReleasesAfterGrace(t *testing.T) {
 	assert.Less(t, time.Since(start), 3*time.Second)
 }
 
+// A browser that reopens its stream (the SDK does, to send a fresh token)
+// may close it just after the server wrote a message the page never saw:
+// the new stream resumes with the id of an earlier event. What the closed
+// streams of that browser wrote after it comes to the new stream at once,
+// not after the resume grace; so too through a stream that the page got
+// nothing from (its resume names the first stream's events).
+func TestSSE_ResumeGetsAtOnceWhatTheClosedStreamWroteAfterItsToken(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.SSEResumeGrace = time.Hour })
+	e.post("/api/v1/configure", `{"queue":"sse-reopen","options":{"leaseTime":300}}`)
+	const path = "/api/v1/sse/queue/sse-reopen?consumerGroup=g"
+	e.push("sse-reopen", `1`)
+	a := e.openSSE(t, path, nil)
+	m, token := a.next()
+	require.JSONEq(t, "1", string(m.Data))
+	require.True(t, e.ack(m, "completed", "").Success)
+	e.push("sse-reopen", `2`)
+	m, _ = a.next() // written; the page closes the stream before it sees it
+	require.JSONEq(t, "2", string(m.Data))
+	a.close()
+
+	b := e.openSSE(t, path+"&lastEventId="+token, nil)
+	// A ceiling, far under the grace of an hour.
+	m, _ = b.nextWithin(10 * time.Second)
+	require.JSONEq(t, "2", string(m.Data), "the reopened stream gets what the closed one wrote after its token")
+	b.close() // again before the page saw it
+
+	c := e.openSSE(t, path+"&lastEventId="+token, nil)
+	m, _ = c.nextWithin(10 * time.Second)
+	require.JSONEq(t, "2", string(m.Data), "and so through a stream it got nothing from")
+	require.True(t, e.ack(m, "completed", "").Success)
+	c.nothing(300 * time.Millisecond)
+	e.popEmpty("/api/v1/pop/queue/sse-reopen?consumerGroup=g")
+}
+
+// Another browser's resume does not take what a closed stream keeps for
+// its own browser's resume: those leases wait for their grace.
+func TestSSE_ResumeLeavesAnotherStreamsLeasesToTheirGrace(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) { c.SSEResumeGrace = time.Hour })
+	e.post("/api/v1/configure", `{"queue":"sse-other","options":{"leaseTime":300}}`)
+	const path = "/api/v1/sse/queue/sse-other?consumerGroup=g"
+	e.push("sse-other", `1`)
+	first := e.openSSE(t, path, nil)
+	m, token := first.next()
+	require.True(t, e.ack(m, "completed", "").Success)
+	first.close()
+
+	e.push("sse-other", `2`)
+	other := e.openSSE(t, path, nil) // another browser, which gets 2 and goes away
+	m, _ = other.next()
+	require.JSONEq(t, "2", string(m.Data))
+	other.close()
+
+	resumed := e.openSSE(t, path+"&lastEventId="+token, nil)
+	resumed.nothing(time.Second)
+	e.popEmpty("/api/v1/pop/queue/sse-other?consumerGroup=g")
+}
+
 func TestSSE_AutoAck(t *testing.T) {
 	e := newEnv(t)
 	c := e.openSSE(t, "/api/v1/sse/queue/sse-auto?autoAck=true", nil)

@@ -15,13 +15,25 @@ import (
 // partition on which the stream holds a lease, the lease id and the highest
 // offset written to the stream. Any instance can decode it, acknowledge what
 // it covers and give the rest of those leases back (queue.ResumeLeases).
+// It also names the browser's streams (origin, sse_chain.go): the first
+// stream draws 16 random bytes, and every stream resumed with a token of
+// theirs carries them on, so that the instance that served them knows the
+// browser is back.
 //
-//	byte 0       version (1)
+//	byte 0       version (2; 1: no origin, as earlier servers wrote it)
+//	bytes 1–16   origin (version 2)
 //	per entry    partition id (16 bytes) · lease id (16 bytes, zero with
 //	             autoAck) · offset (unsigned varint)
 //
 // base64url without padding.
-const sseTokenVersion = 1
+const (
+	sseTokenVersion   = 2
+	sseTokenVersionV1 = 1
+)
+
+// streamOrigin names the streams of one browser (a chain of resumes); zero
+// is none (a token of version 1).
+type streamOrigin [16]byte
 
 // sseMaxTokenEntries bounds a decoded token: a stream holds at most
 // maxInFlight leases, and a token is a header line.
@@ -29,9 +41,10 @@ const sseMaxTokenEntries = queue.MaxBatch
 
 var errBadToken = errors.New("malformed resume token")
 
-func encodeToken(marks []queue.LeaseMark) string {
-	buf := make([]byte, 1, 1+len(marks)*(32+binary.MaxVarintLen64))
+func encodeToken(origin streamOrigin, marks []queue.LeaseMark) string {
+	buf := make([]byte, 1, 1+len(origin)+len(marks)*(32+binary.MaxVarintLen64))
 	buf[0] = sseTokenVersion
+	buf = append(buf, origin[:]...)
 	for _, m := range marks {
 		buf = appendUUID(buf, m.PartitionID)
 		buf = appendUUID(buf, m.LeaseID)
@@ -40,27 +53,36 @@ func encodeToken(marks []queue.LeaseMark) string {
 	return base64.RawURLEncoding.EncodeToString(buf)
 }
 
-func decodeToken(s string) ([]queue.LeaseMark, error) {
+func decodeToken(s string) (streamOrigin, []queue.LeaseMark, error) {
+	var origin streamOrigin
 	if s == "" {
-		return nil, nil
+		return origin, nil, nil
 	}
-	if len(s) > 4*sseMaxTokenEntries*(32+binary.MaxVarintLen64)/3+8 {
-		return nil, errBadToken
+	if len(s) > 4*(len(origin)+sseMaxTokenEntries*(32+binary.MaxVarintLen64))/3+8 {
+		return streamOrigin{}, nil, errBadToken
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) == 0 || b[0] != sseTokenVersion {
-		return nil, errBadToken
+	if err != nil || len(b) == 0 || (b[0] != sseTokenVersion && b[0] != sseTokenVersionV1) {
+		return streamOrigin{}, nil, errBadToken
 	}
+	version := b[0]
 	b = b[1:]
+	if version == sseTokenVersion {
+		if len(b) < len(origin) {
+			return streamOrigin{}, nil, errBadToken
+		}
+		copy(origin[:], b)
+		b = b[len(origin):]
+	}
 	var out []queue.LeaseMark
 	for len(b) > 0 {
 		if len(b) < 33 || len(out) == sseMaxTokenEntries {
-			return nil, errBadToken
+			return streamOrigin{}, nil, errBadToken
 		}
 		m := queue.LeaseMark{PartitionID: formatUUID(b[:16]), LeaseID: formatUUID(b[16:32])}
 		through, n := binary.Uvarint(b[32:])
 		if n <= 0 || through > 1<<62 {
-			return nil, errBadToken
+			return streamOrigin{}, nil, errBadToken
 		}
 		m.Through = int64(through)
 		if m.LeaseID == zeroUUID {
@@ -69,7 +91,7 @@ func decodeToken(s string) ([]queue.LeaseMark, error) {
 		out = append(out, m)
 		b = b[32+n:]
 	}
-	return out, nil
+	return origin, out, nil
 }
 
 const zeroUUID = "00000000-0000-0000-0000-000000000000"

@@ -420,3 +420,36 @@ func TestHandOff_AutoAckSubscriptionGetsBackToBackPushesInOrder(t *testing.T) {
 	}
 	assert.Equal(t, []int{1, 2}, order, "in push order, each once")
 }
+
+// A push handed off to a subscription whose consumer has just gone (its
+// Deliver refuses: the connection closed before the intention was
+// withdrawn) is given back, and the group's next subscription gets it at
+// once, not at the sweep: the mark that the push served the group is stale
+// once the lease it took is given back.
+func TestHandOff_RefusedByAGoneSubscriptionGoesToTheNextAtOnce(t *testing.T) {
+	e := newEnv(t, slowSweep)
+	warmLongPoll(t, e, "hg", false)
+	var withdraw func()
+	var refused atomic.Int32
+	gone := &poller.Intention{Target: queue.Target{Queue: "hg"}, Batch: 10, Credit: 10, Standing: true,
+		Deliver: func(*queue.PopResult) bool {
+			if refused.Add(1) == 1 {
+				go withdraw() // as a closing session cancels its subscriptions
+			}
+			return false
+		}}
+	withdraw = e.p.Register(gone)
+	got := make(chan *queue.PopResult, 10)
+	t.Cleanup(e.p.Register(&poller.Intention{Target: queue.Target{Queue: "hg"}, Batch: 10, Credit: 10, Standing: true,
+		Deliver: func(res *queue.PopResult) bool { got <- res; return true }}))
+	e.settled()
+
+	e.push("hg", "p", 1, 1)
+	select {
+	case res := <-got:
+		assert.Equal(t, []int{1}, ns(res))
+	case <-time.After(10 * time.Second): // the sweep is a minute away
+		t.Fatalf("the next subscription did not get the message (refused %d times)", refused.Load())
+	}
+	assert.Positive(t, refused.Load(), "the push handed it to the gone subscription first")
+}

@@ -168,6 +168,7 @@ func (w *worker) deliverOne(ctx context.Context, in *Intention, res *queue.PopRe
 	}
 	for i, part := range parts {
 		if gone || !in.Deliver(part) {
+			w.unhand(in, parts[i:])
 			for _, rest := range parts[i:] {
 				w.p.Release(ctx, rest.LeaseID, rest.Messages)
 			}
@@ -178,6 +179,25 @@ func (w *worker) deliverOne(ctx context.Context, in *Intention, res *queue.PopRe
 	w.p.metrics.observeDelivered(res, time.Now())
 	if in.Standing {
 		w.afterStreamDelivery(in, res, allClaimed, pl)
+	}
+}
+
+// unhand forgets that a push served in's group on the partitions of a
+// delivery in refused (keyState.handed: its subscription had just gone,
+// its intention not yet withdrawn): their leases go back, and the release's
+// wake-up must find the partitions for the group's next intention, not
+// pass them over as served until the sweep.
+func (w *worker) unhand(in *Intention, refused []*queue.PopResult) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ks := w.keys[in.key]
+	if ks == nil || len(ks.handed) == 0 {
+		return
+	}
+	for _, res := range refused {
+		for _, m := range res.Messages {
+			delete(ks.handed, m.PartitionID+"\x00"+in.Target.Group)
+		}
 	}
 }
 

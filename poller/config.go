@@ -104,6 +104,15 @@ type Config struct {
 	// a push wake-up's pop of a partition another live instance holds. Its
 	// methods are called with no poller lock held and must not block.
 	Hints LeaseHints
+	// PromptSources are the wake-up sources from other instances that pass
+	// each pushed partition on at once, by name (syncnet: its limiter holds
+	// back only a partition's repeat within its 2 ms window, and names it
+	// at the window's end). Their partition wake-ups leave nothing for
+	// credit coming back to look for (AddCredit); any other source from
+	// elsewhere (NOTIFY, merged per queue over its window) makes credit
+	// look while it wakes the queue, and so does a prompt source's wake-up
+	// of a whole queue (a merge of many partitions). Nil: none.
+	PromptSources []string
 	// Registerer receives the poller's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	// Logger; the zero value logs nothing.

@@ -224,10 +224,12 @@ func (p *Poller) AddCredit(in *Intention, n int) {
 		starved := in.credit <= 0
 		in.credit += n
 		ks := w.keys[in.key]
-		// Pushes on other instances reach this one merged (at most one
-		// wake-up per queue per window, from syncnet or NOTIFY): while they
-		// come, credit coming back looks too, rather than wait for the
-		// merged wake-up at the window's end.
+		// Pushes on other instances may reach this one merged (NOTIFY: at
+		// most one per queue per window): while they come, credit coming
+		// back looks too, rather than wait for the merged wake-up at the
+		// window's end. A prompt source's partition wake-ups
+		// (Config.PromptSources) come as each push does: they leave
+		// nothing to look for.
 		pushedElsewhere := ks != nil && time.Since(ks.remoteAt) < remoteRecent
 		if in.missed || starved || in.limited || pushedElsewhere || n == 0 {
 			// Not ready yet (a cycle or a push holds its credit): the
@@ -255,7 +257,8 @@ func (p *Poller) Wake(source, queueName, partition string) {
 	w := p.workerFor(key)
 	w.mu.Lock()
 	ks := w.keys[key]
-	if ks != nil && remote(source) {
+	if ks != nil && remote(source) && (partition == "" || !slices.Contains(p.cfg.PromptSources, source)) {
+		// A wake-up that may come late, merged with others (AddCredit).
 		ks.remoteAt = time.Now()
 	}
 	waiting := ks != nil && slices.ContainsFunc(ks.intentions, func(in *Intention) bool { return !in.gone })
@@ -326,8 +329,8 @@ func (p *Poller) markAllDirty() {
 	}
 }
 
-// remoteRecent: how long after a wake-up from another instance a queue is
-// treated as pushed to elsewhere (AddCredit).
+// remoteRecent: how long after a wake-up from another instance that may
+// have come merged a queue is treated as pushed to elsewhere (AddCredit).
 const remoteRecent = 100 * time.Millisecond
 
 // remote reports whether a wake-up source is another instance's push.

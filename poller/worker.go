@@ -46,7 +46,7 @@ type keyState struct {
 	// since is the next intention's.
 	rehinted map[string]bool
 	dueAt    time.Time // a blocked partition becomes eligible then
-	remoteAt time.Time // the last wake-up from another instance
+	remoteAt time.Time // the last wake-up from another instance that may have come merged (AddCredit)
 	// claim: the key's only intention took all it could at its last
 	// delivery, so its queue has a backlog: the next cycle claims straight
 	// from the queue's ready rows (claimServe), with no pre-flight, until a

@@ -39,7 +39,9 @@ type Assignment struct {
 //	        pre-flight sends it to Pop, as a row whose next message is
 //	        past the queue's ttl, nextExpired)
 //	cand    up to Limit messages after each cursor, skipping offsets done
-//	        out of order, cut at the first one still inside its delay
+//	        out of order, cut at the first one still inside its delay (with
+//	        no delay, none: a push that committed after this statement's
+//	        now() but before its snapshot has a created_at after now())
 //	picked  at most Total per intention, in assignment order
 //	ranges  each locked row with the range picked from it (none: NULL),
 //	        and, with autoAck, the cursor it moves to; one row per locked
@@ -129,7 +131,7 @@ const popLeaseSQL = `), st AS (
 ), cand AS (
 	SELECT s.intention, s.ord, s.total, m.seq, m.id, m.transaction_id, m.trace_id, m.producer_sub, m.payload,
 	       m.created_at, CASE WHEN m.seq = s.aseq THEN s.att ELSE 0 END AS retry_count,
-	       bool_and(m.created_at <= now() - make_interval(secs => s.delayed_processing))
+	       bool_and(s.delayed_processing = 0 OR m.created_at <= now() - make_interval(secs => s.delayed_processing))
 	           OVER (PARTITION BY s.ord ORDER BY m.seq) AS visible
 	FROM st s CROSS JOIN LATERAL (
 		SELECT * FROM messages m

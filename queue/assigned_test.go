@@ -402,3 +402,53 @@ func TestPreflight_NextStoredMessagePastTTLIsLeftForPopAfterAGap(t *testing.T) {
 	assert.Empty(t, res.Messages)
 	assert.Equal(t, map[string]int{"q": 1}, res.Expired)
 }
+
+// On a queue with no delay, a committed message is leased whatever its
+// created_at says against the statement's now(): created_at is the push's
+// clock_timestamp(), and a push that commits after a pop's transaction began
+// but before its snapshot is visible to it with a created_at after its
+// now(). Such a message was skipped, the partition's last offset past it
+// said More, and on a busy machine ~3% of cross-instance deliveries at
+// 1,000 msgs/s went through a claim and a pre-flight for it. (Here the
+// message's created_at is set ahead of the clock, which the pop cannot tell
+// from that race.) A delayed queue still waits for its delay.
+func TestPopAssigned_NoDelayLeasesAMessageCreatedAfterTheStatementsNow(t *testing.T) {
+	s := newStore(t)
+	push(t, s, "q", "a", nums(1, 2)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "q"}}))
+	exec(t, s, `UPDATE messages SET created_at = now() + interval '1 second' WHERE seq = 2`)
+	pa := availability(t, s, queue.Target{Queue: "q"})["a/"+queue.DefaultGroup].PartitionID
+	got, err := s.PopAssigned(ctxT(t), []queue.Assignment{{Intention: 1, PartitionID: pa, Limit: 5, Total: 5, LeaseID: queue.NewID()}})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, []int{1, 2}, payloads(t, got[1].Messages))
+	assert.False(t, got[1].More, "nothing is left in the partition")
+
+	c := queue.Claim{Queue: "c", Partitions: 1, Limit: 5, Total: 5, LeaseID: queue.NewID()}
+	push(t, s, "c", "a", nums(1, 2)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "c"}}))
+	exec(t, s, `UPDATE messages m SET created_at = now() + interval '1 second' FROM partitions p, queues q
+		WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'c' AND m.seq = 2`)
+	claimed, err := s.PopClaim(ctxT(t), c)
+	require.NoError(t, err)
+	require.NotNil(t, claimed[0])
+	assert.Equal(t, []int{1, 2}, payloads(t, claimed[0].Messages), "a claim leases it too")
+
+	push(t, s, "e", "a", nums(1, 2)...)
+	exec(t, s, `UPDATE messages m SET created_at = now() + interval '1 second' FROM partitions p, queues q
+		WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'e' AND m.seq = 2`)
+	assert.Equal(t, []int{1, 2}, payloads(t, pop(t, s, queue.PopRequest{Queue: "e", Batch: 5}).Messages), "and a pop")
+
+	_, err = s.Configure(ctxT(t), queue.ConfigureRequest{Queue: "d", Options: optsJSON(func(o *queue.Options) { o.DelayedProcessing = 20 })})
+	require.NoError(t, err)
+	push(t, s, "d", "a", nums(1, 1)...)
+	require.NoError(t, s.EnsureConsumers(ctxT(t), []queue.Target{{Queue: "d"}}))
+	exec(t, s, `UPDATE messages m SET created_at = now() - interval '30 seconds' FROM partitions p, queues q
+		WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'd'`)
+	push(t, s, "d", "a", nums(2, 2)...)
+	pd := availability(t, s, queue.Target{Queue: "d"})["a/"+queue.DefaultGroup].PartitionID
+	got, err = s.PopAssigned(ctxT(t), []queue.Assignment{{Intention: 1, PartitionID: pd, Limit: 5, Total: 5, LeaseID: queue.NewID()}})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, []int{1}, payloads(t, got[1].Messages), "a delayed queue's newer message waits for its delay")
+}

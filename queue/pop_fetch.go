@@ -10,11 +10,14 @@ import (
 
 // popFetchSQL reads up to lim messages after each cursor. visible is false
 // for a message still inside the queue's delay; delivery stops there so order
-// holds. expired is true for a message older than the queue's ttl: it is
+// holds. With no delay every message read is visible, whatever its
+// created_at (the push's clock_timestamp()) says against now(): a push that
+// committed after this transaction began, before its snapshot, is read
+// with a created_at after now(). expired is true for a message older than the queue's ttl: it is
 // never delivered.
 const popFetchSQL = `-- herald:pop_fetch
 SELECT c.ord, m.seq, m.id::text, m.transaction_id, coalesce(m.trace_id::text, ''), coalesce(m.producer_sub, ''),
-       m.payload::text, m.created_at, m.created_at <= now() - make_interval(secs => c.delay) AS visible,
+       m.payload::text, m.created_at, c.delay = 0 OR m.created_at <= now() - make_interval(secs => c.delay) AS visible,
        c.ttl > 0 AND m.created_at < now() - make_interval(secs => c.ttl) AS expired
 FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[], $5::int[]) WITH ORDINALITY AS c(pid, cur, lim, delay, ttl, ord)
 CROSS JOIN LATERAL (

@@ -218,6 +218,8 @@ func (s *Server) buildPollerAndNode() error {
 	pc := poller.Config{Store: s.store, Workers: c.PollWorkers, Mode: mode, SweepMin: c.SweepMin, SweepMax: c.SweepMax,
 		PreflightTimeout: c.PreflightTimeout, MaxIntentions: c.PreflightMax, Registerer: s.reg, Logger: s.log}
 	if c.SyncOn() {
+		// syncnet names each pushed partition as the push commits.
+		pc.PromptSources = []string{syncnet.SourceSync}
 		serverID := c.ServerID
 		if serverID == "" {
 			host, _ := os.Hostname()

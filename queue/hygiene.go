@@ -101,12 +101,16 @@ func (s *Store) SampleHygiene(ctx context.Context) (*Hygiene, error) {
 }
 
 // grownTablesSQL lists the tables pops, pre-flights and pushes look up by
-// index that hold more than twice the rows their statistics say (and 1,000
-// more at least; a table never analyzed counts as empty).
+// index that take more than twice the pages their statistics say (and
+// 16 more at least, 128 kB; a table never analyzed counts as empty). Their
+// size on disk, not the activity statistics' n_live_tup: a backend reports
+// its counts at most once a second, so the growth a statement just
+// committed was not there yet, and a check right after it saw nothing. The
+// planner scales a table's row estimate by its current pages too.
 const grownTablesSQL = `-- herald:grown_tables
-SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
-WHERE s.schemaname = current_schema() AND s.relname IN ('partitions', 'consumers', 'messages')
-  AND s.n_live_tup > 2 * greatest(c.reltuples, 0) + 1000`
+SELECT c.relname::text FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relname IN ('partitions', 'consumers', 'messages')
+  AND pg_relation_size(c.oid) / current_setting('block_size')::int > 2 * greatest(c.relpages, 0) + 16`
 
 // analyzeEvery bounds how often a push that creates partitions checks for
 // grown tables (AnalyzeGrown).

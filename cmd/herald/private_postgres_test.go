@@ -196,7 +196,14 @@ func TestPrivatePostgres_KilledIsRestarted(t *testing.T) {
 	case <-allAcked:
 	case <-time.After(10 * time.Second):
 		mu.Lock()
-		t.Fatalf("only %d of %d messages acknowledged", len(acked), total)
+		var missing []string
+		for n := range total {
+			if acked[n] == 0 {
+				missing = append(missing, fmt.Sprintf("%d (delivered %d times)", n, delivered[n]))
+			}
+		}
+		t.Fatalf("only %d of %d messages acknowledged; not: %s; ack retries %d, push retries %d; herald's warnings:\n%s",
+			len(acked), total, strings.Join(missing, ", "), ackRetries.Load(), pushRetries.Load(), p.problemLines())
 	}
 	cancel()
 	require.NoError(t, <-subDone, "the subscription ended by the test, not by an error")

@@ -105,7 +105,8 @@ type AckResult struct {
 // batch that fails one message and completes the others of its lease is
 // applied whole; the item that gave it back may not be acked again in the
 // same request. It costs two round trips: BEGIN with the reads, then the
-// writes with COMMIT.
+// writes with COMMIT; completions in order under their live lease, one
+// (ackComplete).
 //
 // Concurrent calls may share one transaction (see coalescer and
 // ackBatcher): each gets exactly the results it would get alone. acks is
@@ -296,6 +297,12 @@ func (s *Store) ackNow(ctx context.Context, acks []Ack) ([]AckResult, error) {
 		return nil, fmt.Errorf("acknowledging: %w", err)
 	}
 	defer conn.Release()
+	if ackCompletable(acks) {
+		out, ok, err := s.ackComplete(ctx, conn, acks)
+		if err != nil || ok {
+			return out, err
+		}
+	}
 	out, err := s.ackTx(ctx, conn, acks, nil, true)
 	if err != nil {
 		rollbackIfOpen(ctx, conn)

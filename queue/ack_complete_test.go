@@ -276,3 +276,49 @@ func TestAck_CompletionWaitingForTheRowChecksItAsLeft(t *testing.T) {
 	assert.Equal(t, queue.ErrTextInvalidLease, res[0].Error)
 	assert.Equal(t, int64(0), readConsumerRow(t, s, msgs[0].PartitionID).Cursor)
 }
+
+// A batch the statement takes only in part (one pair's completions in
+// order, another's not; one message twice) is the transaction's whole:
+// the statement writes nothing, and no pair is acked twice over.
+func TestAck_CompletionBatchTakenInPartIsTheTransactionsWhole(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	stats := s.QueryStats()
+	lease := func(part string) []queue.Message {
+		push(t, s, "q", part, nums(1, 3)...)
+		msgs := pop(t, s, queue.PopRequest{Queue: "q", Partition: part, Batch: 3}).Messages
+		require.Len(t, msgs, 3)
+		return msgs
+	}
+	a, b := lease("a"), lease("b")
+	ack := func(acks ...queue.Ack) []queue.AckResult {
+		t.Helper()
+		before := stats.Snapshot()
+		res, err := s.Ack(ctx, acks)
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, opsSince(stats, before)["ack_lock"], "the transaction ran")
+		assert.EqualValues(t, 1, opsSince(stats, before)["ack_complete"], "after the statement")
+		return res
+	}
+
+	res := ack(ackOf(a[0], queue.StatusCompleted), ackOf(b[1], queue.StatusCompleted)) // b out of order
+	require.Len(t, res, 2)
+	assert.True(t, res[0].Success && res[1].Success, "%+v", res)
+	ra, rb := readConsumerRow(t, s, a[0].PartitionID), readConsumerRow(t, s, b[0].PartitionID)
+	assert.Equal(t, int64(1), ra.Cursor)
+	assert.Equal(t, int64(0), rb.Cursor)
+	assert.Equal(t, []int64{2}, rb.Done)
+
+	res = ack(ackOf(a[1], queue.StatusCompleted), ackOf(a[1], queue.StatusCompleted)) // one message twice
+	require.Len(t, res, 2)
+	assert.True(t, res[0].Success && res[1].Success, "%+v", res)
+	assert.Equal(t, int64(2), readConsumerRow(t, s, a[0].PartitionID).Cursor)
+
+	res = ack(ackOf(a[2], queue.StatusCompleted), ackOf(b[2], queue.StatusCompleted)) // b's not next: 1 is undone
+	assert.True(t, res[0].Success && res[1].Success, "%+v", res)
+	assert.True(t, res[0].LeaseReleased, "a's lease is complete")
+	assert.False(t, res[1].LeaseReleased)
+	rb = readConsumerRow(t, s, b[0].PartitionID)
+	assert.Equal(t, int64(0), rb.Cursor)
+	assert.Equal(t, []int64{2, 3}, rb.Done)
+}

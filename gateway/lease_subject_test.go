@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/heraldmq/herald/auth"
 	"github.com/heraldmq/herald/auth/authtest"
+	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/queue"
 )
 
@@ -314,4 +316,41 @@ func TestRights_HoldForAnySpellingAndWithoutSub(t *testing.T) {
 	r = e.doAuth(http.MethodPost, "/api/v1/ack", anonymous, m.ack(""))
 	assert.Equal(t, http.StatusForbidden, r.status, "%s", r)
 	assert.True(t, strings.Contains(string(e.doAuth(http.MethodPost, "/api/v1/ack", bob, m.ack("")).body), `"success":true`))
+}
+
+// A stream resumed with another subject's chain (its origin, learned out
+// of band, in a token naming no lease) joins no chain of that subject's:
+// what the subject's closed stream keeps for its page's resume waits for
+// it, and the subject's own resume with the same token takes it at once.
+func TestSSE_ResumeChainOfAnotherSubjectReleasesNothing(t *testing.T) {
+	e := newEnv(t, func(c *gateway.Config) {
+		c.Auth = &auth.Auth{Secret: authSecret}
+		c.SSEResumeGrace = time.Hour
+	})
+	alice := auth.SignToken(authSecret, "alice", "read-write", time.Hour)
+	bob := auth.SignToken(authSecret, "bob", "read-write", time.Hour)
+	for _, p := range []string{"1", "2"} {
+		require.Equal(t, http.StatusCreated, e.doAuth(http.MethodPost, "/api/v1/push", bob,
+			`{"items":[{"queue":"chain","payload":`+p+`}]}`).status)
+	}
+	c := e.openSSE(t, "/api/v1/sse/queue/chain?batch=2&access_token="+bob, nil)
+	require.Equal(t, http.StatusOK, c.res.StatusCode)
+	_, _ = c.next()
+	_, token := c.next()
+	c.close() // both kept for bob's page's resume
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	require.NoError(t, err)
+	require.Greater(t, len(raw), 17)
+	originOnly := base64.RawURLEncoding.EncodeToString(raw[:17]) // version and origin: no lease named
+
+	stolen := e.openSSE(t, "/api/v1/sse/queue/chain?batch=2&access_token="+alice+"&lastEventId="+originOnly, nil)
+	require.Equal(t, http.StatusOK, stolen.res.StatusCode)
+	stolen.nothing(time.Second)
+	stolen.close()
+
+	own := e.openSSE(t, "/api/v1/sse/queue/chain?batch=2&access_token="+bob+"&lastEventId="+originOnly, nil)
+	require.Equal(t, http.StatusOK, own.res.StatusCode)
+	m, _ := own.next()
+	assert.JSONEq(t, "1", string(m.Data), "bob's page is back: what his closed stream kept comes at once")
+	own.close()
 }

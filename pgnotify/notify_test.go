@@ -536,3 +536,50 @@ func TestListener_AConnectionGivenJobsHasItsNotifyQueueUsageReadEveryTenPingInte
 		assert.GreaterOrEqual(t, pings[i].Sub(pings[i-1]), 10*interval, "usage read %d of %d", i, len(pings))
 	}
 }
+
+// Jobs interrupting the wait for notifications (at any point of it, a
+// notification's read included) lose none: each is heard once, whether
+// it came during the wait or during a job.
+func TestListener_JobsInterruptingTheWaitLoseNoNotification(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pingLogged(t)
+	w := &recordingWaker{}
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: w})
+	require.NoError(t, err)
+	runListener(t, l)
+	channel, err := pgnotify.Channel(ctx, pool)
+	require.NoError(t, err)
+
+	const sent = 400
+	done := make(chan error, 1)
+	go func() {
+		for i := range sent {
+			if _, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, fmt.Sprintf("n%d", i)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	jobs := 0
+	for sending := true; sending; jobs++ {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			sending = false
+		default:
+		}
+		require.NoError(t, l.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, `SELECT 1`)
+			return err
+		}))
+	}
+	require.Eventually(t, func() bool { got, _ := w.seen(); return len(got) >= sent }, 10*time.Second, 5*time.Millisecond)
+	got, sweeps := w.seen()
+	want := make([]string, sent)
+	for i := range want {
+		want[i] = fmt.Sprintf("n%d/", i)
+	}
+	assert.Equal(t, want, got, "every notification once, in order, across %d jobs", jobs)
+	assert.Equal(t, 1, sweeps, "the connection was never made again")
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -91,12 +92,15 @@ func TestAck_CompletionWritesAndAnswersAsTheAckTransaction(t *testing.T) {
 	cases := map[string]struct {
 		pushed int
 		fail   bool // fail and redeliver the first message before the acks (attempts)
+		follow bool // the lease follows its partition (as a push hands a stream's)
 		steps  []step
 	}{
 		"PartOfTheLease":               {pushed: 3, steps: []step{{ack: []int{0}}, {ack: []int{1}}}},
 		"TheWholeLease":                {pushed: 2, steps: []step{{ack: []int{0, 1}}}},
 		"TheWholeLeaseWithMoreWaiting": {pushed: 2, steps: []step{{ack: []int{0}, pushMore: 2}, {ack: []int{1}}}},
 		"AfterAFailedAttempt":          {pushed: 2, fail: true, steps: []step{{ack: []int{0}}, {ack: []int{1}}}},
+		"AFollowingLeaseLeftIdle":      {pushed: 2, follow: true, steps: []step{{ack: []int{0}}, {ack: []int{1}}}},
+		"AFollowingLeaseAPushReached":  {pushed: 3, follow: true, steps: []step{{ack: []int{0}, pushMore: 1}, {ack: []int{1, 2}}}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -111,6 +115,9 @@ func TestAck_CompletionWritesAndAnswersAsTheAckTransaction(t *testing.T) {
 					msgs = pop(t, s, queue.PopRequest{Queue: "q", Partition: part, Batch: c.pushed}).Messages
 				}
 				require.Len(t, msgs, c.pushed)
+				if c.follow {
+					exec(t, s, `UPDATE consumers SET follow_lease = lease_id WHERE partition_id = $1::uuid`, msgs[0].PartitionID)
+				}
 				return msgs
 			}
 			fast, slow := lease("fast"), lease("slow")
@@ -209,4 +216,109 @@ func TestPlan_AckCompleteReadsNoTableWhole(t *testing.T) {
 	assert.Empty(t, scans(plan), "%v", plan)
 	assert.Contains(t, fmt.Sprint(plan), "messages_partition_id_transaction_id_key")
 	assert.EqualValues(t, 1, plan["Actual Rows"], "the statement wrote the row (rolled back after the plan)")
+}
+
+// A completion that leaves its row caught up marks the row on the
+// connection it acked on, as the transaction does: it waits for no second
+// connection, which a pool as small as the ack flushers (every one holding
+// its connection while it marks) would never give.
+func TestAck_CompletionLeavingTheRowCaughtUpNeedsNoSecondConnection(t *testing.T) {
+	ctx := ctxT(t)
+	s, _ := storeOnOneConnection(t, nil)
+	push(t, s, "q", "p", nums(1, 1)...)
+	msgs := pop(t, s, queue.PopRequest{Queue: "q", Partition: "p", Batch: 1}).Messages
+	require.Len(t, msgs, 1)
+	done := make(chan []queue.AckResult, 1)
+	go func() {
+		res, err := s.Ack(ctx, []queue.Ack{ackOf(msgs[0], queue.StatusCompleted)})
+		assert.NoError(t, err)
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		require.Len(t, res, 1)
+		assert.True(t, res[0].Success && res[0].LeaseReleased && !res[0].Pending, "%+v", res[0])
+	case <-time.After(20 * time.Second):
+		t.Fatal("the ack waits for a second connection of a one-connection pool")
+	}
+}
+
+// A completion whose row another transaction holds (a redelivery giving
+// the partition another lease) waits for it and checks the row as that
+// transaction left it: the lease it names is no longer live, nothing is
+// written, and the transaction's answer is the refusal.
+func TestAck_CompletionWaitingForTheRowChecksItAsLeft(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	push(t, s, "q", "p", nums(1, 2)...)
+	msgs := pop(t, s, queue.PopRequest{Queue: "q", Partition: "p", Batch: 2}).Messages
+	require.Len(t, msgs, 2)
+	tx, err := s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `UPDATE consumers SET lease_id = gen_random_uuid() WHERE partition_id = $1::uuid`, msgs[0].PartitionID)
+	require.NoError(t, err)
+	done := make(chan []queue.AckResult, 1)
+	go func() {
+		res, err := s.Ack(ctx, []queue.Ack{ackOf(msgs[0], queue.StatusCompleted)})
+		assert.NoError(t, err)
+		done <- res
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '-- herald:ack_complete%'`).Scan(&n))
+		return n == 1
+	}, 20*time.Second, 10*time.Millisecond, "the completion waits for the row")
+	require.NoError(t, tx.Commit(ctx))
+	res := <-done
+	require.Len(t, res, 1)
+	assert.Equal(t, queue.ErrTextInvalidLease, res[0].Error)
+	assert.Equal(t, int64(0), readConsumerRow(t, s, msgs[0].PartitionID).Cursor)
+}
+
+// A batch the statement takes only in part (one pair's completions in
+// order, another's not; one message twice) is the transaction's whole:
+// the statement writes nothing, and no pair is acked twice over.
+func TestAck_CompletionBatchTakenInPartIsTheTransactionsWhole(t *testing.T) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	stats := s.QueryStats()
+	lease := func(part string) []queue.Message {
+		push(t, s, "q", part, nums(1, 3)...)
+		msgs := pop(t, s, queue.PopRequest{Queue: "q", Partition: part, Batch: 3}).Messages
+		require.Len(t, msgs, 3)
+		return msgs
+	}
+	a, b := lease("a"), lease("b")
+	ack := func(acks ...queue.Ack) []queue.AckResult {
+		t.Helper()
+		before := stats.Snapshot()
+		res, err := s.Ack(ctx, acks)
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, opsSince(stats, before)["ack_lock"], "the transaction ran")
+		assert.EqualValues(t, 1, opsSince(stats, before)["ack_complete"], "after the statement")
+		return res
+	}
+
+	res := ack(ackOf(a[0], queue.StatusCompleted), ackOf(b[1], queue.StatusCompleted)) // b out of order
+	require.Len(t, res, 2)
+	assert.True(t, res[0].Success && res[1].Success, "%+v", res)
+	ra, rb := readConsumerRow(t, s, a[0].PartitionID), readConsumerRow(t, s, b[0].PartitionID)
+	assert.Equal(t, int64(1), ra.Cursor)
+	assert.Equal(t, int64(0), rb.Cursor)
+	assert.Equal(t, []int64{2}, rb.Done)
+
+	res = ack(ackOf(a[1], queue.StatusCompleted), ackOf(a[1], queue.StatusCompleted)) // one message twice
+	require.Len(t, res, 2)
+	assert.True(t, res[0].Success && res[1].Success, "%+v", res)
+	assert.Equal(t, int64(2), readConsumerRow(t, s, a[0].PartitionID).Cursor)
+
+	res = ack(ackOf(a[2], queue.StatusCompleted), ackOf(b[2], queue.StatusCompleted)) // b's not next: 1 is undone
+	assert.True(t, res[0].Success && res[1].Success, "%+v", res)
+	assert.True(t, res[0].LeaseReleased, "a's lease is complete")
+	assert.False(t, res[1].LeaseReleased)
+	rb = readConsumerRow(t, s, b[0].PartitionID)
+	assert.Equal(t, int64(0), rb.Cursor)
+	assert.Equal(t, []int64{2, 3}, rb.Done)
 }

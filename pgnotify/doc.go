@@ -45,7 +45,10 @@
 // ends. Notify is safe from any goroutine and
 // never blocks. Waker.Wake and WakeAll are called on the Listener's and
 // Logical's own goroutine; Tables.PartitionOf on Logical's, once per
-// inserted message.
+// inserted message. Listener.Do, safe from any goroutine, hands the
+// Listener's goroutine a job to run on the LISTEN connection between two
+// waits (the instance's members beat: its answer proves the connection
+// alive, so a connection given jobs needs no ping) and waits for it.
 //
 // # Failures
 //

@@ -92,15 +92,12 @@ func TestAck_CompletionWritesAndAnswersAsTheAckTransaction(t *testing.T) {
 	cases := map[string]struct {
 		pushed int
 		fail   bool // fail and redeliver the first message before the acks (attempts)
-		follow bool // the lease follows its partition (as a push hands a stream's)
 		steps  []step
 	}{
 		"PartOfTheLease":               {pushed: 3, steps: []step{{ack: []int{0}}, {ack: []int{1}}}},
 		"TheWholeLease":                {pushed: 2, steps: []step{{ack: []int{0, 1}}}},
 		"TheWholeLeaseWithMoreWaiting": {pushed: 2, steps: []step{{ack: []int{0}, pushMore: 2}, {ack: []int{1}}}},
 		"AfterAFailedAttempt":          {pushed: 2, fail: true, steps: []step{{ack: []int{0}}, {ack: []int{1}}}},
-		"AFollowingLeaseLeftIdle":      {pushed: 2, follow: true, steps: []step{{ack: []int{0}}, {ack: []int{1}}}},
-		"AFollowingLeaseAPushReached":  {pushed: 3, follow: true, steps: []step{{ack: []int{0}, pushMore: 1}, {ack: []int{1, 2}}}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -115,9 +112,6 @@ func TestAck_CompletionWritesAndAnswersAsTheAckTransaction(t *testing.T) {
 					msgs = pop(t, s, queue.PopRequest{Queue: "q", Partition: part, Batch: c.pushed}).Messages
 				}
 				require.Len(t, msgs, c.pushed)
-				if c.follow {
-					exec(t, s, `UPDATE consumers SET follow_lease = lease_id WHERE partition_id = $1::uuid`, msgs[0].PartitionID)
-				}
 				return msgs
 			}
 			fast, slow := lease("fast"), lease("slow")
@@ -241,38 +235,4 @@ func TestAck_CompletionLeavingTheRowCaughtUpNeedsNoSecondConnection(t *testing.T
 	case <-time.After(20 * time.Second):
 		t.Fatal("the ack waits for a second connection of a one-connection pool")
 	}
-}
-
-// A completion whose row another transaction holds (a redelivery giving
-// the partition another lease) waits for it and checks the row as that
-// transaction left it: the lease it names is no longer live, nothing is
-// written, and the transaction's answer is the refusal.
-func TestAck_CompletionWaitingForTheRowChecksItAsLeft(t *testing.T) {
-	ctx := ctxT(t)
-	s := newStore(t)
-	push(t, s, "q", "p", nums(1, 2)...)
-	msgs := pop(t, s, queue.PopRequest{Queue: "q", Partition: "p", Batch: 2}).Messages
-	require.Len(t, msgs, 2)
-	tx, err := s.Pool().Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `UPDATE consumers SET lease_id = gen_random_uuid() WHERE partition_id = $1::uuid`, msgs[0].PartitionID)
-	require.NoError(t, err)
-	done := make(chan []queue.AckResult, 1)
-	go func() {
-		res, err := s.Ack(ctx, []queue.Ack{ackOf(msgs[0], queue.StatusCompleted)})
-		assert.NoError(t, err)
-		done <- res
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '-- herald:ack_complete%'`).Scan(&n))
-		return n == 1
-	}, 20*time.Second, 10*time.Millisecond, "the completion waits for the row")
-	require.NoError(t, tx.Commit(ctx))
-	res := <-done
-	require.Len(t, res, 1)
-	assert.Equal(t, queue.ErrTextInvalidLease, res[0].Error)
-	assert.Equal(t, int64(0), readConsumerRow(t, s, msgs[0].PartitionID).Cursor)
 }

@@ -533,7 +533,7 @@ func (s *Store) writeAck(ctx context.Context, q querier, plan ackPlan, standalon
 			if !ok {
 				// The marking's transaction may be left open: end it.
 				_, _ = q.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-				pending, ok = s.markRowsPending(context.WithoutCancel(ctx), s.pool, pids, groups)
+				pending, ok = s.markRowsPending(context.WithoutCancel(ctx), pids, groups)
 			}
 			plan.settlePending(pending, ok)
 			return nil

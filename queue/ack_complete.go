@@ -145,18 +145,16 @@ func (s *Store) ackComplete(ctx context.Context, q querier, acks []Ack) (results
 	if len(pairs) == 0 {
 		return nil, false, nil
 	}
-	return s.completedResults(ctx, q, acks, pairs), true, nil
+	return s.completedResults(ctx, acks, pairs), true, nil
 }
 
 // completedResults answers acks from the pairs ackComplete wrote, as
 // decideAck would: every item a success under its lease; the last item of
 // a pair tells of the lease it ended (LeaseReleased, Pending) or of a
 // following lease left with nothing to do (Idle). Rows left caught up are
-// marked after the commit on q, the connection the statement ran on, as
-// writeAck marks them (a second connection, taken while q is held, might
-// never come: every ack flusher may hold one), and their marking says
+// marked after the commit, as writeAck marks them, and their marking says
 // whether messages wait behind a lease that ended.
-func (s *Store) completedResults(ctx context.Context, q querier, acks []Ack, pairs map[consumerKey]completedPair) []AckResult {
+func (s *Store) completedResults(ctx context.Context, acks []Ack, pairs map[consumerKey]completedPair) []AckResult {
 	out := make([]AckResult, len(acks))
 	last := make(map[consumerKey]int, len(pairs))
 	for i, a := range acks {
@@ -177,12 +175,7 @@ func (s *Store) completedResults(ctx context.Context, q querier, acks []Ack, pai
 		}
 	}
 	if len(pids) > 0 {
-		ctx := context.WithoutCancel(ctx)
-		pending, ok := s.markRowsPending(ctx, q, pids, groups)
-		if !ok {
-			// The marking's transaction may be left open: end it.
-			_, _ = q.Exec(ctx, "ROLLBACK")
-		}
+		pending, ok := s.markRowsPending(context.WithoutCancel(ctx), pids, groups)
 		for k, i := range last {
 			if r := &out[i]; r.LeaseReleased && !r.Pending && (!ok || pending[k]) {
 				r.Pending = true

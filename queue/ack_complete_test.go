@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -210,29 +209,4 @@ func TestPlan_AckCompleteReadsNoTableWhole(t *testing.T) {
 	assert.Empty(t, scans(plan), "%v", plan)
 	assert.Contains(t, fmt.Sprint(plan), "messages_partition_id_transaction_id_key")
 	assert.EqualValues(t, 1, plan["Actual Rows"], "the statement wrote the row (rolled back after the plan)")
-}
-
-// A completion that leaves its row caught up marks the row on the
-// connection it acked on, as the transaction does: it waits for no second
-// connection, which a pool as small as the ack flushers (every one holding
-// its connection while it marks) would never give.
-func TestAck_CompletionLeavingTheRowCaughtUpNeedsNoSecondConnection(t *testing.T) {
-	ctx := ctxT(t)
-	s, _ := storeOnOneConnection(t, nil)
-	push(t, s, "q", "p", nums(1, 1)...)
-	msgs := pop(t, s, queue.PopRequest{Queue: "q", Partition: "p", Batch: 1}).Messages
-	require.Len(t, msgs, 1)
-	done := make(chan []queue.AckResult, 1)
-	go func() {
-		res, err := s.Ack(ctx, []queue.Ack{ackOf(msgs[0], queue.StatusCompleted)})
-		assert.NoError(t, err)
-		done <- res
-	}()
-	select {
-	case res := <-done:
-		require.Len(t, res, 1)
-		assert.True(t, res[0].Success && res[0].LeaseReleased && !res[0].Pending, "%+v", res[0])
-	case <-time.After(20 * time.Second):
-		t.Fatal("the ack waits for a second connection of a one-connection pool")
-	}
 }

@@ -267,16 +267,15 @@ func (s *Store) logMarkingFailed(err error, rows int) {
 }
 
 // markRowsPending is markRows telling which rows have messages waiting
-// once marked (readyRowsPendingSQL), on q (the pool, or a connection the
-// caller holds). ok is false when the marking failed (logged): the caller
-// then cannot tell, and counts every row as pending.
-func (s *Store) markRowsPending(ctx context.Context, q querier, pids, groups []string) (pending map[consumerKey]bool, ok bool) {
+// once marked (readyRowsPendingSQL). ok is false when the marking failed
+// (logged): the caller then cannot tell, and counts every row as pending.
+func (s *Store) markRowsPending(ctx context.Context, pids, groups []string) (pending map[consumerKey]bool, ok bool) {
 	if len(pids) == 0 {
 		return nil, true
 	}
 	b := &pgx.Batch{}
 	queueReady(b, pids, readyRowsPendingSQL, pids, groups)
-	br := q.SendBatch(ctx, b)
+	br := s.pool.SendBatch(ctx, b)
 	pending, err := readMarked(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -234,7 +234,7 @@ func (s *Store) afterTxCommit(ctx context.Context, ops []TxOp, pushParts []strin
 			ackParts, ackGroups = append(ackParts, op.Ack.PartitionID), append(ackGroups, g)
 		}
 	}
-	pending, ok := s.markRowsPending(ctx, s.pool, ackParts, ackGroups)
+	pending, ok := s.markRowsPending(ctx, ackParts, ackGroups)
 	for _, a := range acked {
 		if a.res.LeaseReleased && !a.res.Pending {
 			a.res.Pending = !ok || pending[a.key]

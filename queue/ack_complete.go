@@ -90,14 +90,11 @@ RETURNING c.partition_id::text, c.consumer_group, w.qname, w.pname, w.rel, w.com
 	w.cur < w.last_offset, w.cur >= w.last_offset AND NOT w.follows`
 
 // ackCompletable reports whether every item may go to ackComplete: a
-// completion naming a lease, with ids the statement can cast, the
-// partition's in lower case, as ackTx matches it to its row (decideAck
-// finds the row by the id as the item spells it; upper case finds none).
-// The statement decides the rest.
+// completion naming a lease, with ids the statement can cast. The
+// statement decides the rest.
 func ackCompletable(acks []Ack) bool {
 	for _, a := range acks {
-		if a.Status != StatusCompleted && a.Status != StatusSuccess || !ValidUUID(a.LeaseID) || !ValidUUID(a.PartitionID) ||
-			strings.ToLower(a.PartitionID) != a.PartitionID {
+		if a.Status != StatusCompleted && a.Status != StatusSuccess || !ValidUUID(a.LeaseID) || !ValidUUID(a.PartitionID) {
 			return false
 		}
 	}

@@ -1,9 +1,6 @@
 package queue_test
 
 import (
-	"encoding/json"
-	"fmt"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -182,26 +179,4 @@ func TestAck_CompletionOutOfTheOrdinaryIsLeftToTheTransaction(t *testing.T) {
 	res = ack(ackOf(msgs[2], queue.StatusCompleted)) // its lease expired
 	assert.Equal(t, queue.ErrTextInvalidLease, res[0].Error)
 	assert.Equal(t, int64(2), readConsumerRow(t, s, msgs[0].PartitionID).Cursor)
-}
-
-// The completion statement reads what it names through indexes under the
-// generic plan a pooled connection keeps: the message by (partition,
-// transaction id), the consumer row by its key; an ack costs the same on
-// a queue of ten partitions and of thousands.
-func TestPlan_AckCompleteReadsNoTableWhole(t *testing.T) {
-	s := newStore(t)
-	const parts = 2000
-	items := make([]queue.PushItem, parts)
-	for i := range items {
-		items[i] = queue.PushItem{Queue: "plan", Partition: "p" + strconv.Itoa(i), Payload: json.RawMessage(`1`)}
-	}
-	_, err := s.Push(ctxT(t), items)
-	require.NoError(t, err)
-	m := pop(t, s, queue.PopRequest{Queue: "plan", Batch: 1}).Messages[0] // registers the group on every partition
-	exec(t, s, `ANALYZE consumers; ANALYZE messages; ANALYZE partitions`)
-	plan := explainMode(t, s, "force_generic_plan", queue.AckCompleteSQL, "{"+m.PartitionID+"}", "{"+queue.DefaultGroup+"}",
-		"{"+m.LeaseID+"}", "{"+m.TransactionID+"}", "{}")
-	assert.Empty(t, scans(plan), "%v", plan)
-	assert.Contains(t, fmt.Sprint(plan), "messages_partition_id_transaction_id_key")
-	assert.EqualValues(t, 1, plan["Actual Rows"], "the statement wrote the row (rolled back after the plan)")
 }

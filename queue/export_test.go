@@ -95,6 +95,3 @@ func (l *InstanceLock) LockSocketKeepAlive() (on bool, idle, interval, count int
 	})
 	return on, idle, interval, count, errors.Join(cerr, serr)
 }
-
-// AckCompleteSQL is exported for the plan test.
-var AckCompleteSQL = ackCompleteSQL

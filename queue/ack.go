@@ -105,8 +105,7 @@ type AckResult struct {
 // batch that fails one message and completes the others of its lease is
 // applied whole; the item that gave it back may not be acked again in the
 // same request. It costs two round trips: BEGIN with the reads, then the
-// writes with COMMIT; completions in order under their live lease, one
-// (ackComplete).
+// writes with COMMIT.
 //
 // Concurrent calls may share one transaction (see coalescer and
 // ackBatcher): each gets exactly the results it would get alone. acks is

@@ -145,11 +145,7 @@
 // items to the rows in memory (ack_decide.go: the refusal rules above, the
 // cursor over the contiguous done prefix, retries, dead letters, the
 // lease's end) and returns an ackPlan; writeAck writes the dead letters
-// and rows in one round trip, with COMMIT. The completions of a consumer
-// that keeps up (every item the next offset after its row's cursor, under
-// the row's live lease) skip the three: ackComplete checks and writes them
-// in one statement (ack_complete.go), or writes nothing and leaves them to
-// ackTx. Pop (popTx): claimPartitions
+// and rows in one round trip, with COMMIT. Pop (popTx): claimPartitions
 // locks the rows, expireLeases charges their expired leases (pop_decide.go),
 // fetchClaimed reads the messages after the cursors, decidePop leases
 // them, and one batch writes the dead letters and rows. What stays in SQL

@@ -737,7 +737,7 @@ func TestWS_CookieAloneFromAForeignOriginIsRefused(t *testing.T) {
 	c.next("deliver")
 }
 
-// An ack whose commit landed but whose answer was lost ended its lease
+// An ack whose COMMIT landed but whose answer was lost ended its lease
 // all the same: the rest of the partition goes to the subscriber within
 // seconds (the poller is woken for the ack's partition once the database
 // answers), not at the next sweep (slowed to a minute here). Over a
@@ -747,7 +747,7 @@ func TestWS_AckWhoseAnswerIsLostWakesItsPartition(t *testing.T) {
 	t.Parallel()
 	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
 	// Statements sent with their text each time (as behind PgBouncer), so
-	// that the proxy sees the ack's statement in its execution rather than
+	// that the proxy sees the COMMIT in the ack's write batch rather than
 	// in a prepare of it.
 	dsn += map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")] + "default_query_exec_mode=exec"
 	e := newEnvOn(t, queuetest.NewStoreDSN(t, dsn), func(c *poller.Config) { c.SweepMin, c.SweepMax = time.Minute, time.Minute })
@@ -759,9 +759,7 @@ func TestWS_AckWhoseAnswerIsLostWakesItsPartition(t *testing.T) {
 
 	// Acked over HTTP: the stream's credit is not given back by a failed
 	// ack, so nothing but the ack's own wake makes the poller look.
-	// The completion's one statement (queue's ack_complete): it commits at
-	// its Sync, and its whole answer is dropped.
-	cut := proxy.CutAnswer("herald:ack_complete")
+	cut := proxy.CutAnswer("COMMIT") // the ack's write batch: it commits, its answer is dropped
 	start := time.Now()
 	m := first[0]
 	r := e.post("/api/v1/ack", fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`,
@@ -770,7 +768,7 @@ func TestWS_AckWhoseAnswerIsLostWakesItsPartition(t *testing.T) {
 	select {
 	case <-cut:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the ack never ran")
+		t.Fatal("the ack's COMMIT never ran")
 	}
 	next := c.deliveredWithin(5*time.Second, 1)
 	t.Logf("lost ack answer → next delivery: %v", time.Since(start))

@@ -296,12 +296,6 @@ func (s *Store) ackNow(ctx context.Context, acks []Ack) ([]AckResult, error) {
 		return nil, fmt.Errorf("acknowledging: %w", err)
 	}
 	defer conn.Release()
-	if ackCompletable(acks) {
-		out, ok, err := s.ackComplete(ctx, conn, acks)
-		if err != nil || ok {
-			return out, err
-		}
-	}
 	out, err := s.ackTx(ctx, conn, acks, nil, true)
 	if err != nil {
 		rollbackIfOpen(ctx, conn)

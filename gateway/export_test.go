@@ -58,3 +58,18 @@ func OnHubSweep(t testing.TB, f func(queue string, next time.Duration)) {
 
 // FollowSweepMax is the longest wait of an idle hub's sweep.
 const FollowSweepMax = followSweepMax
+
+// OnLeaseCheckRead calls f, until the test ends, in a session's lease
+// check after each read of the leases and before it judges the
+// deliveries by it.
+func OnLeaseCheckRead(t testing.TB, f func()) {
+	leaseCheckRead.Store(&f)
+	t.Cleanup(func() { leaseCheckRead.Store(nil) })
+}
+
+// OnLeaseCheckDone calls f, until the test ends, after each lease check
+// of a session.
+func OnLeaseCheckDone(t testing.TB, f func()) {
+	leaseCheckDone.Store(&f)
+	t.Cleanup(func() { leaseCheckDone.Store(nil) })
+}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldmq/herald/poller"
@@ -195,6 +196,9 @@ func (ss *session) checkTick() {
 	}
 	defer ss.wg.Done()
 	more := ss.checkLeases(ss.ctx)
+	if f := leaseCheckDone.Load(); f != nil {
+		(*f)()
+	}
 	ss.mu.Lock()
 	if more && !ss.closed {
 		ss.check.Reset(ss.opts.leaseCheck)
@@ -214,7 +218,14 @@ func (ss *session) checkLeases(ctx context.Context) bool {
 		return false
 	}
 	byGroup := map[string]map[string]bool{} // group → partition ids
+	// The deliveries the read judges: those made before it. One made
+	// after it may be under a lease taken after it (a push's hand-off once
+	// the lease the read saw ended): the read knows nothing of it, and
+	// judged by it, it was forgotten as if acked elsewhere and its own
+	// ack refused, its lease held, never acked, for its lease time.
+	before := make(map[deliveryKey]bool, len(ss.inflight))
 	for k, d := range ss.inflight {
+		before[k] = true
 		if byGroup[d.sub.group] == nil {
 			byGroup[d.sub.group] = map[string]bool{}
 		}
@@ -232,6 +243,9 @@ func (ss *session) checkLeases(ctx context.Context) bool {
 		if err != nil {
 			return true // next tick
 		}
+		if f := leaseCheckRead.Load(); f != nil {
+			(*f)()
+		}
 		ss.mu.Lock()
 		for k, d := range ss.inflight {
 			if d.sub.group != group {
@@ -243,7 +257,7 @@ func (ss *session) checkLeases(ctx context.Context) bool {
 				h.Lapsed = false // one wake-up a partition
 				held[k.partitionID] = h
 			}
-			if ok && (h.Finished(d.offset) || h.LeaseID != k.leaseID) {
+			if ok && before[k] && (h.Finished(d.offset) || h.LeaseID != k.leaseID) {
 				ss.forgetLocked(k, d)
 				if !d.acked {
 					credit[d.sub]++
@@ -264,3 +278,12 @@ func (ss *session) checkLeases(ctx context.Context) bool {
 	defer ss.mu.Unlock()
 	return len(ss.inflight) > 0
 }
+
+// leaseCheckRead is a test's hook (export_test.go): run by checkLeases
+// after each read of the leases, before it judges the deliveries; nil in a
+// running server.
+var leaseCheckRead atomic.Pointer[func()]
+
+// leaseCheckDone is a test's hook (export_test.go): run after each lease
+// check; nil in a running server.
+var leaseCheckDone atomic.Pointer[func()]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,4 +231,66 @@ func TestWS_AckCreditBeforeItsCommit(t *testing.T) {
 	c.next("ack_result")
 	lag, leased, dead := e.settledState("ws-early-credit")
 	assert.Equal(t, [3]int{0, 0, 0}, [3]int{lag, leased, dead})
+}
+
+// A delivery made while the lease check reads the leases (under a lease
+// taken after that read) is not judged by the read: it stays the
+// connection's, and its ack is taken. Judged by it, it was forgotten as if
+// acked elsewhere, its ack refused ("not delivered on this connection",
+// which the SDK does not look at), and its lease, never acked, held its
+// partition for the lease time.
+func TestWS_DeliveryMadeDuringALeaseCheckIsNotForgotten(t *testing.T) {
+	e := newEnvPolling(t, func(c *poller.Config) { c.FollowIdle = 10 * time.Millisecond },
+		func(c *gateway.Config) { c.WSLeaseCheck = 20 * time.Millisecond })
+	c := e.dialWS(t)
+	c.subscribe(`{"type":"subscribe","queue":"ws-check-race","batch":5,"maxInFlight":10}`)
+	reading, resume := make(chan struct{}), make(chan struct{})
+	var reads atomic.Int32
+	gateway.OnLeaseCheckRead(t, func() {
+		if reads.Add(1) == 1 {
+			close(reading)
+			<-resume
+		}
+	})
+	e.push("ws-check-race", `1`)
+	first := deliveredMessages(t, c.next("deliver"))
+	select {
+	case <-reading: // the check read the lease of 1, and waits
+	case <-time.After(5 * time.Second):
+		t.Fatal("no lease check while 1 was unacknowledged")
+	}
+	c.send(ackFrame(first, "completed"))
+	c.next("ack_result")
+	require.Eventually(t, func() bool { return e.partitionLease("ws-check-race", "Default") == "" }, 5*time.Second,
+		10*time.Millisecond, "the idle following lease given back")
+	e.push("ws-check-race", `2`)
+	second := deliveredMessages(t, c.next("deliver"))
+	require.NotEqual(t, first[0].LeaseID, second[0].LeaseID, "under a new lease")
+	checked := make(chan struct{})
+	gateway.OnLeaseCheckDone(t, func() {
+		select {
+		case checked <- struct{}{}:
+		default:
+		}
+	})
+	close(resume)
+	select {
+	case <-checked: // the check that read before 2 judged the deliveries
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease check did not end")
+	}
+
+	c.send(ackFrame(second, "completed"))
+	var results []ackResult
+	require.NoError(t, json.Unmarshal(c.next("ack_result")["results"], &results))
+	require.Len(t, results, 1)
+	assert.True(t, results[0].Success, "the ack of 2, delivered during the check, is taken: %v", ptrText(results[0].Error))
+}
+
+// ptrText is *s, or "" for nil.
+func ptrText(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -2,6 +2,10 @@ package poller_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -498,4 +502,193 @@ func TestExtend_ReadBackRetryingWhileTheDatabaseIsAwayEndsWithThePoller(t *testi
 	}
 	pool.Close()
 	goleak.VerifyNone(t, others, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+}
+
+// A stream that subscribes to a queue whose partitions hold a backlog
+// while pushes to them go on (its first pops race the pushes' hand-offs
+// and extensions of the leases they take) gets every message, and once it
+// acked them all holds no ordinary lease: each lease it was handed under
+// was delivered whole, so its acks ended it or it still follows its
+// partition.
+func TestExtend_SubscriptionStartingOnABacklogWhilePushesGoOnGetsEveryMessage(t *testing.T) {
+	const partitions, backlog, pushed, rounds, producers = 16, 25, 600, 9, 3
+	e := newEnv(t, slowSweep)
+	ctx := context.Background()
+	for round := range rounds {
+		batch, credit := 100, 1000
+		if round%2 == 1 {
+			batch, credit = 10, 40 // short of credit: pushes find it not ready, and close its following leases
+		}
+		q := fmt.Sprintf("start%d", round)
+		n := 0
+		var items []queue.PushItem
+		for i := range partitions * backlog {
+			n++
+			items = append(items, queue.PushItem{Queue: q, Partition: fmt.Sprintf("p%d", i%partitions),
+				Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))})
+		}
+		_, err := e.store.Push(ctx, items)
+		require.NoError(t, err)
+
+		// Two producers pushing one message at a time, round the partitions.
+		var next atomic.Int64
+		next.Store(int64(n))
+		pushErr := make(chan error, producers)
+		for range producers {
+			go func() {
+				for {
+					v := next.Add(1)
+					if v > int64(n+pushed) {
+						pushErr <- nil
+						return
+					}
+					part := fmt.Sprintf("p%d", v%partitions)
+					if _, err := e.store.Push(ctx, []queue.PushItem{{Queue: q, Partition: part,
+						Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, v))}}); err != nil {
+						pushErr <- err
+						return
+					}
+					e.p.Wake(poller.SourcePush, q, part)
+				}
+			}()
+		}
+		// As a WebSocket session's: held while deliveries wait to be written.
+		var waiting atomic.Int64
+		got := make(chan *queue.PopResult, 1000)
+		in := &poller.Intention{Target: queue.Target{Queue: q}, Batch: batch, Credit: credit, Extend: true, Standing: true,
+			Deliver: func(res *queue.PopResult) bool { waiting.Add(1); got <- res; return true }}
+		if round%3 == 2 {
+			in.Hold = func() bool { return waiting.Load() >= 2 }
+		}
+		t.Cleanup(e.p.Register(in))
+		// Odd rounds ack as the SDK and the session do: a batch of
+		// whatever came meanwhile, its effects told the poller after.
+		toAck, ackErr := make(chan []queue.Message, 1000), make(chan error, 1)
+		ackDone := make(chan struct{})
+		go func() {
+			defer close(ackDone)
+			for msgs := range toAck {
+				for more := true; more; {
+					select {
+					case m, ok := <-toAck:
+						if !ok {
+							more = false
+							break
+						}
+						msgs = append(msgs, m...)
+					default:
+						more = false
+					}
+				}
+				if err := ackEffects(e, in, msgs); err != nil {
+					select {
+					case ackErr <- err:
+					default:
+					}
+				}
+			}
+		}()
+		want := n + pushed
+		seen := map[int]bool{}
+		deadline := time.After(10 * time.Second)
+	receiving:
+		for len(seen) < want {
+			select {
+			case res := <-got:
+				waiting.Add(-1)
+				for _, v := range ns(res) {
+					seen[v] = true
+				}
+				if round%2 == 0 {
+					for _, r := range ackAs(t, e, in, queue.StatusCompleted, res.Messages...) {
+						require.True(t, r.Success, "round %d: %s", round, r.Error)
+					}
+				} else {
+					toAck <- res.Messages
+				}
+			case <-deadline:
+				break receiving
+			}
+		}
+		close(toAck)
+		<-ackDone
+		for range producers {
+			require.NoError(t, <-pushErr)
+		}
+		select {
+		case err := <-ackErr:
+			t.Fatalf("round %d: %v", round, err)
+		default:
+		}
+		if len(seen) < want {
+			t.Fatalf("round %d: %d of %d messages delivered within 10 s; the partitions:\n%s", round, len(seen), want, consumerRows(t, e, q))
+		}
+		eventually(t, 5*time.Second, func() bool { return ordinaryLeases(t, e, q) == 0 },
+			fmt.Sprintf("round %d: an ordinary lease left held once all was acked", round))
+	}
+}
+
+// ackEffects completes msgs and does what the gateway does after (ackAs),
+// off the test's goroutine.
+func ackEffects(e *env, in *poller.Intention, msgs []queue.Message) error {
+	var acks []queue.Ack
+	for _, m := range msgs {
+		acks = append(acks, queue.Ack{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID,
+			Group: m.Group, Status: queue.StatusCompleted})
+	}
+	out, err := e.store.Ack(context.Background(), acks)
+	if err != nil {
+		return err
+	}
+	for i, r := range out {
+		m := msgs[i]
+		if !r.Success {
+			return fmt.Errorf("ack of %s offset %d: %s", m.Partition, m.Offset, r.Error)
+		}
+		if r.Idle {
+			e.p.FollowIdle(m.Queue, m.Partition, m.PartitionID, m.Group, r.LeaseID)
+		}
+		if r.LeaseReleased {
+			e.p.LeaseReleased(m.Queue, m.Partition, m.PartitionID, m.Group)
+			if r.Pending {
+				e.p.Wake(poller.SourceAck, m.Queue, m.Partition)
+			}
+		}
+	}
+	e.p.AddCredit(in, len(msgs))
+	return nil
+}
+
+// ordinaryLeases counts the leases held on queue q that do not follow
+// their partition.
+func ordinaryLeases(t *testing.T, e *env, q string) int {
+	t.Helper()
+	var n int
+	err := e.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM consumers c JOIN queues qu ON qu.id = c.queue_id
+		WHERE qu.name = $1 AND c.lease_id IS NOT NULL AND c.follow_lease IS DISTINCT FROM c.lease_id`, q).Scan(&n)
+	require.NoError(t, err)
+	return n
+}
+
+// consumerRows is queue q's consumer rows, one a line, for a failure's
+// message.
+func consumerRows(t *testing.T, e *env, q string) string {
+	t.Helper()
+	rows, err := e.store.Pool().Query(context.Background(), `SELECT p.name, p.last_offset, c.cursor, c.done::text,
+		coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.lease_id IS NOT NULL, coalesce(c.follow_lease = c.lease_id, false), c.delivered_to
+		FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues qu ON qu.id = c.queue_id
+		WHERE qu.name = $1 ORDER BY p.name`, q)
+	require.NoError(t, err)
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var name, done string
+		var last, cursor, from, to, delivered int64
+		var leased, follow bool
+		require.NoError(t, rows.Scan(&name, &last, &cursor, &done, &from, &to, &leased, &follow, &delivered))
+		fmt.Fprintf(&b, "%s last=%d cursor=%d done=%s lease=%v [%d,%d] follow=%v delivered_to=%d\n",
+			name, last, cursor, done, leased, from, to, follow, delivered)
+	}
+	require.NoError(t, rows.Err())
+	return b.String()
 }

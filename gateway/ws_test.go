@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldmq/herald/auth"
-	"github.com/heraldmq/herald/client"
 	"github.com/heraldmq/herald/gateway"
 	"github.com/heraldmq/herald/internal/pgtest"
 	"github.com/heraldmq/herald/poller"
@@ -845,118 +842,4 @@ func TestWS_NackOfAMessageAnEarlierNackGaveBackSucceeds(t *testing.T) {
 	require.Len(t, results, 2)
 	assert.True(t, results[0].Success && results[1].Success, "%v", results)
 	e.popEmpty("/api/v1/pop/queue/wsnack?wait=false")
-}
-
-// A WebSocket subscription (the SDK's, batch 100, 1,000 in flight) that
-// starts on a queue whose 16 partitions hold a backlog while producers go
-// on pushing single messages gets every message within seconds, and once
-// it acked them all the instance holds no ordinary lease on the queue: no
-// lease is left covering a message its stream was never sent.
-func TestWS_SubscriptionStartingOnABacklogWhilePushesGoOnGetsEveryMessage(t *testing.T) {
-	const partitions, backlog, pushed, rounds, producers = 16, 25, 600, 6, 3
-	e := newEnv(t)
-	ctx := ctxT(t)
-	c, err := client.Dial(ctx, e.url, client.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	for round := range rounds {
-		q := fmt.Sprintf("start%d", round)
-		var items []client.PushItem
-		for i := range partitions * backlog {
-			items = append(items, client.PushItem{Queue: q, Partition: fmt.Sprintf("p%d", i%partitions), Payload: i + 1})
-		}
-		_, err := c.Push(ctx, items...)
-		require.NoError(t, err)
-		want := partitions*backlog + pushed
-
-		var next atomic.Int64
-		next.Store(int64(partitions * backlog))
-		pushErr := make(chan error, producers)
-		for range producers {
-			go func() {
-				for {
-					v := next.Add(1)
-					if v > int64(want) {
-						pushErr <- nil
-						return
-					}
-					if _, err := c.Push(ctx, client.PushItem{Queue: q, Partition: fmt.Sprintf("p%d", v%partitions), Payload: v}); err != nil {
-						pushErr <- err
-						return
-					}
-				}
-			}()
-		}
-		var mu sync.Mutex
-		seen := map[int]bool{}
-		all := make(chan struct{})
-		sctx, cancel := context.WithCancel(ctx)
-		subErr := make(chan error, 1)
-		go func() {
-			subErr <- c.Subscribe(sctx, client.SubscribeOptions{Queue: q, Batch: 100, MaxInFlight: 1000},
-				func(_ context.Context, m *client.Message) error {
-					var v int
-					if err := json.Unmarshal(m.Data, &v); err != nil {
-						return err
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					seen[v] = true
-					if len(seen) == want {
-						close(all)
-					}
-					return nil
-				})
-		}()
-		for range producers {
-			require.NoError(t, <-pushErr)
-		}
-		select {
-		case <-all:
-		case <-time.After(10 * time.Second):
-			mu.Lock()
-			n := len(seen)
-			mu.Unlock()
-			cancel()
-			t.Fatalf("round %d: %d of %d messages delivered within 10 s; the partitions:\n%s", round, n, want, e.consumerRows(q))
-		}
-		require.Eventually(t, func() bool { return e.ordinaryLeases(q) == 0 }, 5*time.Second, 10*time.Millisecond,
-			"round %d: an ordinary lease left held once all was delivered and acked:\n%s", round, e.consumerRows(q))
-		cancel()
-		require.NoError(t, <-subErr)
-	}
-}
-
-// ordinaryLeases counts the leases held on queue q that do not follow
-// their partition.
-func (e *env) ordinaryLeases(q string) int {
-	e.t.Helper()
-	var n int
-	err := e.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM consumers c JOIN queues qu ON qu.id = c.queue_id
-		WHERE qu.name = $1 AND c.lease_id IS NOT NULL AND c.follow_lease IS DISTINCT FROM c.lease_id`, q).Scan(&n)
-	require.NoError(e.t, err)
-	return n
-}
-
-// consumerRows is queue q's consumer rows, one a line, for a failure's
-// message.
-func (e *env) consumerRows(q string) string {
-	e.t.Helper()
-	rows, err := e.store.Pool().Query(context.Background(), `SELECT p.name, p.last_offset, c.cursor, c.done::text,
-		coalesce(c.lease_from, 0), coalesce(c.lease_to, 0), c.lease_id IS NOT NULL, coalesce(c.follow_lease = c.lease_id, false), c.delivered_to
-		FROM consumers c JOIN partitions p ON p.id = c.partition_id JOIN queues qu ON qu.id = c.queue_id
-		WHERE qu.name = $1 ORDER BY p.name`, q)
-	require.NoError(e.t, err)
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var name, done string
-		var last, cursor, from, to, delivered int64
-		var leased, follow bool
-		require.NoError(e.t, rows.Scan(&name, &last, &cursor, &done, &from, &to, &leased, &follow, &delivered))
-		fmt.Fprintf(&b, "%s last=%d cursor=%d done=%s lease=%v [%d,%d] follow=%v delivered_to=%d\n",
-			name, last, cursor, done, leased, from, to, follow, delivered)
-	}
-	require.NoError(e.t, rows.Err())
-	return b.String()
 }

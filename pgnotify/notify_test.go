@@ -382,6 +382,28 @@ func TestListener_PingsNoSoonerThanPingIntervalWhateverNextPingSays(t *testing.T
 	}
 }
 
+// execJob is a Do job that runs sql.
+func execJob(sql string) func(context.Context, *pgx.Conn) error {
+	return func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, sql)
+		return err
+	}
+}
+
+// listening runs a listener of the shared database, waking w, until the
+// test ends; its pool and the channel it listens on come with it.
+func listening(t *testing.T) (l *pgnotify.Listener, pool *pgxpool.Pool, w *recordingWaker, channel string) {
+	t.Helper()
+	pool, _ = pingLogged(t)
+	w = &recordingWaker{}
+	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: w})
+	require.NoError(t, err)
+	runListener(t, l)
+	channel, err = pgnotify.Channel(context.Background(), pool)
+	require.NoError(t, err)
+	return l, pool, w, channel
+}
+
 // runListener runs l until the returned stop is called (or the test ends),
 // once it has listened.
 func runListener(t *testing.T, l *pgnotify.Listener) (stop func()) {
@@ -406,26 +428,20 @@ func runListener(t *testing.T, l *pgnotify.Listener) (stop func()) {
 // beat goes there, so that one backend wakes for it and the liveness check.
 func TestListener_DoRunsTheJobOnTheListeningConnection(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := pingLogged(t)
-	w := &recordingWaker{}
-	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: w})
-	require.NoError(t, err)
-	runListener(t, l)
-	channel, err := pgnotify.Channel(ctx, pool)
-	require.NoError(t, err)
+	l, pool, w, channel := listening(t)
 
-	var listening []string
+	var channels []string
 	require.NoError(t, l.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, `SELECT pg_listening_channels()`)
 		if err != nil {
 			return err
 		}
-		listening, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		channels, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	}))
-	assert.Equal(t, []string{channel}, listening, "the job's connection is the one that listens")
+	assert.Equal(t, []string{channel}, channels, "the job's connection is the one that listens")
 
-	_, err = pool.Exec(ctx, `SELECT pg_notify($1, 'after-the-job')`, channel)
+	_, err := pool.Exec(ctx, `SELECT pg_notify($1, 'after-the-job')`, channel)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { got, _ := w.seen(); return slices.Contains(got, "after-the-job/") },
 		10*time.Second, 5*time.Millisecond, "it listens on after the job")
@@ -445,10 +461,7 @@ func TestListener_AConnectionGivenJobsIsNotPinged(t *testing.T) {
 	every := time.NewTicker(20 * time.Millisecond)
 	defer every.Stop()
 	for start := time.Now(); time.Since(start) < 2*interval+interval/2; <-every.C {
-		require.NoError(t, l.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, `SELECT 1`)
-			return err
-		}))
+		require.NoError(t, l.Do(ctx, execJob(`SELECT 1`)))
 		jobs++
 	}
 	assert.Empty(t, log.pings(), "pinged although %d jobs ran on it", jobs)
@@ -487,25 +500,18 @@ func TestListener_AJobThatLosesTheConnectionReconnects(t *testing.T) {
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
 	require.NoError(t, err)
 	runListener(t, l)
-	exec := func(sql string) func(context.Context, *pgx.Conn) error {
-		return func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, sql)
-			return err
-		}
-	}
-
-	require.Error(t, l.Do(ctx, exec(`SELECT 1/0`)))
-	require.NoError(t, l.Do(ctx, exec(`SELECT 1`)))
+	require.Error(t, l.Do(ctx, execJob(`SELECT 1/0`)))
+	require.NoError(t, l.Do(ctx, execJob(`SELECT 1`)))
 	_, sweeps := w.seen()
 	assert.Equal(t, 1, sweeps, "a statement's error keeps the connection")
 
-	require.Error(t, l.Do(ctx, exec(`SELECT pg_terminate_backend(pg_backend_pid())`)))
+	require.Error(t, l.Do(ctx, execJob(`SELECT pg_terminate_backend(pg_backend_pid())`)))
 	require.Eventually(t, func() bool { _, sweeps := w.seen(); return sweeps == 2 }, 10*time.Second, 5*time.Millisecond,
 		"connected again, and swept")
-	require.Eventually(t, func() bool { return l.Do(ctx, exec(`SELECT 1`)) == nil }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return l.Do(ctx, execJob(`SELECT 1`)) == nil }, 10*time.Second, 5*time.Millisecond)
 
 	start := time.Now()
-	require.Error(t, l.Do(ctx, exec(`SELECT pg_sleep(60)`)), "a hung job is given up")
+	require.Error(t, l.Do(ctx, execJob(`SELECT pg_sleep(60)`)), "a hung job is given up")
 	assert.Less(t, time.Since(start), 30*time.Second)
 	require.Eventually(t, func() bool { _, sweeps := w.seen(); return sweeps == 3 }, 30*time.Second, 5*time.Millisecond,
 		"connected again after the hung job")
@@ -526,10 +532,7 @@ func TestListener_AConnectionGivenJobsHasItsNotifyQueueUsageReadEveryTenPingInte
 	defer every.Stop()
 	for start := time.Now(); len(log.pings()) < 2; <-every.C {
 		require.Less(t, time.Since(start), time.Minute, "the usage is never read")
-		require.NoError(t, l.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, `SELECT 1`)
-			return err
-		}))
+		require.NoError(t, l.Do(ctx, execJob(`SELECT 1`)))
 	}
 	pings := log.pings()
 	for i := 1; i < len(pings); i++ {
@@ -542,13 +545,7 @@ func TestListener_AConnectionGivenJobsHasItsNotifyQueueUsageReadEveryTenPingInte
 // it came during the wait or during a job.
 func TestListener_JobsInterruptingTheWaitLoseNoNotification(t *testing.T) {
 	ctx := context.Background()
-	pool, _ := pingLogged(t)
-	w := &recordingWaker{}
-	l, err := pgnotify.NewListener(pgnotify.ListenerConfig{Pool: pool, Waker: w})
-	require.NoError(t, err)
-	runListener(t, l)
-	channel, err := pgnotify.Channel(ctx, pool)
-	require.NoError(t, err)
+	l, pool, w, channel := listening(t)
 
 	const sent = 400
 	done := make(chan error, 1)
@@ -569,10 +566,7 @@ func TestListener_JobsInterruptingTheWaitLoseNoNotification(t *testing.T) {
 			sending = false
 		default:
 		}
-		require.NoError(t, l.Do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, `SELECT 1`)
-			return err
-		}))
+		require.NoError(t, l.Do(ctx, execJob(`SELECT 1`)))
 	}
 	require.Eventually(t, func() bool { got, _ := w.seen(); return len(got) >= sent }, 10*time.Second, 5*time.Millisecond)
 	got, sweeps := w.seen()
